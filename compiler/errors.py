@@ -1,0 +1,45 @@
+"""Typed errors for the whole of Cuvil; the CLI formats them in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+class CuvilError(Exception):
+    """Base of every error Cuvil raises on purpose: a user-facing, one-line reason."""
+
+
+class VerifyError(CuvilError):
+    """A graph breaks an IR invariant (types, attributes, ordering, names)."""
+
+
+class ParseError(CuvilError):
+    """The text form of a graph could not be parsed."""
+
+
+class ShapeError(CuvilError):
+    """An op was given operands whose shapes or dtypes it cannot accept."""
+
+
+class InterpreterError(CuvilError):
+    """The reference interpreter was given inputs that do not match the graph."""
+
+
+class UnsupportedModelError(CuvilError):
+    """A model uses ops or features Cuvil cannot import; names all of them at once."""
+
+    def __init__(self, unsupported: Mapping[str, Sequence[str]], source: str = "model"):
+        self.unsupported = {op: tuple(nodes) for op, nodes in sorted(unsupported.items())}
+        parts = []
+        for op, nodes in self.unsupported.items():
+            shown = ", ".join(nodes[:5]) + (f", ... ({len(nodes)} nodes)" if len(nodes) > 5 else "")
+            parts.append(f"{op} (used by {shown})")
+        super().__init__(f"{source} uses {len(parts)} unsupported op(s): " + "; ".join(parts))
+
+
+class BundleError(CuvilError):
+    """A bundle is malformed, tampered with, or not signed by a trusted key."""
+
+
+class CompileError(CuvilError):
+    """Lowering or native compilation of a graph failed."""

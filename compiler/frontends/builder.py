@@ -1,0 +1,134 @@
+"""GraphBuilder: what both frontends share — unique names, eager type inference, constant folding.
+
+A frontend translates one source node at a time through :meth:`GraphBuilder.add`. Every node whose
+inputs are all constants is folded on the spot with the reference interpreter, so Shape,
+ConstantOfShape and shape arithmetic disappear whenever shapes are static. Unsupported source ops
+are collected with :meth:`unsupported` and reported together by :meth:`build`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import ops
+from ..errors import UnsupportedModelError
+from ..ir.dtypes import DType
+from ..ir.graph import Graph, Node
+from ..ir.infer import infer_op
+from ..ir.types import TensorType
+from ..ir.verify import verify
+
+
+class GraphBuilder:
+    def __init__(self, name: str, source: str = "model"):
+        self.name = name
+        self.source = source
+        self.inputs: list[str] = []
+        self.types: dict[str, TensorType] = {}
+        self.constants: dict[str, np.ndarray] = {}
+        self.nodes: list[Node] = []
+        self._names: set[str] = set()
+        self._node_names: set[str] = set()
+        self._unsupported: dict[str, list[str]] = {}
+
+    # names --------------------------------------------------------------------------------------
+    def unique(self, hint: str, taken: set[str] | None = None) -> str:
+        taken = self._names if taken is None else taken
+        base = re.sub(r"\s+", "_", hint.strip()) or "v"
+        name, i = base, 1
+        while name in taken:
+            name, i = f"{base}_{i}", i + 1
+        taken.add(name)
+        return name
+
+    # values -------------------------------------------------------------------------------------
+    def input(self, name: str, ttype: TensorType) -> str:
+        name = self.unique(name)
+        self.inputs.append(name)
+        self.types[name] = ttype
+        return name
+
+    def constant(self, value: Any, hint: str = "const", dtype: DType | None = None) -> str:
+        arr = np.asarray(value, dtype=dtype.numpy if dtype else None)
+        if arr.dtype == np.float64 and dtype is None and not isinstance(value, np.ndarray):
+            arr = arr.astype(np.float32)
+        DType.from_numpy(arr.dtype)  # rejects unsupported dtypes with a ShapeError
+        name = self.unique(hint)
+        arr = np.ascontiguousarray(arr).copy()
+        arr.flags.writeable = False
+        self.constants[name] = arr
+        self.types[name] = TensorType(DType.from_numpy(arr.dtype), tuple(int(d) for d in arr.shape))
+        return name
+
+    def type_of(self, name: str) -> TensorType:
+        return self.types[name]
+
+    def value_of(self, name: str) -> np.ndarray | None:
+        """The value of ``name`` if it is a constant (folded or given), else None."""
+        return self.constants.get(name)
+
+    # nodes --------------------------------------------------------------------------------------
+    def add(self, op: str, inputs: Sequence[str], name: str = "", n_outputs: int = 1,
+            output_names: Sequence[str] | None = None, **attrs: Any) -> list[str]:
+        """Append ``op`` (or fold it, when every input is a constant); return its output names."""
+        hint = name or op.lower()
+        outs = [self.unique(o) for o in output_names] if output_names else [
+            self.unique(hint if n_outputs == 1 else f"{hint}:{i}") for i in range(n_outputs)]
+        node = Node.make(op, inputs, outs, name=self.unique(hint, self._node_names), **attrs)
+        out_types = infer_op(op, [self.types[i] for i in inputs], node.attr)
+        if inputs and all(i in self.constants for i in inputs):
+            values = ops.get_op(op).reference([self.constants[i] for i in inputs], node.attr)
+            for out, value, ty in zip(outs, values, out_types):
+                arr = np.ascontiguousarray(np.asarray(value, dtype=ty.dtype.numpy)).copy()
+                arr.flags.writeable = False
+                self.constants[out] = arr
+                self.types[out] = ty
+            return outs
+        self.nodes.append(node)
+        self.types.update(zip(outs, out_types))
+        return outs
+
+    def add1(self, op: str, inputs: Sequence[str], name: str = "", **attrs: Any) -> str:
+        return self.add(op, inputs, name=name, **attrs)[0]
+
+    def unsupported(self, op: str, node_name: str) -> None:
+        self._unsupported.setdefault(op, []).append(node_name)
+
+    @property
+    def has_unsupported(self) -> bool:
+        return bool(self._unsupported)
+
+    def raise_unsupported(self) -> None:
+        if self._unsupported:
+            raise UnsupportedModelError(self._unsupported, source=self.source)
+
+    # result -------------------------------------------------------------------------------------
+    def build(self, outputs: Iterable[str]) -> Graph:
+        """Drop what the outputs do not need, and return the verified Graph."""
+        self.raise_unsupported()
+        outputs = list(outputs)
+        nodes, needed = [], set(outputs)
+        for node in reversed(self.nodes):
+            if needed.intersection(node.outputs):
+                nodes.append(node)
+                needed.update(node.inputs)
+        nodes.reverse()
+        # A graph output that is itself an input or a constant gets an Identity so outputs are computed.
+        final_outputs = []
+        for out in outputs:
+            if out in self.constants or out in self.inputs or out in final_outputs:
+                node = Node.make("Identity", [out], [self.unique(f"{out}_out")])
+                nodes.append(node)
+                self.types[node.outputs[0]] = self.types[out]
+                needed.add(out)
+                out = node.outputs[0]
+            final_outputs.append(out)
+        constants = {k: v for k, v in self.constants.items() if k in needed}
+        used = set(self.inputs) | set(constants) | {o for n in nodes for o in n.outputs}
+        graph = Graph(self.name, tuple(self.inputs), tuple(final_outputs), tuple(nodes),
+                      {k: v for k, v in self.types.items() if k in used}, constants)
+        return verify(graph)

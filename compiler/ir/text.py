@@ -1,0 +1,259 @@
+"""The text form of a Graph: readable enough to debug with, exact enough to round-trip.
+
+    graph "mlp" (x: f32[N,784]) -> (y) {
+      const fc.weight: f32[10,784]
+      y: f32[N,10] = Gemm @fc (x, fc.weight) {alpha=1.0, beta=1.0, transA=0, transB=1}
+    }
+    data fc.weight "<base64 of the little-endian bytes>"
+
+Floats print with ``repr`` (shortest exact round-trip). ``print_graph(g, data=False)`` omits the
+data section; ``parse_graph(text, constants=...)`` then takes the arrays from elsewhere (a bundle).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..errors import ParseError
+from .. import ops
+from ..ops.registry import AttrKind
+from .dtypes import DType
+from .graph import Graph, Node
+from .types import Batch, TensorType
+
+_BARE = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./\-]*$")
+_KEYWORDS = {"graph", "const", "data", "inf", "nan", "N"}
+
+
+def _name(s: str) -> str:
+    return s if _BARE.match(s) and s not in _KEYWORDS else json.dumps(s)
+
+
+def _float(x: float) -> str:
+    return "nan" if math.isnan(x) else repr(x)
+
+
+def _attr(kind: AttrKind, value) -> str:
+    if kind is AttrKind.INT:
+        return str(value)
+    if kind is AttrKind.FLOAT:
+        return _float(value)
+    if kind is AttrKind.STRING:
+        return json.dumps(value)
+    if kind is AttrKind.INTS:
+        return "[" + ",".join(str(v) for v in value) + "]"
+    if kind is AttrKind.FLOATS:
+        return "[" + ",".join(_float(v) for v in value) + "]"
+    return value.value  # DType
+
+
+def print_graph(graph: Graph, data: bool = True) -> str:
+    lines = []
+    ins = ", ".join(f"{_name(n)}: {graph.types[n]}" for n in graph.inputs)
+    outs = ", ".join(_name(n) for n in graph.outputs)
+    lines.append(f"graph {json.dumps(graph.name)} ({ins}) -> ({outs}) {{")
+    for cname in graph.constants:
+        lines.append(f"  const {_name(cname)}: {graph.types[cname]}")
+    for node in graph.nodes:
+        spec = ops.get_op(node.op).attrs
+        lhs = ", ".join(f"{_name(o)}: {graph.types[o]}" for o in node.outputs)
+        args = ", ".join(_name(i) for i in node.inputs)
+        attrs = ", ".join(f"{k}={_attr(spec[k].kind, v)}" for k, v in node.attrs)
+        lines.append(f"  {lhs} = {node.op} @{_name(node.name)} ({args})" + (f" {{{attrs}}}" if attrs else ""))
+    lines.append("}")
+    if data:
+        for cname, arr in graph.constants.items():
+            raw = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+            lines.append(f"data {_name(cname)} \"{base64.b64encode(raw).decode()}\"")
+    return "\n".join(lines) + "\n"
+
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+    (?P<str>"(?:[^"\\]|\\.)*")
+  | (?P<num>-?(?:(?:inf|nan)\b|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?))
+  | (?P<name>[A-Za-z_/][A-Za-z0-9_./\-]*)
+  | (?P<punct>->|[()\[\]{},:=@])
+  )""",
+    re.VERBOSE,
+)
+
+
+class _Tokens:
+    def __init__(self, text: str):
+        self.toks: list[tuple[str, str, int]] = []
+        pos, line = 0, 1
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if not m or m.end() == pos:
+                rest = text[pos:].strip()
+                if not rest:
+                    break
+                raise ParseError(f"line {line + text.count(chr(10), pos, len(text) - len(rest))}: unexpected {rest[:20]!r}")
+            line += text.count("\n", pos, m.start(m.lastgroup))
+            self.toks.append((m.lastgroup, m.group(m.lastgroup), line))
+            pos = m.end()
+        self.i = 0
+
+    def peek(self) -> tuple[str, str, int] | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def next(self) -> tuple[str, str, int]:
+        tok = self.peek()
+        if tok is None:
+            raise ParseError("unexpected end of text")
+        self.i += 1
+        return tok
+
+    def expect(self, value: str) -> None:
+        kind, val, line = self.next()
+        if val != value or kind == "str":
+            raise ParseError(f"line {line}: expected {value!r}, got {val!r}")
+
+    def accept(self, value: str) -> bool:
+        tok = self.peek()
+        if tok and tok[1] == value and tok[0] != "str":
+            self.i += 1
+            return True
+        return False
+
+    def name(self) -> str:
+        kind, val, line = self.next()
+        if kind == "str":
+            return json.loads(val)
+        if kind == "name":
+            return val
+        raise ParseError(f"line {line}: expected a name, got {val!r}")
+
+    def type(self) -> TensorType:
+        dtype = DType.parse(self.name())
+        self.expect("[")
+        dims: list = []
+        while not self.accept("]"):
+            if dims:
+                self.expect(",")
+            kind, val, line = self.next()
+            if kind == "num" and self.peek() and self.peek()[1] == "N" and self.peek()[0] == "name":
+                self.next()
+                dims.append(Batch(int(val)))
+            elif kind == "num" and val.isdigit():
+                dims.append(int(val))
+            elif kind == "name" and val == "N":
+                dims.append(Batch(1))
+            else:
+                raise ParseError(f"line {line}: bad dimension {val!r}")
+        return TensorType(dtype, tuple(dims))
+
+    def scalar(self, kind: AttrKind):
+        tkind, val, line = self.next()
+        if kind is AttrKind.STRING:
+            if tkind != "str":
+                raise ParseError(f"line {line}: expected a string, got {val!r}")
+            return json.loads(val)
+        if kind is AttrKind.DTYPE:
+            return DType.parse(val)
+        if tkind != "num":
+            raise ParseError(f"line {line}: expected a number, got {val!r}")
+        if kind in (AttrKind.INT, AttrKind.INTS):
+            if not re.fullmatch(r"-?\d+", val):
+                raise ParseError(f"line {line}: expected an integer, got {val!r}")
+            return int(val)
+        return float(val)
+
+    def attr_value(self, kind: AttrKind):
+        if kind in (AttrKind.INTS, AttrKind.FLOATS):
+            self.expect("[")
+            vals = []
+            while not self.accept("]"):
+                if vals:
+                    self.expect(",")
+                vals.append(self.scalar(kind))
+            return tuple(vals)
+        return self.scalar(kind)
+
+
+def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None) -> Graph:
+    """Parse the text form; ``constants`` supplies weights when the text has no data section."""
+    t = _Tokens(text)
+    t.expect("graph")
+    name = t.name()
+    types: dict[str, TensorType] = {}
+    inputs: list[str] = []
+    t.expect("(")
+    while not t.accept(")"):
+        if inputs:
+            t.expect(",")
+        n = t.name()
+        t.expect(":")
+        types[n] = t.type()
+        inputs.append(n)
+    t.expect("->")
+    t.expect("(")
+    outputs: list[str] = []
+    while not t.accept(")"):
+        if outputs:
+            t.expect(",")
+        outputs.append(t.name())
+    t.expect("{")
+    const_names: list[str] = []
+    nodes: list[Node] = []
+    while not t.accept("}"):
+        if t.accept("const"):
+            n = t.name()
+            t.expect(":")
+            types[n] = t.type()
+            const_names.append(n)
+            continue
+        outs = []
+        while True:
+            o = t.name()
+            t.expect(":")
+            types[o] = t.type()
+            outs.append(o)
+            if not t.accept(","):
+                break
+        t.expect("=")
+        op = t.name()
+        spec = ops.get_op(op).attrs
+        t.expect("@")
+        node_name = t.name()
+        t.expect("(")
+        args: list[str] = []
+        while not t.accept(")"):
+            if args:
+                t.expect(",")
+            args.append(t.name())
+        attrs = {}
+        if t.accept("{"):
+            while not t.accept("}"):
+                if attrs:
+                    t.expect(",")
+                key = t.name()
+                t.expect("=")
+                if key not in spec:
+                    raise ParseError(f"{op} has no attribute {key!r}")
+                attrs[key] = t.attr_value(spec[key].kind)
+        nodes.append(Node.make(op, args, outs, name=node_name, **attrs))
+    data: dict[str, np.ndarray] = {}
+    while t.peek() is not None:
+        t.expect("data")
+        n = t.name()
+        kind, val, line = t.next()
+        if kind != "str" or n not in types:
+            raise ParseError(f"line {line}: bad data entry for {n!r}")
+        ty = types[n]
+        raw = base64.b64decode(json.loads(val), validate=True)
+        if len(raw) != ty.nbytes():
+            raise ParseError(f"data for {n!r} has {len(raw)} bytes, its type needs {ty.nbytes()}")
+        data[n] = np.frombuffer(raw, dtype=ty.dtype.numpy.newbyteorder("<")).astype(ty.dtype.numpy).reshape(ty.shape)
+    source = data if constants is None else constants
+    missing = [c for c in const_names if c not in source]
+    if missing:
+        raise ParseError(f"no data for constant(s) {missing[:5]}")
+    return Graph(name, tuple(inputs), tuple(outputs), tuple(nodes), types, {c: source[c] for c in const_names})

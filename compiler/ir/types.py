@@ -1,0 +1,86 @@
+"""Tensor types: static dimensions plus one symbolic batch dimension ``N``.
+
+A dimension is either an ``int`` or a :class:`Batch` (``k*N``). Shape rules never see the symbol:
+:func:`cuvil.compiler.ir.infer.infer_node` evaluates them at two probe batch sizes and maps the
+results back, so every rule is written over plain integers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from ..errors import ParseError
+from .dtypes import DType
+
+
+@dataclass(frozen=True, order=True)
+class Batch:
+    """The symbolic batch dimension, times a positive integer factor (``N``, ``2N``...)."""
+
+    factor: int = 1
+
+    def __str__(self) -> str:
+        return "N" if self.factor == 1 else f"{self.factor}N"
+
+    def bind(self, batch: int) -> int:
+        return self.factor * batch
+
+
+Dim = int | Batch
+N = Batch(1)
+_DIM_RE = re.compile(r"^(?:(\d+)|(\d*)N)$")
+
+
+def parse_dim(text: str) -> Dim:
+    m = _DIM_RE.match(text.strip())
+    if not m:
+        raise ParseError(f"bad dimension {text!r}")
+    if m.group(1) is not None:
+        return int(m.group(1))
+    return Batch(int(m.group(2)) if m.group(2) else 1)
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: DType
+    shape: tuple[Dim, ...]
+
+    def __post_init__(self) -> None:
+        for d in self.shape:
+            if isinstance(d, bool) or not isinstance(d, (int, Batch)) or (isinstance(d, int) and d < 0):
+                raise ValueError(f"bad dimension {d!r} in shape {self.shape!r}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    def bind(self, batch: int) -> TensorType:
+        """The same type with ``N`` replaced by a concrete batch size."""
+        return TensorType(self.dtype, tuple(d.bind(batch) if isinstance(d, Batch) else d for d in self.shape))
+
+    def numel(self, batch: int = 1) -> int:
+        return math.prod(self.bind(batch).shape)
+
+    def nbytes(self, batch: int = 1) -> int:
+        return self.numel(batch) * self.dtype.itemsize
+
+    def __str__(self) -> str:
+        return f"{self.dtype.value}[{','.join(str(d) for d in self.shape)}]"
+
+    @classmethod
+    def parse(cls, text: str) -> TensorType:
+        m = re.match(r"^\s*(\w+)\[(.*)\]\s*$", text)
+        if not m:
+            raise ParseError(f"bad tensor type {text!r}")
+        dims = m.group(2).strip()
+        return cls(DType.parse(m.group(1)), tuple(parse_dim(d) for d in dims.split(",")) if dims else ())
+
+
+def static_shape(shape: tuple[Dim, ...], batch: int) -> tuple[int, ...]:
+    return tuple(d.bind(batch) if isinstance(d, Batch) else d for d in shape)

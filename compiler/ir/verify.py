@@ -1,0 +1,66 @@
+"""The verifier: the invariants every Graph must hold, checked between passes and after import."""
+
+from __future__ import annotations
+
+from ..errors import CuvilError, VerifyError
+from .. import ops
+from .dtypes import DType
+from .graph import Graph
+from .infer import infer_node
+from .types import TensorType
+
+
+def verify(graph: Graph) -> Graph:
+    """Raise VerifyError naming the first broken invariant; return the graph for chaining."""
+    defined: set[str] = set()
+
+    def define(name: str, what: str) -> None:
+        if not name:
+            raise VerifyError(f"{what} has an empty value name")
+        if name in defined:
+            raise VerifyError(f"value {name!r} is defined twice ({what})")
+        if name not in graph.types:
+            raise VerifyError(f"value {name!r} ({what}) has no type")
+        defined.add(name)
+
+    if not graph.outputs:
+        raise VerifyError("graph has no outputs")
+    for name in graph.inputs:
+        define(name, "graph input")
+    for name, arr in graph.constants.items():
+        define(name, "constant")
+        want = TensorType(DType.from_numpy(arr.dtype), tuple(arr.shape))
+        if graph.types[name] != want:
+            raise VerifyError(f"constant {name!r} is {want} but typed {graph.types[name]}")
+        if arr.flags.writeable:
+            raise VerifyError(f"constant {name!r} is writeable")
+    node_names: set[str] = set()
+    for node in graph.nodes:
+        where = f"node {node.name!r} ({node.op})"
+        if node.name in node_names:
+            raise VerifyError(f"node name {node.name!r} is used twice")
+        node_names.add(node.name)
+        opdef = ops.get_op(node.op)
+        opdef.check_arity(len(node.inputs))
+        if opdef.normalize_attrs(node.attr) != node.attr:
+            raise VerifyError(f"{where}: attributes are not in canonical form")
+        for name in node.inputs:
+            if name not in defined:
+                raise VerifyError(f"{where} uses {name!r} before it is defined")
+        try:
+            inferred = infer_node(node, graph.types)
+        except CuvilError as e:
+            raise VerifyError(str(e)) from None
+        if len(inferred) != len(node.outputs):
+            raise VerifyError(f"{where} has {len(node.outputs)} outputs, its op yields {len(inferred)}")
+        for name, want in zip(node.outputs, inferred):
+            define(name, where)
+            if graph.types[name] != want:
+                raise VerifyError(f"{where}: output {name!r} typed {graph.types[name]}, inferred {want}")
+    for name in graph.outputs:
+        if name not in defined:
+            raise VerifyError(f"graph output {name!r} is never defined")
+    extra = set(graph.types) - defined
+    if extra:
+        raise VerifyError(f"types given for unknown values: {sorted(extra)[:5]}")
+    return graph

@@ -1,0 +1,99 @@
+"""Elementwise ops: activations, arithmetic with broadcasting, comparisons, Where, Cast."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from ..ir.types import TensorType
+from .common import binary, broadcast_shapes, same_dtype, unary
+from .registry import AttrKind, AttrSpec, OpDef, register, require
+
+F = AttrKind.FLOAT
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf in float64 (math.erf per element; vectorised by frompyfunc), cast back by the caller."""
+    return np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)).astype(np.float64)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return np.where(x64 >= 0, 1 / (1 + np.exp(-np.abs(x64))), np.exp(-np.abs(x64)) / (1 + np.exp(-np.abs(x64))))
+
+
+def _gelu(x: np.ndarray, a) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    if a["approximate"] == "tanh":
+        return 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
+    return 0.5 * x64 * (1 + _erf(x64 / math.sqrt(2)))
+
+
+def _gelu_infer(ts, a):
+    require(a["approximate"] in ("none", "tanh"), f"Gelu: approximate must be 'none' or 'tanh', got {a['approximate']!r}")
+    require(ts[0].dtype.is_float, "Gelu: needs a float operand")
+    return [ts[0]]
+
+
+def _hard_sigmoid(x, a):
+    return np.clip(a["alpha"] * x.astype(np.float64) + a["beta"], 0, 1)
+
+
+register(
+    unary("Relu", lambda x, a: np.maximum(x, 0), floats=False),
+    unary("Clip", lambda x, a: np.clip(x, a["min"], a["max"]),
+          attrs={"min": AttrSpec(F, -math.inf), "max": AttrSpec(F, math.inf)}, doc="Relu6 is Clip(0, 6)"),
+    unary("LeakyRelu", lambda x, a: np.where(x >= 0, x, x * a["alpha"]), attrs={"alpha": AttrSpec(F, 0.01)}),
+    unary("Sigmoid", lambda x, a: _sigmoid(x)),
+    unary("Tanh", lambda x, a: np.tanh(x)),
+    OpDef("Gelu", _gelu_infer, lambda xs, a: [_gelu(xs[0], a).astype(xs[0].dtype)],
+          attrs={"approximate": AttrSpec(AttrKind.STRING, "none")}),
+    unary("SiLU", lambda x, a: x.astype(np.float64) * _sigmoid(x)),
+    unary("HardSigmoid", _hard_sigmoid, attrs={"alpha": AttrSpec(F, 0.2), "beta": AttrSpec(F, 0.5)}),
+    unary("HardSwish", lambda x, a: x.astype(np.float64) * np.clip(x.astype(np.float64) / 6 + 0.5, 0, 1)),
+    unary("Erf", lambda x, a: _erf(x)),
+    unary("Sqrt", lambda x, a: np.sqrt(x)),
+    unary("Exp", lambda x, a: np.exp(x)),
+    unary("Log", lambda x, a: np.log(x)),
+    unary("Reciprocal", lambda x, a: np.reciprocal(x)),
+    unary("Neg", lambda x, a: np.negative(x), floats=False),
+    unary("Abs", lambda x, a: np.abs(x), floats=False),
+    unary("Identity", lambda x, a: x.copy(), floats=False),
+    unary("Dropout", lambda x, a: x.copy(), attrs={"ratio": AttrSpec(F, 0.5)}, floats=False,
+          doc="inference only: the identity"),
+    binary("Add", np.add),
+    binary("Sub", np.subtract),
+    binary("Mul", np.multiply),
+    binary("Div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _int_div(x, y)),
+    binary("Pow", lambda x, y: np.power(x, y)),
+    binary("Sum", np.add, variadic=True),
+    binary("Max", np.maximum, variadic=True),
+    binary("Min", np.minimum, variadic=True),
+    binary("Equal", np.equal, result=DType.BOOL),
+    binary("Less", np.less, result=DType.BOOL),
+    binary("Greater", np.greater, result=DType.BOOL),
+)
+
+
+def _int_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Integer division truncating toward zero, as ONNX defines it."""
+    return np.trunc(np.divide(x, y)).astype(x.dtype)
+
+
+def _where_infer(ts, a):
+    require(ts[0].dtype is DType.BOOL, "Where: condition must be bool")
+    dtype = same_dtype("Where", ts[1:])
+    return [TensorType(dtype, broadcast_shapes("Where", *(t.shape for t in ts)))]
+
+
+def _cast_infer(ts, a):
+    return [TensorType(a["to"], ts[0].shape)]
+
+
+register(
+    OpDef("Where", _where_infer, lambda xs, a: [np.where(xs[0], xs[1], xs[2]).astype(xs[1].dtype)],
+          min_inputs=3, max_inputs=3),
+    OpDef("Cast", _cast_infer, lambda xs, a: [xs[0].astype(a["to"].numpy)], attrs={"to": AttrSpec(AttrKind.DTYPE)}),
+)
