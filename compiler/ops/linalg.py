@@ -1,0 +1,1 @@
+"""Op family: linalg (see docs/ir.md)."""

@@ -1,0 +1,1 @@
+"""Op family: nn (see docs/ir.md)."""

@@ -1,0 +1,1 @@
+"""Op family: reduce (see docs/ir.md)."""

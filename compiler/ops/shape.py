@@ -1,0 +1,1 @@
+"""Op family: shape (see docs/ir.md)."""
