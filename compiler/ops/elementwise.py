@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -14,9 +15,19 @@ from .registry import AttrKind, AttrSpec, OpDef, register, require
 F = AttrKind.FLOAT
 
 
+def _numeric(d: OpDef) -> OpDef:
+    """Arithmetic rejects bool operands, as ONNX does (NumPy would crash or silently use logic ops)."""
+
+    def infer(ts, a):
+        require(all(t.dtype is not DType.BOOL for t in ts), f"{d.name}: bool operands are not supported")
+        return d.infer(ts, a)
+
+    return dataclasses.replace(d, infer=infer)
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     """erf in float64 (math.erf per element; vectorised by frompyfunc), cast back by the caller."""
-    return np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)).astype(np.float64)
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)), dtype=np.float64)  # 0-d gives a scalar
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -42,10 +53,10 @@ def _hard_sigmoid(x, a):
 
 
 register(
-    unary("Relu", lambda x, a: np.maximum(x, 0), floats=False),
+    _numeric(unary("Relu", lambda x, a: np.maximum(x, 0), floats=False)),
     unary("Clip", lambda x, a: np.clip(x, a["min"], a["max"]),
           attrs={"min": AttrSpec(F, -math.inf), "max": AttrSpec(F, math.inf)}, doc="Relu6 is Clip(0, 6)"),
-    unary("LeakyRelu", lambda x, a: np.where(x >= 0, x, x * a["alpha"]), attrs={"alpha": AttrSpec(F, 0.01)}),
+    unary("LeakyRelu", lambda x, a: np.where(x >= 0, x, x.astype(np.float64) * a["alpha"]), attrs={"alpha": AttrSpec(F, 0.01)}),
     unary("Sigmoid", lambda x, a: _sigmoid(x)),
     unary("Tanh", lambda x, a: np.tanh(x)),
     OpDef("Gelu", _gelu_infer, lambda xs, a: [_gelu(xs[0], a).astype(xs[0].dtype)],
@@ -58,19 +69,21 @@ register(
     unary("Exp", lambda x, a: np.exp(x)),
     unary("Log", lambda x, a: np.log(x)),
     unary("Reciprocal", lambda x, a: np.reciprocal(x)),
-    unary("Neg", lambda x, a: np.negative(x), floats=False),
-    unary("Abs", lambda x, a: np.abs(x), floats=False),
+    _numeric(unary("Neg", lambda x, a: np.negative(x), floats=False)),
+    _numeric(unary("Abs", lambda x, a: np.abs(x), floats=False)),
     unary("Identity", lambda x, a: x.copy(), floats=False),
     unary("Dropout", lambda x, a: x.copy(), attrs={"ratio": AttrSpec(F, 0.5)}, floats=False,
           doc="inference only: the identity"),
-    binary("Add", np.add),
-    binary("Sub", np.subtract),
-    binary("Mul", np.multiply),
-    binary("Div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _int_div(x, y)),
-    binary("Pow", lambda x, y: np.power(x, y)),
-    binary("Sum", np.add, variadic=True),
-    binary("Max", np.maximum, variadic=True),
-    binary("Min", np.minimum, variadic=True),
+    *map(_numeric, (
+        binary("Add", np.add),
+        binary("Sub", np.subtract),
+        binary("Mul", np.multiply),
+        binary("Div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _int_div(x, y)),
+        binary("Pow", lambda x, y: np.power(x, y) if x.dtype.kind == "f" else _int_pow(x, y)),
+        binary("Sum", np.add, variadic=True),
+        binary("Max", np.maximum, variadic=True),
+        binary("Min", np.minimum, variadic=True),
+    )),
     binary("Equal", np.equal, result=DType.BOOL),
     binary("Less", np.less, result=DType.BOOL),
     binary("Greater", np.greater, result=DType.BOOL),
@@ -78,8 +91,17 @@ register(
 
 
 def _int_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Integer division truncating toward zero, as ONNX defines it."""
-    return np.trunc(np.divide(x, y)).astype(x.dtype)
+    """Integer division truncating toward zero, as ONNX defines it; exact (no float64 detour,
+    which loses i64 values above 2**53)."""
+    q = np.floor_divide(x, y)
+    return (q + ((np.remainder(x, y) != 0) & ((x < 0) != (y < 0)))).astype(x.dtype)
+
+
+def _int_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Integer power; a negative exponent truncates 1/x**|y| toward zero (NumPy would raise)."""
+    x, y = np.broadcast_arrays(x, y)
+    whole = np.power(x, np.abs(y))
+    return np.where((y >= 0) | (np.abs(x) == 1), whole, 0).astype(x.dtype)
 
 
 def _where_infer(ts, a):
