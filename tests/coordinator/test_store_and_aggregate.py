@@ -1,0 +1,89 @@
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from cuvil.coordinator.aggregate import OVERALL, aggregate_round
+from cuvil.coordinator.report import history_text, write_html
+from cuvil.coordinator.schema import check_report
+from cuvil.coordinator.store import DeviceRecord, ResultsStore
+
+from .helpers import device_report
+
+
+def fill(store, accuracies):
+    run = store.start_run({"model": "m"})
+    rnd = store.start_round(run, 1, "eval", "m:1", "ab" * 32, "digits")
+    truth = {}
+    for i, (cls, acc, emulated) in enumerate(accuracies):
+        dev = f"dev-{i}"
+        store.upsert_device(DeviceRecord(dev, cls, "cpu", "+a", "0.1", emulated))
+        metrics, true_acc = device_report(i, acc, latency_ms=1.0 if cls == "x86" else 50.0, emulated=emulated)
+        truth.setdefault(cls, []).append(true_acc)
+        store.add_report(rnd, dev, cls, emulated, metrics)
+    store.upsert_device(DeviceRecord("gone", "x86", "cpu", "+a", "0.1", False))
+    store.add_failure(rnd, "gone", "timeout", "no reply in 30 s")
+    store.finish_round(rnd, sampled=len(accuracies) + 1, bundle_bytes_sent=1234)
+    return run, rnd, truth
+
+
+def test_aggregates_per_class_decode_noisy_accuracy_and_keep_emulated_latency_out(tmp_path):
+    store = ResultsStore(tmp_path / "r.db")
+    fleet = [("x86", 0.9, False)] * 6 + [("rpi5", 0.6, True)] * 6
+    run, rnd, truth = fill(store, fleet)
+    aggs = aggregate_round(store.reports(rnd), store.failures(rnd), {d["device_id"]: d["profile"] for d in store.devices()})
+    for cls in ("x86", "rpi5"):
+        a = aggs[cls]
+        true_mean = sum(truth[cls]) / len(truth[cls])
+        assert abs(a.accuracy - true_mean) < 5 * a.accuracy_se
+    assert aggs["x86"].failures == {"timeout": 1} and aggs[OVERALL].devices == 12
+    assert aggs["x86"].latency_devices == 6 and 0.9 < aggs["x86"].latency_p50_ms < 1.3
+    assert aggs["rpi5"].latency_p50_ms is None and aggs["rpi5"].emulated_devices == 6
+    assert aggs[OVERALL].latency_p99_ms < 2.0  # the 50 ms emulated devices are excluded
+
+
+def test_report_schema_rejects_mismatched_keys():
+    metrics, _ = device_report(0, 0.5)
+    with pytest.raises(ValueError, match="missing"):
+        check_report({k: v for k, v in metrics.items() if k != "compile_ms"})
+    with pytest.raises(ValueError, match="unexpected"):
+        check_report({**metrics, "accuracy": 0.9})
+
+
+def test_history_survives_a_killed_writer_and_a_new_run_continues_beside(tmp_path):
+    path = tmp_path / "r.db"
+    script = textwrap.dedent(f"""
+        import os
+        from cuvil.coordinator.store import ResultsStore
+        s = ResultsStore({str(path)!r})
+        run = s.start_run({{"n": 1}})
+        rnd = s.start_round(run, 1, "eval", "m:1", "cd" * 32, "digits")
+        s.add_failure(rnd, "dev-1", "refused", "bad signature")
+        os._exit(9)   # killed mid-run: nothing after this is written
+    """)
+    assert subprocess.run([sys.executable, "-c", script], timeout=60).returncode == 9
+    store = ResultsStore(path)
+    assert [r["status"] for r in store.runs()] == ["running"]
+    assert store.failures(store.rounds(1)[0]["id"])[0]["reason"] == "bad signature"
+    run2 = store.start_run({"n": 2})
+    assert run2 == 2 and len(store.runs()) == 2
+
+
+def test_history_text_and_html_report(tmp_path):
+    store = ResultsStore(tmp_path / "r.db")
+    run, _, _ = fill(store, [("x86", 0.9, False)] * 3 + [("rpi5", 0.5, True)] * 3)
+    text = history_text(store, run)
+    assert "x86" in text and "rpi5" in text and "(emulated)" in text and "timeout" in text
+    page = write_html(store, run, tmp_path / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and "<table>" in page and "rpi5" in page
+
+
+def test_budget_exhausted_devices_are_remembered_per_dataset(tmp_path):
+    store = ResultsStore(tmp_path / "r.db")
+    run = store.start_run({})
+    rnd = store.start_round(run, 1, "eval", "m", "ee" * 32, "digits")
+    store.add_failure(rnd, "dev-3", "budget_exhausted", "DP_BUDGET_EXHAUSTED")
+    assert store.exhausted_devices("digits") == {"dev-3"} and store.exhausted_devices("other") == set()
+    with pytest.raises(ValueError):
+        store.add_failure(rnd, "dev-3", "oops", "")
