@@ -131,7 +131,10 @@ def _lowest(dtype: np.dtype) -> float:
 
 
 def _max_pool(xs, a):
-    """Padding (and the ceil overhang) holds the dtype's lowest value, so it never wins."""
+    """Padding (and the ceil overhang) holds the dtype's lowest value, so it never wins.
+
+    A dilated window that sees only padding gives -inf, as PyTorch does (ONNX Runtime: -FLT_MAX).
+    """
     x, kernel = xs[0], a["kernel_shape"]
     out = _geometry("MaxPool", x.shape[2:], kernel, a)
     win = _windows(x, kernel, a, out, _lowest(x.dtype))
@@ -249,7 +252,7 @@ def _softmax(log: bool):
     def ref(xs, a):
         x = xs[0].astype(np.float64)
         axis = norm_axis("Softmax", a["axis"], x.ndim)
-        z = x - x.max(axis=axis, keepdims=True)
+        z = x - x.max(axis=axis, keepdims=True, initial=-np.inf)  # initial: an empty axis is no error
         total = np.exp(z).sum(axis=axis, keepdims=True)
         y = z - np.log(total) if log else np.exp(z) / total
         return [y.astype(xs[0].dtype)]

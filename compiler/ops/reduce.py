@@ -1,1 +1,88 @@
-"""Op family: reduce (see docs/ir.md)."""
+"""Op family: reduce — ReduceMean, ReduceSum, ReduceMax (see docs/ir.md).
+
+``axes`` is a static attribute (ONNX passes it as an input from opset 18); empty means every axis,
+negative axes count from the end. Float sums and means accumulate in float64; integer sums in int64,
+wrapped back to the input width as a native kernel of that width would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from ..ir.types import TensorType
+from .common import norm_axis
+from .registry import AttrKind, AttrSpec, OpDef, register, require
+
+FLOATS = frozenset({DType.F16, DType.F32, DType.F64})
+INTS = frozenset({DType.I8, DType.U8, DType.I32, DType.I64})
+
+
+def _lowest(dtype: np.dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    return x.astype(np.float64 if x.dtype.kind == "f" else np.int64).sum(axis=axes, keepdims=True)
+
+
+def _mean(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    count = int(np.prod([x.shape[i] for i in axes]))
+    with np.errstate(invalid="ignore"):  # an empty reduction is NaN, as in ONNX Runtime
+        return _sum(x, axes) / count
+
+
+def _max(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """Exact in the input dtype; an empty reduction gives -inf (ints: the dtype's minimum), as ONNX."""
+    return x.max(axis=axes, keepdims=True, initial=_lowest(x.dtype))
+
+
+@dataclass(frozen=True)
+class Reduction:
+    name: str
+    fn: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
+    dtypes: frozenset[DType]
+
+
+REDUCTIONS = (
+    Reduction("ReduceMean", _mean, FLOATS),
+    Reduction("ReduceSum", _sum, FLOATS | {DType.I32, DType.I64}),
+    Reduction("ReduceMax", _max, FLOATS | INTS),
+)
+
+
+def _axes(op: str, axes: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    """Normalised, sorted axes; empty means all of them."""
+    norm = tuple(sorted(norm_axis(op, ax, rank) for ax in axes)) if axes else tuple(range(rank))
+    require(len(set(norm)) == len(norm), f"{op}: axes {list(axes)} repeat an axis")
+    return norm
+
+
+_ATTRS = {"axes": AttrSpec(AttrKind.INTS, ()), "keepdims": AttrSpec(AttrKind.INT, 1)}
+
+
+def _reduction(r: Reduction) -> OpDef:
+    def infer(ts, a):
+        x = ts[0]
+        require(x.dtype in r.dtypes, f"{r.name}: dtype {x.dtype.value} not supported")
+        require(a["keepdims"] in (0, 1), f"{r.name}: keepdims must be 0 or 1, got {a['keepdims']}")
+        axes = _axes(r.name, a["axes"], x.rank)
+        kept = [1 if i in axes else d for i, d in enumerate(x.shape)]
+        shape = kept if a["keepdims"] else [d for i, d in enumerate(x.shape) if i not in axes]
+        return [TensorType(x.dtype, tuple(shape))]
+
+    def ref(xs, a):
+        x = xs[0]
+        axes = _axes(r.name, a["axes"], x.ndim)
+        y = r.fn(x, axes)
+        if not a["keepdims"]:
+            y = y.reshape([d for i, d in enumerate(x.shape) if i not in axes])
+        return [np.asarray(y).astype(x.dtype)]
+
+    return OpDef(r.name, infer, ref, attrs=_ATTRS)
+
+
+register(*(_reduction(r) for r in REDUCTIONS))
