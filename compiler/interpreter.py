@@ -35,7 +35,7 @@ def bind_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> tuple[dict[st
                 batch = got // dim.factor
             elif got != dim:
                 raise InterpreterError(f"input {name!r} has shape {arr.shape}, the graph wants {want}")
-        bound[name] = np.ascontiguousarray(arr)
+        bound[name] = np.asarray(arr, order="C")
     return bound, batch
 
 

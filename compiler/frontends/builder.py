@@ -58,7 +58,7 @@ class GraphBuilder:
             arr = arr.astype(np.float32)
         DType.from_numpy(arr.dtype)  # rejects unsupported dtypes with a ShapeError
         name = self.unique(hint)
-        arr = np.ascontiguousarray(arr).copy()
+        arr = np.array(arr, order="C", copy=True)
         arr.flags.writeable = False
         self.constants[name] = arr
         self.types[name] = TensorType(DType.from_numpy(arr.dtype), tuple(int(d) for d in arr.shape))
@@ -83,7 +83,7 @@ class GraphBuilder:
         if inputs and all(i in self.constants for i in inputs):
             values = ops.get_op(op).reference([self.constants[i] for i in inputs], node.attr)
             for out, value, ty in zip(outs, values, out_types):
-                arr = np.ascontiguousarray(np.asarray(value, dtype=ty.dtype.numpy)).copy()
+                arr = np.array(value, dtype=ty.dtype.numpy, order="C", copy=True)
                 arr.flags.writeable = False
                 self.constants[out] = arr
                 self.types[out] = ty

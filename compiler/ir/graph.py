@@ -7,6 +7,7 @@ valid schedule order (every input defined before use).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -17,8 +18,15 @@ import numpy as np
 from .types import TensorType
 
 
+_NAN = float("nan")
+
+
 def _freeze_attr(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
+    """Lists become tuples; every NaN becomes one shared object, so that equal nodes compare (and
+    hash) equal: ``nan != nan``, and tuples compare elements by identity first."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze_attr(v) for v in value)
+    return _NAN if isinstance(value, float) and math.isnan(value) else value
 
 
 @dataclass(frozen=True)
@@ -30,6 +38,9 @@ class Node:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     attrs: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attrs", tuple((k, _freeze_attr(v)) for k, v in self.attrs))
 
     @staticmethod
     def make(op: str, inputs: Iterable[str], outputs: Iterable[str], name: str = "", **attrs: Any) -> Node:
@@ -53,7 +64,9 @@ class Node:
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
-    arr = np.ascontiguousarray(arr)
+    """A read-only, C-contiguous, native-byte-order array (0-d stays 0-d: no ascontiguousarray)."""
+    arr = np.asarray(arr, order="C")
+    arr = arr.astype(arr.dtype.newbyteorder("="), copy=False)
     if arr.flags.writeable:
         arr = arr.copy()
         arr.flags.writeable = False

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..errors import ParseError
+from ..errors import CuvilError, ParseError
 from .. import ops
 from ..ops.registry import AttrKind
 from .dtypes import DType
@@ -77,7 +77,7 @@ def print_graph(graph: Graph, data: bool = True) -> str:
 _TOKEN = re.compile(
     r"""\s*(?:
     (?P<str>"(?:[^"\\]|\\.)*")
-  | (?P<num>-?(?:(?:inf|nan)\b|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?))
+  | (?P<num>-?(?:(?:inf|nan)(?![A-Za-z0-9_./\-])|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?))
   | (?P<name>[A-Za-z_/][A-Za-z0-9_./\-]*)
   | (?P<punct>->|[()\[\]{},:=@])
   )""",
@@ -126,7 +126,7 @@ class _Tokens:
     def name(self) -> str:
         kind, val, line = self.next()
         if kind == "str":
-            return json.loads(val)
+            return _unquote(val, line)
         if kind == "name":
             return val
         raise ParseError(f"line {line}: expected a name, got {val!r}")
@@ -141,6 +141,8 @@ class _Tokens:
             kind, val, line = self.next()
             if kind == "num" and self.peek() and self.peek()[1] == "N" and self.peek()[0] == "name":
                 self.next()
+                if not val.isdigit() or int(val) < 1:
+                    raise ParseError(f"line {line}: bad dimension {val}N")
                 dims.append(Batch(int(val)))
             elif kind == "num" and val.isdigit():
                 dims.append(int(val))
@@ -155,7 +157,7 @@ class _Tokens:
         if kind is AttrKind.STRING:
             if tkind != "str":
                 raise ParseError(f"line {line}: expected a string, got {val!r}")
-            return json.loads(val)
+            return _unquote(val, line)
         if kind is AttrKind.DTYPE:
             return DType.parse(val)
         if tkind != "num":
@@ -176,6 +178,13 @@ class _Tokens:
                 vals.append(self.scalar(kind))
             return tuple(vals)
         return self.scalar(kind)
+
+
+def _unquote(token: str, line: int) -> str:
+    try:
+        return json.loads(token)
+    except ValueError:
+        raise ParseError(f"line {line}: bad string {token[:20]}") from None
 
 
 def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None) -> Graph:
@@ -208,6 +217,8 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None) ->
             n = t.name()
             t.expect(":")
             types[n] = t.type()
+            if not types[n].is_static:
+                raise ParseError(f"constant {n!r} has a symbolic type {types[n]}")
             const_names.append(n)
             continue
         outs = []
@@ -220,6 +231,8 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None) ->
                 break
         t.expect("=")
         op = t.name()
+        if op not in ops.OP_TABLE:
+            raise ParseError(f"line {t.toks[t.i - 1][2]}: unknown op {op!r}")
         spec = ops.get_op(op).attrs
         t.expect("@")
         node_name = t.name()
@@ -236,19 +249,25 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None) ->
                     t.expect(",")
                 key = t.name()
                 t.expect("=")
-                if key not in spec:
-                    raise ParseError(f"{op} has no attribute {key!r}")
+                if key not in spec or key in attrs:
+                    raise ParseError(f"{op} has no attribute {key!r}" if key not in spec else f"{op}: {key!r} given twice")
                 attrs[key] = t.attr_value(spec[key].kind)
-        nodes.append(Node.make(op, args, outs, name=node_name, **attrs))
+        try:
+            nodes.append(Node.make(op, args, outs, name=node_name, **attrs))
+        except CuvilError as e:  # a missing required attribute, or a value of the wrong kind
+            raise ParseError(f"node {node_name!r}: {e}") from None
     data: dict[str, np.ndarray] = {}
     while t.peek() is not None:
         t.expect("data")
         n = t.name()
         kind, val, line = t.next()
-        if kind != "str" or n not in types:
+        if kind != "str" or n not in const_names or n in data:
             raise ParseError(f"line {line}: bad data entry for {n!r}")
         ty = types[n]
-        raw = base64.b64decode(json.loads(val), validate=True)
+        try:
+            raw = base64.b64decode(_unquote(val, line), validate=True)
+        except ValueError:
+            raise ParseError(f"line {line}: data for {n!r} is not base64") from None
         if len(raw) != ty.nbytes():
             raise ParseError(f"data for {n!r} has {len(raw)} bytes, its type needs {ty.nbytes()}")
         data[n] = np.frombuffer(raw, dtype=ty.dtype.numpy.newbyteorder("<")).astype(ty.dtype.numpy).reshape(ty.shape)

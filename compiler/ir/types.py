@@ -21,6 +21,10 @@ class Batch:
 
     factor: int = 1
 
+    def __post_init__(self) -> None:
+        if isinstance(self.factor, bool) or not isinstance(self.factor, int) or self.factor < 1:
+            raise ValueError(f"batch factor must be a positive integer, got {self.factor!r}")
+
     def __str__(self) -> str:
         return "N" if self.factor == 1 else f"{self.factor}N"
 

@@ -42,7 +42,7 @@ def verify(graph: Graph) -> Graph:
         node_names.add(node.name)
         opdef = ops.get_op(node.op)
         opdef.check_arity(len(node.inputs))
-        if opdef.normalize_attrs(node.attr) != node.attr:
+        if tuple(sorted(opdef.normalize_attrs(node.attr).items())) != node.attrs:  # sorted, no repeats
             raise VerifyError(f"{where}: attributes are not in canonical form")
         for name in node.inputs:
             if name not in defined:

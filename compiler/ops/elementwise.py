@@ -59,7 +59,7 @@ register(
     unary("LeakyRelu", lambda x, a: np.where(x >= 0, x, x.astype(np.float64) * a["alpha"]), attrs={"alpha": AttrSpec(F, 0.01)}),
     unary("Sigmoid", lambda x, a: _sigmoid(x)),
     unary("Tanh", lambda x, a: np.tanh(x)),
-    OpDef("Gelu", _gelu_infer, lambda xs, a: [_gelu(xs[0], a).astype(xs[0].dtype)],
+    OpDef("Gelu", _gelu_infer, lambda xs, a: [np.asarray(_gelu(xs[0], a), dtype=xs[0].dtype)],
           attrs={"approximate": AttrSpec(AttrKind.STRING, "none")}),
     unary("SiLU", lambda x, a: x.astype(np.float64) * _sigmoid(x)),
     unary("HardSigmoid", _hard_sigmoid, attrs={"alpha": AttrSpec(F, 0.2), "beta": AttrSpec(F, 0.5)}),

@@ -97,7 +97,7 @@ def coerce_attr(op: str, key: str, kind: AttrKind, value: Any) -> AttrValue:
         if kind is AttrKind.FLOATS:
             return tuple(float(v) for v in value)
         if kind is AttrKind.DTYPE:
-            return value if isinstance(value, DType) else DType.parse(str(value))
+            return value if isinstance(value, DType) else DType(str(value))
     except (TypeError, ValueError):
         pass
     raise VerifyError(f"{op}: attribute {key!r} must be {kind.value}, got {value!r}")

@@ -207,7 +207,7 @@ def _gather_ref(xs, a):
     axis = norm_axis("Gather", a["axis"], data.ndim)
     dim = data.shape[axis]
     require(bool(np.all((idx >= -dim) & (idx < dim))), f"Gather: an index is out of range for axis size {dim}")
-    return [np.take(data, idx.astype(np.int64), axis=axis)]
+    return [np.asarray(np.take(data, idx.astype(np.int64), axis=axis))]  # a 0-d index gives a scalar
 
 
 register(
