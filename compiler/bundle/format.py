@@ -1,0 +1,259 @@
+"""The `.cuvil` layout: header, canonical manifest, and the checks that parse them safely.
+
+    [0, 72)      header      magic, format version, flags, manifest length, data offset,
+                             file length, signer's raw Ed25519 public key (all little-endian)
+    [72, 136)    signature   Ed25519 over header || manifest
+    [136, ...)   manifest    canonical JSON (sorted keys, no spaces, ASCII), at most 64 MiB
+    zero padding up to data_offset (a multiple of 64)
+    data region  weight segments at 64-aligned offsets (relative to data_offset), zero padded
+
+Offsets in the manifest are relative to ``data_offset`` so the manifest never depends on its own
+length. Every byte is covered: header and manifest by the signature, segments by their SHA-256
+(listed in the manifest), padding by the rule that it must be zero. See docs/bundle-format.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BundleError
+from ..ir.dtypes import DType
+from .signing import PUBLIC_KEY_SIZE, SIGNATURE_SIZE
+
+MAGIC = b"\x89CUVIL\r\n"  # high bit and CRLF catch 7-bit and text-mode mangling, as PNG's does
+FORMAT_VERSION = 1
+ALIGN = 64
+HEADER = struct.Struct("<8sIIQQQ32s")
+SIGNATURE_OFFSET = HEADER.size
+MANIFEST_OFFSET = HEADER.size + SIGNATURE_SIZE
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+MAX_RANK = 32
+MAX_ELEMENTS = 1 << 48  # bound on the product of dimensions (zeros counted as one)
+MAX_NAME_CHARS = 1024
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+assert HEADER.size == 40 + PUBLIC_KEY_SIZE
+
+
+def align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+@dataclass(frozen=True)
+class Header:
+    """The fixed-size, signed prefix. Parsing it needs no trust: it is only sizes and a key id."""
+
+    manifest_length: int
+    data_offset: int
+    file_length: int
+    signer_key: bytes
+    version: int = FORMAT_VERSION
+    flags: int = 0
+
+    def pack(self) -> bytes:
+        return HEADER.pack(MAGIC, self.version, self.flags, self.manifest_length, self.data_offset,
+                           self.file_length, self.signer_key)
+
+    @classmethod
+    def unpack(cls, buf: Any, file_size: int) -> Header:
+        """Read the header from ``buf``; check only what locating the signed bytes needs."""
+        if file_size < MANIFEST_OFFSET:
+            raise BundleError(f"file is too short to be a Cuvil bundle ({file_size} bytes)")
+        magic, version, flags, mlen, data_offset, file_length, key = HEADER.unpack_from(buf, 0)
+        if magic != MAGIC:
+            raise BundleError("not a Cuvil bundle (bad magic bytes)")
+        if version != FORMAT_VERSION:
+            raise BundleError(f"unsupported bundle format version {version} (this Cuvil reads {FORMAT_VERSION})")
+        if not 2 <= mlen <= MAX_MANIFEST_BYTES:
+            raise BundleError(f"manifest length {mlen} is out of bounds")
+        if MANIFEST_OFFSET + mlen > file_size:
+            raise BundleError(f"bundle is truncated: the manifest ends past the end of the file ({file_size} bytes)")
+        return cls(mlen, data_offset, file_length, bytes(key), version, flags)
+
+    def check_layout(self, file_size: int) -> None:
+        """After the signature holds: the signed sizes must describe exactly this file."""
+        if self.flags != 0:
+            raise BundleError(f"unknown header flags {self.flags:#x}")
+        if self.data_offset != align(MANIFEST_OFFSET + self.manifest_length):
+            raise BundleError(f"data offset {self.data_offset} does not follow the manifest")
+        if self.file_length < self.data_offset:
+            raise BundleError(f"file length {self.file_length} is smaller than the data offset")
+        if file_size < self.file_length:
+            raise BundleError(f"bundle is truncated: {file_size} bytes, the header says {self.file_length}")
+        if file_size > self.file_length:
+            raise BundleError(f"bundle has {file_size - self.file_length} unexpected trailing bytes")
+
+
+@dataclass(frozen=True)
+class WeightEntry:
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    offset: int  # relative to the data region
+    length: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype.value, "shape": list(self.shape),
+                "offset": self.offset, "length": self.length, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything signed besides the header: metadata, the graph's text form, the weight table."""
+
+    name: str
+    version: str
+    producer: str
+    graph: str
+    inputs: tuple[tuple[str, str], ...]  # (value name, type text)
+    outputs: tuple[tuple[str, str], ...]
+    weights: tuple[WeightEntry, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "version": self.version, "producer": self.producer, "graph": self.graph,
+            "inputs": [{"name": n, "type": t} for n, t in self.inputs],
+            "outputs": [{"name": n, "type": t} for n, t in self.outputs],
+            "weights": [w.to_json() for w in self.weights],
+        }
+
+    def encode(self) -> bytes:
+        return canonical_json(self.to_json())
+
+    @property
+    def content_hash(self) -> str:
+        """SHA-256 of the manifest: names graph, weights (by their hashes) and metadata, not the signer."""
+        return hashlib.sha256(self.encode()).hexdigest()
+
+    @property
+    def data_length(self) -> int:
+        return self.weights[-1].offset + self.weights[-1].length if self.weights else 0
+
+    @classmethod
+    def decode(cls, data: bytes) -> Manifest:
+        """Parse signed manifest bytes; every field's type and bound is checked, or BundleError."""
+        try:
+            obj = json.loads(data.decode("utf-8"), parse_float=_no_floats, parse_constant=_no_floats)
+        except (ValueError, RecursionError) as e:
+            raise BundleError(f"manifest is not valid JSON: {_short(e)}") from None
+        if canonical_json(obj, strict=False) != data:
+            raise BundleError("manifest is not in canonical form")
+        top = _fields(obj, "manifest", ("name", "version", "producer", "graph", "inputs", "outputs", "weights"))
+        manifest = cls(
+            name=_text(top["name"], "name", MAX_NAME_CHARS),
+            version=_text(top["version"], "version", MAX_NAME_CHARS),
+            producer=_text(top["producer"], "producer", MAX_NAME_CHARS),
+            graph=_string(top["graph"], "graph", MAX_MANIFEST_BYTES),
+            inputs=_signature_list(top["inputs"], "inputs"),
+            outputs=_signature_list(top["outputs"], "outputs"),
+            weights=tuple(_weight(w, i) for i, w in enumerate(_list(top["weights"], "weights"))),
+        )
+        manifest._check_weight_layout()
+        return manifest
+
+    def _check_weight_layout(self) -> None:
+        """Segments sit at the canonical offsets: in table order, each at the next 64-byte boundary."""
+        end, names = 0, set()
+        for w in self.weights:
+            if w.name in names:
+                raise BundleError(f"weight {w.name!r} is listed twice")
+            names.add(w.name)
+            if w.offset != align(end):
+                raise BundleError(f"weight {w.name!r} is at offset {w.offset}, expected {align(end)}")
+            end = w.offset + w.length
+
+
+def canonical_json(obj: Any, strict: bool = True) -> bytes:
+    try:
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+    except (ValueError, TypeError, RecursionError):
+        if strict:
+            raise
+        return b""
+
+
+def _no_floats(text: str) -> Any:
+    raise ValueError(f"non-integer number {text[:20]!r}")
+
+
+def _short(e: Exception) -> str:
+    return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+
+
+def _fields(value: Any, where: str, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise BundleError(f"{where} must be an object")
+    if set(value) != set(keys):
+        missing, extra = sorted(set(keys) - set(value)), sorted(set(value) - set(keys))
+        problems = [f"missing fields {missing[:5]}"] * bool(missing) + [f"unknown fields {extra[:5]}"] * bool(extra)
+        raise BundleError(f"{where} has {' and '.join(problems)}")
+    return value
+
+
+def _list(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise BundleError(f"{where} must be a list")
+    return value
+
+
+def _string(value: Any, where: str, max_chars: int) -> str:
+    if not isinstance(value, str) or len(value) > max_chars:
+        raise BundleError(f"{where} must be a string of at most {max_chars} characters")
+    return value
+
+
+def _text(value: Any, where: str, max_chars: int) -> str:
+    """A string shown to people: printable only, so it cannot smuggle terminal escapes."""
+    value = _string(value, where, max_chars)
+    if not value.isprintable():
+        raise BundleError(f"{where} contains control characters")
+    return value
+
+
+def _int(value: Any, where: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise BundleError(f"{where} must be an integer in [{lo}, {hi}]")
+    return value
+
+
+def _signature_list(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for i, item in enumerate(_list(value, where)):
+        f = _fields(item, f"{where}[{i}]", ("name", "type"))
+        out.append((_string(f["name"], f"{where}[{i}].name", MAX_NAME_CHARS),
+                    _string(f["type"], f"{where}[{i}].type", MAX_NAME_CHARS)))
+    return tuple(out)
+
+
+def _weight(value: Any, i: int) -> WeightEntry:
+    where = f"weights[{i}]"
+    f = _fields(value, where, ("name", "dtype", "shape", "offset", "length", "sha256"))
+    name = _string(f["name"], f"{where}.name", MAX_NAME_CHARS)
+    dtype_text = _string(f["dtype"], f"{where}.dtype", 8)
+    if dtype_text not in {d.value for d in DType}:
+        raise BundleError(f"{where} has unknown dtype {dtype_text!r}")
+    dtype = DType(dtype_text)
+    dims = _list(f["shape"], f"{where}.shape")
+    if len(dims) > MAX_RANK:
+        raise BundleError(f"{where} has rank {len(dims)}, more than {MAX_RANK}")
+    shape = tuple(_int(d, f"{where}.shape", 0, MAX_ELEMENTS) for d in dims)
+    bound, numel = 1, 1
+    for d in shape:  # checked products: stop as soon as the bound is passed
+        bound, numel = bound * max(d, 1), numel * d
+        if bound > MAX_ELEMENTS:
+            raise BundleError(f"{where} has a shape with more than {MAX_ELEMENTS} elements")
+    length = _int(f["length"], f"{where}.length", 0, MAX_ELEMENTS * 8)
+    if length != numel * dtype.itemsize:
+        raise BundleError(f"{where}: length {length} does not match {dtype.value}{list(shape)}")
+    offset = _int(f["offset"], f"{where}.offset", 0, MAX_ELEMENTS * 8)
+    digest = _string(f["sha256"], f"{where}.sha256", 64)
+    if not _HEX64.fullmatch(digest):
+        raise BundleError(f"{where}.sha256 must be 64 lowercase hex digits")
+    return WeightEntry(name, dtype, shape, offset, length, digest)

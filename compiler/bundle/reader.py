@@ -1,0 +1,135 @@
+"""Reading bundles safely: verify the signature first, then parse with every bound checked.
+
+Only the fixed-size header is read before the signature check, and only to find the signed bytes
+and the signer's key id. Everything after that runs on signed data, yet is still checked as if it
+were hostile (a trusted key can sign a buggy file): every malformed input ends in a BundleError.
+Weights are zero-copy, read-only views of the buffer (an ``mmap`` when loading from a file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ..errors import BundleError, CuvilError
+from ..ir.graph import Graph
+from ..ir.text import parse_graph, print_graph
+from ..ir.verify import verify
+from .format import HEADER, MANIFEST_OFFSET, SIGNATURE_OFFSET, Header, Manifest, WeightEntry
+from .signing import SIGNATURE_SIZE, fingerprint, raw_public_bytes
+
+# What a hostile-but-signed graph text can make the IR parser and verifier raise.
+_PARSE_ERRORS = (CuvilError, ValueError, KeyError, TypeError, IndexError, OverflowError, RecursionError)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A verified, parsed bundle. ``trusted`` is False only for :func:`read_bundle` with ``require_trust=False``."""
+
+    graph: Graph
+    manifest: Manifest
+    header: Header
+    content_hash: str  # SHA-256 of the manifest, which holds every segment's hash: names the content
+    signer: str  # fingerprint of the signing key
+    trusted: bool
+    size: int
+
+
+def read_bundle(buf: Any, trusted_keys: Iterable[Ed25519PublicKey], *, require_trust: bool = True) -> Bundle:
+    """Verify and parse the bundle in ``buf`` (bytes, or a read-only mmap).
+
+    With ``require_trust=False`` (used by ``cuvil inspect`` only) a signer outside ``trusted_keys`` is
+    accepted, but the signature must still verify under the key the bundle names.
+    """
+    view = memoryview(buf).cast("B")
+    size = view.nbytes
+    header = Header.unpack(view, size)
+    manifest_bytes = bytes(view[MANIFEST_OFFSET:MANIFEST_OFFSET + header.manifest_length])
+    trusted = _verify_signature(view, header, manifest_bytes, trusted_keys, require_trust)
+    # ---- everything below runs on signed bytes only ----
+    header.check_layout(size)
+    manifest = Manifest.decode(manifest_bytes)
+    if header.data_offset + manifest.data_length != header.file_length:
+        raise BundleError("the weight table does not end where the file does")
+    _check_zero(view, MANIFEST_OFFSET + header.manifest_length, header.data_offset, "manifest padding")
+    arrays = _segments(view, header.data_offset, manifest.weights)
+    graph = _graph(manifest, arrays)
+    return Bundle(graph, manifest, header, manifest.content_hash,
+                  fingerprint(header.signer_key), trusted, size)
+
+
+def _verify_signature(view: memoryview, header: Header, manifest_bytes: bytes,
+                      trusted_keys: Iterable[Ed25519PublicKey], require_trust: bool) -> bool:
+    by_raw = {raw_public_bytes(k): k for k in trusted_keys}
+    key = by_raw.get(header.signer_key)
+    if key is None:
+        if require_trust:
+            known = ", ".join(fingerprint(raw) for raw in by_raw) or "none"
+            raise BundleError(f"bundle is signed by key {fingerprint(header.signer_key)}, which is not trusted "
+                              f"(trusted: {known})")
+        try:
+            key = Ed25519PublicKey.from_public_bytes(header.signer_key)
+        except ValueError:
+            raise BundleError("bundle names an invalid signing key") from None
+    signature = bytes(view[SIGNATURE_OFFSET:SIGNATURE_OFFSET + SIGNATURE_SIZE])
+    try:
+        key.verify(signature, bytes(view[:HEADER.size]) + manifest_bytes)
+    except InvalidSignature:
+        raise BundleError("signature does not verify: the bundle was modified after signing") from None
+    return header.signer_key in by_raw
+
+
+def _check_zero(view: memoryview, start: int, end: int, what: str) -> None:
+    if any(view[start:end]):
+        raise BundleError(f"{what} at bytes {start}..{end} is not zero")
+
+
+def _segments(view: memoryview, data_offset: int, weights: tuple[WeightEntry, ...]) -> dict[str, np.ndarray]:
+    """Hash-check every segment and padding; return read-only zero-copy arrays over them."""
+    arrays: dict[str, np.ndarray] = {}
+    pos = data_offset
+    for w in weights:
+        start = data_offset + w.offset
+        _check_zero(view, pos, start, f"padding before weight {w.name!r}")
+        segment = view[start:start + w.length]
+        if hashlib.sha256(segment).hexdigest() != w.sha256:
+            raise BundleError(f"weight {w.name!r} does not match its SHA-256: the bundle was modified")
+        dtype = w.dtype.numpy.newbyteorder("<")
+        if w.length == 0:
+            arr = np.empty(w.shape, dtype=w.dtype.numpy)
+        else:
+            arr = np.frombuffer(view, dtype=dtype, count=math.prod(w.shape), offset=start).reshape(w.shape)
+            if not dtype.isnative:  # big-endian host: the one case that copies
+                arr = arr.astype(w.dtype.numpy)
+        arr.flags.writeable = False
+        arrays[w.name] = arr
+        pos = start + w.length
+    return arrays
+
+
+def _graph(manifest: Manifest, arrays: dict[str, np.ndarray]) -> Graph:
+    try:
+        graph = verify(parse_graph(manifest.graph, constants=arrays))
+        canonical = print_graph(graph, data=False)
+    except _PARSE_ERRORS as e:
+        raise BundleError(f"bad graph in manifest: {_first_line(e)}") from None
+    if canonical != manifest.graph:
+        raise BundleError("graph text is not in canonical form")
+    if list(graph.constants) != list(arrays):
+        raise BundleError("the weight table does not list exactly the graph's constants, in order")
+    for what, names, listed in (("inputs", graph.inputs, manifest.inputs), ("outputs", graph.outputs, manifest.outputs)):
+        if tuple((n, str(graph.types[n])) for n in names) != listed:
+            raise BundleError(f"manifest {what} do not match the graph")
+    return graph
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0][:300] if text else type(e).__name__)

@@ -1,0 +1,103 @@
+"""Writing bundles: the same graph, metadata and key always give the same bytes.
+
+Determinism comes from the canonical manifest (no timestamps, sorted keys), segments in the
+graph's constant order at canonical offsets, zero padding, and Ed25519 (deterministic by design).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from ..errors import BundleError
+from ..ir.dtypes import DType
+from ..ir.graph import Graph
+from ..ir.text import print_graph
+from ..ir.verify import verify
+from .format import MANIFEST_OFFSET, Header, Manifest, WeightEntry, align, MAX_MANIFEST_BYTES
+from .signing import raw_public_bytes
+
+
+def _le_bytes(arr: np.ndarray) -> np.ndarray:
+    """The array's little-endian bytes as a flat uint8 view (no copy on little-endian hosts)."""
+    arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+    return arr.reshape(-1).view(np.uint8)
+
+
+def build_manifest(graph: Graph, name: str, version: str, producer: str) -> tuple[Manifest, list[np.ndarray]]:
+    """The manifest for ``graph`` and its segments' bytes, in file order."""
+    verify(graph)
+    weights, segments, end = [], [], 0
+    for cname, arr in graph.constants.items():
+        raw = _le_bytes(arr)
+        offset = align(end)
+        weights.append(WeightEntry(cname, DType.from_numpy(arr.dtype), tuple(int(d) for d in arr.shape),
+                                   offset, int(raw.size), hashlib.sha256(raw).hexdigest()))
+        segments.append(raw)
+        end = offset + int(raw.size)
+    manifest = Manifest(
+        name=name, version=version, producer=producer, graph=print_graph(graph, data=False),
+        inputs=tuple((n, str(graph.types[n])) for n in graph.inputs),
+        outputs=tuple((n, str(graph.types[n])) for n in graph.outputs),
+        weights=tuple(weights),
+    )
+    Manifest.decode(manifest.encode())  # never write a manifest a reader would refuse
+    return manifest, segments
+
+
+def frame(manifest: bytes, data_length: int, key: Ed25519PrivateKey) -> bytes:
+    """Header, signature and manifest, padded up to the data region (signs header || manifest)."""
+    if len(manifest) > MAX_MANIFEST_BYTES:
+        raise BundleError(f"manifest is {len(manifest)} bytes, more than the {MAX_MANIFEST_BYTES} a reader accepts")
+    data_offset = align(MANIFEST_OFFSET + len(manifest))
+    header = Header(len(manifest), data_offset, data_offset + data_length, raw_public_bytes(key.public_key())).pack()
+    signature = key.sign(header + manifest)
+    head = header + signature + manifest
+    return head + bytes(data_offset - len(head))
+
+
+def _chunks(manifest: Manifest, segments: list[np.ndarray], key: Ed25519PrivateKey) -> Iterator[bytes | np.ndarray]:
+    yield frame(manifest.encode(), manifest.data_length, key)
+    pos = 0
+    for entry, raw in zip(manifest.weights, segments):
+        yield bytes(entry.offset - pos)
+        yield raw
+        pos = entry.offset + entry.length
+
+
+def write_bundle(graph: Graph, out: BinaryIO, key: Ed25519PrivateKey, *, name: str, version: str,
+                 producer: str) -> Manifest:
+    """Stream the bundle for ``graph`` into ``out``; return its manifest."""
+    manifest, segments = build_manifest(graph, name, version, producer)
+    for chunk in _chunks(manifest, segments, key):
+        out.write(memoryview(chunk))
+    return manifest
+
+
+def bundle_bytes(graph: Graph, key: Ed25519PrivateKey, *, name: str | None = None, version: str = "0",
+                 producer: str = "cuvil") -> bytes:
+    buf = io.BytesIO()
+    write_bundle(graph, buf, key, name=name or graph.name, version=version, producer=producer)
+    return buf.getvalue()
+
+
+def save_bundle(graph: Graph, path: str | os.PathLike, key: Ed25519PrivateKey, *, name: str, version: str,
+                producer: str) -> Manifest:
+    """Write atomically: a temporary file beside ``path``, renamed over it once complete."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            manifest = write_bundle(graph, f, key, name=name, version=version, producer=producer)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return manifest

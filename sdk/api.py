@@ -1,0 +1,180 @@
+"""The public Python API; the CLI is a thin layer over these functions.
+
+Frontends (torch, onnx) are imported lazily, only when a model of that kind is imported, so
+``import cuvil`` works on a device that has neither.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from .compiler import interpreter
+from .compiler.analysis import ModelSummary, summarize
+from . import __version__
+from .compiler.bundle import (
+    MAGIC, Bundle, KeyPair, fingerprint, generate_keypair, load_private_key, read_bundle, save_bundle,
+)
+from .compiler.errors import BundleError, CuvilError
+from .compiler.ir.graph import Graph
+from .compiler.ir.verify import verify
+from .edge_runtime.loader import Model, Trusted, map_file
+from .edge_runtime.loader import load as _load
+from .edge_runtime.trust import resolve_trust
+
+PathLike = str | os.PathLike
+
+
+def _frontend_missing(kind: str, e: ModuleNotFoundError) -> CuvilError:
+    return CuvilError(f"importing {kind} models needs {e.name!r} (pip install 'cuvil[{kind.lower()}]')")
+
+
+def _is_instance_of(obj: Any, module: str, attr_path: str) -> bool:
+    """isinstance against a class of an optional library, without importing the library."""
+    mod = sys.modules.get(module)
+    if mod is None:
+        return False
+    cls: Any = mod
+    for part in attr_path.split("."):
+        cls = getattr(cls, part, None)
+    return isinstance(cls, type) and isinstance(obj, cls)
+
+
+def import_model(model_or_path: Any, example_inputs: Any = None, *, batch_size: int | None = None) -> Graph:
+    """Turn an ONNX model (path, bytes, ``onnx.ModelProto``) or a ``torch.nn.Module`` into a verified Graph.
+
+    ``example_inputs`` (a tensor or a tuple of them) is required for torch; ``batch_size`` binds an
+    ONNX model's symbolic batch dimension when its shape arithmetic needs a concrete size.
+    """
+    if isinstance(model_or_path, Graph):
+        return verify(model_or_path)
+    if isinstance(model_or_path, (str, os.PathLike)):
+        path = Path(model_or_path)
+        if path.suffix.lower() == ".cuvil" or _has_magic(path):
+            raise CuvilError(f"{path} is a Cuvil bundle: use cuvil.load (or `cuvil inspect`) instead")
+        if path.suffix.lower() != ".onnx":
+            raise CuvilError(f"{path}: cannot tell the model format (expected a .onnx file)")
+    is_onnx = isinstance(model_or_path, (str, os.PathLike, bytes, bytearray, memoryview)) or _is_instance_of(
+        model_or_path, "onnx", "ModelProto")
+    if is_onnx:
+        try:
+            from .compiler.frontends.onnx import import_onnx
+        except ModuleNotFoundError as e:
+            raise _frontend_missing("ONNX", e) from None
+        return import_onnx(model_or_path, batch_size=batch_size)
+    if _is_instance_of(model_or_path, "torch", "nn.Module"):
+        if example_inputs is None:
+            raise CuvilError("importing a torch module needs example_inputs (a tensor or a tuple of tensors)")
+        if not isinstance(example_inputs, (tuple, list)):
+            example_inputs = (example_inputs,)
+        try:
+            from .compiler.frontends.torch import import_torch
+        except ModuleNotFoundError as e:
+            raise _frontend_missing("torch", e) from None
+        return import_torch(model_or_path, tuple(example_inputs))
+    raise CuvilError(f"cannot import a {type(model_or_path).__name__}: expected a .onnx path, ONNX bytes, "
+                     "an onnx.ModelProto or a torch.nn.Module")
+
+
+def _has_magic(path: Path, missing_ok: bool = True) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        if missing_ok:
+            return False
+        raise
+
+
+def run_reference(graph_or_model: Graph | Model, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run a Graph or a loaded Model with the NumPy reference interpreter."""
+    graph = graph_or_model.graph if isinstance(graph_or_model, Model) else graph_or_model
+    return interpreter.run_reference(graph, inputs)
+
+
+@dataclass(frozen=True)
+class Exported:
+    path: Path
+    size: int
+    weight_bytes: int
+    content_hash: str
+    signer: str
+
+
+def _private_key(key: Ed25519PrivateKey | PathLike) -> Ed25519PrivateKey:
+    return key if isinstance(key, Ed25519PrivateKey) else load_private_key(key)
+
+
+def export(graph: Graph, path: PathLike, key: Ed25519PrivateKey | PathLike, *, name: str | None = None,
+           version: str = "0") -> Exported:
+    """Write ``graph`` as a signed bundle; the same graph, metadata and key give the same bytes."""
+    private = _private_key(key)
+    manifest = save_bundle(graph, path, private, name=name or graph.name, version=version,
+                           producer=f"cuvil {__version__}")
+    return Exported(Path(path), os.path.getsize(path), graph.weight_bytes,
+                    manifest.content_hash, fingerprint(private))
+
+
+def load(path: PathLike, trusted_keys: Trusted = None) -> Model:
+    """Verify the bundle against ``trusted_keys`` (key files, public keys; default: the trust directory), then load it."""
+    return _load(path, trusted_keys)
+
+
+def keygen(out_dir: PathLike, name: str = "cuvil", force: bool = False) -> KeyPair:
+    """Write a new Ed25519 key pair: ``NAME.key`` (PEM, mode 0600) and ``NAME.pub``."""
+    return generate_keypair(out_dir, name, force)
+
+
+@dataclass(frozen=True)
+class Inspection:
+    graph: Graph
+    summary: ModelSummary
+    bundle: Bundle | None  # None for a model imported from ONNX
+
+
+def inspect_model(path: PathLike, trusted_keys: Trusted = None) -> Inspection:
+    """Summarize a bundle or a source model. A bundle's signature must verify, but its signer need not be
+    trusted here (``bundle.trusted`` says whether it is); running it still requires trust."""
+    if _has_magic(Path(path), missing_ok=False):
+        try:
+            keys = resolve_trust(trusted_keys).keys
+        except BundleError:
+            keys = ()
+        bundle = read_bundle(map_file(path), keys, require_trust=False)
+        return Inspection(bundle.graph, summarize(bundle.graph), bundle)
+    graph = import_model(path)
+    return Inspection(graph, summarize(graph), None)
+
+
+def read_inputs(graph: Graph, npy: PathLike | None = None, npz: PathLike | None = None) -> dict[str, np.ndarray]:
+    """Inputs from one ``.npy`` (single-input graphs) or an ``.npz`` keyed by input name. Never unpickles."""
+    if (npy is None) == (npz is None):
+        raise CuvilError("give exactly one of an .npy input or an .npz of inputs")
+    try:
+        if npy is not None:
+            if len(graph.inputs) != 1:
+                raise CuvilError(f"the model has {len(graph.inputs)} inputs {list(graph.inputs)}: pass an .npz")
+            arr = np.load(npy, allow_pickle=False)
+            if not isinstance(arr, np.ndarray):
+                raise CuvilError(f"{npy} is not an .npy array file")
+            return {graph.inputs[0]: arr}
+        with np.load(npz, allow_pickle=False) as archive:
+            return {k: archive[k] for k in archive.files}
+    except (ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise CuvilError(f"cannot read inputs from {npy or npz}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+
+
+def save_outputs(path: PathLike, outputs: Mapping[str, np.ndarray]) -> None:
+    """Write an ``.npz`` keyed by output name (works for any name, unlike ``np.savez(**kw)``)."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, arr in outputs.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)

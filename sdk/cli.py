@@ -1,0 +1,156 @@
+"""The `cuvil` command: a thin layer over :mod:`cuvil.api`.
+
+Errors are formatted in one place (:class:`_Cli`): a CuvilError or OSError prints one line
+``error: ...`` on stderr and exits 1; usage errors exit 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from . import __version__, api
+from .compiler.errors import CuvilError
+from .compiler.ir.text import print_graph
+
+_FILE = click.Path(dir_okay=False, path_type=Path)
+_EXISTING = click.Path(dir_okay=False, path_type=Path)  # a missing file is an OSError: one line, exit 1
+
+
+def _printable(text: str) -> str:
+    """Escape control characters: names from a file must not reach the terminal as escape codes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        text = f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    else:
+        text = str(e) or type(e).__name__
+    return _printable(" ".join(text.split()))
+
+
+class _Cli(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (CuvilError, OSError) as e:
+            if ctx.params.get("debug"):
+                raise
+            click.echo(f"error: {_one_line(e)}", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show the full traceback on errors.")
+@click.version_option(__version__, prog_name="cuvil")
+def main(debug: bool) -> None:
+    """Cuvil: signed model bundles for edge fleets."""
+
+
+@main.command()
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for NAME.key (private, mode 0600) and NAME.pub.")
+@click.option("--name", default="cuvil", show_default=True, help="Base name of the key files.")
+@click.option("--force", is_flag=True, help="Replace existing key files.")
+def keygen(out_dir: Path, name: str, force: bool) -> None:
+    """Create an Ed25519 signing key pair."""
+    pair = api.keygen(out_dir, name, force)
+    click.echo(f"private key: {pair.private_path}  (keep it secret)")
+    click.echo(f"public key:  {pair.public_path}")
+    click.echo(f"fingerprint: {pair.fingerprint}")
+
+
+@main.command("import")
+@click.argument("model", type=_EXISTING)
+@click.option("-o", "--output", required=True, type=_FILE, help="Bundle to write (.cuvil).")
+@click.option("--key", required=True, type=_EXISTING, help="Private key (PEM) to sign with.")
+@click.option("--name", default=None, help="Model name (default: the graph's name).")
+@click.option("--model-version", default="0", show_default=True, help="Model version string.")
+def import_(model: Path, output: Path, key: Path, name: str | None, model_version: str) -> None:
+    """Import an ONNX model and write it as a signed bundle."""
+    graph = api.import_model(model)
+    done = api.export(graph, output, key, name=name, version=model_version)
+    click.echo(f"wrote {done.path} ({done.size} bytes, {done.weight_bytes} weight bytes)")
+    click.echo(f"signed by {done.signer}, content {done.content_hash}")
+
+
+def _count(n: float, unit: str) -> str:
+    for prefix in ("", "K", "M", "G", "T"):
+        if abs(n) < 1000 or prefix == "T":
+            return f"{n:.0f} {unit}" if prefix == "" else f"{n:.2f} {prefix}{unit}"
+        n /= 1000
+    return f"{n} {unit}"
+
+
+@main.command()
+@click.argument("path", type=_EXISTING)
+@click.option("--trust", "trust", multiple=True, type=_EXISTING, help="Trusted public key (repeatable).")
+@click.option("--graph/--no-graph", default=True, help="Print the text IR.")
+def inspect(path: Path, trust: tuple[Path, ...], graph: bool) -> None:
+    """Show a bundle's or an ONNX model's IR and summary."""
+    info = api.inspect_model(path, trust or None)
+    if graph:
+        click.echo(print_graph(info.graph, data=False), nl=False)
+    s = info.summary
+    if info.bundle is not None:
+        b, m = info.bundle, info.bundle.manifest
+        click.echo(f"model:       {m.name} {m.version}  (producer {m.producer})")
+        click.echo(f"signer:      {b.signer} ({'trusted' if b.trusted else 'NOT trusted here'})")
+        click.echo(f"content:     {b.content_hash}")
+        click.echo(f"bundle:      {b.size} bytes")
+    click.echo(f"parameters:  {s.parameters}")
+    click.echo(f"FLOPs:       {_count(s.flops, 'FLOPs')} (batch 1)")
+    click.echo(f"weights:     {s.weight_bytes} bytes")
+    for what, values in (("inputs", s.inputs), ("outputs", s.outputs)):
+        click.echo(f"{what + ':':<12} " + _printable(", ".join(f"{n}: {t}" for n, t in values)))
+    click.echo(f"{'nodes:':<12} {s.node_count} (" + ", ".join(f"{op} {n}" for op, n in s.op_counts) + ")")
+
+
+@main.command()
+@click.argument("path", type=_EXISTING)
+@click.option("--trust", "trust", multiple=True, type=_EXISTING,
+              help="Trusted public key (repeatable; default: the trust directory).")
+def verify(path: Path, trust: tuple[Path, ...]) -> None:
+    """Check a bundle's signature, layout and weight hashes."""
+    model = api.load(path, trust or None)
+    click.echo(f"ok: {path} is {model.name} {model.version}, signed by trusted key {model.signer}")
+    click.echo(f"content {model.content_hash}")
+
+
+@main.command()
+@click.argument("path", type=_EXISTING)
+@click.option("--trust", "trust", multiple=True, type=_EXISTING,
+              help="Trusted public key (repeatable; default: the trust directory).")
+@click.option("--input", "npy", type=_EXISTING, help="Input .npy for a single-input model.")
+@click.option("--inputs", "npz", type=_EXISTING, help="Inputs .npz keyed by input name.")
+@click.option("--output", type=_FILE, help="Write outputs to this .npz.")
+@click.option("--reference", is_flag=True, help="Use the NumPy reference interpreter.")
+def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None, output: Path | None,
+        reference: bool) -> None:
+    """Verify a bundle and run it on inputs. (Today every run uses the reference interpreter.)"""
+    if (npy is None) == (npz is None):
+        raise click.UsageError("give exactly one of --input X.npy or --inputs IN.npz")
+    model = api.load(path, trust or None)
+    outputs = api.run_reference(model, api.read_inputs(model.graph, npy, npz))
+    if output is not None:
+        api.save_outputs(output, outputs)
+        click.echo(_printable(f"wrote {output} ({', '.join(outputs)})"))
+    else:
+        for name, arr in outputs.items():
+            click.echo(_printable(f"{name}: {arr.dtype}{list(arr.shape)}"))
+
+
+@main.command()
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where to put the key pair and bundle (default: a new temporary directory).")
+def demo(workdir: Path | None) -> None:
+    """Train, sign, verify, inspect and run a small digits MLP."""
+    from .demo import run_demo
+
+    run_demo(workdir, echo=click.echo)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,164 @@
+"""Round trip, determinism, layout and tampering tests for the `.cuvil` format."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+
+import pytest
+
+from cuvil.compiler import print_graph
+from cuvil.compiler.bundle import ALIGN, MAGIC, bundle_bytes, read_bundle, save_bundle
+from cuvil.compiler.bundle.format import HEADER, MANIFEST_OFFSET, MAX_MANIFEST_BYTES, canonical_json
+from cuvil.compiler.errors import BundleError
+
+from .helpers import big_graph, new_key, resign, small_graph, split
+
+
+@pytest.fixture(scope="module")
+def key():
+    return new_key()
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return small_graph()
+
+
+@pytest.fixture(scope="module")
+def data(graph, key):
+    return bundle_bytes(graph, key, name="small-model", version="1.2")
+
+
+def refused(data: bytes, key, match: str | None = None) -> BundleError:
+    with pytest.raises(BundleError, match=match) as info:
+        read_bundle(data, [key.public_key()])
+    message = str(info.value)
+    assert message and "\n" not in message
+    return info.value
+
+
+def test_round_trip_is_bit_exact(graph, key, data):
+    bundle = read_bundle(data, [key.public_key()])
+    assert bundle.graph == graph
+    assert print_graph(bundle.graph) == print_graph(graph)  # data section included: bytes identical
+    for name, arr in graph.constants.items():
+        got = bundle.graph.constants[name]
+        assert got.dtype == arr.dtype and got.shape == arr.shape and got.tobytes() == arr.tobytes()
+        assert not got.flags.writeable
+    m = bundle.manifest
+    assert (m.name, m.version, m.producer) == ("small-model", "1.2", "cuvil")
+    assert bundle.trusted and bundle.size == len(data)
+    assert bundle.content_hash == hashlib.sha256(split(data)[0]).hexdigest()
+
+
+def test_weights_are_zero_copy_views_of_the_buffer(key, data):
+    buf = bytearray(data)
+    bundle = read_bundle(memoryview(buf).toreadonly(), [key.public_key()])
+    w = bundle.graph.constants["w"]
+    buf[bundle.header.data_offset + bundle.manifest.weights[0].offset] ^= 0xFF  # visible through the view
+    assert w.tobytes() != small_graph().constants["w"].tobytes()
+
+
+def test_same_model_and_key_give_the_same_bytes(graph, key, data, tmp_path):
+    assert bundle_bytes(small_graph(), key, name="small-model", version="1.2") == data
+    paths = [tmp_path / "a.cuvil", tmp_path / "b.cuvil"]
+    for p in paths:
+        save_bundle(graph, p, key, name="small-model", version="1.2", producer="cuvil")
+    assert paths[0].read_bytes() == paths[1].read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.cuvil", "b.cuvil"]  # no temp files left
+
+
+def test_other_key_or_metadata_change_the_bytes(graph, key, data):
+    assert bundle_bytes(graph, new_key(), name="small-model", version="1.2") != data
+    assert bundle_bytes(graph, key, name="small-model", version="1.3") != data
+
+
+def test_layout(graph, key, data):
+    magic, version, flags, mlen, data_offset, file_length, signer = HEADER.unpack_from(data, 0)
+    assert magic == MAGIC and version == 1 and flags == 0
+    assert data_offset % ALIGN == 0 and data_offset >= MANIFEST_OFFSET + mlen and file_length == len(data)
+    manifest = json.loads(data[MANIFEST_OFFSET:MANIFEST_OFFSET + mlen])
+    assert canonical_json(manifest) == data[MANIFEST_OFFSET:MANIFEST_OFFSET + mlen]
+    assert [w["name"] for w in manifest["weights"]] == list(graph.constants)
+    for w in manifest["weights"]:
+        start = data_offset + w["offset"]
+        assert start % ALIGN == 0
+        assert hashlib.sha256(data[start:start + w["length"]]).hexdigest() == w["sha256"]
+    assert manifest["inputs"] == [{"name": "x", "type": "f32[N,8]"}]
+
+
+def test_every_single_byte_flip_is_refused(data, key):
+    assert len(data) < 4096
+    for i in range(len(data)):
+        for mask in (0x01, 0xFF):
+            bad = bytearray(data)
+            bad[i] ^= mask
+            with pytest.raises(BundleError):
+                read_bundle(bytes(bad), [key.public_key()])
+
+
+def test_every_truncation_and_extensions_are_refused(data, key):
+    for n in range(len(data)):
+        with pytest.raises(BundleError):
+            read_bundle(data[:n], [key.public_key()])
+    for tail in (b"\0", b"x", bytes(64), data):
+        refused(data + tail, key, "trailing")
+
+
+def test_wrong_key_is_refused(graph, data, key):
+    other = new_key()
+    err = refused(data, other, "not trusted")
+    assert "trusted:" in str(err)
+    # A bundle signed by another key, presented with the signer's key swapped in, fails the signature.
+    forged = bytearray(bundle_bytes(graph, other))
+    forged[40:72] = HEADER.unpack_from(data, 0)[6]
+    refused(bytes(forged), key, "signature")
+
+
+def test_untrusted_signer_can_be_read_for_inspection_only(data, key):
+    bundle = read_bundle(data, [], require_trust=False)
+    assert not bundle.trusted
+    bad = bytearray(data)
+    bad[-1] ^= 1
+    with pytest.raises(BundleError):
+        read_bundle(bytes(bad), [], require_trust=False)
+
+
+def test_oversized_manifest_length_is_refused_before_reading_it(data, key):
+    bad = bytearray(data)
+    struct.pack_into("<Q", bad, 16, MAX_MANIFEST_BYTES + 1)
+    refused(bytes(bad), key, "manifest length")
+
+
+def test_nonzero_padding_is_refused(data, key):
+    manifest, _ = split(data)
+    end = MANIFEST_OFFSET + len(manifest)
+    _, _, _, _, data_offset, _, _ = HEADER.unpack_from(data, 0)
+    assert data_offset > end  # the test bundle has manifest padding to flip
+    bad = bytearray(data)
+    bad[data_offset - 1] = 1
+    refused(bytes(bad), key, "padding")
+
+
+def test_bundle_size_is_close_to_the_raw_weight_bytes(key):
+    graph = big_graph()
+    size = len(bundle_bytes(graph, key))
+    assert graph.weight_bytes < size <= graph.weight_bytes * 1.01 + 64 * 1024
+
+
+def test_write_refuses_what_a_reader_would_refuse(key):
+    from cuvil.compiler.errors import CuvilError
+
+    with pytest.raises(CuvilError):
+        bundle_bytes(small_graph(), key, name="bad\x1bname")
+
+
+def test_big_bundle_round_trip(key):
+    graph = big_graph(1 << 20, 7)
+    assert read_bundle(bundle_bytes(graph, key), [key.public_key()]).graph == graph
+
+
+def test_resign_helper_reproduces_the_writer(data, key):
+    assert resign(*split(data), key) == data

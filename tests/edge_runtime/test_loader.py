@@ -1,0 +1,146 @@
+"""Loading on a device: verify first, mmap'd zero-copy weights, the trust store, no heavy imports."""
+
+from __future__ import annotations
+
+import mmap
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from cuvil.compiler import run_reference
+from cuvil.compiler.bundle import KeyFileError, generate_keypair, load_public_key, save_bundle
+from cuvil.compiler.errors import BundleError
+from cuvil.edge_runtime import Model, TrustStore, default_trust_dir, load, load_bytes, resolve_trust
+
+from ..compiler.bundle.helpers import small_graph
+
+
+@pytest.fixture
+def keys(tmp_path):
+    return generate_keypair(tmp_path / "keys")
+
+
+@pytest.fixture
+def bundle(tmp_path, keys):
+    from cuvil.compiler.bundle import load_private_key
+
+    path = tmp_path / "m.cuvil"
+    save_bundle(small_graph(), path, load_private_key(keys.private_path), name="m", version="3", producer="test")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def empty_trust_dir(tmp_path, monkeypatch):
+    d = tmp_path / "trusted"
+    monkeypatch.setenv("CUVIL_TRUST_DIR", str(d))
+    return d
+
+
+def _base(arr: np.ndarray):
+    while isinstance(arr, np.ndarray) and arr.base is not None:
+        arr = arr.base
+    return arr.obj if isinstance(arr, memoryview) else arr
+
+
+def test_load_verifies_and_maps_weights_read_only(bundle, keys):
+    model = load(bundle, [keys.public_path])
+    assert isinstance(model, Model)
+    assert (model.name, model.version, model.producer, model.signer) == ("m", "3", "test", keys.fingerprint)
+    assert model.graph == small_graph() and model.size == bundle.stat().st_size and len(model.content_hash) == 64
+    w = model.graph.constants["w"]
+    assert not w.flags.writeable
+    assert isinstance(_base(w), mmap.mmap)  # zero-copy: the array is a view of the mapping
+
+
+def test_model_reproduces_the_interpreter_exactly(bundle, keys):
+    model = load(bundle, [keys.public_path])
+    x = np.random.default_rng(3).standard_normal((5, 8)).astype(np.float32)
+    got, want = model.run({"x": x}), run_reference(small_graph(), {"x": x})
+    assert got.keys() == want.keys()
+    assert all(got[k].tobytes() == want[k].tobytes() for k in want)
+
+
+def test_trust_dir_from_the_environment(bundle, keys, empty_trust_dir):
+    with pytest.raises(BundleError, match="no trusted keys"):
+        load(bundle)
+    empty_trust_dir.mkdir()
+    (empty_trust_dir / "author.pub").write_bytes(keys.public_path.read_bytes())
+    (empty_trust_dir / "README").write_text("ignored: not a key suffix")
+    assert load(bundle).signer == keys.fingerprint
+
+
+def test_explicit_keys_replace_the_trust_dir(bundle, keys, empty_trust_dir, tmp_path):
+    empty_trust_dir.mkdir()
+    (empty_trust_dir / "author.pub").write_bytes(keys.public_path.read_bytes())
+    other = generate_keypair(tmp_path / "other")
+    with pytest.raises(BundleError, match="not trusted"):
+        load(bundle, [other.public_path])
+    assert load(bundle, [load_public_key(keys.public_path)]).signer == keys.fingerprint
+    assert load(bundle, TrustStore.from_files([keys.public_path])).signer == keys.fingerprint
+
+
+def test_a_bad_file_in_the_trust_dir_is_an_error(bundle, empty_trust_dir):
+    empty_trust_dir.mkdir()
+    (empty_trust_dir / "broken.pub").write_text("not a key")
+    with pytest.raises(KeyFileError, match="broken.pub"):
+        load(bundle)
+
+
+def test_default_trust_dir():
+    assert str(default_trust_dir({"CUVIL_TRUST_DIR": "/x/y"})) == "/x/y"
+    assert str(default_trust_dir({"XDG_CONFIG_HOME": "/cfg"})) == "/cfg/cuvil/trusted"
+    assert str(default_trust_dir({})).endswith(".config/cuvil/trusted")
+
+
+def test_empty_explicit_trust_is_refused(bundle):
+    with pytest.raises(BundleError, match="no trusted keys"):
+        load(bundle, [])
+    with pytest.raises(BundleError):
+        resolve_trust(TrustStore((), ()))
+
+
+def test_tampered_truncated_and_empty_files(bundle, keys, tmp_path):
+    data = bundle.read_bytes()
+    cases = {"flip": bytes([data[0] ^ 1]) + data[1:], "cut": data[:-7], "long": data + b"\0", "empty": b"",
+             "tiny": b"\x89CUV"}
+    for name, content in cases.items():
+        p = tmp_path / f"{name}.cuvil"
+        p.write_bytes(content)
+        with pytest.raises(BundleError):
+            load(p, [keys.public_path])
+    with pytest.raises(OSError):
+        load(tmp_path / "missing.cuvil", [keys.public_path])
+    with pytest.raises(OSError):
+        load(tmp_path, [keys.public_path])
+
+
+def test_load_bytes(bundle, keys):
+    data = bundle.read_bytes()
+    assert load_bytes(data, [keys.public_path]).graph == small_graph()
+    with pytest.raises(BundleError):
+        load_bytes(data[:-1], [keys.public_path])
+    with pytest.raises(BundleError):
+        load_bytes("not bytes", [keys.public_path])  # type: ignore[arg-type]
+
+
+def test_edge_runtime_loads_and_runs_without_torch_or_onnx(bundle, keys):
+    script = textwrap.dedent(f"""
+        import sys
+        for name in ("torch", "onnx", "onnxruntime", "click", "sklearn"):
+            sys.modules[name] = None  # any import of these now fails
+        import numpy as np
+        import cuvil, cuvil.compiler, cuvil.edge_runtime
+        from cuvil.edge_runtime import load
+        model = load({str(bundle)!r}, [{str(keys.public_path)!r}])
+        out = model.run({{"x": np.ones((2, 8), np.float32)}})
+        assert set(out) == {{"y", "z"}}
+        assert not any(m.startswith("cuvil.compiler.frontends.") and m != "cuvil.compiler.frontends.builder"
+                       for m in sys.modules), sorted(m for m in sys.modules if "frontends" in m)
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
