@@ -161,6 +161,13 @@ def _format_value(v) -> str:
     return text
 
 
+def _parse_value(op: str, key: str, kind: AttrKind, text: str):
+    try:
+        return text if kind is S else float(text) if kind is F else int(text)
+    except ValueError:
+        raise ShapeError(f"FusedElementwise: {op} attribute {key}={text!r} is not a {kind.value}") from None
+
+
 def format_program(steps: Sequence[Step]) -> str:
     """The canonical ``program`` string of ``steps``."""
     parts = []
@@ -183,8 +190,7 @@ def parse_program(text: str) -> tuple[Step, ...]:
         for item in filter(None, (attr_text or "").split(",")):
             key, _, val = item.partition("=")
             require(key in spec, f"FusedElementwise: step {j}: {op} has no attribute {key!r}")
-            kind = spec[key].kind
-            given[key] = val if kind is S else float(val) if kind is F else int(val)
+            given[key] = _parse_value(op, key, spec[key].kind, val)
         steps.append(Step(op, tuple(int(x) for x in args.split(",")), tuple(sorted(get_op(op).normalize_attrs(given).items()))))
     require(bool(steps), "FusedElementwise: empty program")
     return tuple(steps)
@@ -192,6 +198,8 @@ def parse_program(text: str) -> tuple[Step, ...]:
 
 def _program_types(ts: Sequence[TensorType], program: str) -> list[TensorType]:
     steps = parse_program(program)
+    canonical = format_program(steps)
+    require(canonical == program, f"FusedElementwise: program {program!r} is not canonical; write {canonical!r}")
     slots = list(ts)
     used: set[int] = set()
     for j, s in enumerate(steps):

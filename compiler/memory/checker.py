@@ -1,0 +1,89 @@
+"""check_plan: an independent proof that a MemoryPlan is safe for its graph.
+
+It trusts nothing the planner computed. From the graph alone it derives every arena value, its size
+and its lifetime, then checks that each value has an aligned offset inside the arena and that any
+two values live at the same step occupy disjoint bytes, except an in-place handover: an output
+written over an operand of the node that produces it, at the same offset, where that operand dies
+at this node, is not a graph input, and the op may work in place. Only the op tables (which ops
+may alias) are shared with the planner; they are facts about ops, not planning logic.
+"""
+
+from __future__ import annotations
+
+from ..errors import CuvilError
+from ..ir.graph import Graph
+from .plan import MemoryPlan
+from .planner import INPLACE_OPS, VIEW_OPS
+
+
+class PlanError(CuvilError):
+    """A memory plan would let two live tensors share bytes, or put a tensor outside the arena."""
+
+
+def _lifetimes(graph: Graph) -> dict[str, tuple[int, int]]:
+    final = len(graph.nodes) + 1
+    start = {name: 0 for name in graph.inputs}
+    last = dict(start)
+    for step, node in enumerate(graph.nodes, start=1):
+        for name in node.inputs:
+            if name not in graph.constants:
+                last[name] = max(last.get(name, 0), step)
+        for name in node.outputs:
+            start[name] = step
+            last.setdefault(name, step)
+    for name in graph.outputs:
+        last[name] = final
+    return {name: (start[name], max(start[name], last[name])) for name in start}
+
+
+def _handover(graph: Graph, plan: MemoryPlan, live, a: str, b: str) -> bool:
+    """True when one of a, b is produced in place over the other by the node that kills it."""
+    for old, new in ((a, b), (b, a)):
+        step = live[new][0]
+        if step == 0 or live[old][1] != step or old in graph.inputs or new not in plan.aliases:
+            continue
+        node = graph.nodes[step - 1]
+        if old not in node.inputs or node.outputs != (new,) or plan.offsets[old] != plan.offsets[new]:
+            continue
+        if node.op in VIEW_OPS or (node.op in INPLACE_OPS and graph.types[old] == graph.types[new]):
+            return True
+    return False
+
+
+def check_plan(graph: Graph, plan: MemoryPlan) -> MemoryPlan:
+    """Raise PlanError naming the first unsafe placement; return the plan for chaining."""
+    live = _lifetimes(graph)
+    want = {name: graph.types[name].nbytes(plan.batch) for name in live}
+    if set(plan.offsets) != set(want) or set(plan.sizes) != set(want):
+        missing, extra = sorted(set(want) - set(plan.offsets)), sorted(set(plan.offsets) - set(want))
+        raise PlanError(f"plan covers the wrong values: missing {missing[:5]}, unexpected {extra[:5]}")
+    if plan.alignment < 1 or plan.alignment & (plan.alignment - 1):
+        raise PlanError(f"alignment {plan.alignment} is not a power of two")
+    for name, size in want.items():
+        off = plan.offsets[name]
+        if plan.sizes[name] != size:
+            raise PlanError(f"{name!r} needs {size} bytes, the plan says {plan.sizes[name]}")
+        if off < 0 or off % plan.alignment:
+            raise PlanError(f"{name!r} at offset {off} is not {plan.alignment}-byte aligned")
+        if off + size > plan.arena_bytes:
+            raise PlanError(f"{name!r} [{off}, {off + size}) does not fit the {plan.arena_bytes}-byte arena")
+    for name, owner in plan.aliases.items():
+        if owner not in want or plan.offsets[name] != plan.offsets[owner]:
+            raise PlanError(f"{name!r} is declared to reuse {owner!r} but is not placed on it")
+    # Sweep by offset: only values whose byte ranges intersect are compared.
+    order = sorted((v for v in want if want[v]), key=lambda v: plan.offsets[v])
+    for i, a in enumerate(order):
+        a_end = plan.offsets[a] + want[a]
+        for b in order[i + 1:]:
+            if plan.offsets[b] >= a_end:
+                break
+            (s1, e1), (s2, e2) = live[a], live[b]
+            if s1 <= e2 and s2 <= e1 and not _handover(graph, plan, live, a, b):
+                raise PlanError(f"{a!r} (steps {s1}..{e1}, bytes {plan.offsets[a]}..{a_end}) and {b!r} (steps "
+                                f"{s2}..{e2}, bytes {plan.offsets[b]}..{plan.offsets[b] + want[b]}) overlap while both live")
+    naive = sum(want.values())
+    if plan.naive_bytes != naive:
+        raise PlanError(f"naive_bytes is {plan.naive_bytes}, the values sum to {naive}")
+    if plan.lower_bound > plan.arena_bytes:
+        raise PlanError(f"lower bound {plan.lower_bound} exceeds the arena {plan.arena_bytes}")
+    return plan

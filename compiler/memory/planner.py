@@ -1,0 +1,143 @@
+"""The static memory planner: every graph input, intermediate and output at a fixed arena offset.
+
+1. **Liveness.** Over the schedule (step 0: graph inputs written; step i+1: node i runs; the last
+   step reads the outputs) each value lives from the step that writes it to the last step that
+   reads it, both included: a node's inputs and outputs are live together.
+2. **In-place reuse.** A node's output takes over an input's storage when the op allows it
+   (:data:`VIEW_OPS` re-label the same bytes; :data:`INPLACE_OPS` compute element i from element i,
+   so the output may overwrite an operand of its exact type) and that input dies at this node and
+   is not a graph input (the caller owns those bytes). Values sharing storage form one buffer.
+3. **Offsets.** Greedy by size (Pisarchyk & Lee, "Efficient Memory Management for Deep Neural Net
+   Inference", 2020): buffers in non-increasing size order, each at the smallest gap between
+   already-placed buffers whose lifetimes intersect its own, or after them; sizes rounded up to the
+   alignment, so every offset is aligned.
+
+Constants are not in the arena (they live in the read-only weight block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.graph import Graph
+from ..ops.fused import ELEMENTWISE_OPS
+from .plan import MemoryPlan
+
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+"""Ops whose output is their input's bytes under another shape: planned as pure aliases."""
+
+INPLACE_OPS = ELEMENTWISE_OPS | {"FusedElementwise", "Sum", "Where"}
+"""Ops whose output may overwrite an operand of the output's exact type (element i from element i)."""
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    start: int  # step that writes the value
+    end: int  # last step that reads it (>= start)
+
+    def overlaps(self, other: Lifetime) -> bool:
+        return self.start <= other.end and other.start <= self.end
+
+
+def lifetimes(graph: Graph) -> dict[str, Lifetime]:
+    """The live interval of every arena value (graph inputs and node outputs) over the schedule."""
+    final = len(graph.nodes) + 1
+    start = {name: 0 for name in graph.inputs}
+    end = dict(start)
+    for step, node in enumerate(graph.nodes, start=1):
+        for name in node.inputs:
+            if name in start:
+                end[name] = step
+        for name in node.outputs:
+            start[name] = end[name] = step
+    for name in graph.outputs:
+        end[name] = final
+    return {name: Lifetime(start[name], end[name]) for name in start}
+
+
+def value_sizes(graph: Graph, batch: int, names) -> dict[str, int]:
+    return {name: graph.types[name].nbytes(batch) for name in names}
+
+
+def choose_aliases(graph: Graph, live: dict[str, Lifetime]) -> dict[str, str]:
+    """value -> the value owning the storage it reuses (the root of its in-place chain)."""
+    root: dict[str, str] = {}
+    inputs = set(graph.inputs)
+    for step, node in enumerate(graph.nodes, start=1):
+        if len(node.outputs) != 1 or (node.op not in VIEW_OPS and node.op not in INPLACE_OPS):
+            continue
+        out = node.outputs[0]
+        for name in node.inputs:
+            dies = name in live and live[name].end == step and name not in inputs
+            fits = node.op in VIEW_OPS or graph.types[name] == graph.types[out]
+            if dies and fits and graph.types[name].dtype.itemsize == graph.types[out].dtype.itemsize:
+                root[out] = root.get(name, name)
+                break
+    return root
+
+
+def place_greedy_by_size(sizes: dict[str, int], live: dict[str, Lifetime], alignment: int) -> tuple[dict[str, int], int]:
+    """Offsets for buffers (name -> aligned size) with lifetimes; returns (offsets, arena bytes)."""
+    order = sorted(sizes, key=lambda b: (-sizes[b], live[b].start, b))
+    placed: list[tuple[int, int, str]] = []  # (offset, size, name), kept sorted by offset
+    offsets: dict[str, int] = {}
+    for buf in order:
+        size, best, best_gap, prev_end = sizes[buf], None, None, 0
+        for off, sz, other in placed:
+            if not live[other].overlaps(live[buf]):
+                continue
+            gap = off - prev_end
+            if gap >= size and (best_gap is None or gap < best_gap):
+                best, best_gap = prev_end, gap
+            prev_end = max(prev_end, off + sz)
+        offsets[buf] = prev_end if best is None else best
+        placed.append((offsets[buf], size, buf))
+        placed.sort()
+    return offsets, max((offsets[b] + sizes[b] for b in sizes), default=0)
+
+
+def peak_live_bytes(sizes: dict[str, int], live: dict[str, Lifetime]) -> int:
+    """The most bytes live at any one step: no placement can use a smaller arena."""
+    steps = max((t.end for t in live.values()), default=0) + 1
+    delta = [0] * (steps + 1)
+    for name, size in sizes.items():
+        delta[live[name].start] += size
+        delta[live[name].end + 1] -= size
+    peak = running = 0
+    for d in delta:
+        running += d
+        peak = max(peak, running)
+    return peak
+
+
+def _align(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def plan_memory(graph: Graph, batch: int = 1, alignment: int = 64) -> MemoryPlan:
+    """Plan one arena for ``graph`` at ``batch``: offsets, aliases, arena, lower bound, naive sum."""
+    if alignment < 1 or alignment & (alignment - 1):
+        raise ValueError(f"alignment must be a power of two, got {alignment}")
+    live = lifetimes(graph)
+    sizes = value_sizes(graph, batch, live)
+    aliases = choose_aliases(graph, live)
+    buffers: dict[str, Lifetime] = {}
+    for name, t in live.items():
+        owner = aliases.get(name, name)
+        old = buffers.get(owner, t)
+        buffers[owner] = Lifetime(min(old.start, t.start), max(old.end, t.end))
+    raw: dict[str, int] = {}
+    for name, size in sizes.items():
+        owner = aliases.get(name, name)
+        raw[owner] = max(raw.get(owner, 0), size)
+    offsets, arena = place_greedy_by_size({b: _align(s, alignment) for b, s in raw.items()}, buffers, alignment)
+    return MemoryPlan(
+        batch=batch,
+        offsets={v: offsets[aliases.get(v, v)] for v in live},
+        sizes=sizes,
+        arena_bytes=arena,
+        lower_bound=peak_live_bytes(raw, buffers),
+        naive_bytes=sum(sizes.values()),
+        alignment=alignment,
+        aliases=aliases,
+    )

@@ -1,0 +1,9 @@
+"""Target-free graph passes: each a pure ``Graph -> Graph`` function, one concept per module."""
+
+from .dce import dce
+from .fold_batchnorm import fold_batchnorm
+from .fold_constants import fold_constants
+from .fuse import fuse
+from .pipeline import DEFAULT_PIPELINE, optimize
+
+__all__ = ["DEFAULT_PIPELINE", "dce", "fold_batchnorm", "fold_constants", "fuse", "optimize"]

@@ -1,0 +1,34 @@
+"""The pass pipeline: a visible tuple of pure ``Graph -> Graph`` functions, run in order.
+
+Order matters: folding constants first exposes constant BN parameters; BN folds into Conv/Gemm
+before fusion so the fused kernels see one bias; dce last drops the weights folding replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..errors import VerifyError
+from ..ir.graph import Graph
+from ..ir.verify import verify
+from .dce import dce
+from .fold_batchnorm import fold_batchnorm
+from .fold_constants import fold_constants
+from .fuse import fuse
+
+Pass = Callable[[Graph], Graph]
+DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, fold_batchnorm, fuse, dce)
+
+
+def optimize(graph: Graph, passes: Sequence[Pass] = DEFAULT_PIPELINE, verify_each: bool = False) -> Graph:
+    """Run ``passes`` in order; with ``verify_each`` the verifier runs before and after every pass."""
+    if verify_each:
+        verify(graph)
+    for p in passes:
+        graph = p(graph)
+        if verify_each:
+            try:
+                verify(graph)
+            except VerifyError as e:
+                raise VerifyError(f"after pass {p.__name__}: {e}") from None
+    return graph

@@ -1,0 +1,56 @@
+"""What every pass shares: rebuilding a graph from new parts, fresh names, use counts.
+
+Passes never write a type by hand: :func:`rebuild` re-infers every type from the op table, so a
+rewrite that changes a shape is caught where it happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from ..ir.graph import Graph, Node
+from ..ir.infer import infer_graph_types
+
+
+def rebuild(graph: Graph, nodes: Iterable[Node], constants: Mapping[str, np.ndarray] | None = None) -> Graph:
+    """``graph`` with new nodes (in schedule order) and constants; all types derived again."""
+    consts = dict(graph.constants if constants is None else constants)
+    return infer_graph_types(graph.name, graph.input_types, consts, list(nodes), graph.outputs)
+
+
+def users(graph: Graph) -> dict[str, list[Node]]:
+    """Each value's consuming nodes, each node once (``Mul(x, x)`` is one user of x)."""
+    out: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for name in dict.fromkeys(node.inputs):
+            out.setdefault(name, []).append(node)
+    return out
+
+
+def sole_user(graph: Graph, value: str, uses: Mapping[str, list[Node]]) -> Node | None:
+    """The one node reading ``value``, if exactly one does and the value is not a graph output."""
+    readers = uses.get(value, [])
+    return readers[0] if len(readers) == 1 and value not in graph.outputs else None
+
+
+class Names:
+    """Fresh value and node names: never one the graph already uses."""
+
+    def __init__(self, graph: Graph):
+        self.taken = set(graph.types) | {n.name for n in graph.nodes}
+
+    def fresh(self, hint: str) -> str:
+        name, i = hint, 1
+        while name in self.taken:
+            name, i = f"{hint}_{i}", i + 1
+        self.taken.add(name)
+        return name
+
+
+def as_constant(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A read-only contiguous copy in ``dtype`` (how every folded value is stored)."""
+    arr = np.ascontiguousarray(np.asarray(value, dtype=dtype)).copy()
+    arr.flags.writeable = False
+    return arr

@@ -1,0 +1,109 @@
+"""Host detection: a DeviceProfile named "host" for the CPU this process runs on.
+
+The host profile carries LLVM's exact host feature list (enabled and disabled), so generated code
+never uses an instruction the CPU lacks, not even one its cpu name implies (virtual machines mask
+features). The vector width follows the features; for AVX-512 ``-prefer-256-bit`` is added so LLVM
+really uses 512-bit registers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..compiler.target import Target
+from .profile import DeviceProfile, ProfileError, check_consistent, load_profile
+
+HOST = "host"
+WIDTH_RULES: Mapping[str, tuple[tuple[str, int | None], ...]] = {
+    "x86_64": (("avx512f", 512), ("avx2", 256)),
+    "aarch64": (("sve", None),),
+}
+"""Per architecture, the first enabled feature decides the vector width (None: scalable); else 128."""
+
+EXTRA_FEATURES: Mapping[str, tuple[str, ...]] = {"avx512f": ("-prefer-256-bit",)}
+"""Features added when a host feature is enabled (512-bit code needs LLVM to stop preferring 256)."""
+
+_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+_DEFAULT_CACHE_KIB = {"l1d": 32, "l2": 512, "l3": 0}
+_DEFAULT_BUDGET_MIB = 1024
+
+
+def vector_bits_for(arch: str, enabled: set[str]) -> int | None:
+    for feature, bits in WIDTH_RULES.get(arch, ()):
+        if feature in enabled:
+            return bits
+    return 128
+
+
+def profile_from_host(triple: str, cpu: str, features: Mapping[str, bool],
+                      cache_kib: Mapping[str, int] | None = None, budget_mib: int | None = None) -> DeviceProfile:
+    """Build the host profile from what LLVM reports (pure, so tests can feed other hosts)."""
+    triple = _normalize_triple(triple)
+    arch = triple.split("-", 1)[0]
+    if arch not in WIDTH_RULES:
+        raise ProfileError(f"host architecture {arch!r} is not supported (supported: {', '.join(WIDTH_RULES)})")
+    enabled = {f for f, on in features.items() if on}
+    flags = [("+" if on else "-") + f for f, on in sorted(features.items())]
+    for feature, extra in EXTRA_FEATURES.items():
+        if feature in enabled:
+            flags = [f for f in flags if f[1:] not in {e[1:] for e in extra}] + list(extra)
+    caches = {**_DEFAULT_CACHE_KIB, **(cache_kib or {})}
+    profile = DeviceProfile(
+        name=HOST, triple=triple, cpu=cpu or "generic", features=tuple(flags),
+        vector_bits=vector_bits_for(arch, enabled), l1d_kib=caches["l1d"], l2_kib=caches["l2"],
+        l3_kib=caches["l3"], memory_budget_mib=budget_mib or _DEFAULT_BUDGET_MIB,
+        description=f"this machine ({cpu}, detected)",
+    )
+    check_consistent(profile, "host")
+    return profile
+
+
+@functools.lru_cache(maxsize=1)
+def host_profile() -> DeviceProfile:
+    """The profile of the running CPU, from llvmlite's host CPU name and feature map (asked once)."""
+    import llvmlite.binding as llvm
+
+    return profile_from_host(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                             dict(llvm.get_host_cpu_features()), _host_caches(), _host_budget_mib())
+
+
+def resolve_profile(name_or_host: str) -> DeviceProfile:
+    """``"host"`` detects this machine; any other name is a shipped profile."""
+    return host_profile() if name_or_host == HOST else load_profile(name_or_host)
+
+
+def resolve_target(name_or_host: str) -> Target:
+    return resolve_profile(name_or_host).target()
+
+
+def _normalize_triple(triple: str) -> str:
+    """LLVM spells aarch64 hosts ``arm64-apple-...`` on macOS; profiles use ``aarch64``."""
+    return "aarch64" + triple[len("arm64"):] if triple.startswith("arm64") else triple
+
+
+def _host_caches() -> dict[str, int]:
+    """Data and unified cache sizes in KiB from Linux sysfs; defaults where it is not readable."""
+    found: dict[str, int] = {}
+    for index in sorted(_CACHE_DIR.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind in ("Data", "Unified") and size.endswith("K") and size[:-1].isdigit():
+            found[f"l{level}d" if level == "1" else f"l{level}"] = int(size[:-1])
+    return {k: v for k, v in found.items() if k in _DEFAULT_CACHE_KIB}
+
+
+def _host_budget_mib() -> int:
+    """Half of physical memory: the arena and weights must leave room for everything else."""
+    import os
+
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return _DEFAULT_BUDGET_MIB
+    return max(1, total // (2 * 1024 * 1024))

@@ -1,0 +1,40 @@
+import numpy as np
+
+from cuvil.compiler import N, Node
+from cuvil.compiler.passes import fold_constants
+
+from .graphs import assert_same, f32, graph, ops, weights
+
+
+def test_constant_subgraphs_fold_into_one_constant(rng):
+    g = graph({"x": f32(N, 3, 4)}, {"a": weights(rng, 4, 3), "c": weights(rng, 3, 1)}, [
+        Node.make("Transpose", ["a"], ["at"], perm=[1, 0]),
+        Node.make("Add", ["at", "c"], ["s"]),
+        Node.make("Relu", ["s"], ["k"]),
+        Node.make("Mul", ["x", "k"], ["y"]),
+    ], ["y"])
+    out = fold_constants(g)
+    assert ops(out) == ["Mul"]
+    assert out.nodes[0].inputs == ("x", "k") and "k" in out.constants
+    assert not out.constants["k"].flags.writeable
+    np.testing.assert_array_equal(out.constants["k"], np.maximum(g.constants["a"].T + g.constants["c"], 0))
+    assert_same(g, out, rng)
+
+
+def test_a_node_computing_a_graph_output_stays():
+    g = graph({"x": f32(2)}, {"a": np.ones(2, np.float32)}, [
+        Node.make("Neg", ["a"], ["y"]), Node.make("Add", ["x", "a"], ["z"])], ["y", "z"])
+    assert fold_constants(g) is g
+
+
+def test_nothing_to_fold_returns_the_same_graph(rng):
+    g = graph({"x": f32(N, 4)}, {"w": weights(rng, 4)}, [Node.make("Mul", ["x", "w"], ["y"])], ["y"])
+    assert fold_constants(g) is g
+
+
+def test_folded_values_keep_their_dtype(rng):
+    g = graph({"x": f32(3)}, {"i": np.array([1, 2, 3], np.int64)}, [
+        Node.make("Cast", ["i"], ["fi"], to="f32"), Node.make("Add", ["x", "fi"], ["y"])], ["y"])
+    out = fold_constants(g)
+    assert out.constants["fi"].dtype == np.float32 and ops(out) == ["Add"]
+    assert_same(g, out, np.random.default_rng(1))

@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+
+from cuvil.compiler import N, Node
+from cuvil.compiler.errors import VerifyError
+from cuvil.compiler.passes import DEFAULT_PIPELINE, dce, fold_batchnorm, fold_constants, fuse, optimize
+
+from .graphs import assert_same, f32, graph, ops, weights
+
+
+def test_default_pipeline_is_a_visible_tuple():
+    assert DEFAULT_PIPELINE == (fold_constants, fold_batchnorm, fuse, dce)
+
+
+def test_conv_bn_relu6_with_computed_bn_parameters(rng):
+    """fold_constants exposes BN parameters, BN folds into the conv, fuse takes the ReLU6, dce the rest."""
+    var = np.abs(weights(rng, 4)) + 0.5
+    g = graph({"x": f32(N, 3, 5, 5)}, {"w": weights(rng, 4, 3, 3, 3), "s": weights(rng, 4) + 1, "b": weights(rng, 4),
+                                        "m": weights(rng, 4), "v2": var * 2, "half": np.full(4, 0.5, np.float32)}, [
+        Node.make("Mul", ["v2", "half"], ["v"]),
+        Node.make("Conv", ["x", "w"], ["c"], strides=[1, 1], pads=[1, 1, 1, 1], dilations=[1, 1]),
+        Node.make("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
+        Node.make("Clip", ["n"], ["y"], min=0.0, max=6.0)], ["y"])
+    out = optimize(g, verify_each=True)
+    assert ops(out) == ["FusedConv"] and len(out.constants) == 2
+    assert_same(g, out, rng)
+
+
+def test_verify_each_names_the_pass_that_broke_the_graph(rng):
+    g = graph({"x": f32(2)}, {}, [Node.make("Relu", ["x"], ["y"])], ["y"])
+
+    def broken(graph):
+        return graph.replace(outputs=("nowhere",))
+
+    with pytest.raises(VerifyError, match="after pass broken"):
+        optimize(g, passes=(dce, broken), verify_each=True)
+    assert optimize(g, passes=()) is g
+
+
+ZOO_EXPECT = {"mlp": {"FusedGemm": 2, "Gemm": 1}, "small_cnn": {"FusedConv": 2}, "resnet18": {"FusedConv": 17}}
+
+
+@pytest.mark.parametrize("name", sorted(ZOO_EXPECT))
+def test_zoo_models_keep_their_outputs(name):
+    pytest.importorskip("torch")
+    zoo = pytest.importorskip("tests.zoo")
+    frontend = pytest.importorskip("cuvil.compiler.frontends.torch")
+    model, example = zoo.ZOO[name]()
+    g = frontend.import_torch(model, example)
+    out = optimize(g, verify_each=True)
+    counts = {op: ops(out).count(op) for op in ZOO_EXPECT[name]}
+    assert counts == ZOO_EXPECT[name]
+    assert "BatchNormalization" not in ops(out) and len(out.nodes) < len(g.nodes)
+    assert_same(g, out, np.random.default_rng(0), tol=1e-5, trials=1)
