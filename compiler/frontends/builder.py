@@ -78,6 +78,7 @@ class GraphBuilder:
         hint = name or op.lower()
         outs = [self.unique(o) for o in output_names] if output_names else [
             self.unique(hint if n_outputs == 1 else f"{hint}:{i}") for i in range(n_outputs)]
+        ops.get_op(op).check_arity(len(inputs))
         node = Node.make(op, inputs, outs, name=self.unique(hint, self._node_names), **attrs)
         out_types = infer_op(op, [self.types[i] for i in inputs], node.attr)
         if inputs and all(i in self.constants for i in inputs):
@@ -117,10 +118,17 @@ class GraphBuilder:
                 nodes.append(node)
                 needed.update(node.inputs)
         nodes.reverse()
-        # A graph output that is itself an input or a constant gets an Identity so outputs are computed.
+        # A graph output that is itself an input or a constant gets an Identity so outputs are computed;
+        # a folded constant moves aside so the output keeps its source name.
         final_outputs = []
         for out in outputs:
-            if out in self.constants or out in self.inputs or out in final_outputs:
+            if out in self.constants and out not in final_outputs:
+                moved = self.unique(f"{out}_value")
+                self.constants[moved] = self.constants.pop(out)
+                self.types[moved] = self.types[out]
+                nodes.append(Node.make("Identity", [moved], [out]))
+                needed.add(moved)
+            elif out in self.inputs or out in final_outputs or out in self.constants:
                 node = Node.make("Identity", [out], [self.unique(f"{out}_out")])
                 nodes.append(node)
                 self.types[node.outputs[0]] = self.types[out]

@@ -1,0 +1,417 @@
+"""ONNX op_type -> translator: one small function per ONNX op, found through :data:`TABLE`.
+
+A translator gets a :class:`~cuvil.compiler.frontends.onnx.NodeCtx` (the node's attributes with
+bytes decoded, its inputs as Cuvil values, the opset) and returns one entry per ONNX output: a
+Cuvil value name, ``None`` (not produced: an error later only if something uses it) or a
+:class:`Probe` (a batch-dependent shape value, see the ``onnx`` module docstring). Everything ONNX
+passes as a constant input becomes a static attribute here, with the opset deciding where it lives.
+Raising :class:`Unsupported` records the node in the one error listing everything unsupported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from onnx import TensorProto, numpy_helper
+
+from ..errors import CuvilError
+from ..ir.dtypes import DType
+from ..ir.types import Batch
+
+if TYPE_CHECKING:
+    from .onnx import NodeCtx
+
+
+class OnnxImportError(CuvilError):
+    """The ONNX model is malformed, or a value in it cannot be represented in Cuvil IR."""
+
+
+class Unsupported(Exception):
+    """A translator's signal that this node (or this form of it) cannot be imported; not raised to users."""
+
+    def __init__(self, reason: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A small integer tensor whose value depends on the batch: its values at the two probe sizes."""
+
+    at: tuple[np.ndarray, np.ndarray]
+
+
+ONNX_DTYPES = {
+    TensorProto.FLOAT: DType.F32, TensorProto.DOUBLE: DType.F64, TensorProto.FLOAT16: DType.F16,
+    TensorProto.INT8: DType.I8, TensorProto.UINT8: DType.U8, TensorProto.INT32: DType.I32,
+    TensorProto.INT64: DType.I64, TensorProto.BOOL: DType.BOOL,
+}
+
+
+def onnx_dtype(code: int) -> DType:
+    if code not in ONNX_DTYPES:
+        raise Unsupported(f"dtype {TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code}")
+    return ONNX_DTYPES[code]
+
+
+def tensor_value(t: TensorProto) -> np.ndarray:
+    """A TensorProto as an array of a Cuvil dtype, or Unsupported naming the ONNX dtype."""
+    onnx_dtype(t.data_type)
+    return numpy_helper.to_array(t)
+
+
+MAX_FOLDED_ELEMENTS = 1 << 26  # a constant the frontend builds itself: no unbounded allocation
+
+
+def check_size(ctx: NodeCtx, shape: list[int]) -> None:
+    if any(d < 0 for d in shape) or math.prod(shape) > MAX_FOLDED_ELEMENTS:
+        raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}): shape {shape} is negative or too large to build")
+
+
+# ONNX ops outside op set v1 that exporters use for shape arithmetic: folded when their inputs are known.
+FOLDABLE = frozenset({
+    "Mod", "Floor", "Ceil", "Round", "Sign", "Not", "And", "Or", "Xor", "GreaterOrEqual", "LessOrEqual",
+    "ReduceProd", "ReduceMin", "ArgMax", "ArgMin", "Range", "Mean", "CumSum", "NonZero", "Tile", "Trilu",
+    "Sin", "Cos", "IsNaN", "IsInf",
+})
+
+
+def evaluate_foreign(node, opset: int, values: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """One FOLDABLE node over constant inputs, by ONNX's own reference implementation."""
+    from onnx.reference import ReferenceEvaluator  # slow to import: only models that need it pay
+
+    count = max((v.size for v in values.values()), default=1)
+    if node.op_type == "Range":
+        start, limit, delta = (float(values[i].reshape(-1)[0]) for i in node.input[:3])
+        count = math.ceil((limit - start) / delta) if delta else math.inf
+    elif node.op_type == "Tile":
+        count = values[node.input[0]].size * math.prod(int(r) for r in values[node.input[1]].reshape(-1))
+    if count > MAX_FOLDED_ELEMENTS:
+        raise OnnxImportError(f"node {node.name!r} ({node.op_type}) would build {count} elements")
+    outs = [np.asarray(o) for o in ReferenceEvaluator(node, opsets={"": opset}).run(None, values)]
+    for o in outs:
+        try:
+            DType.from_numpy(o.dtype)
+        except CuvilError:
+            raise Unsupported(f"dtype {o.dtype}") from None
+    return outs
+
+
+Translator = Callable[["NodeCtx"], list]
+TABLE: dict[str, Translator] = {}
+
+
+def translates(*op_types: str):
+    def register(fn: Translator) -> Translator:
+        for name in op_types:
+            TABLE[name] = fn
+        return fn
+
+    return register
+
+
+# --- ops that map one to one, attributes copied with ONNX's defaults ------------------------------
+
+_SAME = ("Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Identity",
+         "Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Equal", "Less", "Greater", "Where",
+         "HardSwish", "GlobalAveragePool", "MatMul")
+_ATTRS = {
+    "LeakyRelu": {"alpha": 0.01},
+    "HardSigmoid": {"alpha": 0.2, "beta": 0.5},
+    "Gelu": {"approximate": "none"},
+    "LRN": {"size": None, "alpha": 1e-4, "beta": 0.75, "bias": 1.0},
+    "Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
+    "Flatten": {"axis": 1},
+    "Concat": {"axis": None},
+    "Gather": {"axis": 0},
+}
+
+
+@translates(*_SAME, *_ATTRS)
+def _direct(ctx: NodeCtx) -> list:
+    attrs = {k: ctx.attr(k) if d is None else ctx.attr(k, d) for k, d in _ATTRS.get(ctx.op, {}).items()}
+    return [ctx.emit(ctx.op, ctx.xs(), **attrs)]
+
+
+@translates("Pow")
+def _pow(ctx: NodeCtx) -> list:
+    base, exp = ctx.x(0), ctx.x(1)
+    if ctx.type(1).dtype != ctx.type(0).dtype:  # ONNX allows a differently typed exponent
+        exp = ctx.tmp("Cast", [exp], "exp_cast", to=ctx.type(0).dtype)
+    return [ctx.emit("Pow", [base, exp])]
+
+
+@translates("PRelu")
+def _prelu(ctx: NodeCtx) -> list:
+    x = ctx.x(0)
+    zero = ctx.constant(np.zeros((), ctx.type(0).dtype.numpy), "zero")
+    negative = ctx.tmp("Less", [x, zero], "negative")
+    scaled = ctx.tmp("Mul", [x, ctx.x(1)], "scaled")
+    return [ctx.emit("Where", [negative, scaled, x])]
+
+
+@translates("Cast", "CastLike")
+def _cast(ctx: NodeCtx) -> list:
+    to = ctx.type(1).dtype if ctx.op == "CastLike" else onnx_dtype(ctx.attr("to"))
+    return [ctx.emit("Cast", [ctx.x(0)], to=to)]
+
+
+@translates("Clip")
+def _clip(ctx: NodeCtx) -> list:
+    if ctx.opset < 11:
+        lo, hi = ctx.attr("min", -math.inf), ctx.attr("max", math.inf)
+    else:
+        lo, hi = ctx.scalar(1, -math.inf), ctx.scalar(2, math.inf)
+    return [ctx.emit("Clip", [ctx.x(0)], min=lo, max=hi)]
+
+
+@translates("Dropout")
+def _dropout(ctx: NodeCtx) -> list:
+    if ctx.opset >= 12 and ctx.scalar(2, False):
+        raise Unsupported("training_mode=1")
+    ratio = ctx.attr("ratio", 0.5) if ctx.opset < 12 else ctx.scalar(1, 0.5)
+    return [ctx.emit("Dropout", [ctx.x(0)], ratio=ratio)]
+
+
+# --- convolution, pooling, normalisation ---------------------------------------------------------
+
+
+def _window(ctx: NodeCtx, kernel: list[int], dilations: list[int]) -> tuple[list[int], list[int]]:
+    """Default strides, and auto_pad resolved into explicit pads (begins then ends)."""
+    nd = len(kernel)
+    strides = list(ctx.attr("strides", [1] * nd))
+    mode = ctx.attr("auto_pad", "NOTSET")
+    if mode == "NOTSET":
+        return strides, list(ctx.attr("pads", [0] * 2 * nd))
+    if mode == "VALID":
+        return strides, [0] * 2 * nd
+    if mode not in ("SAME_UPPER", "SAME_LOWER"):
+        raise OnnxImportError(f"node {ctx.name!r}: unknown auto_pad {mode!r}")
+    begins, ends = [], []
+    for size, k, s, d in zip(ctx.type(0).shape[2:], kernel, strides, dilations):
+        if isinstance(size, Batch):
+            ctx.batch_dependent("auto_pad over the batch dimension")
+        total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
+        small, big = total // 2, total - total // 2
+        begins.append(small if mode == "SAME_UPPER" else big)
+        ends.append(big if mode == "SAME_UPPER" else small)
+    return strides, begins + ends
+
+
+@translates("Conv")
+def _conv(ctx: NodeCtx) -> list:
+    kernel = list(ctx.attr("kernel_shape", ctx.type(1).shape[2:]))
+    dilations = list(ctx.attr("dilations", [1] * len(kernel)))
+    strides, pads = _window(ctx, kernel, dilations)
+    return [ctx.emit("Conv", ctx.xs(), strides=strides, pads=pads, dilations=dilations, group=ctx.attr("group", 1))]
+
+
+@translates("MaxPool", "AveragePool")
+def _pool(ctx: NodeCtx) -> list:
+    kernel = list(ctx.attr("kernel_shape"))
+    dilations = list(ctx.attr("dilations", [1] * len(kernel)))
+    strides, pads = _window(ctx, kernel, dilations)
+    attrs = dict(kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=ctx.attr("ceil_mode", 0))
+    if ctx.op == "MaxPool":
+        attrs["dilations"] = dilations
+        if ctx.attr("storage_order", 0):
+            raise Unsupported("storage_order=1")
+    elif any(d != 1 for d in dilations):
+        raise Unsupported("dilations")
+    else:
+        attrs["count_include_pad"] = ctx.attr("count_include_pad", 0)
+    return [ctx.emit(ctx.op, [ctx.x(0)], **attrs)]  # the Indices output stays unproduced
+
+
+@translates("GlobalMaxPool")
+def _global_max_pool(ctx: NodeCtx) -> list:
+    return [ctx.emit("ReduceMax", [ctx.x(0)], axes=list(range(2, ctx.type(0).rank)), keepdims=1)]
+
+
+@translates("BatchNormalization")
+def _batch_norm(ctx: NodeCtx) -> list:
+    if ctx.attr("training_mode", 0):
+        raise Unsupported("training_mode=1")
+    return [ctx.emit("BatchNormalization", ctx.xs()[:5], epsilon=ctx.attr("epsilon", 1e-5))]
+
+
+@translates("LayerNormalization")
+def _layer_norm(ctx: NodeCtx) -> list:
+    return [ctx.emit("LayerNormalization", ctx.xs(), axis=ctx.attr("axis", -1), epsilon=ctx.attr("epsilon", 1e-5))]
+
+
+@translates("Softmax", "LogSoftmax")
+def _softmax(ctx: NodeCtx) -> list:
+    x, t = ctx.x(0), ctx.type(0)
+    axis = ctx.attr("axis", -1 if ctx.opset >= 13 else 1)
+    axis += t.rank if axis < 0 else 0
+    if ctx.opset >= 13 or axis == t.rank - 1:
+        return [ctx.emit(ctx.op, [x], axis=axis)]
+    # Before opset 13 the op works on the input coerced to 2-D at `axis`: flatten, normalise, restore.
+    flat = ctx.tmp("Flatten", [x], "2d", axis=axis)
+    y = ctx.tmp(ctx.op, [flat], "2d_out", axis=-1)
+    return [ctx.emit("Reshape", [y], shape=ctx.reshape_attr(list(t.shape), t))]
+
+
+# --- reductions ----------------------------------------------------------------------------------
+
+_AXES_INPUT_FROM = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18}
+
+
+@translates(*_AXES_INPUT_FROM)
+def _reduce(ctx: NodeCtx) -> list:
+    if ctx.opset >= _AXES_INPUT_FROM[ctx.op]:
+        axes = [int(a) for a in ctx.const(1).reshape(-1)] if ctx.has(1) else []
+    else:
+        axes = list(ctx.attr("axes", []))
+    if not axes and ctx.attr("noop_with_empty_axes", 0):
+        return [ctx.emit("Identity", [ctx.x(0)])]
+    return [ctx.emit(ctx.op, [ctx.x(0)], axes=axes, keepdims=ctx.attr("keepdims", 1))]
+
+
+# --- shape ops -----------------------------------------------------------------------------------
+
+
+def _ints(ctx: NodeCtx, i: int, attr: str, from_opset: int, default: list[int] | None = None) -> list[int] | None:
+    """An int list that moved from an attribute to an input at ``from_opset``."""
+    if ctx.opset >= from_opset:
+        return [int(v) for v in ctx.const(i).reshape(-1)] if ctx.has(i) else default
+    value = ctx.attr(attr, default)
+    return None if value is None else list(value)
+
+
+@translates("Reshape")
+def _reshape(ctx: NodeCtx) -> list:
+    dims, t = ctx.dims(1), ctx.type(0)
+    if ctx.attr("allowzero", 0) and 0 in dims:
+        raise Unsupported("allowzero=1 with a 0 in the shape")
+    return [ctx.emit("Reshape", [ctx.x(0)], shape=ctx.reshape_attr(dims, t, zero_copies=True))]
+
+
+@translates("Expand")
+def _expand(ctx: NodeCtx) -> list:
+    dims, t = ctx.dims(1), ctx.type(0)
+    shape = []
+    for i, d in enumerate(dims):  # right-aligned: a 1 keeps the input's (batch) dimension
+        j = i - len(dims) + t.rank
+        if isinstance(d, Batch):
+            if j < 0 or t.shape[j] != d:
+                ctx.batch_dependent("Expand to a batch-sized shape")
+            d = 1
+        shape.append(d)
+    check_size(ctx, shape)
+    return [ctx.emit("Expand", [ctx.x(0)], shape=shape)]
+
+
+@translates("Transpose")
+def _transpose(ctx: NodeCtx) -> list:
+    perm = ctx.attr("perm", list(reversed(range(ctx.type(0).rank))))
+    return [ctx.emit("Transpose", [ctx.x(0)], perm=perm)]
+
+
+@translates("Squeeze")
+def _squeeze(ctx: NodeCtx) -> list:
+    t = ctx.type(0)
+    axes = _ints(ctx, 1, "axes", 13)
+    if not axes:
+        axes = [i for i, d in enumerate(t.shape) if d == 1]
+    if not axes:
+        return [ctx.emit("Identity", [ctx.x(0)])]
+    return [ctx.emit("Squeeze", [ctx.x(0)], axes=axes)]
+
+
+@translates("Unsqueeze")
+def _unsqueeze(ctx: NodeCtx) -> list:
+    return [ctx.emit("Unsqueeze", [ctx.x(0)], axes=_ints(ctx, 1, "axes", 13))]
+
+
+@translates("Slice")
+def _slice(ctx: NodeCtx) -> list:
+    if ctx.opset < 10:
+        starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
+        axes = list(ctx.attr("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts, ends = _ints(ctx, 1, "", 10), _ints(ctx, 2, "", 10)
+        axes = _ints(ctx, 3, "", 10, list(range(len(starts))))
+        steps = _ints(ctx, 4, "", 10, [1] * len(starts))
+    return [ctx.emit("Slice", [ctx.x(0)], starts=starts, ends=ends, axes=axes, steps=steps)]
+
+
+@translates("Split")
+def _split(ctx: NodeCtx) -> list:
+    t, n = ctx.type(0), len(ctx.outputs)
+    axis = ctx.attr("axis", 0)
+    sizes = _ints(ctx, 1, "split", 13)
+    if not sizes:
+        dim = t.shape[axis]
+        if isinstance(dim, Batch):
+            ctx.batch_dependent("Split along the batch dimension")
+        parts = ctx.attr("num_outputs", n)
+        chunk = math.ceil(dim / parts) if ctx.attr("num_outputs", 0) else dim // parts
+        sizes = [chunk] * (parts - 1) + [dim - chunk * (parts - 1)]
+    return ctx.emit_many("Split", [ctx.x(0)], len(sizes), axis=axis, split=sizes)
+
+
+@translates("Pad")
+def _pad(ctx: NodeCtx) -> list:
+    mode, rank = ctx.attr("mode", "constant"), ctx.type(0).rank
+    if mode not in ("constant", "reflect", "edge"):
+        raise Unsupported(f"mode={mode}")
+    if ctx.opset < 11:
+        pads, value = list(ctx.attr("pads")), ctx.attr("value", 0.0)
+    else:
+        pads = [int(v) for v in ctx.const(1).reshape(-1)]
+        value = ctx.scalar(2, 0.0)
+        if ctx.has(3):  # opset 18: pads only for the listed axes
+            axes = [int(a) % rank for a in ctx.const(3).reshape(-1)]
+            full = [0] * 2 * rank
+            for j, ax in enumerate(axes):
+                full[ax], full[ax + rank] = pads[j], pads[j + len(axes)]
+            pads = full
+    return [ctx.emit("Pad", [ctx.x(0)], pads=pads, mode=mode, value=value)]
+
+
+# --- values known at import time: constants, shapes --------------------------------------------
+
+
+@translates("Constant")
+def _constant(ctx: NodeCtx) -> list:
+    attrs = ctx.raw_attrs()
+    if "value" in attrs:
+        value = tensor_value(attrs["value"])
+    elif "value_float" in attrs or "value_floats" in attrs:
+        value = np.asarray(attrs.get("value_float", attrs.get("value_floats")), np.float32)
+    elif "value_int" in attrs or "value_ints" in attrs:
+        value = np.asarray(attrs.get("value_int", attrs.get("value_ints")), np.int64)
+    else:
+        raise Unsupported(f"{'/'.join(sorted(attrs)) or 'no'} value")
+    return [ctx.constant(value, ctx.outputs[0])]
+
+
+@translates("ConstantOfShape")
+def _constant_of_shape(ctx: NodeCtx) -> list:
+    fill = ctx.raw_attrs().get("value")
+    fill = tensor_value(fill).reshape(-1)[0] if fill is not None else np.float32(0)
+    shape = [int(d) for d in ctx.const(0).reshape(-1)]
+    check_size(ctx, shape)
+    return [ctx.constant(np.full(shape, fill, dtype=fill.dtype), ctx.outputs[0])]
+
+
+@translates("Shape", "Size")
+def _shape(ctx: NodeCtx) -> list:
+    """A constant when static; with the batch symbol, a Probe for the shape arithmetic that follows."""
+    t = ctx.type(0)
+    start, end = ctx.attr("start", 0), ctx.attr("end", t.rank)
+
+    def at(batch: int) -> np.ndarray:
+        shape = np.array(t.bind(batch).shape, np.int64)
+        return np.array(shape.prod(), np.int64) if ctx.op == "Size" else shape[start:end]
+
+    if t.is_static:
+        return [ctx.constant(at(1), ctx.outputs[0])]
+    return [Probe(tuple(at(p) for p in ctx.probe_sizes))]
