@@ -134,7 +134,8 @@ class InvertedResidual(nn.Module):
 class MobileNetV2(nn.Module):
     """Width 1.0, the standard (t, c, n, s) table, 1280-wide head, dropout then linear."""
 
-    SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+    SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
 
     def __init__(self, classes: int = 10):
         super().__init__()

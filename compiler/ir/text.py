@@ -76,7 +76,7 @@ def print_graph(graph: Graph, data: bool = True) -> str:
 
 _TOKEN = re.compile(
     r"""\s*(?:
-    (?P<str>"(?:[^"\\]|\\.)*")
+    (?P<str>"[^"\\]*(?:\\.[^"\\]*)*")
   | (?P<num>-?(?:(?:inf|nan)(?![A-Za-z0-9_./\-])|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?))
   | (?P<name>[A-Za-z_/][A-Za-z0-9_./\-]*)
   | (?P<punct>->|[()\[\]{},:=@])
