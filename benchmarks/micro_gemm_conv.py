@@ -1,0 +1,231 @@
+"""Micro-benchmark: Cuvil's GEMM / Conv emitters against NumPy (OpenBLAS) and ONNX Runtime, one thread.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/micro_gemm_conv.py [--target host] [--repeat 7] [--only conv]
+
+Each kernel is compiled here (llvmlite.binding, O3) for the target (default: this host) and timed
+interleaved with ONNX Runtime (intra/inter op threads 1) and, for GEMM and 1x1 convs, numpy matmul.
+Medians of per-round medians; GFLOP/s = 2 x MACs / time. Also checks results against ORT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import llvmlite.binding as llvm  # noqa: E402
+import numpy as np  # noqa: E402
+from llvmlite import ir  # noqa: E402
+
+from cuvil.compiler.codegen.conv import emit_conv2d  # noqa: E402
+from cuvil.compiler.codegen.gemm import emit_gemm  # noqa: E402
+from cuvil.compiler.codegen.packing import conv_plan, gemm_tile, pack_conv_weights, pack_gemm_b  # noqa: E402
+from cuvil.devices.detect import resolve_target  # noqa: E402
+
+# (name, N, C, H, W, OC, K, stride, pad, group, times in the model). "r18": the CIFAR ResNet-18 of
+# performance.md (3x32x32, 1.11 GFLOP), every conv of it; "mbv2": MobileNetV2 3x96x96 samples.
+CONVS = [
+    ("r18 conv1 3->64 32x32", 1, 3, 32, 32, 64, 3, 1, 1, 1, 1),
+    ("r18 64x32x32 3x3", 1, 64, 32, 32, 64, 3, 1, 1, 1, 4),
+    ("r18 64->128 s2 3x3", 1, 64, 32, 32, 128, 3, 2, 1, 1, 1),
+    ("r18 1x1 s2 64->128", 1, 64, 32, 32, 128, 1, 2, 0, 1, 1),
+    ("r18 128x16x16 3x3", 1, 128, 16, 16, 128, 3, 1, 1, 1, 3),
+    ("r18 128->256 s2 3x3", 1, 128, 16, 16, 256, 3, 2, 1, 1, 1),
+    ("r18 1x1 s2 128->256", 1, 128, 16, 16, 256, 1, 2, 0, 1, 1),
+    ("r18 256x8x8 3x3", 1, 256, 8, 8, 256, 3, 1, 1, 1, 3),
+    ("r18 256->512 s2 3x3", 1, 256, 8, 8, 512, 3, 2, 1, 1, 1),
+    ("r18 1x1 s2 256->512", 1, 256, 8, 8, 512, 1, 2, 0, 1, 1),
+    ("r18 512x4x4 3x3", 1, 512, 4, 4, 512, 3, 1, 1, 1, 3),
+]
+
+
+def mobilenet_v2_convs(size: int = 96) -> list:
+    """Every conv of MobileNetV2 (width 1.0) at size x size, identical shapes merged with a count."""
+    found: dict = {}
+
+    def add(kind, c, h, oc, k, st, g):
+        key = (c, h, oc, k, st, g)
+        name = f"mbv2 {kind} {c}->{oc} {h}x{h}" + (f" s{st}" if st > 1 else "")
+        found[key] = (name, found.get(key, (name, 0))[1] + 1)
+
+    h, c = size // 2, 32
+    add("conv1", 3, size, 32, 3, 2, 1)
+    blocks = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+    for t, oc, n, st in blocks:  # expansion, out channels, repeats, first stride
+        for i in range(n):
+            s_, hid = st if i == 0 else 1, c * t
+            if t != 1:
+                add("1x1", c, h, hid, 1, 1, 1)
+            add("dw", hid, h, hid, 3, s_, hid)
+            h = (h - 1) // s_ + 1
+            add("1x1", hid, h, oc, 1, 1, 1)
+            c = oc
+    add("1x1", c, h, 1280, 1, 1, 1)
+    return [(name, 1, c, h, h, oc, k, st, k // 2, g, n) for (c, h, oc, k, st, g), (name, n) in found.items()]
+
+
+CONVS += mobilenet_v2_convs()
+GEMMS = [("mlp 1x784x256", 1, 256, 784), ("fc 1x512x10", 1, 10, 512), ("tfm 32x64x256", 32, 256, 64),
+         ("sq 256", 256, 256, 256), ("sq 512", 512, 512, 512)]
+
+
+def jit(module: ir.Module, target, name: str):
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    tm = llvm.Target.from_triple(target.triple).create_target_machine(
+        cpu=target.cpu, features=target.feature_string, opt=3)
+    mod = llvm.parse_assembly(str(module))
+    mod.verify()
+    pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
+    pb.getModulePassManager().run(mod, pb)
+    eng = llvm.create_mcjit_compiler(mod, tm)
+    eng.finalize_object()
+    f = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 6)(eng.get_function_address(name))
+    f.engine = eng
+    return f
+
+
+def aligned(a):
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    buf = np.zeros(a.size + 16, dtype=np.float32)
+    off = (-buf.ctypes.data // 4) % 16
+    out = buf[off:off + a.size].reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def ort_session(nodes, inits, x_shape):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def timeit(fns: dict, flops: float, repeat: int, budget_s: float = 0.15) -> dict:
+    """Interleaved rounds: each round times every fn (median of a batch); median over rounds."""
+    for f in fns.values():
+        f()
+    per = {}
+    for k, f in fns.items():
+        t0 = time.perf_counter()
+        f()
+        per[k] = max(1, int(budget_s / repeat / max(time.perf_counter() - t0, 1e-7)))
+    res = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, f in fns.items():
+            ts = []
+            for _ in range(per[k]):
+                t0 = time.perf_counter()
+                f()
+                ts.append(time.perf_counter() - t0)
+            res[k].append(statistics.median(ts))
+    return {k: statistics.median(v) for k, v in res.items()}
+
+
+def report(name, times, flops, extra=""):
+    cu = times["cuvil"]
+    parts = [f"{name:<28} cuvil {cu * 1e6:8.1f} us {flops / cu / 1e9:6.1f} GF/s"]
+    for k, t in times.items():
+        if k != "cuvil":
+            parts.append(f"{k} {t * 1e6:8.1f} us ({t / cu:4.2f}x)")
+    print(" | ".join(parts) + extra, flush=True)
+
+
+def bench_conv(target, spec, repeat, rng):
+    name, N, C, H, W, OC, K, s, p, g, _count = spec
+    strides, pads, dil = (s, s), (p, p, p, p), (1, 1)
+    plan = conv_plan(target, N, C, H, W, OC, K, K, strides, pads, dil, g)
+    m = ir.Module()
+    m.triple = target.triple
+    emit_conv2d(m, "conv", target, N, C, H, W, OC, K, K, strides, pads, dil, g, bias=True, activation="Relu")
+    f = jit(m, target, "conv")
+    X = aligned(rng.standard_normal((N, C, H, W)))
+    Wt = (rng.standard_normal((OC, C // g, K, K)) / np.sqrt(C // g * K * K)).astype(np.float32)
+    bias = aligned(rng.standard_normal(OC))
+    Wp = aligned(pack_conv_weights(Wt, target, (N, C, H, W), strides, pads, dil, g))
+    OH, OW = (H + 2 * p - K) // s + 1, (W + 2 * p - K) // s + 1
+    Y = aligned(np.zeros((N, OC, OH, OW)))
+    scratch = aligned(np.zeros(max(16, plan.scratch_bytes // 4)))
+    ptrs = [X.ctypes.data, Wp.ctypes.data, bias.ctypes.data, None, Y.ctypes.data, scratch.ctypes.data]
+    from onnx import helper
+
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=list(strides), pads=list(pads), group=g)
+    sess = ort_session([conv, helper.make_node("Relu", ["c"], ["y"])], {"w": Wt, "b": bias}, X.shape)
+    feed = {"x": X}
+    fns = {"cuvil": lambda: f(*ptrs), "ort": lambda: sess.run(None, feed)}
+    if K == 1 and s == 1 and g == 1:
+        X2, W2 = X.reshape(C, H * W), Wt.reshape(OC, C)
+        fns["numpy"] = lambda: np.maximum(W2 @ X2 + bias[:, None], 0)
+    flops = 2.0 * N * OC * OH * OW * (C // g) * K * K
+    times = timeit(fns, flops, repeat)
+    err = np.abs(Y - sess.run(None, feed)[0]).max()
+    report(name, times, flops, f" | {plan.method} {plan.mr}x{plan.nv} err {err:.1e}")
+    return times
+
+
+def bench_gemm(target, spec, repeat, rng):
+    name, M, N, K = spec
+    m = ir.Module()
+    m.triple = target.triple
+    emit_gemm(m, "gemm", target, M, N, K, bias="n")
+    f = jit(m, target, "gemm")
+    A = aligned(rng.standard_normal((M, K)))
+    Wt = (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+    bias = aligned(rng.standard_normal(N))
+    Bp = aligned(pack_gemm_b(Wt, target))
+    C = aligned(np.zeros((M, N)))
+    ptrs = [A.ctypes.data, Bp.ctypes.data, bias.ctypes.data, None, C.ctypes.data, None]
+    from onnx import helper
+
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"])
+    sess = ort_session([node], {"w": Wt, "b": bias}, A.shape)
+    feed = {"x": A}
+    fns = {"cuvil": lambda: f(*ptrs), "ort": lambda: sess.run(None, feed), "numpy": lambda: A @ Wt + bias}
+    flops = 2.0 * M * N * K
+    times = timeit(fns, flops, repeat)
+    err = np.abs(C - sess.run(None, feed)[0]).max()
+    mr, nv = gemm_tile(target, M, N)
+    report(name, times, flops, f" | tile {mr}x{nv} err {err:.1e}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="host")
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--only", choices=["conv", "gemm"], default=None)
+    ap.add_argument("--filter", default="")
+    a = ap.parse_args()
+    target = resolve_target(a.target)
+    print(f"target {target.name}: {target.cpu}, {target.vector_bits}-bit")
+    rng = np.random.default_rng(0)
+    if a.only in (None, "conv"):
+        total: dict[str, float] = {}
+        for spec in CONVS:
+            if a.filter in spec[0]:
+                times = bench_conv(target, spec, a.repeat, rng)
+                model = total.setdefault(spec[0].split()[0], {})
+                for k, t in times.items():
+                    model[k] = model.get(k, 0.0) + spec[-1] * t
+        for model, tt in total.items():
+            print(f"{model} convs (each x times used, medians summed): cuvil {tt['cuvil'] * 1e3:.2f} ms, "
+                  f"ort {tt['ort'] * 1e3:.2f} ms, ort/cuvil {tt['ort'] / tt['cuvil']:.2f}x")
+    if a.only in (None, "gemm"):
+        for spec in GEMMS:
+            if a.filter in spec[0]:
+                bench_gemm(target, spec, a.repeat, rng)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Cuvil vs ONNX Runtime vs PyTorch eager on the model zoo: batch 1, fp32, one thread, interleaved.
+
+Each runtime runs ``--block`` inferences in turn (A B C A B C ...) for ``--rounds`` rounds, so noise
+from the shared machine hits all three alike; medians and p99 are over every timed inference.
+Also printed: cold compile time (empty cache), warm start (cache hit to first result), arena vs
+its lower bound, achieved GFLOP/s and the largest difference from the reference interpreter.
+
+    python benchmarks/zoo_bench.py [--models mlp,resnet18] [--rounds 30] [--block 20] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+import torch  # noqa: E402
+
+from cuvil.compiler.analysis import summarize  # noqa: E402
+from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
+from cuvil.compiler.interpreter import run_reference  # noqa: E402
+from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
+from tests.zoo import ZOO, export_onnx  # noqa: E402
+
+
+def time_block(fn, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t0) / 1e6)
+    return out
+
+
+def bench_model(name: str, rounds: int, block: int) -> dict:
+    torch.manual_seed(0)
+    module, example = ZOO[name]()
+    module.eval()
+    graph = import_torch(module, example)
+    feeds = {n: t.numpy() for n, t in zip(graph.inputs, example)}
+
+    with tempfile.TemporaryDirectory() as cache:
+        t0 = time.perf_counter()
+        cold = compile_graph(graph, "host", cache_dir=cache)
+        cold.run(feeds)
+        cold_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        sess = compile_graph(graph, "host", cache_dir=cache)
+        got = sess.run(feeds)
+        warm_ms = (time.perf_counter() - t0) * 1e3
+        assert sess.stats.cache_hit
+    ref = run_reference(graph, feeds)
+    max_err = max(float(np.max(np.abs(got[k] - ref[k]))) for k in ref)
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    onnx_model = export_onnx(module, example, None)
+    ort_sess = ort.InferenceSession(onnx_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    ort_feeds = {i.name: t.numpy() for i, t in zip(ort_sess.get_inputs(), example)}
+    torch.set_num_threads(1)
+
+    def run_torch():
+        with torch.no_grad():
+            module(*example)
+
+    runners = {"cuvil": lambda: sess.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds), "torch": run_torch}
+    for fn in runners.values():
+        time_block(fn, 5)
+    samples: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(rounds):
+        for key, fn in runners.items():
+            samples[key] += time_block(fn, block)
+    flops = summarize(graph).flops
+    plan = sess.memory_plan
+    res = {"model": name, "flops": flops, "cold_compile_s": cold_s, "warm_start_ms": warm_ms,
+           "arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound, "naive_bytes": plan.naive_bytes,
+           "max_abs_err": max_err}
+    for key, xs in samples.items():
+        res[f"{key}_median_ms"] = float(np.median(xs))
+        res[f"{key}_p99_ms"] = float(np.percentile(xs, 99))
+    res["cuvil_gflops"] = flops / (res["cuvil_median_ms"] * 1e6)
+    res["ratio_vs_ort"] = res["cuvil_median_ms"] / res["onnxruntime_median_ms"]
+    res["ratio_vs_torch"] = res["cuvil_median_ms"] / res["torch_median_ms"]
+    return res
+
+
+def table(results: list[dict]) -> str:
+    head = ("model", "cuvil p50/p99 ms", "ORT p50/p99 ms", "torch p50/p99 ms", "cuvil/ORT", "cuvil/torch",
+            "GFLOP/s", "cold s", "warm ms", "arena/LB", "max err")
+    rows = [[r["model"],
+             f"{r['cuvil_median_ms']:.3f}/{r['cuvil_p99_ms']:.3f}",
+             f"{r['onnxruntime_median_ms']:.3f}/{r['onnxruntime_p99_ms']:.3f}",
+             f"{r['torch_median_ms']:.3f}/{r['torch_p99_ms']:.3f}",
+             f"{r['ratio_vs_ort']:.2f}", f"{r['ratio_vs_torch']:.2f}", f"{r['cuvil_gflops']:.1f}",
+             f"{r['cold_compile_s']:.2f}", f"{r['warm_start_ms']:.1f}",
+             f"{r['arena_bytes'] / max(r['lower_bound_bytes'], 1):.3f}", f"{r['max_abs_err']:.1e}"] for r in results]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    fmt = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([fmt(head), "-+-".join("-" * w for w in widths), *(fmt(r) for r in rows)])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(ZOO))
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--block", type=int, default=20)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    results = []
+    for name in args.models.split(","):
+        print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
+        results.append(bench_model(name, args.rounds, args.block))
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

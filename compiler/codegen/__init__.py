@@ -1,0 +1,1 @@
+"""LLVM IR generation: typed builder helpers, kernel emitters, and the whole-model lowering."""

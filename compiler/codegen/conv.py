@@ -1,0 +1,274 @@
+"""2-D convolution over NCHW for a Target, as an implicit GEMM on the register tiles of ``gemm.py``.
+
+Pure ``llvmlite.ir``. Output channels are the GEMM rows (MR of them broadcast from the packed
+weights), output pixels the vector columns, so NCHW output rows are stored contiguously and bias,
+residual and activation are applied in registers. ``packing.conv_plan`` picks one of:
+
+* ``direct``: B vectors are read straight from the input (1x1 stride-1: the input itself, one long
+  row per channel), or from a zero-padded copy split into stride phases, so every tap of every
+  stride and dilation is a contiguous vector load at a constant offset. Used when output rows
+  fill vectors well.
+* ``im2col``: small output rows (8x8 on AVX-512, 4x4...): pixel vectors are packed into K x VL
+  panels in scratch first, so no lane is wasted.
+* ``transposed``: 1x1 stride-1 convs over few pixels (MobileNet's 6x6, 3x3 tails): output
+  channels along the vectors, pixels broadcast straight from X, stores transposed back to NCHW.
+* ``depthwise`` (group == C == OC): per channel, tiles of whole output rows, the taps unrolled.
+
+``emit_conv2d(module, name, target, N, C, H, W, OC, KH, KW, strides=(1, 1), pads=(0, 0, 0, 0),
+dilations=(1, 1), group=1, *, bias=False, residual=False, activation="none", act_alpha=0.0,
+act_beta=0.0) -> ir.Function`` defines::
+
+    void name(float* noalias X, float* noalias Wpacked, float* noalias bias_or_null,
+              float* residual_or_null, float* Y, float* noalias scratch_or_null)
+
+X: [N, C, H, W]; Wpacked: ``packing.pack_conv_weights(W, target, (N, C, H, W), strides, pads,
+dilations, group)``; bias: [OC]; residual and Y: [N, OC, OH, OW]; scratch:
+``packing.conv_scratch_bytes(...)`` bytes (null when 0), any alignment, clobbered. pads are ONNX
+order (top, left, bottom, right). Y = act(conv + bias + residual), as FusedConv. Y must not alias
+X; it may alias residual.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..target import Target
+from .gemm import KPlan, Out, emit_tile, tile_grid
+from .vecops import (call_intrinsic, define_kernel, gep, i64, lane_mask, load_vec, scalar_tail_stores, store_vec,
+                     vec_type)
+from .irhelpers import for_range
+from .packing import ConvPlan, conv_plan
+
+I8P = ir.IntType(8).as_pointer()
+
+
+def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H: int, W: int, OC: int,
+                KH: int, KW: int, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group: int = 1, *,
+                bias: bool = False, residual: bool = False, activation: str = "none",
+                act_alpha: float = 0.0, act_beta: float = 0.0) -> ir.Function:
+    """Define ``name`` in ``module`` (signature in the module docstring) and return it."""
+    p = conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group)
+    fn = define_kernel(module, name, target)
+    X, Wp, bias_p, res_p, Y, scratch = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    P, HW = p.OH * p.OW, p.H * p.W
+    if p.copy:
+        _memset0(b, scratch, p.copy_floats)  # borders stay zero: every channel rewrites the interior only
+    epi = dict(activation=activation, act_alpha=act_alpha, act_beta=act_beta, scalar_tails=scalar_tail_stores(target))
+    if p.method == "depthwise":
+        with for_range(b, N * C, name="nc") as nc:
+            xc = gep(b, X, b.mul(nc, i64(HW)))
+            _fill_copy(b, p, xc, scratch, 1)
+            w_c = gep(b, Wp, b.mul(nc if N == 1 else b.urem(nc, i64(C)), i64(p.T)))
+            bias_c = gep(b, bias_p, b.urem(nc, i64(C))) if bias else None
+            res_c = gep(b, res_p, b.mul(nc, i64(P))) if residual else None
+            _depthwise_rows(b, p, scratch, w_c, gep(b, Y, b.mul(nc, i64(P))), bias_c, res_c, epi)
+        b.ret_void()
+        return fn
+    if p.method == "transposed":
+        _transposed(b, p, X, Wp, bias_p if bias else None, res_p if residual else None, Y, epi)
+        b.ret_void()
+        return fn
+    im2col = gep(b, scratch, p.im2col_offset) if p.method == "im2col" else None
+    kb = -(-p.OCg // p.mr) * p.mr * p.K  # packed weight elements per group
+    with for_range(b, N * group, name="ng") as ng:
+        g = b.urem(ng, i64(group)) if N > 1 else ng
+        xg = gep(b, X, b.mul(ng, i64(p.Cg * HW)))
+        src = xg
+        if p.copy:
+            _fill_copy(b, p, xg, scratch, p.Cg)
+            src = scratch
+        if im2col is not None:
+            _fill_im2col(b, p, src, im2col)
+            kp = KPlan.linear(p.K, p.mr, p.vl)
+        else:
+            cs, T = p.chan_stride, p.T
+            if T > 1:  # channels outer, taps in an inner loop over a constant offset table
+                kp = KPlan(p.Cg, T * p.mr, cs, (), taps=tuple(_tap(p, t) for t in range(T)), a_tap=p.mr)
+            else:  # 1x1: UNROLL channels per loop iteration
+                kp = KPlan.linear(p.Cg, p.mr, cs)
+        wg = gep(b, Wp, b.mul(g, i64(kb)))
+        yg = gep(b, Y, b.mul(ng, i64(p.OCg * P)))
+        _grid(b, p, p.OCg, p.mr, im2col if im2col is not None else src, kp,
+              lambda b, row0: gep(b, wg, b.mul(row0, i64(p.K))), yg,
+              gep(b, bias_p, b.mul(g, i64(p.OCg))) if bias else None,
+              gep(b, res_p, b.mul(ng, i64(p.OCg * P))) if residual else None, epi)
+    b.ret_void()
+    return fn
+
+
+def _transposed(b, p: ConvPlan, X, Wp, bias_p, res_p, Y, epi) -> None:
+    """1x1 conv over few pixels as Y^T[P, OC] = X^T[P, C] @ W^T: pixels are the broadcast rows
+    (read straight from NCHW X), output channels the vectors; stores go back out transposed."""
+    vl, P, Cg, OCg = p.vl, p.OH * p.OW, p.Cg, p.OCg
+    kp = KPlan.linear(Cg, P, vl)
+    kb = -(-OCg // vl) * Cg * vl  # packed weight elements per group
+    with for_range(b, p.N * p.group, name="ng") as ng:
+        g = b.urem(ng, i64(p.group)) if p.N > 1 else ng
+        xg, wg = gep(b, X, b.mul(ng, i64(Cg * P))), gep(b, Wp, b.mul(g, i64(kb)))
+        yg = gep(b, Y, b.mul(ng, i64(OCg * P)))
+        bias_g = gep(b, bias_p, b.mul(g, i64(OCg))) if bias_p is not None else None
+        res_g = gep(b, res_p, b.mul(ng, i64(OCg * P))) if res_p is not None else None
+
+        def slot_fn(b, s, is_partial):
+            return gep(b, wg, b.mul(s, i64(Cg * vl))), b.mul(s, i64(vl)), OCg % vl if is_partial else vl
+
+        def tile_fn(b, row0, mr_eff, slots):
+            out = Out(gep(b, yg, row0), 1, [s[1] for s in slots], [None] * len(slots), **epi,
+                      lane_stride=P, lanes=[s[2] for s in slots])
+            if bias_g is not None:
+                out.bias, out.bias_ptr = "col", bias_g
+            if res_g is not None:
+                out.residual = gep(b, res_g, row0)
+            emit_tile(b, vl, mr_eff, gep(b, xg, row0), 1, [s[0] for s in slots], kp, out)
+
+        tile_grid(b, P, p.mr, OCg // vl, OCg % vl != 0, p.nv, slot_fn, tile_fn)
+
+
+def _depthwise_rows(b, p: ConvPlan, src, w_c, y, bias_c, res_c, epi) -> None:
+    """One channel: tiles of whole output rows (or row chunks), so every vector's offset and mask
+    is a constant and the per-tile overhead stays small next to its KH*KW*NV FMAs."""
+    vl, vpr = p.vl, p.vpr
+    cols = min(vpr, p.nv)
+    rows = max(1, p.nv // vpr) if vpr <= p.nv else 1
+    chunks = [(j0, min(cols, vpr - j0)) for j0 in range(0, vpr, cols)]
+    tail = lane_mask(vl, p.OW % vl) if p.OW % vl else None
+    kp = KPlan(0, 0, 0, (), tuple((t, _tap(p, t)) for t in range(p.T)))
+
+    def tile(oh0: ir.Value, nrows: int) -> None:
+        sb, yo = gep(b, src, b.mul(oh0, i64(p.Wq))), b.mul(oh0, i64(p.OW))
+        for j0, nc in chunks:
+            vecs = [(i, j) for i in range(nrows) for j in range(j0, j0 + nc)]
+            out = Out(y, 0, [b.add(yo, i64(i * p.OW + j * vl)) for i, j in vecs],
+                      [tail if j == vpr - 1 else None for _, j in vecs], residual=res_c, **epi)
+            if bias_c is not None:
+                out.bias, out.bias_ptr = "row", bias_c
+            emit_tile(b, vl, 1, w_c, 1, [gep(b, sb, i * p.Wq + j * vl) for i, j in vecs], kp, out)
+
+    full, rest = divmod(p.OH, rows)
+    with for_range(b, full, name="dr") as t:
+        tile(b.mul(t, i64(rows)), rows)
+    if rest:
+        tile(i64(full * rows), rest)
+
+
+def _tap(p: ConvPlan, t: int) -> int:
+    return p.tap_offset(t // p.KW, t % p.KW)
+
+
+def _grid(b, p: ConvPlan, rows, mr, src, kp, a_of_row, y, bias_ptr, res_ptr, epi) -> None:
+    """The tile loops over output rows (channels) x pixel slots, and one micro-kernel per tile."""
+    vl, P = p.vl, p.OH * p.OW
+    if p.method == "im2col":
+        def slot_fn(b, s, is_partial):
+            mask = lane_mask(vl, P % vl) if is_partial else None
+            return gep(b, src, b.mul(s, i64(p.K * vl))), b.mul(s, i64(vl)), mask
+        n_slots, partial = P // vl, P % vl != 0
+    else:
+        tail = lane_mask(vl, p.OW % vl) if p.OW % vl else None
+
+        def slot_fn(b, s, is_partial):
+            if p.vpr == 1:
+                oh, vc, mask = s, None, tail
+            else:
+                oh = b.udiv(s, i64(p.vpr))
+                vc = b.mul(b.sub(s, b.mul(oh, i64(p.vpr))), i64(vl))
+                mask = None if tail is None else b.select(
+                    b.icmp_unsigned("==", vc, i64((p.vpr - 1) * vl)), tail, lane_mask(vl, vl))
+            b_off, c_off = b.mul(oh, i64(p.Wq)), b.mul(oh, i64(p.OW))
+            if vc is not None:
+                b_off, c_off = b.add(b_off, vc), b.add(c_off, vc)
+            return gep(b, src, b_off), c_off, mask
+        n_slots, partial = p.slots, False
+
+    def tile_fn(b, row0, mr_eff, slots):
+        out = Out(gep(b, y, b.mul(row0, i64(P))), P, [s[1] for s in slots], [s[2] for s in slots], **epi)
+        if bias_ptr is not None:
+            out.bias, out.bias_ptr = "row", gep(b, bias_ptr, row0)
+        if res_ptr is not None:
+            out.residual = gep(b, res_ptr, b.mul(row0, i64(P)))
+        emit_tile(b, vl, mr_eff, a_of_row(b, row0), 1, [s[0] for s in slots], kp, out)
+
+    tile_grid(b, rows, mr, n_slots, partial, p.nv, slot_fn, tile_fn, rows_outer=p.rows_outer and rows > 1)
+
+
+def _memset0(b: ir.IRBuilder, dst: ir.Value, nfloats: int) -> None:
+    args = [b.bitcast(dst, I8P), ir.Constant(ir.IntType(8), 0), i64(4 * nfloats), ir.Constant(ir.IntType(1), 0)]
+    call_intrinsic(b, "llvm.memset.p0.i64", ir.VoidType(), args)
+
+
+def _memcpy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, nfloats: int) -> None:
+    args = [b.bitcast(dst, I8P), b.bitcast(src, I8P), i64(4 * nfloats), ir.Constant(ir.IntType(1), 0)]
+    call_intrinsic(b, "llvm.memcpy.p0.p0.i64", ir.VoidType(), args)
+
+
+def _valid(lo_pad: int, phase: int, s: int, size: int, n: int) -> tuple[int, int]:
+    """Plane indices i in [first, last) whose source i*s + phase - lo_pad lies in [0, size)."""
+    first = max(0, -(-(lo_pad - phase) // s))
+    last = min(n, (size - 1 + lo_pad - phase) // s + 1)
+    return first, max(first, last)
+
+
+def _fill_copy(b: ir.IRBuilder, p: ConvPlan, x: ir.Value, dst: ir.Value, chans: int) -> None:
+    """Copy ``chans`` input channels into the zero-bordered, stride-phase-split planes."""
+    with for_range(b, chans, name="cc") as c:
+        xc = gep(b, x, b.mul(c, i64(p.H * p.W)))
+        dc = gep(b, dst, b.mul(c, i64(p.chan_stride)))
+        for k, (ph, pw) in enumerate(p.phases):
+            i0, i1 = _valid(p.pt, ph, p.sh, p.H, p.Hq)
+            j0, j1 = _valid(p.pl, pw, p.sw, p.W, p.Wq)
+            if i1 <= i0 or j1 <= j0:
+                continue
+            with for_range(b, i1, start=i0, name="ci") as i:
+                ih = b.add(b.mul(i, i64(p.sh)), i64(ph - p.pt))
+                srow = gep(b, xc, b.add(b.mul(ih, i64(p.W)), i64(j0 * p.sw + pw - p.pl)))
+                drow = gep(b, dc, b.add(b.mul(i, i64(p.Wq)), i64(k * p.plane + j0)))
+                if p.sw == 1:
+                    _memcpy(b, drow, srow, j1 - j0)
+                else:
+                    _strided_copy(b, drow, srow, j1 - j0, p.sw, p.W - (j0 * p.sw + pw - p.pl), p.vl)
+
+
+def _strided_copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, n: int, s: int, src_len: int, vl: int = 0) -> None:
+    """dst[j] = src[j*s] for j < n, reading no further than src[src_len - 1]. Stride 2: two vector
+    loads and an even-lane shuffle per VL outputs, the last VL overlapping (its upper load masked);
+    other strides, or rows shorter than a vector, one element at a time."""
+    if not (s == 2 and 1 < vl <= n):
+        with for_range(b, n, name="cj") as j:
+            v = b.load(b.gep(src, [b.mul(j, i64(s))], inbounds=True), align=4)
+            b.store(v, b.gep(dst, [j], inbounds=True), align=4)
+        return
+    even = ir.Constant(ir.VectorType(ir.IntType(32), vl), [2 * i for i in range(vl)])
+
+    def one(j: ir.Value | int, hi_lanes: int) -> None:
+        sp = gep(b, src, b.mul(j, i64(2)) if isinstance(j, ir.Value) else 2 * j)
+        hi = load_vec(b, gep(b, sp, vl), vl, lane_mask(vl, hi_lanes) if hi_lanes < vl else None)
+        store_vec(b, b.shuffle_vector(load_vec(b, sp, vl), hi, even), gep(b, dst, j))
+
+    nsafe = min(n // vl, src_len // (2 * vl))
+    if nsafe:
+        with for_range(b, nsafe, name="cv") as jv:
+            one(b.mul(jv, i64(vl)), vl)
+    if nsafe * vl < n:
+        one(n - vl, min(vl, src_len - 2 * (n - vl) - vl))
+
+
+def _fill_im2col(b: ir.IRBuilder, p: ConvPlan, src: ir.Value, dst: ir.Value) -> None:
+    """dst[slot][k][lane] = pixel (slot*VL + lane) of tap row k, copied as whole row pieces."""
+    vl, K = p.vl, p.K
+    pieces = []  # (src offset within a channel minus tap, dst offset minus k*vl, length)
+    for oh in range(p.OH):
+        ow = 0
+        while ow < p.OW:
+            pix = oh * p.OW + ow
+            n = min(p.OW - ow, vl - pix % vl)
+            pieces.append((oh * p.Wq + ow, (pix // vl) * K * vl + pix % vl, n))
+            ow += n
+    with for_range(b, p.Cg, name="kc") as c:
+        sc = gep(b, src, b.mul(c, i64(p.chan_stride)))
+        dk = gep(b, dst, b.mul(c, i64(p.T * vl)))
+        for t in range(p.T):
+            for s_off, d_off, n in pieces:
+                vt = vec_type(n) if n > 1 else ir.FloatType()
+                v = b.load(b.bitcast(gep(b, sc, s_off + _tap(p, t)), vt.as_pointer()), align=4)
+                b.store(v, b.bitcast(gep(b, dk, d_off + t * vl), vt.as_pointer()), align=4)

@@ -1,0 +1,202 @@
+"""Typed llvmlite.ir builder helpers: loops, intrinsics by name, pointer arithmetic, attributes.
+
+Pure ``llvmlite.ir`` (no ``llvmlite.binding``): the compiler builds IR text, the edge runtime
+compiles it. Loops are emitted in the canonical form LLVM's vectorizer likes best: an i64 induction
+variable from a constant start with a constant trip count, one latch, no side exits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+from llvmlite import ir
+
+from ..ir.dtypes import DType
+
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+VOID = ir.VoidType()
+I8P = I8.as_pointer()
+
+# Storage type of each IR dtype (bool is one byte holding 0 or 1, as NumPy stores it).
+LLTYPE: Mapping[DType, ir.Type] = {
+    DType.F32: F32, DType.F64: F64, DType.F16: F16, DType.I8: I8, DType.U8: I8,
+    DType.I32: I32, DType.I64: I64, DType.BOOL: I8,
+}
+SIGNED = frozenset({DType.I8, DType.I32, DType.I64})
+FAST = ("reassoc", "nsz", "contract")  # flags that let the vectorizer reorder float reductions
+
+
+def i64(v: int) -> ir.Constant:
+    return ir.Constant(I64, int(v))
+
+
+def const(t: ir.Type, v: float) -> ir.Constant:
+    return ir.Constant(t, float(v) if isinstance(t, (ir.FloatType, ir.DoubleType, ir.HalfType)) else int(v))
+
+
+def is_float(t: ir.Type) -> bool:
+    return isinstance(t, (ir.FloatType, ir.DoubleType, ir.HalfType))
+
+
+# ---------------------------------------------------------------------------------------- loops ---
+@contextmanager
+def for_range(b: ir.IRBuilder, count: int | ir.Value, start: int | ir.Value = 0, step: int = 1,
+              name: str = "i") -> Iterator[ir.Value]:
+    """``for (i = start; i < count; i += step)``; the body is emitted inside the ``with`` block."""
+    start_v = i64(start) if isinstance(start, int) else start
+    stop_v = i64(count) if isinstance(count, int) else count
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    body = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.end")
+    b.branch(head)
+    b.position_at_end(head)
+    idx = b.phi(I64, name=name)
+    idx.add_incoming(start_v, pre)
+    b.cbranch(b.icmp_signed("<", idx, stop_v), body, done)
+    b.position_at_end(body)
+    yield idx
+    nxt = b.add(idx, i64(step), name=f"{name}.next", flags=("nsw", "nuw"))
+    idx.add_incoming(nxt, b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+@contextmanager
+def loop_nest(b: ir.IRBuilder, counts: Sequence[int], name: str = "d") -> Iterator[tuple[ir.Value, ...]]:
+    """Nested ``for_range`` loops, outermost first; yields one index per count."""
+    if not counts:
+        yield ()
+        return
+    with for_range(b, counts[0], name=f"{name}{len(counts)}") as i, loop_nest(b, counts[1:], name) as rest:
+        yield (i, *rest)
+
+
+def linear(b: ir.IRBuilder, indices: Sequence[ir.Value], strides: Sequence[int], base: ir.Value | int = 0) -> ir.Value:
+    """``base + sum(index * stride)`` in i64, skipping zero strides (broadcast dimensions)."""
+    acc = i64(base) if isinstance(base, int) else base
+    for idx, st in zip(indices, strides):
+        if st == 1:
+            acc = b.add(acc, idx, flags=("nsw",))
+        elif st:
+            acc = b.add(acc, b.mul(idx, i64(st), flags=("nsw",)), flags=("nsw",))
+    return acc
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+# -------------------------------------------------------------------------------------- memory ---
+def elem_ptr(b: ir.IRBuilder, base: ir.Value, index: ir.Value | int) -> ir.Value:
+    return b.gep(base, [i64(index) if isinstance(index, int) else index], inbounds=True)
+
+
+def load(b: ir.IRBuilder, base: ir.Value, index: ir.Value | int) -> ir.Value:
+    return b.load(elem_ptr(b, base, index))
+
+
+def store(b: ir.IRBuilder, value: ir.Value, base: ir.Value, index: ir.Value | int) -> None:
+    b.store(value, elem_ptr(b, base, index))
+
+
+def byte_ptr(b: ir.IRBuilder, base: ir.Value, offset: int, elem: ir.Type) -> ir.Value:
+    """A typed pointer ``offset`` bytes past an ``i8*`` base."""
+    return b.bitcast(b.gep(base, [i64(offset)], inbounds=True), elem.as_pointer())
+
+
+def memcpy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, nbytes: int) -> None:
+    fn = intrinsic(b.module, "llvm.memcpy.p0i8.p0i8.i64", VOID, [I8P, I8P, I64, I1])
+    b.call(fn, [b.bitcast(dst, I8P), b.bitcast(src, I8P), i64(nbytes), ir.Constant(I1, 0)])
+
+
+# ---------------------------------------------------------------------------------- intrinsics ---
+def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type]) -> ir.Function:
+    """Declare (once) and return the function ``name``."""
+    if name in module.globals:
+        return module.globals[name]
+    return ir.Function(module, ir.FunctionType(ret, list(args)), name)
+
+
+_SUFFIX = {"float": "f32", "double": "f64", "half": "f16", "i8": "i8", "i32": "i32", "i64": "i64"}
+
+
+def call_intrinsic(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
+    """Call an overloaded same-type intrinsic by base name: ``call_intrinsic(b, "llvm.fma", x, y, z)``."""
+    t = args[0].type
+    fn = intrinsic(b.module, f"{name}.{_SUFFIX[str(t)]}", t, [a.type for a in args])
+    return b.call(fn, list(args))
+
+
+def call_intrinsic_noargs(b: ir.IRBuilder, name: str, ret: ir.Type) -> ir.Value:
+    return b.call(intrinsic(b.module, name, ret, []), [])
+
+
+def compiler_barrier(b: ir.IRBuilder) -> None:
+    """An empty asm statement that clobbers memory: no load, store or call moves across it."""
+    b.call(ir.InlineAsm(ir.FunctionType(VOID, []), "", "~{memory}", side_effect=True), [])
+
+
+def cycle_counter(b: ir.IRBuilder) -> ir.Value:
+    """``llvm.readcyclecounter`` fenced so LLVM cannot move argmem-only kernel calls across it."""
+    compiler_barrier(b)
+    t = call_intrinsic_noargs(b, "llvm.readcyclecounter", I64)
+    compiler_barrier(b)
+    return t
+
+
+# ---------------------------------------------------------------------------------- attributes ---
+class _StringFnAttrs(ir.values.FunctionAttributes):
+    """FunctionAttributes that also accept ``"key"="value"`` string attributes."""
+
+    def add(self, name: str) -> None:
+        if name.startswith('"'):
+            set.add(self, name)
+        else:
+            super().add(name)
+
+
+def set_fn_attrs(fn: ir.Function, flags: Sequence[str] = (), strings: Mapping[str, str] | None = None) -> None:
+    """Set enum attributes (``nounwind``...) and string attributes (``"target-cpu"``...) on ``fn``."""
+    attrs = _StringFnAttrs()
+    for a in fn.attributes:
+        attrs.add(a)
+    for a in flags:
+        attrs.add(a)
+    for k, v in (strings or {}).items():
+        attrs.add(f'"{k}"="{v}"')
+    fn.attributes = attrs
+
+
+def mark_pointer_args(fn: ir.Function, noalias: Sequence[bool], align: int = 64) -> None:
+    """Attach ``noalias``, ``align`` and ``nocapture``-style facts the vectorizer uses."""
+    for arg, na in zip(fn.args, noalias):
+        if isinstance(arg.type, ir.PointerType):
+            if na:
+                arg.add_attribute("noalias")
+            arg.attributes.align = align
+            arg.add_attribute("nonnull")
+
+
+# ------------------------------------------------------------------------------- accumulators ---
+def entry_alloca(b: ir.IRBuilder, ty: ir.Type, name: str = "acc") -> ir.Value:
+    """A stack slot in the entry block (where SROA promotes it to a register)."""
+    entry = b.function.entry_basic_block
+    tmp = ir.IRBuilder(entry)
+    tmp.position_at_start(entry)
+    return tmp.alloca(ty, name=name)
+
+
+def reduce_range(b: ir.IRBuilder, count: int, init: ir.Value, step, name: str = "r") -> ir.Value:
+    """``acc = init; for i < count: acc = step(acc, i)``; returns the final ``acc``."""
+    slot = entry_alloca(b, init.type, name=f"{name}.acc")
+    b.store(init, slot)
+    with for_range(b, count, name=name) as i:
+        b.store(step(b.load(slot), i), slot)
+    return b.load(slot)

@@ -1,0 +1,136 @@
+"""The kernel table: op name -> KernelDef, filled by the family modules by convention.
+
+A kernel is an internal LLVM function ``void k(out0*, ..., in0*, ...)`` over static shapes. Its
+emitter writes the body through a :class:`KernelContext`; the lowering builds the function around
+it, caches it by :class:`KernelKey` and calls it from the model's one entry point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from ...errors import CompileError
+from ...ir.types import TensorType
+from ...target import Target
+from .. import irhelpers as h
+
+
+@dataclass(frozen=True)
+class KernelKey:
+    """Everything that decides a kernel's code: two nodes with equal keys share one function."""
+
+    op: str
+    attrs: tuple[tuple[str, Any], ...]
+    in_types: tuple[TensorType, ...]
+    out_types: tuple[TensorType, ...]
+    alias: tuple[int | None, ...]  # per input: the output whose storage it shares (read through it)
+    scalars: tuple[tuple[int, float | int], ...]  # per input index: a constant scalar folded in
+    packed: tuple[str | None, ...]  # per input: the packed layout its weights were given, if any
+
+
+@dataclass
+class KernelContext:
+    """What an emitter sees: the builder positioned in the body, typed pointers, static types."""
+
+    b: ir.IRBuilder
+    target: Target
+    key: KernelKey
+    ins: list[ir.Value | None]
+    outs: list[ir.Value]
+    scratch: ir.Value | None = None  # i8*, KernelDef.scratch(key, target) bytes, 64-byte aligned
+
+    @property
+    def module(self) -> ir.Module:
+        return self.b.module
+
+    @property
+    def name(self) -> str:
+        return self.b.function.name
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        return dict(self.key.attrs)
+
+    @property
+    def in_types(self) -> tuple[TensorType, ...]:
+        return self.key.in_types
+
+    @property
+    def out_types(self) -> tuple[TensorType, ...]:
+        return self.key.out_types
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        return tuple(self.key.in_types[i].shape)  # type: ignore[arg-type]
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return tuple(self.key.out_types[0].shape)  # type: ignore[arg-type]
+
+    def scalar(self, i: int) -> ir.Constant | None:
+        for idx, v in self.key.scalars:
+            if idx == i:
+                return h.const(h.LLTYPE[self.in_types[i].dtype], v)
+        return None
+
+    def read(self, i: int, index: ir.Value | int) -> ir.Value:
+        """Element ``index`` of input ``i`` (a folded constant scalar needs no load)."""
+        c = self.scalar(i)
+        if c is not None:
+            return c
+        return h.load(self.b, self.ins[i], index)
+
+
+def allows_inplace(kd: KernelDef, attrs: Mapping[str, Any], i: int) -> bool:
+    return kd.inplace(attrs, i) if callable(kd.inplace) else bool(kd.inplace)
+
+
+Emitter = Callable[[KernelContext], None]
+Packer = Callable[[KernelKey, int, np.ndarray, Target], "tuple[str, np.ndarray] | None"]
+Scratch = Callable[[KernelKey, Target], int]
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """How one op is lowered.
+
+    ``pack(key, i, array, target)`` may return ``(layout, packed)`` for a constant input ``i`` to
+    store it in the layout the emitter reads (``key.packed[i]`` then names it; the key passed to
+    ``pack`` has empty alias/scalars fields and ``packed[i] == "const"`` for every constant input). ``scratch(key, target)``: bytes of temporary
+    memory the kernel needs (the lowering shares one arena region among all kernels). ``scalars``: constant
+    one-element inputs are folded into the code. ``view``: the op only re-labels its input's bytes,
+    so storage shared by the planner needs no kernel at all. ``inplace``: element i of the output
+    depends only on element i of a same-typed input, so the two may share storage.
+    """
+
+    emit: Emitter
+    pack: Packer | None = None
+    scratch: Scratch | None = None
+    scalars: bool = False
+    view: bool = False
+    inplace: bool | Callable[[Mapping[str, Any], int], bool] = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+KERNELS: dict[str, KernelDef] = {}
+
+
+def kernel(*ops: str, **options: Any) -> Callable[[Emitter], Emitter]:
+    """Decorator: register ``fn`` as the emitter of ``ops``."""
+
+    def deco(fn: Emitter) -> Emitter:
+        for op in ops:
+            if op in KERNELS:
+                raise RuntimeError(f"kernel for {op} registered twice")
+            KERNELS[op] = KernelDef(fn, **options)
+        return fn
+
+    return deco
+
+
+def unsupported(op: str, why: str) -> CompileError:
+    return CompileError(f"{op}: {why}")

@@ -1,0 +1,166 @@
+"""Gemm, FusedGemm and MatMul.
+
+f32 with a constant weight operand: the register-blocked micro-kernel of ``codegen/gemm.py`` on
+weights packed into vector panels (alpha and transB folded in), bias packed per its broadcast (beta
+folded in), residual and activation applied in registers. Everything else (weights computed at run
+time, integer MatMul): row-at-a-time loops whose inner loop ``y[m, :] += a[m, k] * b[k, :]`` is a
+contiguous vector FMA stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from ...ir.dtypes import DType
+from .. import irhelpers as h
+from ..gemm import emit_gemm
+from ..packing import pack_gemm_b
+from .base import KernelContext, KernelKey, kernel
+from .elementwise import broadcast_strides
+from .epilogue import apply_epilogue, residual_index, residual_inplace, residual_shared
+
+KN = "kn"  # [K, N] row-major (transB applied)
+PANELS = "panels"  # packing.pack_gemm_b
+BIAS = "bias_"  # + "n" | "m" | "mn": C times beta, broadcast to the micro-kernel's bias form
+
+
+def _bias_index(key: KernelKey) -> int | None:
+    a = dict(key.attrs)
+    if key.op == "FusedGemm":
+        return 2 if a["has_bias"] else None
+    return 2 if len(key.in_types) == 3 else None
+
+
+def _micro_ok(key: KernelKey) -> bool:
+    c = _bias_index(key)
+    return key.in_types[0].dtype is DType.F32 and key.packed[1] == "const" and (c is None or key.packed[c] == "const")
+
+
+def _bias_mode(shape: tuple[int, ...]) -> str:
+    cm, cn = ((1, 1) + tuple(shape))[-2:]
+    return "mn" if cm != 1 and cn != 1 else "m" if cm != 1 else "n"
+
+
+def _pack_gemm(key: KernelKey, i: int, arr: np.ndarray, target):
+    a = dict(key.attrs)
+    m, n = key.out_types[0].shape
+    if _micro_ok(key):
+        if i == 1:
+            return PANELS, pack_gemm_b(arr, target, trans_b=bool(a["transB"]), alpha=a["alpha"])
+        if i == _bias_index(key):
+            mode = _bias_mode(arr.shape)
+            full = np.broadcast_to(arr.astype(np.float64) * a["beta"], (m, n))
+            packed = {"n": full[0], "m": full[:, 0], "mn": full}[mode]
+            return BIAS + mode, np.ascontiguousarray(packed, dtype=np.float32)
+        return None
+    if i == 1 and a.get("transB"):
+        return KN, np.ascontiguousarray(arr.T)
+    return None
+
+
+def _fma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
+    if h.is_float(x.type):
+        return h.call_intrinsic(b, "llvm.fmuladd", x, y, acc)
+    return b.add(b.mul(x, y), acc)
+
+
+def call_micro_gemm(ctx: KernelContext, m: int, n: int, k: int, *, a_layout: str = "row", bias: str | None = None,
+                    bias_ptr=None, res_ptr=None) -> None:
+    """Define the micro-kernel for this shape next to the calling kernel, and call it."""
+    a = ctx.attrs
+    fused = ctx.key.op == "FusedGemm"
+    fn = emit_gemm(ctx.module, f"{ctx.name}_mk", ctx.target, m, n, k, a_layout=a_layout, bias=bias,
+                   residual=res_ptr is not None, activation=a["activation"] if fused else "none",
+                   act_alpha=a["act_alpha"] if fused else 0.0, act_beta=a["act_beta"] if fused else 0.0)
+    fn.linkage = "internal"
+    null = ir.Constant(h.F32.as_pointer(), None)
+    ctx.b.call(fn, [ctx.ins[0], ctx.ins[1], bias_ptr or null, res_ptr or null, ctx.outs[0], null])
+
+
+def matmul_rows(ctx: KernelContext, m: int, k: int, n: int, a_at, b_at, y_base: ir.Value, alpha: float = 1.0) -> None:
+    """y[m, :] += alpha * sum_k A[m, k] * B[k, :] for every row; y must be initialised."""
+    b, y = ctx.b, ctx.outs[0]
+    ty = h.LLTYPE[ctx.out_types[0].dtype]
+    with h.for_range(b, m, name="m") as mi:
+        row = b.add(y_base, b.mul(mi, h.i64(n)))
+        with h.for_range(b, k, name="k") as ki:
+            av = a_at(mi, ki)
+            if alpha != 1.0:
+                av = b.fmul(av, h.const(ty, alpha))
+            with h.for_range(b, n, name="n") as ni:
+                yk = b.add(row, ni)
+                h.store(b, _fma(b, av, b_at(ki, ni), h.load(b, y, yk)), y, yk)
+
+
+def _gemm(ctx: KernelContext) -> None:
+    a = ctx.attrs
+    m, n = ctx.out_shape
+    k = ctx.shape(0)[0] if a["transA"] else ctx.shape(0)[1]
+    c = _bias_index(ctx.key)
+    r = residual_index(a) if ctx.key.op == "FusedGemm" else None
+    if ctx.key.packed[1] == PANELS:
+        bias = ctx.key.packed[c][len(BIAS):] if c is not None else None
+        call_micro_gemm(ctx, m, n, k, a_layout="col" if a["transA"] else "row", bias=bias,
+                        bias_ptr=ctx.ins[c] if c is not None else None, res_ptr=ctx.ins[r] if r is not None else None)
+        return
+    b, y = ctx.b, ctx.outs[0]
+    ty = h.LLTYPE[ctx.out_types[0].dtype]
+    shared = ctx.key.op == "FusedGemm" and residual_shared(ctx)
+    c_strides = broadcast_strides(ctx.shape(c), (m, n)) if c is not None else None
+    with h.loop_nest(b, (m, n)) as (mi, ni):
+        init = h.const(ty, 0.0)
+        if c is not None:
+            init = b.fmul(ctx.read(c, h.linear(b, (mi, ni), c_strides)), h.const(ty, a["beta"]))
+        yi = h.linear(b, (mi, ni), (n, 1))
+        h.store(b, b.fadd(h.load(b, y, yi), init) if shared else init, y, yi)
+    a_str = (1, m) if a["transA"] else (k, 1)
+    b_str = (1, k) if a["transB"] and ctx.key.packed[1] != KN else (n, 1)
+    matmul_rows(ctx, m, k, n, lambda mi, ki: ctx.read(0, h.linear(b, (mi, ki), a_str)),
+                lambda ki, ni: ctx.read(1, h.linear(b, (ki, ni), b_str)), h.i64(0), a["alpha"])
+    if ctx.key.op == "FusedGemm":
+        apply_epilogue(b, ctx, h.i64(0), m * n)
+
+
+@kernel("Gemm", pack=_pack_gemm)
+def emit_gemm_kernel(ctx: KernelContext) -> None:
+    _gemm(ctx)
+
+
+@kernel("FusedGemm", pack=_pack_gemm, inplace=residual_inplace)
+def emit_fused_gemm(ctx: KernelContext) -> None:
+    _gemm(ctx)
+
+
+def _pack_matmul(key: KernelKey, i: int, arr: np.ndarray, target):
+    """A constant 2-D f32 B: one GEMM over all of A's rows on packed panels."""
+    if i == 1 and arr.ndim == 2 and key.in_types[0].dtype is DType.F32:
+        return PANELS, pack_gemm_b(arr, target)
+    return None
+
+
+@kernel("MatMul", pack=_pack_matmul)
+def emit_matmul(ctx: KernelContext) -> None:
+    """numpy matmul: 1-D operands become a row / a column; batch dimensions broadcast."""
+    sa, sb = ctx.shape(0), ctx.shape(1)
+    if ctx.key.packed[1] == PANELS:
+        call_micro_gemm(ctx, math.prod(sa[:-1]), sb[1], sb[0])
+        return
+    sa = (1,) + sa if len(sa) == 1 else sa
+    sb = sb + (1,) if len(sb) == 1 else sb
+    m, k, n = sa[-2], sa[-1], sb[-1]
+    batch = ctx.out_shape[: len(ctx.out_shape) - (len(ctx.shape(0)) > 1) - (len(ctx.shape(1)) > 1)]
+    a_bs = broadcast_strides(sa[:-2], batch) if batch else ()
+    b_bs = broadcast_strides(sb[:-2], batch) if batch else ()
+    b, y = ctx.b, ctx.outs[0]
+    ty = h.LLTYPE[ctx.out_types[0].dtype]
+    with h.for_range(b, math.prod(ctx.out_shape), name="z") as i:
+        h.store(b, h.const(ty, 0), y, i)
+    with h.loop_nest(b, batch, name="bt") as bi:
+        a_off = h.linear(b, bi, [s * m * k for s in a_bs])
+        b_off = h.linear(b, bi, [s * k * n for s in b_bs])
+        y_off = h.linear(b, bi, [s * m * n for s in h.contiguous_strides(batch)])
+        matmul_rows(ctx, m, k, n, lambda mi, ki: ctx.read(0, b.add(a_off, h.linear(b, (mi, ki), (k, 1)))),
+                    lambda ki, ni: ctx.read(1, b.add(b_off, h.linear(b, (ki, ni), (n, 1)))), y_off)

@@ -1,0 +1,87 @@
+"""Normalisations: BatchNormalization (inference form), LayerNormalization, LRN."""
+
+from __future__ import annotations
+
+import math
+
+from ...ops.common import norm_axis
+from .. import irhelpers as h
+from .. import mathfns as m
+from .base import KernelContext, kernel
+from .elementwise import broadcast_strides, collapse
+
+
+@kernel("BatchNormalization", inplace=True)
+def emit_batch_norm(ctx: KernelContext) -> None:
+    """y = x * a[c] + s[c] with a = scale / sqrt(var + eps), s = B - mean * a (per channel, once)."""
+    shape = ctx.shape(0)
+    n, c, inner = shape[0], shape[1], math.prod(shape[2:])
+    b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
+    ty = h.LLTYPE[ctx.in_types[0].dtype]
+    eps = h.const(ty, ctx.attrs["epsilon"])
+    with h.loop_nest(b, (n, c)) as (i, ch):
+        var = ctx.read(4, ch)
+        a = b.fdiv(ctx.read(1, ch), h.call_intrinsic(b, "llvm.sqrt", b.fadd(var, eps)))
+        s = b.fsub(ctx.read(2, ch), b.fmul(ctx.read(3, ch), a))
+        base = b.mul(b.add(b.mul(i, h.i64(c)), ch), h.i64(inner))
+        with h.for_range(b, inner, name="p") as p:
+            k = b.add(base, p)
+            h.store(b, h.call_intrinsic(b, "llvm.fma", h.load(b, x, k), a, s), y, k)
+
+
+@kernel("LayerNormalization", inplace=True)
+def emit_layer_norm(ctx: KernelContext) -> None:
+    """Per row of the normalized shape: mean, variance (two passes, stable), then scale and shift."""
+    shape = ctx.shape(0)
+    axis = norm_axis("LayerNormalization", ctx.attrs["axis"], len(shape))
+    normed = shape[axis:]
+    rows, d = math.prod(shape[:axis]), math.prod(normed)
+    b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
+    ty = h.LLTYPE[ctx.in_types[0].dtype]
+    if rows * d == 0:
+        return
+    params = [broadcast_strides(ctx.shape(i), normed) for i in range(1, len(ctx.in_types))]
+    dims, cols = collapse(normed, [h.contiguous_strides(normed)] + params)
+    inv_d = h.const(ty, 1.0 / d)
+    with h.for_range(b, rows, name="row") as r:
+        base = b.mul(r, h.i64(d))
+        total = h.reduce_range(b, d, h.const(ty, 0.0), lambda acc, j: b.fadd(acc, h.load(b, x, b.add(base, j)), flags=h.FAST), "s")
+        mean = b.fmul(total, inv_d)
+
+        def sq(acc, j):
+            c = b.fsub(h.load(b, x, b.add(base, j)), mean)
+            return b.fadd(acc, b.fmul(c, c), flags=h.FAST)
+
+        var = b.fmul(h.reduce_range(b, d, h.const(ty, 0.0), sq, "v"), inv_d)
+        inv = b.fdiv(h.const(ty, 1.0), h.call_intrinsic(b, "llvm.sqrt", b.fadd(var, h.const(ty, ctx.attrs["epsilon"]))))
+        with h.loop_nest(b, dims) as idx:
+            k = b.add(base, h.linear(b, idx, cols[0]))
+            v = b.fmul(b.fmul(b.fsub(h.load(b, x, k), mean), inv), ctx.read(1, h.linear(b, idx, cols[1])))
+            if len(ctx.in_types) == 3:
+                v = b.fadd(v, ctx.read(2, h.linear(b, idx, cols[2])))
+            h.store(b, v, y, k)
+
+
+@kernel("LRN")
+def emit_lrn(ctx: KernelContext) -> None:
+    """y = x / (bias + alpha/size * sum of x^2 over the channel window) ** beta."""
+    shape = ctx.shape(0)
+    n, c, inner = shape[0], shape[1], math.prod(shape[2:])
+    size, alpha, beta, bias = (ctx.attrs[k] for k in ("size", "alpha", "beta", "bias"))
+    before = (size - 1) // 2
+    b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
+    ty = h.LLTYPE[ctx.in_types[0].dtype]
+    zero = h.const(ty, 0.0)
+    with h.loop_nest(b, (n, c)) as (i, ch):
+        plane = b.mul(i, h.i64(c))
+        with h.for_range(b, inner, name="p") as p:
+            acc = zero
+            for j in range(size):
+                cc = b.add(ch, h.i64(j - before))
+                ok = b.and_(b.icmp_signed(">=", cc, h.i64(0)), b.icmp_signed("<", cc, h.i64(c)))
+                safe = b.select(ok, cc, ch)
+                v = h.load(b, x, b.add(b.mul(b.add(plane, safe), h.i64(inner)), p))
+                acc = b.fadd(acc, b.select(ok, b.fmul(v, v), zero))
+            k = b.add(b.mul(b.add(plane, ch), h.i64(inner)), p)
+            base = h.call_intrinsic(b, "llvm.fma", acc, h.const(ty, alpha / size), h.const(ty, bias))
+            h.store(b, b.fmul(h.load(b, x, k), m.exp(b, b.fmul(h.const(ty, -beta), m.log(b, base)))), y, k)

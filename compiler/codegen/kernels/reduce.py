@@ -1,0 +1,133 @@
+"""Reductions: ReduceSum/Mean/Max, GlobalAveragePool, Softmax and LogSoftmax.
+
+Reductions walk the input in memory order and accumulate into the output (stride 0 on reduced
+axes), so whichever axis is innermost the inner loop is contiguous: a vector reduction when the
+reduced axis is innermost (float adds carry ``reassoc`` so LLVM may reorder them), a vector
+accumulate otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from ...ir.dtypes import DType
+from ...ops.common import norm_axis
+from .. import irhelpers as h
+from .. import mathfns as m
+from .base import KernelContext, kernel
+from .elementwise import collapse
+
+
+def _lowest(dtype: DType, ty: ir.Type) -> ir.Constant:
+    if dtype.is_float:
+        return h.const(ty, float("-inf"))
+    bits = ty.width
+    return ir.Constant(ty, 0 if dtype in (DType.U8, DType.BOOL) else -(1 << (bits - 1)))
+
+
+def combine(b: ir.IRBuilder, kind: str, dtype: DType, acc: ir.Value, x: ir.Value) -> ir.Value:
+    if kind == "max":
+        if dtype.is_float:
+            return h.call_intrinsic(b, "llvm.maximum", acc, x)
+        cmp = b.icmp_signed if dtype in h.SIGNED else b.icmp_unsigned
+        return b.select(cmp(">", acc, x), acc, x)
+    return b.fadd(acc, x, flags=h.FAST) if dtype.is_float else b.add(acc, x)
+
+
+def reduce_into(ctx: KernelContext, kind: str, axes: tuple[int, ...], scale: float | None) -> None:
+    shape, dtype = ctx.shape(0), ctx.in_types[0].dtype
+    ty = h.LLTYPE[dtype]
+    b, out = ctx.b, ctx.outs[0]
+    kept = [1 if i in axes else d for i, d in enumerate(shape)]
+    out_n = math.prod(kept)
+    init = _lowest(dtype, ty) if kind == "max" else h.const(ty, 0)
+    with h.for_range(b, out_n, name="init") as i:
+        h.store(b, init, out, i)
+    ostr = [0 if i in axes else s for i, s in enumerate(h.contiguous_strides(kept))]
+    dims, (icol, ocol) = collapse(shape, [h.contiguous_strides(shape), ostr])
+    with h.loop_nest(b, dims) as idx:
+        o = h.linear(b, idx, ocol)
+        h.store(b, combine(b, kind, dtype, h.load(b, out, o), h.load(b, ctx.ins[0], h.linear(b, idx, icol))), out, o)
+    if scale is not None:
+        with h.for_range(b, out_n, name="scale") as i:
+            h.store(b, b.fmul(h.load(b, out, i), h.const(ty, scale)), out, i)
+
+
+def _axes(ctx: KernelContext) -> tuple[int, ...]:
+    rank = len(ctx.shape(0))
+    given = ctx.attrs["axes"]
+    return tuple(sorted(norm_axis(ctx.key.op, a, rank) for a in given)) if given else tuple(range(rank))
+
+
+def _count(ctx: KernelContext, axes) -> int:
+    return math.prod(ctx.shape(0)[a] for a in axes)
+
+
+@kernel("ReduceSum")
+def emit_reduce_sum(ctx: KernelContext) -> None:
+    reduce_into(ctx, "sum", _axes(ctx), None)
+
+
+@kernel("ReduceMax")
+def emit_reduce_max(ctx: KernelContext) -> None:
+    reduce_into(ctx, "max", _axes(ctx), None)
+
+
+@kernel("ReduceMean")
+def emit_reduce_mean(ctx: KernelContext) -> None:
+    axes = _axes(ctx)
+    n = _count(ctx, axes)
+    reduce_into(ctx, "sum", axes, 1.0 / n if n else float("nan"))
+
+
+@kernel("GlobalAveragePool")
+def emit_global_avg(ctx: KernelContext) -> None:
+    axes = tuple(range(2, len(ctx.shape(0))))
+    reduce_into(ctx, "sum", axes, 1.0 / max(_count(ctx, axes), 1))
+
+
+def _softmax(ctx: KernelContext, log: bool) -> None:
+    """Per (outer, inner) line along the axis: max, sum of exp(x - max), then normalise."""
+    shape = ctx.shape(0)
+    axis = norm_axis(ctx.key.op, ctx.attrs["axis"], len(shape))
+    outer, d, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
+    ty = h.LLTYPE[ctx.in_types[0].dtype]
+    if d == 0 or outer * inner == 0:
+        return
+    with h.loop_nest(b, (outer, inner)) as (o, i):
+        base = b.add(b.mul(o, h.i64(d * inner)), i)
+
+        def at(j):
+            return b.add(base, b.mul(j, h.i64(inner))) if inner != 1 else b.add(base, j)
+
+        mx = h.reduce_range(b, d, h.const(ty, float("-inf")),
+                            lambda acc, j: h.call_intrinsic(b, "llvm.maximum", acc, h.load(b, x, at(j))), "mx")
+
+        def exp_step(acc, j):
+            e = m.exp(b, b.fsub(h.load(b, x, at(j)), mx))
+            if not log:
+                h.store(b, e, y, at(j))
+            return b.fadd(acc, e, flags=h.FAST)
+
+        total = h.reduce_range(b, d, h.const(ty, 0.0), exp_step, "sum")
+        if log:
+            shift = b.fadd(mx, m.log(b, total))
+            with h.for_range(b, d, name="w") as j:
+                h.store(b, b.fsub(h.load(b, x, at(j)), shift), y, at(j))
+        else:
+            inv = b.fdiv(h.const(ty, 1.0), total)
+            with h.for_range(b, d, name="w") as j:
+                h.store(b, b.fmul(h.load(b, y, at(j)), inv), y, at(j))
+
+
+@kernel("Softmax", inplace=True)
+def emit_softmax(ctx: KernelContext) -> None:
+    _softmax(ctx, log=False)
+
+
+@kernel("LogSoftmax", inplace=True)
+def emit_log_softmax(ctx: KernelContext) -> None:
+    _softmax(ctx, log=True)

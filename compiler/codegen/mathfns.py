@@ -1,0 +1,152 @@
+"""Vectorizable f32 math (exp, log, tanh, erf, sigmoid, pow) as straight-line IR.
+
+``llvm.exp`` and friends lower to one libm call per element and block vectorization; these
+polynomial forms (Cephes expf/logf, Eigen's rational tanh and erf) are a few ulp from libm, use
+only selects and arithmetic, and so vectorize on every target (x86, NEON, SVE, NVPTX alike).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llvmlite import ir
+
+from .irhelpers import I32, call_intrinsic, const, intrinsic
+
+_LOG2E = 1.44269504088896341
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
+
+
+def _is_f64(x: ir.Value) -> bool:
+    return str(x.type) == "double"
+
+
+def libm(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
+    """f64 math through the C library (the JIT resolves it in-process): exact, not vectorized."""
+    t = args[0].type
+    return b.call(intrinsic(b.module, name, t, [t] * len(args)), list(args))
+
+
+def fconst(x: ir.Value, v: float) -> ir.Constant:
+    return const(x.type, v)
+
+
+def horner(b: ir.IRBuilder, x: ir.Value, coeffs: Sequence[float]) -> ir.Value:
+    """``c0*x^(n-1) + ... + c(n-1)``, highest power first, with fused multiply-adds."""
+    acc = fconst(x, coeffs[0])
+    for c in coeffs[1:]:
+        acc = call_intrinsic(b, "llvm.fma", acc, x, fconst(x, c))
+    return acc
+
+
+def select_lt(b: ir.IRBuilder, x: ir.Value, bound: float, then: ir.Value, other: ir.Value) -> ir.Value:
+    return b.select(b.fcmp_ordered("<", x, fconst(x, bound)), then, other)
+
+
+def clamp(b: ir.IRBuilder, x: ir.Value, lo: float, hi: float) -> ir.Value:
+    """NaN-preserving clamp (a NaN compares false and passes through)."""
+    x = b.select(b.fcmp_ordered("<", x, fconst(x, lo)), fconst(x, lo), x)
+    return b.select(b.fcmp_ordered(">", x, fconst(x, hi)), fconst(x, hi), x)
+
+
+def exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    if _is_f64(x):
+        return libm(b, "exp", x)
+    lo, hi = -103.9720840454, 88.72283172607422
+    xc = clamp(b, x, lo, hi)
+    fx = call_intrinsic(b, "llvm.rint", b.fmul(xc, fconst(x, _LOG2E)))
+    r = call_intrinsic(b, "llvm.fma", fx, fconst(x, -_LN2_HI), xc)
+    r = call_intrinsic(b, "llvm.fma", fx, fconst(x, -_LN2_LO), r)
+    p = horner(b, r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1])
+    y = b.fadd(call_intrinsic(b, "llvm.fma", p, b.fmul(r, r), r), fconst(x, 1.0))
+    n = b.fptosi(fx, I32)
+    # 2**n in two halves, so n from -150 (subnormal results) to 128 (near FLT_MAX) stays exact.
+    n1 = b.ashr(n, ir.Constant(I32, 1))
+    res = b.fmul(b.fmul(y, _pow2(b, n1, x.type)), _pow2(b, b.sub(n, n1), x.type))
+    res = select_lt(b, x, lo, fconst(x, 0.0), res)
+    return b.select(b.fcmp_ordered(">", x, fconst(x, hi)), fconst(x, float("inf")), res)
+
+
+def _pow2(b: ir.IRBuilder, n: ir.Value, ty: ir.Type) -> ir.Value:
+    return b.bitcast(b.shl(b.add(n, ir.Constant(I32, 127)), ir.Constant(I32, 23)), ty)
+
+
+def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    if _is_f64(x):
+        return libm(b, "log", x)
+    bits = b.bitcast(x, I32)
+    e = b.sitofp(b.sub(b.lshr(bits, ir.Constant(I32, 23)), ir.Constant(I32, 126)), x.type)
+    m = b.bitcast(b.or_(b.and_(bits, ir.Constant(I32, 0x807FFFFF)), ir.Constant(I32, 0x3F000000)), x.type)
+    small = b.fcmp_ordered("<", m, fconst(x, 0.707106781186547524))
+    e = b.fsub(e, b.select(small, fconst(x, 1.0), fconst(x, 0.0)))
+    m = b.fadd(b.fsub(m, fconst(x, 1.0)), b.select(small, m, fconst(x, 0.0)))
+    z = b.fmul(m, m)
+    y = horner(b, m, [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+                      -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1])
+    y = b.fmul(b.fmul(y, m), z)
+    y = call_intrinsic(b, "llvm.fma", e, fconst(x, _LN2_LO), y)
+    y = call_intrinsic(b, "llvm.fma", z, fconst(x, -0.5), y)
+    res = call_intrinsic(b, "llvm.fma", e, fconst(x, _LN2_HI), b.fadd(m, y))
+    res = b.select(b.fcmp_ordered("==", x, fconst(x, float("inf"))), x, res)
+    res = b.select(b.fcmp_ordered("==", x, fconst(x, 0.0)), fconst(x, float("-inf")), res)
+    return b.select(b.fcmp_unordered("<", x, fconst(x, 0.0)), fconst(x, float("nan")), res)
+
+
+def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """Eigen's rational approximation on [-7.9, 7.9]; ``x`` itself for |x| < 4e-4."""
+    if _is_f64(x):
+        return libm(b, "tanh", x)
+    xc = clamp(b, x, -7.90531110763549805, 7.90531110763549805)
+    x2 = b.fmul(xc, xc)
+    p = b.fmul(horner(b, x2, [-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                              5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                              4.89352455891786e-03]), xc)
+    q = horner(b, x2, [1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03])
+    res = b.fdiv(p, q)
+    tiny = b.fcmp_ordered("<", call_intrinsic(b, "llvm.fabs", x), fconst(x, 0.0004))
+    return b.select(tiny, x, res)
+
+
+def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """Rational approximation on [-4, 4] (TensorFlow/Eigen float erf)."""
+    if _is_f64(x):
+        return libm(b, "erf", x)
+    xc = clamp(b, x, -4.0, 4.0)
+    x2 = b.fmul(xc, xc)
+    p = b.fmul(horner(b, x2, [-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+                              -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+                              -1.60960333262415e-02]), xc)
+    q = horner(b, x2, [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                       -7.37332916720468e-03, -1.42647390514189e-02])
+    return b.fdiv(p, q)
+
+
+def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    one = fconst(x, 1.0)
+    return b.fdiv(one, b.fadd(one, exp(b, b.fneg(x))))
+
+
+def pow_(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """x**y with NumPy's special cases; small constant exponents become multiplies."""
+    if isinstance(y, ir.Constant):
+        v = float(y.constant)
+        if v == 2.0:
+            return b.fmul(x, x)
+        if v == 1.0:
+            return x
+        if v == 0.5:
+            return call_intrinsic(b, "llvm.sqrt", x)
+        if v == 3.0:
+            return b.fmul(b.fmul(x, x), x)
+        if v == -1.0:
+            return b.fdiv(fconst(x, 1.0), x)
+    if _is_f64(x):
+        return libm(b, "pow", x, y)
+    ax = call_intrinsic(b, "llvm.fabs", x)
+    mag = exp(b, b.fmul(y, log(b, ax)))
+    is_int = b.fcmp_ordered("==", call_intrinsic(b, "llvm.rint", y), y)
+    half = b.fmul(y, fconst(x, 0.5))
+    odd = b.and_(is_int, b.fcmp_unordered("!=", call_intrinsic(b, "llvm.rint", half), half))
+    neg_val = b.select(is_int, b.select(odd, b.fneg(mag), mag), fconst(x, float("nan")))
+    res = b.select(b.fcmp_ordered("<", x, fconst(x, 0.0)), neg_val, mag)
+    return b.select(b.fcmp_ordered("==", y, fconst(x, 0.0)), fconst(x, 1.0), res)

@@ -1,0 +1,80 @@
+"""compile_graph: Graph -> lowered -> (disk cache | LLVM) -> loaded code -> Session."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..compiler.codegen.lower import LoweredModel, lower
+from ..compiler.errors import CompileError
+from ..compiler.ir.graph import Graph
+from ..compiler.target import Target
+from . import jit
+from .cache import CompileCache, cache_key, graph_digest, pack_objects, unpack_objects
+from .parallel import emit_objects
+from .session import CompileStats, Session
+
+
+def resolve(target: str | Target) -> Target:
+    """``"host"``, a device profile name, or a Target as is."""
+    if isinstance(target, Target):
+        return target
+    if target == "host":
+        return jit.host_target()
+    from ..devices import resolve_target
+
+    return resolve_target(target)
+
+
+def runnable_here(target: Target) -> bool:
+    """True when this process can execute code built for ``target`` (same ISA, features present)."""
+    host = jit.host_target()
+    if target.triple.split("-")[0] != host.triple.split("-")[0]:
+        return False
+    have = {f for f in host.features if f.startswith("+")}
+    return all(f in have for f in target.features if f.startswith("+") and "prefer" not in f)
+
+
+def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
+                  cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
+                  content_hash: str | None = None, optimize: bool = True, profile: bool = False,
+                  jobs: int = 1) -> Session:
+    """Compile ``graph`` natively for this machine at ``batch``; object code is cached on disk.
+
+    ``content_hash`` (a bundle's hash) saves hashing the weights again; by default the graph's
+    canonical text is hashed. ``optimize=False`` skips the graph passes (kernel tests use it);
+    ``profile=True`` counts cycles per node (``Session.profile``). ``jobs``: forked worker processes
+    for LLVM (0: one per usable CPU). The default, 1, compiles in-process: forking a process that
+    runs other threads (gRPC in the federated client) is the caller's call to make.
+    """
+    tgt = resolve(target)
+    if not runnable_here(tgt):
+        raise CompileError(f"target {tgt.name!r} ({tgt.triple}, {tgt.cpu}) cannot run on this host; "
+                           "use compile_object() to emit its object file")
+    cache = CompileCache(cache_dir) if use_cache else None
+    key = cache_key(f"{content_hash or graph_digest(graph)} optimize={optimize} profile={profile}", tgt, batch) if cache else ""
+    payload = cache.get(key) if cache else None
+    objs = unpack_objects(payload) if payload is not None else None
+    hit = objs is not None
+    t0 = time.perf_counter()
+    lowered = lower(graph, tgt, batch, optimize=optimize, emit=not hit, profile=profile)
+    t1 = time.perf_counter()
+    if objs is None:
+        objs = emit_objects(lowered.llvm_ir, tgt, jobs or None)
+        if cache:
+            cache.put(key, pack_objects(objs))
+    t2 = time.perf_counter()
+    code = jit.load_object(objs, lowered.entry, tgt)
+    t3 = time.perf_counter()
+    stats = CompileStats(lower_ms=(t1 - t0) * 1e3, llvm_ms=(t2 - t1) * 1e3, load_ms=(t3 - t2) * 1e3, cache_hit=hit,
+                         kernel_count=lowered.kernel_count, node_count=lowered.node_count, object_bytes=sum(len(o) for o in objs))
+    return Session(lowered, code, stats)
+
+
+def compile_object(graph: Graph, target: str | Target, batch: int = 1) -> bytes:
+    """A relocatable (PIC) object file for any target LLVM knows (cross compilation, pre-flight)."""
+    return jit.emit_object(lower(graph, resolve(target), batch).llvm_ir, resolve(target))
+
+
+def lower_for(graph: Graph, target: str | Target, batch: int = 1) -> LoweredModel:
+    return lower(graph, resolve(target), batch)

@@ -1,0 +1,118 @@
+"""Session: a compiled model bound to one arena; one native call per inference.
+
+The arena and the weights block are allocated once, 64-byte aligned (the kernels are told so).
+Inputs are copied straight into arena views, the entry point is called through a ctypes function
+with pointers cached as plain ints (reading ``array.ctypes.data`` per call costs microseconds),
+and outputs are returned as copies. The arena and weights pointers are handed to the code once
+(``_bind``), so each inference is one argument-free native call, which releases the GIL.
+A session is not reentrant: one ``run`` at a time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..compiler.codegen.lower import IOSpec, LoweredModel
+from ..compiler.errors import InterpreterError
+from ..compiler.memory.plan import MemoryPlan
+from .jit import LoadedCode
+
+ALIGN = 64
+_BIND = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+_BOUND = ctypes.CFUNCTYPE(None)
+
+
+@dataclass(frozen=True)
+class CompileStats:
+    lower_ms: float
+    llvm_ms: float
+    load_ms: float
+    cache_hit: bool
+    kernel_count: int
+    node_count: int
+    object_bytes: int
+
+
+def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:
+    """A zeroed uint8 buffer whose first byte sits on an ``align`` boundary."""
+    raw = np.zeros(nbytes + align, dtype=np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start:start + nbytes]
+
+
+def _view(arena: np.ndarray, spec: IOSpec) -> np.ndarray:
+    return arena[spec.offset:spec.offset + spec.nbytes].view(spec.dtype.numpy).reshape(spec.shape)
+
+
+class Session:
+    def __init__(self, lowered: LoweredModel, code: LoadedCode, stats: CompileStats):
+        self.stats = stats
+        self._code = code  # keeps the execution engine, hence the machine code, alive
+        self._arena = aligned_empty(max(lowered.arena_bytes, ALIGN))
+        self._weights = aligned_empty(max(len(lowered.weights), ALIGN))
+        self._weights[:len(lowered.weights)] = np.frombuffer(lowered.weights, dtype=np.uint8)
+        self._weights.flags.writeable = False
+        self.lowered = dataclasses.replace(lowered, weights=b"")  # the block lives once, in _weights
+        self._inputs = tuple((s.name, v, v.shape, v.dtype) for s in lowered.inputs for v in [_view(self._arena, s)])
+        self._outputs = tuple((s.name, _view(self._arena, s)) for s in lowered.outputs)
+        self._arena_ptr = int(self._arena.ctypes.data)
+        self._weights_ptr = int(self._weights.ctypes.data)
+        _BIND(code.bind)(self._arena_ptr, self._weights_ptr)
+        self._fn = _BOUND(code.bound)
+
+    @property
+    def memory_plan(self) -> MemoryPlan:
+        return self.lowered.plan
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(spec[0] for spec in self._inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self._outputs)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Copy ``inputs`` into the arena, run the whole graph natively, return output copies."""
+        try:
+            for name, view, shape, dtype in self._inputs:
+                value = inputs[name]
+                if getattr(value, "dtype", None) is dtype and value.shape == shape:
+                    view[...] = value  # the fast path: exact type, plain copy into the arena
+                else:
+                    self._convert_into(name, view, value)
+        except KeyError as e:
+            raise InterpreterError(f"missing input {e.args[0]!r}; the model takes {list(self.input_names)}") from None
+        self._fn()
+        return {name: view.copy() for name, view in self._outputs}
+
+    @staticmethod
+    def _convert_into(name: str, view: np.ndarray, value) -> None:
+        value = np.asarray(value)
+        if value.shape != view.shape:
+            raise InterpreterError(f"input {name!r} has shape {value.shape}, the compiled model wants {view.shape}")
+        try:
+            np.copyto(view, value, casting="same_kind")
+        except TypeError as e:
+            raise InterpreterError(f"input {name!r}: {e}") from None
+
+    def profile(self, runs: int = 20) -> dict[str, float]:
+        """Share of cycles per node over ``runs`` runs (a model lowered with ``profile=True``)."""
+        lw = self.lowered
+        if lw.profile_offset is None:
+            raise ValueError("this session was not lowered with profile=True")
+        counters = self._arena[lw.profile_offset:lw.profile_offset + 8 * len(lw.profile_nodes)].view(np.uint64)
+        counters[:] = 0
+        for _ in range(runs):
+            self.run_raw()
+        total = float(counters.sum()) or 1.0
+        return {name: float(c) / total for name, c in zip(lw.profile_nodes, counters)}
+
+    def run_raw(self) -> None:
+        """One native call on whatever the arena holds (benchmarks: no copies at all)."""
+        self._fn()

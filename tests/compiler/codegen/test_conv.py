@@ -1,0 +1,206 @@
+"""emit_conv2d: compiled for this host at O3, called through ctypes, checked against float64 NumPy.
+
+Covers every method conv_plan picks (direct with and without the padded copy, im2col, depthwise),
+strides 1/2, pads (asymmetric too), dilation, groups, batch, tails, bias/residual/activations.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+from cuvil.compiler.codegen.conv import emit_conv2d
+from cuvil.compiler.codegen.packing import conv_plan, conv_scratch_bytes, pack_conv_weights
+from cuvil.compiler.target import Target
+from cuvil.devices.detect import resolve_target
+
+from .kernel_jit import ACT_PARAMS, ACT_REF, aligned, assembly, conv_ref, guarded, jit, ptr
+
+HOST = resolve_target("host")
+SSE = Target("x86-sse4", "x86_64-unknown-linux-gnu", "x86-64-v2", ("+sse4.2",), 128)
+# 16-lane plans (the AVX-512 tiles, im2col choices and masks) run here too: LLVM splits each
+# <16 x float> into two AVX2 halves. Only correctness means anything on it, never speed.
+WIDE16 = Target("avx512-plans-on-host", HOST.triple, HOST.cpu, HOST.features, 512)
+P0, P1 = (0, 0, 0, 0), (1, 1, 1, 1)
+
+# (N, C, H, W, OC, KH, KW, strides, pads, dilations, group, bias, residual, activation)
+CASES = [
+    (1, 8, 8, 8, 16, 3, 3, (1, 1), P1, (1, 1), 1, True, False, "Relu"),
+    (1, 32, 16, 16, 40, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "Relu"),
+    (1, 3, 17, 19, 10, 3, 3, (1, 1), P1, (1, 1), 1, True, False, "none"),
+    (1, 16, 9, 9, 8, 3, 3, (2, 2), P1, (1, 1), 1, True, False, "none"),
+    (1, 16, 32, 32, 24, 3, 3, (2, 2), P1, (1, 1), 1, False, False, "none"),
+    (1, 32, 8, 8, 32, 1, 1, (1, 1), P0, (1, 1), 1, True, True, "none"),
+    (1, 24, 7, 7, 20, 1, 1, (1, 1), P0, (1, 1), 1, True, False, "none"),
+    (1, 5, 7, 7, 9, 1, 1, (2, 2), P0, (1, 1), 1, False, True, "none"),
+    (2, 12, 7, 7, 10, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "none"),
+    (1, 16, 4, 4, 24, 3, 3, (1, 1), P1, (1, 1), 1, True, False, "none"),
+    (1, 64, 4, 4, 64, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "Relu"),
+    (1, 8, 12, 12, 12, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), 2, True, False, "none"),
+    (1, 8, 11, 13, 8, 3, 3, (1, 1), P0, (1, 1), 4, False, False, "none"),
+    (1, 6, 10, 9, 8, 5, 5, (1, 2), (2, 1, 0, 3), (1, 1), 2, True, False, "none"),
+    (1, 4, 16, 16, 6, 7, 7, (2, 2), (3, 3, 3, 3), (1, 1), 1, True, False, "none"),
+    (1, 4, 9, 16, 4, 3, 1, (1, 1), (1, 0, 1, 0), (1, 1), 1, True, False, "none"),
+    (1, 8, 10, 10, 8, 3, 3, (1, 1), P1, (1, 1), 8, True, False, "none"),
+    (2, 6, 11, 9, 6, 3, 3, (2, 2), P1, (1, 1), 6, True, True, "none"),
+    (1, 32, 24, 24, 32, 3, 3, (1, 1), P1, (1, 1), 32, True, False, "Clip"),
+    (1, 16, 3, 3, 16, 3, 3, (1, 1), P1, (1, 1), 16, False, False, "none"),
+    (1, 12, 13, 13, 12, 5, 5, (2, 2), (2, 2, 2, 2), (1, 1), 12, True, False, "none"),
+    (1, 8, 12, 12, 16, 3, 3, (1, 1), P1, (1, 1), 8, True, False, "none"),  # depth multiplier 2: grouped path
+    (2, 16, 4, 4, 8, 1, 1, (1, 1), P0, (1, 1), 1, True, True, "none"),  # batch through the no-copy 1x1 path
+    (1, 4, 15, 15, 6, 3, 3, (2, 2), (2, 2, 2, 2), (2, 2), 1, True, False, "none"),  # stride and dilation
+    (1, 128, 6, 6, 192, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "Relu"),  # weights over L2: rows outer
+    (1, 96, 5, 5, 100, 1, 1, (1, 1), P0, (1, 1), 1, True, True, "Clip"),  # few pixels: transposed
+    (2, 64, 3, 3, 52, 1, 1, (1, 1), P0, (1, 1), 2, True, True, "none"),  # transposed, batch and groups
+    (1, 3, 35, 37, 8, 3, 3, (2, 2), (1, 0, 1, 1), (1, 1), 1, True, False, "none"),  # stride-2 copy, odd rows
+    (1, 5, 37, 35, 5, 3, 3, (2, 2), (0, 1, 1, 0), (1, 1), 5, False, False, "none"),  # depthwise, same
+    (1, 16, 1, 100, 24, 1, 5, (1, 2), (0, 2, 0, 2), (1, 2), 1, True, False, "none"),  # 1-D, as lowered
+    (1, 8, 5, 5, 4, 5, 5, (1, 1), P0, (1, 1), 1, True, False, "none"),  # one output pixel
+] + [(1, 8, 6, 10, 12, 3, 3, (1, 1), P1, (1, 1), 1, True, True, act) for act in ACT_REF if act not in ("none", "Relu")]
+
+
+def _geom(case):
+    return case[:11]
+
+
+def _emit_all(target, cases):
+    m = ir.Module(name="conv_tests")
+    m.triple = target.triple
+    for i, c in enumerate(cases):
+        a, b = ACT_PARAMS.get(c[13], (0.0, 0.0))
+        emit_conv2d(m, f"c{i}", target, *_geom(c), bias=c[11], residual=c[12], activation=c[13],
+                    act_alpha=a, act_beta=b)
+    return jit(m, target, [f"c{i}" for i in range(len(cases))])
+
+
+@pytest.fixture(scope="module")
+def host_fns():
+    return _emit_all(HOST, CASES)
+
+
+def _run(f, target, case, rng, x_guard=False, inplace=False):
+    N, C, H, W, OC, KH, KW, s, p, d, g, has_b, has_r, act = case
+    X = rng.standard_normal((N, C, H, W))
+    Wt = rng.standard_normal((OC, C // g, KH, KW)) / np.sqrt(C // g * KH * KW) * (3.0 if act != "none" else 1.0)
+    bias = rng.standard_normal(OC) if has_b else None
+    ref = conv_ref(X, Wt, bias, s, p, d, g)
+    R = rng.standard_normal(ref.shape) if has_r else None
+    if has_r:
+        ref = ref + R
+    a, c = ACT_PARAMS.get(act, (0.0, 0.0))
+    ref = ACT_REF[act](ref, a, c)
+    xs = guarded(X.astype(np.float32)) if x_guard else (aligned(X), None)
+    Wp, bb = aligned(pack_conv_weights(Wt.astype(np.float32), target, (N, C, H, W), s, p, d, g)), aligned(bias)
+    nbytes = conv_scratch_bytes(target, N, C, H, W, OC, KH, KW, s, p, d, g)
+    scratch = aligned(np.full(max(nbytes // 4, 1), np.nan)) if nbytes else None  # kernels must not trust scratch
+    Y = aligned(R if (has_r and inplace) else np.full(ref.shape, np.nan))
+    RR = Y if (has_r and inplace) else aligned(R)
+    f(ptr(xs[0]), ptr(Wp), ptr(bb), ptr(RR), ptr(Y), ptr(scratch))
+    return Y, ref
+
+
+def _ids(c):
+    pads = "".join(map(str, c[8]))
+    geom = f"{c[0]}x{c[1]}x{c[2]}x{c[3]}-oc{c[4]}-k{c[5]}x{c[6]}"
+    return f"{geom}-s{c[7][0]}{c[7][1]}-p{pads}-d{c[9][0]}-g{c[10]}-{c[13]}"
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[_ids(c) for c in CASES])
+def test_conv_matches_numpy(host_fns, i, rng):
+    Y, ref = _run(host_fns[f"c{i}"], HOST, CASES[i], rng)
+    np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_every_method_is_covered():
+    methods = {(conv_plan(HOST, *_geom(c)).method, conv_plan(HOST, *_geom(c)).copy) for c in CASES}
+    want = {("direct", True), ("direct", False), ("im2col", True), ("depthwise", True), ("transposed", False)}
+    assert want <= methods
+    assert any(conv_plan(HOST, *_geom(c)).rows_outer for c in CASES)
+
+
+def test_residual_may_alias_output(host_fns, rng):
+    for i in (1, 5, 10, 17, 25, 26):
+        Y, ref = _run(host_fns[f"c{i}"], HOST, CASES[i], rng, inplace=True)
+        np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_conv_reads_nothing_past_x(host_fns, rng):
+    """X ending right before a PROT_NONE page (checked in a child process, a fault fails the test)."""
+    for i in (4, 5, 6, 9, 12, 16, 17, 26, 27, 28):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                Y, ref = _run(host_fns[f"c{i}"], HOST, CASES[i], rng, x_guard=True)
+                os._exit(0 if np.allclose(Y, ref, rtol=1e-4, atol=1e-5) else 3)
+            except BaseException:
+                os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"case {CASES[i]}: status {status}"
+
+
+@pytest.mark.parametrize("target", [SSE, WIDE16], ids=["4-lane", "16-lane"])
+def test_conv_other_widths(target, rng):
+    """4- and 16-lane plans run on this host too: other tiles, masks and method choices."""
+    if target is WIDE16 and not HOST.has("avx2"):
+        pytest.skip("16-lane plans are emulated with AVX2 halves")
+    cases = [CASES[i] for i in (0, 1, 3, 5, 6, 9, 10, 12, 17, 18, 22, 23, 25, 26, 27, 28)]
+    fns = _emit_all(target, cases)
+    for i, case in enumerate(cases):
+        Y, ref = _run(fns[f"c{i}"], target, case, rng)
+        np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5, err_msg=str(case))
+
+
+def test_fused_conv_reference_agrees(host_fns, rng):
+    """Same numbers as the op table's FusedConv reference (attribute meaning, not just the math)."""
+    from cuvil.compiler.ops.registry import get_op
+
+    i = next(j for j, c in enumerate(CASES) if c[13] == "Clip" and c[10] == 1)
+    N, C, H, W, OC, KH, KW, s, p, d, g, _, _, act = CASES[i]
+    X = aligned(rng.standard_normal((N, C, H, W)))
+    Wt = aligned(rng.standard_normal((OC, C, KH, KW)) / 3)
+    bias = aligned(rng.standard_normal(OC))
+    op = get_op("FusedConv")
+    a, c = ACT_PARAMS[act]
+    attrs = op.normalize_attrs(dict(strides=list(s), pads=list(p), dilations=list(d), group=g, has_bias=1,
+                                    has_residual=1, activation=act, act_alpha=a, act_beta=c))
+    R = aligned(rng.standard_normal(conv_ref(X, Wt, None, s, p, d, g).shape))
+    ref = op.reference([X, Wt, bias, R], attrs)[0]
+    Y = aligned(np.zeros(ref.shape))
+    Wp = aligned(pack_conv_weights(Wt, HOST, X.shape, s, p, d, g))
+    scratch = aligned(np.zeros(max(1, conv_scratch_bytes(HOST, N, C, H, W, OC, KH, KW, s, p, d, g) // 4)))
+    host_fns[f"c{i}"](ptr(X), ptr(Wp), ptr(bias), ptr(R), ptr(Y), ptr(scratch))
+    np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_avx512_assembly_uses_zmm_fma():
+    t = resolve_target("x86-avx512")
+    m = ir.Module()
+    m.triple = t.triple
+    emit_conv2d(m, "c", t, 1, 64, 32, 32, 64, 3, 3, (1, 1), P1, (1, 1), 1, bias=True, activation="Relu")
+    emit_conv2d(m, "d", t, 1, 96, 24, 24, 96, 3, 3, (1, 1), P1, (1, 1), 96, bias=True)
+    asm = assembly(m, t)
+    assert len(re.findall(r"vfmadd\d+ps\s+[^\n]*zmm", asm)) >= 100
+    assert "Spill" not in asm and "Reload" not in asm
+    plan = conv_plan(t, 1, 64, 32, 32, 64, 3, 3, (1, 1), P1, (1, 1), 1)
+    assert plan.mr * plan.nv >= 24 and plan.method == "direct"
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512", "rpi5", "graviton3", "arm64-sve2", "jetson-xavier"])
+def test_device_classes_assemble(profile):
+    """GEMM, im2col conv and depthwise compile for each kind of device class, with vector FMAs
+    (scalable SVE targets get fixed 4-lane vectors, which are NEON code there)."""
+    from cuvil.compiler.codegen.gemm import emit_gemm
+
+    t = resolve_target(profile)
+    m = ir.Module()
+    m.triple = t.triple
+    emit_gemm(m, "g", t, 5, 37, 19, bias="n", residual=True, activation="Gelu")
+    emit_conv2d(m, "i", t, 1, 16, 4, 4, 24, 3, 3, (2, 2), P1, (1, 1), 1, bias=True, residual=True)
+    emit_conv2d(m, "d", t, 1, 16, 12, 12, 16, 3, 3, (2, 2), P1, (1, 1), 16, bias=True, activation="Clip", act_beta=6.0)
+    asm = assembly(m, t)
+    fma = r"vfmadd\d+ps" if t.triple.startswith("x86_64") else r"fmla\s+v\d+\.4s"
+    assert len(re.findall(fma, asm)) >= 10

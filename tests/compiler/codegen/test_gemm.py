@@ -1,0 +1,177 @@
+"""emit_gemm: compiled for this host at O3, called through ctypes, checked against float64 NumPy.
+
+All cases of one target go into one module compiled once (compile time dominates on 2 cores).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+from cuvil.compiler.codegen.epilogue import ACTIVATION_EMITTERS
+from cuvil.compiler.codegen.gemm import emit_gemm
+from cuvil.compiler.codegen.packing import gemm_tile, pack_gemm_b
+from cuvil.compiler.ops.fused import ACTIVATIONS
+from cuvil.compiler.target import Target
+from cuvil.devices.detect import resolve_target
+
+from .kernel_jit import ACT_PARAMS, ACT_REF, aligned, assembly, guarded, jit, ptr
+
+HOST = resolve_target("host")
+SSE = Target("x86-sse4", "x86_64-unknown-linux-gnu", "x86-64-v2", ("+sse4.2",), 128)  # 4-lane path on x86
+WIDE16 = Target("avx512-plans-on-host", HOST.triple, HOST.cpu, HOST.features, 512)  # 16-lane IR, AVX2 halves
+
+# (M, N, K, a_layout, bias, residual, activation)
+CASES = [
+    (1, 1, 1, "row", None, False, "none"),
+    (1, 256, 784, "row", "n", False, "Relu"),
+    (1, 10, 512, "row", "n", False, "none"),
+    (2, 3, 5, "row", None, False, "none"),
+    (7, 13, 3, "row", "m", False, "none"),
+    (6, 16, 8, "row", "mn", True, "none"),
+    (13, 33, 17, "col", "n", True, "none"),
+    (33, 70, 129, "col", "m", False, "none"),
+    (31, 9, 64, "row", None, True, "none"),
+    (64, 200, 300, "row", "n", False, "none"),
+    (100, 7, 1, "row", None, False, "none"),
+    (3, 65, 4, "col", None, False, "none"),
+    (448, 190, 520, "row", "n", False, "none"),  # A over the L2 budget: row blocks outer
+    (300, 525, 700, "row", "m", True, "none"),  # A and B over it: L2-sized column chunks of B
+] + [(5, 37, 19, "row", "n", True, act) for act in ACT_REF if act != "none"]
+
+
+def _emit_all(target: Target, cases) -> dict:
+    m = ir.Module(name="gemm_tests")
+    m.triple = target.triple
+    for i, (M, N, K, lay, bias, res, act) in enumerate(cases):
+        a, c = ACT_PARAMS.get(act, (0.0, 0.0))
+        emit_gemm(m, f"g{i}", target, M, N, K, a_layout=lay, bias=bias, residual=res, activation=act,
+                  act_alpha=a, act_beta=c)
+    return jit(m, target, [f"g{i}" for i in range(len(cases))])
+
+
+@pytest.fixture(scope="module")
+def host_fns():
+    return _emit_all(HOST, CASES)
+
+
+def _operands(M, N, K, lay, bias, res, act, rng):
+    A = rng.standard_normal((M, K))
+    W = rng.standard_normal((K, N)) / np.sqrt(K) * (3.0 if act != "none" else 1.0)
+    bv = {"n": rng.standard_normal(N), "m": rng.standard_normal(M), "mn": rng.standard_normal((M, N)), None: None}[bias]
+    R = rng.standard_normal((M, N)) if res else None
+    ref = A @ W
+    if bias is not None:
+        ref = ref + (bv[:, None] if bias == "m" else bv)
+    if res:
+        ref = ref + R
+    a, c = ACT_PARAMS.get(act, (0.0, 0.0))
+    ref = ACT_REF[act](ref, a, c)
+    return A, W, bv, R, ref
+
+
+def _run(f, target, case, rng, a_guard=False):
+    M, N, K, lay, bias, res, act = case
+    A, W, bv, R, ref = _operands(*case, rng)
+    A32 = (A if lay == "row" else A.T).astype(np.float32)
+    keep = guarded(A32) if a_guard else (aligned(A32), None)
+    Bp, bb, RR = aligned(pack_gemm_b(W, target)), aligned(bv), aligned(R)
+    C = aligned(np.full((M, N), np.nan))
+    f(ptr(keep[0]), ptr(Bp), ptr(bb), ptr(RR), ptr(C), None)
+    return C, ref
+
+
+def _id(c) -> str:
+    return f"{c[0]}x{c[1]}x{c[2]}-{c[3]}-{c[4]}-{int(c[5])}-{c[6]}"
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[_id(c) for c in CASES])
+def test_gemm_matches_numpy(host_fns, i, rng):
+    C, ref = _run(host_fns[f"g{i}"], HOST, CASES[i], rng)
+    np.testing.assert_allclose(C, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_gemm_other_widths(rng):
+    """4-lane (SSE), and where the host has AVX2 the x86-avx2 profile and 16-lane (AVX-512) plans."""
+    cases = [CASES[i] for i in (1, 4, 6, 7, 9)] + [(5, 37, 19, "row", "n", True, "Gelu")]
+    targets = [SSE] + ([resolve_target("x86-avx2"), WIDE16] if HOST.has("avx2") and HOST.has("fma") else [])
+    for t in targets:
+        fns = _emit_all(t, cases)
+        for i, case in enumerate(cases):
+            C, ref = _run(fns[f"g{i}"], t, case, rng)
+            np.testing.assert_allclose(C, ref, rtol=1e-4, atol=1e-5, err_msg=f"{t.name} {case}")
+
+
+def test_gemm_reads_nothing_past_a(host_fns, rng):
+    """A ending right before a PROT_NONE page: tails must not over-read (checked in a child process)."""
+    for i in (3, 6, 10, 11):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                C, ref = _run(host_fns[f"g{i}"], HOST, CASES[i], rng, a_guard=True)
+                os._exit(0 if np.allclose(C, ref, rtol=1e-4, atol=1e-5) else 3)
+            except BaseException:
+                os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"case {CASES[i]}: status {status}"
+
+
+def test_activation_table_covers_fused_ops():
+    assert set(ACTIVATIONS) | {"none"} == set(ACTIVATION_EMITTERS)
+
+
+def test_packing_layout():
+    W = np.arange(3 * 21, dtype=np.float32).reshape(3, 21)
+    vl = HOST.vector_floats
+    P = pack_gemm_b(W, HOST)
+    assert P.shape == (-(-21 // vl), 3, vl) and P.flags.c_contiguous and P.dtype == np.float32
+    np.testing.assert_array_equal(P.transpose(1, 0, 2).reshape(3, -1)[:, :21], W)
+    assert not P.transpose(1, 0, 2).reshape(3, -1)[:, 21:].any()
+    np.testing.assert_array_equal(pack_gemm_b(W.T, HOST, trans_b=True, alpha=2.0), 2 * P)
+
+
+def _asm(target, M, N, K):
+    m = ir.Module()
+    m.triple = target.triple
+    emit_gemm(m, "g", target, M, N, K, bias="n", activation="Relu")
+    return assembly(m, target)
+
+
+def test_avx512_assembly_uses_zmm_fma():
+    asm = _asm(resolve_target("x86-avx512"), 64, 256, 128)
+    assert "zmm" in asm and re.search(r"vfmadd\d+ps\s+[^\n]*zmm", asm)
+    assert "Spill" not in asm and "Reload" not in asm  # the register tile fits the 32 zmm registers
+    mr, nv = gemm_tile(resolve_target("x86-avx512"), 64, 256)
+    assert mr * nv >= 20
+
+
+def test_neon_assembly_uses_fmla():
+    asm = _asm(resolve_target("rpi5"), 16, 64, 32)
+    assert re.search(r"fmla\s+v\d+\.4s", asm)
+
+
+def test_gemm_row_major_b(rng):
+    """b_layout="row": B is a plain [K, N] activation; its last row ends at a PROT_NONE page."""
+    cases = [(3, 21, 10), (17, 64, 33), (1, 5, 7), (9, 40, 4)]
+    m = ir.Module()
+    m.triple = HOST.triple
+    for i, (M, N, K) in enumerate(cases):
+        emit_gemm(m, f"r{i}", HOST, M, N, K, b_layout="row", bias="n", activation="Tanh")
+    fns = jit(m, HOST, [f"r{i}" for i in range(len(cases))])
+    for i, (M, N, K) in enumerate(cases):
+        A, B, bias = rng.standard_normal((M, K)), rng.standard_normal((K, N)) / np.sqrt(K), rng.standard_normal(N)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                Bg, _keep = guarded(B.astype(np.float32))
+                AA, bb, C = aligned(A), aligned(bias), aligned(np.full((M, N), np.nan))
+                fns[f"r{i}"](ptr(AA), ptr(Bg), ptr(bb), None, ptr(C), None)
+                os._exit(0 if np.allclose(C, np.tanh(A @ B + bias), rtol=1e-4, atol=1e-5) else 3)
+            except BaseException:
+                os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"case {cases[i]}: status {status}"

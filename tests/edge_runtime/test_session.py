@@ -1,0 +1,225 @@
+"""Whole models through the native path: correctness, the disk cache, the hot path's memory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from cuvil.compiler import DType, N, TensorType, print_graph, run_reference
+from cuvil.compiler.codegen.lower import lower
+from cuvil.compiler.errors import CompileError, InterpreterError
+from cuvil.compiler.frontends.builder import GraphBuilder
+from cuvil.edge_runtime import jit
+from cuvil.edge_runtime.compile import compile_graph, compile_object, resolve
+
+RTOL, ATOL = 1e-4, 1e-5
+ZOO_FAST = ["mlp", "small_cnn", "tiny_transformer"]
+ZOO_SLOW = ["resnet18", "mobilenet_v2"]
+
+
+def mlp_graph(seed: int = 0, batch_symbolic: bool = False):
+    """A small MLP built without torch (subprocesses rebuild it from its text form)."""
+    rng = np.random.default_rng(seed)
+    gb = GraphBuilder("mlp_np")
+    x = gb.input("x", TensorType(DType.F32, (N if batch_symbolic else 1, 37)))
+    w1, b1 = gb.constant(rng.standard_normal((64, 37), dtype=np.float32) * 0.2), gb.constant(rng.standard_normal(64, dtype=np.float32))
+    w2, b2 = gb.constant(rng.standard_normal((10, 64), dtype=np.float32) * 0.2), gb.constant(rng.standard_normal(10, dtype=np.float32))
+    h = gb.add1("Relu", [gb.add1("Gemm", [x, w1, b1], transB=1)])
+    y = gb.add1("Softmax", [gb.add1("Gemm", [h, w2, b2], transB=1)], axis=-1)
+    return gb.build([y])
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    return tmp_path / "cache"
+
+
+def _check(graph, feeds, sess):
+    got, want = sess.run(feeds), run_reference(graph, feeds)
+    for name in graph.outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+# ------------------------------------------------------------------------------------------ zoo ---
+def _zoo_case(name, cache_dir):
+    pytest.importorskip("torch")
+    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+    from cuvil.compiler.frontends.torch import import_torch
+
+    from tests.zoo import ZOO
+
+    model, example = ZOO[name]()
+    graph = import_torch(model, example)
+    feeds = {n: t.numpy() for n, t in zip(graph.inputs, example)}
+    sess = compile_graph(graph, cache_dir=cache_dir)
+    _check(graph, feeds, sess)
+    return graph, feeds, sess
+
+
+@pytest.mark.parametrize("name", ZOO_FAST)
+def test_zoo_model_matches_reference(name, cache_dir):
+    _, _, sess = _zoo_case(name, cache_dir)
+    assert sess.stats.kernel_count >= 1 and sess.stats.object_bytes > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ZOO_SLOW)
+def test_zoo_large_model_matches_reference(name, cache_dir):
+    _zoo_case(name, cache_dir)
+
+
+# ---------------------------------------------------------------------------------------- session ---
+def test_batch_sizes_compile_separately(cache_dir):
+    graph = mlp_graph(batch_symbolic=True)
+    for batch in (1, 3):
+        sess = compile_graph(graph, batch=batch, cache_dir=cache_dir)
+        x = np.random.default_rng(batch).standard_normal((batch, 37), dtype=np.float32)
+        _check(graph, {"x": x}, sess)
+        assert sess.memory_plan.batch == batch
+
+
+def test_session_reports_and_rejects_bad_inputs(cache_dir):
+    sess = compile_graph(mlp_graph(), cache_dir=cache_dir)
+    assert sess.stats.lower_ms > 0 and sess.stats.kernel_count >= 2
+    assert sess.memory_plan.arena_bytes > 0
+    with pytest.raises(InterpreterError):
+        sess.run({})
+    with pytest.raises(InterpreterError):
+        sess.run({"x": np.zeros((2, 37), np.float32)})
+    with pytest.raises(InterpreterError):
+        sess.run({"x": np.ones((1, 37), np.complex64)})
+    as_list = sess.run({"x": [[1.0] * 37]})  # converted (same_kind casting) on the slow path
+    out1 = sess.run({"x": np.ones((1, 37), np.float32)})
+    out2 = sess.run({"x": np.ones((1, 37), np.float32)})
+    name = sess.output_names[0]
+    np.testing.assert_array_equal(out1[name], out2[name])
+    np.testing.assert_array_equal(out1[name], as_list[name])
+    out1[name][...] = 0  # outputs are copies, not views of the arena
+    assert np.any(sess.run({"x": np.ones((1, 37), np.float32)})[name] != 0)
+
+
+def test_resident_memory_flat_over_many_runs(cache_dir):
+    sess = compile_graph(mlp_graph(), cache_dir=cache_dir)
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 37), dtype=np.float32)}
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * page
+
+    for _ in range(200):
+        sess.run(feeds)
+    before = rss()
+    for _ in range(2000):
+        sess.run(feeds)
+    assert rss() - before < 1 << 20
+
+
+# ------------------------------------------------------------------------------------------ cache ---
+def test_second_compile_hits_the_cache(cache_dir):
+    graph = mlp_graph()
+    first = compile_graph(graph, cache_dir=cache_dir)
+    second = compile_graph(graph, cache_dir=cache_dir)
+    assert not first.stats.cache_hit and second.stats.cache_hit
+    x = {"x": np.ones((1, 37), np.float32)}
+    np.testing.assert_array_equal(first.run(x)[graph.outputs[0]], second.run(x)[graph.outputs[0]])
+    assert not compile_graph(mlp_graph(seed=1), cache_dir=cache_dir).stats.cache_hit  # other weights
+
+
+def test_corrupt_cache_entry_is_a_miss(cache_dir):
+    graph = mlp_graph()
+    compile_graph(graph, cache_dir=cache_dir)
+    (entry,) = cache_dir.iterdir()
+    entry.write_bytes(entry.read_bytes()[:-100])  # truncated
+    again = compile_graph(graph, cache_dir=cache_dir)
+    assert not again.stats.cache_hit
+    _check(graph, {"x": np.ones((1, 37), np.float32)}, again)
+    assert compile_graph(graph, cache_dir=cache_dir).stats.cache_hit  # rewritten whole
+
+
+_CHILD = textwrap.dedent("""
+    import sys
+    from cuvil.compiler import parse_graph
+    from cuvil.edge_runtime.cache import compiler_fingerprint
+    from cuvil.edge_runtime.compile import compile_graph
+    import numpy as np
+    graph = parse_graph(open(sys.argv[1]).read())
+    sess = compile_graph(graph, cache_dir=sys.argv[2])
+    out = sess.run({"x": np.ones((1, 37), np.float32)})[graph.outputs[0]]
+    print(int(sess.stats.cache_hit), repr(float(out.sum())), compiler_fingerprint())
+""")
+
+
+def _children(tmp_path, cache_dir, count: int) -> list[tuple[str, str]]:
+    text = tmp_path / "g.txt"
+    text.write_text(print_graph(mlp_graph()))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(text), str(cache_dir)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(count)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        outs.append(tuple(out.split()))
+    return outs
+
+
+def test_cache_shared_across_processes(tmp_path, cache_dir):
+    """Two processes compiling at once both succeed; a third one loads what they wrote.
+
+    The key covers the compiler's own sources, so an edit to them between the children is a
+    legitimate miss: the check is retried until the fingerprint is stable.
+    """
+    for _ in range(3):
+        first = _children(tmp_path, cache_dir, 2)
+        (hit, total, fp), = _children(tmp_path, cache_dir, 1)
+        assert all(t == total for _, t, _ in first)
+        if all(f == fp for _, _, f in first):
+            assert hit == "1"
+            break
+    assert not [p for p in cache_dir.iterdir() if p.suffix != ".o"]  # no temporary files left behind
+
+
+def test_parallel_compile_links_the_parts(monkeypatch, cache_dir):
+    from cuvil.edge_runtime import parallel
+
+    monkeypatch.setattr(parallel, "MIN_SPLIT_BYTES", 0)
+    graph = mlp_graph()
+    lowered = lower(graph, resolve("host"))
+    parts = parallel.split_module(lowered.llvm_ir, 2)
+    assert len(parts) == 2 and lowered.entry in parts[0]
+    split = compile_graph(graph, cache_dir=cache_dir, jobs=2)
+    whole = compile_graph(graph, use_cache=False, jobs=1)
+    x = {"x": np.random.default_rng(3).standard_normal((1, 37), dtype=np.float32)}
+    np.testing.assert_array_equal(split.run(x)[graph.outputs[0]], whole.run(x)[graph.outputs[0]])
+    assert compile_graph(graph, cache_dir=cache_dir).stats.cache_hit  # both objects came back from disk
+
+
+# -------------------------------------------------------------------------------------- targets ---
+def _loop_graph():
+    """Only loop-vectorized kernels (no hand-vectorized micro-kernel): the vectorizer's choice."""
+    gb = GraphBuilder("loops")
+    x = gb.input("x", TensorType(DType.F32, (4, 1000)))
+    y = gb.input("y", TensorType(DType.F32, (1000,)))
+    a = gb.add1("Sigmoid", [gb.add1("Add", [x, y])])
+    return gb.build([gb.add1("ReduceSum", [a], axes=(1,))])
+
+
+@pytest.mark.parametrize("graph", [mlp_graph, _loop_graph])
+def test_avx512_target_uses_zmm_registers(graph):
+    asm = jit.emit_assembly(lower(graph(), resolve("x86-avx512"), optimize=False).llvm_ir, resolve("x86-avx512"))
+    assert "zmm" in asm
+    asm2 = jit.emit_assembly(lower(graph(), resolve("x86-avx2"), optimize=False).llvm_ir, resolve("x86-avx2"))
+    assert "ymm" in asm2 and "zmm" not in asm2
+
+
+@pytest.mark.parametrize("profile", ["rpi5", "graviton3"])
+def test_foreign_isa_emits_object_but_does_not_run(profile, cache_dir):
+    obj = compile_object(mlp_graph(), profile)
+    assert obj[:4] == b"\x7fELF" and int.from_bytes(obj[18:20], "little") == 183  # EM_AARCH64
+    with pytest.raises(CompileError):
+        compile_graph(mlp_graph(), target=profile, cache_dir=cache_dir)
