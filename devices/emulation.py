@@ -248,5 +248,7 @@ def _failure(rc: int, stderr: str, target: Target, cpu: str) -> str:
 def emulation_banner(target: Target, sve_vector_bits: int | None = None) -> str:
     """What the CLI prints so nobody mistakes an emulated run for the device itself."""
     cpu = qemu_cpu(target, sve_vector_bits)
+    if target.scalable:
+        cpu = f"max with {int(cpu.rsplit('=', 1)[1]) * 8}-bit SVE"
     return (f"EMULATED: {target.name} ({target.cpu}) under qemu-user, cpu model {cpu}; "
             "outputs are what the device computes, speed is not the device's")

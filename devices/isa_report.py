@@ -97,7 +97,8 @@ def from_objdump(text: str, arch: str) -> IsaReport:
 
 def from_assembly(text: str, arch: str) -> IsaReport:
     """Count over LLVM's assembly text (``.s``); directives and labels are skipped."""
-    found = [m.group(0).split(_COMMENT.get(arch, "//"))[0].strip() for m in map(_ASM_LINE.match, text.splitlines()) if m]
+    comment = _COMMENT.get(arch, "//")
+    found = [m.group(0).split(comment)[0].strip() for m in map(_ASM_LINE.match, text.splitlines()) if m]
     return classify([s for s in found if not s.startswith(".")], arch)
 
 

@@ -127,13 +127,26 @@ def verify(path: Path, trust: tuple[Path, ...]) -> None:
 @click.option("--inputs", "npz", type=_EXISTING, help="Inputs .npz keyed by input name.")
 @click.option("--output", type=_FILE, help="Write outputs to this .npz.")
 @click.option("--reference", is_flag=True, help="Use the NumPy reference interpreter.")
+@click.option("--device", default=None, help="Run as this device class would (a profile name, or host); "
+              "foreign CPUs are emulated with qemu-user, and the output says so.")
+@click.option("--sve-bits", type=int, default=None, help="SVE vector length for an emulated SVE device.")
 def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None, output: Path | None,
-        reference: bool) -> None:
-    """Verify a bundle and run it on inputs. (Today every run uses the reference interpreter.)"""
+        reference: bool, device: str | None, sve_bits: int | None) -> None:
+    """Verify a bundle and run it on inputs (reference interpreter unless --device is given)."""
     if (npy is None) == (npz is None):
         raise click.UsageError("give exactly one of --input X.npy or --inputs IN.npz")
+    if reference and device:
+        raise click.UsageError("--reference and --device exclude each other")
     model = api.load(path, trust or None)
-    outputs = api.run_reference(model, api.read_inputs(model.graph, npy, npz))
+    inputs = api.read_inputs(model.graph, npy, npz)
+    if device is None:
+        outputs = api.run_reference(model, inputs)
+    else:
+        from .preflight import run_as_device
+
+        done = run_as_device(model.graph, inputs, device, sve_vector_bits=sve_bits, content_hash=model.content_hash)
+        click.echo(done.note)
+        outputs = done.outputs
     if output is not None:
         api.save_outputs(output, outputs)
         click.echo(_printable(f"wrote {output} ({', '.join(outputs)})"))
@@ -142,15 +155,34 @@ def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None,
             click.echo(_printable(f"{name}: {arr.dtype}{list(arr.shape)}"))
 
 
-@main.command()
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where to put the key pair and bundle (default: a new temporary directory).")
-def demo(workdir: Path | None) -> None:
-    """Train, sign, verify, inspect and run a small digits MLP."""
-    from .demo import run_demo
+@main.command("compile")
+@click.argument("path", type=_EXISTING)
+@click.option("--trust", "trust", multiple=True, type=_EXISTING,
+              help="Trusted public key (repeatable; default: the trust directory).")
+@click.option("--target", required=True, help="Device profile name (or host): compile exactly as that device would.")
+@click.option("--batch", type=int, default=1, show_default=True)
+@click.option("--output", "-o", type=_FILE, default=None, help="Write the object file here.")
+@click.option("--gpu", is_flag=True, help="Also emit the PTX of the profile's GPU (Jetson).")
+def compile_(path: Path, trust: tuple[Path, ...], target: str, batch: int, output: Path | None, gpu: bool) -> None:
+    """Compile a bundle for a device class and report the vector ISA its code really uses."""
+    from .preflight import compile_for
 
-    run_demo(workdir, echo=click.echo)
+    model = api.load(path, trust or None)
+    r = compile_for(model.graph, target, batch, output, gpu)
+    click.echo(f"target:      {r.target} ({r.triple}, cpu {r.cpu})")
+    click.echo(f"code:        {r.object_bytes} bytes, {r.kernels} kernels for {r.nodes} nodes "
+               f"(lower {r.lower_ms:.0f} ms, LLVM {r.llvm_ms:.0f} ms)")
+    click.echo(f"memory:      arena {r.arena_bytes} bytes, weights {r.weight_bytes} bytes")
+    click.echo(f"{r.isa.summary()} [{r.isa_source}]")
+    if r.object_path:
+        click.echo(f"wrote {r.object_path}")
+    if r.ptx_path:
+        click.echo(f"wrote {r.ptx_path} ({r.ptx_kernels} GPU kernels)")
 
+
+from .cli_fleet import register as _register_fleet  # noqa: E402  (fleet commands: demo, results, report, ...)
+
+_register_fleet(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

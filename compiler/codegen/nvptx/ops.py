@@ -1,0 +1,203 @@
+"""Per-op GPU element code: each op gives the grid-stride loops of its kernel (``module.Loop``).
+
+One thread computes one output element from static shapes: elementwise ops through the CPU
+kernels' scalar table (the polynomial math of ``mathfns`` needs no libm, so it runs on NVPTX
+too), windowed ops (Conv, pools, LRN) and reductions (Gemm, MatMul, Softmax, LayerNorm, Reduce*)
+with a loop per element. Out-of-range taps read a clamped index and are masked with ``select``, so
+no thread diverges on a bounds branch. Concat and Split get one loop per operand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from llvmlite import ir
+
+from ...ops.fused import parse_program
+from ...ops.shape import slice_bounds
+from .. import irhelpers as h
+from ..kernels.elementwise import SCALAR, _cast, broadcast_strides, scalar_fn
+from .common import all_of, lin, masked_load, store_at
+from .module import Loop, OpContext
+from .windows import _pool, conv, gemm, global_avg, layernorm, lrn, matmul, reduce, softmax
+
+Emit = Callable[[OpContext], list[Loop]]
+
+
+# --- elementwise family ---------------------------------------------------------------------------
+def _map(ctx: OpContext, fn: Callable[[ir.IRBuilder, list[ir.Value]], ir.Value]) -> list[Loop]:
+    out = ctx.out_shape
+    strides = [broadcast_strides(ctx.shape(k), out) for k in range(len(ctx.in_types))]
+
+    def body(b, idx, i):
+        vals = [ctx.load(k, lin(b, idx, st)) for k, st in enumerate(strides)]
+        h.store(b, fn(b, vals), ctx.outs[0], i)
+
+    return [Loop(out, body)]
+
+
+def elementwise(ctx: OpContext) -> list[Loop]:
+    fn = scalar_fn(ctx.node_op, ctx.attrs, ctx.in_types[0].dtype)
+    return _map(ctx, lambda b, xs: fn(b, xs))
+
+
+def where(ctx: OpContext) -> list[Loop]:
+    return _map(ctx, lambda b, xs: b.select(b.icmp_unsigned("!=", xs[0], ir.Constant(h.I8, 0)), xs[1], xs[2]))
+
+
+def cast(ctx: OpContext) -> list[Loop]:
+    src, dst = ctx.in_types[0].dtype, ctx.out_types[0].dtype
+    return _map(ctx, lambda b, xs: _cast(b, xs[0], src, dst))
+
+
+def fused_elementwise(ctx: OpContext) -> list[Loop]:
+    steps = parse_program(ctx.attrs["program"])
+    fns = [scalar_fn(s.op, dict(s.attrs), ctx.in_types[0].dtype) for s in steps]
+
+    def run(b, xs):
+        slots = list(xs)
+        for s, fn in zip(steps, fns):
+            slots.append(fn(b, [slots[k] for k in s.args]))
+        return slots[-1]
+
+    return _map(ctx, run)
+
+
+def copy(ctx: OpContext) -> list[Loop]:
+    """Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout: the same bytes, relabelled."""
+    return [Loop(ctx.out_shape, lambda b, idx, i: h.store(b, ctx.load(0, i), ctx.outs[0], i))]
+
+
+def batchnorm(ctx: OpContext) -> list[Loop]:
+    eps = ctx.attrs["epsilon"]
+    xs = ctx.shape(0)
+
+    def value(b, idx):
+        c = idx[1] if len(xs) > 1 else h.i64(0)
+        x, scale, bias, mean, var = (ctx.load(k, lin(b, idx, h.contiguous_strides(xs))) if k == 0 else ctx.load(k, c)
+                                     for k in range(5))
+        inv = b.fdiv(h.const(x.type, 1.0), h.call_intrinsic(b, "llvm.sqrt", b.fadd(var, h.const(x.type, eps))))
+        return b.fadd(b.fmul(b.fsub(x, mean), b.fmul(scale, inv)), bias)
+
+    return [store_at(ctx, 0, value)]
+
+
+# --- shape family ---------------------------------------------------------------------------------
+def transpose(ctx: OpContext) -> list[Loop]:
+    st = h.contiguous_strides(ctx.shape(0))
+    perm = ctx.attrs["perm"]
+    return [store_at(ctx, 0, lambda b, idx: ctx.load(0, lin(b, idx, [st[p] for p in perm])))]
+
+
+def slice_(ctx: OpContext) -> list[Loop]:
+    shape = ctx.shape(0)
+    bounds = slice_bounds(shape, ctx.attrs)
+    st = h.contiguous_strides(shape)
+    ranges = [range(*s.indices(d)) for s, d in zip(bounds, shape)]
+    base = sum(r.start * s for r, s in zip(ranges, st))
+    return [store_at(ctx, 0, lambda b, idx: ctx.load(0, lin(b, idx, [r.step * s for r, s in zip(ranges, st)], base)))]
+
+
+def pad(ctx: OpContext) -> list[Loop]:
+    shape, a = ctx.shape(0), ctx.attrs
+    rank, mode = len(shape), a["mode"]
+    begins, ends = a["pads"][:rank], a["pads"][rank:]
+    st = h.contiguous_strides(shape)
+    ty = h.LLTYPE[ctx.in_types[0].dtype]
+    fill = h.const(ty, a["value"]) if ctx.in_types[0].dtype.is_float else ir.Constant(ty, int(a["value"]))
+
+    def value(b, idx):
+        poss, oks = [], []
+        for d, (n, pb, pe) in enumerate(zip(shape, begins, ends)):
+            lo, hi = max(-pb, 0), n - max(-pe, 0)  # negative pads crop first, as the reference does
+            p = b.add(idx[d], h.i64(lo - max(pb, 0)))
+            if mode == "constant":
+                oks.append(b.and_(b.icmp_signed(">=", p, h.i64(lo)), b.icmp_signed("<", p, h.i64(hi))))
+            elif mode == "edge":
+                p = b.select(b.icmp_signed("<", p, h.i64(lo)), h.i64(lo), p)
+                p = b.select(b.icmp_signed(">=", p, h.i64(hi)), h.i64(hi - 1), p)
+            else:  # reflect, without repeating the edge
+                p = b.select(b.icmp_signed("<", p, h.i64(lo)), b.sub(h.i64(2 * lo), p), p)
+                p = b.select(b.icmp_signed(">=", p, h.i64(hi)), b.sub(h.i64(2 * (hi - 1)), p), p)
+            poss.append(p)
+        index = lin(b, poss, st)
+        return masked_load(b, ctx.ins[0], index, all_of(b, oks), fill) if oks else ctx.load(0, index)
+
+    return [store_at(ctx, 0, value)]
+
+
+def gather(ctx: OpContext) -> list[Loop]:
+    data, ind = ctx.shape(0), ctx.shape(1)
+    axis = ctx.attrs["axis"] % len(data)
+    st, ist = h.contiguous_strides(data), h.contiguous_strides(ind)
+    k = len(ind)
+
+    def value(b, idx):
+        j = ctx.load(1, lin(b, idx[axis:axis + k], ist))
+        j = b.sext(j, h.I64) if j.type != h.I64 else j
+        j = b.select(b.icmp_signed("<", j, h.i64(0)), b.add(j, h.i64(data[axis])), j)
+        rest = list(idx[:axis]) + list(idx[axis + k:])
+        rest_st = list(st[:axis]) + list(st[axis + 1:])
+        return ctx.load(0, b.add(lin(b, rest, rest_st), b.mul(j, h.i64(st[axis]))))
+
+    return [store_at(ctx, 0, value)]
+
+
+def expand(ctx: OpContext) -> list[Loop]:
+    return _map(ctx, lambda b, xs: xs[0])
+
+
+def concat(ctx: OpContext) -> list[Loop]:
+    out = ctx.out_shape
+    axis = ctx.attrs["axis"] % len(out)
+    ost = h.contiguous_strides(out)
+    loops, off = [], 0
+    for k in range(len(ctx.in_types)):
+        def body(b, idx, i, k=k, off=off):
+            h.store(b, ctx.load(k, i), ctx.outs[0], lin(b, idx, ost, off * ost[axis]))
+
+        loops.append(Loop(ctx.shape(k), body))
+        off += ctx.shape(k)[axis]
+    return loops
+
+
+def split(ctx: OpContext) -> list[Loop]:
+    shape = ctx.shape(0)
+    axis = ctx.attrs["axis"] % len(shape)
+    st = h.contiguous_strides(shape)
+    loops, off = [], 0
+    for j, t in enumerate(ctx.out_types):
+        loops.append(store_at(ctx, j, lambda b, idx, off=off: ctx.load(0, lin(b, idx, st, off * st[axis]))))
+        off += t.shape[axis]
+    return loops
+
+
+def shape_op(ctx: OpContext) -> list[Loop]:
+    dims = ctx.shape(0)
+
+    def value(b, idx):
+        v = h.i64(dims[-1] if dims else 0)
+        for d in range(len(dims) - 1):
+            v = b.select(b.icmp_unsigned("==", idx[0], h.i64(d)), h.i64(dims[d]), v)
+        return v
+
+    return [store_at(ctx, 0, value)]
+
+
+GPU_OPS: Mapping[str, tuple[str, Emit]] = {
+    **{op: ("elementwise", elementwise) for op in SCALAR if op != "Expand"},
+    "Where": ("elementwise", where), "Cast": ("elementwise", cast),
+    "FusedElementwise": ("elementwise", fused_elementwise),
+    **{op: ("view", copy) for op in ("Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze")},
+    "Expand": ("shape", expand), "Transpose": ("shape", transpose), "Slice": ("shape", slice_), "Pad": ("shape", pad),
+    "Gather": ("shape", gather), "Concat": ("shape", concat), "Split": ("shape", split), "Shape": ("shape", shape_op),
+    "BatchNormalization": ("elementwise", batchnorm),
+    "Conv": ("window", conv), "FusedConv": ("FusedConv", conv),
+    "Gemm": ("linalg", gemm), "FusedGemm": ("FusedGemm", gemm), "MatMul": ("linalg", matmul),
+    "MaxPool": ("window", lambda ctx: _pool(ctx, "max")), "AveragePool": ("window", lambda ctx: _pool(ctx, "avg")),
+    "GlobalAveragePool": ("window", global_avg), "LRN": ("window", lrn),
+    "Softmax": ("reduce", softmax), "LogSoftmax": ("reduce", softmax), "LayerNormalization": ("reduce", layernorm),
+    **{op: ("reduce", reduce) for op in ("ReduceMean", "ReduceSum", "ReduceMax")},
+}
+"""op -> (kind, emitter). ``kind`` decides in-place safety: only ops that read element i of an
+input before writing element i of the output may share storage (module.INPLACE_OK)."""
