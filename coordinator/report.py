@@ -55,6 +55,30 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
+def epsilon_by_device(store: ResultsStore, run_id: int) -> dict[tuple[str, str], float]:
+    """(device, dataset) -> the largest ε spent that the device reported in this run."""
+    out: dict[tuple[str, str], float] = {}
+    for rnd in store.rounds(run_id):
+        for rep in store.reports(rnd["id"]):
+            key = (rep["device_id"], rnd["dataset"])
+            out[key] = max(out.get(key, 0.0), float(rep["metrics"]["dp_epsilon_spent"]))
+    return out
+
+
+def _epsilon_rows(store: ResultsStore, run_id: int) -> list[list[str]]:
+    """Every device that reported (its ε) or refused for budget in this run (it sends no ε then)."""
+    spent: dict[tuple[str, str], str] = {k: f"{v:.3f}" for k, v in epsilon_by_device(store, run_id).items()}
+    exhausted = {d: store.exhausted_devices(d) for d in {r["dataset"] for r in store.rounds(run_id)}}
+    for rnd in store.rounds(run_id):
+        for f in store.failures(rnd["id"]):
+            if f["kind"] == "budget_exhausted":
+                spent.setdefault((f["device_id"], rnd["dataset"]), "budget spent")
+    return [[dev, ds, eps, "yes" if dev in exhausted.get(ds, ()) else ""] for (dev, ds), eps in sorted(spent.items())]
+
+
+EPSILON_COLUMNS = ("device", "dataset", "ε spent", "budget exhausted")
+
+
 def history_text(store: ResultsStore, run_id: int | None = None) -> str:
     """What ``cuvil results`` prints: every run (or one) with its rounds and per-class tables."""
     runs = [r for r in store.runs() if run_id is None or r["id"] == run_id]
@@ -70,6 +94,10 @@ def history_text(store: ResultsStore, run_id: int | None = None) -> str:
             if run_id is not None:
                 table = text_table(COLUMNS, class_rows(round_aggregates(store, rnd)))
                 parts.append("\n".join("    " + ln for ln in table.splitlines()))
+        if run_id is not None:
+            parts.append("  privacy: ε spent per device")
+            table = text_table(EPSILON_COLUMNS, _epsilon_rows(store, run["id"]))
+            parts.append("\n".join("    " + ln for ln in table.splitlines()))
     return "\n".join(parts)
 
 
@@ -140,6 +168,11 @@ def write_html(store: ResultsStore, run_id: int, path: str | os.PathLike) -> Pat
         rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
                        for row in class_rows(round_aggregates(store, rnd)))
         body.append(f"<table><tr>{head}</tr>{rows}</table>")
+    body.append("<h2>Privacy: ε spent per device</h2>")
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in EPSILON_COLUMNS)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                   for row in _epsilon_rows(store, run_id))
+    body.append(f"<table><tr>{head}</tr>{rows}</table>")
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}")
     page = f"<!doctype html><html><head><meta charset='utf-8'><title>Cuvil run {run_id}</title>" \

@@ -1,14 +1,21 @@
-"""`cuvil demo`: the whole author-to-device path on a model small enough to train in a second.
+"""`cuvil demo`: federated evaluation of a small CNN on a simulated fleet, end to end, in a few minutes.
 
-Trains a 64-32-10 MLP with NumPy on scikit-learn's bundled digits (no download, no torch),
-builds its Graph, signs it into a bundle, then loads (verifies), inspects and runs it with the
-reference interpreter. Kept apart from the CLI: a later issue grows it into a federated demo.
+1. Train a small CNN (PyTorch) on half of scikit-learn's bundled digits; a second, longer-trained
+   version is the A/B candidate. Import both through Cuvil's torch frontend, sign them into bundles.
+2. Provision a simulated fleet (default 12 devices over 4 classes: the host's own x86 class natively,
+   ARM classes emulated), each device holding a non-IID slice of the other half of the digits.
+3. Run federated evaluation in Flower's simulation engine: inventory, two evaluation rounds (the
+   second finds the bundle held and the compiled code cached), then an A/B round.
+4. Print per-class tables, the A/B comparison, the true accuracy beside the private estimate (only
+   a simulation knows both) and ε spent per device; write the results database and an HTML report.
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from . import api
-from .compiler.analysis import summarize
-from .compiler.frontends.builder import GraphBuilder
-from .compiler.ir import DType, Graph, N, TensorType
-from .compiler.ir.text import print_graph
+from .coordinator import fleet
+from .coordinator.aggregate import OVERALL
+from .coordinator.report import COLUMNS, class_rows, epsilon_by_device, round_aggregates, text_table, write_html
+from .coordinator.store import ResultsStore
 
 Echo = Callable[[str], None]
 
@@ -28,85 +35,186 @@ Echo = Callable[[str], None]
 class DemoResult:
     workdir: Path
     bundle: Path
-    accuracy: float  # of the bundle, run by the reference interpreter, on the held-out split
-    train_accuracy: float
+    bundle_b: Path
+    accuracy: float  # true accuracy of version 1 over the fleet's evaluation examples
+    estimate: float  # the private (noisy) estimate of the same, from the last evaluation round
+    db: Path
+    report: Path
+    run_id: int
 
 
-def digits_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """scikit-learn's 8x8 digits scaled to [0, 1], split 80/20 with a fixed permutation."""
+def train_cnn(x: np.ndarray, y: np.ndarray, epochs: int, width: int = 8, seed: int = 0):
+    """A 2-conv CNN for [N, 1, 8, 8] digits that ends in softmax; a few seconds on 2 cores."""
     try:
-        from sklearn.datasets import load_digits
+        import torch
+        from torch import nn
     except ModuleNotFoundError as e:
-        raise api.CuvilError("the demo needs scikit-learn for its bundled digits data (pip install scikit-learn)") from e
-    data = load_digits()
-    x, y = (data.data / 16.0).astype(np.float32), data.target.astype(np.int64)
-    order = np.random.default_rng(seed).permutation(len(x))
-    cut = int(0.8 * len(x))
-    return x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]]
+        raise api.CuvilError("the demo trains its model with PyTorch (pip install 'cuvil[torch]')") from e
+    torch.manual_seed(seed)
+    torch.set_num_threads(2)
 
+    class DigitsCNN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, width, 3, padding=1)
+            self.conv2 = nn.Conv2d(width, 2 * width, 3, padding=1)
+            self.fc = nn.Linear(2 * width * 2 * 2, 10)
 
-def train_mlp(x: np.ndarray, y: np.ndarray, hidden: int = 32, epochs: int = 30, lr: float = 0.1,
-              seed: int = 0) -> dict[str, np.ndarray]:
-    """Mini-batch SGD with momentum on softmax cross-entropy; deterministic for a seed."""
-    rng = np.random.default_rng(seed)
-    classes = int(y.max()) + 1
-    p = {"w1": rng.normal(0, np.sqrt(2 / x.shape[1]), (x.shape[1], hidden)), "b1": np.zeros(hidden),
-         "w2": rng.normal(0, np.sqrt(2 / hidden), (hidden, classes)), "b2": np.zeros(classes)}
-    velocity = {k: np.zeros_like(v) for k, v in p.items()}
-    onehot = np.eye(classes)[y]
+        def logits(self, t):
+            t = torch.max_pool2d(torch.relu(self.conv1(t)), 2)
+            t = torch.max_pool2d(torch.relu(self.conv2(t)), 2)
+            return self.fc(torch.flatten(t, 1))
+
+        def forward(self, t):
+            return torch.softmax(self.logits(t), dim=-1)
+
+    model = DigitsCNN()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    gen = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
-        order = rng.permutation(len(x))
-        for start in range(0, len(x), 64):
-            idx = order[start:start + 64]
-            xb, tb = x[idx].astype(np.float64), onehot[idx]
-            h = np.maximum(xb @ p["w1"] + p["b1"], 0)
-            logits = h @ p["w2"] + p["b2"]
-            probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-            probs /= probs.sum(axis=1, keepdims=True)
-            d_logits = (probs - tb) / len(idx)
-            d_h = (d_logits @ p["w2"].T) * (h > 0)
-            grads = {"w2": h.T @ d_logits, "b2": d_logits.sum(0), "w1": xb.T @ d_h, "b1": d_h.sum(0)}
-            for k in p:
-                velocity[k] = 0.9 * velocity[k] - lr * grads[k]
-                p[k] += velocity[k]
-    return {k: v.astype(np.float32) for k, v in p.items()}
+        for idx in torch.randperm(len(xt), generator=gen).split(64):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model.logits(xt[idx]), yt[idx]).backward()
+            opt.step()
+    return model.eval()
 
 
-def mlp_graph(params: dict[str, np.ndarray], name: str = "digits_mlp") -> Graph:
-    b = GraphBuilder(name)
-    x = b.input("pixels", TensorType(DType.F32, (N, params["w1"].shape[0])))
-    h = b.add1("Gemm", [x, b.constant(params["w1"], "fc1.weight"), b.constant(params["b1"], "fc1.bias")], name="fc1")
-    h = b.add1("Relu", [h], name="relu")
-    logits = b.add1("Gemm", [h, b.constant(params["w2"], "fc2.weight"), b.constant(params["b2"], "fc2.bias")], name="fc2")
-    return b.build([b.add1("Softmax", [logits], name="probs", axis=-1)])
+def build_models(work: Path, echo: Echo) -> tuple[Path, Path, Path]:
+    """Train, import and sign both versions; returns (bundle v1, bundle v2, public key)."""
+    import torch
+
+    x, y = fleet.digits("train")
+    keys = api.keygen(work / "keys", "demo", force=True)
+    echo(f"signing key {keys.fingerprint} (public key {keys.public_path})")
+    paths = []
+    for version, epochs, width in (("1", 4, 4), ("2", 10, 8)):
+        t0 = time.perf_counter()
+        model = train_cnn(x, y, epochs, width)
+        with torch.no_grad():
+            train_acc = float((model(torch.from_numpy(x)).argmax(1).numpy() == y).mean())
+        graph = api.import_model(model, torch.zeros(1, 1, 8, 8))
+        done = api.export(graph, work / f"digits-cnn-v{version}.cuvil", keys.private_path, name="digits-cnn",
+                          version=version)
+        echo(f"v{version}: CNN ({width}/{2 * width} channels, {epochs} epochs) trained on {len(x)} digits, "
+             f"train accuracy {train_acc:.3f}; signed bundle {done.path.name} ({done.size} bytes) "
+             f"in {time.perf_counter() - t0:.1f}s")
+        paths.append(done.path)
+    return paths[0], paths[1], keys.public_path
 
 
-def run_demo(workdir: str | Path | None = None, echo: Echo = print) -> DemoResult:
+def true_accuracy(bundle: Path, public_key: Path, devices: list[fleet.SimDevice]) -> dict[str, tuple[int, int]]:
+    """Per class (and overall): (correct, examples) of the bundle on the devices' evaluation examples."""
+    from .coordinator.device import DeviceState
+    from .edge_runtime.compile import compile_graph
+
+    model = api.load(bundle, [public_key])
+    session = compile_graph(model.graph, "host", 1, cache_dir=bundle.parent / "host-cache",
+                            content_hash=model.content_hash)
+    (name,) = model.graph.inputs[:1]
+    shape = session.lowered.inputs[0].shape
+    out: dict[str, list[int]] = {}
+    for dev in devices:
+        x, y = DeviceState.open(_fleet_dir(bundle) / dev.device_id).dataset()
+        x, y = x[:512], y[:512]  # what a device evaluates: at most max_examples
+        hits = sum(int(next(iter(session.run({name: x[i].reshape(shape)}).values())).argmax() == y[i])
+                   for i in range(len(y)))
+        for key in (dev.profile, OVERALL):
+            acc = out.setdefault(key, [0, 0])
+            acc[0] += hits
+            acc[1] += len(y)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def _fleet_dir(bundle: Path) -> Path:
+    return bundle.parent / "fleet"
+
+
+class Progress:
+    """One line per round plus a live count of replies (redrawn in place on a terminal)."""
+
+    def __init__(self, echo: Echo):
+        self.echo, self.tty, self.t0 = echo, sys.stdout.isatty(), time.perf_counter()
+
+    def __call__(self, event: str, **kw) -> None:
+        t = f"[{time.perf_counter() - self.t0:6.1f}s]"
+        if event == "inventory":
+            self.echo(f"{t} inventory: {kw['devices']} devices answered, {kw['silent']} silent")
+        elif event == "round_start":
+            self.echo(f"{t} round {kw['number']} [{kw['round_kind']}] {kw['model']}: {kw['sampled']} devices "
+                      f"sampled, bundle pushed to {kw['push']}")
+        elif event == "reply" and self.tty:
+            sys.stdout.write(f"\r      replies {kw['done']}/{kw['of']}  (last: {kw['device']})   ")
+            sys.stdout.flush()
+        elif event == "round_end":
+            o = kw["outcome"]
+            if self.tty:
+                sys.stdout.write("\r" + " " * 72 + "\r")
+            hits = sum(r["metrics"]["cache_hit"] for r in o.reports)
+            self.echo(f"{t} round {o.number} [{o.kind}] done in {o.seconds:.1f}s: {len(o.reports)} reports, "
+                      f"{hits} compile-cache hits, {o.bundle_bytes_sent} bundle bytes sent, "
+                      f"failures {o.failure_counts() or 'none'}")
+
+
+def run_demo(workdir: str | Path | None = None, echo: Echo = print, devices: int = 12, rounds: int = 2,
+             classes: tuple[str, ...] | None = None) -> DemoResult:
+    t_start = time.perf_counter()
+    warnings.filterwarnings("ignore", category=FutureWarning)  # torch.export and Ray chatter, not ours
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="cuvil-demo-"))
     work.mkdir(parents=True, exist_ok=True)
-    x_train, y_train, x_test, y_test = digits_split()
-    start = time.perf_counter()
-    params = train_mlp(x_train, y_train)
-    graph = mlp_graph(params)
-    train_acc = _accuracy(api.run_reference(graph, {"pixels": x_train}), y_train)
-    echo(f"trained a 64-32-10 MLP on {len(x_train)} digits in {time.perf_counter() - start:.2f}s "
-         f"(train accuracy {train_acc:.3f})")
+    classes = classes or fleet.default_classes()
+    echo(f"workdir {work}")
+    b1, b2, pub = build_models(work, echo)
 
-    keys = api.keygen(work / "keys", "demo", force=True)
-    echo(f"key pair in {keys.private_path.parent} (fingerprint {keys.fingerprint})")
-    done = api.export(graph, work / "digits.cuvil", keys.private_path, name="digits-mlp", version="1")
-    echo(f"signed bundle {done.path}: {done.size} bytes for {done.weight_bytes} weight bytes")
+    from .coordinator.simulation import run_fleet_simulation
 
-    model = api.load(done.path, trusted_keys=[keys.public_path])
-    s = summarize(model.graph)
-    echo(print_graph(model.graph, data=False).rstrip())
-    echo(f"verified {model.name} {model.version}, signed by {model.signer}; "
-         f"{s.parameters} parameters, {s.flops} FLOPs per example")
-    accuracy = _accuracy(model.run({"pixels": x_test}), y_test)
-    echo(f"reference interpreter accuracy on {len(x_test)} held-out digits: {accuracy:.3f}")
-    return DemoResult(work, done.path, accuracy, train_acc)
+    fleet_dir = _fleet_dir(b1)
+    db = work / "results.db"
+    plan = fleet.plan_fleet(devices, classes)
+    names = ", ".join(c if i == 0 else f"{c} (emulated)" for i, c in enumerate(classes))
+    echo(f"fleet: {devices} simulated devices over {len(classes)} classes ({names}); "
+         "each device holds a non-IID slice of the held-out digits")
+    rc = {"db-path": str(db), "bundle": str(b1), "bundle-b": str(b2), "num-rounds": rounds, "round-timeout": 300.0,
+          "inventory-timeout": 300.0, "min-nodes": devices, "node-wait": 120.0, "poll-interval": 0.05}
+    run_fleet_simulation(devices, rc, fleet_dir, [pub], classes, on_event=Progress(echo))
 
+    store = ResultsStore(db)
+    run_id = store.runs()[-1]["id"]
+    rnds = store.rounds(run_id)
+    last_eval = [r for r in rnds if r["kind"] == "eval"][-1]
+    aggs = round_aggregates(store, last_eval)
+    echo(f"\nround {last_eval['number']} per device class (accuracy and loss: private estimates ± 1 s.e.):")
+    echo(text_table(COLUMNS, class_rows(aggs)))
 
-def _accuracy(outputs: dict[str, np.ndarray], labels: np.ndarray) -> float:
-    (probs,) = outputs.values()
-    return float((probs.argmax(axis=1) == labels).mean())
+    truth = true_accuracy(b1, pub, plan)
+    echo("\ntrue accuracy beside the private estimate (only a simulation knows both):")
+    shown = [c for c in sorted(truth, key=lambda n: (n == OVERALL, n)) if c in aggs and aggs[c].accuracy is not None]
+    rows = [[c, f"{truth[c][0] / truth[c][1]:.3f}", f"{aggs[c].accuracy:.3f} ± {aggs[c].accuracy_se:.3f}",
+             str(truth[c][1])] for c in shown]
+    echo(text_table(("class", "true", "private estimate", "examples"), rows))
+
+    ab = {r["kind"]: r for r in rnds if r["kind"].startswith("ab:")}
+    if len(ab) == 2:
+        from .coordinator.rounds import compare
+
+        def reps(r):
+            return store.reports(r["id"])
+
+        cmp = compare(reps(ab["ab:A"]), reps(ab["ab:B"]))
+        truth_b = true_accuracy(b2, pub, plan)
+        echo(f"\nA/B on the same devices: A = {ab['ab:A']['model']}, B = {ab['ab:B']['model']}")
+        echo(text_table(("class", "devices", "A (private)", "B (private)", "B - A", "true B - A"), [
+            [c, str(v["devices"]), f"{v['a']:.3f}", f"{v['b']:.3f}", f"{v['diff']:+.3f} ± {v['se']:.3f}",
+             f"{truth_b[c][0] / truth_b[c][1] - truth[c][0] / truth[c][1]:+.3f}" if c in truth else "-"]
+            for c, v in cmp.items()]))
+
+    eps = epsilon_by_device(store, run_id)
+    echo("\nε spent per device (budget ε = 3 per dataset): " +
+         ", ".join(f"{d} {e:.2f}" for (d, _), e in sorted(eps.items())))
+    report = write_html(store, run_id, work / "report.html")
+    store.close()
+    echo(f"\nresults in {db} (run {run_id}): cuvil results --db {db} --run {run_id}")
+    echo(f"HTML report: {report}")
+    echo(f"demo finished in {time.perf_counter() - t_start:.0f}s")
+    total = truth[OVERALL]
+    return DemoResult(work, b1, b2, total[0] / total[1], aggs[OVERALL].accuracy or float("nan"), db, report, run_id)

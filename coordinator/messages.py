@@ -1,0 +1,96 @@
+"""RecordDict encoding of the coordinator's messages, and the typed error codes devices answer with.
+
+- ``query.device_info``: empty request; reply ``ConfigRecord "info"``.
+- ``evaluate``: ``ConfigRecord "config"`` (round config) and, only for devices that do not hold it,
+  ``ArrayRecord "bundle"`` with the bundle as one uint8 array (ArrayRecords are chunked and
+  content-addressed; ConfigRecord bytes are not). Reply: ``MetricRecord "metrics"`` in the fixed
+  report schema, or an error with one of :class:`Code`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
+
+DEVICE_INFO = "query.device_info"
+EVALUATE = "evaluate"
+
+
+class Code:
+    """Error codes of typed device replies (Flower's own codes are below 100)."""
+
+    BUDGET_EXHAUSTED = 4001
+    PARAMS_REJECTED = 4002
+    LEDGER_UNAVAILABLE = 4003
+    SIGNATURE_REJECTED = 4010
+    BUNDLE_MISSING = 4011
+    DEVICE_ERROR = 4020
+
+    NAMES = {4001: "DP_BUDGET_EXHAUSTED", 4002: "DP_PARAMS_REJECTED", 4003: "DP_LEDGER_UNAVAILABLE",
+             4010: "SIGNATURE_REJECTED", 4011: "BUNDLE_MISSING", 4020: "DEVICE_ERROR"}
+
+
+def classify(code: int) -> str:
+    """The store's failure kind for an error code."""
+    if code == Code.BUDGET_EXHAUSTED:
+        return "budget_exhausted"
+    if code in (Code.PARAMS_REJECTED, Code.LEDGER_UNAVAILABLE, Code.SIGNATURE_REJECTED):
+        return "refused"
+    return "failure"
+
+
+# requests -----------------------------------------------------------------------------------------
+def device_info_request() -> RecordDict:
+    return RecordDict({"config": ConfigRecord({})})
+
+
+def evaluate_request(config: Mapping[str, Any], bundle: bytes | None) -> RecordDict:
+    content = RecordDict({"config": ConfigRecord(dict(config))})
+    if bundle is not None:
+        content["bundle"] = ArrayRecord({"bundle": Array(np.frombuffer(bundle, dtype=np.uint8))})
+    return content
+
+
+def request_config(msg: Message) -> dict[str, Any]:
+    return dict(msg.content.config_records.get("config", ConfigRecord({})))
+
+
+def request_bundle(msg: Message) -> bytes | None:
+    rec = msg.content.array_records.get("bundle")
+    if rec is None or "bundle" not in rec:
+        return None
+    arr = rec["bundle"].numpy()
+    if arr.dtype != np.uint8 or arr.ndim != 1:
+        raise ValueError(f"bundle must be a 1-D uint8 array, got {arr.dtype}{list(arr.shape)}")
+    return arr.tobytes()
+
+
+def bundle_bytes_in(content: RecordDict) -> int:
+    rec = content.array_records.get("bundle")
+    return 0 if rec is None else sum(len(a.data) for a in rec.values())
+
+
+# replies ------------------------------------------------------------------------------------------
+def info_reply(msg: Message, info: Mapping[str, Any]) -> Message:
+    return Message(RecordDict({"info": ConfigRecord(dict(info))}), reply_to=msg)
+
+
+def metrics_reply(msg: Message, metrics: Mapping[str, Any]) -> Message:
+    return Message(RecordDict({"metrics": MetricRecord(dict(metrics))}), reply_to=msg)
+
+
+def error_reply(msg: Message, code: int, reason: str) -> Message:
+    return Message(Error(code=code, reason=f"{Code.NAMES.get(code, code)}: {reason}"[:2000]), reply_to=msg)
+
+
+def reply_payload(reply: Message) -> dict[str, Any]:
+    """The info or metrics a successful reply carries, as plain Python values."""
+    c = reply.content
+    if "metrics" in c.metric_records:
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in c.metric_records["metrics"].items()}
+    if "info" in c.config_records:
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in c.config_records["info"].items()}
+    return {}

@@ -1,0 +1,106 @@
+"""The coordinator's Flower ServerApp: thin glue from a Grid to :class:`.rounds.Coordinator`.
+
+Run config (``[tool.flwr.app.config]`` or ``flwr run --run-config``; defaults below): the bundle to
+evaluate, an optional second version for an A/B round, the results database, and the round knobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from flwr.app import Context, Message
+from flwr.serverapp import Grid, ServerApp
+
+from . import messages
+from .rounds import BundleRef, Coordinator, CoordinatorConfig, Event, Reply, Request
+from .store import ResultsStore
+
+DEFAULTS: dict[str, Any] = {
+    "db-path": "cuvil-results.db",
+    "bundle": "",
+    "bundle-b": "",
+    "num-rounds": 1,
+    "dataset": "digits-local",
+    "round-timeout": 60.0,
+    "inventory-timeout": 30.0,
+    "sample-per-class": 0,
+    "min-nodes": 1,
+    "node-wait": 30.0,
+    "poll-interval": 1.0,
+}
+
+
+class GridTransport:
+    """:class:`.rounds.Transport` over a Flower Grid; replies are matched by ``reply_to_message_id``."""
+
+    def __init__(self, grid: Grid):
+        self.grid = grid
+
+    def node_ids(self) -> list[int]:
+        return list(self.grid.get_node_ids())
+
+    def send(self, requests: Sequence[Request]) -> list[str | None]:
+        msgs = []
+        for r in requests:
+            if r.kind == "info":
+                content, mtype = messages.device_info_request(), messages.DEVICE_INFO
+            else:
+                content, mtype = messages.evaluate_request(r.config, r.bundle), messages.EVALUATE
+            msgs.append(Message(content, r.node_id, mtype, ttl=r.ttl, group_id=str(r.config.get("round", 0))))
+        return [i or None for i in self.grid.push_messages(msgs)]
+
+    def poll(self, handles: Collection[str]) -> list[Reply]:
+        out = []
+        for m in self.grid.pull_messages(list(handles)):
+            handle = m.metadata.reply_to_message_id
+            if m.has_error():
+                out.append(Reply(handle, False, code=int(m.error.code), reason=m.error.reason or ""))
+            else:
+                out.append(Reply(handle, True, messages.reply_payload(m)))
+        return out
+
+
+def run_coordinator(grid: Grid, run_config: Mapping[str, Any], on_event: Event | None = None) -> int:
+    """Inventory, ``num-rounds`` evaluation rounds, then an A/B round if ``bundle-b`` is set; return the run id."""
+    rc = {**DEFAULTS, **run_config}
+    if not rc["bundle"]:
+        raise ValueError("run config 'bundle' must name the .cuvil bundle to evaluate")
+    bundle = BundleRef.from_file(rc["bundle"])
+    bundle_b = BundleRef.from_file(rc["bundle-b"]) if rc["bundle-b"] else None
+    store = ResultsStore(rc["db-path"])
+    run_id = store.start_run(rc)
+    coord = Coordinator(GridTransport(grid), store, run_id, CoordinatorConfig.from_run_config(rc), on_event)
+    try:
+        coord.inventory()
+        rounds = int(rc["num-rounds"])
+        for number in range(1, rounds + 1):
+            coord.refresh()
+            coord.evaluate_round(bundle, number)
+        if bundle_b is not None:
+            coord.refresh()
+            _, _, comparison = coord.ab_round(bundle, bundle_b, rounds + 1)
+            if on_event:
+                on_event("ab", a=bundle.label, b=bundle_b.label, comparison=comparison)
+        store.finish_run(run_id)
+        return run_id
+    except BaseException:
+        store.finish_run(run_id, "failed")
+        raise
+    finally:
+        store.close()
+
+
+def make_server_app(overrides: Mapping[str, Any] | None = None, on_event: Event | None = None) -> ServerApp:
+    """A ServerApp whose run config is ``context.run_config`` with ``overrides`` on top (simulation factories)."""
+    overrides = dict(overrides or {})
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        run_coordinator(grid, {**context.run_config, **overrides}, on_event)
+
+    return app
+
+
+app = make_server_app()
