@@ -76,7 +76,9 @@ def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
         try:
             state = _device(context, overrides)
             req = EvalRequest(bundle_hash=str(cfg["bundle-hash"]), dataset=str(cfg["dataset"]),
-                              release_id=str(cfg["release-id"]), latency_warmup=int(cfg.get("latency-warmup", 5)),
+                              release_id=str(cfg["release-id"]), sigma=float(cfg.get("dp-sigma", 0.0)),
+                              epsilon=float(cfg.get("dp-epsilon", 0.0)),
+                              latency_warmup=int(cfg.get("latency-warmup", 5)),
                               latency_runs=int(cfg.get("latency-runs", 50)))
             return messages.metrics_reply(msg, evaluate(state, model, req, bundle_was_cached=held))
         except PrivacyRefusal as e:

@@ -23,7 +23,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,8 @@ import numpy as np
 from ..compiler.errors import CuvilError
 from ..edge_runtime.loader import Model, load, load_bytes
 from ..edge_runtime.privacy.ledger import PrivacyFloors, PrivacyLedger
-from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS, PrivacyParams
-from ..edge_runtime.privacy.release import release_report
+from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS
+from ..edge_runtime.privacy.release import check_params, release_report
 from ..edge_runtime.trust import TrustStore
 from . import foreign
 
@@ -64,7 +64,8 @@ class EvalRequest:
     bundle_hash: str
     dataset: str  # the coordinator's label, for its records; the budget is charged to state.dataset_name
     release_id: str
-    params: PrivacyParams = DEFAULT_PARAMS
+    sigma: float = 0.0  # requested noise; 0 asks for the device's floor (the ledger refuses less)
+    epsilon: float = 0.0  # requested budget; 0 asks for the device's own (the ledger refuses more)
     latency_warmup: int = 5
     latency_runs: int = 50
     latency_budget_s: float = 0.25
@@ -191,8 +192,11 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
     prof = resolve_profile(state.profile)
     ledger = state.ledger()  # a missing or corrupt ledger refuses before any work is done
     try:
+        floors = ledger.floors
+        params = check_params(replace(DEFAULT_PARAMS, sigma=request.sigma or floors.min_sigma,
+                                      epsilon=request.epsilon or floors.epsilon, delta=floors.delta), ledger)
         x, y = state.dataset()
-        n = min(len(x), request.params.max_examples)
+        n = min(len(x), params.max_examples)
         x, y = x[:n], y[:n]
         runner = foreign.prepare(model, prof, state.cache_dir)
         in_name, in_shape = runner.input_name, runner.input_shape
@@ -205,8 +209,7 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
         synthetic = np.random.default_rng(0).standard_normal(in_shape).astype(np.float32)
         lat = runner.latency({in_name: synthetic}, request.latency_warmup, request.latency_runs,
                              request.latency_budget_s)
-        noisy, spent = release_report(ledger, state.dataset_name, request.release_id, correct, losses,
-                                      request.params)
+        noisy, spent = release_report(ledger, state.dataset_name, request.release_id, correct, losses, params)
     finally:
         ledger.close()
     p = noisy.params

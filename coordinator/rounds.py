@@ -63,6 +63,8 @@ class CoordinatorConfig:
     seed: int = 0
     latency_runs: int = 50
     latency_warmup: int = 5
+    dp_sigma: float = 0.0  # 0: the device's own floor; more noise may be asked for, never less
+    dp_epsilon: float = 0.0  # 0: the device's own budget; a smaller budget may be asked for, never a larger
 
     @classmethod
     def from_run_config(cls, rc: Mapping[str, Any]) -> CoordinatorConfig:
@@ -202,7 +204,8 @@ class Coordinator:
                                           self.cfg.dataset)
         config = {"bundle-hash": bundle.content_hash, "dataset": self.cfg.dataset,
                   "release-id": f"{self.run_tag}-r{number}-{kind}-{bundle.content_hash[:16]}",
-                  "round": number, "latency-runs": self.cfg.latency_runs, "latency-warmup": self.cfg.latency_warmup}
+                  "round": number, "latency-runs": self.cfg.latency_runs, "latency-warmup": self.cfg.latency_warmup,
+                  "dp-sigma": self.cfg.dp_sigma, "dp-epsilon": self.cfg.dp_epsilon}
         reports, failures, sent = [], [], 0
         pending = {n: False for n in nodes}  # node -> bundle already force-pushed after BUNDLE_MISSING
         deadline = start + self.cfg.round_timeout

@@ -6,11 +6,12 @@ Errors are formatted in one place (:class:`_Cli`): a CuvilError or OSError print
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
-from . import __version__, api
+from . import __version__, api, native
 from .compiler.errors import CuvilError
 from .compiler.ir.text import print_graph
 
@@ -126,21 +127,23 @@ def verify(path: Path, trust: tuple[Path, ...]) -> None:
 @click.option("--input", "npy", type=_EXISTING, help="Input .npy for a single-input model.")
 @click.option("--inputs", "npz", type=_EXISTING, help="Inputs .npz keyed by input name.")
 @click.option("--output", type=_FILE, help="Write outputs to this .npz.")
-@click.option("--reference", is_flag=True, help="Use the NumPy reference interpreter.")
+@click.option("--reference", is_flag=True, help="Use the NumPy reference interpreter instead of native code.")
 @click.option("--device", default=None, help="Run as this device class would (a profile name, or host); "
               "foreign CPUs are emulated with qemu-user, and the output says so.")
 @click.option("--sve-bits", type=int, default=None, help="SVE vector length for an emulated SVE device.")
 def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None, output: Path | None,
         reference: bool, device: str | None, sve_bits: int | None) -> None:
-    """Verify a bundle and run it on inputs (reference interpreter unless --device is given)."""
+    """Verify a bundle and run it on inputs: native code for this machine by default."""
     if (npy is None) == (npz is None):
         raise click.UsageError("give exactly one of --input X.npy or --inputs IN.npz")
     if reference and device:
         raise click.UsageError("--reference and --device exclude each other")
     model = api.load(path, trust or None)
     inputs = api.read_inputs(model.graph, npy, npz)
-    if device is None:
+    if reference:
         outputs = api.run_reference(model, inputs)
+    elif device is None:
+        outputs = native.run_native(model, inputs)
     else:
         from .preflight import run_as_device
 
@@ -172,12 +175,49 @@ def compile_(path: Path, trust: tuple[Path, ...], target: str, batch: int, outpu
     click.echo(f"target:      {r.target} ({r.triple}, cpu {r.cpu})")
     click.echo(f"code:        {r.object_bytes} bytes, {r.kernels} kernels for {r.nodes} nodes "
                f"(lower {r.lower_ms:.0f} ms, LLVM {r.llvm_ms:.0f} ms)")
-    click.echo(f"memory:      arena {r.arena_bytes} bytes, weights {r.weight_bytes} bytes")
+    click.echo(f"memory:      arena {r.arena_bytes} bytes (activations: {r.plan_summary}), "
+               f"weights {r.weight_bytes} bytes")
     click.echo(f"{r.isa.summary()} [{r.isa_source}]")
     if r.object_path:
         click.echo(f"wrote {r.object_path}")
     if r.ptx_path:
         click.echo(f"wrote {r.ptx_path} ({r.ptx_kernels} GPU kernels)")
+
+
+@main.command()
+@click.argument("path", type=_EXISTING)
+@click.option("--trust", "trust", multiple=True, type=_EXISTING,
+              help="Trusted public key (repeatable; default: the trust directory).")
+@click.option("--runs", type=int, default=200, show_default=True, help="Timed runs after warm-up.")
+@click.option("--warmup", type=int, default=20, show_default=True)
+@click.option("--batch", type=int, default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def bench(path: Path, trust: tuple[Path, ...], runs: int, warmup: int, batch: int, as_json: bool) -> None:
+    """Compile a bundle natively and measure cold compile, warm start and latency percentiles."""
+    if runs < 5 or warmup < 0 or batch < 1:
+        raise click.UsageError("--runs must be >= 5, --warmup >= 0 and --batch >= 1")
+    r = native.bench(api.load(path, trust or None), runs=runs, warmup=warmup, batch=batch)
+    if as_json:
+        click.echo(json.dumps(r.as_dict(), indent=2))
+        return
+    lat = r.latency
+    click.echo(f"latency:      p50 {lat.p50_ms:.4f} ms  p90 {lat.p90_ms:.4f} ms  p99 {lat.p99_ms:.4f} ms "
+               f"({lat.runs} runs after {lat.warmup} warm-up, batch {batch}, synthetic inputs)")
+    click.echo(f"cold compile: {r.cold_compile_s:.2f} s ({r.kernels} kernels)")
+    click.echo(f"warm start:   {r.warm_start_ms:.1f} ms (compile cache hit to first result)")
+    click.echo(f"arena:        {r.arena_bytes} bytes (lower bound {r.lower_bound_bytes})")
+
+
+@main.command()
+def devices() -> None:
+    """List the device profiles (and this machine's own) that Cuvil compiles for."""
+    rows = [(p.name, p.triple, p.cpu, "scalable (SVE)" if p.vector_bits is None else f"{p.vector_bits}-bit",
+             p.gpu_arch or "-", p.description) for p in native.device_profiles()]
+    widths = [max(len(r[i]) for r in rows + [("profile", "triple", "cpu", "vectors", "gpu", "")]) for i in range(5)]
+    head = ("profile", "triple", "cpu", "vectors", "gpu")
+    click.echo("  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  description")
+    for r in rows:
+        click.echo(_printable("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5]))
 
 
 from .cli_fleet import register as _register_fleet  # noqa: E402  (fleet commands: demo, results, report, ...)

@@ -32,6 +32,7 @@ class CompileReport:
     kernels: int
     nodes: int
     arena_bytes: int
+    plan_summary: str
     weight_bytes: int
     lower_ms: float
     llvm_ms: float
@@ -70,8 +71,8 @@ def compile_for(graph: Graph, target: str, batch: int = 1, output: str | os.Path
         ptx_path = (obj_path or Path(f"{graph.name or 'model'}.o")).with_suffix(f".{program.target.cpu}.ptx")
         ptx_path.write_text(ptx)
     return CompileReport(tgt.name, tgt.triple, tgt.cpu, len(obj), low.kernel_count, low.node_count, low.arena_bytes,
-                         len(low.weights), (t1 - t0) * 1e3, (t2 - t1) * 1e3, isa, source, obj_path, ptx_path,
-                         ptx_kernels)
+                         low.plan.summary(), len(low.weights), (t1 - t0) * 1e3, (t2 - t1) * 1e3, isa, source,
+                         obj_path, ptx_path, ptx_kernels)
 
 
 @dataclass(frozen=True)

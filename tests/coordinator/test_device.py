@@ -91,6 +91,21 @@ def test_evaluate_reports_the_schema_and_charges_the_ledger(world):
     ledger.close()
 
 
+def test_coordinator_may_ask_for_more_noise_but_never_less(world):
+    dev = _device(world, "floors")
+    _, _, ref = world
+    model, held = dev.accept_bundle(ref.data, ref.content_hash)
+    for ask in ({"sigma": 5.0}, {"epsilon": 10.0}):
+        with pytest.raises(PrivacyRefusal) as e:
+            evaluate(dev, model, EvalRequest(ref.content_hash, "ds", f"low-{ask}", latency_runs=5, **ask), held)
+        assert e.value.code is RefusalCode.PARAMS_REJECTED
+    ledger = dev.ledger()
+    assert ledger.releases(dev.dataset_name) == 0  # refused before any release
+    ledger.close()
+    m = evaluate(dev, model, EvalRequest(ref.content_hash, "ds", "more", latency_runs=5, sigma=20.0, epsilon=2.0), held)
+    assert m["dp_sigma"] == 20.0
+
+
 def test_an_arm_device_is_flagged_emulated(world):
     dev = _device(world, "arm", profile="rpi5")
     _, _, ref = world

@@ -1,0 +1,91 @@
+"""Native execution in the public API: compile for this machine, run, and benchmark.
+
+Kept apart from :mod:`cuvil.api` (import, export, load) so that module stays about bundles.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .compiler.interpreter import bind_inputs
+from .compiler.ir.graph import Graph
+from .compiler.ir.types import Batch
+from .devices import DeviceProfile, host_profile, list_profiles, load_profile
+from .edge_runtime.compile import compile_graph
+from .edge_runtime.latency import LatencyReport, measure
+from .edge_runtime.loader import Model
+from .edge_runtime.session import Session
+
+PathLike = str | os.PathLike
+
+
+def _parts(model: Graph | Model) -> tuple[Graph, str | None]:
+    return (model.graph, model.content_hash) if isinstance(model, Model) else (model, None)
+
+
+def compile(model: Graph | Model, target: str = "host", batch: int = 1,  # noqa: A001 (the API's verb)
+            cache_dir: PathLike | None = None) -> Session:
+    """Compile a Graph or a verified Model to native code for this machine (cached on disk)."""
+    graph, content = _parts(model)
+    return compile_graph(graph, target, batch=batch, cache_dir=cache_dir, content_hash=content)
+
+
+def run_native(model: Graph | Model, inputs: Mapping[str, np.ndarray], cache_dir: PathLike | None = None) -> dict[str, np.ndarray]:
+    """Compile for the batch size the inputs carry, then run once natively."""
+    graph, _ = _parts(model)
+    _, batch = bind_inputs(graph, inputs)
+    return compile(model, "host", batch or 1, cache_dir).run(inputs)
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    latency: LatencyReport
+    cold_compile_s: float
+    warm_start_ms: float
+    arena_bytes: int
+    lower_bound_bytes: int
+    kernels: int
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["latency"] = {k: v for k, v in out["latency"].items() if k != "histogram"}
+        return out
+
+
+def synthetic_inputs(graph: Graph, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic inputs of the graph's types: latency on them carries no private information."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in graph.inputs:
+        t = graph.types[name]
+        shape = tuple(d.bind(batch) if isinstance(d, Batch) else d for d in t.shape)
+        out[name] = (rng.standard_normal(shape) if t.dtype.is_float else rng.integers(0, 2, shape)).astype(t.dtype.numpy)
+    return out
+
+
+def bench(model: Graph | Model, runs: int = 200, warmup: int = 20, batch: int = 1) -> BenchResult:
+    """Cold compile (empty cache), warm start (cache hit to first result), then latency after warm-up."""
+    graph, _ = _parts(model)
+    feeds = synthetic_inputs(graph, batch)
+    with tempfile.TemporaryDirectory(prefix="cuvil-bench-") as cache:
+        t0 = time.perf_counter()
+        compile(model, "host", batch, cache).run(feeds)
+        cold = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        session = compile(model, "host", batch, cache)
+        session.run(feeds)
+        warm_ms = (time.perf_counter() - t0) * 1e3
+    plan = session.memory_plan
+    report = measure(lambda: session.run(feeds), warmup=warmup, runs=runs)
+    return BenchResult(report, cold, warm_ms, plan.arena_bytes, plan.lower_bound, session.stats.kernel_count)
+
+
+def device_profiles() -> list[DeviceProfile]:
+    """Every shipped device profile, then this machine's own (named ``host``)."""
+    return [load_profile(name) for name in list_profiles()] + [host_profile()]

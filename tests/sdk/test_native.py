@@ -1,0 +1,86 @@
+"""The public native API and the CLI commands over it: compile, run (native by default), bench, devices."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import cuvil
+from cuvil.cli import main
+from cuvil.compiler import DType, N, Node, TensorType, infer_graph_types
+
+
+def mlp_graph():
+    rng = np.random.default_rng(3)
+    consts = {"w": rng.standard_normal((8, 5)).astype(np.float32), "b": rng.standard_normal(5).astype(np.float32)}
+    nodes = [Node.make("Gemm", ["x", "w", "b"], ["h"]), Node.make("Tanh", ["h"], ["y"])]
+    return infer_graph_types("mlp", {"x": TensorType(DType.F32, (N, 8))}, consts, nodes, ["y"])
+
+
+def expected(x):
+    rng = np.random.default_rng(3)
+    w, b = rng.standard_normal((8, 5)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    return np.tanh(x.astype(np.float64) @ w + b)
+
+
+def test_compile_and_run_native_match_numpy(tmp_path):
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    session = cuvil.compile(mlp_graph(), batch=3, cache_dir=tmp_path)
+    np.testing.assert_allclose(session.run({"x": x})["y"], expected(x), rtol=1e-4, atol=1e-5)
+    assert session.memory_plan.arena_bytes >= session.memory_plan.lower_bound > 0
+    got = cuvil.run_native(mlp_graph(), {"x": x[:2]}, cache_dir=tmp_path)["y"]
+    np.testing.assert_allclose(got, expected(x[:2]), rtol=1e-4, atol=1e-5)
+
+
+def test_run_native_rejects_inputs_of_the_wrong_dtype(tmp_path):
+    with pytest.raises(cuvil.CuvilError, match="dtype"):
+        cuvil.run_native(mlp_graph(), {"x": np.zeros((1, 8))}, cache_dir=tmp_path)
+
+
+def test_bench_reports_ordered_percentiles_and_a_cache_hit_start():
+    r = cuvil.bench(mlp_graph(), runs=20, warmup=2)
+    lat = r.latency
+    assert 0 < lat.p50_ms <= lat.p90_ms <= lat.p99_ms and lat.runs == 20
+    assert r.cold_compile_s > 0 and r.warm_start_ms > 0 and r.arena_bytes >= r.lower_bound_bytes
+
+
+@pytest.fixture
+def signed(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUVIL_TRUST_DIR", str(tmp_path / "trust"))
+    pair = cuvil.keygen(tmp_path / "keys")
+    bundle = tmp_path / "m.cuvil"
+    cuvil.export(mlp_graph(), bundle, pair.private_path)
+    return bundle, pair.public_path
+
+
+def test_cli_run_is_native_by_default_and_reference_on_request(tmp_path, signed):
+    bundle, pub = signed
+    x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    runner = CliRunner()
+    outs = {}
+    for extra in ((), ("--reference",)):
+        out = tmp_path / f"out{len(extra)}.npz"
+        res = runner.invoke(main, ["run", str(bundle), "--trust", str(pub), "--input", str(tmp_path / "x.npy"),
+                                   "--output", str(out), *extra])
+        assert res.exit_code == 0, res.output
+        with np.load(out) as z:
+            outs[extra] = z["y"]
+    np.testing.assert_allclose(outs[()], expected(x), rtol=1e-4, atol=1e-5)
+    ref = cuvil.run_reference(mlp_graph(), {"x": x})["y"]
+    assert outs[("--reference",)].tobytes() == ref.tobytes()
+
+
+def test_cli_bench_json_and_devices(signed):
+    bundle, pub = signed
+    runner = CliRunner()
+    res = runner.invoke(main, ["bench", str(bundle), "--trust", str(pub), "--runs", "10", "--warmup", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["latency"]["p50_ms"] <= data["latency"]["p99_ms"] and data["cold_compile_s"] > 0
+    res = runner.invoke(main, ["devices"])
+    assert res.exit_code == 0
+    for name in ("rpi5", "jetson-orin", "graviton4", "x86-avx512", "host"):
+        assert f"\n{name} " in res.output
+    assert "scalable (SVE)" in res.output and "sm_87" in res.output
