@@ -20,7 +20,7 @@ residual=False, activation="none", act_alpha=0.0, act_beta=0.0) -> ir.Function``
 * residual: [M, N] when ``residual=True`` (else pass null). C: [M, N]. Order: acc + bias +
   residual, then activation (as FusedGemm). C must not alias A, B or bias; it may alias residual
   (each element of residual is read before the same element of C is written).
-* activation: a key of ``epilogue.ACTIVATION_EMITTERS`` (the FusedGemm names).
+* activation: a key of ``activations.ACTIVATION_EMITTERS`` (the FusedGemm names).
 """
 
 from __future__ import annotations
@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ..target import Target
-from .epilogue import apply_activation, fma
-from .irhelpers import for_range
+from .activations import apply_activation
+from .irhelpers import F32, I64, for_range, i64
+from .mathfns import fma
 from .packing import L2_BUDGET_BYTES, gemm_tile
-from .vecops import (F32, F32P, I64, broadcast, define_kernel, gep, i64, lane_mask, load_vec,
-                     scalar_tail_stores, store_vec, vec_type)
+from .vecops import (F32P, broadcast, define_kernel, gep, lane_mask, load_vec, scalar_tail_stores, store_vec,
+                     vec_type)
 
 LOOPED_EPILOGUE = frozenset({"Sigmoid", "Tanh", "SiLU", "Gelu", "GeluTanh"})  # long polynomial bodies
 UNROLL = 4  # k steps per loop iteration when a step is a single k (GEMM, im2col, 1x1 conv)

@@ -33,6 +33,9 @@ def i64(v: int) -> ir.Constant:
 
 
 def const(t: ir.Type, v: float) -> ir.Constant:
+    """Constant ``v`` of type ``t`` (in every lane when ``t`` is a vector)."""
+    if isinstance(t, ir.VectorType):
+        return ir.Constant(t, [const(t.element, v)] * t.count)
     return ir.Constant(t, float(v) if isinstance(t, (ir.FloatType, ir.DoubleType, ir.HalfType)) else int(v))
 
 
@@ -127,10 +130,18 @@ def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type
 _SUFFIX = {"float": "f32", "double": "f64", "half": "f16", "i8": "i8", "i32": "i32", "i64": "i64"}
 
 
+def type_suffix(t: ir.Type) -> str:
+    """The overloaded-intrinsic suffix of ``t``: ``f32``, ``v8f32``..."""
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{type_suffix(t.element)}"
+    return _SUFFIX[str(t)]
+
+
 def call_intrinsic(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
-    """Call an overloaded same-type intrinsic by base name: ``call_intrinsic(b, "llvm.fma", x, y, z)``."""
+    """Call an overloaded same-type intrinsic by base name on scalars or vectors:
+    ``call_intrinsic(b, "llvm.fma", x, y, z)``."""
     t = args[0].type
-    fn = intrinsic(b.module, f"{name}.{_SUFFIX[str(t)]}", t, [a.type for a in args])
+    fn = intrinsic(b.module, f"{name}.{type_suffix(t)}", t, [a.type for a in args])
     return b.call(fn, list(args))
 
 

@@ -3,6 +3,8 @@
 ``llvm.exp`` and friends lower to one libm call per element and block vectorization; these
 polynomial forms (Cephes expf/logf, Eigen's rational tanh and erf) are a few ulp from libm, use
 only selects and arithmetic, and so vectorize on every target (x86, NEON, SVE, NVPTX alike).
+``x`` may be an f32 scalar or an f32 vector (the GEMM/Conv epilogues pass ``<VL x float>``);
+f64 scalars go through libm. The one home of this math: ``activations.py`` builds on it.
 """
 
 from __future__ import annotations
@@ -31,11 +33,20 @@ def fconst(x: ir.Value, v: float) -> ir.Constant:
     return const(x.type, v)
 
 
+def _int_type(t: ir.Type) -> ir.Type:
+    """i32, or <n x i32> for an <n x float>: the bit pattern type of ``t``."""
+    return ir.VectorType(I32, t.count) if isinstance(t, ir.VectorType) else I32
+
+
+def fma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
+    return call_intrinsic(b, "llvm.fma", x, y, z)
+
+
 def horner(b: ir.IRBuilder, x: ir.Value, coeffs: Sequence[float]) -> ir.Value:
     """``c0*x^(n-1) + ... + c(n-1)``, highest power first, with fused multiply-adds."""
     acc = fconst(x, coeffs[0])
     for c in coeffs[1:]:
-        acc = call_intrinsic(b, "llvm.fma", acc, x, fconst(x, c))
+        acc = fma(b, acc, x, fconst(x, c))
     return acc
 
 
@@ -49,34 +60,41 @@ def clamp(b: ir.IRBuilder, x: ir.Value, lo: float, hi: float) -> ir.Value:
     return b.select(b.fcmp_ordered(">", x, fconst(x, hi)), fconst(x, hi), x)
 
 
-def exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+def exp(b: ir.IRBuilder, x: ir.Value, full_range: bool = True) -> ir.Value:
+    """Cephes expf: ``2**n * p(r)``, ``n = rint(x log2 e)``. Full range: subnormal results down to
+    x = -103.97 and finite ones up to 88.72 (2**n applied in two halves). ``full_range=False``
+    applies 2**n in one step (three fewer ops per element): 0 below -87.34, inf above 88.38."""
     if _is_f64(x):
         return libm(b, "exp", x)
-    lo, hi = -103.9720840454, 88.72283172607422
+    lo, hi = (-103.9720840454, 88.72283172607422) if full_range else (-87.3365447504019, 88.3762626647949)
     xc = clamp(b, x, lo, hi)
     fx = call_intrinsic(b, "llvm.rint", b.fmul(xc, fconst(x, _LOG2E)))
-    r = call_intrinsic(b, "llvm.fma", fx, fconst(x, -_LN2_HI), xc)
-    r = call_intrinsic(b, "llvm.fma", fx, fconst(x, -_LN2_LO), r)
+    r = fma(b, fx, fconst(x, -_LN2_HI), xc)
+    r = fma(b, fx, fconst(x, -_LN2_LO), r)
     p = horner(b, r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1])
-    y = b.fadd(call_intrinsic(b, "llvm.fma", p, b.fmul(r, r), r), fconst(x, 1.0))
-    n = b.fptosi(fx, I32)
-    # 2**n in two halves, so n from -150 (subnormal results) to 128 (near FLT_MAX) stays exact.
-    n1 = b.ashr(n, ir.Constant(I32, 1))
-    res = b.fmul(b.fmul(y, _pow2(b, n1, x.type)), _pow2(b, b.sub(n, n1), x.type))
+    y = b.fadd(fma(b, p, b.fmul(r, r), r), fconst(x, 1.0))
+    it = _int_type(x.type)
+    n = b.fptosi(fx, it)
+    if full_range:  # n from -150 (subnormal results) to 128 (near FLT_MAX) stays exact
+        n1 = b.ashr(n, const(it, 1))
+        res = b.fmul(b.fmul(y, _pow2(b, n1, x.type)), _pow2(b, b.sub(n, n1), x.type))
+    else:  # n from -126 to 127
+        res = b.fmul(y, _pow2(b, n, x.type))
     res = select_lt(b, x, lo, fconst(x, 0.0), res)
     return b.select(b.fcmp_ordered(">", x, fconst(x, hi)), fconst(x, float("inf")), res)
 
 
 def _pow2(b: ir.IRBuilder, n: ir.Value, ty: ir.Type) -> ir.Value:
-    return b.bitcast(b.shl(b.add(n, ir.Constant(I32, 127)), ir.Constant(I32, 23)), ty)
+    return b.bitcast(b.shl(b.add(n, const(n.type, 127)), const(n.type, 23)), ty)
 
 
 def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     if _is_f64(x):
         return libm(b, "log", x)
-    bits = b.bitcast(x, I32)
-    e = b.sitofp(b.sub(b.lshr(bits, ir.Constant(I32, 23)), ir.Constant(I32, 126)), x.type)
-    m = b.bitcast(b.or_(b.and_(bits, ir.Constant(I32, 0x807FFFFF)), ir.Constant(I32, 0x3F000000)), x.type)
+    it = _int_type(x.type)
+    bits = b.bitcast(x, it)
+    e = b.sitofp(b.sub(b.lshr(bits, const(it, 23)), const(it, 126)), x.type)
+    m = b.bitcast(b.or_(b.and_(bits, const(it, 0x807FFFFF)), const(it, 0x3F000000)), x.type)
     small = b.fcmp_ordered("<", m, fconst(x, 0.707106781186547524))
     e = b.fsub(e, b.select(small, fconst(x, 1.0), fconst(x, 0.0)))
     m = b.fadd(b.fsub(m, fconst(x, 1.0)), b.select(small, m, fconst(x, 0.0)))
@@ -84,25 +102,29 @@ def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     y = horner(b, m, [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
                       -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1])
     y = b.fmul(b.fmul(y, m), z)
-    y = call_intrinsic(b, "llvm.fma", e, fconst(x, _LN2_LO), y)
-    y = call_intrinsic(b, "llvm.fma", z, fconst(x, -0.5), y)
-    res = call_intrinsic(b, "llvm.fma", e, fconst(x, _LN2_HI), b.fadd(m, y))
+    y = fma(b, e, fconst(x, _LN2_LO), y)
+    y = fma(b, z, fconst(x, -0.5), y)
+    res = fma(b, e, fconst(x, _LN2_HI), b.fadd(m, y))
     res = b.select(b.fcmp_ordered("==", x, fconst(x, float("inf"))), x, res)
     res = b.select(b.fcmp_ordered("==", x, fconst(x, 0.0)), fconst(x, float("-inf")), res)
     return b.select(b.fcmp_unordered("<", x, fconst(x, 0.0)), fconst(x, float("nan")), res)
+
+
+def _odd_rational(b: ir.IRBuilder, x: ir.Value, bound: float, p: Sequence[float], q: Sequence[float]) -> ir.Value:
+    """``x' P(x'^2) / Q(x'^2)`` with ``x' = clamp(x, -bound, bound)``: Eigen's odd rational form."""
+    xc = clamp(b, x, -bound, bound)
+    x2 = b.fmul(xc, xc)
+    return b.fdiv(b.fmul(horner(b, x2, p), xc), horner(b, x2, q))
 
 
 def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Eigen's rational approximation on [-7.9, 7.9]; ``x`` itself for |x| < 4e-4."""
     if _is_f64(x):
         return libm(b, "tanh", x)
-    xc = clamp(b, x, -7.90531110763549805, 7.90531110763549805)
-    x2 = b.fmul(xc, xc)
-    p = b.fmul(horner(b, x2, [-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
-                              5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
-                              4.89352455891786e-03]), xc)
-    q = horner(b, x2, [1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03])
-    res = b.fdiv(p, q)
+    res = _odd_rational(b, x, 7.90531110763549805,
+                        [-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+                         1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03],
+                        [1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03])
     tiny = b.fcmp_ordered("<", call_intrinsic(b, "llvm.fabs", x), fconst(x, 0.0004))
     return b.select(tiny, x, res)
 
@@ -111,19 +133,18 @@ def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Rational approximation on [-4, 4] (TensorFlow/Eigen float erf)."""
     if _is_f64(x):
         return libm(b, "erf", x)
-    xc = clamp(b, x, -4.0, 4.0)
-    x2 = b.fmul(xc, xc)
-    p = b.fmul(horner(b, x2, [-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
-                              -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
-                              -1.60960333262415e-02]), xc)
-    q = horner(b, x2, [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
-                       -7.37332916720468e-03, -1.42647390514189e-02])
-    return b.fdiv(p, q)
+    return _odd_rational(b, x, 4.0,
+                         [-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+                          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02],
+                         [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                          -7.37332916720468e-03, -1.42647390514189e-02])
 
 
 def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """1 / (1 + exp(-x)). The short-range exp suffices: where it differs from the full one
+    (x in (-88.72, -88.38)) sigmoid is below 4.2e-39 either way."""
     one = fconst(x, 1.0)
-    return b.fdiv(one, b.fadd(one, exp(b, b.fneg(x))))
+    return b.fdiv(one, b.fadd(one, exp(b, b.fneg(x), full_range=False)))
 
 
 def pow_(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:

@@ -12,15 +12,9 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ..target import Target
-from .irhelpers import set_fn_attrs
+from .irhelpers import F32, I1, I32, i64, set_fn_attrs
 
-F32 = ir.FloatType()
-I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 F32P = F32.as_pointer()
-
-
-def i64(v: int) -> ir.Constant:
-    return ir.Constant(I64, int(v))
 
 
 def gep(b: ir.IRBuilder, p: ir.Value, off: int | ir.Value) -> ir.Value:

@@ -13,6 +13,7 @@ from llvmlite import ir
 
 from ...ir.dtypes import DType
 from ...ops.fused import parse_program
+from .. import activations as act
 from .. import irhelpers as h
 from .. import mathfns as m
 from .base import KernelContext, kernel, unsupported
@@ -57,10 +58,6 @@ def emit_map(ctx: KernelContext, fn: Callable[[list[ir.Value]], ir.Value], input
 
 
 # ------------------------------------------------------------------------------- scalar table ---
-def _f(x: ir.Value, v: float) -> ir.Constant:
-    return h.const(x.type, v)
-
-
 def _fl(fn: Callable[..., ir.Value]) -> Scalar:
     """A float-only scalar function of (builder, *args, attrs)."""
     return lambda b, xs, a, dt: fn(b, *xs, a)
@@ -73,24 +70,6 @@ def _by_kind(flt: Scalar, sint: Scalar, uint: Scalar | None = None) -> Scalar:
         return (sint if dt in h.SIGNED or uint is None else uint)(b, xs, a, dt)
 
     return pick
-
-
-def _relu_f(b, x, a):
-    return b.select(b.fcmp_ordered("<", x, _f(x, 0)), _f(x, 0), x)
-
-
-def _hard_sigmoid(b, x, alpha, beta):
-    return m.clamp(b, h.call_intrinsic(b, "llvm.fma", x, _f(x, alpha), _f(x, beta)), 0.0, 1.0)
-
-
-def _gelu(b, x, a):
-    half = b.fmul(x, _f(x, 0.5))
-    if a["approximate"] == "tanh":
-        inner = b.fmul(h.call_intrinsic(b, "llvm.fma", b.fmul(x, x), _f(x, 0.044715), _f(x, 1.0)), x)
-        t = m.tanh(b, b.fmul(inner, _f(x, 0.7978845608028654)))
-    else:
-        t = m.erf(b, b.fmul(x, _f(x, 0.7071067811865476)))
-    return b.fmul(half, b.fadd(t, _f(x, 1.0)))
 
 
 def _safe_sdiv(b, x, y):
@@ -142,21 +121,21 @@ def _fold(fop: str, iop: str) -> Scalar:
 
 
 SCALAR: dict[str, Scalar] = {
-    "Relu": _by_kind(_fl(_relu_f), lambda b, xs, a, dt: b.select(b.icmp_signed("<", xs[0], ir.Constant(xs[0].type, 0)), ir.Constant(xs[0].type, 0), xs[0]),
+    "Relu": _by_kind(_fl(lambda b, x, a: act.relu(b, x)), lambda b, xs, a, dt: b.select(b.icmp_signed("<", xs[0], ir.Constant(xs[0].type, 0)), ir.Constant(xs[0].type, 0), xs[0]),
                      lambda b, xs, a, dt: xs[0]),
     "Clip": _fl(lambda b, x, a: m.clamp(b, x, a["min"], a["max"])),
-    "LeakyRelu": _fl(lambda b, x, a: b.select(b.fcmp_ordered("<", x, _f(x, 0)), b.fmul(x, _f(x, a["alpha"])), x)),
+    "LeakyRelu": _fl(lambda b, x, a: act.leaky_relu(b, x, a["alpha"])),
     "Sigmoid": _fl(lambda b, x, a: m.sigmoid(b, x)),
     "Tanh": _fl(lambda b, x, a: m.tanh(b, x)),
-    "SiLU": _fl(lambda b, x, a: b.fmul(x, m.sigmoid(b, x))),
-    "HardSigmoid": _fl(lambda b, x, a: _hard_sigmoid(b, x, a["alpha"], a["beta"])),
-    "HardSwish": _fl(lambda b, x, a: b.fmul(x, _hard_sigmoid(b, x, 1.0 / 6.0, 0.5))),
-    "Gelu": _fl(_gelu),
+    "SiLU": _fl(lambda b, x, a: act.silu(b, x)),
+    "HardSigmoid": _fl(lambda b, x, a: act.hard_sigmoid(b, x, a["alpha"], a["beta"])),
+    "HardSwish": _fl(lambda b, x, a: act.hard_swish(b, x)),
+    "Gelu": _fl(lambda b, x, a: (act.gelu_tanh if a["approximate"] == "tanh" else act.gelu)(b, x)),
     "Erf": _fl(lambda b, x, a: m.erf(b, x)),
     "Sqrt": _fl(lambda b, x, a: h.call_intrinsic(b, "llvm.sqrt", x)),
     "Exp": _fl(lambda b, x, a: m.exp(b, x)),
     "Log": _fl(lambda b, x, a: m.log(b, x)),
-    "Reciprocal": _fl(lambda b, x, a: b.fdiv(_f(x, 1.0), x)),
+    "Reciprocal": _fl(lambda b, x, a: b.fdiv(m.fconst(x, 1.0), x)),
     "Neg": _by_kind(_fl(lambda b, x, a: b.fneg(x)), lambda b, xs, a, dt: b.sub(ir.Constant(xs[0].type, 0), xs[0])),
     "Abs": _by_kind(_fl(lambda b, x, a: h.call_intrinsic(b, "llvm.fabs", x)),
                     lambda b, xs, a, dt: b.select(b.icmp_signed("<", xs[0], ir.Constant(xs[0].type, 0)), b.sub(ir.Constant(xs[0].type, 0), xs[0]), xs[0]),
@@ -179,9 +158,13 @@ FLOAT_ONLY = frozenset({"Clip", "LeakyRelu", "Sigmoid", "Tanh", "SiLU", "HardSig
                         "Sqrt", "Exp", "Log", "Reciprocal", "Pow"})
 
 
-def scalar_fn(op: str, attrs: Mapping, dtype: DType) -> Callable[[ir.IRBuilder, list[ir.Value]], ir.Value]:
+def check_dtype(op: str, dtype: DType) -> None:
     if op in FLOAT_ONLY and dtype not in (DType.F32, DType.F64):
         raise unsupported(op, f"native kernel supports f32/f64 only, got {dtype.value}")
+
+
+def scalar_fn(op: str, attrs: Mapping, dtype: DType) -> Callable[[ir.IRBuilder, list[ir.Value]], ir.Value]:
+    check_dtype(op, dtype)
     fn = SCALAR[op]
     return lambda b, xs: fn(b, xs, attrs, dtype)
 

@@ -8,19 +8,17 @@ from llvmlite import ir
 
 from ...ops.fused import ACTIVATIONS
 from .. import irhelpers as h
-from .elementwise import scalar_fn
+from ..activations import ACTIVATION_EMITTERS
+from .elementwise import check_dtype
 
 
 def activation_fn(attrs: Mapping, dtype) -> Callable[[ir.IRBuilder, ir.Value], ir.Value] | None:
     name = attrs.get("activation", "none")
     if name == "none":
         return None
-    act = ACTIVATIONS[name]
-    from ...ops import get_op
-
-    op_attrs = get_op(act.op).normalize_attrs(act.op_attrs(attrs["act_alpha"], attrs["act_beta"]))
-    fn = scalar_fn(act.op, op_attrs, dtype)
-    return lambda b, v: fn(b, [v])
+    check_dtype(ACTIVATIONS[name].op, dtype)
+    emit, alpha, beta = ACTIVATION_EMITTERS[name], attrs["act_alpha"], attrs["act_beta"]
+    return lambda b, v: emit(b, v, alpha, beta)
 
 
 def residual_index(attrs: Mapping) -> int | None:

@@ -21,7 +21,7 @@ def conv(ctx: OpContext) -> list[Loop]:
     a = ctx.attrs
     xs, ws = ctx.shape(0), ctx.shape(1)
     nd = len(xs) - 2
-    c, oc, cg, ks = xs[1], ws[0], ws[1], ws[2:]
+    oc, cg, ks = ws[0], ws[1], ws[2:]
     strides, dil, pads, group = a["strides"], a["dilations"], a["pads"][:nd], a["group"]
     ocg = oc // group
     xst, wst = h.contiguous_strides(xs), h.contiguous_strides(ws)
@@ -53,7 +53,7 @@ def conv(ctx: OpContext) -> list[Loop]:
 
 def gemm(ctx: OpContext) -> list[Loop]:
     a = ctx.attrs
-    (am, ak), (bk, bn) = ctx.shape(0), ctx.shape(1)
+    (am, ak), (_, bn) = ctx.shape(0), ctx.shape(1)
     ta, tb = a["transA"], a["transB"]
     K = ak if not ta else am
     M, N = ctx.out_shape

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from cuvil.compiler.codegen.epilogue import ACTIVATION_EMITTERS
+from cuvil.compiler.codegen.activations import ACTIVATION_EMITTERS
 from cuvil.compiler.codegen.gemm import emit_gemm
 from cuvil.compiler.codegen.packing import gemm_tile, pack_gemm_b
 from cuvil.compiler.ops.fused import ACTIVATIONS

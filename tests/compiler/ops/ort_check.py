@@ -10,11 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from cuvil.compiler import DType, Node, TensorType, infer_graph_types, run_reference, verify
+from cuvil.compiler.ir.infer import infer_op
+from cuvil.compiler.ops import get_op
+
+
+def infer(op, shapes, dtype=DType.F32, **attrs):
+    """Cuvil's inferred output types of ``op`` over inputs of ``shapes`` (all of ``dtype``)."""
+    types = [TensorType(dtype, tuple(s)) for s in shapes]
+    return infer_op(op, types, get_op(op).normalize_attrs(attrs))
+
+
+def randn(rng, shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
 
 
 @dataclass(frozen=True)

@@ -8,18 +8,9 @@ from cuvil.compiler.errors import ShapeError
 from cuvil.compiler.ir.infer import infer_op
 from cuvil.compiler.ops import get_op
 
-from .ort_check import assert_close, run_cuvil, run_ort
+from .ort_check import assert_close, infer, randn, run_cuvil, run_ort
 
 F32 = DType.F32
-
-
-def infer(op, shapes, dtype=F32, **attrs):
-    types = [TensorType(dtype, tuple(s)) for s in shapes]
-    return infer_op(op, types, get_op(op).normalize_attrs(attrs))
-
-
-def randn(rng, shape, dtype=np.float32):
-    return rng.standard_normal(shape).astype(dtype)
 
 
 # --- Gemm ------------------------------------------------------------------------------------------

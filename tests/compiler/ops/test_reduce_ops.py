@@ -5,16 +5,10 @@ import pytest
 
 from cuvil.compiler import DType, N, TensorType
 from cuvil.compiler.errors import ShapeError
-from cuvil.compiler.ir.infer import infer_op
-from cuvil.compiler.ops import get_op
 
-from .ort_check import Const, assert_close, run_cuvil, run_ort
+from .ort_check import Const, assert_close, infer, run_cuvil, run_ort
 
 OPS = ["ReduceMean", "ReduceSum", "ReduceMax"]
-
-
-def infer(op, shape, dtype=DType.F32, **attrs):
-    return infer_op(op, [TensorType(dtype, tuple(shape))], get_op(op).normalize_attrs(attrs))
 
 
 def ort_reduce(op, x, axes, keepdims):
@@ -83,9 +77,9 @@ def test_reduce_over_an_empty_axis():
 
 @pytest.mark.parametrize("op", OPS)
 def test_reduce_batch_symbol(op):
-    assert infer(op, (N, 3, 4), axes=(1, 2), keepdims=0) == (TensorType(DType.F32, (N,)),)
-    assert infer(op, (N, 3, 4), axes=(-1,)) == (TensorType(DType.F32, (N, 3, 1)),)
-    assert infer(op, (N, 3), keepdims=1) == (TensorType(DType.F32, (1, 1)),)
+    assert infer(op, [(N, 3, 4)], axes=(1, 2), keepdims=0) == (TensorType(DType.F32, (N,)),)
+    assert infer(op, [(N, 3, 4)], axes=(-1,)) == (TensorType(DType.F32, (N, 3, 1)),)
+    assert infer(op, [(N, 3)], keepdims=1) == (TensorType(DType.F32, (1, 1)),)
 
 
 ERRORS = {
@@ -101,10 +95,10 @@ ERRORS = {
 def test_reduce_rejects_bad_operands(op, case):
     shape, attrs = case
     with pytest.raises(ShapeError):
-        infer(op, shape, **attrs)
+        infer(op, [shape], **attrs)
 
 
 @pytest.mark.parametrize("op,dtype", [("ReduceMean", DType.I32), ("ReduceSum", DType.BOOL), ("ReduceMax", DType.BOOL)])
 def test_reduce_rejects_unsupported_dtypes(op, dtype):
     with pytest.raises(ShapeError):
-        infer(op, (2, 3), dtype=dtype)
+        infer(op, [(2, 3)], dtype=dtype)
