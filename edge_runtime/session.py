@@ -36,6 +36,7 @@ class CompileStats:
     kernel_count: int
     node_count: int
     object_bytes: int
+    cache_ms: float = 0.0  # computing the key and reading (and checking) the cache entry
 
 
 def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:
@@ -50,13 +51,19 @@ def _view(arena: np.ndarray, spec: IOSpec) -> np.ndarray:
 
 
 class Session:
-    def __init__(self, lowered: LoweredModel, code: LoadedCode, stats: CompileStats):
+    def __init__(self, lowered: LoweredModel, code: LoadedCode, stats: CompileStats, weights: np.ndarray | None = None):
+        """``weights``: the packed block already in memory (a cache hit maps it from the file, read-only,
+        64-byte aligned); without it the block is copied from ``lowered.weights``."""
         self.stats = stats
         self._code = code  # keeps the execution engine, hence the machine code, alive
         self._arena = aligned_empty(max(lowered.arena_bytes, ALIGN))
-        self._weights = aligned_empty(max(len(lowered.weights), ALIGN))
-        self._weights[:len(lowered.weights)] = np.frombuffer(lowered.weights, dtype=np.uint8)
-        self._weights.flags.writeable = False
+        if weights is None or not len(weights):
+            weights = aligned_empty(max(len(lowered.weights), ALIGN))
+            weights[:len(lowered.weights)] = np.frombuffer(lowered.weights, dtype=np.uint8)
+            weights.flags.writeable = False
+        elif weights.ctypes.data % ALIGN:
+            raise ValueError("the weights block must be 64-byte aligned")
+        self._weights = weights
         self.lowered = dataclasses.replace(lowered, weights=b"")  # the block lives once, in _weights
         self._inputs = tuple((s.name, v, v.shape, v.dtype) for s in lowered.inputs for v in [_view(self._arena, s)])
         self._outputs = tuple((s.name, _view(self._arena, s)) for s in lowered.outputs)

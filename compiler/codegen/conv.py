@@ -30,6 +30,8 @@ X; it may alias residual.
 
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir
 
 from ..target import Target
@@ -40,6 +42,7 @@ from .irhelpers import for_range
 from .packing import ConvPlan, conv_plan
 
 I8P = ir.IntType(8).as_pointer()
+IM2COL_UNROLLED_COPIES = 128  # per channel; above this the im2col fill loops over row periods
 
 
 def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H: int, W: int, OC: int,
@@ -254,21 +257,47 @@ def _strided_copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, n: int, s: int,
 
 
 def _fill_im2col(b: ir.IRBuilder, p: ConvPlan, src: ir.Value, dst: ir.Value) -> None:
-    """dst[slot][k][lane] = pixel (slot*VL + lane) of tap row k, copied as whole row pieces."""
+    """dst[slot][k][lane] = pixel (slot*VL + lane) of tap row k, copied as whole row pieces.
+
+    The split of output rows into vector pieces repeats every VL/gcd(OW, VL) rows, so one period
+    is unrolled inside a loop over periods: fully unrolled, the small CNN's 28x28 first conv was
+    1,134 copies (6.8k IR lines, ~3.4 s of LLVM) for the same loads and stores; now ~0.1 s.
+    """
     vl, K = p.vl, p.K
-    pieces = []  # (src offset within a channel minus tap, dst offset minus k*vl, length)
-    for oh in range(p.OH):
+    period = vl // math.gcd(p.OW, vl)
+    if len(_row_pieces(p, p.OH)) * p.T <= IM2COL_UNROLLED_COPIES:
+        period = p.OH  # small: one straight-line block, as fast to compile and no loop overhead
+    reps, rest = divmod(p.OH, period)
+    with for_range(b, p.Cg, name="kc") as c:
+        sc = gep(b, src, b.mul(c, i64(p.chan_stride)))
+        dk = gep(b, dst, b.mul(c, i64(p.T * vl)))
+        if reps:
+            with for_range(b, reps, name="kr") as r:
+                s0 = gep(b, sc, b.mul(r, i64(period * p.Wq)))
+                d0 = gep(b, dk, b.mul(r, i64(period * p.OW // vl * K * vl)))
+                _copy_pieces(b, p, s0, d0, _row_pieces(p, period))
+        if rest:
+            oh0 = reps * period
+            _copy_pieces(b, p, gep(b, sc, oh0 * p.Wq), gep(b, dk, oh0 * p.OW // vl * K * vl), _row_pieces(p, rest))
+
+
+def _row_pieces(p: ConvPlan, rows: int) -> list[tuple[int, int, int]]:
+    """(src offset minus tap, dst offset minus k*vl, length) of ``rows`` output rows, relative to a
+    first row whose first pixel starts a vector."""
+    vl, K, pieces = p.vl, p.K, []
+    for oh in range(rows):
         ow = 0
         while ow < p.OW:
             pix = oh * p.OW + ow
             n = min(p.OW - ow, vl - pix % vl)
             pieces.append((oh * p.Wq + ow, (pix // vl) * K * vl + pix % vl, n))
             ow += n
-    with for_range(b, p.Cg, name="kc") as c:
-        sc = gep(b, src, b.mul(c, i64(p.chan_stride)))
-        dk = gep(b, dst, b.mul(c, i64(p.T * vl)))
-        for t in range(p.T):
-            for s_off, d_off, n in pieces:
-                vt = vec_type(n) if n > 1 else ir.FloatType()
-                v = b.load(b.bitcast(gep(b, sc, s_off + _tap(p, t)), vt.as_pointer()), align=4)
-                b.store(v, b.bitcast(gep(b, dk, d_off + t * vl), vt.as_pointer()), align=4)
+    return pieces
+
+
+def _copy_pieces(b: ir.IRBuilder, p: ConvPlan, sc: ir.Value, dk: ir.Value, pieces) -> None:
+    for t in range(p.T):
+        for s_off, d_off, n in pieces:
+            vt = vec_type(n) if n > 1 else ir.FloatType()
+            v = b.load(b.bitcast(gep(b, sc, s_off + _tap(p, t)), vt.as_pointer()), align=4)
+            b.store(v, b.bitcast(gep(b, dk, d_off + t * p.vl), vt.as_pointer()), align=4)

@@ -256,8 +256,8 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
           profile: bool = False) -> LoweredModel:
     """Lower ``graph`` for ``target`` at a fixed ``batch`` size (compile once per batch size).
 
-    ``emit=False`` skips the kernel bodies and the IR text (``llvm_ir`` is empty): what a disk
-    cache hit needs, since the object code is already there but weights and plan are not.
+    ``emit=False`` skips the kernel bodies and the IR text (``llvm_ir`` is empty), for callers
+    that want only weights, plan and sizes (a disk cache hit needs no lowering at all).
     ``profile=True`` adds a cycle counter per node after the scratch region (``Session.profile``).
     """
     g = bind_batch(optimize_graph(graph) if optimize else graph, batch)

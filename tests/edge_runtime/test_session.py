@@ -181,7 +181,7 @@ def test_cache_shared_across_processes(tmp_path, cache_dir):
         if all(f == fp for _, _, f in first):
             assert hit == "1"
             break
-    assert not [p for p in cache_dir.iterdir() if p.suffix != ".o"]  # no temporary files left behind
+    assert [p.suffix for p in cache_dir.iterdir()] == [".cuvil-art"]  # one entry, no temporary files left behind
 
 
 def test_parallel_compile_links_the_parts(monkeypatch, cache_dir):

@@ -1,0 +1,168 @@
+"""The compiled-artifact cache: a hit never lowers, a damaged entry is a miss, outputs never change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cuvil.compiler.codegen.lower import lower
+from cuvil.edge_runtime import compile as compile_mod
+from cuvil.edge_runtime.artifact import PAGE, ArtifactError, read_artifact, write_artifact
+from cuvil.edge_runtime.cache import CompileCache
+from cuvil.edge_runtime.compile import compile_graph, resolve
+
+from .test_session import _check, mlp_graph
+
+X = {"x": np.random.default_rng(7).standard_normal((1, 37), dtype=np.float32)}
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    return tmp_path / "cache"
+
+
+def _entry(cache_dir):
+    (entry,) = [p for p in cache_dir.iterdir() if p.suffix == CompileCache.SUFFIX]
+    return entry
+
+
+def _forbid(monkeypatch, *names):
+    def boom(*args, **kwargs):
+        raise AssertionError("called on the warm path")
+
+    for name in names:
+        monkeypatch.setattr(compile_mod, name, boom)
+
+
+def test_hit_skips_lowering_llvm_and_graph_hashing(cache_dir, monkeypatch):
+    graph = mlp_graph()
+    cold = compile_graph(graph, cache_dir=cache_dir, content_hash="ab" * 32)
+    want = cold.run(X)
+    _forbid(monkeypatch, "lower", "emit_objects", "graph_digest")
+    warm = compile_graph(graph, cache_dir=cache_dir, content_hash="ab" * 32)
+    assert warm.stats.cache_hit and warm.stats.lower_ms == 0 and warm.stats.llvm_ms == 0
+    for name, value in warm.run(X).items():
+        np.testing.assert_array_equal(value, want[name])
+    assert warm.memory_plan == cold.memory_plan
+    assert warm.lowered.inputs == cold.lowered.inputs and warm.lowered.outputs == cold.lowered.outputs
+    assert (warm.stats.kernel_count, warm.stats.node_count, warm.stats.object_bytes) == \
+        (cold.stats.kernel_count, cold.stats.node_count, cold.stats.object_bytes)
+
+
+def test_bare_graph_hit_skips_lowering(cache_dir, monkeypatch):
+    graph = mlp_graph()
+    compile_graph(graph, cache_dir=cache_dir)
+    _forbid(monkeypatch, "lower", "emit_objects")
+    assert compile_graph(graph, cache_dir=cache_dir).stats.cache_hit
+
+
+def test_profile_session_round_trips(cache_dir):
+    graph = mlp_graph()
+    cold = compile_graph(graph, cache_dir=cache_dir, profile=True)
+    warm = compile_graph(graph, cache_dir=cache_dir, profile=True)
+    assert warm.stats.cache_hit
+    assert warm.lowered.profile_nodes == cold.lowered.profile_nodes and warm.lowered.profile_offset == cold.lowered.profile_offset
+    assert abs(sum(warm.profile(runs=3).values()) - 1) < 1e-6
+
+
+def test_republished_entry_leaves_mapped_sessions_intact(cache_dir):
+    """Writers replace entries whole (a new file, os.replace), never in place, so a session whose
+    weights are mapped from the old file keeps its bytes while another writer publishes the key."""
+    graph = mlp_graph()
+    want = compile_graph(graph, cache_dir=cache_dir).run(X)
+    warm = compile_graph(graph, cache_dir=cache_dir)
+    assert warm.stats.cache_hit
+    entry = _entry(cache_dir)
+    before = entry.stat().st_ino
+    objects = read_artifact(entry, resolve("host")).objects
+    CompileCache(cache_dir).put(entry.name.split(".")[0], lower(graph, resolve("host")), objects)
+    assert entry.stat().st_ino != before and len(list(cache_dir.iterdir())) == 1
+    for name, value in warm.run(X).items():
+        np.testing.assert_array_equal(value, want[name])
+
+
+def test_artifact_round_trip_maps_aligned_read_only_weights(tmp_path):
+    target = resolve("host")
+    lowered = lower(mlp_graph(), target)
+    path = tmp_path / "a.cuvil-art"
+    with open(path, "wb") as f:
+        write_artifact(f, lowered, [b"\x7fELF one", b"two"])
+    art = read_artifact(path, target)
+    assert art.objects == [b"\x7fELF one", b"two"]
+    assert art.weights.tobytes() == lowered.weights and not art.weights.flags.writeable
+    assert art.weights.ctypes.data % 64 == 0 and path.stat().st_size % PAGE == 0
+    assert art.lowered.plan == lowered.plan and art.lowered.entry == lowered.entry
+    assert art.lowered.arena_bytes == lowered.arena_bytes and art.lowered.inputs == lowered.inputs
+
+
+def _flip(offset_of):
+    def damage(path):
+        raw = bytearray(path.read_bytes())
+        raw[offset_of(raw)] ^= 0x10
+        path.write_bytes(bytes(raw))
+    return damage
+
+
+DAMAGE = {
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[:-100]),
+    "cut_to_header": lambda p: p.write_bytes(p.read_bytes()[:30]),
+    "empty": lambda p: p.write_bytes(b""),
+    "extended": lambda p: p.write_bytes(p.read_bytes() + b"\0" * PAGE),
+    "magic": _flip(lambda raw: 0),
+    "meta": _flip(lambda raw: 60),
+    "object": _flip(lambda raw: raw.index(b"\x7fELF") + 200),
+    "weights": _flip(lambda raw: len(raw) - PAGE - 8),  # in the last page of the (padded) weights
+    "garbage": lambda p: p.write_bytes(np.random.default_rng(0).bytes(p.stat().st_size)),
+}
+
+
+@pytest.mark.parametrize("how", sorted(DAMAGE))
+def test_damaged_entry_is_a_miss_and_rewritten(cache_dir, how):
+    graph = mlp_graph()
+    want = compile_graph(graph, cache_dir=cache_dir).run(X)
+    DAMAGE[how](_entry(cache_dir))
+    with pytest.raises((ArtifactError, ValueError)):
+        read_artifact(_entry(cache_dir), resolve("host"))
+    again = compile_graph(graph, cache_dir=cache_dir)
+    assert not again.stats.cache_hit
+    _check(graph, X, again)
+    third = compile_graph(graph, cache_dir=cache_dir)
+    assert third.stats.cache_hit  # rewritten whole
+    for name, value in third.run(X).items():
+        np.testing.assert_array_equal(value, want[name])
+
+
+def test_weights_damage_is_caught(cache_dir):
+    """The weight check covers every byte the kernels read, not only the padding."""
+    graph = mlp_graph()
+    compile_graph(graph, cache_dir=cache_dir)
+    entry = _entry(cache_dir)
+    target = resolve("host")
+    art = read_artifact(entry, target)
+    start = entry.stat().st_size - (-(-len(art.weights) // PAGE) * PAGE)
+    del art
+    for where in (start, start + 1234):
+        raw = bytearray(entry.read_bytes())
+        raw[where] ^= 1
+        entry.write_bytes(bytes(raw))
+        with pytest.raises(ArtifactError):
+            read_artifact(entry, target)
+        raw[where] ^= 1
+        entry.write_bytes(bytes(raw))
+        read_artifact(entry, target)
+
+
+def test_zoo_model_cold_and_warm_outputs_identical(cache_dir):
+    pytest.importorskip("torch")
+    from cuvil.compiler.frontends.torch import import_torch
+
+    from tests.zoo import ZOO
+
+    model, example = ZOO["tiny_transformer"]()
+    graph = import_torch(model, example)
+    feeds = {n: t.numpy() for n, t in zip(graph.inputs, example)}
+    cold = compile_graph(graph, cache_dir=cache_dir, content_hash="cd" * 32)
+    warm = compile_graph(graph, cache_dir=cache_dir, content_hash="cd" * 32)
+    assert not cold.stats.cache_hit and warm.stats.cache_hit
+    a, b = cold.run(feeds), warm.run(feeds)
+    for name in graph.outputs:
+        np.testing.assert_array_equal(a[name], b[name])
