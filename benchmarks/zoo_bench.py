@@ -4,7 +4,7 @@ Each runtime runs ``--block`` inferences in turn (A B C A B C ...) for ``--round
 from the shared machine hits all three alike; medians and p99 are over every timed inference.
 Also printed: cold compile time (empty cache), warm start (cache hit to first result, median of 3
 fresh processes: see ``warm_start.py``), arena vs its lower bound, achieved GFLOP/s and the
-largest difference from the reference interpreter.
+largest difference from the reference interpreter, and resident-memory growth over 10,000 inferences.
 
     python benchmarks/zoo_bench.py [--models mlp,resnet18] [--rounds 30] [--block 20] [--json out.json]
 """
@@ -41,7 +41,22 @@ def time_block(fn, n: int) -> list[float]:
     return out
 
 
-def bench_model(name: str, rounds: int, block: int) -> dict:
+def rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def rss_growth_kib(run, n: int) -> int:
+    """Resident memory after ``n`` more inferences minus before (after a warm-up of 100)."""
+    for _ in range(100):
+        run()
+    before = rss_kib()
+    for _ in range(n):
+        run()
+    return rss_kib() - before
+
+
+def bench_model(name: str, rounds: int, block: int, rss_runs: int) -> dict:
     torch.manual_seed(0)
     module, example = ZOO[name]()
     module.eval()
@@ -72,11 +87,12 @@ def bench_model(name: str, rounds: int, block: int) -> dict:
     for _ in range(rounds):
         for key, fn in runners.items():
             samples[key] += time_block(fn, block)
+    rss = rss_growth_kib(lambda: sess.run(feeds), rss_runs) if rss_runs else 0
     flops = summarize(graph).flops
     plan = sess.memory_plan
     res = {"model": name, "flops": flops, "cold_compile_s": starts["cold_compile_s"], "warm_start_ms": starts["warm_ms"],
            "arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound, "naive_bytes": plan.naive_bytes,
-           "max_abs_err": max_err}
+           "max_abs_err": max_err, "rss_runs": rss_runs, "rss_growth_kib": rss}
     for key, xs in samples.items():
         res[f"{key}_median_ms"] = float(np.median(xs))
         res[f"{key}_p99_ms"] = float(np.percentile(xs, 99))
@@ -88,14 +104,15 @@ def bench_model(name: str, rounds: int, block: int) -> dict:
 
 def table(results: list[dict]) -> str:
     head = ("model", "cuvil p50/p99 ms", "ORT p50/p99 ms", "torch p50/p99 ms", "cuvil/ORT", "cuvil/torch",
-            "GFLOP/s", "cold s", "warm ms", "arena/LB", "max err")
+            "GFLOP/s", "cold s", "warm ms", "arena/LB", "max err", "RSS growth")
     rows = [[r["model"],
              f"{r['cuvil_median_ms']:.3f}/{r['cuvil_p99_ms']:.3f}",
              f"{r['onnxruntime_median_ms']:.3f}/{r['onnxruntime_p99_ms']:.3f}",
              f"{r['torch_median_ms']:.3f}/{r['torch_p99_ms']:.3f}",
              f"{r['ratio_vs_ort']:.2f}", f"{r['ratio_vs_torch']:.2f}", f"{r['cuvil_gflops']:.1f}",
              f"{r['cold_compile_s']:.2f}", f"{r['warm_start_ms']:.1f}",
-             f"{r['arena_bytes'] / max(r['lower_bound_bytes'], 1):.3f}", f"{r['max_abs_err']:.1e}"] for r in results]
+             f"{r['arena_bytes'] / max(r['lower_bound_bytes'], 1):.3f}", f"{r['max_abs_err']:.1e}",
+             f"{r['rss_growth_kib']} KiB/{r['rss_runs']}"] for r in results]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     fmt = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     return "\n".join([fmt(head), "-+-".join("-" * w for w in widths), *(fmt(r) for r in rows)])
@@ -106,12 +123,13 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(ZOO))
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--block", type=int, default=20)
+    ap.add_argument("--rss-runs", type=int, default=10_000, help="Cuvil inferences for the RSS-growth check (0: skip).")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     results = []
     for name in args.models.split(","):
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
-        results.append(bench_model(name, args.rounds, args.block))
+        results.append(bench_model(name, args.rounds, args.block, args.rss_runs))
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
