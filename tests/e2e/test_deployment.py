@@ -39,7 +39,12 @@ from cuvil.coordinator.store import ResultsStore  # noqa: E402
 from ..coordinator.fleet_helpers import make_bundle, make_keys  # noqa: E402
 
 pytestmark = pytest.mark.slow
-BIN = Path(sys.executable).parent
+def flower_tool(name: str) -> str:
+    """Flower's console script beside this interpreter, else on PATH (a venv over system packages)."""
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    assert found, f"{name} is not installed (pip install 'flwr[simulation]')"
+    return found
 
 
 # certificates and keys ----------------------------------------------------------------------------
@@ -128,7 +133,7 @@ def wait_for(cond, timeout: float, what: str, step: float = 0.5):
 
 
 def flwr(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "flwr"), *args], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([flower_tool("flwr"), *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
 APP_TOML = """\
@@ -182,7 +187,7 @@ def test_round_over_tls_with_node_auth_survives_a_killed_node(deployment):
     bundle = make_bundle(tmp, author)
     db = tmp / "results.db"
 
-    procs.start("superlink", [str(BIN / "flower-superlink"), "--ssl-ca-certfile", str(tls["ca"]),
+    procs.start("superlink", [flower_tool("flower-superlink"), "--ssl-ca-certfile", str(tls["ca"]),
                               "--ssl-certfile", str(tls["cert"]), "--ssl-keyfile", str(tls["key"]),
                               "--enable-supernode-auth", "--host", "127.0.0.1", "--port", str(port),
                               "--database", str(tmp / "superlink.db"), "--disable-runtime-dependency-installation"])
@@ -200,11 +205,11 @@ def test_round_over_tls_with_node_auth_survives_a_killed_node(deployment):
         state = DeviceState.provision(tmp / f"device{i}", f"device-{i}", host_class(), [author.public_path],
                                       data=device_data(i, 3))
         nodes.append(f"node{i}")
-        procs.start(f"node{i}", [str(BIN / "flower-supernode"), "--superlink", f"127.0.0.1:{port}",
+        procs.start(f"node{i}", [flower_tool("flower-supernode"), "--superlink", f"127.0.0.1:{port}",
                                  "--root-certificates", str(tls["ca"]), "--auth-supernode-private-key", str(priv),
                                  "--port", str(free_port()), "--node-config", f"state-dir='{state.root}'"])
     stranger, _ = make_node_key(tmp, "stranger")  # never registered
-    procs.start("stranger", [str(BIN / "flower-supernode"), "--superlink", f"127.0.0.1:{port}",
+    procs.start("stranger", [flower_tool("flower-supernode"), "--superlink", f"127.0.0.1:{port}",
                              "--root-certificates", str(tls["ca"]), "--auth-supernode-private-key", str(stranger),
                              "--port", str(free_port()), "--max-retries", "2", "--max-wait-time", "30",
                              "--node-config", f"state-dir='{tmp / 'nowhere'}'"])
@@ -212,7 +217,7 @@ def test_round_over_tls_with_node_auth_survives_a_killed_node(deployment):
     app = tmp / "app"
     app.mkdir()
     (app / "pyproject.toml").write_text(APP_TOML.format(db=db, bundle=bundle))
-    run = procs.start("run", [str(BIN / "flwr"), "run", str(app), "e2e", "--stream"])
+    run = procs.start("run", [flower_tool("flwr"), "run", str(app), "e2e", "--stream"])
 
     def round_started() -> bool:
         if not db.is_file():
