@@ -40,6 +40,7 @@ from .vecops import (call_intrinsic, define_kernel, gep, i64, lane_mask, load_ve
                      vec_type)
 from .irhelpers import for_range
 from .packing import ConvPlan, conv_plan
+from .winograd import emit_winograd
 
 I8P = ir.IntType(8).as_pointer()
 IM2COL_UNROLLED_COPIES = 128  # per channel; above this the im2col fill loops over row periods
@@ -52,6 +53,10 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
     """Define ``name`` in ``module`` (signature in the module docstring) and return it."""
     p = conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group)
     fn = define_kernel(module, name, target)
+    if p.method == "winograd":
+        emit_winograd(fn, target, N, C, H, W, OC, pads, bias=bias, residual=residual, activation=activation,
+                      act_alpha=act_alpha, act_beta=act_beta, m=p.mr)
+        return fn
     X, Wp, bias_p, res_p, Y, scratch = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     P, HW = p.OH * p.OW, p.H * p.W

@@ -12,7 +12,8 @@ Layouts (VL = ``target.vector_floats``):
   group) -> [group, ceil(OCg/MR), C/g*KH*KW, MR]`` for the GEMM-style paths (MR from
   :func:`conv_plan`, rows past OCg zero), ``[OC, KH*KW]`` for the depthwise path, or
   ``[group, ceil(OCg/VL), C/g, VL]`` for 1x1 convs over few pixels ("transposed": output channels
-  along the vectors). K runs over (channel, kh, kw), the order the kernels walk.
+  along the vectors). K runs over (channel, kh, kw), the order the kernels walk. Winograd plans
+  (3x3 stride 1, AVX2): ``winograd.pack_winograd_weights`` -> ``[(m+2)^2, ceil(OC/VL), ceil(C/VL)*VL, VL]``.
 
 :func:`conv_plan` is the single place that picks the conv method and register tile; the emitter
 and the packer both call it, so they cannot disagree. :func:`conv_scratch_bytes` is what the
@@ -28,6 +29,11 @@ import numpy as np
 
 from ..target import Target
 
+WINOGRAD = True  # 3x3 stride-1 convs via Winograd where it was measured to win
+WINOGRAD_WIDTHS = {256}  # vector widths it was measured to win on (AVX2 znver3); tests add others
+WINOGRAD_F4 = 4  # large-tile m; F(4x4) errs up to ~2e-5 x max|output| per layer, 2 keeps F(2x2) everywhere
+WINOGRAD_F4_MIN_PIXELS = 256  # F(4x4) from 16x16 outputs up; at 8x8 (4 tiles) F(2x2) is 1.4x faster
+WINOGRAD_MIN_PIXELS = 64  # 512x4x4 (4 tiles): the 16/9x larger transformed weights dominate, 0.8x
 L2_BUDGET_BYTES = 768 * 1024  # weights up to this size stay cache resident across pixel tiles
 IM2COL_MAX_PIECES = 2048  # code-size bound on the unrolled im2col row copies (per channel)
 
@@ -119,7 +125,7 @@ class ConvPlan:
     dw: int
     group: int
     vl: int
-    method: str  # "depthwise" | "direct" | "im2col" | "transposed"
+    method: str  # "depthwise" | "direct" | "im2col" | "transposed" | "winograd"
     mr: int
     nv: int
     copy: bool  # inputs go through a zero-padded, stride-phase-split copy in scratch
@@ -213,7 +219,29 @@ class ConvPlan:
 
     @property
     def scratch_bytes(self) -> int:
+        if self.method == "winograd":
+            from .winograd import winograd_scratch_bytes
+            return winograd_scratch_bytes(self, self.C, self.H, self.W, self.OC, (self.pt, self.pl, self.pb, self.pr),
+                                          self.mr)
         return 4 * (self.im2col_offset + self.im2col_floats)
+
+    @property
+    def vector_floats(self) -> int:  # lets the plan stand in for its Target in winograd's size helpers
+        return self.vl
+
+
+def winograd_tile(vl: int, C: int, H: int, W: int, OC: int, pads) -> int:
+    """m of F(m x m, 3x3) for a Winograd conv."""
+    pt, pl, pb, pr = pads
+    return WINOGRAD_F4 if (H + pt + pb - 2) * (W + pl + pr - 2) >= WINOGRAD_F4_MIN_PIXELS else 2
+
+
+def winograd_wins(vl: int, C: int, H: int, W: int, OC: int, pads) -> bool:
+    """Shapes where Winograd beats the direct kernel (measured, see winograd.py)."""
+    if not WINOGRAD or vl * 32 not in WINOGRAD_WIDTHS:
+        return False
+    pt, pl, pb, pr = pads
+    return C >= 16 and OC >= 16 and (H + pt + pb - 2) * (W + pl + pr - 2) >= WINOGRAD_MIN_PIXELS
 
 
 def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, KW: int,
@@ -233,6 +261,10 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
         raise ValueError(f"conv_plan: group {group} must divide C={C} and OC={OC}")
     base = dict(N=N, C=C, H=H, W=W, OC=OC, KH=KH, KW=KW, sh=sh, sw=sw, pt=pt, pl=pl, pb=pb, pr=pr,
                 dh=dh, dw=dw, group=group, vl=vl)
+    if (KH == KW == 3 and sh == sw == 1 and dh == dw == 1 and group == 1 and max(pads) <= 2 and min(H + pt + pb, W + pl + pr) >= 3
+            and winograd_wins(vl, C, H, W, OC, pads)):
+        m = winograd_tile(vl, C, H, W, OC, pads)
+        return ConvPlan(**base, method="winograd", mr=m, nv=1, copy=False)  # mr: the output tile, F(m x m, 3x3)
     if group == C == OC and group > 1:
         tmp = ConvPlan(**base, method="depthwise", mr=1, nv=1, copy=True)  # nv: vectors per tile,
         nv = max(1, min(tmp.OH * tmp.vpr, register_count(target) // 2))  # whole rows where they fit
@@ -269,6 +301,9 @@ def pack_conv_weights(Wt: np.ndarray, target: Target, in_shape, strides=(1, 1), 
     OC, Cg, KH, KW = Wt.shape
     N, C, H, W = in_shape
     p = conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group)
+    if p.method == "winograd":
+        from .winograd import pack_winograd_weights
+        return pack_winograd_weights(Wt, target, p.mr)
     w = np.asarray(Wt, dtype=np.float32)
     if p.method == "depthwise":
         return np.ascontiguousarray(w.reshape(OC, KH * KW))

@@ -117,7 +117,11 @@ def test_conv_matches_numpy(host_fns, i, rng):
 
 def test_every_method_is_covered():
     methods = {(conv_plan(HOST, *_geom(c)).method, conv_plan(HOST, *_geom(c)).copy) for c in CASES}
+    from cuvil.compiler.codegen import packing
+
     want = {("direct", True), ("direct", False), ("im2col", True), ("depthwise", True), ("transposed", False)}
+    if packing.WINOGRAD and HOST.vector_bits == 256:  # packing.WINOGRAD is on by default
+        want.add(("winograd", False))
     assert want <= methods
     assert any(conv_plan(HOST, *_geom(c)).rows_outer for c in CASES)
 
@@ -204,3 +208,73 @@ def test_device_classes_assemble(profile):
     asm = assembly(m, t)
     fma = r"vfmadd\d+ps" if t.triple.startswith("x86_64") else r"fmla\s+v\d+\.4s"
     assert len(re.findall(fma, asm)) >= 10
+
+
+# Winograd F(2x2,3x3): odd sizes (partial tiles), asymmetric and 0/2 pads, batch, C/OC off the vector
+# width, bias/residual/activations.
+WINO = [
+    (1, 16, 9, 11, 20, 3, 3, (1, 1), P1, (1, 1), 1, True, False, "Relu"),
+    (1, 20, 13, 7, 16, 3, 3, (1, 1), (1, 0, 1, 2), (1, 1), 1, True, True, "Relu"),
+    (2, 24, 10, 10, 36, 3, 3, (1, 1), P0, (1, 1), 1, False, True, "Clip"),
+    (1, 16, 8, 8, 17, 3, 3, (1, 1), (2, 2, 2, 2), (1, 1), 1, True, True, "none"),
+    (1, 64, 32, 32, 64, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "Relu"),
+    (1, 33, 11, 9, 18, 3, 3, (1, 1), (0, 1, 2, 1), (1, 1), 1, False, False, "Sigmoid"),
+]
+
+
+def _wino_tol(ref, m):
+    """F(2x2): the usual per-element bounds. F(4x4): the same rtol, atol relative to the largest output
+    (its transforms' +-1/2 .. 4 coefficients lose a few more bits: up to ~2e-5 of the output range)."""
+    return {"rtol": 1e-4, "atol": 1e-5 if m == 2 else 2e-5 * max(1.0, float(np.abs(ref).max()))}
+
+
+@pytest.fixture(params=[2, 4], ids=["F2", "F4"])
+def wino_m(request, monkeypatch):
+    from cuvil.compiler.codegen import packing
+
+    monkeypatch.setattr(packing, "WINOGRAD", True)
+    monkeypatch.setattr(packing, "WINOGRAD_F4", request.param)
+    monkeypatch.setattr(packing, "WINOGRAD_F4_MIN_PIXELS", 0)
+    return request.param
+
+
+@pytest.mark.parametrize("i", range(len(WINO)), ids=[_ids(c) for c in WINO])
+def test_winograd_matches_numpy(wino_m, i, rng):
+    p = conv_plan(HOST, *_geom(WINO[i]))
+    assert p.method == ("winograd" if HOST.vector_bits == 256 else "direct")
+    fn = _emit_all(HOST, [WINO[i]])["c0"]
+    Y, ref = _run(fn, HOST, WINO[i], rng)
+    np.testing.assert_allclose(Y, ref, **_wino_tol(ref, p.mr))
+    Y, ref = _run(fn, HOST, WINO[i], rng, inplace=True)  # residual aliasing Y
+    np.testing.assert_allclose(Y, ref, **_wino_tol(ref, p.mr))
+    if i == 0:  # X ending right before a PROT_NONE page (checked in a child: a fault fails the test)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                Y, ref = _run(fn, HOST, WINO[i], rng, x_guard=True)
+                os._exit(0 if np.allclose(Y, ref, **_wino_tol(ref, p.mr)) else 3)
+            except BaseException:
+                os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"status {status}"
+
+
+@pytest.mark.parametrize("target", [SSE, WIDE16], ids=["4-lane", "16-lane"])
+def test_winograd_other_widths(target, rng, monkeypatch, wino_m):
+    from cuvil.compiler.codegen import packing
+
+    if target is WIDE16 and not HOST.has("avx2"):
+        pytest.skip("16-lane plans are emulated with AVX2 halves")
+    monkeypatch.setattr(packing, "WINOGRAD_WIDTHS", {target.vector_bits})
+    cases = [WINO[i] for i in (0, 1, 2, 3, 5)]
+    fns = _emit_all(target, cases)
+    for i, case in enumerate(cases):
+        assert conv_plan(target, *_geom(case)).method == "winograd"
+        Y, ref = _run(fns[f"c{i}"], target, case, rng)
+        np.testing.assert_allclose(Y, ref, **_wino_tol(ref, wino_m), err_msg=str(case))
+
+
+def test_winograd_only_where_it_wins():
+    assert conv_plan(HOST, 1, 512, 4, 4, 512, 3, 3, (1, 1), P1, (1, 1), 1).method != "winograd"  # 4 tiles
+    assert conv_plan(HOST, 1, 8, 16, 16, 8, 3, 3, (1, 1), P1, (1, 1), 1).method != "winograd"  # few channels
+    assert conv_plan(HOST, 1, 64, 16, 16, 64, 3, 3, (2, 2), P1, (1, 1), 1).method != "winograd"
