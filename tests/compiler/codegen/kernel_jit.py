@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -122,3 +123,16 @@ def guarded(a: np.ndarray) -> tuple[np.ndarray, object]:
     out = np.frombuffer(mm, dtype=np.float32, count=a.size, offset=start).reshape(a.shape)
     out[...] = a
     return out, mm
+
+
+def passes_in_child(check) -> bool:
+    """Run ``check()`` (True when results match) in a forked child, so a memory fault fails the test
+    instead of killing the test runner."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(0 if check() else 3)
+        except BaseException:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -6,7 +6,6 @@ strides 1/2, pads (asymmetric too), dilation, groups, batch, tails, bias/residua
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
@@ -18,7 +17,7 @@ from cuvil.compiler.codegen.packing import conv_plan, conv_scratch_bytes, pack_c
 from cuvil.compiler.target import Target
 from cuvil.devices.detect import resolve_target
 
-from .kernel_jit import ACT_PARAMS, ACT_REF, aligned, assembly, conv_ref, guarded, jit, ptr
+from .kernel_jit import ACT_PARAMS, ACT_REF, aligned, assembly, conv_ref, guarded, jit, passes_in_child, ptr
 
 HOST = resolve_target("host")
 SSE = Target("x86-sse4", "x86_64-unknown-linux-gnu", "x86-64-v2", ("+sse4.2",), 128)
@@ -135,15 +134,11 @@ def test_residual_may_alias_output(host_fns, rng):
 def test_conv_reads_nothing_past_x(host_fns, rng):
     """X ending right before a PROT_NONE page (checked in a child process, a fault fails the test)."""
     for i in (4, 5, 6, 9, 12, 16, 17, 26, 27, 28):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                Y, ref = _run(host_fns[f"c{i}"], HOST, CASES[i], rng, x_guard=True)
-                os._exit(0 if np.allclose(Y, ref, rtol=1e-4, atol=1e-5) else 3)
-            except BaseException:
-                os._exit(4)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"case {CASES[i]}: status {status}"
+        def check(i=i):
+            Y, ref = _run(host_fns[f"c{i}"], HOST, CASES[i], rng, x_guard=True)
+            return np.allclose(Y, ref, rtol=1e-4, atol=1e-5)
+
+        assert passes_in_child(check), f"case {CASES[i]}"
 
 
 @pytest.mark.parametrize("target", [SSE, WIDE16], ids=["4-lane", "16-lane"])
@@ -248,15 +243,11 @@ def test_winograd_matches_numpy(wino_m, i, rng):
     Y, ref = _run(fn, HOST, WINO[i], rng, inplace=True)  # residual aliasing Y
     np.testing.assert_allclose(Y, ref, **_wino_tol(ref, p.mr))
     if i == 0:  # X ending right before a PROT_NONE page (checked in a child: a fault fails the test)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                Y, ref = _run(fn, HOST, WINO[i], rng, x_guard=True)
-                os._exit(0 if np.allclose(Y, ref, **_wino_tol(ref, p.mr)) else 3)
-            except BaseException:
-                os._exit(4)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"status {status}"
+        def check():
+            Y, ref = _run(fn, HOST, WINO[i], rng, x_guard=True)
+            return np.allclose(Y, ref, **_wino_tol(ref, p.mr))
+
+        assert passes_in_child(check)
 
 
 @pytest.mark.parametrize("target", [SSE, WIDE16], ids=["4-lane", "16-lane"])
