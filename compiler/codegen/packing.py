@@ -49,6 +49,12 @@ def register_count(target: Target) -> int:
     return 32
 
 
+def _reserved_registers(target: Target) -> int:
+    """Vector registers a tile leaves free: x86 FMAs take the B vector as a memory operand, so one
+    broadcast register is enough (4x3 tiles: 12 accumulators); AArch64 keeps B in registers."""
+    return 1 if target.triple.startswith(("x86_64", "i686", "i386")) else 2
+
+
 def _step_cycles(mr: int, nv: int) -> float:
     """Cycles per k-step of an mr x nv tile: 2 FMA ports, 2 load ports, and (in practice) 12
     accumulators needed to hide the FMA latency."""
@@ -65,10 +71,10 @@ def tile_cost(target: Target, rows: int, slots: int, max_nv: int = 8) -> tuple[f
     """(modelled cycles per k step of the whole problem, MR, NV) of the best tile."""
     if rows <= 0 or slots <= 0:
         return 0.0, 1, 1
-    regs = register_count(target)
+    regs, reserved = register_count(target), _reserved_registers(target)
     best: tuple[float, int, int, int] | None = None
     for nv in range(1, min(max_nv, slots) + 1):
-        mr_max = max(1, min(rows, (regs - nv - 2) // nv, 16 if regs == 16 else 28))
+        mr_max = max(1, min(rows, (regs - nv - reserved) // nv, 16 if regs == 16 else 28))
         for mr in range(1, mr_max + 1):
             full_r, tail_r = divmod(rows, mr)
             full_s, tail_s = divmod(slots, nv)
