@@ -15,7 +15,7 @@ from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from . import jit
 from .cache import CompileCache, cache_key, graph_digest
-from .parallel import emit_objects
+from .parallel import Helpers, emit_objects, workers
 from .session import CompileStats, Session
 
 
@@ -39,18 +39,28 @@ def runnable_here(target: Target) -> bool:
     return all(f in have for f in target.features if f.startswith("+") and "prefer" not in f)
 
 
+MAX_AUTO_JOBS = 4
+HELPER_WORTHY_KERNELS = 8  # weighted Conv/Gemm/MatMul nodes: lowering then outlasts a helper's start-up
+
+
+def auto_jobs(graph: Graph) -> int:
+    """Processes for LLVM: one per usable CPU (at most MAX_AUTO_JOBS) for a graph big enough to gain."""
+    heavy = sum(1 for n in graph.nodes if n.op in ("Conv", "Gemm", "MatMul") and any(i in graph.constants for i in n.inputs))
+    return min(workers(), MAX_AUTO_JOBS) if heavy >= HELPER_WORTHY_KERNELS else 1
+
+
 def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                   cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
                   content_hash: str | None = None, optimize: bool = True, profile: bool = False,
-                  jobs: int = 1) -> Session:
+                  jobs: int | None = None) -> Session:
     """Compile ``graph`` natively for this machine at ``batch``; the whole artifact is cached on disk.
 
     ``content_hash`` (a bundle's hash) is the cache key's content, so a warm start hashes nothing
     large; by default the graph's canonical text and weights are hashed. ``optimize=False`` skips
     the graph passes (kernel tests use it); ``profile=True`` counts cycles per node
-    (``Session.profile``). ``jobs``: forked worker processes for LLVM (0: one per usable CPU). The
-    default, 1, compiles in-process: forking a process that runs other threads (gRPC in the
-    federated client) is the caller's call to make.
+    (``Session.profile``). ``jobs``: processes sharing the LLVM work on a cache miss (1: this one
+    only; default: :func:`auto_jobs`); the helpers are spawned before lowering, so their start-up
+    overlaps it.
     """
     tgt = resolve(target)
     if not runnable_here(tgt):
@@ -68,9 +78,10 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                              kernel_count=art.lowered.kernel_count, node_count=art.lowered.node_count,
                              object_bytes=sum(map(len, art.objects)), cache_ms=(t1 - t0) * 1e3)
         return Session(art.lowered, code, stats, weights=art.weights)
-    lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile)
-    t2 = time.perf_counter()
-    objs = emit_objects(lowered.llvm_ir, tgt, jobs or None)
+    with Helpers((auto_jobs(graph) if jobs is None else jobs) - 1) as helpers:
+        lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile)
+        t2 = time.perf_counter()
+        objs = emit_objects(lowered.llvm_ir, tgt, helpers)
     if cache:
         cache.put(key, lowered, objs)
     t3 = time.perf_counter()

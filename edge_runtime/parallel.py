@@ -1,27 +1,32 @@
-"""Parallel native compilation: the model's one module, split by kernel, compiled in worker processes.
+"""Parallel native compilation: the model's one module, split by kernel, compiled in helper processes.
 
 LLVM spends nearly all of a cold compile optimising and generating code for kernels that never
 call each other (0.3-0.9 s each for ResNet-18's convolutions), and llvmlite serialises every call
-behind one lock, so threads cannot help: forked workers can. The lowering still produces one
-module (its text is the unit that is printed, hashed and cross-compiled); only here is its text
-cut into parts: part 0 keeps the entry points and their globals, every other part a share of the
-kernel groups (``k<i>_<op>`` plus helpers named ``k<i>_...``), balanced by size. Kernel wrappers
-become external so the entry's part can call them; MCJIT links the objects in one engine.
+behind one lock, so threads cannot help: other processes can. They are spawned (``llvm_worker``),
+not forked, so a process running gRPC or ONNX Runtime threads may use them too. The lowering still
+produces one module (its text is the unit that is printed, hashed and cross-compiled); only here
+is its text cut into parts: part 0 keeps the entry points and their globals, every other part a
+share of the kernel groups (``k<i>_<op>`` plus helpers named ``k<i>_...``, and the shared internal
+helpers they call), balanced by size. Kernel wrappers become external so the entry's part can call
+them; MCJIT links the objects in one engine.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
+import subprocess
+import sys
+import threading
 
 from ..compiler.target import Target
+from .llvm_worker import target_to_json
 
 _DEFINE = re.compile(r'^define (internal )?(.*?)@"([^"]+)"\((.*)\)(.*)$')
 _GROUP = re.compile(r"^(k\d+)_")
 _WRAPPER = re.compile(r"^k\d+_[A-Za-z0-9]+$")  # what the lowering calls from the entry point
-MIN_SPLIT_BYTES = 200_000  # below this a fork costs more than it saves
+MIN_SPLIT_BYTES = 200_000  # below this a helper costs more than it saves
+HELPER_TIMEOUT_S = 600
 
 
 def _items(ir_text: str) -> tuple[list[str], list[str], list[tuple[str, list[str]]]]:
@@ -49,23 +54,61 @@ def _declaration(define_line: str) -> str:
     return f'declare {m.group(2)}@"{m.group(3)}"({m.group(4)})'
 
 
+def _calls(body: list[str], names: set[str]) -> set[str]:
+    return {n for n in names if any(f'@"{n}"' in line for line in body[1:])}
+
+
+def _clusters(groups: dict[str, list], helpers: dict[str, list[str]]) -> list[tuple[list[str], set[str]]]:
+    """Kernel groups that share an internal helper (a Winograd stage, its GEMM) go together, with the
+    helpers they need (transitively): a helper is compiled once, in the one part that calls it."""
+    names = set(helpers)
+    needs = {}
+    for key, members in groups.items():
+        seen: set[str] = set()
+        todo = set().union(*(_calls(body, names) for _, body in members))
+        while todo:
+            n = todo.pop()
+            seen.add(n)
+            todo |= _calls(helpers[n], names) - seen
+        needs[key] = seen
+    clusters: list[tuple[list[str], set[str]]] = []
+    for key in groups:
+        joined = [c for c in clusters if c[1] & needs[key]]
+        keys, used = [key], set(needs[key])
+        for c in joined:
+            keys, used = c[0] + keys, used | c[1]
+            clusters.remove(c)
+        clusters.append((keys, used))
+    return clusters
+
+
 def split_module(ir_text: str, parts: int) -> list[str]:
     """Cut the module text into at most ``parts`` self-contained modules (part 0: entry points)."""
     header, singles, funcs = _items(ir_text)
     groups: dict[str, list[tuple[str, list[str]]]] = {}
-    entry_funcs = []
+    entry_funcs, helpers = [], {}
     for name, body in funcs:
         m = _GROUP.match(name)
-        (groups.setdefault(m.group(1), []) if m else entry_funcs).append((name, body))
-    if parts < 2 or len(groups) < 2:
+        if m:
+            groups.setdefault(m.group(1), []).append((name, body))
+        elif body[0].startswith("define internal "):
+            helpers[name] = body
+        else:
+            entry_funcs.append((name, body))
+    clusters = _clusters(groups, helpers)
+    if parts < 2 or len(clusters) < 2:
         return [ir_text]
-    bins: list[list[tuple[str, list[str]]]] = [[] for _ in range(min(parts, len(groups)))]
+    bins: list[list[tuple[str, list[str]]]] = [[] for _ in range(min(parts, len(clusters)))]
     sizes = [sum(len(b) for _, b in entry_funcs)] + [0] * (len(bins) - 1)
     bins[0].extend(entry_funcs)
-    for key in sorted(groups, key=lambda k: -sum(len(b) for _, b in groups[k])):  # largest first
+
+    def members(cluster):
+        return [m for key in cluster[0] for m in groups[key]] + [(n, helpers[n]) for n in sorted(cluster[1])]
+
+    for cluster in sorted(clusters, key=lambda c: -sum(len(b) for _, b in members(c))):  # largest first
         target = min(range(len(bins)), key=lambda k: sizes[k])
-        bins[target].extend(groups[key])
-        sizes[target] += sum(len(b) for _, b in groups[key])
+        bins[target].extend(members(cluster))
+        sizes[target] += sum(len(b) for _, b in members(cluster))
     wrappers = {name: body[0] for members in groups.values() for name, body in members if _WRAPPER.match(name)}
     out = []
     for k, members in enumerate(bins):
@@ -82,12 +125,6 @@ def split_module(ir_text: str, parts: int) -> list[str]:
     return out
 
 
-def _compile_part(ir_text: str, target: Target) -> bytes:
-    from .jit import emit_object
-
-    return emit_object(ir_text, target, jit=True)
-
-
 def workers() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -95,15 +132,73 @@ def workers() -> int:
         return os.cpu_count() or 1
 
 
-def emit_objects(ir_text: str, target: Target, jobs: int | None = None) -> list[bytes]:
-    """Host objects for ``ir_text``: one, or one per part compiled in ``jobs`` forked workers."""
+class Helpers:
+    """LLVM helper processes, started before lowering so their start-up (importing Cuvil, ~0.5 s)
+    overlaps the Python lowering instead of adding to the cold compile."""
+
+    def __init__(self, count: int):
+        cmd = [sys.executable, "-m", "cuvil.edge_runtime.llvm_worker"]
+        self.procs: list[subprocess.Popen] = []
+        for _ in range(max(0, count)):
+            try:
+                self.procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                   stderr=subprocess.PIPE))
+            except OSError:
+                break  # no helper: the parts are compiled here
+
+    def compile(self, parts: list[str], target: Target) -> list[bytes]:
+        """parts[0] here, parts[1:] in the helpers (a helper that fails: that part here too)."""
+        from .jit import emit_object
+
+        head = (target_to_json(target) + "\n").encode()
+        results: list[bytes | None] = [None] * len(parts)
+        errors: list[str | None] = [None] * len(parts)
+
+        def remote(i: int, proc: subprocess.Popen) -> None:
+            try:
+                out, err = proc.communicate(head + parts[i].encode(), timeout=HELPER_TIMEOUT_S)
+                if proc.returncode == 0 and out:
+                    results[i] = out
+                else:
+                    errors[i] = err.decode(errors="replace").strip()
+            except (OSError, subprocess.TimeoutExpired) as e:
+                proc.kill()
+                errors[i] = str(e)
+
+        threads = [threading.Thread(target=remote, args=(i, p), daemon=True)
+                   for i, p in zip(range(1, len(parts)), self.procs)]
+        for t in threads:
+            t.start()
+        results[0] = emit_object(parts[0], target, jit=True)
+        for t in threads:
+            t.join()
+        return [r if r is not None else emit_object(parts[i], target, jit=True) for i, r in enumerate(results)]
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            for f in (p.stdin, p.stdout, p.stderr):
+                if f is not None:
+                    f.close()
+        self.procs = []
+
+    def __enter__(self) -> Helpers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def emit_objects(ir_text: str, target: Target, helpers: Helpers | None = None) -> list[bytes]:
+    """Host objects for ``ir_text``: one, or one per part when helper processes are there to share it."""
     from .jit import emit_object
 
-    jobs = workers() if jobs is None else jobs
-    if jobs < 2 or len(ir_text) < MIN_SPLIT_BYTES or "fork" not in multiprocessing.get_all_start_methods():
+    n = 1 + len(helpers.procs) if helpers is not None else 1
+    if n < 2 or len(ir_text) < MIN_SPLIT_BYTES:
         return [emit_object(ir_text, target, jit=True)]
-    parts = split_module(ir_text, jobs)
+    parts = split_module(ir_text, n)
     if len(parts) == 1:
         return [emit_object(ir_text, target, jit=True)]
-    with ProcessPoolExecutor(max_workers=min(jobs, len(parts)), mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(_compile_part, parts, [target] * len(parts)))
+    return helpers.compile(parts, target)
