@@ -21,6 +21,7 @@ from ..ir.graph import Graph, Node
 from ..ir.infer import infer_op
 from ..ir.types import TensorType
 from ..ir.verify import verify
+from ..passes.fold_constants import swells
 
 
 class GraphBuilder:
@@ -74,14 +75,16 @@ class GraphBuilder:
     # nodes --------------------------------------------------------------------------------------
     def add(self, op: str, inputs: Sequence[str], name: str = "", n_outputs: int = 1,
             output_names: Sequence[str] | None = None, **attrs: Any) -> list[str]:
-        """Append ``op`` (or fold it, when every input is a constant); return its output names."""
+        """Append ``op`` (or fold it, when every input is a constant and the result would not swell
+        the weights: see ``passes.fold_constants``); return its output names."""
         hint = name or op.lower()
         outs = [self.unique(o) for o in output_names] if output_names else [
             self.unique(hint if n_outputs == 1 else f"{hint}:{i}") for i in range(n_outputs)]
         ops.get_op(op).check_arity(len(inputs))
         node = Node.make(op, inputs, outs, name=self.unique(hint, self._node_names), **attrs)
         out_types = infer_op(op, [self.types[i] for i in inputs], node.attr)
-        if inputs and all(i in self.constants for i in inputs):
+        if (inputs and all(i in self.constants for i in inputs)
+                and not swells(sum(t.nbytes() for t in out_types), sum(self.constants[i].nbytes for i in inputs))):
             values = ops.get_op(op).reference([self.constants[i] for i in inputs], node.attr)
             for out, value, ty in zip(outs, values, out_types):
                 arr = np.array(value, dtype=ty.dtype.numpy, order="C", copy=True)

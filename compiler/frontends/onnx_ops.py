@@ -21,6 +21,7 @@ from onnx import TensorProto, numpy_helper
 from ..errors import CuvilError
 from ..ir.dtypes import DType
 from ..ir.types import Batch
+from ..passes.fold_constants import swells
 
 if TYPE_CHECKING:
     from .onnx import NodeCtx
@@ -399,6 +400,8 @@ def _constant_of_shape(ctx: NodeCtx) -> list:
     fill = tensor_value(fill).reshape(-1)[0] if fill is not None else np.float32(0)
     shape = [int(d) for d in ctx.const(0).reshape(-1)]
     check_size(ctx, shape)
+    if swells(math.prod(shape) * fill.dtype.itemsize, fill.dtype.itemsize):  # a fill at run time, not stored
+        return [ctx.emit("Expand", [ctx.constant(np.array([fill], dtype=fill.dtype), f"{ctx.outputs[0]}_fill")], shape=shape)]
     return [ctx.constant(np.full(shape, fill, dtype=fill.dtype), ctx.outputs[0])]
 
 

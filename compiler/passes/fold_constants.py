@@ -1,7 +1,10 @@
 """fold_constants: evaluate every node whose inputs are all constants, with the op's reference.
 
 The frontends fold while importing; this pass catches what later passes expose. A node producing a
-graph output is kept (outputs are computed into the arena, never read from the weights).
+graph output is kept (outputs are computed into the arena, never read from the weights). So is a
+node whose result would be much bigger than its inputs (an Expand of a scalar, ConstantOfShape):
+stored, it would swell the weights, the bundle and the memory of every device; computed, it costs
+a fill per run.
 """
 
 from __future__ import annotations
@@ -11,12 +14,25 @@ from ..ir.graph import Graph
 from .rewrite import as_constant, rebuild
 
 
+GROWTH_LIMIT_BYTES = 1 << 20  # results above this and above GROWTH_FACTOR x their inputs stay computed
+GROWTH_FACTOR = 4
+
+
+def swells(out_bytes: int, in_bytes: int) -> bool:
+    """True when a folded result would be too much bigger than the constants it is made of."""
+    return out_bytes > GROWTH_LIMIT_BYTES and out_bytes > GROWTH_FACTOR * in_bytes
+
+
+def _swells(graph: Graph, node, constants) -> bool:
+    return swells(sum(graph.types[o].nbytes() for o in node.outputs), sum(constants[i].nbytes for i in node.inputs))
+
+
 def fold_constants(graph: Graph) -> Graph:
     constants = dict(graph.constants)
     nodes = []
     for node in graph.nodes:
         foldable = node.inputs and all(i in constants for i in node.inputs)
-        if not foldable or any(o in graph.outputs for o in node.outputs):
+        if not foldable or any(o in graph.outputs for o in node.outputs) or _swells(graph, node, constants):
             nodes.append(node)
             continue
         values = ops.get_op(node.op).reference([constants[i] for i in node.inputs], node.attr)

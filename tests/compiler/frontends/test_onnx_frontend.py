@@ -465,3 +465,15 @@ def test_shape_arithmetic_outside_op_set_v1_folds(rng, dims):
     assert {n.op for n in graph.nodes} == {"Reshape", "Add"}
     for batch in (1, 3) if dims[0] == "batch" else (2,):
         check(model, {"x": rand(rng, batch, 3, 4)})
+
+
+def test_a_constant_expanded_far_beyond_its_size_is_computed_not_stored(rng):
+    """ConstantOfShape + Expand to 2 MiB: folded, every device would store (and load) 2 MiB of one
+    number; kept as nodes, the weights hold a few bytes."""
+    shape = np.array([1, 32, 128, 128], np.int64)
+    nodes = [helper.make_node("ConstantOfShape", ["shp"], ["z"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.25])),
+             helper.make_node("Expand", ["half", "shp"], ["e"]),
+             helper.make_node("Add", ["x", "z"], ["a"]), helper.make_node("Mul", ["a", "e"], ["y"])]
+    model = make_model(nodes, {"x": (F, [int(d) for d in shape])}, ["y"], {"shp": shape, "half": np.array([0.5], np.float32)})
+    graph = check(model, {"x": rand(rng, *shape)})
+    assert sum(v.nbytes for v in graph.constants.values()) < 1024

@@ -38,3 +38,17 @@ def test_folded_values_keep_their_dtype(rng):
     out = fold_constants(g)
     assert out.constants["fi"].dtype == np.float32 and ops(out) == ["Add"]
     assert_same(g, out, np.random.default_rng(1))
+
+
+def test_a_result_much_bigger_than_its_inputs_stays_computed(rng):
+    """An Expand of a scalar to 4 MiB would swell the weights 4 MiB; a 4 KiB one folds."""
+    big, small = (1, 64, 128, 128), (1, 16, 8, 8)
+    g = graph({"x": f32(*big), "z": f32(*small)}, {"s": np.array([0.5], np.float32)}, [
+        Node.make("Expand", ["s"], ["e"], shape=list(big)), Node.make("Add", ["x", "e"], ["y"]),
+        Node.make("Expand", ["s"], ["f"], shape=list(small)), Node.make("Add", ["z", "f"], ["w"]),
+    ], ["y", "w"])
+    out = fold_constants(g)
+    assert ops(out) == ["Expand", "Add", "Add"]
+    assert "f" in out.constants and "e" not in out.constants
+    assert sum(v.nbytes for v in out.constants.values()) < 8192
+    assert_same(g, out, rng)
