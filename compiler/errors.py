@@ -28,13 +28,16 @@ class InterpreterError(CuvilError):
 class UnsupportedModelError(CuvilError):
     """A model uses ops or features Cuvil cannot import; names all of them at once."""
 
-    def __init__(self, unsupported: Mapping[str, Sequence[str]], source: str = "model"):
+    def __init__(self, unsupported: Mapping[str, Sequence[str]], source: str = "model",
+                 hints: Mapping[str, str] | None = None):
         self.unsupported = {op: tuple(nodes) for op, nodes in sorted(unsupported.items())}
         parts = []
         for op, nodes in self.unsupported.items():
             shown = ", ".join(nodes[:5]) + (f", ... ({len(nodes)} nodes)" if len(nodes) > 5 else "")
             parts.append(f"{op} (used by {shown})")
-        super().__init__(f"{source} uses {len(parts)} unsupported op(s): " + "; ".join(parts))
+        advice = list(dict.fromkeys(hints[op] for op in self.unsupported if hints and op in hints))
+        super().__init__(f"{source} uses {len(parts)} unsupported op(s): " + "; ".join(parts)
+                         + "".join(f". {a}" for a in advice))
 
 
 class BundleError(CuvilError):

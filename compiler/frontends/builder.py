@@ -25,9 +25,11 @@ from ..passes.fold_constants import swells
 
 
 class GraphBuilder:
-    def __init__(self, name: str, source: str = "model"):
+    def __init__(self, name: str, source: str = "model", hints: dict[str, str] | None = None):
+        """``hints``: op -> what the user can do instead, appended to the unsupported-op error."""
         self.name = name
         self.source = source
+        self.hints = hints or {}
         self.inputs: list[str] = []
         self.types: dict[str, TensorType] = {}
         self.constants: dict[str, np.ndarray] = {}
@@ -108,7 +110,7 @@ class GraphBuilder:
 
     def raise_unsupported(self) -> None:
         if self._unsupported:
-            raise UnsupportedModelError(self._unsupported, source=self.source)
+            raise UnsupportedModelError(self._unsupported, source=self.source, hints=self.hints)
 
     # result -------------------------------------------------------------------------------------
     def build(self, outputs: Iterable[str]) -> Graph:

@@ -44,6 +44,14 @@ from .onnx_ops import (FOLDABLE, TABLE, OnnxImportError, Probe, Unsupported, eva
 __all__ = ["import_onnx", "OnnxImportError", "BatchDependentError"]
 
 OPSETS = range(9, 22)
+_RECURRENT = ("Recurrent layers import from PyTorch instead: cuvil.import_model(module, example_inputs) "
+              "unrolls them into op-set-v1 ops")
+HINTS = {  # op -> what the user can do, appended to the unsupported-op error
+    "LSTM": _RECURRENT, "GRU": _RECURRENT, "RNN": _RECURRENT,
+    "If": "ONNX control flow is outside the op set (PyTorch exports data-dependent branches, and "
+          "nn.LocalResponseNorm, this way)",
+    "Loop": "ONNX control flow is outside the op set", "Scan": "ONNX control flow is outside the op set",
+}
 _MISSING = object()
 
 
@@ -229,7 +237,7 @@ class NodeCtx:
 class _Importer:
     def __init__(self, proto: onnx.ModelProto, batch_size: int | None):
         self.graph, self.batch_size, self.opset = proto.graph, batch_size, _opset(proto)
-        self.b = GraphBuilder(self.graph.name or "onnx_model", source=f"ONNX model {self.graph.name!r}")
+        self.b = GraphBuilder(self.graph.name or "onnx_model", source=f"ONNX model {self.graph.name!r}", hints=HINTS)
         self.env: dict[str, str] = {}  # ONNX value name -> Cuvil value name
         self.probes: dict[str, Probe] = {}
         self.poisoned: set[str] = set()  # values downstream of something unsupported

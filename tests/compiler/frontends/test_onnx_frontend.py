@@ -477,3 +477,19 @@ def test_a_constant_expanded_far_beyond_its_size_is_computed_not_stored(rng):
     model = make_model(nodes, {"x": (F, [int(d) for d in shape])}, ["y"], {"shp": shape, "half": np.array([0.5], np.float32)})
     graph = check(model, {"x": rand(rng, *shape)})
     assert sum(v.nbytes for v in graph.constants.values()) < 1024
+
+
+@pytest.mark.parametrize("op, advice", [("LSTM", "import from PyTorch"), ("GRU", "import from PyTorch"),
+                                        ("If", "control flow")])
+def test_unsupported_op_errors_say_what_to_do_instead(op, advice):
+    node = helper.make_node(op, ["x"], ["y"])
+    model = make_model([node], {"x": (F, [1, 4])}, ["y"])
+    with pytest.raises(UnsupportedModelError, match=rf"{op} \(used by .*\)\. .*{advice}"):
+        import_onnx(model)
+
+
+def test_an_op_without_advice_gets_none():
+    model = make_model([helper.make_node("Celu", ["x"], ["y"])], {"x": (F, [1, 4])}, ["y"])
+    with pytest.raises(UnsupportedModelError) as e:
+        import_onnx(model)
+    assert str(e.value) == "ONNX model 'g' uses 1 unsupported op(s): Celu (used by y)"
