@@ -13,6 +13,9 @@ residual and activation are applied in registers. ``packing.conv_plan`` picks on
 * ``transposed``: 1x1 stride-1 convs over few pixels (MobileNet's 6x6, 3x3 tails): output
   channels along the vectors, pixels broadcast straight from X, stores transposed back to NCHW.
 * ``depthwise`` (group == C == OC): per channel, tiles of whole output rows, the taps unrolled.
+* ``rows`` (``conv_rows.py``): 3x3 convs over many channels with small outputs (ResNet's 512x4x4):
+  transposed, pixels of an output row broadcast, and no product with padding emitted.
+* ``winograd`` (``winograd.py``): 3x3 stride-1 convs on 256-bit targets, where it was measured to win.
 
 ``emit_conv2d(module, name, target, N, C, H, W, OC, KH, KW, strides=(1, 1), pads=(0, 0, 0, 0),
 dilations=(1, 1), group=1, *, bias=False, residual=False, activation="none", act_alpha=0.0,
@@ -35,6 +38,7 @@ import math
 from llvmlite import ir
 
 from ..target import Target
+from .conv_rows import emit_conv_rows
 from .gemm import KPlan, Out, emit_tile, tile_grid
 from .vecops import (call_intrinsic, define_kernel, gep, i64, lane_mask, load_vec, scalar_tail_stores, store_vec,
                      vec_type)
@@ -56,6 +60,10 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
     if p.method == "winograd":
         emit_winograd(fn, target, N, C, H, W, OC, pads, bias=bias, residual=residual, activation=activation,
                       act_alpha=act_alpha, act_beta=act_beta, m=p.mr)
+        return fn
+    if p.method == "rows":
+        emit_conv_rows(fn, p, bias=bias, residual=residual, activation=activation, act_alpha=act_alpha,
+                       act_beta=act_beta)
         return fn
     X, Wp, bias_p, res_p, Y, scratch = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))

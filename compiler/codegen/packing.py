@@ -12,8 +12,10 @@ Layouts (VL = ``target.vector_floats``):
   group) -> [group, ceil(OCg/MR), C/g*KH*KW, MR]`` for the GEMM-style paths (MR from
   :func:`conv_plan`, rows past OCg zero), ``[OC, KH*KW]`` for the depthwise path, or
   ``[group, ceil(OCg/VL), C/g, VL]`` for 1x1 convs over few pixels ("transposed": output channels
-  along the vectors). K runs over (channel, kh, kw), the order the kernels walk. Winograd plans
-  (3x3 stride 1, AVX2): ``winograd.pack_winograd_weights`` -> ``[(m+2)^2, ceil(OC/VL), ceil(C/VL)*VL, VL]``.
+  along the vectors). K runs over (channel, kh, kw), the order the kernels walk. Rows plans (3x3
+  over many channels, small outputs: ``conv_rows.py``): per tile of nv panels of ``conv_rows.column_tiles``,
+  ``[C, KH*KW, nv, VL]``, the tiles one after another (a flat array). Winograd plans
+  (3x3 stride 1, AVX2): ``winograd.pack_winograd_weights`` -> ``[(m+2)^2, ceil(OC/MR), C, MR]``.
 
 :func:`conv_plan` is the single place that picks the conv method and register tile; the emitter
 and the packer both call it, so they cannot disagree. :func:`conv_scratch_bytes` is what the
@@ -131,7 +133,7 @@ class ConvPlan:
     dw: int
     group: int
     vl: int
-    method: str  # "depthwise" | "direct" | "im2col" | "transposed" | "winograd"
+    method: str  # "depthwise" | "direct" | "im2col" | "transposed" | "winograd" | "rows"
     mr: int
     nv: int
     copy: bool  # inputs go through a zero-padded, stride-phase-split copy in scratch
@@ -197,7 +199,7 @@ class ConvPlan:
     def slots(self) -> int:
         """Vector columns of the GEMM: pixel vectors, or output-channel vectors when transposed."""
         P = self.OH * self.OW
-        if self.method == "transposed":
+        if self.method in ("transposed", "rows"):
             return math.ceil(self.OCg / self.vl)
         return math.ceil(P / self.vl) if self.method == "im2col" else self.OH * self.vpr
 
@@ -257,7 +259,9 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     depthwise: group == C == OC; direct: implicit GEMM reading pixel vectors straight from the
     (padded copy of the) input, when whole output rows fill vectors well; im2col otherwise (small
     output rows), packing B panels so no lane is wasted; transposed: 1x1 convs over so few pixels
-    that output channels fill vectors better (the input is read as A, transposed stores).
+    that output channels fill vectors better (the input is read as A, transposed stores); rows
+    (``conv_rows.rows_wins``): 3x3 convs over many channels with small outputs, output channels
+    along the vectors and no product with padding computed (ResNet-18's 512x4x4: 1.2x).
     """
     vl = vector_lanes(target)
     sh, sw = strides
@@ -275,6 +279,11 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
         tmp = ConvPlan(**base, method="depthwise", mr=1, nv=1, copy=True)  # nv: vectors per tile,
         nv = max(1, min(tmp.OH * tmp.vpr, register_count(target) // 2))  # whole rows where they fit
         return ConvPlan(**base, method="depthwise", mr=1, nv=nv, copy=True)
+    from .conv_rows import rows_wins
+    tmp = ConvPlan(**base, method="rows", mr=1, nv=1, copy=False)
+    if rows_wins(vl, tmp):
+        mr, nv = choose_tile(target, tmp.OW, tmp.slots)  # pixels of one output row x channel vectors
+        return ConvPlan(**base, method="rows", mr=mr, nv=nv, copy=False)
     if KH == KW == 1 and sh == sw == 1 and not any(pads):  # 1x1: one long row, rows = channels
         base.update(H=1, W=H * W, dh=1, dw=1)
         P, OCg = H * W, OC // group
@@ -309,10 +318,19 @@ def pack_conv_weights(Wt: np.ndarray, target: Target, in_shape, strides=(1, 1), 
     p = conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group)
     if p.method == "winograd":
         from .winograd import pack_winograd_weights
-        return pack_winograd_weights(Wt, target, p.mr)
+        return pack_winograd_weights(Wt, target, p.mr, H, W, pads)
     w = np.asarray(Wt, dtype=np.float32)
     if p.method == "depthwise":
         return np.ascontiguousarray(w.reshape(OC, KH * KW))
+    if p.method == "rows":  # per column tile of nv panels [C, KH*KW, nv, VL]: one contiguous stream
+        from .conv_rows import column_tiles
+        npan = math.ceil(OC / p.vl)
+        out = np.zeros((npan * p.vl, Cg, KH * KW), dtype=np.float32)
+        out[:OC] = w.reshape(OC, Cg, KH * KW)
+        out = out.reshape(npan, p.vl, Cg, KH * KW)
+        tiles = [out[s: s + nv].transpose(2, 3, 0, 1).ravel() for first, count, nv in column_tiles(npan, p.nv)
+                 for s in range(first, first + count * nv, nv)]
+        return np.ascontiguousarray(np.concatenate(tiles))
     if p.method == "transposed":  # per group, W_g^T [C/g, OC/g] packed as pack_gemm_b panels
         return np.ascontiguousarray(np.stack([pack_gemm_b(wg.reshape(p.OCg, Cg), target, trans_b=True)
                                               for wg in w.reshape(group, p.OCg, Cg)]))

@@ -2,126 +2,130 @@
 
 Pure ``llvmlite.ir`` plus the NumPy weight transform. Same signature and epilogue as
 ``conv.emit_conv2d``, which dispatches here when ``packing.conv_plan`` picks ``"winograd"`` (its
-``mr`` field is then m). Per image, with tiles of m x m outputs (TH x TW, T in all), a = m + 2 and
-A = a*a transform points (Cp / OCp: C / OC rounded up to VL):
+``mr`` field is then m). Tiles of m x m outputs (TH x TW of them), a = m + 2, A = a*a transform
+points. Vectors run along tiles, not channels, so the transforms read and write NCHW directly
+(no transposes, no padded copy of the input, no channels-last output buffer):
 
-1. ``Xt`` [Hp, Wp, Cp]: the zero-padded input, channels last (8x8 shuffle transposes), so the
-   transforms are vector code over channels.
-2. ``V[xi]`` [T, Cp] = (B^T d B)[xi] per tile and channel.
-3. ``M[xi]`` [T, OCp] = V[xi] @ U[xi]: A GEMMs through ``gemm.emit_gemm`` (U = G g G^T in float64 at
-   pack time, packed per point by ``pack_gemm_b``'s layout).
-4. ``Yt`` [OH, OW, OCp] = A^T M A; transposed back to NCHW with bias, residual and activation.
+1. Per block of tile rows and input channel: ``V[xi]`` [C, St] = (B^T d B)[xi], VL tiles at a time,
+   their a x a inputs de-interleaved from VL-float loads of X rows (rows in the padding read a
+   zeroed row in scratch, columns in it are masked off).
+2. ``M[xi]`` [OC, St] = U[xi]^T V[xi]: register tiles with output channels as rows, U packed
+   [A, ceil(OC/MR), C, MR] and broadcast (a steady stream, prefetched ahead: in the model U comes
+   from DRAM), tiles as vector columns.
+3. ``Y`` = A^T M A per tile vector, interleaved back into output rows, bias, residual and
+   activation added, stored to NCHW.
 
-Steps 1-4 are one noinline helper shared by same-shape layers of a module (one copy of LLVM work);
-each kernel adds only its epilogue. F4 interpolates at 0, +-1, +-1/2 (smaller fp32 error than +-2).
+A chunk of VL tiles is VL/TW whole tile rows where TW divides VL (ResNet's 16x16 F4, 8x8 F2), else
+a segment of one tile row: lanes past the row then hold garbage that the next row's stores
+overwrite (V) or the masked output stores drop. Chunks of real tiles only de-interleave within
+128-bit groups, which scrambles their lane order the same way on the way in and out. Input transforms and GEMMs are one noinline helper
+shared by same-shape layers of a module; each kernel adds only its output transform and epilogue.
+Measured on znver3 (1 thread, in ResNet-18, U from DRAM) against the earlier channels-last version
+(transposes, one GEMM per point with tiles as rows): 64x32x32 F4 1.5x, 128x16x16 F4 1.6x, 256x8x8
+F2 1.4x. F4 at 256x8x8 stays slower than F2 (4 tiles fill half a vector; U 9.4 MB).
 
-Weights: ``pack_winograd_weights(W[OC, C, 3, 3], target, m) -> [A, ceil(OCp/VL), Cp, VL]``.
-Measured on znver3 (AVX2, 1 thread, bias+ReLU) vs the direct kernel: 64x32x32 F4 2.6x (F2 1.6x),
-128x16x16 F4 2.9x (F2 1.9x), 256x8x8 F2 2.0x (F4 1.4x), 512x4x4 F2 0.8-1.0x (not used: 4 tiles,
-16/9x the weight bytes). fp32 error: F2 below the direct kernel's; F4 up to ~2e-5 of the output range.
+Weights: ``pack_winograd_weights(W[OC, C, 3, 3], target, m, H, W, pads) -> [A, ceil(OC/MR), C, MR]``.
+fp32 error: F2 below the direct kernel's; F4 (0, +-1, +-1/2) up to ~2e-5 of the output range.
 """
 
 from __future__ import annotations
 
-import math
+from contextlib import nullcontext
 
 import numpy as np
 from llvmlite import ir
 
 from ..target import Target
 from .activations import apply_activation
-from .gemm import emit_gemm
-from .irhelpers import F32, I32, for_range, i64
+from .gemm import UNROLL, Out, epilogue, tile_grid
+from .irhelpers import I1, I32, I64, for_range, i64, set_fn_attrs
 from .mathfns import fma
+from .packing import register_count
 from .vecops import (
+    F32P,
     broadcast,
     call_intrinsic,
-    define_kernel,
     gep,
-    lane_mask,
     load_vec,
     scalar_tail_stores,
     store_vec,
     vec_type,
 )
+from .winograd_math import (
+    MATS,
+    sandwich,
+    unzip_groups,
+    unzip_lanes,
+    zip_groups,
+    zip_lanes,
+)
 
 I8P = ir.IntType(8).as_pointer()
-def _cook_toom(points, m: int, r: int = 3):
-    """(B^T, G, A^T) of F(m, r) interpolating at ``points`` and infinity (Lavin & Gray's construction;
-    B^T solved from A^T diag(G e_k) B^T = the correlation with e_k, exact dyadic for these points)."""
-    n = m + r - 1
-    AT, G = np.zeros((m, n)), np.zeros((n, r))
-    for j, a in enumerate(points):
-        AT[:, j] = [a ** i for i in range(m)]
-        G[j] = [a ** k / np.prod([a - c for c in points if c != a]) for k in range(r)]
-    AT[m - 1, n - 1] = G[n - 1, r - 1] = 1.0
-    lhs = np.vstack([np.kron(AT * G[:, k], np.eye(n)) for k in range(r)])
-    rhs = np.concatenate([np.eye(m, n, k).ravel() for k in range(r)])
-    BT = np.round(np.linalg.lstsq(lhs, rhs, rcond=None)[0].reshape(n, n) * 4096) / 4096
-    return BT, G, AT
+BLOCK_BYTES = 4 << 20  # V + M of a block of tile rows: blocking ResNet's layers to L2 sizes gained
+# nothing (U is re-read per block); 64x112x112 (V + M 15 MB unblocked) gained 1.25x at this size
+PREFETCH_BYTES = 2048  # how far ahead the GEMM prefetches U (measured best of 1-8 KiB, znver3)
 
 
-# m (output tile) -> (B^T, G, A^T) of F(m x m, 3 x 3); F4 at 0, +-1, +-1/2: smaller fp32 error than +-2
-MATS = {
-    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], float),
-        np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]]),
-        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], float)),
-    4: _cook_toom([0.0, 1.0, -1.0, 0.5, -0.5], 4),
-}
+def _up(x: int, k: int) -> int:
+    return -(-x // k) * k
 
 
 def _geom(vl: int, C: int, H: int, W: int, OC: int, pads, m: int) -> dict:
+    """Sizes and scratch offsets (floats). R: tile rows per chunk; St: row length of V and M."""
     pt, pl, pb, pr = pads
     OH, OW = H + pt + pb - 2, W + pl + pr - 2
-    TH, TW = -(-OH // m), -(-OW // m)
-    Cp, OCp = -(-C // vl) * vl, -(-OC // vl) * vl
-    Hp, Wp = m * TH + 2, m * TW + 2
-    T, A = TH * TW, (m + 2) ** 2
-    xt = -(-Hp * Wp * Cp // 16) * 16
-    vs, ms = T * Cp + 16, T * OCp + 16  # per-point strides: +64 B, so a tile's A points don't share L1 sets
-    v = A * vs
-    mm = A * ms
-    yt = OH * OW * OCp + vl
-    return {"OH": OH, "OW": OW, "TH": TH, "TW": TW, "T": T, "Cp": Cp, "OCp": OCp, "Hp": Hp, "Wp": Wp, "v_off": xt,
-            "m_off": xt + v, "y_off": xt + v + mm, "floats": xt + v + mm + yt, "m": m, "A": A,
-            "vs": vs, "ms": ms}
+    TH, TW, a = -(-OH // m), -(-OW // m), m + 2
+    A, per_load = a * a, vl // m  # tiles per VL-float load
+    R, nch = (vl // TW, 1) if vl % TW == 0 and TW % per_load == 0 else (1, -(-TW // vl))
+
+    def stride(rows: int) -> int:
+        return rows * TW if R > 1 else _up((rows - 1) * TW + nch * vl, vl)
+
+    rows = _up(TH, R)
+    while rows > R and 4 * A * (C + OC) * stride(rows) > BLOCK_BYTES:
+        rows -= R
+    nblk = -(-TH // rows)
+    TRB = _up(-(-TH // nblk), R)
+    St = stride(TRB)
+    zlen = _up(m * nch * vl + 2 * vl + m, 16)  # the zero row that padding rows read
+    vs, ms = C * St + 16, OC * St + 16  # per-point strides: +64 B, so a tile's A points don't share L1 sets
+    return {"OH": OH, "OW": OW, "TH": TH, "TW": TW, "m": m, "a": a, "A": A, "R": R, "nch": nch,
+            "per_load": per_load, "TRB": TRB, "nblk": nblk, "St": St, "slots": -(-TRB * TW // vl),
+            "vs": vs, "ms": ms, "zlen": zlen, "v_off": zlen, "m_off": zlen + A * vs, "floats": zlen + A * (vs + ms)}
+
+
+def _gemm_tile(target: Target, g: dict, OC: int) -> tuple[int, int]:
+    """(MR, NV) with the fewest modelled cycles (``packing.tile_cost``'s step model) among tiles that
+    keep their NV B vectors in registers and broadcast at most 8 U values a step: measured on
+    znver3, 13x1 ran at 0.7x of 6x2 and 3x4 (17 registers) spilled."""
+    best = None
+    for nv in range(1, min(g["slots"], 8) + 1):
+        for mr in range(1, min(OC, 8) + 1):
+            if mr * nv + nv + 1 > register_count(target):
+                continue
+            cost = 0.0
+            for r, nr in ((mr, OC // mr), (OC % mr, 1 if OC % mr else 0)):
+                for s, ns in ((nv, g["slots"] // nv), (g["slots"] % nv, 1 if g["slots"] % nv else 0)):
+                    if r and s:
+                        cost += nr * ns * max(r * s / 2, (r + s) / 2, 6.0)
+            if best is None or (cost, -mr * nv) < best[:2]:
+                best = (cost, -mr * nv, mr, nv)
+    return best[2], best[3]
 
 
 def winograd_scratch_bytes(target: Target, C: int, H: int, W: int, OC: int, pads, m: int) -> int:
     return 4 * _geom(target.vector_floats, C, H, W, OC, pads, m)["floats"]
 
 
-def pack_winograd_weights(Wt: np.ndarray, target: Target, m: int) -> np.ndarray:
-    """W[OC, C, 3, 3] -> U per transform point as pack_gemm_b panels [(m+2)^2, ceil(OCp/VL), Cp, VL]."""
+def pack_winograd_weights(Wt: np.ndarray, target: Target, m: int, H: int, W: int, pads) -> np.ndarray:
+    """W[OC, C, 3, 3] -> U = G g G^T per transform point, as GEMM row panels [A, ceil(OC/MR), C, MR]."""
     OC, C = Wt.shape[:2]
-    vl, G, A = target.vector_floats, MATS[m][1], (m + 2) ** 2
-    Cp, OCp = -(-C // vl) * vl, -(-OC // vl) * vl
-    U = np.einsum("ak,ockl,bl->abco", G, np.asarray(Wt, dtype=np.float64), G).reshape(A, C, OC)  # G g G^T
-    Upad = np.zeros((A, Cp, OCp))
-    Upad[:, :C, :OC] = U
-    return np.ascontiguousarray(Upad.reshape(A, Cp, OCp // vl, vl).transpose(0, 2, 1, 3), dtype=np.float32)
-
-
-def _lincomb(b, vl, coefs, vecs):
-    """sum_k coefs[k] * vecs[k] over the nonzero coefficients (+-1 as adds and subtracts)."""
-    acc = None
-    for c, v in zip(coefs, vecs):
-        c = float(c)
-        if c == 0.0:
-            continue
-        if acc is None:
-            acc = v if c == 1.0 else b.fmul(v, ir.Constant(vec_type(vl), [c] * vl))
-        elif c in (1.0, -1.0):
-            acc = b.fadd(acc, v) if c == 1.0 else b.fsub(acc, v)
-        else:
-            acc = fma(b, ir.Constant(vec_type(vl), [c] * vl), v, acc)
-    return acc if acc is not None else ir.Constant(vec_type(vl), None)
-
-
-def _sandwich(b, vl, L, R, x):
-    """L @ x @ R^T on a 2-D list of vectors."""
-    t = [[_lincomb(b, vl, L[i], [x[k][j] for k in range(len(x))]) for j in range(len(x[0]))] for i in range(len(L))]
-    return [[_lincomb(b, vl, R[j], t[i]) for j in range(len(R))] for i in range(len(L))]
+    A = (m + 2) ** 2
+    mr, _ = _gemm_tile(target, _geom(target.vector_floats, C, H, W, OC, pads, m), OC)
+    nb = -(-OC // mr)
+    U = np.zeros((A, nb * mr, C))  # [point, output channel (padded to MR rows), input channel]
+    U[:, :OC] = (np.kron(MATS[m][1], MATS[m][1]) @ np.asarray(Wt, dtype=np.float64).reshape(OC * C, 9).T).reshape(A, OC, C)
+    return np.ascontiguousarray(U.reshape(A, nb, mr, C).transpose(0, 1, 3, 2), dtype=np.float32)
 
 
 def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: int, OC: int, pads, *,
@@ -129,158 +133,262 @@ def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: in
     """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel, no blocks yet)."""
     vl = target.vector_floats
     g = _geom(vl, C, H, W, OC, pads, m)
-    OCp, OH, OW = g["OCp"], g["OH"], g["OW"]
+    mr, nv = _gemm_tile(target, g, OC)
     X, Up, bias_p, res_p, Y, scratch = fn.args
-    key = f"{C}x{H}x{W}_{OC}_p{'_'.join(map(str, pads))}_{target.vector_bits}_f{m}"  # shared by same-shape layers
-    stages = _shared(fn.module, f"winograd_stages_{key}", target,
-                     lambda b, f: _stages(b, f, target, g, C, H, W, pads))
+    key = f"{C}x{H}x{W}_{OC}_p{'_'.join(map(str, pads))}_{target.vector_bits}_f{m}_{mr}x{nv}_b{g['TRB']}"
+    front = _helper(fn.module, f"winograd_front_{key}", target, [F32P, F32P, F32P, I64],
+                    lambda b, f: _front(b, f, vl, g, C, H, W, OC, pads, mr, nv))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    null = ir.Constant(F32.as_pointer(), None)
-    P = OH * OW
+    P = g["OH"] * g["OW"]
+    ep = {"bias": bias_p if bias else None, "activation": activation, "alpha": act_alpha, "beta": act_beta,
+          "scalar_tails": scalar_tail_stores(target)}
     with for_range(b, N, name="n") as n:
         xn = gep(b, X, b.mul(n, i64(C * H * W)))
         yn = gep(b, Y, b.mul(n, i64(OC * P)))
         rn = gep(b, res_p, b.mul(n, i64(OC * P))) if residual else None
-        b.call(stages, [xn, Up, null, null, null, scratch])
-        Yt = gep(b, scratch, g["y_off"])
-        with for_range(b, OH, name="eh") as oh:  # back to NCHW, with the epilogue
-            yrow = gep(b, Yt, b.mul(oh, i64(OW * OCp)))
-            orow = b.mul(oh, i64(OW))
-
-            def block_out(w0, c0, nw, nc):
-                vs = _transpose(b, vl, gep(b, yrow, b.add(b.mul(w0, i64(OCp)), c0)), OCp, nw, nc)
-                mask = lane_mask(vl, nw) if nw < vl else None
-                for j in range(nc):
-                    oc = b.add(c0, i64(j))
-                    off = b.add(b.mul(oc, i64(P)), b.add(orow, w0))
-                    y = vs[j]
-                    if bias:
-                        y = b.fadd(y, broadcast(b, b.load(gep(b, bias_p, oc), align=4), vl))
-                    if residual:
-                        y = b.fadd(y, load_vec(b, gep(b, rn, off), vl, mask))
-                    if activation != "none":
-                        y = apply_activation(b, y, activation, act_alpha, act_beta)
-                    store_vec(b, y, gep(b, yn, off), mask, scalar_tails=scalar_tail_stores(target))
-            _blocks(b, vl, OW, OC, block_out)
+        with for_range(b, g["nblk"], name="blk") as blk:
+            b.call(front, [xn, Up, scratch, blk])
+            _output(b, vl, g, OC, gep(b, scratch, g["m_off"]), blk, yn, rn, ep)
     b.ret_void()
 
 
-def _shared(module, name, target, body):
-    """A noinline ``define_kernel``-signature helper, defined once per module."""
+def _helper(module, name, target, argtypes, body):
+    """A noinline internal function with the target's attributes, defined once per module."""
     fn = module.globals.get(name)
     if fn is None:
-        fn = define_kernel(module, name, target)
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), argtypes), name)
         fn.linkage = "internal"
-        fn.attributes.add("noinline")  # else inlined, and loops unrolled around it
+        for arg in fn.args:
+            if isinstance(arg.type, ir.PointerType):
+                arg.add_attribute("noalias")
+        strings = {"target-cpu": target.cpu, "target-features": target.feature_string}
+        if target.vector_bits == 512:
+            strings["prefer-vector-width"] = "512"
+        set_fn_attrs(fn, ("nounwind", "noinline"), strings)  # noinline: else inlined, and loops unrolled around it
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         body(b, fn)
         b.ret_void()
     return fn
 
 
-def _stages(b, fn, target, g, C, H, W, pads) -> None:
-    """X (one image) -> Yt [OH, OW, OCp] in scratch: transpose, input transform, 16 GEMMs, output transform."""
-    xn, Up, _, _, _, scratch = fn.args
-    vl, pt, pl = target.vector_floats, pads[0], pads[1]
-    T, Cp, OCp, Wp, TW, TH, OH, OW = (g[k] for k in ("T", "Cp", "OCp", "Wp", "TW", "TH", "OH", "OW"))
-    Xt, V, M = scratch, gep(b, scratch, g["v_off"]), gep(b, scratch, g["m_off"])
-    null = ir.Constant(F32.as_pointer(), None)
-    gname = f"winograd_gemm_{T}x{OCp}x{Cp}_{target.vector_bits}"
-    m, A = g["m"], g["A"]
-    gemm = b.module.globals.get(gname)
-    if gemm is None:
-        gemm = emit_gemm(b.module, gname, target, T, OCp, Cp, a_layout="row", b_layout="packed")
-        gemm.linkage = "internal"
-        gemm.attributes.add("noinline")
-    _memset0(b, Xt, g["Hp"] * Wp * Cp)
-    with for_range(b, H, name="th") as h:  # transpose to channels last, into the padded frame
-        drow = gep(b, Xt, b.mul(b.add(h, i64(pt)), i64(Wp * Cp)))
-        srow = gep(b, xn, b.mul(h, i64(W)))
-
-        def block_in(w0, c0, nw, nc):
-            vs = _transpose(b, vl, gep(b, srow, b.add(b.mul(c0, i64(H * W)), w0)), H * W, nc, nw)
-            dst = gep(b, drow, b.add(b.mul(b.add(w0, i64(pl)), i64(Cp)), c0))
-            for j in range(nw):
-                store_vec(b, vs[j], gep(b, dst, j * Cp))
-        _blocks(b, vl, W, C, block_in)
-    _input_transform(b, vl, g, Xt, V)
-    with for_range(b, A, name="xi") as xi:
-        b.call(gemm, [gep(b, V, b.mul(xi, i64(g["vs"]))), gep(b, Up, b.mul(xi, i64(Cp * OCp))), null, null,
-                      gep(b, M, b.mul(xi, i64(g["ms"]))), null])
-    Yt = gep(b, scratch, g["y_off"])
-    fh, fw = OH // m, OW // m
-    for (r0, r1, ny) in ((0, fh, m), (fh, TH, OH - m * fh)):
-        for (c0, c1, nx) in ((0, fw, m), (fw, TW, OW - m * fw)):
-            if r1 > r0 and c1 > c0 and ny and nx:
-                with for_range(b, r1, start=r0, name="oi") as ti:
-                    with for_range(b, c1, start=c0, name="oj") as tj:
-                        _output_tile(b, vl, g, M, Yt, ti, tj, ny, nx)
+def _block_rows(b, g, blk):
+    lo = b.mul(blk, i64(g["TRB"]))
+    hi = b.add(lo, i64(g["TRB"]))
+    return lo, b.select(b.icmp_signed("<", hi, i64(g["TH"])), hi, i64(g["TH"]))
 
 
-def _input_transform(b, vl, g, Xt, V) -> None:
-    Cp, Wp, TW, m = g["Cp"], g["Wp"], g["TW"], g["m"]
-    a, BT = m + 2, MATS[m][0]
-    with for_range(b, g["TH"], name="ii") as ti:
-        with for_range(b, TW, name="ij") as tj:
-            t = b.add(b.mul(ti, i64(TW)), tj)
-            base = gep(b, Xt, b.mul(b.add(b.mul(ti, i64(m * Wp)), b.mul(tj, i64(m))), i64(Cp)))
-            vt = gep(b, V, b.mul(t, i64(Cp)))
-            with for_range(b, Cp // vl, name="ic") as cv:
-                c0 = b.mul(cv, i64(vl))
-                src = gep(b, base, c0)
-                d = [[load_vec(b, gep(b, src, (r * Wp + c) * Cp), vl) for c in range(a)] for r in range(a)]
-                out = _sandwich(b, vl, BT, BT, d)
-                dst = gep(b, vt, c0)
-                for i in range(a):
-                    for j in range(a):
-                        store_vec(b, out[i][j], gep(b, dst, (i * a + j) * g["vs"]))
+def _loads(g) -> list[tuple[int, int]]:
+    """(tile row, tile column) within its chunk of each of the m loads that cover a chunk's VL tiles."""
+    k = g["per_load"]
+    if g["R"] > 1:
+        return [(q * k // g["TW"], q * k % g["TW"]) for q in range(g["m"])]
+    return [(0, q * k) for q in range(g["m"])]
 
 
-def _output_tile(b, vl, g, M, Yt, ti, tj, ny, nx) -> None:
-    """Output transform of one tile's ny x nx outputs, all channels, into Yt [OH, OW, OCp]."""
-    OCp, OW, TW, m = g["OCp"], g["OW"], g["TW"], g["m"]
-    a, AT = m + 2, MATS[m][2]
-    t = b.add(b.mul(ti, i64(TW)), tj)
-    mt = gep(b, M, b.mul(t, i64(OCp)))
-    yt = gep(b, Yt, b.mul(b.add(b.mul(ti, i64(m * OW)), b.mul(tj, i64(m))), i64(OCp)))
-    with for_range(b, OCp // vl, name="oc") as cv:
-        oc0 = b.mul(cv, i64(vl))
-        src = gep(b, mt, oc0)
-        mv = [[load_vec(b, gep(b, src, (i * a + j) * g["ms"]), vl) for j in range(a)] for i in range(a)]
-        ys = _sandwich(b, vl, AT[:ny], AT[:nx], mv)
-        dst = gep(b, yt, oc0)
-        for dy in range(ny):
-            for dx in range(nx):
-                store_vec(b, ys[dy][dx], gep(b, dst, (dy * OW + dx) * OCp))
+def _owned(g, tj0) -> bool:
+    """Whether every lane of the chunk at tile column tj0 is a real tile (runtime tj0: an interior
+    chunk, always). Such chunks may scramble their lanes; a row's partial last chunk keeps them in
+    order, so the garbage lanes it writes past the row are the ones the next row overwrites."""
+    return g["R"] > 1 or not isinstance(tj0, int) or tj0 + g["per_load"] * g["m"] <= g["TW"]
 
 
-def _transpose(b, vl, src, stride, rows, cols):
-    """Vectors j < cols with lane r < rows = src[r*stride + j] (other lanes zero)."""
-    mask = lane_mask(vl, cols) if cols < vl else None
+def _chunks(g, interior) -> list:
+    """Chunks of a tile row (tile columns from j*VL): each j where ``interior(j)`` fails (the row's
+    ends: masks known) on its own, then (first, count) of the loop over the interior ones."""
+    if g["R"] > 1:
+        return [0]
+    inner = [j for j in range(g["nch"]) if interior(j)]
+    edges = [j for j in range(g["nch"]) if j not in inner]
+    return edges + ([(inner[0], len(inner))] if len(inner) > 1 else inner)
+
+
+def _front(b, fn, vl, g, C, H, W, OC, pads, mr, nv) -> None:
+    """Block ``blk`` of tile rows: input transform of one image into V, then the A GEMMs into M."""
+    X, Up, scratch, blk = fn.args
+    m, a, TW, St, pt, pl = g["m"], g["a"], g["TW"], g["St"], pads[0], pads[1]
+    V, M = gep(b, scratch, g["v_off"]), gep(b, scratch, g["m_off"])
+    BT = MATS[m][0]
+    _memset0(b, scratch, g["zlen"])
+    lo, hi = _block_rows(b, g, blk)
+    loads = _loads(g)
+
+    def ld(rows, tj0, q, shift):
+        """Load q (of m) of a chunk's row, its start shifted by ``shift`` pixels."""
+        s, tc = loads[q]
+        if isinstance(tj0, int):
+            c0 = m * (tj0 + tc) + shift - pl
+            lanes = [0 <= c0 + k < W for k in range(vl)]
+            if not any(lanes):
+                return ir.Constant(vec_type(vl), None)
+            mask = None if all(lanes) else ir.Constant(ir.VectorType(I1, vl), lanes)
+            return load_vec(b, gep(b, rows[s], c0), vl, mask)
+        col = b.add(b.mul(tj0, i64(m)), i64(m * tc + shift - pl))
+        return load_vec(b, gep(b, rows[s], col), vl)
+
+    def chunk(xc, tis, tj0, dst):
+        """V for the VL tiles at tile rows ``tis`` (one per load row), columns from tj0 (int: masks known)."""
+        unzip = unzip_groups if _owned(g, tj0) else unzip_lanes
+        d = []
+        for r in range(a):
+            rows = []
+            for ti in tis:
+                y = b.add(b.mul(ti, i64(m)), i64(r - pt))
+                p = b.gep(xc, [b.mul(y, i64(W))])  # not inbounds: only selected inside the image
+                rows.append(b.select(b.icmp_unsigned("<", y, i64(H)), p, scratch))
+            d.append(unzip(b, [ld(rows, tj0, q, 0) for q in range(m)])
+                     + unzip(b, [ld(rows, tj0, q, m) for q in range(m)])[: a - m])
+        out = sandwich(b, vl, BT, BT, d)
+        for i in range(a):
+            for k in range(a):
+                store_vec(b, out[i][k], gep(b, dst, (i * a + k) * g["vs"]))
+
+    def interior(j):  # every load of chunk j inside the image row
+        return j * m * vl - pl >= 0 and (j + 1) * m * vl + m - pl <= W
+
+    with for_range(b, C, name="ic") as c:
+        xc = gep(b, X, b.mul(c, i64(H * W)))
+        vc = gep(b, V, b.mul(c, i64(St)))
+        with for_range(b, hi, start=lo, step=g["R"], name="it") as ti:
+            vrow = gep(b, vc, b.mul(b.sub(ti, lo), i64(TW)))
+            tis = [b.add(ti, i64(s)) for s in range(g["R"])]
+            for j in _chunks(g, interior):
+                if isinstance(j, tuple):
+                    with for_range(b, j[0] + j[1], start=j[0], name="ij") as jj:
+                        tj0 = b.mul(jj, i64(vl))
+                        chunk(xc, tis, tj0, gep(b, vrow, tj0))
+                else:
+                    chunk(xc, tis, j * vl, gep(b, vrow, j * vl))
+    _gemms(b, vl, g, C, OC, mr, nv, Up, V, M)
+
+
+def _gemms(b, vl, g, C, OC, mr, nv, Up, V, M) -> None:
+    """M[xi] = U[xi]^T V[xi] for every point, rows (output channels) outer: each MR x C panel of U is
+    loaded once per block and reused from L1 across the tile columns (columns outer measured the
+    same on 64-channel layers up to 112x112, where U is the smaller operand)."""
+    St, nb = g["St"], -(-OC // mr)
+    with for_range(b, g["A"], name="xi") as xi:
+        Ax = gep(b, Up, b.mul(xi, i64(nb * mr * C)))
+        Bx, Cx = gep(b, V, b.mul(xi, i64(g["vs"]))), gep(b, M, b.mul(xi, i64(g["ms"])))
+
+        def slot_fn(b, s, is_partial):
+            col = b.mul(s, i64(vl))
+            return gep(b, Bx, col), col, None
+
+        def tile_fn(b, row0, mr_eff, slots):
+            out = Out(gep(b, Cx, b.mul(row0, i64(St))), St, [s[1] for s in slots], [None] * len(slots))
+            _tile(b, vl, mr_eff, mr, gep(b, Ax, b.mul(row0, i64(C))), [s[0] for s in slots], C, St, out)
+        tile_grid(b, OC, mr, g["slots"], False, nv, slot_fn, tile_fn, rows_outer=True)
+
+
+def _tile(b, vl, rows, MR, a_ptr, b_ptrs, K, ldb, out) -> None:
+    """``gemm.emit_tile``'s k loop on a packed [K, MR] panel of U, plus a software prefetch of the
+    panel PREFETCH_BYTES ahead: U streams from DRAM in the model, and the hardware prefetcher alone
+    left 15-25% of a 128- or 256-channel layer's GEMM time waiting on it (znver3)."""
     zero = ir.Constant(vec_type(vl), None)
-    v = [load_vec(b, gep(b, src, r * stride), vl, mask) for r in range(rows)] + [zero] * (vl - rows)
-    h = vl // 2
-    lo = ir.Constant(ir.VectorType(I32, vl), [k for i in range(h) for k in (i, vl + i)])
-    hi = ir.Constant(ir.VectorType(I32, vl), [k for i in range(h, vl) for k in (i, vl + i)])
-    for _ in range(int(math.log2(vl))):  # perfect shuffles: log2(vl) of them transpose the block
-        v = [x for i in range(h) for x in (b.shuffle_vector(v[i], v[i + h], lo), b.shuffle_vector(v[i], v[i + h], hi))]
-    return v[:cols]
+
+    def step(acc, a_base, b_bases, k):
+        bv = [load_vec(b, gep(b, bb, k * ldb), vl) for bb in b_bases]
+        new = []
+        for r in range(rows):
+            a = broadcast(b, b.load(gep(b, a_base, k * MR + r), align=4), vl)
+            new.append([fma(b, a, bv[v], acc[r][v]) for v in range(len(bv))])
+        return new
+    acc = [[zero] * len(b_ptrs) for _ in range(rows)]
+    n = K // UNROLL
+    if n:
+        pre = b.block
+        loop, after = b.append_basic_block("wk.loop"), b.append_basic_block("wk.end")
+        b.branch(loop)
+        b.position_at_end(loop)
+        i = b.phi(I64, "wk")
+        i.add_incoming(i64(0), pre)
+        phis = [[b.phi(zero.type) for _ in row] for row in acc]
+        for row in phis:
+            for ph in row:
+                ph.add_incoming(zero, pre)
+        a_base = gep(b, a_ptr, b.mul(i, i64(UNROLL * MR)))
+        b_bases = [gep(b, bb, b.mul(i, i64(UNROLL * ldb))) for bb in b_ptrs]
+        for off in range(0, UNROLL * MR * 4, 64):
+            _prefetch(b, gep(b, a_base, (PREFETCH_BYTES + off) // 4))
+        cur = phis
+        for k in range(UNROLL):
+            cur = step(cur, a_base, b_bases, k)
+        nxt = b.add(i, i64(1))
+        i.add_incoming(nxt, b.block)
+        for prow, row in zip(phis, cur):
+            for ph, x in zip(prow, row):
+                ph.add_incoming(x, b.block)
+        b.cbranch(b.icmp_unsigned("<", nxt, i64(n)), loop, after)
+        b.position_at_end(after)
+        acc = cur
+    for k in range(n * UNROLL, K):
+        acc = step(acc, a_ptr, b_ptrs, k)
+    epilogue(b, vl, acc, out)
 
 
-def _blocks(b, vl, ncols, nrows, body) -> None:
-    """body(w0, c0, nw, nc) over vl x vl blocks of a ncols (w) x nrows (c) plane, tails last."""
-    fw, fc = ncols // vl, nrows // vl
-    for (w_lo, w_n, nw) in ((0, fw, vl), (fw * vl, 1 if ncols % vl else 0, ncols % vl)):
-        for (c_lo, c_n, nc) in ((0, fc, vl), (fc * vl, 1 if nrows % vl else 0, nrows % vl)):
-            if not (w_n and c_n):
-                continue
-            if w_n == 1 and c_n == 1:
-                body(i64(w_lo), i64(c_lo), nw, nc)
-                continue
-            with for_range(b, w_n, name="bw") as wi:
-                w0 = b.add(i64(w_lo), b.mul(wi, i64(vl)))
-                with for_range(b, c_n, name="bc") as ci:
-                    body(w0, b.add(i64(c_lo), b.mul(ci, i64(vl))), nw, nc)
+def _prefetch(b, p) -> None:
+    args = [b.bitcast(p, I8P), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)]
+    call_intrinsic(b, "llvm.prefetch.p0", ir.VoidType(), args)
+
+
+def _output(b, vl, g, OC, M, blk, yn, rn, ep) -> None:
+    """Block ``blk``: Y = A^T M A per tile vector, interleaved into output rows, epilogue, NCHW stores."""
+    m, a, TW, OH, OW, St, R = g["m"], g["a"], g["TW"], g["OH"], g["OW"], g["St"], g["R"]
+    AT = MATS[m][2]
+    lo, hi = _block_rows(b, g, blk)
+    lim = b.mul(hi, i64(m))
+    lim = b.select(b.icmp_signed("<", lim, i64(OH)), lim, i64(OH))  # output rows of this block
+    outs = _loads(g)
+
+    def chunk(src, tis, tj0, yo, ro, bias):
+        mv = [[load_vec(b, gep(b, src, (i * a + k) * g["ms"]), vl) for k in range(a)] for i in range(a)]
+        ys = sandwich(b, vl, AT, AT, mv)
+        for dy in range(m):
+            zs = (zip_groups if _owned(g, tj0) else zip_lanes)(b, ys[dy])
+            for s in range(R):
+                oh = b.add(b.mul(tis[s], i64(m)), i64(dy))
+                maybe_past = s > 0 or (OH % m and dy >= OH % m)  # a row past the block or the image
+                with b.if_then(b.icmp_signed("<", oh, lim)) if maybe_past else nullcontext():
+                    for q, (sq, tc) in enumerate(outs):
+                        if sq != s:
+                            continue
+                        if isinstance(tj0, int):
+                            n = max(0, min(vl, OW - m * (tj0 + tc)))
+                            off = b.add(b.mul(oh, i64(OW)), i64(m * (tj0 + tc)))
+                        else:
+                            n, off = vl, b.add(b.mul(oh, i64(OW)), b.add(b.mul(tj0, i64(m)), i64(m * tc)))
+                        if n:
+                            _store_out(b, vl, zs[q], off, n, yo, ro, bias, ep)
+
+    def interior(j):  # every pixel of chunk j inside the output row
+        return (j + 1) * m * vl <= OW
+
+    with for_range(b, OC, name="oc") as oc:
+        bias = broadcast(b, b.load(gep(b, ep["bias"], oc), align=4), vl) if ep["bias"] is not None else None
+        mo = gep(b, M, b.mul(oc, i64(St)))
+        yo = gep(b, yn, b.mul(oc, i64(OH * OW)))
+        ro = gep(b, rn, b.mul(oc, i64(OH * OW))) if rn is not None else None
+        with for_range(b, hi, start=lo, step=R, name="ot") as ti:
+            mrow = gep(b, mo, b.mul(b.sub(ti, lo), i64(TW)))
+            tis = [b.add(ti, i64(s)) for s in range(R)]
+            for j in _chunks(g, interior):
+                if isinstance(j, tuple):
+                    with for_range(b, j[0] + j[1], start=j[0], name="oj") as jj:
+                        tj0 = b.mul(jj, i64(vl))
+                        chunk(gep(b, mrow, tj0), tis, tj0, yo, ro, bias)
+                else:
+                    chunk(gep(b, mrow, j * vl), tis, j * vl, yo, ro, bias)
+
+
+def _store_out(b, vl, y, off, n, yo, ro, bias, ep) -> None:
+    mask = ir.Constant(ir.VectorType(I1, vl), [k < n for k in range(vl)]) if n < vl else None
+    if bias is not None:
+        y = b.fadd(y, bias)
+    if ro is not None:
+        y = b.fadd(y, load_vec(b, gep(b, ro, off), vl, mask))
+    if ep["activation"] != "none":
+        y = apply_activation(b, y, ep["activation"], ep["alpha"], ep["beta"])
+    store_vec(b, y, gep(b, yo, off), mask, scalar_tails=ep["scalar_tails"])
 
 
 def _memset0(b: ir.IRBuilder, dst: ir.Value, nfloats: int) -> None:
