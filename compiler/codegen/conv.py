@@ -105,10 +105,13 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
                 kp = KPlan.linear(p.Cg, p.mr, cs)
         wg = gep(b, Wp, b.mul(g, i64(kb)))
         yg = gep(b, Y, b.mul(ng, i64(p.OCg * P)))
-        _grid(b, p, p.OCg, p.mr, im2col if im2col is not None else src, kp,
-              lambda b, row0: gep(b, wg, b.mul(row0, i64(p.K))), yg,
-              gep(b, bias_p, b.mul(g, i64(p.OCg))) if bias else None,
-              gep(b, res_p, b.mul(ng, i64(p.OCg * P))) if residual else None, epi)
+        bias_g = gep(b, bias_p, b.mul(g, i64(p.OCg))) if bias else None
+        res_g = gep(b, res_p, b.mul(ng, i64(p.OCg * P))) if residual else None
+        if p.pack_b:
+            _packed_1x1(b, p, xg, wg, yg, bias_g, res_g, gep(b, scratch, p.im2col_offset + p.im2col_floats), epi)
+        else:
+            _grid(b, p, p.OCg, p.mr, im2col if im2col is not None else src, kp,
+                  lambda b, row0: gep(b, wg, b.mul(row0, i64(p.K))), yg, bias_g, res_g, epi)
     b.ret_void()
     return fn
 
@@ -139,6 +142,68 @@ def _transposed(b, p: ConvPlan, X, Wp, bias_p, res_p, Y, epi) -> None:
             emit_tile(b, vl, mr_eff, gep(b, xg, row0), 1, [s[0] for s in slots], kp, out)
 
         tile_grid(b, P, p.mr, OCg // vl, OCg % vl != 0, p.nv, slot_fn, tile_fn)
+
+
+def _packed_1x1(b, p: ConvPlan, x, w, y, bias_p, res_p, panel, epi) -> None:
+    """1x1 direct conv, B packed: per column tile of NV pixel vectors and K block of channels, the
+    vectors are copied into one contiguous panel that every row block then reads from L1.
+
+    K blocks keep the panel within ``PANEL_BYTES``; the first block stores acc + bias + residual,
+    later ones add the partial sums already in Y, and only the last applies the activation.
+    """
+    vl, mr, P, HW, kc = p.vl, p.mr, p.OH * p.OW, p.H * p.W, p.panel_k
+    nkb = -(-p.Cg // kc)
+    last_k0, last_len = (nkb - 1) * kc, p.Cg - (nkb - 1) * kc
+    full_tiles, tail = divmod(p.slots, p.nv)
+    full_rb, rt = divmod(p.OCg, mr)
+    no_act = dict(epi, activation="none")
+
+    def pack(x0, k0, klen, n):
+        with for_range(b, klen, name="pk") as c:
+            kk = b.add(c, k0) if isinstance(k0, ir.Value) else b.add(c, i64(k0))
+            src, dst = gep(b, x0, b.mul(kk, i64(HW))), gep(b, panel, b.mul(c, i64(n * vl)))
+            for v in range(n):
+                store_vec(b, load_vec(b, gep(b, src, v * vl), vl), gep(b, dst, v * vl))
+
+    def tile(row0, m, k0, kp, c_offs, first, last):
+        yr = gep(b, y, b.mul(row0, i64(P)))
+        out = Out(yr, P, c_offs, [None] * len(c_offs), **(epi if last else no_act))
+        if not first:
+            out.bias, out.bias_ptr = "full", yr
+        else:
+            if bias_p is not None:
+                out.bias, out.bias_ptr = "row", gep(b, bias_p, row0)
+            if res_p is not None:
+                out.residual = gep(b, res_p, b.mul(row0, i64(P)))
+        k_off = b.mul(k0, i64(mr)) if isinstance(k0, ir.Value) else i64(k0 * mr)
+        a = gep(b, w, b.add(b.mul(row0, i64(p.K)), k_off))
+        emit_tile(b, vl, m, a, 1, [gep(b, panel, v * vl) for v in range(len(c_offs))], kp, out)
+
+    def k_block(x0, c_offs, k0, klen, first, last):
+        n = len(c_offs)
+        pack(x0, k0, klen, n)
+        kp = KPlan.linear(klen, mr, n * vl)
+        if full_rb:
+            with for_range(b, full_rb, name="rb") as ib:
+                tile(b.mul(ib, i64(mr)), mr, k0, kp, c_offs, first, last)
+        if rt:
+            tile(i64(full_rb * mr), rt, k0, kp, c_offs, first, last)
+
+    def column_tile(s0, n):
+        pix0 = b.mul(s0, i64(vl))
+        x0, c_offs = gep(b, x, pix0), [b.add(pix0, i64(v * vl)) for v in range(n)]
+        k_block(x0, c_offs, 0, min(kc, p.Cg), True, nkb == 1)
+        if nkb > 2:
+            with for_range(b, nkb - 2, name="kb") as j:
+                k_block(x0, c_offs, b.mul(b.add(j, i64(1)), i64(kc)), kc, False, False)
+        if nkb > 1:
+            k_block(x0, c_offs, last_k0, last_len, False, True)
+
+    if full_tiles:
+        with for_range(b, full_tiles, name="ct") as jt:
+            column_tile(b.mul(jt, i64(p.nv)), p.nv)
+    if tail:
+        column_tile(i64(full_tiles * p.nv), tail)
 
 
 def _depthwise_rows(b, p: ConvPlan, src, w_c, y, bias_c, res_c, epi) -> None:

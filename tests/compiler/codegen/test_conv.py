@@ -425,3 +425,74 @@ def test_rows_skips_the_padding_products(monkeypatch):
     assert conv_plan(HOST, *geom).method == "im2col"
     im2col = _fmas_executed(HOST, geom)
     assert im2col >= 512 * 64 * 144 and rows < 0.7 * im2col
+
+
+# 1x1 direct convs whose pixel vectors are packed into K-blocked panels (ConvPlan.pack_b): planes
+# a multiple of 4 KiB apart, OC tails, 1-3 K blocks with partial last ones, batch and groups.
+PACKED = [
+    (1, 64, 32, 32, 52, 1, 1, (1, 1), P0, (1, 1), 1, True, False, "none"),  # one K block, column tail
+    (1, 256, 64, 64, 76, 1, 1, (1, 1), P0, (1, 1), 1, True, True, "Relu"),  # two equal K blocks
+    (1, 250, 32, 32, 50, 1, 1, (1, 1), P0, (1, 1), 1, True, True, "Clip"),  # 128 + 122, row tail
+    (1, 400, 32, 32, 50, 1, 1, (1, 1), P0, (1, 1), 1, True, True, "Sigmoid"),  # three blocks, looped epilogue
+    (1, 128, 16, 256, 72, 1, 1, (1, 1), P0, (1, 1), 1, False, True, "none"),  # 6x2 tile
+    (2, 256, 32, 32, 112, 1, 1, (1, 1), P0, (1, 1), 2, True, True, "Relu"),  # batch and groups
+    (2, 96, 32, 32, 100, 1, 1, (1, 1), P0, (1, 1), 1, True, False, "none"),
+]
+
+
+@pytest.fixture(scope="module")
+def packed_fns():
+    return _emit_all(HOST, PACKED)
+
+
+@pytest.mark.parametrize("i", range(len(PACKED)), ids=[_ids(c) for c in PACKED])
+def test_packed_1x1_matches_numpy(packed_fns, i, rng):
+    p = conv_plan(HOST, *_geom(PACKED[i]))
+    if HOST.vector_bits == 256:
+        assert p.pack_b and p.scratch_bytes >= 4 * p.panel_floats > 0
+    Y, ref = _run(packed_fns[f"c{i}"], HOST, PACKED[i], rng)
+    np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
+    if PACKED[i][12]:
+        Y, ref = _run(packed_fns[f"c{i}"], HOST, PACKED[i], rng, inplace=True)
+        np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_packed_1x1_k_blocks():
+    """The panel stays within PANEL_BYTES; the K blocks cover C with a partial last one where C needs it."""
+    blocks = set()
+    for c in PACKED:
+        p = conv_plan(HOST, *_geom(c))
+        if p.pack_b:
+            assert 4 * p.panel_floats <= p.PANEL_BYTES and p.panel_k % 4 == 0 or p.panel_k == p.Cg
+            blocks.add((-(-p.Cg // p.panel_k), p.Cg % p.panel_k != 0))
+    if HOST.vector_bits == 256:
+        assert {(1, False), (2, False), (2, True), (3, True)} <= blocks
+
+
+def test_packed_1x1_reads_nothing_past_x(packed_fns, rng):
+    for i in (0, 2, 5):
+        def check(i=i):
+            Y, ref = _run(packed_fns[f"c{i}"], HOST, PACKED[i], rng, x_guard=True)
+            return np.allclose(Y, ref, rtol=1e-4, atol=1e-5)
+
+        assert passes_in_child(check), f"case {PACKED[i]}"
+
+
+def test_packed_1x1_other_widths(rng):
+    """16-lane plans (AVX-512 tiles and panels) through the packed path, emulated on this host."""
+    if not HOST.has("avx2"):
+        pytest.skip("16-lane plans are emulated with AVX2 halves")
+    cases = [(1, 256, 32, 32, 200, 1, 1, (1, 1), P0, (1, 1), 1, True, True, "Relu"),
+             (1, 300, 16, 16, 170, 1, 1, (1, 1), P0, (1, 1), 1, True, False, "Sigmoid")]
+    assert all(conv_plan(WIDE16, *_geom(c)).pack_b for c in cases)
+    fns = _emit_all(WIDE16, cases)
+    for i, case in enumerate(cases):
+        Y, ref = _run(fns[f"c{i}"], WIDE16, case, rng)
+        np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5, err_msg=str(case))
+
+
+def test_copied_planes_avoid_1k_strides():
+    """The padded copy's channel stride is never a multiple of 1 KiB (same L1 sets every k step)."""
+    p = conv_plan(HOST, 1, 64, 32, 32, 128, 1, 1, (2, 2))
+    assert p.copy and p.plane == 256 and p.chan_stride % 256 != 0
+    assert p.copy_floats >= p.Cg * p.chan_stride
