@@ -38,7 +38,7 @@ from cuvil.compiler.frontends.onnx import import_onnx  # noqa: E402
 from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
 from tests.archs import ARCHS  # noqa: E402
 from tests.zoo import export_onnx  # noqa: E402
-from zoo_bench import time_block  # noqa: E402  (this folder is on sys.path)
+from zoo_bench import time_block, time_interleaved  # noqa: E402  (this folder is on sys.path)
 
 RTOL, ATOL, MAX_RATIO = 1e-4, 1e-5, 1.5
 
@@ -99,12 +99,7 @@ def bench_row(name: str, frontend: str, module, example, proto, rounds: int, blo
     row.update(import_s=t1 - t0, compile_s=t2 - t1, _graph=graph, _proto=proto, _inputs=inputs)
     row.update(errors(got, ref))
     runners = {"cuvil": lambda: sess.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds)}
-    for fn in runners.values():
-        time_block(fn, 5)
-    samples: dict[str, list[float]] = {k: [] for k in runners}
-    for _ in range(rounds):
-        for key, fn in runners.items():
-            samples[key] += time_block(fn, block)
+    samples = time_interleaved(runners, rounds, block)
     for key, xs in samples.items():
         row[f"{key}_median_ms"] = float(np.median(xs))
     row["ratio_vs_ort"] = row["cuvil_median_ms"] / row["onnxruntime_median_ms"]

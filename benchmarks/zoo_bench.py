@@ -41,6 +41,18 @@ def time_block(fn, n: int) -> list[float]:
     return out
 
 
+def time_interleaved(runners: dict, rounds: int, block: int) -> dict[str, list[float]]:
+    """Warm every runner up, then ``rounds`` rounds in which each times ``block`` calls in turn: the
+    competitors share the machine's noisy moments alike."""
+    for fn in runners.values():
+        time_block(fn, 5)
+    samples: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(rounds):
+        for key, fn in runners.items():
+            samples[key] += time_block(fn, block)
+    return samples
+
+
 def rss_kib() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
@@ -81,12 +93,7 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int) -> dict:
             module(*example)
 
     runners = {"cuvil": lambda: sess.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds), "torch": run_torch}
-    for fn in runners.values():
-        time_block(fn, 5)
-    samples: dict[str, list[float]] = {k: [] for k in runners}
-    for _ in range(rounds):
-        for key, fn in runners.items():
-            samples[key] += time_block(fn, block)
+    samples = time_interleaved(runners, rounds, block)
     rss = rss_growth_kib(lambda: sess.run(feeds), rss_runs) if rss_runs else 0
     flops = summarize(graph).flops
     plan = sess.memory_plan
