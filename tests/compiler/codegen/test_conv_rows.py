@@ -1,0 +1,135 @@
+"""The 'rows' conv method (codegen/conv_rows.py) through emit_conv2d, checked against float64 NumPy."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+from cuvil.compiler.codegen.conv import emit_conv2d
+from cuvil.compiler.codegen.packing import conv_plan, conv_scratch_bytes, pack_conv_weights
+
+from .kernel_jit import aligned, passes_in_child, ptr
+from .test_conv import HOST, P0, P1, SSE, WIDE16, _emit_all, _geom, _ids, _run
+
+
+# "rows" (conv_rows.py): chosen for 3x3 convs over many channels with small outputs; here forced onto
+# more shapes: 1x1/3x3/4x4/5x5/7x7/16x16 outputs, stride 2, dilation and asymmetric pads, output rows
+# with no valid tap, odd C, OC off the vector width (partial panel, remainder tile), several channel
+# blocks, batch, bias/residual/activations.
+ROWS = [
+    (1, 65, 4, 4, 20, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "Relu"),
+    (2, 13, 5, 5, 20, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "none"),
+    (1, 9, 7, 7, 30, 3, 3, (1, 1), P1, (1, 1), 1, False, False, "Sigmoid"),
+    (1, 32, 8, 8, 40, 3, 3, (2, 2), P1, (1, 1), 1, True, False, "Relu"),
+    (1, 7, 3, 3, 17, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "Clip"),
+    (1, 5, 9, 8, 11, 3, 3, (2, 2), (2, 0, 1, 1), (2, 1), 1, True, True, "none"),
+    (1, 8, 5, 5, 4, 5, 5, (1, 1), P0, (1, 1), 1, True, False, "none"),
+    (1, 6, 1, 3, 10, 3, 3, (1, 1), (3, 1, 3, 1), (1, 1), 1, True, True, "none"),
+    (2, 40, 6, 6, 100, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "SiLU"),
+    (1, 16, 32, 32, 24, 3, 3, (2, 2), P1, (1, 1), 1, False, True, "none"),
+]
+
+
+def _rows_anywhere(vl, p) -> bool:
+    return p.group == 1 and p.T > 1
+
+
+@pytest.fixture
+def rows_anywhere(monkeypatch):
+    from cuvil.compiler.codegen import conv_rows
+
+    monkeypatch.setattr(conv_rows, "rows_wins", _rows_anywhere)
+
+
+@pytest.fixture(scope="module")
+def rows_fns():
+    from cuvil.compiler.codegen import conv_rows
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(conv_rows, "rows_wins", _rows_anywhere)
+        return _emit_all(HOST, ROWS)
+
+
+@pytest.mark.parametrize("i", range(len(ROWS)), ids=[_ids(c) for c in ROWS])
+def test_rows_matches_numpy(rows_fns, rows_anywhere, i, rng):
+    assert conv_plan(HOST, *_geom(ROWS[i])).method == "rows"
+    fn = rows_fns[f"c{i}"]
+    Y, ref = _run(fn, HOST, ROWS[i], rng)
+    np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
+    if ROWS[i][12]:
+        Y, ref = _run(fn, HOST, ROWS[i], rng, inplace=True)  # residual aliasing Y
+        np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
+
+    def check():  # X ending right before a PROT_NONE page (in a child: a fault fails the test)
+        Y, ref = _run(fn, HOST, ROWS[i], rng, x_guard=True)
+        return np.allclose(Y, ref, rtol=1e-4, atol=1e-5)
+
+    assert passes_in_child(check)
+
+
+@pytest.mark.parametrize("target", [SSE, WIDE16], ids=["4-lane", "16-lane"])
+def test_rows_other_widths(target, rows_anywhere, rng):
+    if target is WIDE16 and not HOST.has("avx2"):
+        pytest.skip("16-lane plans are emulated with AVX2 halves")
+    cases = [ROWS[i] for i in (0, 1, 3, 5, 7, 8)]
+    fns = _emit_all(target, cases)
+    for i, case in enumerate(cases):
+        assert conv_plan(target, *_geom(case)).method == "rows"
+        Y, ref = _run(fns[f"c{i}"], target, case, rng)
+        np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5, err_msg=str(case))
+
+
+def _fmas_executed(target, geom) -> int:
+    """Vector FMAs one call of the kernel executes: every llvm.fma call is rerouted through a counter."""
+    import llvmlite.binding as llvm
+
+    from .kernel_jit import target_machine
+
+    N, C, H, W, OC, KH, KW, s, p, d, g = geom
+    m = ir.Module()
+    m.triple = target.triple
+    emit_conv2d(m, "c", target, *geom, bias=True)
+    vec, vl = f"<{target.vector_floats} x float>", target.vector_floats
+    text = str(m).replace(f'call {vec} @"llvm.fma.v{vl}f32"(', f"call {vec} @counted_fma(") + f"""
+@fma_calls = global i64 0
+define {vec} @counted_fma({vec} %a, {vec} %b, {vec} %c) noinline {{
+  %n = load i64, i64* @fma_calls
+  %n1 = add i64 %n, 1
+  store i64 %n1, i64* @fma_calls
+  %r = call {vec} @"llvm.fma.v{vl}f32"({vec} %a, {vec} %b, {vec} %c)
+  ret {vec} %r
+}}
+"""
+    tm = target_machine(target)
+    mod = llvm.parse_assembly(text)
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    f = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 6)(engine.get_function_address("c"))
+    X, bias = aligned(np.zeros((N, C, H, W))), aligned(np.zeros(OC))
+    Wp = aligned(pack_conv_weights(np.zeros((OC, C // g, KH, KW), np.float32), target, (N, C, H, W), s, p, d, g))
+    plan = conv_plan(target, *geom)
+    Y = aligned(np.zeros((N, OC, plan.OH, plan.OW)))
+    scratch = aligned(np.zeros(max(1, conv_scratch_bytes(target, *geom) // 4)))
+    f(ptr(X), ptr(Wp), ptr(bias), None, ptr(Y), ptr(scratch))
+    return ctypes.c_int64.from_address(engine.get_global_value_address("fma_calls")).value
+
+
+def test_rows_skips_the_padding_products(monkeypatch):
+    """ResNet-18's 512x4x4 3x3 pad-1 layers take the rows kernel, which multiplies no padding: 100 of
+    im2col's 144 (pixel, tap) products, counted as executed vector FMAs."""
+    from cuvil.compiler.codegen import conv_rows
+
+    if HOST.vector_bits != 256:
+        pytest.skip("the rows kernel is chosen where it was measured: 256-bit vectors")
+    geom = (1, 512, 4, 4, 512, 3, 3, (1, 1), P1, (1, 1), 1)
+    plan = conv_plan(HOST, *geom)
+    assert plan.method == "rows" and plan.mr * plan.nv == 12
+    rows = _fmas_executed(HOST, geom)
+    assert rows == conv_rows.fma_count(plan) == 512 * 64 * 100
+    monkeypatch.setattr(conv_rows, "ROWS_WIDTHS", set())
+    assert conv_plan(HOST, *geom).method == "im2col"
+    im2col = _fmas_executed(HOST, geom)
+    assert im2col >= 512 * 64 * 144 and rows < 0.7 * im2col

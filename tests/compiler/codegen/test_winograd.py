@@ -1,0 +1,109 @@
+"""Winograd convolutions (codegen/winograd.py) through emit_conv2d, checked against float64 NumPy."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+
+from cuvil.compiler.codegen.packing import conv_plan
+
+from .kernel_jit import passes_in_child
+from .test_conv import HOST, P0, P1, SSE, WIDE16, _emit_all, _geom, _ids, _run
+
+
+# Winograd F(2x2,3x3) / F(4x4,3x3): odd sizes (partial tiles), asymmetric and 0/2 pads, batch, C/OC off
+# the vector width, bias/residual/activations; chunks of whole tile rows (TW dividing VL: 13x7, 10x10)
+# and of row segments (one, or a loop of interior ones between masked edge chunks: 6x70), one tile
+# column (30x3).
+WINO = [
+    (1, 16, 9, 11, 20, 3, 3, (1, 1), P1, (1, 1), 1, True, False, "Relu"),
+    (1, 20, 13, 7, 16, 3, 3, (1, 1), (1, 0, 1, 2), (1, 1), 1, True, True, "Relu"),
+    (2, 24, 10, 10, 36, 3, 3, (1, 1), P0, (1, 1), 1, False, True, "Clip"),
+    (1, 16, 8, 8, 17, 3, 3, (1, 1), (2, 2, 2, 2), (1, 1), 1, True, True, "none"),
+    (1, 64, 32, 32, 64, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "Relu"),
+    (1, 33, 11, 9, 18, 3, 3, (1, 1), (0, 1, 2, 1), (1, 1), 1, False, False, "Sigmoid"),
+    (2, 16, 6, 70, 21, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "Relu"),
+    (1, 17, 30, 3, 16, 3, 3, (1, 1), (1, 1, 0, 1), (1, 1), 1, True, False, "none"),
+]
+
+
+def _wino_tol(ref, m):
+    """F(2x2): the usual per-element bounds. F(4x4): the same rtol, atol relative to the largest output
+    (its transforms' +-1/2 .. 4 coefficients lose a few more bits: up to ~2e-5 of the output range)."""
+    return {"rtol": 1e-4, "atol": 1e-5 if m == 2 else 2e-5 * max(1.0, float(np.abs(ref).max()))}
+
+
+@pytest.fixture(params=[2, 4], ids=["F2", "F4"])
+def wino_m(request, monkeypatch):
+    from cuvil.compiler.codegen import packing
+
+    monkeypatch.setattr(packing, "WINOGRAD", True)
+    monkeypatch.setattr(packing, "WINOGRAD_F4", request.param)
+    monkeypatch.setattr(packing, "WINOGRAD_F4_MIN_PIXELS", 0)
+    return request.param
+
+
+@pytest.mark.parametrize("i", range(len(WINO)), ids=[_ids(c) for c in WINO])
+def test_winograd_matches_numpy(wino_m, i, rng):
+    p = conv_plan(HOST, *_geom(WINO[i]))
+    assert p.method == ("winograd" if HOST.vector_bits == 256 else "direct")
+    fn = _emit_all(HOST, [WINO[i]])["c0"]
+    Y, ref = _run(fn, HOST, WINO[i], rng)
+    np.testing.assert_allclose(Y, ref, **_wino_tol(ref, p.mr))
+    Y, ref = _run(fn, HOST, WINO[i], rng, inplace=True)  # residual aliasing Y
+    np.testing.assert_allclose(Y, ref, **_wino_tol(ref, p.mr))
+    if i in (0, 6, 7):  # X ending right before a PROT_NONE page (checked in a child: a fault fails the test)
+        def check():
+            Y, ref = _run(fn, HOST, WINO[i], rng, x_guard=True)
+            return np.allclose(Y, ref, **_wino_tol(ref, p.mr))
+
+        assert passes_in_child(check)
+
+
+@pytest.mark.parametrize("target", [SSE, WIDE16], ids=["4-lane", "16-lane"])
+def test_winograd_other_widths(target, rng, monkeypatch, wino_m):
+    from cuvil.compiler.codegen import packing
+
+    if target is WIDE16 and not HOST.has("avx2"):
+        pytest.skip("16-lane plans are emulated with AVX2 halves")
+    monkeypatch.setattr(packing, "WINOGRAD_WIDTHS", {target.vector_bits})
+    cases = [WINO[i] for i in (0, 1, 2, 3, 5, 6, 7)]
+    fns = _emit_all(target, cases)
+    for i, case in enumerate(cases):
+        assert conv_plan(target, *_geom(case)).method == "winograd"
+        Y, ref = _run(fns[f"c{i}"], target, case, rng)
+        np.testing.assert_allclose(Y, ref, **_wino_tol(ref, wino_m), err_msg=str(case))
+
+
+# Blocks of tile rows (BLOCK_BYTES shrunk): partial last blocks of whole-row chunks (17x14 F4, 19x6 F4,
+# 13x7 F2) and of row segments.
+WINO_BLOCKS = [WINO[4], WINO[6],
+               (1, 20, 17, 14, 16, 3, 3, (1, 1), (1, 0, 1, 2), (1, 1), 1, True, True, "Relu"),
+               (1, 16, 19, 6, 12, 3, 3, (1, 1), P1, (1, 1), 1, False, True, "none"),
+               (1, 24, 13, 7, 20, 3, 3, (1, 1), (1, 0, 1, 2), (1, 1), 1, True, False, "Relu")]
+
+
+@pytest.mark.parametrize("i", range(len(WINO_BLOCKS)), ids=[_ids(c) for c in WINO_BLOCKS])
+def test_winograd_tile_blocks(wino_m, i, rng, monkeypatch):
+    from cuvil.compiler.codegen import winograd
+
+    case = WINO_BLOCKS[i]
+    C, H, W, OC = case[1:5]
+    seen = set()
+    for budget in (1, 2 ** 14, 2 ** 16, 2 ** 18):
+        monkeypatch.setattr(winograd, "BLOCK_BYTES", budget)
+        g = winograd._geom(HOST.vector_floats, C, H, W, OC, case[8], wino_m)
+        if g["nblk"] < 2 or (g["TRB"], g["nblk"]) in seen:
+            continue
+        seen.add((g["TRB"], g["nblk"]))
+        fn = _emit_all(HOST, [case])["c0"]
+        Y, ref = _run(fn, HOST, case, rng)
+        np.testing.assert_allclose(Y, ref, **_wino_tol(ref, wino_m), err_msg=str(g))
+    assert seen or g["TH"] <= g["R"]
+
+
+def test_winograd_only_where_it_wins():
+    assert conv_plan(HOST, 1, 512, 4, 4, 512, 3, 3, (1, 1), P1, (1, 1), 1).method != "winograd"  # 4 tiles
+    assert conv_plan(HOST, 1, 8, 16, 16, 8, 3, 3, (1, 1), P1, (1, 1), 1).method != "winograd"  # few channels
+    assert conv_plan(HOST, 1, 64, 16, 16, 64, 3, 3, (2, 2), P1, (1, 1), 1).method != "winograd"
