@@ -1,1 +1,1 @@
-"""placeholder"""
+"""The coordinator: federated evaluation of signed bundles over Flower (ServerApp, ClientApp, rounds, store)."""

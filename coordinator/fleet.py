@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .config import RunConfig
 from .device import DeviceError, DeviceState
 
 ARM_CLASSES = ("rpi5", "jetson-orin", "graviton3")
@@ -125,17 +126,15 @@ def resolve_device(node_config: Mapping[str, Any], run_config: Mapping[str, Any]
             raise DeviceError(f"node config says device {want!r}, its state dir holds {state.device_id!r}")
         return state
     if "partition-id" in node_config:
-        root = run_config.get("sim-fleet-dir")
-        if not root:
+        cfg = RunConfig.from_mapping(run_config)
+        if not cfg.sim_fleet_dir:
             raise DeviceError("simulation needs run config 'sim-fleet-dir' (where simulated devices keep state)")
-        classes = [c for c in str(run_config.get("sim-classes", "")).split(",") if c] or None
-        dev = plan_fleet(int(node_config["num-partitions"]), classes)[int(node_config["partition-id"])]
-        keys = [k for k in str(run_config.get("sim-trusted-key", "")).split(",") if k]
-        state = provision_sim_device(root, dev, int(node_config["num-partitions"]), keys,
-                                     int(run_config.get("sim-seed", 0)))
-        if str(run_config.get("sim-shared-cache", "")).lower() in ("1", "true", "yes"):
+        dev = plan_fleet(int(node_config["num-partitions"]), cfg.classes or None)[int(node_config["partition-id"])]
+        state = provision_sim_device(cfg.sim_fleet_dir, dev, int(node_config["num-partitions"]), cfg.trusted_keys,
+                                     cfg.sim_seed)
+        if cfg.sim_shared_cache:
             # Simulated devices share this host's disk: one compile cache per device class (content-keyed,
             # so a hit is exactly the code the device would have compiled), compiled once per class.
-            state.cache_dir = Path(root) / "_shared-cache" / dev.profile
+            state.cache_dir = Path(cfg.sim_fleet_dir) / "_shared-cache" / dev.profile
         return state
     raise DeviceError("node config names no device: give state-dir (real SuperNode) or partition-id (simulation)")

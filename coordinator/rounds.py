@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .aggregate import OVERALL, ClassAggregate, aggregate_round
+from .config import RunConfig
 from .messages import Code, classify
 from .schema import check_report
 from .store import DeviceRecord, ResultsStore
@@ -50,28 +51,7 @@ class Transport(Protocol):
     def poll(self, handles: Collection[str]) -> list[Reply]: ...
 
 
-# configuration and results ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CoordinatorConfig:
-    dataset: str = "digits-local"
-    round_timeout: float = 60.0
-    inventory_timeout: float = 30.0
-    sample_per_class: int = 0  # 0: every eligible device
-    min_nodes: int = 1
-    node_wait: float = 30.0
-    poll_interval: float = 1.0
-    seed: int = 0
-    latency_runs: int = 50
-    latency_warmup: int = 5
-    dp_sigma: float = 0.0  # 0: the device's own floor; more noise may be asked for, never less
-    dp_epsilon: float = 0.0  # 0: the device's own budget; a smaller budget may be asked for, never a larger
-
-    @classmethod
-    def from_run_config(cls, rc: Mapping[str, Any]) -> CoordinatorConfig:
-        kinds = {f: type(getattr(cls(), f)) for f in cls.__dataclass_fields__}
-        return cls(**{f: kinds[f](rc[f.replace("_", "-")]) for f in kinds if f.replace("_", "-") in rc})
-
-
+# results -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BundleRef:
     name: str
@@ -131,7 +111,7 @@ Event = Callable[..., None]
 
 class Coordinator:
     def __init__(self, transport: Transport, store: ResultsStore, run_id: int,
-                 config: CoordinatorConfig = CoordinatorConfig(), on_event: Event | None = None,
+                 config: RunConfig = RunConfig(), on_event: Event | None = None,
                  run_tag: str | None = None):
         self.t, self.store, self.run_id, self.cfg = transport, store, run_id, config
         self.emit: Event = on_event or (lambda *a, **k: None)

@@ -1,7 +1,7 @@
 """The coordinator's Flower ServerApp: thin glue from a Grid to :class:`.rounds.Coordinator`.
 
-Run config (``[tool.flwr.app.config]`` or ``flwr run --run-config``; defaults below): the bundle to
-evaluate, an optional second version for an A/B round, the results database, and the round knobs.
+The run config (``[tool.flwr.app.config]`` plus ``flwr run --run-config``) is parsed into
+:class:`.config.RunConfig`, the one table of keys and defaults.
 """
 
 from __future__ import annotations
@@ -13,23 +13,9 @@ from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 from . import messages
-from .rounds import BundleRef, Coordinator, CoordinatorConfig, Event, Reply, Request
+from .config import RunConfig, RunConfigError
+from .rounds import BundleRef, Coordinator, Event, Reply, Request
 from .store import ResultsStore
-
-DEFAULTS: dict[str, Any] = {
-    "db-path": "cuvil-results.db",
-    "bundle": "",
-    "bundle-b": "",
-    "num-rounds": 1,
-    "dataset": "digits-local",
-    "round-timeout": 60.0,
-    "inventory-timeout": 30.0,
-    "sample-per-class": 0,
-    "min-nodes": 1,
-    "node-wait": 30.0,
-    "poll-interval": 1.0,
-}
-
 
 class GridTransport:
     """:class:`.rounds.Transport` over a Flower Grid; replies are matched by ``reply_to_message_id``."""
@@ -63,17 +49,17 @@ class GridTransport:
 
 def run_coordinator(grid: Grid, run_config: Mapping[str, Any], on_event: Event | None = None) -> int:
     """Inventory, ``num-rounds`` evaluation rounds, then an A/B round if ``bundle-b`` is set; return the run id."""
-    rc = {**DEFAULTS, **run_config}
-    if not rc["bundle"]:
-        raise ValueError("run config 'bundle' must name the .cuvil bundle to evaluate")
-    bundle = BundleRef.from_file(rc["bundle"])
-    bundle_b = BundleRef.from_file(rc["bundle-b"]) if rc["bundle-b"] else None
-    store = ResultsStore(rc["db-path"])
-    run_id = store.start_run(rc)
-    coord = Coordinator(GridTransport(grid), store, run_id, CoordinatorConfig.from_run_config(rc), on_event)
+    cfg = RunConfig.from_mapping(run_config)
+    if not cfg.bundle:
+        raise RunConfigError("run config 'bundle' must name the .cuvil bundle to evaluate")
+    bundle = BundleRef.from_file(cfg.bundle)
+    bundle_b = BundleRef.from_file(cfg.bundle_b) if cfg.bundle_b else None
+    store = ResultsStore(cfg.db_file)
+    run_id = store.start_run(cfg.as_run_config())
+    coord = Coordinator(GridTransport(grid), store, run_id, cfg, on_event)
     try:
         coord.inventory()
-        rounds = int(rc["num-rounds"])
+        rounds = cfg.num_rounds
         for number in range(1, rounds + 1):
             coord.refresh()
             coord.evaluate_round(bundle, number)

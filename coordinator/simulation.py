@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fleet
+from .config import RunConfig
 from .rounds import Event
 
 BACKEND_CONFIG: dict[str, Any] = {
@@ -38,10 +39,11 @@ def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_
     from .server_app import make_server_app
 
     fleet_dir = Path(fleet_dir)
-    fleet.provision_sim_fleet(fleet_dir, num_devices, trusted_keys, classes)
-    rc = {"poll-interval": 0.05, **run_config, "sim-fleet-dir": str(fleet_dir),
-          "sim-classes": ",".join(classes or fleet.default_classes()),
-          "sim-trusted-key": ",".join(str(k) for k in trusted_keys), "sim-shared-cache": bool(shared_cache)}
+    cfg = RunConfig.from_mapping({"poll-interval": 0.05, **run_config}).replace(
+        sim_fleet_dir=str(fleet_dir), sim_classes=",".join(classes or fleet.default_classes()),
+        sim_trusted_key=",".join(str(k) for k in trusted_keys), sim_shared_cache=bool(shared_cache))
+    fleet.provision_sim_fleet(fleet_dir, num_devices, trusted_keys, cfg.classes, cfg.sim_seed)
+    rc = cfg.as_run_config()
     init_args = {**BACKEND_CONFIG["init_args"], "num_cpus": num_cpus, "log_to_driver": not quiet}
     backend = {**BACKEND_CONFIG, "init_args": init_args}
     loggers = {name: logging.getLogger(name) for name in ("flwr", "ray")}

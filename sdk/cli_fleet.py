@@ -10,8 +10,9 @@ from pathlib import Path
 
 import click
 
-DEFAULT_DB = "cuvil-results.db"
-_DB = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_DB,
+from .coordinator.config import RunConfig
+
+_DB = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=RunConfig().db_file,
                    show_default=True, help="Results database (SQLite), as in the run config's db-path.")
 
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from cuvil.coordinator.messages import Code
-from cuvil.coordinator.rounds import BundleRef, Coordinator, CoordinatorConfig, Reply, compare
+from cuvil.coordinator.config import RunConfig
+from cuvil.coordinator.rounds import BundleRef, Coordinator, Reply, compare
 from cuvil.coordinator.store import ResultsStore
 
 from .helpers import device_report
@@ -86,7 +87,7 @@ def store(tmp_path):
 
 
 def _coord(store, devs, **cfg):
-    config = CoordinatorConfig(round_timeout=1.0, inventory_timeout=0.5, poll_interval=0.01, node_wait=0.1, **cfg)
+    config = RunConfig(round_timeout=1.0, inventory_timeout=0.5, poll_interval=0.01, node_wait=0.1, **cfg)
     return Coordinator(FakeTransport(devs), store, store.start_run({}), config)
 
 
