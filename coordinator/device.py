@@ -32,6 +32,7 @@ import numpy as np
 from ..compiler.errors import CuvilError
 from ..edge_runtime.loader import Model, load, load_bytes
 from ..edge_runtime.privacy.ledger import PrivacyFloors, PrivacyLedger
+from ..edge_runtime.private import private_dir
 from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS
 from ..edge_runtime.privacy.release import check_params, release_report
 from ..edge_runtime.trust import TrustStore
@@ -96,7 +97,7 @@ class DeviceState:
 
         resolve_profile(profile)  # an unknown profile fails here, not at the first round
         for sub in ("trusted", "cache", "bundles"):
-            (root / sub).mkdir(parents=True, exist_ok=True)
+            private_dir(root / sub)
         for key in trusted_keys:
             key = Path(key)
             (root / "trusted" / key.name).write_bytes(key.read_bytes())

@@ -3,16 +3,19 @@
 Key: sha256 over the graph's content (or a bundle hash), the target, the batch size and the
 compiler's fingerprint (the code generator's own sources, so a changed emitter never loads stale
 code). With a bundle's hash as the content, computing a key hashes no graph and no weights.
-Writes go to a temporary file in the same directory and are published with ``os.replace``, which
-is atomic: a reader sees either no entry or a complete one.
+Every entry is sealed (:mod:`.sealed`) under the device secret and its key, and checked before its
+code is loaded: a replaced, swapped, damaged or odd entry (a directory, FIFO, symbolic link, another
+user's file) is a miss, logged, and compiled again. Writes go to a temporary file (``O_EXCL``, mode
+0600) in the cache directory (created 0700) and are published with ``os.replace``, which is atomic:
+a reader sees either no entry or a complete one.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +24,12 @@ from ..compiler.codegen.lower import LoweredModel
 from ..compiler.ir.graph import Graph
 from ..compiler.ir.text import print_graph
 from ..compiler.target import Target
-from .artifact import Artifact, ArtifactError, read_artifact, write_artifact
+from .artifact import Artifact, read_artifact, write_artifact
+from .private import SecretError, device_secret, private_dir
+from .sealed import Sealer, SealError
 
 CODEGEN_VERSION = "2"
+log = logging.getLogger(__name__)
 
 
 def default_dir() -> Path:
@@ -43,7 +49,7 @@ def compiler_fingerprint() -> str:
     h = hashlib.sha256(f"codegen {CODEGEN_VERSION} llvmlite {llvmlite.__version__}".encode())
     here = Path(__file__).resolve().parent
     root = here.parent / "compiler"
-    for path in sorted(root.rglob("*.py")) + [here / "jit.py", here / "artifact.py", here / "cache.py"]:
+    for path in sorted(root.rglob("*.py")) + [here / n for n in ("jit.py", "artifact.py", "cache.py", "sealed.py")]:
         h.update(str(path.relative_to(root.parent)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()
@@ -63,35 +69,54 @@ def cache_key(content: str, target: Target, batch: int) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
+def device_sealer(secret_path: str | os.PathLike | None = None) -> Sealer | None:
+    """The Sealer under the device secret, or None (logged) when the secret is unusable: no cache then."""
+    try:
+        return Sealer(device_secret(secret_path))
+    except (SecretError, OSError) as e:
+        log.warning("compile cache disabled: %s", e)
+        return None
+
+
 class CompileCache:
     """A directory of ``<key>.cuvil-art`` files, each one complete compiled artifact (:mod:`.artifact`).
 
-    An entry that fails any check (truncated by a full disk, garbled, of an older format) is a
-    miss and is replaced, never loaded. Entries are never changed in place, only replaced whole,
-    so a process that has an entry's weights mapped keeps reading the bytes it checked.
+    An entry that fails any check (truncated by a full disk, garbled, of an older format, not sealed
+    by this device under its key) is a miss and is replaced, never loaded. Entries are never changed
+    in place, only replaced whole, so a process that has an entry's weights mapped keeps reading
+    the bytes it checked. Failing to write an entry is logged, never an error: the compiled session
+    works without it.
     """
 
     SUFFIX = ".cuvil-art"
 
-    def __init__(self, directory: str | os.PathLike | None = None):
+    def __init__(self, directory: str | os.PathLike | None = None, secret_path: str | os.PathLike | None = None):
         self.dir = Path(directory) if directory is not None else default_dir()
+        self.sealer = device_sealer(secret_path)
 
     def path(self, key: str) -> Path:
         return self.dir / f"{key}{self.SUFFIX}"
 
     def get(self, key: str, target: Target) -> Artifact | None:
+        if self.sealer is None:
+            return None
         try:
-            return read_artifact(self.path(key), target)
-        except (FileNotFoundError, NotADirectoryError, ArtifactError):
+            return read_artifact(self.sealer, self.path(key), key, target)
+        except FileNotFoundError:
+            return None
+        except (OSError, SealError) as e:
+            log.warning("compile cache entry %s is unusable, compiling again: %s", self.path(key), _reason(e))
             return None
 
     def put(self, key: str, lowered: LoweredModel, objects: list[bytes]) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.dir)
+        if self.sealer is None:
+            return
         try:
-            with os.fdopen(fd, "wb") as f:
-                write_artifact(f, lowered, objects)
-            os.replace(tmp, self.path(key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            private_dir(self.dir)
+            write_artifact(self.sealer, self.path(key), key, lowered, objects)
+        except (OSError, SealError) as e:
+            log.warning("could not write compile cache entry %s: %s", self.path(key), _reason(e))
+
+
+def _reason(e: BaseException) -> str:
+    return e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__

@@ -1,13 +1,13 @@
 """Loading a bundle on a device: verify the signature against the trust store, then parse.
 
-The file is memory-mapped read-only; weights are zero-copy views of the mapping. Keep bundles
-where only the runtime writes: a file changed or truncated after loading changes (or faults) the
-mapped weights, as with any memory-mapped model format.
+The file is read once into private memory and everything (signature, hashes, graph, weights)
+works on that copy: the weights are zero-copy views of it. A write to the file after it was
+verified (or a truncation) cannot reach what was verified, hence not the compiler either. A
+memory mapping would not do: a file's pages change under a mapping, private or shared.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..compiler.bundle.format import MANIFEST_OFFSET
 from ..compiler.bundle.reader import Bundle, read_bundle
 from ..compiler.errors import BundleError
 from ..compiler.interpreter import run_reference
 from ..compiler.ir.graph import Graph
+from .private import open_regular, read_exactly
 from .trust import TrustStore, resolve_trust
 
 Trusted = TrustStore | Iterable[str | os.PathLike | Ed25519PublicKey] | None
@@ -49,13 +49,19 @@ class Model:
         return cls(bundle.graph, m.name, m.version, m.producer, bundle.content_hash, bundle.signer, path, bundle.size)
 
 
-def map_file(path: str | os.PathLike) -> mmap.mmap | bytes:
-    """A read-only mapping of the whole file (``b""`` for an empty one, which mmap refuses)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size < MANIFEST_OFFSET:
-            return f.read(MANIFEST_OFFSET)
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+def read_file(path: str | os.PathLike) -> bytes:
+    """The whole file in private memory; refuses (OSError) anything but a regular file, never blocks."""
+    fd, st = open_regular(path)
+    try:
+        try:
+            data = read_exactly(fd, st.st_size)
+        except MemoryError:
+            raise BundleError(f"a bundle of {st.st_size} bytes does not fit in memory") from None
+    finally:
+        os.close(fd)
+    if len(data) != st.st_size:
+        raise BundleError(f"bundle shrank while it was read ({len(data)} of {st.st_size} bytes)")
+    return data
 
 
 def load(path: str | os.PathLike, trusted_keys: Trusted = None) -> Model:
@@ -65,7 +71,7 @@ def load(path: str | os.PathLike, trusted_keys: Trusted = None) -> Model:
     skip verification.
     """
     store = resolve_trust(trusted_keys)
-    bundle = read_bundle(map_file(path), store.keys)
+    bundle = read_bundle(read_file(path), store.keys)
     return Model._from_bundle(bundle, Path(path))
 
 

@@ -26,7 +26,7 @@ from .compiler.bundle import (
 from .compiler.errors import BundleError, CuvilError
 from .compiler.ir.graph import Graph
 from .compiler.ir.verify import verify
-from .edge_runtime.loader import Model, Trusted, map_file
+from .edge_runtime.loader import Model, Trusted, read_file
 from .edge_runtime.loader import load as _load
 from .edge_runtime.trust import resolve_trust
 
@@ -148,7 +148,7 @@ def inspect_model(path: PathLike, trusted_keys: Trusted = None) -> Inspection:
             keys = resolve_trust(trusted_keys).keys
         except BundleError:
             keys = ()
-        bundle = read_bundle(map_file(path), keys, require_trust=False)
+        bundle = read_bundle(read_file(path), keys, require_trust=False)
         return Inspection(bundle.graph, summarize(bundle.graph), bundle)
     graph = import_model(path)
     return Inspection(graph, summarize(graph), None)

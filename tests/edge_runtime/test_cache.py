@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from cuvil.compiler.codegen.lower import lower
 from cuvil.edge_runtime import compile as compile_mod
-from cuvil.edge_runtime.artifact import PAGE, ArtifactError, read_artifact, write_artifact
+from cuvil.edge_runtime.artifact import ArtifactError, read_artifact, write_artifact
 from cuvil.edge_runtime.cache import CompileCache
+from cuvil.edge_runtime.sealed import PAGE, Sealer, SealError
 from cuvil.edge_runtime.compile import compile_graph, resolve
 
 from .test_session import _check, mlp_graph
@@ -23,6 +24,11 @@ def cache_dir(tmp_path):
 def _entry(cache_dir):
     (entry,) = [p for p in cache_dir.iterdir() if p.suffix == CompileCache.SUFFIX]
     return entry
+
+
+def _read(entry):
+    """The entry as the cache reads it: under this device's secret, named by its key (the file's stem)."""
+    return read_artifact(CompileCache(entry.parent).sealer, entry, entry.name.split(".")[0], resolve("host"))
 
 
 def _forbid(monkeypatch, *names):
@@ -73,7 +79,7 @@ def test_republished_entry_leaves_mapped_sessions_intact(cache_dir):
     assert warm.stats.cache_hit
     entry = _entry(cache_dir)
     before = entry.stat().st_ino
-    objects = read_artifact(entry, resolve("host")).objects
+    objects = _read(entry).objects
     CompileCache(cache_dir).put(entry.name.split(".")[0], lower(graph, resolve("host")), objects)
     assert entry.stat().st_ino != before and len(list(cache_dir.iterdir())) == 1
     for name, value in warm.run(X).items():
@@ -84,9 +90,9 @@ def test_artifact_round_trip_maps_aligned_read_only_weights(tmp_path):
     target = resolve("host")
     lowered = lower(mlp_graph(), target)
     path = tmp_path / "a.cuvil-art"
-    with open(path, "wb") as f:
-        write_artifact(f, lowered, [b"\x7fELF one", b"two"])
-    art = read_artifact(path, target)
+    sealer = Sealer(bytes(range(32)))
+    write_artifact(sealer, path, "a", lowered, [b"\x7fELF one", b"two"])
+    art = read_artifact(sealer, path, "a", target)
     assert art.objects == [b"\x7fELF one", b"two"]
     assert art.weights.tobytes() == lowered.weights and not art.weights.flags.writeable
     assert art.weights.ctypes.data % 64 == 0 and path.stat().st_size % PAGE == 0
@@ -120,8 +126,8 @@ def test_damaged_entry_is_a_miss_and_rewritten(cache_dir, how):
     graph = mlp_graph()
     want = compile_graph(graph, cache_dir=cache_dir).run(X)
     DAMAGE[how](_entry(cache_dir))
-    with pytest.raises((ArtifactError, ValueError)):
-        read_artifact(_entry(cache_dir), resolve("host"))
+    with pytest.raises(SealError):
+        _read(_entry(cache_dir))
     again = compile_graph(graph, cache_dir=cache_dir)
     assert not again.stats.cache_hit
     _check(graph, X, again)
@@ -136,19 +142,18 @@ def test_weights_damage_is_caught(cache_dir):
     graph = mlp_graph()
     compile_graph(graph, cache_dir=cache_dir)
     entry = _entry(cache_dir)
-    target = resolve("host")
-    art = read_artifact(entry, target)
+    art = _read(entry)
     start = entry.stat().st_size - (-(-len(art.weights) // PAGE) * PAGE)
     del art
     for where in (start, start + 1234):
         raw = bytearray(entry.read_bytes())
         raw[where] ^= 1
         entry.write_bytes(bytes(raw))
-        with pytest.raises(ArtifactError):
-            read_artifact(entry, target)
+        with pytest.raises(SealError):
+            _read(entry)
         raw[where] ^= 1
         entry.write_bytes(bytes(raw))
-        read_artifact(entry, target)
+        _read(entry)
 
 
 def test_zoo_model_cold_and_warm_outputs_identical(cache_dir):

@@ -1,8 +1,9 @@
-"""Loading on a device: verify first, mmap'd zero-copy weights, the trust store, no heavy imports."""
+"""Loading on a device: verify first, weights zero-copy views of a private copy, the trust store, no heavy imports."""
 
 from __future__ import annotations
 
 import mmap
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,7 @@ import pytest
 from cuvil.compiler import run_reference
 from cuvil.compiler.bundle import KeyFileError, generate_keypair, load_public_key, save_bundle
 from cuvil.compiler.errors import BundleError
-from cuvil.edge_runtime import Model, TrustStore, default_trust_dir, load, load_bytes, resolve_trust
+from cuvil.edge_runtime import Model, TrustStore, compile_graph, default_trust_dir, load, load_bytes, resolve_trust
 
 from ..compiler.bundle.helpers import small_graph
 
@@ -45,14 +46,41 @@ def _base(arr: np.ndarray):
     return arr.obj if isinstance(arr, memoryview) else arr
 
 
-def test_load_verifies_and_maps_weights_read_only(bundle, keys):
+def test_load_verifies_and_views_private_weights_read_only(bundle, keys):
     model = load(bundle, [keys.public_path])
     assert isinstance(model, Model)
     assert (model.name, model.version, model.producer, model.signer) == ("m", "3", "test", keys.fingerprint)
     assert model.graph == small_graph() and model.size == bundle.stat().st_size and len(model.content_hash) == 64
     w = model.graph.constants["w"]
     assert not w.flags.writeable
-    assert isinstance(_base(w), mmap.mmap)  # zero-copy: the array is a view of the mapping
+    base = _base(w)  # zero-copy: the array is a view of the one private copy of the file, never a mapping
+    assert isinstance(base, bytes) and not isinstance(base, mmap.mmap) and len(base) == model.size
+
+
+def test_a_write_after_verification_cannot_reach_the_model(bundle, keys, tmp_path):
+    """Verify-then-use: the same-size write that a mapping would show lands after load and changes nothing."""
+    model = load(bundle, [keys.public_path])
+    want = small_graph().constants["w"].copy()
+    segment = bundle.read_bytes().rindex(want.tobytes())
+    with open(bundle, "r+b") as f:  # in place: same inode, same size
+        f.seek(segment)
+        f.write(np.full_like(want, 7.0).tobytes())
+    np.testing.assert_array_equal(model.graph.constants["w"], want)
+    x = np.ones((2, 8), np.float32)
+    ref = run_reference(small_graph(), {"x": x})
+    native = compile_graph(model.graph, batch=2, cache_dir=tmp_path / "cache", content_hash=model.content_hash)
+    for got in (model.run({"x": x}), native.run({"x": x})):
+        for k in ref:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-6)
+    with pytest.raises(BundleError, match="SHA-256"):
+        load(bundle, [keys.public_path])  # the changed file itself no longer verifies
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path, keys):
+    fifo = tmp_path / "pipe.cuvil"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        load(fifo, [keys.public_path])
 
 
 def test_model_reproduces_the_interpreter_exactly(bundle, keys):

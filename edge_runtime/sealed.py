@@ -1,0 +1,131 @@
+"""Sealed cache files: what a device wrote, bound by a MAC to the name (cache key) it wrote it under.
+
+A compile cache holds code this process will execute, so an entry is trusted only if it carries a
+MAC under the device secret (:func:`cuvil.edge_runtime.private.device_secret`) over its name and
+its bytes. Without the secret nobody can write an entry this device accepts, and an entry copied
+to another key's name fails, since the name is MAC'd too. Layout (little endian)::
+
+    fixed header: MAGIC | mac (32) | nonce (16) | meta length | body length | tail offset | tail length | tail tag (16)
+    meta | body | zero pad to a page | tail | zero pad to a page
+
+``mac`` is HMAC-SHA256 over the name and everything in the header after it, the meta and the
+body, all read into private memory first, so what was checked is what is used. The tail (packed
+weights, megabytes, mapped straight from the file) carries a Poly1305 tag under a one-time key
+derived from the secret, the name and a fresh random nonce (HMAC-SHA256 would cost ~30 ms per
+44 MB on a warm start, Poly1305 ~5 ms); the tag is in the header, so the MAC covers it. The mapped
+tail could still be changed after the check by whoever can write the file: the reader accepts only
+files of this user that no one else may write, and that user can change the process anyway.
+"""
+
+from __future__ import annotations
+
+import hmac
+import mmap
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from cryptography.hazmat.primitives.poly1305 import Poly1305
+
+from .private import open_regular, read_exactly
+
+MAGIC = b"CUVILSEAL1\n"
+PAGE = 4096
+_FIXED = struct.Struct(f"<{len(MAGIC)}s32s16sQQQQ16s")
+_AFTER_MAC = len(MAGIC) + 32
+MAX_META_BYTES = 64 << 20
+MAX_BODY_BYTES = 1 << 30
+
+
+class SealError(ValueError):
+    """The file is truncated, garbled, of another format, or fails its MAC: the caller treats it as a miss."""
+
+
+@dataclass(frozen=True)
+class Unsealed:
+    meta: bytes
+    body: bytes
+    tail: np.ndarray  # uint8, read-only, page-aligned (a view of a mapping of the file)
+
+
+def _page_up(n: int) -> int:
+    return n + (-n % PAGE)
+
+
+class Sealer:
+    """Seals and opens files under keys derived from one device secret."""
+
+    def __init__(self, secret: bytes):
+        self._mac_key = hmac.digest(secret, b"cuvil sealed file: mac", "sha256")
+        self._tail_key = hmac.digest(secret, b"cuvil sealed file: tail", "sha256")
+
+    def _mac(self, name: str, header_rest: bytes, meta_and_body: bytes | list[bytes]) -> bytes:
+        h = hmac.new(self._mac_key, digestmod="sha256")
+        label = name.encode()
+        h.update(len(label).to_bytes(8, "little") + label + header_rest)
+        for part in [meta_and_body] if isinstance(meta_and_body, bytes) else meta_and_body:
+            h.update(part)
+        return h.digest()
+
+    def _tail_tag(self, name: str, nonce: bytes, region) -> bytes:
+        one_time_key = hmac.digest(self._tail_key, name.encode() + b"\0" + nonce, "sha256")
+        return Poly1305.generate_tag(one_time_key, region)
+
+    def write(self, path: str | os.PathLike, name: str, meta: bytes, body: list[bytes], tail: bytes) -> None:
+        """Write a sealed file and publish it at ``path`` with one atomic ``os.replace``."""
+        path = Path(path)
+        body_len = sum(map(len, body))
+        if len(meta) > MAX_META_BYTES or body_len > MAX_BODY_BYTES:
+            raise SealError(f"{len(meta)} bytes of metadata and {body_len} of body are more than a sealed file holds")
+        tail_off = _page_up(_FIXED.size + len(meta) + body_len)
+        padded = bytearray(_page_up(len(tail)))
+        padded[:len(tail)] = tail
+        nonce = os.urandom(16)
+        tag = self._tail_tag(name, nonce, padded)
+        rest = _FIXED.pack(MAGIC, bytes(32), nonce, len(meta), body_len, tail_off, len(tail), tag)[_AFTER_MAC:]
+        mac = self._mac(name, rest, [meta, *body])
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:16]}.", suffix=".tmp", dir=path.parent)  # O_EXCL, 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(MAGIC + mac + rest + meta)
+                for part in body:
+                    f.write(part)
+                f.write(bytes(tail_off - f.tell()))
+                f.write(padded)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def read(self, path: str | os.PathLike, name: str) -> Unsealed:
+        """Open, bound-check and authenticate ``path`` as the file sealed under ``name``.
+
+        Raises SealError for a file that is not a good sealed file of that name, OSError for a
+        path that is missing or not a regular file of this user; never blocks, never parses
+        anything before the MAC holds.
+        """
+        fd, st = open_regular(path, owned=True)
+        try:
+            head = read_exactly(fd, _FIXED.size)
+            if len(head) != _FIXED.size or not head.startswith(MAGIC):
+                raise SealError("not a sealed cuvil file")
+            _, mac, nonce, meta_len, body_len, tail_off, tail_len, tag = _FIXED.unpack(head)
+            if meta_len > MAX_META_BYTES or body_len > MAX_BODY_BYTES:
+                raise SealError("metadata or body length out of bounds")
+            if tail_off != _page_up(_FIXED.size + meta_len + body_len) or tail_off + _page_up(tail_len) != st.st_size:
+                raise SealError(f"size mismatch: the file has {st.st_size} bytes")
+            data = read_exactly(fd, meta_len + body_len)
+            if len(data) != meta_len + body_len:
+                raise SealError("truncated")
+            if not hmac.compare_digest(mac, self._mac(name, head[_AFTER_MAC:], data)):
+                raise SealError("MAC mismatch: not written by this device under this key")
+            region = mmap.mmap(fd, _page_up(tail_len), access=mmap.ACCESS_READ, offset=tail_off) if tail_len else b""
+        finally:
+            os.close(fd)
+        if not hmac.compare_digest(tag, self._tail_tag(name, nonce, region)):
+            raise SealError("tail MAC mismatch")
+        tail = np.frombuffer(region, dtype=np.uint8)[:tail_len] if tail_len else np.zeros(0, dtype=np.uint8)
+        return Unsealed(data[:meta_len], data[meta_len:], tail)
