@@ -2,6 +2,7 @@
 # Runs the whole test suite. pytest's exit code 5 (no tests collected) counts as a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+python3 -m tests.hosts || echo "host: could not be described" >&2  # which CPU and vector ISA this run is on
 python3 -m pytest -q -p no:cacheprovider "$@" tests
 rc=$?
 if [ "$rc" -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi

@@ -2,8 +2,9 @@
 
 Covers every method conv_plan picks (direct with and without the padded copy, im2col, depthwise,
 transposed, winograd, rows), strides 1/2, pads (asymmetric too), dilation, groups, batch, tails,
-bias/residual/activations. The Winograd and 'rows' methods' own edge cases are in test_winograd.py
-and test_conv_rows.py.
+bias/residual/activations. The methods a profile picks are read from its plans, never assumed of the
+host; cases whose 256-bit plans differ from the host's run compiled for the x86-avx2 profile too.
+The Winograd and 'rows' methods' own edge cases are in test_winograd.py and test_conv_rows.py.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from cuvil.compiler.codegen.packing import conv_plan, conv_scratch_bytes, pack_c
 from cuvil.compiler.target import Target
 from cuvil.devices.detect import resolve_target
 
+from ...hosts import executable
 from .kernel_jit import ACT_PARAMS, ACT_REF, aligned, assembly, conv_ref, guarded, jit, passes_in_child, ptr
 
 HOST = resolve_target("host")
+AVX2, AVX512 = resolve_target("x86-avx2"), resolve_target("x86-avx512")
 SSE = Target("x86-sse4", "x86_64-unknown-linux-gnu", "x86-64-v2", ("+sse4.2",), 128)
 # 16-lane plans (the AVX-512 tiles, im2col choices and masks) run here too: LLVM splits each
 # <16 x float> into two AVX2 halves. Only correctness means anything on it, never speed.
@@ -119,21 +122,35 @@ def test_conv_matches_numpy(host_fns, i, rng):
     np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
 
 
-def test_every_method_is_covered():
-    methods = {(conv_plan(HOST, *_geom(c)).method, conv_plan(HOST, *_geom(c)).copy) for c in CASES}
-    from cuvil.compiler.codegen import packing
-
+@pytest.mark.parametrize("target", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_every_method_is_covered(target):
+    """The cases walk every method each x86 profile picks (Winograd and rows: 256-bit plans only)."""
+    methods = {(conv_plan(target, *_geom(c)).method, conv_plan(target, *_geom(c)).copy) for c in CASES}
     want = {("direct", True), ("direct", False), ("im2col", True), ("depthwise", True), ("transposed", False)}
-    if packing.WINOGRAD and HOST.vector_bits == 256:  # packing.WINOGRAD is on by default
-        want.add(("winograd", False))
-    if HOST.vector_bits == 256:
-        want.add(("rows", False))
+    if target is AVX2:
+        want |= {("winograd", False), ("rows", False)}
     assert want <= methods
-    assert any(conv_plan(HOST, *_geom(c)).rows_outer and conv_plan(HOST, *_geom(c)).method == "im2col" for c in CASES)
+    if target is AVX2:  # weights over L2 at 256 bits; the 512-bit plans of these cases fit
+        assert any(conv_plan(target, *_geom(c)).rows_outer and conv_plan(target, *_geom(c)).method == "im2col"
+                   for c in CASES)
     from cuvil.compiler.codegen.conv import IM2COL_UNROLLED_TAPS
 
-    assert any(conv_plan(HOST, *_geom(c)).method == "im2col" and conv_plan(HOST, *_geom(c)).T > IM2COL_UNROLLED_TAPS
+    assert any(conv_plan(target, *_geom(c)).method == "im2col" and conv_plan(target, *_geom(c)).T > IM2COL_UNROLLED_TAPS
                for c in CASES)  # the tap-table loop of the im2col fill
+
+
+AVX2_ONLY = [c for c in CASES if conv_plan(AVX2, *_geom(c)).method in ("winograd", "rows")]
+
+
+def test_256_bit_methods_match_numpy(rng):
+    """The cases the x86-avx2 profile runs as Winograd or rows, compiled for it, on any host that runs
+    AVX2 code (an AVX-512 host picks other methods for them in ``test_conv_matches_numpy``)."""
+    target = executable("x86-avx2")
+    assert {conv_plan(target, *_geom(c)).method for c in AVX2_ONLY} == {"winograd", "rows"}
+    fns = _emit_all(target, AVX2_ONLY)
+    for i, case in enumerate(AVX2_ONLY):
+        Y, ref = _run(fns[f"c{i}"], target, case, rng)
+        np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5, err_msg=str(case))
 
 
 def test_residual_may_alias_output(host_fns, rng):
@@ -231,37 +248,40 @@ PACKED = [
 
 @pytest.fixture(scope="module")
 def packed_fns():
-    return _emit_all(HOST, PACKED)
+    """Compiled for the x86-avx2 profile, whose plans take the packed path for every case."""
+    target = executable("x86-avx2")
+    return target, _emit_all(target, PACKED)
 
 
 @pytest.mark.parametrize("i", range(len(PACKED)), ids=[_ids(c) for c in PACKED])
 def test_packed_1x1_matches_numpy(packed_fns, i, rng):
-    p = conv_plan(HOST, *_geom(PACKED[i]))
-    if HOST.vector_bits == 256:
-        assert p.pack_b and p.scratch_bytes >= 4 * p.panel_floats > 0
-    Y, ref = _run(packed_fns[f"c{i}"], HOST, PACKED[i], rng)
+    target, fns = packed_fns
+    p = conv_plan(target, *_geom(PACKED[i]))
+    assert p.pack_b and p.scratch_bytes >= 4 * p.panel_floats > 0
+    Y, ref = _run(fns[f"c{i}"], target, PACKED[i], rng)
     np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
     if PACKED[i][12]:
-        Y, ref = _run(packed_fns[f"c{i}"], HOST, PACKED[i], rng, inplace=True)
+        Y, ref = _run(fns[f"c{i}"], target, PACKED[i], rng, inplace=True)
         np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
 
 
 def test_packed_1x1_k_blocks():
-    """The panel stays within PANEL_BYTES; the K blocks cover C with a partial last one where C needs it."""
+    """The panel stays within PANEL_BYTES; the K blocks cover C with a partial last one where C needs it
+    (the x86-avx2 profile's plans)."""
     blocks = set()
     for c in PACKED:
-        p = conv_plan(HOST, *_geom(c))
+        p = conv_plan(AVX2, *_geom(c))
         if p.pack_b:
             assert 4 * p.panel_floats <= p.PANEL_BYTES and p.panel_k % 4 == 0 or p.panel_k == p.Cg
             blocks.add((-(-p.Cg // p.panel_k), p.Cg % p.panel_k != 0))
-    if HOST.vector_bits == 256:
-        assert {(1, False), (2, False), (2, True), (3, True)} <= blocks
+    assert {(1, False), (2, False), (2, True), (3, True)} <= blocks
 
 
 def test_packed_1x1_reads_nothing_past_x(packed_fns, rng):
+    target, fns = packed_fns
     for i in (0, 2, 5):
         def check(i=i):
-            Y, ref = _run(packed_fns[f"c{i}"], HOST, PACKED[i], rng, x_guard=True)
+            Y, ref = _run(fns[f"c{i}"], target, PACKED[i], rng, x_guard=True)
             return np.allclose(Y, ref, rtol=1e-4, atol=1e-5)
 
         assert passes_in_child(check), f"case {PACKED[i]}"

@@ -16,6 +16,7 @@ import pytest
 from cuvil.compiler import DType, TensorType, run_reference
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.compiler.target import Target
+from cuvil.devices.detect import resolve_target
 from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.compile import compile_graph, lower_for, runnable_here
 
@@ -161,19 +162,22 @@ def test_all_padding_window_is_minus_inf():
     assert np.isneginf(got).all()
 
 
-def _assembly(op: str, shape, **attrs) -> str:
-    return jit.emit_assembly(lower_for(graph_of(op, shape, **attrs), HOST).llvm_ir, HOST)
+def _assembly(profile: str, op: str, shape, **attrs) -> str:
+    target = resolve_target(profile)
+    return jit.emit_assembly(lower_for(graph_of(op, shape, **attrs), target).llvm_ir, target)
 
 
-@pytest.mark.skipif(not HOST.has("avx2"), reason="AVX2 host only")
+@pytest.mark.parametrize("profile,register", [("x86-avx2", "ymm"), ("x86-avx512", "zmm")])
 @pytest.mark.parametrize("kernel,strides,pads", [((3, 3), (2, 2), (1, 1, 1, 1)), ((3, 3), (1, 1), (1, 1, 1, 1)),
                                                  ((2, 2), (2, 2), (0, 0, 0, 0))])
-def test_vectorized(kernel, strides, pads):
-    asm = _assembly("MaxPool", (1, 16, 56, 56), kernel_shape=kernel, strides=strides, pads=pads, dilations=(1, 1))
-    assert "vmaxps" in asm and "ymm" in asm
+def test_vectorized(kernel, strides, pads, profile, register):
+    """Each x86 profile's pools are vector code of its width (its assembly, whatever the host)."""
+    asm = _assembly(profile, "MaxPool", (1, 16, 56, 56), kernel_shape=kernel, strides=strides, pads=pads,
+                    dilations=(1, 1))
+    assert "vmaxps" in asm and register in asm
     assert "vinsertps" not in asm  # no scalar windows glued into vectors lane by lane
-    asm = _assembly("AveragePool", (1, 16, 56, 56), kernel_shape=kernel, strides=strides, pads=pads)
-    assert "vaddps" in asm and "ymm" in asm
+    asm = _assembly(profile, "AveragePool", (1, 16, 56, 56), kernel_shape=kernel, strides=strides, pads=pads)
+    assert "vaddps" in asm and register in asm
 
 
 def test_code_size_stays_linear_in_the_window():

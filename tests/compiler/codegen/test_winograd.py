@@ -1,4 +1,8 @@
-"""Winograd convolutions (codegen/winograd.py) through emit_conv2d, checked against float64 NumPy."""
+"""Winograd convolutions (codegen/winograd.py) through emit_conv2d, checked against float64 NumPy.
+
+Compiled for the x86-avx2 profile, whose plans pick Winograd (every x86 build machine runs its code),
+and for 4- and 16-lane targets with Winograd enabled at their widths.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ import pytest
 
 from cuvil.compiler.codegen.packing import conv_plan
 
+from ...hosts import HOST, executable
 from .kernel_jit import passes_in_child
-from .test_conv import HOST, P0, P1, SSE, WIDE16, _emit_all, _geom, _ids, _run
+from .test_conv import AVX2, P0, P1, SSE, WIDE16, _emit_all, _geom, _ids, _run
 
 
 # Winograd F(2x2,3x3) / F(4x4,3x3): odd sizes (partial tiles), asymmetric and 0/2 pads, batch, C/OC off
@@ -46,16 +51,17 @@ def wino_m(request, monkeypatch):
 
 @pytest.mark.parametrize("i", range(len(WINO)), ids=[_ids(c) for c in WINO])
 def test_winograd_matches_numpy(wino_m, i, rng):
-    p = conv_plan(HOST, *_geom(WINO[i]))
-    assert p.method == ("winograd" if HOST.vector_bits == 256 else "direct")
-    fn = _emit_all(HOST, [WINO[i]])["c0"]
-    Y, ref = _run(fn, HOST, WINO[i], rng)
+    target = executable("x86-avx2")
+    p = conv_plan(target, *_geom(WINO[i]))
+    assert p.method == "winograd"
+    fn = _emit_all(target, [WINO[i]])["c0"]
+    Y, ref = _run(fn, target, WINO[i], rng)
     np.testing.assert_allclose(Y, ref, **_wino_tol(ref, p.mr))
-    Y, ref = _run(fn, HOST, WINO[i], rng, inplace=True)  # residual aliasing Y
+    Y, ref = _run(fn, target, WINO[i], rng, inplace=True)  # residual aliasing Y
     np.testing.assert_allclose(Y, ref, **_wino_tol(ref, p.mr))
     if i in (0, 6, 7):  # X ending right before a PROT_NONE page (checked in a child: a fault fails the test)
         def check():
-            Y, ref = _run(fn, HOST, WINO[i], rng, x_guard=True)
+            Y, ref = _run(fn, target, WINO[i], rng, x_guard=True)
             return np.allclose(Y, ref, **_wino_tol(ref, p.mr))
 
         assert passes_in_child(check)
@@ -91,19 +97,21 @@ def test_winograd_tile_blocks(wino_m, i, rng, monkeypatch):
     case = WINO_BLOCKS[i]
     C, H, W, OC = case[1:5]
     seen = set()
+    target = executable("x86-avx2")
     for budget in (1, 2 ** 14, 2 ** 16, 2 ** 18):
         monkeypatch.setattr(winograd, "BLOCK_BYTES", budget)
-        g = winograd._geom(HOST.vector_floats, C, H, W, OC, case[8], wino_m)
+        g = winograd._geom(target.vector_floats, C, H, W, OC, case[8], wino_m)
         if g["nblk"] < 2 or (g["TRB"], g["nblk"]) in seen:
             continue
         seen.add((g["TRB"], g["nblk"]))
-        fn = _emit_all(HOST, [case])["c0"]
-        Y, ref = _run(fn, HOST, case, rng)
+        fn = _emit_all(target, [case])["c0"]
+        Y, ref = _run(fn, target, case, rng)
         np.testing.assert_allclose(Y, ref, **_wino_tol(ref, wino_m), err_msg=str(g))
     assert seen or g["TH"] <= g["R"]
 
 
 def test_winograd_only_where_it_wins():
-    assert conv_plan(HOST, 1, 512, 4, 4, 512, 3, 3, (1, 1), P1, (1, 1), 1).method != "winograd"  # 4 tiles
-    assert conv_plan(HOST, 1, 8, 16, 16, 8, 3, 3, (1, 1), P1, (1, 1), 1).method != "winograd"  # few channels
-    assert conv_plan(HOST, 1, 64, 16, 16, 64, 3, 3, (2, 2), P1, (1, 1), 1).method != "winograd"
+    assert conv_plan(AVX2, 1, 64, 32, 32, 64, 3, 3, (1, 1), P1, (1, 1), 1).method == "winograd"
+    assert conv_plan(AVX2, 1, 512, 4, 4, 512, 3, 3, (1, 1), P1, (1, 1), 1).method != "winograd"  # 4 tiles
+    assert conv_plan(AVX2, 1, 8, 16, 16, 8, 3, 3, (1, 1), P1, (1, 1), 1).method != "winograd"  # few channels
+    assert conv_plan(AVX2, 1, 64, 16, 16, 64, 3, 3, (2, 2), P1, (1, 1), 1).method != "winograd"
