@@ -1,80 +1,47 @@
-"""Activation emitters: the one table behind FusedGemm / FusedConv epilogues and elementwise ops.
+"""Fused activations: the ``activation`` of FusedConv / FusedGemm, emitted by its op's element emitter.
 
-A table of small emitters ``fn(builder, x, alpha, beta) -> value`` keyed by the fused-op activation
-names of ``compiler/ops/fused.py`` (``"none"``, ``"Relu"``, ``"Clip"`` (alpha=min, beta=max),
-``"LeakyRelu"`` (alpha), ``"Sigmoid"``, ``"Tanh"``, ``"SiLU"``, ``"HardSwish"``, ``"HardSigmoid"``
-(alpha, beta), ``"Gelu"`` (erf form), ``"GeluTanh"``). ``x`` may be a float or a vector of floats:
-the f32 math is polynomial / select only (``mathfns``: no libm calls), so it stays in vector
-registers on every target. Accuracy is a few ulp (Cephes expf, Eigen tanh/erf rationals), well
-inside rtol 1e-4. The GEMM/Conv micro-kernels apply it in registers (``gemm.py``), the generic fused
-kernels per element (``kernels/epilogue.py``); the elementwise op table
-(``kernels/elementwise.py``) reuses the same emitters. Add an activation by adding one entry to
-:data:`ACTIVATION_EMITTERS`.
+``ops.fused.ACTIVATIONS`` says which elementwise op (and attributes, from ``act_alpha``/``act_beta``)
+each activation name is; the code is that op's entry in ``scalar_ops.ELEMENT_EMITTERS``, so a fused
+activation and the standalone op compute alike. ``x`` may be a float or a vector of floats: the f32
+math is polynomial / select only (``mathfns``: no libm calls), so it stays in vector registers on
+every target. The GEMM/Conv micro-kernels apply it in registers (``gemm.py``, ``conv_rows.py``,
+``winograd.py``), the generic fused kernels per element (``kernels/epilogue.py``), the GPU kernels per
+thread (``nvptx/common.py``).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from llvmlite import ir
 
-from .mathfns import clamp, erf, fconst, fma, sigmoid, tanh
+from ..ir.dtypes import DType
+from ..ops import get_op
+from ..ops.fused import ACTIVATIONS
+from .scalar_ops import scalar_fn
+
+_FLOAT_DTYPES = {"float": DType.F32, "double": DType.F64, "half": DType.F16}
+
+Activation = Callable[[ir.IRBuilder, ir.Value], ir.Value]
 
 
-def relu(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    return b.select(b.fcmp_ordered("<", x, fconst(x, 0.0)), fconst(x, 0.0), x)
+def activation(name: str, alpha: float, beta: float, dtype: DType) -> Activation:
+    """``fn(builder, x)`` applying the activation ``name`` (``"none"``: x itself) to ``dtype`` values."""
+    if name == "none":
+        return lambda b, x: x
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r} (known: none, {', '.join(ACTIVATIONS)})")
+    act = ACTIVATIONS[name]
+    fn = scalar_fn(act.op, get_op(act.op).normalize_attrs(act.op_attrs(alpha, beta)), dtype)
+    return lambda b, x: fn(b, [x])
 
 
-def leaky_relu(b: ir.IRBuilder, x: ir.Value, alpha: float) -> ir.Value:
-    return b.select(b.fcmp_ordered("<", x, fconst(x, 0.0)), b.fmul(x, fconst(x, alpha)), x)
-
-
-def silu(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    return b.fmul(x, sigmoid(b, x))
-
-
-def hard_sigmoid(b: ir.IRBuilder, x: ir.Value, alpha: float, beta: float) -> ir.Value:
-    return clamp(b, fma(b, x, fconst(x, alpha), fconst(x, beta)), 0.0, 1.0)
-
-
-def hard_swish(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    return b.fmul(x, hard_sigmoid(b, x, 1.0 / 6.0, 0.5))
-
-
-def gelu(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """0.5 x (1 + erf(x / sqrt 2))."""
-    e = erf(b, b.fmul(x, fconst(x, math.sqrt(0.5))))
-    return b.fmul(b.fmul(x, fconst(x, 0.5)), b.fadd(e, fconst(x, 1.0)))
-
-
-def gelu_tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2)))."""
-    inner = b.fmul(fma(b, b.fmul(x, x), fconst(x, 0.044715), fconst(x, 1.0)), x)
-    th = tanh(b, b.fmul(inner, fconst(x, math.sqrt(2 / math.pi))))
-    return b.fmul(b.fmul(x, fconst(x, 0.5)), b.fadd(th, fconst(x, 1.0)))
-
-
-ActEmitter = Callable[[ir.IRBuilder, ir.Value, float, float], ir.Value]
-
-ACTIVATION_EMITTERS: dict[str, ActEmitter] = {
-    "none": lambda b, x, a, c: x,
-    "Relu": lambda b, x, a, c: relu(b, x),
-    "Clip": lambda b, x, a, c: clamp(b, x, a, c),
-    "LeakyRelu": lambda b, x, a, c: leaky_relu(b, x, a),
-    "Sigmoid": lambda b, x, a, c: sigmoid(b, x),
-    "Tanh": lambda b, x, a, c: tanh(b, x),
-    "SiLU": lambda b, x, a, c: silu(b, x),
-    "HardSwish": lambda b, x, a, c: hard_swish(b, x),
-    "HardSigmoid": lambda b, x, a, c: hard_sigmoid(b, x, a, c),
-    "Gelu": lambda b, x, a, c: gelu(b, x),
-    "GeluTanh": lambda b, x, a, c: gelu_tanh(b, x),
-}
+def fused_activation(attrs: Mapping, dtype: DType) -> Activation:
+    """The activation of a FusedConv / FusedGemm node's attributes."""
+    return activation(attrs.get("activation", "none"), attrs.get("act_alpha", 0.0), attrs.get("act_beta", 0.0), dtype)
 
 
 def apply_activation(b: ir.IRBuilder, x: ir.Value, name: str, alpha: float = 0.0, beta: float = 0.0) -> ir.Value:
-    try:
-        fn = ACTIVATION_EMITTERS[name]
-    except KeyError:
-        raise ValueError(f"unknown activation {name!r} (known: {', '.join(ACTIVATION_EMITTERS)})") from None
-    return fn(b, x, alpha, beta)
+    """The activation ``name`` of a float or float vector ``x``."""
+    element = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+    return activation(name, alpha, beta, _FLOAT_DTYPES[str(element)])(b, x)

@@ -20,7 +20,7 @@ residual=False, activation="none", act_alpha=0.0, act_beta=0.0) -> ir.Function``
 * residual: [M, N] when ``residual=True`` (else pass null). C: [M, N]. Order: acc + bias +
   residual, then activation (as FusedGemm). C must not alias A, B or bias; it may alias residual
   (each element of residual is read before the same element of C is written).
-* activation: a key of ``activations.ACTIVATION_EMITTERS`` (the FusedGemm names).
+* activation: a key of ``ops.fused.ACTIVATIONS`` (the FusedGemm names), or ``"none"``.
 """
 
 from __future__ import annotations

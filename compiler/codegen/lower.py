@@ -21,11 +21,11 @@ from ..ir.graph import Graph, Node
 from ..ir.infer import bind_batch
 from ..memory.plan import MemoryPlan
 from ..memory.planner import plan_memory
+from ..ops import get_op
 from ..passes.pipeline import optimize as optimize_graph
 from ..target import Target, TargetKind
 from . import irhelpers as h
 from .kernels import KERNELS, KernelContext, KernelDef, KernelKey
-from .kernels.base import allows_inplace
 
 ALIGN = 64
 
@@ -195,9 +195,9 @@ class _Lowering:
             if hit:
                 j = hit[0]
                 same = lo == out_ranges[j][0] and hi == out_ranges[j][1]
-                if kd.view and same:
+                if get_op(node.op).view and same:
                     return  # the planner made the view share its input's bytes: nothing to do
-                if not (same and len(hit) == 1 and allows_inplace(kd, node.attr, i)):
+                if not (same and len(hit) == 1 and get_op(node.op).shares(node.attr, i)):
                     raise CompileError(f"node {node.name!r} ({node.op}): input {name!r} overlaps output "
                                        f"{node.outputs[j]!r} in the memory plan, which the kernel cannot do in place")
                 alias[i] = j

@@ -1,14 +1,16 @@
-"""Vectorizable f32 math (exp, log, tanh, erf, sigmoid, pow) as straight-line IR.
+"""Vectorizable f32 math (exp, log, tanh, erf, sigmoid, pow, the activations) as straight-line IR.
 
 ``llvm.exp`` and friends lower to one libm call per element and block vectorization; these
 polynomial forms (Cephes expf/logf, Eigen's rational tanh and erf) are a few ulp from libm, use
 only selects and arithmetic, and so vectorize on every target (x86, NEON, SVE, NVPTX alike).
 ``x`` may be an f32 scalar or an f32 vector (the GEMM/Conv epilogues pass ``<VL x float>``);
-f64 scalars go through libm. The one home of this math: ``activations.py`` builds on it.
+f64 scalars go through libm. The one home of this math: the element emitters of ``scalar_ops.py``
+(and through them the fused epilogues of ``activations.py``) build on it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from llvmlite import ir
@@ -171,3 +173,37 @@ def pow_(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     neg_val = b.select(is_int, b.select(odd, b.fneg(mag), mag), fconst(x, float("nan")))
     res = b.select(b.fcmp_ordered("<", x, fconst(x, 0.0)), neg_val, mag)
     return b.select(b.fcmp_ordered("==", y, fconst(x, 0.0)), fconst(x, 1.0), res)
+
+
+# --- activations (Relu's integer forms are in scalar_ops) -----------------------------------------
+def relu(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return b.select(b.fcmp_ordered("<", x, fconst(x, 0.0)), fconst(x, 0.0), x)
+
+
+def leaky_relu(b: ir.IRBuilder, x: ir.Value, alpha: float) -> ir.Value:
+    return b.select(b.fcmp_ordered("<", x, fconst(x, 0.0)), b.fmul(x, fconst(x, alpha)), x)
+
+
+def silu(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return b.fmul(x, sigmoid(b, x))
+
+
+def hard_sigmoid(b: ir.IRBuilder, x: ir.Value, alpha: float, beta: float) -> ir.Value:
+    return clamp(b, fma(b, x, fconst(x, alpha), fconst(x, beta)), 0.0, 1.0)
+
+
+def hard_swish(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return b.fmul(x, hard_sigmoid(b, x, 1.0 / 6.0, 0.5))
+
+
+def gelu(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """0.5 x (1 + erf(x / sqrt 2))."""
+    e = erf(b, b.fmul(x, fconst(x, math.sqrt(0.5))))
+    return b.fmul(b.fmul(x, fconst(x, 0.5)), b.fadd(e, fconst(x, 1.0)))
+
+
+def gelu_tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2)))."""
+    inner = b.fmul(fma(b, b.fmul(x, x), fconst(x, 0.044715), fconst(x, 1.0)), x)
+    th = tanh(b, b.fmul(inner, fconst(x, math.sqrt(2 / math.pi))))
+    return b.fmul(b.fmul(x, fconst(x, 0.5)), b.fadd(th, fconst(x, 1.0)))

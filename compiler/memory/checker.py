@@ -4,16 +4,16 @@ It trusts nothing the planner computed. From the graph alone it derives every ar
 and its lifetime, then checks that each value has an aligned offset inside the arena and that any
 two values live at the same step occupy disjoint bytes, except an in-place handover: an output
 written over an operand of the node that produces it, at the same offset, where that operand dies
-at this node, is not a graph input, and the op may work in place. Only the op tables (which ops
-may alias) are shared with the planner; they are facts about ops, not planning logic.
+at this node, is not a graph input, and the op may work in place. Only the op table's in-place rule
+(``OpDef.shares``) is shared with the planner; it is a fact about ops, not planning logic.
 """
 
 from __future__ import annotations
 
 from ..errors import CuvilError
 from ..ir.graph import Graph
+from ..ops import get_op
 from .plan import MemoryPlan
-from .planner import INPLACE_OPS, VIEW_OPS
 
 
 class PlanError(CuvilError):
@@ -45,7 +45,9 @@ def _handover(graph: Graph, plan: MemoryPlan, live, a: str, b: str) -> bool:
         node = graph.nodes[step - 1]
         if old not in node.inputs or node.outputs != (new,) or plan.offsets[old] != plan.offsets[new]:
             continue
-        if node.op in VIEW_OPS or (node.op in INPLACE_OPS and graph.types[old] == graph.types[new]):
+        op = get_op(node.op)
+        shares = any(op.shares(node.attr, i) for i, name in enumerate(node.inputs) if name == old)
+        if shares and (op.view or graph.types[old] == graph.types[new]):
             return True
     return False
 

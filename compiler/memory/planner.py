@@ -3,10 +3,11 @@
 1. **Liveness.** Over the schedule (step 0: graph inputs written; step i+1: node i runs; the last
    step reads the outputs) each value lives from the step that writes it to the last step that
    reads it, both included: a node's inputs and outputs are live together.
-2. **In-place reuse.** A node's output takes over an input's storage when the op allows it
-   (:data:`VIEW_OPS` re-label the same bytes; :data:`INPLACE_OPS` compute element i from element i,
-   so the output may overwrite an operand of its exact type) and that input dies at this node and
-   is not a graph input (the caller owns those bytes). Values sharing storage form one buffer.
+2. **In-place reuse.** A node's output takes over an input's storage when the op table's in-place
+   rule allows it (``OpDef.shares``: a view re-labels the same bytes; otherwise the input has the
+   output's exact type and the op reads element i only to compute element i) and that input dies at
+   this node and is not a graph input (the caller owns those bytes). Values sharing storage form one
+   buffer.
 3. **Offsets.** Greedy by size (Pisarchyk & Lee, "Efficient Memory Management for Deep Neural Net
    Inference", 2020): buffers in non-increasing size order, each at the smallest gap between
    already-placed buffers whose lifetimes intersect its own, or after them; sizes rounded up to the
@@ -20,14 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.graph import Graph
-from ..ops.fused import ELEMENTWISE_OPS
+from ..ops import get_op
 from .plan import MemoryPlan
-
-VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
-"""Ops whose output is their input's bytes under another shape: planned as pure aliases."""
-
-INPLACE_OPS = ELEMENTWISE_OPS | {"FusedElementwise", "Sum", "Where"}
-"""Ops whose output may overwrite an operand of the output's exact type (element i from element i)."""
 
 
 @dataclass(frozen=True)
@@ -64,12 +59,12 @@ def choose_aliases(graph: Graph, live: dict[str, Lifetime]) -> dict[str, str]:
     root: dict[str, str] = {}
     inputs = set(graph.inputs)
     for step, node in enumerate(graph.nodes, start=1):
-        if len(node.outputs) != 1 or (node.op not in VIEW_OPS and node.op not in INPLACE_OPS):
+        if len(node.outputs) != 1:
             continue
-        out = node.outputs[0]
-        for name in node.inputs:
+        op, out = get_op(node.op), node.outputs[0]
+        for i, name in enumerate(node.inputs):
             dies = name in live and live[name].end == step and name not in inputs
-            fits = node.op in VIEW_OPS or graph.types[name] == graph.types[out]
+            fits = op.shares(node.attr, i) and (op.view or graph.types[name] == graph.types[out])
             if dies and fits and graph.types[name].dtype.itemsize == graph.types[out].dtype.itemsize:
                 root[out] = root.get(name, name)
                 break

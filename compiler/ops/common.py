@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..ir.dtypes import DType
 from ..ir.types import TensorType
-from .registry import Attrs, OpDef, require
+from .registry import Attrs, FlopRule, OpDef, per_output_element, require
 
 
 def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -33,27 +35,33 @@ def same_dtype(op: str, types: Sequence[TensorType]) -> DType:
     return dtypes.pop()
 
 
-def float_only(op: str, t: TensorType) -> None:
-    require(t.dtype.is_float, f"{op}: needs a float operand, got {t.dtype.value}")
+def per_input_element(a: Attrs, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> int:
+    """FLOP rule of a reduction: one operation per element of input 0."""
+    return math.prod(ins[0].shape)
 
 
-def unary(name: str, fn: Callable[[np.ndarray, Attrs], np.ndarray], attrs=None, floats: bool = True, doc: str = "") -> OpDef:
-    """An elementwise op of one operand whose output type equals its input type."""
+def times_output(k: int) -> FlopRule:
+    """FLOP rule: ``k`` operations per output element."""
+    return lambda a, ins, outs: k * per_output_element(a, ins, outs)
+
+
+def unary(name: str, fn: Callable[[np.ndarray, Attrs], np.ndarray], attrs=None, floats: bool = True, doc: str = "",
+          **traits: Any) -> OpDef:
+    """An elementwise op of one operand whose output type equals its input type (fusable unless a view)."""
 
     def infer(ts: Sequence[TensorType], a: Attrs):
-        if floats:
-            float_only(name, ts[0])
         return [ts[0]]
 
     def ref(xs: Sequence[np.ndarray], a: Attrs):
         return [np.asarray(fn(xs[0], a), dtype=xs[0].dtype)]
 
-    return OpDef(name, infer, ref, attrs=attrs or {}, doc=doc)
+    traits = {"elementwise": True, "fusable": not traits.get("view", False), **traits}
+    return OpDef(name, infer, ref, attrs=attrs or {}, doc=doc, float_only=floats, **traits)
 
 
 def binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], result: DType | None = None,
-           variadic: bool = False, doc: str = "") -> OpDef:
-    """A broadcasting op of two (or, variadic, one or more) operands of one dtype."""
+           variadic: bool = False, doc: str = "", **traits: Any) -> OpDef:
+    """A broadcasting elementwise op of two (or, variadic, one or more) operands of one dtype."""
 
     def infer(ts: Sequence[TensorType], a: Attrs):
         dtype = same_dtype(name, ts)
@@ -70,4 +78,5 @@ def binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], result
         shape = np.broadcast_shapes(*(x.shape for x in xs))
         return [np.broadcast_to(np.asarray(out, dtype=dtype), shape).copy()]
 
-    return OpDef(name, infer, ref, min_inputs=1 if variadic else 2, max_inputs=None if variadic else 2, doc=doc)
+    return OpDef(name, infer, ref, min_inputs=1 if variadic else 2, max_inputs=None if variadic else 2, doc=doc,
+                 elementwise=True, **traits)

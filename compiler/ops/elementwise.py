@@ -10,7 +10,7 @@ import numpy as np
 from ..ir.dtypes import DType
 from ..ir.types import TensorType
 from .common import binary, broadcast_shapes, same_dtype, unary
-from .registry import AttrKind, AttrSpec, OpDef, register, require
+from .registry import AttrKind, AttrSpec, OpDef, no_flops, register, require
 
 F = AttrKind.FLOAT
 
@@ -20,9 +20,9 @@ def _numeric(d: OpDef) -> OpDef:
 
     def infer(ts, a):
         require(all(t.dtype is not DType.BOOL for t in ts), f"{d.name}: bool operands are not supported")
-        return d.infer(ts, a)
+        return d.shape_rule(ts, a)
 
-    return dataclasses.replace(d, infer=infer)
+    return dataclasses.replace(d, shape_rule=infer)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -44,7 +44,6 @@ def _gelu(x: np.ndarray, a) -> np.ndarray:
 
 def _gelu_infer(ts, a):
     require(a["approximate"] in ("none", "tanh"), f"Gelu: approximate must be 'none' or 'tanh', got {a['approximate']!r}")
-    require(ts[0].dtype.is_float, "Gelu: needs a float operand")
     return [ts[0]]
 
 
@@ -52,41 +51,44 @@ def _hard_sigmoid(x, a):
     return np.clip(a["alpha"] * x.astype(np.float64) + a["beta"], 0, 1)
 
 
+ONNX = {"same_as_onnx": True}
+
 register(
-    _numeric(unary("Relu", lambda x, a: np.maximum(x, 0), floats=False)),
+    _numeric(unary("Relu", lambda x, a: np.maximum(x, 0), floats=False, **ONNX)),
     unary("Clip", lambda x, a: np.clip(x, a["min"], a["max"]),
           attrs={"min": AttrSpec(F, -math.inf), "max": AttrSpec(F, math.inf)}, doc="Relu6 is Clip(0, 6)"),
-    unary("LeakyRelu", lambda x, a: np.where(x >= 0, x, x.astype(np.float64) * a["alpha"]), attrs={"alpha": AttrSpec(F, 0.01)}),
-    unary("Sigmoid", lambda x, a: _sigmoid(x)),
-    unary("Tanh", lambda x, a: np.tanh(x)),
+    unary("LeakyRelu", lambda x, a: np.where(x >= 0, x, x.astype(np.float64) * a["alpha"]), attrs={"alpha": AttrSpec(F, 0.01)},
+          **ONNX),
+    unary("Sigmoid", lambda x, a: _sigmoid(x), **ONNX),
+    unary("Tanh", lambda x, a: np.tanh(x), **ONNX),
     OpDef("Gelu", _gelu_infer, lambda xs, a: [np.asarray(_gelu(xs[0], a), dtype=xs[0].dtype)],
-          attrs={"approximate": AttrSpec(AttrKind.STRING, "none")}),
+          attrs={"approximate": AttrSpec(AttrKind.STRING, "none")}, elementwise=True, fusable=True, float_only=True, **ONNX),
     unary("SiLU", lambda x, a: x.astype(np.float64) * _sigmoid(x)),
-    unary("HardSigmoid", _hard_sigmoid, attrs={"alpha": AttrSpec(F, 0.2), "beta": AttrSpec(F, 0.5)}),
-    unary("HardSwish", lambda x, a: x.astype(np.float64) * np.clip(x.astype(np.float64) / 6 + 0.5, 0, 1)),
-    unary("Erf", lambda x, a: _erf(x)),
-    unary("Sqrt", lambda x, a: np.sqrt(x)),
-    unary("Exp", lambda x, a: np.exp(x)),
-    unary("Log", lambda x, a: np.log(x)),
-    unary("Reciprocal", lambda x, a: np.reciprocal(x)),
-    _numeric(unary("Neg", lambda x, a: np.negative(x), floats=False)),
-    _numeric(unary("Abs", lambda x, a: np.abs(x), floats=False)),
-    unary("Identity", lambda x, a: x.copy(), floats=False),
-    unary("Dropout", lambda x, a: x.copy(), attrs={"ratio": AttrSpec(F, 0.5)}, floats=False,
+    unary("HardSigmoid", _hard_sigmoid, attrs={"alpha": AttrSpec(F, 0.2), "beta": AttrSpec(F, 0.5)}, **ONNX),
+    unary("HardSwish", lambda x, a: x.astype(np.float64) * np.clip(x.astype(np.float64) / 6 + 0.5, 0, 1), **ONNX),
+    unary("Erf", lambda x, a: _erf(x), **ONNX),
+    unary("Sqrt", lambda x, a: np.sqrt(x), **ONNX),
+    unary("Exp", lambda x, a: np.exp(x), **ONNX),
+    unary("Log", lambda x, a: np.log(x), **ONNX),
+    unary("Reciprocal", lambda x, a: np.reciprocal(x), **ONNX),
+    _numeric(unary("Neg", lambda x, a: np.negative(x), floats=False, **ONNX)),
+    _numeric(unary("Abs", lambda x, a: np.abs(x), floats=False, **ONNX)),
+    unary("Identity", lambda x, a: x.copy(), floats=False, view=True, flops=no_flops, **ONNX),
+    unary("Dropout", lambda x, a: x.copy(), attrs={"ratio": AttrSpec(F, 0.5)}, floats=False, view=True, flops=no_flops,
           doc="inference only: the identity"),
     *map(_numeric, (
-        binary("Add", np.add),
-        binary("Sub", np.subtract),
-        binary("Mul", np.multiply),
-        binary("Div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _int_div(x, y)),
-        binary("Pow", lambda x, y: np.power(x, y) if x.dtype.kind == "f" else _int_pow(x, y)),
-        binary("Sum", np.add, variadic=True),
-        binary("Max", np.maximum, variadic=True),
-        binary("Min", np.minimum, variadic=True),
+        binary("Add", np.add, fusable=True, **ONNX),
+        binary("Sub", np.subtract, fusable=True, **ONNX),
+        binary("Mul", np.multiply, fusable=True, **ONNX),
+        binary("Div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _int_div(x, y), fusable=True, **ONNX),
+        binary("Pow", lambda x, y: np.power(x, y) if x.dtype.kind == "f" else _int_pow(x, y), fusable=True),
+        binary("Sum", np.add, variadic=True, **ONNX),
+        binary("Max", np.maximum, variadic=True, fusable=True, **ONNX),
+        binary("Min", np.minimum, variadic=True, fusable=True, **ONNX),
     )),
-    binary("Equal", np.equal, result=DType.BOOL),
-    binary("Less", np.less, result=DType.BOOL),
-    binary("Greater", np.greater, result=DType.BOOL),
+    binary("Equal", np.equal, result=DType.BOOL, **ONNX),
+    binary("Less", np.less, result=DType.BOOL, **ONNX),
+    binary("Greater", np.greater, result=DType.BOOL, **ONNX),
 )
 
 
@@ -116,6 +118,7 @@ def _cast_infer(ts, a):
 
 register(
     OpDef("Where", _where_infer, lambda xs, a: [np.where(xs[0], xs[1], xs[2]).astype(xs[1].dtype)],
-          min_inputs=3, max_inputs=3),
-    OpDef("Cast", _cast_infer, lambda xs, a: [xs[0].astype(a["to"].numpy)], attrs={"to": AttrSpec(AttrKind.DTYPE)}),
+          min_inputs=3, max_inputs=3, elementwise=True, **ONNX),
+    OpDef("Cast", _cast_infer, lambda xs, a: [xs[0].astype(a["to"].numpy)], attrs={"to": AttrSpec(AttrKind.DTYPE)},
+          elementwise=True, flops=no_flops),
 )

@@ -35,7 +35,9 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir.types import TensorType
-from .registry import AttrKind, AttrSpec, OpDef, get_op, register, require
+from .linalg import gemm_flops
+from .nn import conv_flops
+from .registry import OP_TABLE, AttrKind, AttrSpec, FlopRule, OpDef, get_op, register, require
 
 I, F, S, INTS = AttrKind.INT, AttrKind.FLOAT, AttrKind.STRING, AttrKind.INTS
 
@@ -111,7 +113,27 @@ def _check_fusion(op: str, n_inputs: int, a: Mapping) -> int:
     return 2 + a["has_bias"]
 
 
-def _fused(name: str, base: str, base_schema: Mapping[str, AttrSpec]) -> OpDef:
+def residual_index(attrs: Mapping) -> int | None:
+    """Input index of R in a fused node (after X, W and the optional bias), None without one."""
+    return 2 + attrs["has_bias"] if attrs.get("has_residual") else None
+
+
+def residual_input(attrs: Mapping, i: int) -> bool:
+    """The in-place rule of FusedConv/FusedGemm: only R may share the output's bytes (R[i] enters y[i] only)."""
+    return i == residual_index(attrs)
+
+
+def _epilogue_flops(base: FlopRule) -> FlopRule:
+    """The base op's multiply-adds plus one operation per output element per epilogue step."""
+
+    def rule(a, ins, outs) -> int:
+        steps = int(a.get("has_bias", 0)) + int(a.get("has_residual", 0)) + (a.get("activation", "none") != "none")
+        return base(a, ins, outs) + steps * math.prod(outs[0].shape)
+
+    return rule
+
+
+def _fused(name: str, base: str, base_schema: Mapping[str, AttrSpec], base_flops: FlopRule) -> OpDef:
     def infer(ts: Sequence[TensorType], a):
         n = _check_fusion(name, len(ts), a)
         out = get_op(base).infer(list(ts[:n]), base_attrs(a))[0]
@@ -129,18 +151,11 @@ def _fused(name: str, base: str, base_schema: Mapping[str, AttrSpec]) -> OpDef:
         return [_apply_activation(y, a)]
 
     return OpDef(name, infer, ref, attrs={**base_schema, **FUSION_ATTRS}, min_inputs=2, max_inputs=4,
-                 doc=f"{base} + bias + residual + activation in one kernel")
+                 doc=f"{base} + bias + residual + activation in one kernel", float_only=True,
+                 inplace=residual_input, flops=_epilogue_flops(base_flops))
 
 
-# FusedElementwise ---------------------------------------------------------------------------------
-ELEMENTWISE_OPS = frozenset({
-    "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "SiLU", "HardSwish", "HardSigmoid", "Gelu",
-    "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal",
-    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min",
-})
-"""Ops a FusedElementwise program may use: one float-or-same-dtype result, element i from element i."""
-
-
+# FusedElementwise (its steps are ops with the ``fusable`` trait) -----------------------------------
 @dataclass(frozen=True)
 class Step:
     op: str
@@ -184,7 +199,7 @@ def parse_program(text: str) -> tuple[Step, ...]:
         m = _STEP.match(part.strip())
         require(m is not None, f"FusedElementwise: step {j} {part!r} is not Op(a,b) or Op{{k=v}}(a)")
         op, attr_text, args = m.groups()
-        require(op in ELEMENTWISE_OPS, f"FusedElementwise: step {j}: {op} is not a fusable elementwise op")
+        require(op in OP_TABLE and OP_TABLE[op].fusable, f"FusedElementwise: step {j}: {op} is not a fusable elementwise op")
         spec = get_op(op).attrs
         given = {}
         for item in filter(None, (attr_text or "").split(",")):
@@ -224,9 +239,15 @@ def _fe_ref(xs: Sequence[np.ndarray], a):
     return [slots[-1]]
 
 
+def _fe_flops(a, ins, outs) -> int:
+    """One operation per output element per step."""
+    return math.prod(outs[0].shape) * (str(a.get("program", "")).count(";") + 1)
+
+
 register(
-    _fused("FusedConv", "Conv", CONV_ATTRS),
-    _fused("FusedGemm", "Gemm", GEMM_ATTRS),
+    _fused("FusedConv", "Conv", CONV_ATTRS, conv_flops),
+    _fused("FusedGemm", "Gemm", GEMM_ATTRS, gemm_flops),
     OpDef("FusedElementwise", _fe_infer, _fe_ref, attrs={"program": AttrSpec(S)}, min_inputs=1, max_inputs=None,
-          doc="a chain of elementwise ops as one kernel; see the module docstring for `program`"),
+          doc="a chain of elementwise ops as one kernel; see the module docstring for `program`",
+          elementwise=True, flops=_fe_flops),
 )

@@ -6,11 +6,13 @@ back to the input width, which is what a native integer kernel of that width com
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir.dtypes import DType
 from ..ir.types import TensorType
-from .common import broadcast_shapes, float_only, same_dtype
+from .common import broadcast_shapes, same_dtype
 from .registry import AttrKind, AttrSpec, OpDef, register, require
 
 _MATMUL_DTYPES = {DType.F16, DType.F32, DType.F64, DType.I32, DType.I64}
@@ -23,7 +25,6 @@ def _wide(x: np.ndarray) -> np.ndarray:
 def _gemm_infer(ts, a):
     """Y = alpha * A' @ B' + beta * C, with A', B' 2-D and C broadcast one way to (M, N)."""
     ta, tb = ts[0], ts[1]
-    float_only("Gemm", ta)
     same_dtype("Gemm", ts)
     require(a["transA"] in (0, 1) and a["transB"] in (0, 1), "Gemm: transA and transB must be 0 or 1")
     require(ta.rank == 2 and tb.rank == 2, f"Gemm: A {ta} and B {tb} must be 2-D")
@@ -64,9 +65,25 @@ def _matmul(xs, a):
     return [np.matmul(_wide(xs[0]), _wide(xs[1])).astype(xs[0].dtype)]
 
 
+def gemm_flops(a, ins, outs) -> int:
+    """2 * M * N * K: every output element takes K multiply-adds."""
+    k = ins[0].shape[0] if a.get("transA", 0) else ins[0].shape[1]
+    return 2 * math.prod(outs[0].shape) * k
+
+
+def _gemm_flops(a, ins, outs) -> int:
+    return gemm_flops(a, ins, outs) + (math.prod(outs[0].shape) if len(ins) > 2 else 0)
+
+
+def _matmul_flops(a, ins, outs) -> int:
+    shape = ins[0].shape
+    return 2 * math.prod(outs[0].shape) * (shape[-1] if shape else 1)
+
+
 register(
     OpDef("Gemm", _gemm_infer, _gemm, min_inputs=2, max_inputs=3,
           attrs={"alpha": AttrSpec(AttrKind.FLOAT, 1.0), "beta": AttrSpec(AttrKind.FLOAT, 1.0),
-                 "transA": AttrSpec(AttrKind.INT, 0), "transB": AttrSpec(AttrKind.INT, 0)}),
-    OpDef("MatMul", _matmul_infer, _matmul, min_inputs=2, max_inputs=2),
+                 "transA": AttrSpec(AttrKind.INT, 0), "transB": AttrSpec(AttrKind.INT, 0)},
+          float_only=True, flops=_gemm_flops, same_as_onnx=True),
+    OpDef("MatMul", _matmul_infer, _matmul, min_inputs=2, max_inputs=2, flops=_matmul_flops, same_as_onnx=True),
 )

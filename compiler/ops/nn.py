@@ -7,6 +7,7 @@ single reduction over the window axes: fast enough to run whole CNNs through the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,7 +15,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..ir.dtypes import DType
 from ..ir.types import TensorType
-from .common import broadcast_shapes, float_only, norm_axis, same_dtype
+from .common import broadcast_shapes, norm_axis, per_input_element, same_dtype, times_output
 from .registry import REQUIRED, AttrKind, AttrSpec, OpDef, register, require
 
 I, F, INTS = AttrKind.INT, AttrKind.FLOAT, AttrKind.INTS
@@ -79,7 +80,6 @@ def _channels_like(v: np.ndarray, rank: int) -> np.ndarray:
 # --- Conv ------------------------------------------------------------------------------------------
 def _conv_infer(ts, a):
     x, w = ts[0], ts[1]
-    float_only("Conv", x)
     same_dtype("Conv", ts)
     require(x.rank >= 3 and w.rank == x.rank, f"Conv: X {x} and W {w} must both be (N, C, *spatial), rank >= 3")
     n, c = x.shape[:2]
@@ -110,10 +110,12 @@ def _conv(xs, a):
 _MAXPOOL_DTYPES = {DType.F16, DType.F32, DType.F64, DType.I8, DType.U8}
 
 
-def _pool_infer(op: str, dtypes):
+def _pool_infer(op: str, dtypes=None):
+    """``dtypes``: the dtypes the pool takes, where it is not float-only."""
+
     def infer(ts, a):
         x = ts[0]
-        require(x.dtype in dtypes, f"{op}: dtype {x.dtype.value} not supported")
+        require(dtypes is None or x.dtype in dtypes, f"{op}: dtype {x.dtype.value} not supported")
         require(x.rank >= 3, f"{op}: X {x} must be (N, C, *spatial)")
         kernel, pads = a["kernel_shape"], a["pads"]
         require(a.get("count_include_pad", 0) in _FLAG, f"{op}: count_include_pad must be 0 or 1")
@@ -165,7 +167,6 @@ def _avg_pool(xs, a):
 
 def _global_avg_infer(ts, a):
     x = ts[0]
-    float_only("GlobalAveragePool", x)
     require(x.rank >= 3, f"GlobalAveragePool: X {x} must be (N, C, *spatial)")
     return [TensorType(x.dtype, tuple(x.shape[:2]) + (1,) * (x.rank - 2))]
 
@@ -178,7 +179,6 @@ def _global_avg(xs, a):
 # --- normalisation ---------------------------------------------------------------------------------
 def _batch_norm_infer(ts, a):
     x = ts[0]
-    float_only("BatchNormalization", x)
     same_dtype("BatchNormalization", ts)
     require(x.rank >= 2, f"BatchNormalization: X {x} must be (N, C, ...)")
     for t, what in zip(ts[1:], ("scale", "B", "mean", "var")):
@@ -196,7 +196,6 @@ def _batch_norm(xs, a):
 
 def _lrn_infer(ts, a):
     x = ts[0]
-    float_only("LRN", x)
     require(x.rank >= 3, f"LRN: X {x} must be (N, C, *spatial)")
     require(a["size"] >= 1, f"LRN: size must be >= 1, got {a['size']}")
     return [x]
@@ -215,7 +214,6 @@ def _lrn(xs, a):
 
 def _layer_norm_infer(ts, a):
     x = ts[0]
-    float_only("LayerNormalization", x)
     same_dtype("LayerNormalization", ts)
     axis = norm_axis("LayerNormalization", a["axis"], x.rank)
     normed = tuple(x.shape[axis:])
@@ -239,7 +237,6 @@ def _layer_norm(xs, a):
 # --- softmax ---------------------------------------------------------------------------------------
 def _softmax_infer(op: str):
     def infer(ts, a):
-        float_only(op, ts[0])
         norm_axis(op, a["axis"], ts[0].rank)
         return [ts[0]]
 
@@ -260,21 +257,42 @@ def _softmax(log: bool):
     return ref
 
 
+# --- FLOP rules (multiply-add = 2) ----------------------------------------------------------------
+def conv_flops(a, ins, outs) -> int:
+    """One output element takes prod(W.shape[1:]) multiply-adds (W is [M, C/group, *kernel])."""
+    return 2 * math.prod(outs[0].shape) * math.prod(ins[1].shape[1:])
+
+
+def _conv_flops(a, ins, outs) -> int:
+    return conv_flops(a, ins, outs) + (math.prod(outs[0].shape) if len(ins) > 2 else 0)
+
+
+def _pool_flops(a, ins, outs) -> int:
+    return math.prod(outs[0].shape) * math.prod(a.get("kernel_shape", ()) or (1,))
+
+
 register(
     OpDef("Conv", _conv_infer, _conv, attrs={**_GEOMETRY, "group": AttrSpec(I, 1)}, min_inputs=2, max_inputs=3,
-          doc="N-d convolution; W is (M, C/group, *kernel); pads are begins then ends"),
+          doc="N-d convolution; W is (M, C/group, *kernel); pads are begins then ends", float_only=True,
+          flops=_conv_flops),
     OpDef("BatchNormalization", _batch_norm_infer, _batch_norm, attrs={"epsilon": AttrSpec(F, 1e-5)},
-          min_inputs=5, max_inputs=5, doc="inference only: X, scale, B, mean, var"),
+          min_inputs=5, max_inputs=5, doc="inference only: X, scale, B, mean, var", float_only=True,
+          inplace=lambda a, i: i == 0, flops=times_output(2)),  # y[i] from x[i] and per-channel constants
     OpDef("MaxPool", _pool_infer("MaxPool", _MAXPOOL_DTYPES), _max_pool,
-          attrs={**_GEOMETRY, "kernel_shape": AttrSpec(INTS), "ceil_mode": AttrSpec(I, 0)}),
-    OpDef("AveragePool", _pool_infer("AveragePool", {DType.F16, DType.F32, DType.F64}), _avg_pool,
+          attrs={**_GEOMETRY, "kernel_shape": AttrSpec(INTS), "ceil_mode": AttrSpec(I, 0)}, flops=_pool_flops),
+    OpDef("AveragePool", _pool_infer("AveragePool"), _avg_pool,
           attrs={"kernel_shape": AttrSpec(INTS), "strides": AttrSpec(INTS), "pads": AttrSpec(INTS),
-                 "ceil_mode": AttrSpec(I, 0), "count_include_pad": AttrSpec(I, 0)}),
-    OpDef("GlobalAveragePool", _global_avg_infer, _global_avg),
+                 "ceil_mode": AttrSpec(I, 0), "count_include_pad": AttrSpec(I, 0)}, float_only=True, flops=_pool_flops),
+    OpDef("GlobalAveragePool", _global_avg_infer, _global_avg, float_only=True, flops=per_input_element,
+          same_as_onnx=True),
     OpDef("LRN", _lrn_infer, _lrn, attrs={"size": AttrSpec(I, REQUIRED), "alpha": AttrSpec(F, 1e-4),
-                                          "beta": AttrSpec(F, 0.75), "bias": AttrSpec(F, 1.0)}),
-    OpDef("Softmax", _softmax_infer("Softmax"), _softmax(log=False), attrs={"axis": AttrSpec(I, -1)}),
-    OpDef("LogSoftmax", _softmax_infer("LogSoftmax"), _softmax(log=True), attrs={"axis": AttrSpec(I, -1)}),
+                                          "beta": AttrSpec(F, 0.75), "bias": AttrSpec(F, 1.0)},
+          float_only=True, flops=times_output(5), same_as_onnx=True),
+    OpDef("Softmax", _softmax_infer("Softmax"), _softmax(log=False), attrs={"axis": AttrSpec(I, -1)}, float_only=True,
+          flops=times_output(3)),
+    OpDef("LogSoftmax", _softmax_infer("LogSoftmax"), _softmax(log=True), attrs={"axis": AttrSpec(I, -1)},
+          float_only=True, flops=times_output(3)),
     OpDef("LayerNormalization", _layer_norm_infer, _layer_norm,
-          attrs={"axis": AttrSpec(I, -1), "epsilon": AttrSpec(F, 1e-5)}, min_inputs=2, max_inputs=3),
+          attrs={"axis": AttrSpec(I, -1), "epsilon": AttrSpec(F, 1e-5)}, min_inputs=2, max_inputs=3, float_only=True,
+          flops=times_output(5)),
 )

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ir.dtypes import DType
 from ..ir.types import TensorType
-from .common import norm_axis
+from .common import norm_axis, per_input_element
 from .registry import AttrKind, AttrSpec, OpDef, register, require
 
 FLOATS = frozenset({DType.F16, DType.F32, DType.F64})
@@ -82,7 +82,7 @@ def _reduction(r: Reduction) -> OpDef:
             y = y.reshape([d for i, d in enumerate(x.shape) if i not in axes])
         return [np.asarray(y).astype(x.dtype)]
 
-    return OpDef(r.name, infer, ref, attrs=_ATTRS)
+    return OpDef(r.name, infer, ref, attrs=_ATTRS, float_only=r.dtypes <= FLOATS, flops=per_input_element)
 
 
 register(*(_reduction(r) for r in REDUCTIONS))

@@ -1,12 +1,15 @@
-"""The op table: every op defines, in one entry, its attributes, shape rule, checks and reference.
+"""The op table: every op defines, in one entry, its attributes, shape rule, checks, reference and traits.
 
-Adding an op means adding one :class:`OpDef` to one family module (``elementwise``, ``nn``, ...).
-Shape rules and references see static shapes only (see ``ir.infer`` for the batch symbol).
+Adding an op means adding one :class:`OpDef` to one family module (``elementwise``, ``nn``, ...), plus
+its emitters in each backend. Shape rules and references see static shapes only (see ``ir.infer`` for
+the batch symbol). The traits are what the planner, fusion, analysis, the backends and the frontends
+ask of an op; none of them keeps its own list of ops.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -41,19 +44,74 @@ class AttrSpec:
 Attrs = Mapping[str, AttrValue]
 ShapeRule = Callable[[Sequence[TensorType], Attrs], Sequence[TensorType]]
 Reference = Callable[[Sequence[np.ndarray], Attrs], Sequence[np.ndarray]]
+InPlaceRule = Callable[[Attrs, int], bool]
+"""May input ``i`` of a node with these attributes hand its bytes to the output (see OpDef.shares)?"""
+FlopRule = Callable[[Attrs, Sequence[TensorType], Sequence[TensorType]], int]
+"""Operations one node performs, from its attributes and static operand and result types."""
+
+
+def per_output_element(a: Attrs, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> int:
+    """The default FLOP rule: one operation per output element."""
+    return sum(math.prod(t.shape) for t in outs)
+
+
+def no_flops(a: Attrs, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> int:
+    """Pure data movement."""
+    return 0
 
 
 @dataclass(frozen=True)
 class OpDef:
-    """One op: ``infer`` is the shape rule (it also raises ShapeError on operands it rejects)."""
+    """One op: ``shape_rule`` gives the result types (and raises ShapeError on operands it rejects).
+
+    Traits, each answered for every op:
+
+    * ``view``: the output is input 0's bytes under another shape (the planner aliases them; a
+      backend then emits nothing).
+    * ``elementwise``: output element i is computed from element i of every operand broadcast to
+      the output's shape, and from nothing else.
+    * ``inplace``: for ops that are not elementwise, which inputs (under which attributes) may share
+      the output's bytes; see :meth:`shares`.
+    * ``fusable``: may be a step of a ``FusedElementwise`` program (elementwise, its result of its
+      operands' dtype, its element code in every backend's element table).
+    * ``float_only``: input 0 (and every operand of its dtype) must be a float; :meth:`infer` checks it.
+    * ``flops``: the :data:`FlopRule` of ``cuvil inspect`` (multiply-add = 2; default one per output element).
+    * ``same_as_onnx``: the ONNX op of this name has exactly these inputs, attributes and defaults,
+      so the ONNX frontend imports it as it is.
+    """
 
     name: str
-    infer: ShapeRule
+    shape_rule: ShapeRule
     reference: Reference
     attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
     min_inputs: int = 1
     max_inputs: int | None = 1  # None: variadic
     doc: str = ""
+    view: bool = False
+    elementwise: bool = False
+    inplace: InPlaceRule | None = None
+    fusable: bool = False
+    float_only: bool = False
+    flops: FlopRule = per_output_element
+    same_as_onnx: bool = False
+
+    def infer(self, ts: Sequence[TensorType], attrs: Attrs) -> Sequence[TensorType]:
+        """The result types: the float-only trait first, then the shape rule."""
+        if self.float_only and ts:
+            require(ts[0].dtype.is_float, f"{self.name}: needs a float operand, got {ts[0].dtype.value}")
+        return self.shape_rule(ts, attrs)
+
+    def shares(self, attrs: Attrs, i: int) -> bool:
+        """The in-place rule: may input ``i`` hand its bytes to the output?
+
+        A view's input 0 always may (same bytes, another shape). Otherwise the input must also have
+        the output's exact type (the planner and its checker test that): any input of an elementwise
+        op may, as element i is read only to compute element i; other ops say which in ``inplace``.
+        A kernel must read element i of a shared input before it writes element i of the output.
+        """
+        if self.view:
+            return i == 0
+        return self.elementwise or (self.inplace is not None and self.inplace(attrs, i))
 
     def normalize_attrs(self, given: Mapping[str, Any]) -> dict[str, AttrValue]:
         """Fill defaults and coerce to canonical Python types; reject unknown or missing attrs."""

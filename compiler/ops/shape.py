@@ -17,7 +17,7 @@ import numpy as np
 from ..ir.dtypes import DType
 from ..ir.types import TensorType
 from .common import broadcast_shapes, norm_axis, same_dtype
-from .registry import AttrKind, AttrSpec, OpDef, register, require
+from .registry import AttrKind, AttrSpec, OpDef, no_flops, register, require
 
 INT, INTS, STR, FLOAT = AttrKind.INT, AttrKind.INTS, AttrKind.STRING, AttrKind.FLOAT
 Shape = tuple[int, ...]
@@ -210,24 +210,30 @@ def _gather_ref(xs, a):
     return [np.asarray(np.take(data, idx.astype(np.int64), axis=axis))]  # a 0-d index gives a scalar
 
 
+VIEW = {"view": True, "flops": no_flops}
+MOVES = {"flops": no_flops}
+
 register(
-    OpDef("Reshape", _same(reshape_shape), _reshaper(reshape_shape), attrs={"shape": AttrSpec(INTS)}),
-    OpDef("Flatten", _same(flatten_shape), _reshaper(flatten_shape), attrs={"axis": AttrSpec(INT, 1)}),
-    OpDef("Squeeze", _same(squeeze_shape), _reshaper(squeeze_shape), attrs={"axes": AttrSpec(INTS)}),
-    OpDef("Unsqueeze", _same(unsqueeze_shape), _reshaper(unsqueeze_shape), attrs={"axes": AttrSpec(INTS)}),
+    OpDef("Reshape", _same(reshape_shape), _reshaper(reshape_shape), attrs={"shape": AttrSpec(INTS)}, **VIEW),
+    OpDef("Flatten", _same(flatten_shape), _reshaper(flatten_shape), attrs={"axis": AttrSpec(INT, 1)}, **VIEW,
+          same_as_onnx=True),
+    OpDef("Squeeze", _same(squeeze_shape), _reshaper(squeeze_shape), attrs={"axes": AttrSpec(INTS)}, **VIEW),
+    OpDef("Unsqueeze", _same(unsqueeze_shape), _reshaper(unsqueeze_shape), attrs={"axes": AttrSpec(INTS)}, **VIEW),
     OpDef("Transpose", _same(transpose_shape),
           lambda xs, a: [np.transpose(xs[0], a["perm"]).copy()],
-          attrs={"perm": AttrSpec(INTS)}),
+          attrs={"perm": AttrSpec(INTS)}, **MOVES),
     OpDef("Expand", _same(expand_shape),
-          lambda xs, a: [np.broadcast_to(xs[0], expand_shape(xs[0].shape, a)).copy()], attrs={"shape": AttrSpec(INTS)}),
+          lambda xs, a: [np.broadcast_to(xs[0], expand_shape(xs[0].shape, a)).copy()], attrs={"shape": AttrSpec(INTS)},
+          elementwise=True, **MOVES),
     OpDef("Shape", _shape_infer, lambda xs, a: [np.array(xs[0].shape, dtype=np.int64)],
-          doc="folded by the frontends when the shape is static"),
+          doc="folded by the frontends when the shape is static", **MOVES),
     OpDef("Slice", _same(slice_shape), lambda xs, a: [xs[0][tuple(slice_bounds(xs[0].shape, a))].copy()],
-          attrs={k: AttrSpec(INTS) for k in ("starts", "ends", "axes", "steps")}),
+          attrs={k: AttrSpec(INTS) for k in ("starts", "ends", "axes", "steps")}, **MOVES),
     OpDef("Pad", _same(pad_shape), _pad_ref,
-          attrs={"pads": AttrSpec(INTS), "mode": AttrSpec(STR, "constant"), "value": AttrSpec(FLOAT, 0.0)}),
+          attrs={"pads": AttrSpec(INTS), "mode": AttrSpec(STR, "constant"), "value": AttrSpec(FLOAT, 0.0)}, **MOVES),
     OpDef("Concat", _concat_infer, lambda xs, a: [np.concatenate(xs, axis=a["axis"])],
-          attrs={"axis": AttrSpec(INT)}, max_inputs=None),
-    OpDef("Split", _split_infer, _split_ref, attrs={"axis": AttrSpec(INT, 0), "split": AttrSpec(INTS)}),
-    OpDef("Gather", _gather_infer, _gather_ref, attrs={"axis": AttrSpec(INT, 0)}, min_inputs=2, max_inputs=2),
+          attrs={"axis": AttrSpec(INT)}, max_inputs=None, same_as_onnx=True, **MOVES),
+    OpDef("Split", _split_infer, _split_ref, attrs={"axis": AttrSpec(INT, 0), "split": AttrSpec(INTS)}, **MOVES),
+    OpDef("Gather", _gather_infer, _gather_ref, attrs={"axis": AttrSpec(INT, 0)}, min_inputs=2, max_inputs=2,
+          same_as_onnx=True, **MOVES),
 )

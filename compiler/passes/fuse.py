@@ -6,8 +6,8 @@ Two rewrites, both into op-table entries of ``ops/fused.py`` whose references re
   is not a graph output, in ResNet's order: a constant per-channel ``Add`` (the bias, merged with
   an existing constant bias), an ``Add`` of a value of exactly the result's type (the residual),
   then one activation (see ``fused.ACTIVATIONS``) -> ``FusedConv`` / ``FusedGemm``.
-* **Elementwise chains.** An elementwise op whose result only another elementwise op reads joins
-  that op's group; each group of two or more becomes one ``FusedElementwise`` (existing fused
+* **Elementwise chains.** A fusable op (the op table's ``fusable`` trait) whose result only another
+  fusable op reads joins that op's group; each group of two or more becomes one ``FusedElementwise`` (existing fused
   programs are inlined, so the pass can run again).
 
 A fused node takes the place of the group's last node: every input of the group is defined by then.
@@ -19,7 +19,8 @@ import numpy as np
 
 from ..ir.graph import Graph, Node
 from ..ir.types import TensorType
-from ..ops.fused import ELEMENTWISE_OPS, Step, activation_of, format_program, parse_program
+from ..ops import get_op
+from ..ops.fused import Step, activation_of, format_program, parse_program
 from .rewrite import Names, as_constant, rebuild, sole_user, users
 
 FUSED_BASE = {"Conv": "FusedConv", "Gemm": "FusedGemm"}
@@ -114,7 +115,9 @@ def _fuse_epilogues(graph: Graph) -> Graph:
 
 
 # elementwise chains -------------------------------------------------------------------------------
-FUSABLE = ELEMENTWISE_OPS | {"FusedElementwise"}
+def _fusable(node: Node) -> bool:
+    """A step-able op, or a FusedElementwise whose program is inlined into the group."""
+    return node.op == "FusedElementwise" or get_op(node.op).fusable
 
 
 def _program(members: list[Node]) -> tuple[list[str], str]:
@@ -137,9 +140,9 @@ def _fuse_elementwise(graph: Graph) -> Graph:
     uses = users(graph)
     root: dict[str, str] = {}  # node name -> name of the last node of its group
     for node in reversed(graph.nodes):
-        if node.op in FUSABLE:
+        if _fusable(node):
             user = sole_user(graph, node.outputs[0], uses)
-            root[node.name] = root[user.name] if user is not None and user.op in FUSABLE else node.name
+            root[node.name] = root[user.name] if user is not None and _fusable(user) else node.name
     groups: dict[str, list[Node]] = {}
     for node in graph.nodes:
         if node.name in root:

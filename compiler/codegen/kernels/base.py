@@ -8,7 +8,7 @@ it, caches it by :class:`KernelKey` and calls it from the model's one entry poin
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -85,10 +85,6 @@ class KernelContext:
         return h.load(self.b, self.ins[i], index)
 
 
-def allows_inplace(kd: KernelDef, attrs: Mapping[str, Any], i: int) -> bool:
-    return kd.inplace(attrs, i) if callable(kd.inplace) else bool(kd.inplace)
-
-
 Emitter = Callable[[KernelContext], None]
 Packer = Callable[[KernelKey, int, np.ndarray, Target], "tuple[str, np.ndarray] | None"]
 Scratch = Callable[[KernelKey, Target], int]
@@ -96,24 +92,20 @@ Scratch = Callable[[KernelKey, Target], int]
 
 @dataclass(frozen=True)
 class KernelDef:
-    """How one op is lowered.
+    """How one op is lowered: backend facts only (what the op allows is its op-table entry's).
 
     ``pack(key, i, array, target)`` may return ``(layout, packed)`` for a constant input ``i`` to
     store it in the layout the emitter reads (``key.packed[i]`` then names it; the key passed to
     ``pack`` has empty alias/scalars fields and ``packed[i] == "const"`` for every constant input). ``scratch(key, target)``: bytes of temporary
     memory the kernel needs (the lowering shares one arena region among all kernels). ``scalars``: constant
-    one-element inputs are folded into the code. ``view``: the op only re-labels its input's bytes,
-    so storage shared by the planner needs no kernel at all. ``inplace``: element i of the output
-    depends only on element i of a same-typed input, so the two may share storage.
+    one-element inputs are folded into the code. Every emitter honours the op's in-place rule
+    (``OpDef.shares``): an input the planner placed on the output arrives as ``key.alias``.
     """
 
     emit: Emitter
     pack: Packer | None = None
     scratch: Scratch | None = None
     scalars: bool = False
-    view: bool = False
-    inplace: bool | Callable[[Mapping[str, Any], int], bool] = False
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 KERNELS: dict[str, KernelDef] = {}

@@ -17,7 +17,7 @@ from .. import irhelpers as h
 from ..conv import emit_conv2d
 from ..packing import conv_scratch_bytes, pack_conv_weights
 from .base import KernelContext, KernelKey, kernel, unsupported
-from .epilogue import apply_epilogue, residual_index, residual_inplace, residual_shared
+from .epilogue import apply_epilogue, residual_index, residual_shared
 
 
 def _valid(b: ir.IRBuilder, out: int, size: int, stride: int, offset: ir.Value) -> tuple[ir.Value, ir.Value]:
@@ -151,6 +151,6 @@ def emit_conv(ctx: KernelContext) -> None:
     _emit(ctx)
 
 
-@kernel("FusedConv", pack=_pack_conv, scratch=_scratch, inplace=residual_inplace)
+@kernel("FusedConv", pack=_pack_conv, scratch=_scratch)
 def emit_fused_conv(ctx: KernelContext) -> None:
     _emit(ctx)

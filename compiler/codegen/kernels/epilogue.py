@@ -6,32 +6,17 @@ from collections.abc import Callable, Mapping
 
 from llvmlite import ir
 
-from ...ops.fused import ACTIVATIONS
+from ...ops.fused import residual_index
 from .. import irhelpers as h
-from ..activations import ACTIVATION_EMITTERS
-from .elementwise import check_dtype
+from ..activations import fused_activation
 
 
 def activation_fn(attrs: Mapping, dtype) -> Callable[[ir.IRBuilder, ir.Value], ir.Value] | None:
-    name = attrs.get("activation", "none")
-    if name == "none":
-        return None
-    check_dtype(ACTIVATIONS[name].op, dtype)
-    emit, alpha, beta = ACTIVATION_EMITTERS[name], attrs["act_alpha"], attrs["act_beta"]
-    return lambda b, v: emit(b, v, alpha, beta)
-
-
-def residual_index(attrs: Mapping) -> int | None:
-    """Input index of R in a fused node (after X, W and the optional bias)."""
-    return 2 + attrs["has_bias"] if attrs.get("has_residual") else None
-
-
-def residual_inplace(attrs: Mapping, i: int) -> bool:
-    """Only R may share the output's storage: the kernel then starts from it instead of zero."""
-    return i == residual_index(attrs)
+    return None if attrs.get("activation", "none") == "none" else fused_activation(attrs, dtype)
 
 
 def residual_shared(ctx) -> bool:
+    """R shares the output's storage (``residual_input``): the kernel then starts from it instead of zero."""
     r = residual_index(ctx.attrs)
     return r is not None and ctx.key.alias[r] is not None
 

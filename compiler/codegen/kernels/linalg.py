@@ -20,7 +20,7 @@ from ..gemm import emit_gemm
 from ..packing import pack_gemm_b
 from .base import KernelContext, KernelKey, kernel
 from .elementwise import broadcast_strides
-from .epilogue import apply_epilogue, residual_index, residual_inplace, residual_shared
+from .epilogue import apply_epilogue, residual_index, residual_shared
 
 KN = "kn"  # [K, N] row-major (transB applied)
 PANELS = "panels"  # packing.pack_gemm_b
@@ -129,7 +129,7 @@ def emit_gemm_kernel(ctx: KernelContext) -> None:
     _gemm(ctx)
 
 
-@kernel("FusedGemm", pack=_pack_gemm, inplace=residual_inplace)
+@kernel("FusedGemm", pack=_pack_gemm)
 def emit_fused_gemm(ctx: KernelContext) -> None:
     _gemm(ctx)
 

@@ -11,7 +11,7 @@ from .base import KernelContext, kernel
 from .elementwise import broadcast_strides, collapse
 
 
-@kernel("BatchNormalization", inplace=True)
+@kernel("BatchNormalization")
 def emit_batch_norm(ctx: KernelContext) -> None:
     """y = x * a[c] + s[c] with a = scale / sqrt(var + eps), s = B - mean * a (per channel, once)."""
     shape = ctx.shape(0)
@@ -29,7 +29,7 @@ def emit_batch_norm(ctx: KernelContext) -> None:
             h.store(b, h.call_intrinsic(b, "llvm.fma", h.load(b, x, k), a, s), y, k)
 
 
-@kernel("LayerNormalization", inplace=True)
+@kernel("LayerNormalization")
 def emit_layer_norm(ctx: KernelContext) -> None:
     """Per row of the normalized shape: mean, variance (two passes, stable), then scale and shift."""
     shape = ctx.shape(0)

@@ -123,11 +123,11 @@ def _softmax(ctx: KernelContext, log: bool) -> None:
                 h.store(b, b.fmul(h.load(b, y, at(j)), inv), y, at(j))
 
 
-@kernel("Softmax", inplace=True)
+@kernel("Softmax")
 def emit_softmax(ctx: KernelContext) -> None:
     _softmax(ctx, log=False)
 
 
-@kernel("LogSoftmax", inplace=True)
+@kernel("LogSoftmax")
 def emit_log_softmax(ctx: KernelContext) -> None:
     _softmax(ctx, log=True)

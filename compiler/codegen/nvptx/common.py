@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
-from ...ir.dtypes import DType
-from ...ops.fused import ACTIVATIONS
 from .. import irhelpers as h
-from ..kernels.elementwise import scalar_fn
+from ..activations import fused_activation
 from .module import Loop, OpContext
 
 
@@ -43,23 +41,13 @@ def all_of(b: ir.IRBuilder, conds: Sequence[ir.Value]) -> ir.Value:
     return out
 
 
-def activation(attrs: Mapping, dtype: DType) -> Callable[[ir.IRBuilder, ir.Value], ir.Value]:
-    if attrs.get("activation", "none") == "none":
-        return lambda b, v: v
-    from ...ops import get_op
-
-    act = ACTIVATIONS[attrs["activation"]]
-    fn = scalar_fn(act.op, get_op(act.op).normalize_attrs(act.op_attrs(attrs["act_alpha"], attrs["act_beta"])), dtype)
-    return lambda b, v: fn(b, [v])
-
-
 def fused_tail(ctx: OpContext, b: ir.IRBuilder, acc: ir.Value, i: ir.Value, n_base: int) -> ir.Value:
     """FusedConv/FusedGemm: + R (input after X, W and the bias), then the activation."""
     a = ctx.attrs
     if ctx.node_op.startswith("Fused"):
         if a["has_residual"]:
             acc = b.fadd(acc, ctx.load(n_base, i))
-        acc = activation(a, ctx.out_types[0].dtype)(b, acc)
+        acc = fused_activation(a, ctx.out_types[0].dtype)(b, acc)
     return acc
 
 

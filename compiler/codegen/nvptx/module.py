@@ -23,14 +23,14 @@ from ...ir.infer import bind_batch
 from ...ir.types import TensorType
 from ...target import Target, TargetKind
 from .. import irhelpers as h
-from ...memory.planner import VIEW_OPS, plan_memory
+from ...memory.planner import plan_memory
+from ...ops import get_op
 from ..lower import ALIGN, IOSpec, WeightBlock
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 BLOCK = 256  # threads per block
 MAX_GRID = 65535  # blocks per launch; the grid-stride loop covers the rest
-INPLACE_OK = frozenset({"elementwise", "FusedConv", "FusedGemm"})  # read element i before writing it
 
 
 MIN_PTX: dict[str, int] = {"sm_72": 61, "sm_75": 63, "sm_80": 70, "sm_86": 71, "sm_87": 74, "sm_89": 78,
@@ -156,9 +156,9 @@ def _launch_grid(loops: Sequence[Loop]) -> int:
 
 class _PtxLowering:
     def __init__(self, graph: Graph, target: Target, plan):
-        from .ops import GPU_OPS
+        from .ops import EMITTERS
 
-        self.g, self.target, self.plan, self.ops = graph, target, plan, GPU_OPS
+        self.g, self.target, self.plan, self.ops = graph, target, plan, EMITTERS
         self.module = ir.Module(name=re.sub(r"\W", "_", graph.name) or "model")
         self.module.triple = TRIPLE
         self.module.data_layout = DATA_LAYOUT
@@ -199,25 +199,25 @@ class _PtxLowering:
         return tuple(flags)
 
     def lower_node(self, node: Node) -> None:
-        kind, emit = self.ops[node.op]
+        emit, op = self.ops[node.op], get_op(node.op)
         shared = self._overlap(node)
         if any(shared):
             first = self.plan.offsets[node.inputs[shared.index(True)]]
-            if node.op in VIEW_OPS and first == self.plan.offsets[node.outputs[0]]:
+            if op.view and first == self.plan.offsets[node.outputs[0]]:
                 return  # the planner made the view share its input's bytes: nothing to copy
-            if kind not in INPLACE_OK:
+            if not all(op.shares(node.attr, i) for i, s in enumerate(shared) if s):
                 raise CompileError(f"node {node.name!r} ({node.op}): an input shares the output's storage, "
                                    "which this GPU kernel cannot do in place")
         in_types = tuple(self.g.types[i] for i in node.inputs)
         out_types = tuple(self.g.types[o] for o in node.outputs)
         key = (node.op, node.attrs, in_types, out_types, shared)
         if key not in self.kernels:
-            self.kernels[key] = self.emit_kernel(node, kind, emit, in_types, out_types, shared)
+            self.kernels[key] = self.emit_kernel(node, emit, in_types, out_types, shared)
         fname, grid = self.kernels[key]
         args = tuple(self.arg(v) for v in list(node.outputs) + list(node.inputs))
         self.launches.append(Launch(fname, grid, BLOCK, args, node.name))
 
-    def emit_kernel(self, node, kind, emit, in_types, out_types, shared) -> tuple[str, int]:
+    def emit_kernel(self, node, emit, in_types, out_types, shared) -> tuple[str, int]:
         tys = [h.LLTYPE[t.dtype].as_pointer() for t in list(out_types) + list(in_types)]
         name = f"k{len(self.kernels)}_{node.op}"
         fn = ir.Function(self.module, ir.FunctionType(h.VOID, tys), name=name)

@@ -1,7 +1,7 @@
 """Per-op GPU element code: each op gives the grid-stride loops of its kernel (``module.Loop``).
 
-One thread computes one output element from static shapes: elementwise ops through the CPU
-kernels' scalar table (the polynomial math of ``mathfns`` needs no libm, so it runs on NVPTX
+One thread computes one output element from static shapes: elementwise ops through the element
+emitters both backends share (``scalar_ops``; the polynomial math of ``mathfns`` needs no libm, so it runs on NVPTX
 too), windowed ops (Conv, pools, LRN) and reductions (Gemm, MatMul, Softmax, LayerNorm, Reduce*)
 with a loop per element. Out-of-range taps read a clamped index and are masked with ``select``, so
 no thread diverges on a bounds branch. Concat and Split get one loop per operand.
@@ -16,7 +16,8 @@ from llvmlite import ir
 from ...ops.fused import parse_program
 from ...ops.shape import slice_bounds
 from .. import irhelpers as h
-from ..kernels.elementwise import SCALAR, _cast, broadcast_strides, scalar_fn
+from ..kernels.elementwise import _cast, broadcast_strides
+from ..scalar_ops import ELEMENT_EMITTERS, scalar_fn
 from .common import all_of, lin, masked_load, store_at
 from .module import Loop, OpContext
 from .windows import _pool, conv, gemm, global_avg, layernorm, lrn, matmul, reduce, softmax
@@ -184,20 +185,19 @@ def shape_op(ctx: OpContext) -> list[Loop]:
     return [store_at(ctx, 0, value)]
 
 
-GPU_OPS: Mapping[str, tuple[str, Emit]] = {
-    **{op: ("elementwise", elementwise) for op in SCALAR if op != "Expand"},
-    "Where": ("elementwise", where), "Cast": ("elementwise", cast),
-    "FusedElementwise": ("elementwise", fused_elementwise),
-    **{op: ("view", copy) for op in ("Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze")},
-    "Expand": ("shape", expand), "Transpose": ("shape", transpose), "Slice": ("shape", slice_), "Pad": ("shape", pad),
-    "Gather": ("shape", gather), "Concat": ("shape", concat), "Split": ("shape", split), "Shape": ("shape", shape_op),
-    "BatchNormalization": ("elementwise", batchnorm),
-    "Conv": ("window", conv), "FusedConv": ("FusedConv", conv),
-    "Gemm": ("linalg", gemm), "FusedGemm": ("FusedGemm", gemm), "MatMul": ("linalg", matmul),
-    "MaxPool": ("window", lambda ctx: _pool(ctx, "max")), "AveragePool": ("window", lambda ctx: _pool(ctx, "avg")),
-    "GlobalAveragePool": ("window", global_avg), "LRN": ("window", lrn),
-    "Softmax": ("reduce", softmax), "LogSoftmax": ("reduce", softmax), "LayerNormalization": ("reduce", layernorm),
-    **{op: ("reduce", reduce) for op in ("ReduceMean", "ReduceSum", "ReduceMax")},
+EMITTERS: Mapping[str, Emit] = {
+    **{op: elementwise for op in ELEMENT_EMITTERS if op != "Expand"},
+    "Where": where, "Cast": cast, "FusedElementwise": fused_elementwise,
+    **{op: copy for op in ("Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze")},
+    "Expand": expand, "Transpose": transpose, "Slice": slice_, "Pad": pad,
+    "Gather": gather, "Concat": concat, "Split": split, "Shape": shape_op,
+    "BatchNormalization": batchnorm,
+    "Conv": conv, "FusedConv": conv,
+    "Gemm": gemm, "FusedGemm": gemm, "MatMul": matmul,
+    "MaxPool": lambda ctx: _pool(ctx, "max"), "AveragePool": lambda ctx: _pool(ctx, "avg"),
+    "GlobalAveragePool": global_avg, "LRN": lrn,
+    "Softmax": softmax, "LogSoftmax": softmax, "LayerNormalization": layernorm,
+    **{op: reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax")},
 }
-"""op -> (kind, emitter). ``kind`` decides in-place safety: only ops that read element i of an
-input before writing element i of the output may share storage (module.INPLACE_OK)."""
+"""op -> emitter. Every emitter honours the op's in-place rule (``OpDef.shares``): one thread reads
+element i of a shared input before it writes element i of the output, and nothing else of it."""

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from cuvil.compiler.codegen.activations import ACTIVATION_EMITTERS
+from cuvil.compiler.codegen.activations import apply_activation
 from cuvil.compiler.codegen.gemm import emit_gemm
 from cuvil.compiler.codegen.packing import gemm_tile, pack_gemm_b
 from cuvil.compiler.ops.fused import ACTIVATIONS
@@ -117,7 +117,14 @@ def test_gemm_reads_nothing_past_a(host_fns, rng):
 
 
 def test_activation_table_covers_fused_ops():
-    assert set(ACTIVATIONS) | {"none"} == set(ACTIVATION_EMITTERS)
+    """Every fused activation name (and "none") emits, on scalars and vectors; any other name is refused."""
+    for ty in (ir.FloatType(), ir.VectorType(ir.FloatType(), 8)):
+        fn = ir.Function(ir.Module(), ir.FunctionType(ty, [ty]), "f")
+        b = ir.IRBuilder(fn.append_basic_block())
+        for name in (*ACTIVATIONS, "none"):
+            assert apply_activation(b, fn.args[0], name, 0.0, 6.0).type == ty, name
+        with pytest.raises(ValueError, match="unknown activation"):
+            apply_activation(b, fn.args[0], "Swish")
 
 
 def test_packing_layout():

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from cuvil.compiler import DType, TensorType, run_reference
 from cuvil.compiler.frontends.builder import GraphBuilder
+from cuvil.compiler.memory.planner import plan_memory
 from cuvil.edge_runtime.compile import compile_graph
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -360,3 +361,47 @@ def test_fused_gemm(act):
     extra = {"act_alpha": 0.1} if act == "LeakyRelu" else {}
     run_op("FusedGemm", [a], consts=[b, rnd(19, seed=2)], transB=1, has_bias=1, activation=act, **extra)
     _fused_with_residual("FusedGemm", a, b, rnd(3, 19, seed=4), {"transB": 1}, act, extra)
+
+
+# ------------------------------------------------------------------------------------ in place ---
+P = rnd(5, lo=0.5, hi=1.5)
+IN_PLACE = {  # name -> (op, operands, index of the operand computed in the graph, attrs, planner aliases it)
+    "batchnorm": ("BatchNormalization", [rnd(2, 5, 7, 9), P, P + 1, P - 1, P], 0, {}, True),
+    "equal_bool": ("Equal", [rnd(3, 37, dtype=BOOL), rnd(3, 37, dtype=BOOL, seed=1)], 1, {}, True),
+    "less_bool": ("Less", [rnd(3, 37, dtype=BOOL), rnd(37, dtype=BOOL, seed=1)], 0, {}, True),
+    "greater_bool": ("Greater", [rnd(3, 37, dtype=BOOL), rnd(3, 37, dtype=BOOL, seed=1)], 0, {}, True),
+    "expand_same": ("Expand", [rnd(3, 37)], 0, {"shape": (3, 37)}, True),
+    "expand_broadcast": ("Expand", [rnd(1, 37)], 0, {"shape": (3, 37)}, False),
+    "cast_same": ("Cast", [rnd(3, 37)], 0, {"to": DType.F32}, True),
+    "where_value": ("Where", [rnd(3, 37, dtype=BOOL), rnd(3, 37, seed=1), rnd(37, seed=2)], 1, {}, True),
+    "fused_conv_r": ("FusedConv", [rnd(1, 3, 9, 11), rnd(8, 3, 3, 3, seed=1), rnd(1, 8, 9, 11, seed=2)], 2,
+                     {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "has_residual": 1,
+                      "activation": "Relu"}, True),
+    "fused_gemm_r": ("FusedGemm", [rnd(3, 37), rnd(19, 37, seed=1), rnd(19, seed=2), rnd(3, 19, seed=3)], 3,
+                     {"transB": 1, "has_bias": 1, "has_residual": 1, "activation": "Clip", "act_beta": 6.0}, True),
+    # A row's statistics read the whole row: the NVPTX kernels (one thread per element) could not
+    # compute them in place, so the op table gives these ops no in-place rule.
+    "softmax": ("Softmax", [rnd(3, 37)], 0, {}, False),
+    "log_softmax": ("LogSoftmax", [rnd(3, 37)], 0, {"axis": 0}, False),
+    "layer_norm": ("LayerNormalization", [rnd(3, 37), rnd(37, seed=1)], 0, {}, False),
+    "fused_conv_x": ("FusedConv", [rnd(1, 8, 9, 11), rnd(8, 8, 3, 3, seed=1)], 0,
+                     {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1)}, False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IN_PLACE))
+def test_in_place(case):
+    """The operand ``at`` is a copy made in the graph that dies at the node, so the planner hands its
+    bytes to the output exactly where the op table's in-place rule allows, and the kernel is right."""
+    op, operands, at, attrs, aliased = IN_PLACE[case]
+    gb = GraphBuilder(f"t_in_place_{case}")
+    feeds, names = {}, []
+    for i, x in enumerate(operands):
+        name = gb.input(f"x{i}", TensorType(DType.from_numpy(x.dtype), tuple(x.shape)))
+        feeds[name] = x
+        names.append(gb.add1("Identity", [name], name=f"copy{i}") if i == at else name)
+    graph = gb.build([gb.add1(op, names, **attrs)])
+    out = graph.outputs[0]
+    assert (plan_memory(graph).aliases.get(out) == names[at]) is aliased
+    got, want = compile_graph(graph, optimize=False).run(feeds)[out], run_reference(graph, feeds)[out]
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
