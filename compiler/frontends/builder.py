@@ -24,6 +24,15 @@ from ..ir.verify import verify
 from ..passes.fold_constants import swells
 
 
+class Unsupported(Exception):
+    """A translator's signal that this node (or this form of it) cannot be imported: the frontend records
+    it with :meth:`GraphBuilder.unsupported`, and the user sees one UnsupportedModelError naming all."""
+
+    def __init__(self, reason: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class GraphBuilder:
     def __init__(self, name: str, source: str = "model", hints: dict[str, str] | None = None):
         """``hints``: op -> what the user can do instead, appended to the unsupported-op error."""
@@ -103,10 +112,6 @@ class GraphBuilder:
 
     def unsupported(self, op: str, node_name: str) -> None:
         self._unsupported.setdefault(op, []).append(node_name)
-
-    @property
-    def has_unsupported(self) -> bool:
-        return bool(self._unsupported)
 
     def raise_unsupported(self) -> None:
         if self._unsupported:

@@ -6,8 +6,8 @@ forms, dtypes and domains are all collected, their outputs poisoned so later nod
 quietly, and :meth:`GraphBuilder.build` raises one UnsupportedModelError that names them all.
 Malformed models raise :class:`OnnxImportError`; nothing raises a raw protobuf or onnx error.
 ONNX ops outside op set v1 that exporters use for shape arithmetic (Mod, Range, ReduceProd, ...,
-see ``onnx_ops.FOLDABLE``) are evaluated by ONNX's reference implementation when their inputs are
-known, and unsupported otherwise.
+``onnx_ops.evaluated`` in the table) are evaluated by ONNX's reference implementation when their
+inputs are known, and unsupported otherwise.
 
 **The batch dimension.** A symbolic (or 0/-1) leading dimension of a graph input becomes Cuvil's
 ``N`` (a dimension sharing its dim_param does too), or ``batch_size`` when one is given; any other
@@ -31,15 +31,14 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from ..errors import CuvilError
 from ..ir.graph import Graph
 from ..ir.infer import PROBES
-from ..ir.types import N, Batch, Dim, TensorType
-from .builder import GraphBuilder
-from .onnx_ops import (FOLDABLE, TABLE, OnnxImportError, Probe, Unsupported, evaluate_foreign, onnx_dtype,
-                       tensor_value)
+from ..ir.types import N, Dim, TensorType
+from .builder import GraphBuilder, Unsupported
+from .onnx_node import BatchDependentError, NodeCtx, OnnxImportError, Probe, onnx_dtype, tensor_value
+from .onnx_ops import TABLE, evaluate_foreign, evaluated
 
 __all__ = ["import_onnx", "OnnxImportError", "BatchDependentError"]
 
@@ -52,13 +51,6 @@ HINTS = {  # op -> what the user can do, appended to the unsupported-op error
           "nn.LocalResponseNorm, this way)",
     "Loop": "ONNX control flow is outside the op set", "Scan": "ONNX control flow is outside the op set",
 }
-_MISSING = object()
-
-
-class BatchDependentError(OnnxImportError):
-    """A shape computation depends on the symbolic batch in a way Cuvil IR cannot express."""
-
-
 def import_onnx(model: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int | None = None) -> Graph:
     """Import ``model`` (a path, serialized bytes or a ModelProto); ``batch_size`` binds a symbolic batch."""
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
@@ -109,129 +101,6 @@ def _opset(proto: onnx.ModelProto) -> int:
         raise OnnxImportError(f"the model uses ONNX opset {version}; Cuvil imports opsets {OPSETS[0]} to "
                               f"{OPSETS[-1]} (onnx.version_converter can convert it)")
     return version
-
-
-class NodeCtx:
-    """What a translator sees of one node: attributes, inputs as Cuvil values, output naming."""
-
-    probe_sizes = PROBES
-
-    def __init__(self, node: onnx.NodeProto, name: str, opset: int, builder: GraphBuilder,
-                 env: dict[str, str], probes: dict[str, Probe]):
-        self.op, self.name, self.opset, self.b = node.op_type, name, opset, builder
-        self.inputs, self.outputs = list(node.input), list(node.output)
-        self._env, self._probes = env, probes
-        self._attrs = {a.name: a for a in node.attribute}
-
-    # attributes ---------------------------------------------------------------------------------
-    def raw_attrs(self) -> dict[str, Any]:
-        return {k: helper.get_attribute_value(a) for k, a in self._attrs.items()}
-
-    def attr(self, key: str, default: Any = _MISSING) -> Any:
-        if key not in self._attrs:
-            if default is _MISSING:
-                raise OnnxImportError(f"node {self.name!r} ({self.op}) lacks its required attribute {key!r}")
-            return default
-        value = helper.get_attribute_value(self._attrs[key])
-        if value is None:
-            raise OnnxImportError(f"node {self.name!r} ({self.op}): attribute {key!r} has no value")
-        if isinstance(value, bytes):
-            return value.decode()
-        return [v.decode() if isinstance(v, bytes) else v for v in value] if isinstance(value, list) else value
-
-    # inputs -------------------------------------------------------------------------------------
-    def has(self, i: int) -> bool:
-        return i < len(self.inputs) and self.inputs[i] != ""
-
-    def _name(self, i: int) -> str:
-        if not self.has(i):
-            raise OnnxImportError(f"node {self.name!r} ({self.op}) lacks its required input {i}")
-        if self.inputs[i] in self._probes:
-            self.batch_dependent(f"input {self.inputs[i]!r}")
-        return self.inputs[i]
-
-    def x(self, i: int) -> str:
-        return self._env[self._name(i)]
-
-    def xs(self) -> list[str]:
-        """The given inputs (Cuvil's optional inputs are a suffix, so stop at the first gap)."""
-        n = next((i for i in range(len(self.inputs)) if not self.has(i)), len(self.inputs))
-        return [self.x(i) for i in range(n)]
-
-    def sees_batch(self) -> bool:
-        return any(not self.b.type_of(self._env[i]).is_static for i in self.inputs if i in self._env)
-
-    def type(self, i: int) -> TensorType:
-        return self.b.type_of(self.x(i))
-
-    def const(self, i: int) -> np.ndarray:
-        value = self.b.value_of(self.x(i))
-        if value is None:
-            raise Unsupported(f"non-constant input {i}")
-        return value
-
-    def scalar(self, i: int, default: Any) -> Any:
-        """A constant one-element operand (ONNX writes them as 0-d or [1]) as a Python number."""
-        if not self.has(i):
-            return default
-        value = self.const(i).reshape(-1)
-        if value.size != 1:
-            raise OnnxImportError(f"node {self.name!r} ({self.op}): input {i} must hold one value, not {value.size}")
-        return value[0].item()
-
-    def dims(self, i: int) -> list[Dim]:
-        """A shape operand: ints, with ``Batch`` where a probed value scales with the batch."""
-        name = self.inputs[i] if self.has(i) else ""
-        if name not in self._probes:
-            return [int(v) for v in self.const(i).reshape(-1)]
-        (a, b), (p, q) = self._probes[name].at, self.probe_sizes
-        if a.shape != b.shape or a.ndim > 1:
-            self.batch_dependent(f"shape operand {name!r}")
-        dims: list[Dim] = []
-        for u, v in zip(a.reshape(-1).tolist(), b.reshape(-1).tolist()):
-            if u == v:
-                dims.append(int(u))
-            elif u % p == 0 and v % q == 0 and u // p == v // q > 0:
-                dims.append(Batch(u // p))
-            else:
-                self.batch_dependent(f"shape operand {name!r}")
-        return dims
-
-    def reshape_attr(self, dims: Sequence[Dim], t: TensorType, zero_copies: bool = False) -> list[int]:
-        """A Reshape target without N: 0 where it copies the input's same dimension, else one -1."""
-        out: list[int | None] = []
-        for i, d in enumerate(dims):
-            if isinstance(d, Batch):
-                out.append(0 if zero_copies and i < t.rank and t.shape[i] == d else None)
-            else:
-                out.append(d)
-        holes = [i for i, d in enumerate(out) if d is None]
-        if len(holes) > 1 or (holes and -1 in out):
-            self.batch_dependent("a reshape target with several batch-sized dimensions")
-        if holes:
-            out[holes[0]] = -1
-        return out  # type: ignore[return-value]
-
-    def batch_dependent(self, what: str) -> None:
-        raise BatchDependentError(
-            f"node {self.name!r} ({self.op}): {what} depends on the symbolic batch size in a way Cuvil IR "
-            f"cannot express; pass batch_size=<n> to import_onnx to import it for a fixed batch")
-
-    # outputs ------------------------------------------------------------------------------------
-    def emit(self, op: str, inputs: Sequence[str], **attrs: Any) -> str:
-        return self.emit_many(op, inputs, 1, **attrs)[0]
-
-    def emit_many(self, op: str, inputs: Sequence[str], n: int, **attrs: Any) -> list[str]:
-        names = [o or f"{self.name}:{i}" for i, o in enumerate((self.outputs + [""] * n)[:n])]
-        return self.b.add(op, inputs, name=self.name, output_names=names, **attrs)
-
-    def tmp(self, op: str, inputs: Sequence[str], suffix: str, **attrs: Any) -> str:
-        """An intermediate value of a node that becomes several Cuvil ops."""
-        hint = f"{self.name}/{suffix}"
-        return self.b.add(op, inputs, name=hint, output_names=[hint], **attrs)[0]
-
-    def constant(self, value: np.ndarray, hint: str) -> str:
-        return self.b.constant(np.asarray(value), hint=hint or f"{self.name}/const")
 
 
 class _Importer:
@@ -300,7 +169,8 @@ class _Importer:
             return self._reject(f"{node.domain}.{node.op_type}", name, node.output)
         inputs = [i for i in node.input if i]
         fn = TABLE.get(node.op_type)
-        if fn is None and (node.op_type not in FOLDABLE or any(i in self.poisoned for i in inputs)):
+        foreign = fn is evaluated
+        if fn is None or (foreign and any(i in self.poisoned for i in inputs)):
             return self._reject(node.op_type, name, node.output)
         if any(i in self.poisoned for i in inputs):  # its cause is reported already
             return self.poisoned.update(node.output)
@@ -308,7 +178,7 @@ class _Importer:
         if undefined:
             raise OnnxImportError(f"node {name!r} ({node.op_type}) uses {undefined}, which nothing before it defines")
         known = all(i in self.probes or self.b.value_of(self.env[i]) is not None for i in inputs)
-        if fn is None:  # outside op set v1, but foldable over constants (shape arithmetic)
+        if foreign:  # outside op set v1, but foldable over constants (shape arithmetic)
             if not (known and inputs):
                 return self._reject(node.op_type, name, node.output)
             results = self._fold(node, name, lambda values: self._evaluate(node, name, values))

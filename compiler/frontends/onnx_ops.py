@@ -5,64 +5,26 @@ bytes decoded, its inputs as Cuvil values, the opset) and returns one entry per 
 Cuvil value name, ``None`` (not produced: an error later only if something uses it) or a
 :class:`Probe` (a batch-dependent shape value, see the ``onnx`` module docstring). Everything ONNX
 passes as a constant input becomes a static attribute here, with the opset deciding where it lives.
-Raising :class:`Unsupported` records the node in the one error listing everything unsupported.
+Raising :class:`~cuvil.compiler.frontends.builder.Unsupported` records the node in the one error
+listing everything unsupported. Every op of the op table with the ``same_as_onnx`` trait imports as it
+is (:func:`_direct`); ONNX ops outside the op set that exporters use for shape arithmetic are
+:func:`evaluated` over known inputs.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
-from onnx import TensorProto, numpy_helper
 
 from ..errors import CuvilError
 from ..ir.dtypes import DType
 from ..ir.types import Batch
+from ..ops import OP_TABLE, REQUIRED
 from ..passes.fold_constants import swells
-
-if TYPE_CHECKING:
-    from .onnx import NodeCtx
-
-
-class OnnxImportError(CuvilError):
-    """The ONNX model is malformed, or a value in it cannot be represented in Cuvil IR."""
-
-
-class Unsupported(Exception):
-    """A translator's signal that this node (or this form of it) cannot be imported; not raised to users."""
-
-    def __init__(self, reason: str = ""):
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class Probe:
-    """A small integer tensor whose value depends on the batch: its values at the two probe sizes."""
-
-    at: tuple[np.ndarray, np.ndarray]
-
-
-ONNX_DTYPES = {
-    TensorProto.FLOAT: DType.F32, TensorProto.DOUBLE: DType.F64, TensorProto.FLOAT16: DType.F16,
-    TensorProto.INT8: DType.I8, TensorProto.UINT8: DType.U8, TensorProto.INT32: DType.I32,
-    TensorProto.INT64: DType.I64, TensorProto.BOOL: DType.BOOL,
-}
-
-
-def onnx_dtype(code: int) -> DType:
-    if code not in ONNX_DTYPES:
-        raise Unsupported(f"dtype {TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code}")
-    return ONNX_DTYPES[code]
-
-
-def tensor_value(t: TensorProto) -> np.ndarray:
-    """A TensorProto as an array of a Cuvil dtype, or Unsupported naming the ONNX dtype."""
-    onnx_dtype(t.data_type)
-    return numpy_helper.to_array(t)
+from .builder import Unsupported
+from .onnx_node import NodeCtx, OnnxImportError, Probe, onnx_dtype, tensor_value
 
 
 MAX_FOLDED_ELEMENTS = 1 << 26  # a constant the frontend builds itself: no unbounded allocation
@@ -73,16 +35,8 @@ def check_size(ctx: NodeCtx, shape: list[int]) -> None:
         raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}): shape {shape} is negative or too large to build")
 
 
-# ONNX ops outside op set v1 that exporters use for shape arithmetic: folded when their inputs are known.
-FOLDABLE = frozenset({
-    "Mod", "Floor", "Ceil", "Round", "Sign", "Not", "And", "Or", "Xor", "GreaterOrEqual", "LessOrEqual",
-    "ReduceProd", "ReduceMin", "ArgMax", "ArgMin", "Range", "Mean", "CumSum", "NonZero", "Tile", "Trilu",
-    "Sin", "Cos", "IsNaN", "IsInf",
-})
-
-
 def evaluate_foreign(node, opset: int, values: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """One FOLDABLE node over constant inputs, by ONNX's own reference implementation."""
+    """One :func:`evaluated` node over constant inputs, by ONNX's own reference implementation."""
     from onnx.reference import ReferenceEvaluator  # slow to import: only models that need it pay
 
     count = max((v.size for v in values.values()), default=1)
@@ -102,40 +56,40 @@ def evaluate_foreign(node, opset: int, values: dict[str, np.ndarray]) -> list[np
     return outs
 
 
-Translator = Callable[["NodeCtx"], list]
+Translator = Callable[[NodeCtx], list]
 TABLE: dict[str, Translator] = {}
 
 
 def translates(*op_types: str):
     def register(fn: Translator) -> Translator:
         for name in op_types:
+            if name in TABLE:
+                raise RuntimeError(f"ONNX op {name} translated twice")
             TABLE[name] = fn
         return fn
 
     return register
 
 
-# --- ops that map one to one, attributes copied with ONNX's defaults ------------------------------
-
-_SAME = ("Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Identity",
-         "Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Equal", "Less", "Greater", "Where",
-         "HardSwish", "GlobalAveragePool", "MatMul")
-_ATTRS = {
-    "LeakyRelu": {"alpha": 0.01},
-    "HardSigmoid": {"alpha": 0.2, "beta": 0.5},
-    "Gelu": {"approximate": "none"},
-    "LRN": {"size": None, "alpha": 1e-4, "beta": 0.75, "bias": 1.0},
-    "Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
-    "Flatten": {"axis": 1},
-    "Concat": {"axis": None},
-    "Gather": {"axis": 0},
-}
+# --- ops of the op table that ONNX defines alike, and ONNX ops evaluated at import ---------------
 
 
-@translates(*_SAME, *_ATTRS)
+@translates(*(name for name, op in OP_TABLE.items() if op.same_as_onnx))
 def _direct(ctx: NodeCtx) -> list:
-    attrs = {k: ctx.attr(k) if d is None else ctx.attr(k, d) for k, d in _ATTRS.get(ctx.op, {}).items()}
+    """The op itself, its attributes copied with the op table's defaults (which are ONNX's)."""
+    spec = OP_TABLE[ctx.op].attrs
+    attrs = {k: ctx.attr(k) if s.default is REQUIRED else ctx.attr(k, s.default) for k, s in spec.items()}
     return [ctx.emit(ctx.op, ctx.xs(), **attrs)]
+
+
+@translates("Mod", "Floor", "Ceil", "Round", "Sign", "Not", "And", "Or", "Xor", "GreaterOrEqual", "LessOrEqual",
+            "ReduceProd", "ReduceMin", "ArgMax", "ArgMin", "Range", "Mean", "CumSum", "NonZero", "Tile", "Trilu",
+            "Sin", "Cos", "IsNaN", "IsInf")
+def evaluated(ctx: NodeCtx) -> list:
+    """ONNX ops outside op set v1 that exporters use for shape arithmetic: the importer evaluates them
+    (:func:`evaluate_foreign`) when every input is known, and reports them unsupported otherwise;
+    it never calls this translator."""
+    raise Unsupported("not evaluated over known inputs")
 
 
 @translates("Pow")

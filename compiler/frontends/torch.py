@@ -30,8 +30,8 @@ from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..ir.types import TensorType
 from ..ir.verify import verify
-from .builder import GraphBuilder
-from .torch_ops import TABLE, TORCH_DTYPES, Unsupported, to_dtype
+from .builder import GraphBuilder, Unsupported
+from .torch_ops import TABLE, TORCH_DTYPES, to_dtype
 
 _aten = torch.ops.aten
 PRESERVED = (_aten.linear.default, _aten.matmul.default, _aten.scaled_dot_product_attention.default,

@@ -4,8 +4,8 @@ One entry per ATen op packet (``"add"`` covers ``add.Tensor`` and ``add.Scalar``
 gets a :class:`~cuvil.compiler.frontends.torch.Ctx` and the node's arguments bound by name from the
 op's schema (tensors are Cuvil value names, everything else is a plain Python value) and returns a
 value name, a tuple of them (``None`` for an output Cuvil does not produce), or ``None``.
-Configurations Cuvil cannot express raise :class:`Unsupported`, which the driver reports with all
-other unsupported ops at once.
+Configurations Cuvil cannot express raise :class:`~cuvil.compiler.frontends.builder.Unsupported`,
+which the driver reports with all other unsupported ops at once.
 """
 
 from __future__ import annotations
@@ -18,16 +18,13 @@ import numpy as np
 import torch
 
 from ..ir.dtypes import DType
+from .builder import Unsupported
 
 TORCH_DTYPES = {
     torch.float32: DType.F32, torch.float64: DType.F64, torch.float16: DType.F16, torch.int8: DType.I8,
     torch.uint8: DType.U8, torch.int32: DType.I32, torch.int64: DType.I64, torch.bool: DType.BOOL,
 }
 _TO_TORCH = {v: k for k, v in TORCH_DTYPES.items()}
-
-
-class Unsupported(Exception):
-    """This node uses a configuration Cuvil cannot express; the message says which."""
 
 
 def to_dtype(dtype: Any) -> DType:
