@@ -62,14 +62,20 @@ class RunConfig:
     latency_runs: int = field(default=50, metadata=_key("timed inferences per device (synthetic inputs)", "run",
                                                         minimum=1))
     latency_warmup: int = field(default=5, metadata=_key("untimed warm-up inferences before them", "run", minimum=0))
-    round_timeout: float = field(default=60.0, metadata=_key(
-        "seconds a round waits for replies, at most (a dead device costs this much, never more)", positive=True))
-    inventory_timeout: float = field(default=30.0, metadata=_key("seconds the inventory waits, at most",
-                                                                 positive=True))
+    round_timeout: float = field(default=120.0, metadata=_key(
+        "seconds a round waits for replies, at most: a dead device costs a round this much or less (Flower may "
+        "declare it gone sooner); a first round includes each device's compile", positive=True))
+    inventory_timeout: float = field(default=60.0, metadata=_key(
+        "seconds the inventory waits, at most (a device's first message starts its ClientApp cold)", positive=True))
     min_nodes: int = field(default=1, metadata=_key("SuperNodes to wait for before the inventory", minimum=0))
     node_wait: float = field(default=30.0, metadata=_key("seconds to wait for `min-nodes`, at most", minimum=0))
     poll_interval: float = field(default=1.0, metadata=_key(
         "seconds between pulls of replies (simulation uses 0.05)", positive=True))
+    max_in_flight: int = field(default=0, metadata=_key(
+        "messages out at once, at most (0: no limit; the simulation sets it: Flower's in-memory message store "
+        "slows down with every message in flight)", minimum=0))
+    resume_run: int = field(default=0, metadata=_key(
+        "a run id in `db-path` to resume after a crash (0: start a new run)", minimum=0))
     sim_fleet_dir: str = field(default="", metadata=_key("where simulated devices keep their state", "sim"))
     sim_trusted_key: str = field(default="", metadata=_key(
         "public keys (comma-separated) simulated devices trust", "sim"))

@@ -37,6 +37,7 @@ from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS
 from ..edge_runtime.privacy.release import check_params, release_report
 from ..edge_runtime.trust import TrustStore
 from . import foreign
+from .device_class import device_class, isa, threads
 
 _HASH_CHARS = set("0123456789abcdef")
 
@@ -174,8 +175,9 @@ class DeviceState:
         prof = resolve_profile(self.profile)
         emulated = not foreign.native(prof)
         return {
-            "device_id": self.device_id, "profile": self.profile, "arch": prof.arch, "cpu": prof.cpu,
-            "features": ",".join(prof.features), "runtime_version": runtime_version(),
+            "device_id": self.device_id, "profile": device_class(self.profile), "arch": prof.arch, "cpu": prof.cpu,
+            "features": ",".join(prof.features), "isa": isa(prof), "threads": threads(),
+            "runtime_version": runtime_version(),
             "emulated": int(emulated), "emulator": foreign.emulator_name(prof),
             "held_bundles": self.held_hashes(), "free_memory_bytes": _free_memory(),
         }

@@ -24,20 +24,10 @@ import numpy as np
 
 from .config import RunConfig
 from .device import DeviceError, DeviceState
+from .device_class import host_class
 
 ARM_CLASSES = ("rpi5", "jetson-orin", "graviton3")
 HOLDOUT_SEED = 0
-
-
-def host_class() -> str:
-    """The shipped profile that names this host's class (natively runnable), else ``"host"``."""
-    from ..devices import load_profile
-    from ..edge_runtime.compile import runnable_here
-
-    for name in ("x86-avx512", "x86-avx2", "graviton4", "graviton3", "rpi5"):
-        if runnable_here(load_profile(name).target()):
-            return name
-    return "host"
 
 
 def default_classes() -> tuple[str, ...]:

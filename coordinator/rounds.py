@@ -1,57 +1,37 @@
-"""The coordinator's main loop over an abstract transport (Flower's Grid in production; no Flower here).
+"""The coordinator's rounds over an abstract transport (Flower's Grid in production; no Flower here).
 
 Inventory (``query.device_info``), per-class sampling with explicit timeouts (a device that is gone
 is a ``timeout``, never a wait), the bundle pushed only to devices that do not hold it (by content
-hash), evaluation and A/B rounds, every reply classified (report, failure, timeout, refused, budget
-exhausted) and written to the results store as it arrives.
+hash), evaluation and A/B rounds. Every reply is classified (report, failure, timeout, refused,
+budget exhausted) and committed to the results store the moment it arrives.
+
+Release-ids are deterministic per (run, round, device): a round that a crash interrupted is resumed
+by asking the devices that had not answered for the *same* release-ids, and a device answers a
+repeated release-id from its stored noisy reply without spending budget again.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from .aggregate import OVERALL, ClassAggregate, aggregate_round
 from .config import RunConfig
+from .exchange import Reply, Request, Transport, exchange
 from .messages import Code, classify
 from .schema import check_report
-from .store import DeviceRecord, ResultsStore
+from .store import DeviceRecord, ResultsStore, StoreError
+
+HEARTBEAT_EVERY_S = 5.0  # the run's heartbeat in the store (how a restarted coordinator knows this one is alive)
 
 
-# transport ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Request:
-    node_id: int
-    kind: str  # "info" or "evaluate"
-    config: Mapping[str, Any] = field(default_factory=dict)
-    bundle: bytes | None = None
-    ttl: float = 60.0
-
-
-@dataclass(frozen=True)
-class Reply:
-    handle: str
-    ok: bool
-    payload: Mapping[str, Any] = field(default_factory=dict)
-    code: int = 0
-    reason: str = ""
-
-
-class Transport(Protocol):
-    def node_ids(self) -> list[int]: ...
-    def send(self, requests: Sequence[Request]) -> list[str | None]: ...
-    def poll(self, handles: Collection[str]) -> list[Reply]: ...
-
-
-# results -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BundleRef:
     name: str
@@ -72,8 +52,8 @@ class BundleRef:
         return cls(b.manifest.name, b.manifest.version, b.content_hash, bytes(data))
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> BundleRef:
-        return cls.from_bytes(Path(path).read_bytes())
+    def from_file(cls, path: str | Path) -> BundleRef:
+        return cls.from_bytes(Path(path).expanduser().read_bytes())
 
 
 @dataclass
@@ -98,6 +78,7 @@ class RoundOutcome:
     failures: list[dict[str, Any]]
     seconds: float
     aggregates: dict[str, ClassAggregate]
+    store_s: float = 0.0  # of ``seconds``, the time spent writing the results store
 
     def failure_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -111,12 +92,23 @@ Event = Callable[..., None]
 
 class Coordinator:
     def __init__(self, transport: Transport, store: ResultsStore, run_id: int,
-                 config: RunConfig = RunConfig(), on_event: Event | None = None,
-                 run_tag: str | None = None):
+                 config: RunConfig = RunConfig(), on_event: Event | None = None, run_key: str | None = None,
+                 progress_every_s: float = 5.0):
+        """``progress_every_s``: a ``progress`` event at least this often while a stage waits."""
         self.t, self.store, self.run_id, self.cfg = transport, store, run_id, config
+        self.progress_every_s = progress_every_s
         self.emit: Event = on_event or (lambda *a, **k: None)
-        self.run_tag = run_tag or uuid.uuid4().hex[:12]
+        self.run_key = run_key or uuid.uuid4().hex[:16]
         self.devices: dict[int, DeviceView] = {}
+        self._beat = self._shown = time.monotonic()
+
+    @property
+    def node_of(self) -> dict[str, int]:
+        return {v.device_id: n for n, v in self.devices.items()}
+
+    def release_id(self, number: int, kind: str, device_id: str) -> str:
+        """The same (run, round, device) always gets the same release-id (resume asks it again)."""
+        return f"{self.run_key}-r{number}-{kind}-{device_id}"
 
     # inventory -------------------------------------------------------------------------------------
     def wait_for_nodes(self) -> list[int]:
@@ -125,29 +117,43 @@ class Coordinator:
             nodes = sorted(self.t.node_ids())
             if len(nodes) >= self.cfg.min_nodes or time.monotonic() >= deadline:
                 return nodes
+            self._tick(lambda: self.emit("waiting_nodes", connected=len(nodes), wanted=self.cfg.min_nodes))
             time.sleep(min(1.0, self.cfg.poll_interval * 5))
 
     def inventory(self, nodes: Sequence[int] | None = None) -> dict[int, DeviceView]:
         """Ask every (new) node for its device info; nodes that do not answer in time are left out."""
         nodes = [n for n in (self.wait_for_nodes() if nodes is None else nodes) if n not in self.devices]
-        reqs = [Request(n, "info", ttl=self.cfg.inventory_timeout) for n in nodes]
-        got, missing = self._exchange(reqs, self.cfg.inventory_timeout)
-        for req, rep in got:
+        answered = [0]
+
+        def on_reply(req: Request, rep: Reply) -> None:
+            answered[0] += 1
             if not rep.ok:
                 self.emit("inventory_error", node_id=req.node_id, reason=rep.reason)
-                continue
+                return
             p = rep.payload
             try:
                 view = DeviceView(req.node_id, str(p["device_id"]), str(p["profile"]), bool(p["emulated"]),
                                   set(p.get("held_bundles", [])), dict(p))
+                record = DeviceRecord(view.device_id, view.profile, str(p.get("cpu", "")), str(p.get("features", "")),
+                                      str(p.get("runtime_version", "")), view.emulated, str(p.get("isa", "")),
+                                      int(p.get("threads", 0)))
             except (KeyError, TypeError, ValueError) as e:
                 self.emit("inventory_error", node_id=req.node_id, reason=f"bad device info: {e}")
-                continue
+                return
+            for node, other in list(self.devices.items()):
+                if other.device_id == view.device_id:  # a SuperNode that came back under a new node id
+                    del self.devices[node]
             self.devices[req.node_id] = view
-            self.store.upsert_device(DeviceRecord(view.device_id, view.profile, str(p.get("cpu", "")),
-                                                  str(p.get("features", "")), str(p.get("runtime_version", "")),
-                                                  view.emulated))
-        self.emit("inventory", devices=len(self.devices), silent=len(missing))
+            self.store.upsert_device(record)
+
+        reqs = [Request(n, "info", ttl=self.cfg.inventory_timeout) for n in nodes]
+        wait = self._waiter(lambda: self.emit("progress", stage="inventory", done=answered[0], of=len(reqs)))
+        missing = exchange(self.t, reqs, time.monotonic() + self.cfg.inventory_timeout, self.cfg.poll_interval,
+                           on_reply, wait, self.cfg.max_in_flight)
+        classes: dict[str, int] = {}
+        for v in self.devices.values():
+            classes[v.profile] = classes.get(v.profile, 0) + 1
+        self.emit("inventory", devices=len(self.devices), silent=len(missing), classes=classes)
         return self.devices
 
     def refresh(self) -> None:
@@ -160,108 +166,164 @@ class Coordinator:
             self.inventory(new)
 
     # sampling --------------------------------------------------------------------------------------
-    def sample(self, number: int) -> list[int]:
-        """Per device class, up to ``sample_per_class`` devices (all when 0), never one whose budget is spent."""
+    def sample(self, number: int) -> list[str]:
+        """Device ids: per class up to ``sample-per-class`` (all when 0), never one whose budget is spent."""
         exhausted = self.store.exhausted_devices(self.cfg.dataset)
-        by_class: dict[str, list[int]] = {}
-        for node, view in sorted(self.devices.items()):
+        by_class: dict[str, list[str]] = {}
+        for view in sorted(self.devices.values(), key=lambda v: v.device_id):
             if view.device_id not in exhausted:
-                by_class.setdefault(view.profile, []).append(node)
+                by_class.setdefault(view.profile, []).append(view.device_id)
         gen = np.random.default_rng([self.cfg.seed, number])
-        picked: list[int] = []
-        for _, nodes in sorted(by_class.items()):
-            k = len(nodes) if self.cfg.sample_per_class <= 0 else min(self.cfg.sample_per_class, len(nodes))
-            # Flower node ids are uint64: choose indices, never pass the ids through numpy
-            picked += [nodes[int(i)] for i in gen.choice(len(nodes), size=k, replace=False)]
+        picked: list[str] = []
+        for _, devs in sorted(by_class.items()):
+            k = len(devs) if self.cfg.sample_per_class <= 0 else min(self.cfg.sample_per_class, len(devs))
+            picked += [devs[int(i)] for i in gen.choice(len(devs), size=k, replace=False)]
         return sorted(picked)
 
     # rounds ----------------------------------------------------------------------------------------
     def evaluate_round(self, bundle: BundleRef, number: int, kind: str = "eval",
-                       nodes: Sequence[int] | None = None) -> RoundOutcome:
-        start = time.monotonic()
-        nodes = self.sample(number) if nodes is None else list(nodes)
-        round_id = self.store.start_round(self.run_id, number, kind, bundle.label, bundle.content_hash,
-                                          self.cfg.dataset)
-        config = {"bundle-hash": bundle.content_hash, "dataset": self.cfg.dataset,
-                  "release-id": f"{self.run_tag}-r{number}-{kind}-{bundle.content_hash[:16]}",
-                  "round": number, "latency-runs": self.cfg.latency_runs, "latency-warmup": self.cfg.latency_warmup,
-                  "dp-sigma": self.cfg.dp_sigma, "dp-epsilon": self.cfg.dp_epsilon}
-        reports, failures, sent = [], [], 0
-        pending = {n: False for n in nodes}  # node -> bundle already force-pushed after BUNDLE_MISSING
-        deadline = start + self.cfg.round_timeout
-        self.emit("round_start", number=number, round_kind=kind, model=bundle.label, sampled=len(nodes),
-                  push=sum(bundle.content_hash not in self.devices[n].held for n in nodes))
-        while pending and time.monotonic() < deadline:
-            reqs = []
-            for node, forced in pending.items():
-                push = forced or bundle.content_hash not in self.devices[node].held
-                reqs.append(Request(node, "evaluate", config, bundle.data if push else None,
-                                    ttl=max(1.0, deadline - time.monotonic())))
-                sent += len(bundle.data) if push else 0
-            got, missing = self._exchange(reqs, deadline - time.monotonic())
-            retry: dict[int, bool] = {}
-            for req, rep in got:
-                view = self.devices[req.node_id]
-                if rep.ok:
-                    try:
-                        metrics = check_report(rep.payload)
-                    except (ValueError, TypeError, KeyError) as e:
-                        failures.append(self._fail(round_id, view, "failure", f"bad report: {e}"))
-                        continue
-                    view.held.add(bundle.content_hash)
-                    self.store.add_report(round_id, view.device_id, view.profile, view.emulated, metrics)
-                    reports.append({"device_id": view.device_id, "profile": view.profile,
-                                    "emulated": view.emulated, "metrics": metrics})
-                    self.emit("reply", number=number, device=view.device_id, ok=True, done=len(reports) + len(failures),
-                              of=len(nodes))
-                elif rep.code == Code.BUNDLE_MISSING and not req.bundle:
-                    view.held.discard(bundle.content_hash)
-                    retry[req.node_id] = True
+                       devices: Sequence[str] | None = None) -> RoundOutcome:
+        """Run round ``number`` (or finish it, if a crashed coordinator left it in flight, or return it as
+        stored, if it finished); ``devices`` are the device ids to ask (default: :meth:`sample`)."""
+        start, written = time.monotonic(), self.store.write_s
+        row = self.store.find_round(self.run_id, number, kind)
+        if row is not None and row["bundle_hash"] != bundle.content_hash:
+            raise StoreError(f"round {number} [{kind}] of run {self.run_id} evaluated bundle {row['bundle_hash'][:12]}, "
+                             f"not {bundle.content_hash[:12]}: the bundle file changed since the run started")
+        if row is not None and row["finished_at"] is not None:
+            return self._stored_outcome(row)
+        if row is None:
+            asked = sorted(self.sample(number) if devices is None else devices)
+            node_of = self.node_of
+            round_id = self.store.start_round(self.run_id, number, kind, bundle.label, bundle.content_hash,
+                                              self.cfg.dataset, [(d, node_of.get(d, 0), self.release_id(number, kind, d))
+                                                                 for d in asked])
+        else:
+            round_id = row["id"]
+            asked = [r["device_id"] for r in self.store.requests(round_id)]
+        profiles = {d["device_id"]: d["profile"] for d in self.store.devices()}
+        reports = [_report_dict(r) for r in self.store.reports(round_id)]
+        failures = [_failure_dict(f, profiles) for f in self.store.failures(round_id)]
+        resumed = len(reports) + len(failures)
+        answered = {r["device_id"] for r in reports} | {f["device_id"] for f in failures}
+        node_of = self.node_of
+
+        def shown(device_id: str, failure: str | None = None, reason: str = "") -> None:
+            self.emit("reply", number=number, device=device_id, ok=failure is None, failure=failure, reason=reason,
+                      done=len(reports) + len(failures), of=len(asked))
+
+        def fail(device_id: str, kind_: str, reason: str) -> None:
+            self.store.add_failure(round_id, device_id, kind_, reason)
+            failures.append({"device_id": device_id, "profile": profiles.get(device_id, "unknown"),
+                             "kind": kind_, "reason": reason})
+            shown(device_id, kind_, reason)
+
+        targets = [d for d in asked if d not in answered and d in node_of]
+        base = {"bundle-hash": bundle.content_hash, "dataset": self.cfg.dataset, "round": number,
+                "latency-runs": self.cfg.latency_runs, "latency-warmup": self.cfg.latency_warmup,
+                "dp-sigma": self.cfg.dp_sigma, "dp-epsilon": self.cfg.dp_epsilon}
+        deadline = time.monotonic() + self.cfg.round_timeout
+        pushes = [d for d in targets if bundle.content_hash not in self.devices[node_of[d]].held]
+        self.emit("round_start", number=number, round_kind=kind, model=bundle.label, sampled=len(asked),
+                  push=len(pushes), resumed=resumed)
+        for d in asked:
+            if d not in answered and d not in node_of:
+                fail(d, "timeout", "the device was not connected when the round started")
+        device_of = {node_of[d]: d for d in targets}
+
+        def requests(device_ids: Sequence[str], push: Callable[[str], bool]) -> list[Request]:
+            """Messages for ``device_ids``, counted in the store (asks, bundle bytes) before they go out."""
+            out = [Request(node_of[d], "evaluate", {**base, "release-id": self.release_id(number, kind, d)},
+                           bundle.data if push(d) else None, ttl=max(1.0, deadline - time.monotonic()))
+                   for d in device_ids]
+            self.store.add_requests(round_id, [(device_of[r.node_id], r.node_id, r.config["release-id"]) for r in out])
+            pushed = sum(len(r.bundle) for r in out if r.bundle)
+            if pushed:
+                self.store.add_bundle_bytes(round_id, pushed)
+            return out
+
+        def on_reply(req: Request, rep: Reply) -> Request | None:
+            device_id = device_of[req.node_id]
+            view = self.devices[req.node_id]
+            failure = None if rep.ok else classify(rep.code)
+            reason = rep.reason
+            if rep.ok:
+                try:
+                    metrics = check_report(rep.payload)
+                except (ValueError, TypeError, KeyError) as e:
+                    failure, reason = "failure", f"bad report: {e}"
                 else:
-                    failures.append(self._fail(round_id, view, classify(rep.code), rep.reason))
-                    self.emit("reply", number=number, device=view.device_id, ok=False, failure=failures[-1]["kind"],
-                              done=len(reports) + len(failures), of=len(nodes))
-            pending = {n: True for n in retry}
-            for req in missing:
-                failures.append(self._fail(round_id, self.devices[req.node_id], "timeout",
-                                           f"no reply within {self.cfg.round_timeout:.0f} s"))
-        for node in pending:
-            failures.append(self._fail(round_id, self.devices[node], "timeout", "round deadline passed before a retry"))
-        self.store.finish_round(round_id, len(nodes), sent)
-        aggs = aggregate_round(reports, failures, {v.device_id: v.profile for v in self.devices.values()})
-        out = RoundOutcome(round_id, number, kind, bundle.label, len(nodes), sent, reports, failures,
-                           time.monotonic() - start, aggs)
+                    view.held.add(bundle.content_hash)
+                    if self.store.add_report(round_id, device_id, view.profile, view.emulated, metrics):
+                        reports.append({"device_id": device_id, "profile": view.profile, "emulated": view.emulated,
+                                        "metrics": metrics})
+            elif rep.code == Code.BUNDLE_MISSING and not req.bundle:
+                view.held.discard(bundle.content_hash)
+                return requests([device_id], lambda _: True)[0]
+            if failure is not None:
+                fail(device_id, failure, reason)
+            else:
+                shown(device_id)
+            return None
+
+        wait = self._waiter(lambda: self.emit("progress", stage=f"round {number} [{kind}]",
+                                              done=len(reports) + len(failures), of=len(asked),
+                                              left_s=max(0.0, deadline - time.monotonic())))
+        missing = exchange(self.t, requests(targets, set(pushes).__contains__), deadline, self.cfg.poll_interval,
+                           on_reply, wait, self.cfg.max_in_flight)
+        for req in missing:
+            fail(device_of[req.node_id], "timeout", f"no reply within the round's {self.cfg.round_timeout:g} s")
+        self.store.finish_round(round_id, len(asked), self._bytes_sent(round_id))
+        out = RoundOutcome(round_id, number, kind, bundle.label, len(asked), self._bytes_sent(round_id), reports,
+                           failures, time.monotonic() - start, aggregate_round(reports, failures, profiles),
+                           self.store.write_s - written)
         self.emit("round_end", outcome=out)
         return out
 
     def ab_round(self, a: BundleRef, b: BundleRef, number: int) -> tuple[RoundOutcome, RoundOutcome, dict[str, dict]]:
-        """Both versions on the same sampled devices; the comparison uses devices that reported both."""
-        nodes = self.sample(number)
-        ra = self.evaluate_round(a, number, "ab:A", nodes)
-        rb = self.evaluate_round(b, number, "ab:B", nodes)
-        return ra, rb, compare(ra.reports, rb.reports)
+        """Both versions on the same devices; the comparison (stored) uses devices that reported both."""
+        ra = self.evaluate_round(a, number, "ab:A")
+        rb = self.evaluate_round(b, number, "ab:B", [r["device_id"] for r in self.store.requests(ra.round_id)])
+        comparison = compare(ra.reports, rb.reports)
+        if not any(c["number"] == number for c in self.store.comparisons(self.run_id)):
+            self.store.add_comparison(self.run_id, number, a.label, b.label, comparison)
+        self.emit("ab", a=a.label, b=b.label, comparison=comparison)
+        return ra, rb, comparison
 
-    def _fail(self, round_id: int, view: DeviceView, kind: str, reason: str) -> dict[str, Any]:
-        self.store.add_failure(round_id, view.device_id, kind, reason)
-        return {"device_id": view.device_id, "profile": view.profile, "kind": kind, "reason": reason}
+    # helpers ---------------------------------------------------------------------------------------
+    def _stored_outcome(self, row: Mapping[str, Any]) -> RoundOutcome:
+        profiles = {d["device_id"]: d["profile"] for d in self.store.devices()}
+        reports = [_report_dict(r) for r in self.store.reports(row["id"])]
+        failures = [_failure_dict(f, profiles) for f in self.store.failures(row["id"])]
+        return RoundOutcome(row["id"], row["number"], row["kind"], row["model"], row["sampled"],
+                            row["bundle_bytes_sent"], reports, failures, row["finished_at"] - row["started_at"],
+                            aggregate_round(reports, failures, profiles))
 
-    def _exchange(self, reqs: Sequence[Request], timeout: float) -> tuple[list[tuple[Request, Reply]], list[Request]]:
-        """Send, then poll until every request has a reply or ``timeout`` passes (never longer)."""
-        if not reqs:
-            return [], []
-        deadline = time.monotonic() + max(0.0, timeout)
-        handles = self.t.send(reqs)
-        by_handle = {h: r for h, r in zip(handles, reqs) if h is not None}
-        got = [(r, Reply("", False, code=Code.DEVICE_ERROR, reason="the message could not be pushed"))
-               for h, r in zip(handles, reqs) if h is None]
-        while by_handle and time.monotonic() < deadline:
-            for rep in self.t.poll(list(by_handle)):
-                req = by_handle.pop(rep.handle, None)
-                if req is not None:
-                    got.append((req, rep))
-            if by_handle:
-                time.sleep(min(self.cfg.poll_interval, max(0.0, deadline - time.monotonic())))
-        return got, list(by_handle.values())
+    def _bytes_sent(self, round_id: int) -> int:
+        return int(self.store.round(round_id)["bundle_bytes_sent"])
+
+    def _tick(self, show: Callable[[], None]) -> None:
+        """Heartbeat the run and show progress, each at most every few seconds."""
+        now = time.monotonic()
+        if now - self._beat >= HEARTBEAT_EVERY_S:
+            self.store.heartbeat(self.run_id)
+            self._beat = now
+        if now - self._shown >= self.progress_every_s:
+            show()
+            self._shown = now
+
+    def _waiter(self, show: Callable[[], None]) -> Callable[[], None]:
+        return lambda: self._tick(show)
+
+
+def _report_dict(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {"device_id": row["device_id"], "profile": row["profile"], "emulated": bool(row["emulated"]),
+            "metrics": row["metrics"]}
+
+
+def _failure_dict(row: Mapping[str, Any], profiles: Mapping[str, str]) -> dict[str, Any]:
+    return {"device_id": row["device_id"], "profile": profiles.get(row["device_id"], "unknown"), "kind": row["kind"],
+            "reason": row["reason"]}
 
 
 def compare(reports_a: Sequence[Mapping[str, Any]], reports_b: Sequence[Mapping[str, Any]]) -> dict[str, dict]:

@@ -1,7 +1,8 @@
-"""The coordinator's Flower ServerApp: thin glue from a Grid to :class:`.rounds.Coordinator`.
+"""The coordinator's Flower ServerApp: thin glue from a Grid to :func:`.runs.drive_run`.
 
 The run config (``[tool.flwr.app.config]`` plus ``flwr run --run-config``) is parsed into
-:class:`.config.RunConfig`, the one table of keys and defaults.
+:class:`.config.RunConfig`, the one table of keys and defaults. Progress goes through Flower's logger
+(:class:`.progress.ProgressLog`), so ``flwr run --stream`` shows every stage of the run.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 from . import messages
-from .config import RunConfig, RunConfigError
-from .rounds import BundleRef, Coordinator, Event, Reply, Request
-from .store import ResultsStore
+from .config import RunConfig
+from .exchange import Reply, Request
+from .progress import ProgressLog
+from .rounds import Event
+from .runs import drive_run
+
 
 class GridTransport:
-    """:class:`.rounds.Transport` over a Flower Grid; replies are matched by ``reply_to_message_id``."""
+    """:class:`.exchange.Transport` over a Flower Grid; replies are matched by ``reply_to_message_id``."""
 
     def __init__(self, grid: Grid):
         self.grid = grid
@@ -48,33 +52,8 @@ class GridTransport:
 
 
 def run_coordinator(grid: Grid, run_config: Mapping[str, Any], on_event: Event | None = None) -> int:
-    """Inventory, ``num-rounds`` evaluation rounds, then an A/B round if ``bundle-b`` is set; return the run id."""
-    cfg = RunConfig.from_mapping(run_config)
-    if not cfg.bundle:
-        raise RunConfigError("run config 'bundle' must name the .cuvil bundle to evaluate")
-    bundle = BundleRef.from_file(cfg.bundle)
-    bundle_b = BundleRef.from_file(cfg.bundle_b) if cfg.bundle_b else None
-    store = ResultsStore(cfg.db_file)
-    run_id = store.start_run(cfg.as_run_config())
-    coord = Coordinator(GridTransport(grid), store, run_id, cfg, on_event)
-    try:
-        coord.inventory()
-        rounds = cfg.num_rounds
-        for number in range(1, rounds + 1):
-            coord.refresh()
-            coord.evaluate_round(bundle, number)
-        if bundle_b is not None:
-            coord.refresh()
-            _, _, comparison = coord.ab_round(bundle, bundle_b, rounds + 1)
-            if on_event:
-                on_event("ab", a=bundle.label, b=bundle_b.label, comparison=comparison)
-        store.finish_run(run_id)
-        return run_id
-    except BaseException:
-        store.finish_run(run_id, "failed")
-        raise
-    finally:
-        store.close()
+    """Parse the run config and drive one run (or resume one) over ``grid``; return the run id."""
+    return drive_run(GridTransport(grid), RunConfig.from_mapping(run_config), on_event or ProgressLog())
 
 
 def make_server_app(overrides: Mapping[str, Any] | None = None, on_event: Event | None = None) -> ServerApp:

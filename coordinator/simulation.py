@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from . import fleet
 from .config import RunConfig
 from .rounds import Event
 
+IN_FLIGHT_PER_WORKER = 8  # messages out per Ray worker: enough to keep it busy, few enough for Flower's store
 BACKEND_CONFIG: dict[str, Any] = {
     "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
     "init_args": {"num_cpus": 2, "include_dashboard": False},
@@ -28,6 +30,8 @@ def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_
                          shared_cache: bool = False) -> None:
     """Provision ``num_devices`` simulated devices under ``fleet_dir`` and run the coordinator over them.
 
+    Flower's in-memory message store scans every message in flight for each node it serves, so the
+    coordinator keeps at most ``IN_FLIGHT_PER_WORKER`` messages per worker out (``max-in-flight``).
     ``shared_cache``: devices of one class share a compile cache (they share this host's disk), so a
     large simulated fleet compiles once per class instead of once per device.
     """
@@ -39,10 +43,11 @@ def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_
     from .server_app import make_server_app
 
     fleet_dir = Path(fleet_dir)
-    cfg = RunConfig.from_mapping({"poll-interval": 0.05, **run_config}).replace(
+    knobs = {"poll-interval": 0.05, "max-in-flight": IN_FLIGHT_PER_WORKER * num_cpus}
+    cfg = RunConfig.from_mapping({**knobs, **run_config}).replace(
         sim_fleet_dir=str(fleet_dir), sim_classes=",".join(classes or fleet.default_classes()),
         sim_trusted_key=",".join(str(k) for k in trusted_keys), sim_shared_cache=bool(shared_cache))
-    fleet.provision_sim_fleet(fleet_dir, num_devices, trusted_keys, cfg.classes, cfg.sim_seed)
+    _provision(fleet_dir, num_devices, trusted_keys, cfg, on_event)
     rc = cfg.as_run_config()
     init_args = {**BACKEND_CONFIG["init_args"], "num_cpus": num_cpus, "log_to_driver": not quiet}
     backend = {**BACKEND_CONFIG, "init_args": init_args}
@@ -51,9 +56,22 @@ def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_
     if quiet:  # Flower warns that run_simulation is deprecated (it is the documented Python entry point)
         loggers["flwr"].setLevel(logging.ERROR)
         loggers["ray"].setLevel(logging.WARNING)
+    if on_event is not None:
+        on_event("simulation_start", devices=num_devices, workers=num_cpus)
     try:
         run_simulation(server_app=make_server_app(rc, on_event), client_app=make_client_app(rc),
                        num_supernodes=num_devices, backend_config=backend, verbose_logging=False)
     finally:
         for name, lg in loggers.items():
             lg.setLevel(levels[name])
+
+
+def _provision(fleet_dir: Path, num_devices: int, trusted_keys: Sequence[str | os.PathLike], cfg: RunConfig,
+               on_event: Event | None, every_s: float = 5.0) -> None:
+    """Provision every simulated device (idempotent), with a progress event at least every ``every_s``."""
+    last = time.monotonic()
+    for done, dev in enumerate(fleet.plan_fleet(num_devices, cfg.classes), start=1):
+        fleet.provision_sim_device(fleet_dir, dev, num_devices, trusted_keys, cfg.sim_seed)
+        if on_event is not None and time.monotonic() - last >= every_s:
+            on_event("progress", stage="provisioning simulated devices", done=done, of=num_devices)
+            last = time.monotonic()

@@ -1,16 +1,41 @@
 """The results store: SQLite, one committed transaction per event, so a killed coordinator loses nothing.
 
-Runs, rounds, devices, per-device reports and failures each have a table. A restarted coordinator
-opens the same file and starts a new run beside the old ones.
+Schema (columns are only ever added, never renamed or given a new meaning; times are Unix seconds)::
+
+    runs         one federated evaluation run
+      id, started_at, finished_at (NULL while running), config (JSON, the RunConfig's keys),
+      status       'running' | 'finished' | 'aborted'
+      run_key      random hex; every release-id of the run starts with it
+      owner        'host:pid' of the coordinator process driving it now
+      heartbeat_at the owner's last sign of life (a running run whose owner is gone gets 'aborted')
+      reason       why a run was aborted (the error, or "coordinator gone"); '' otherwise
+      resumed      how many times a restarted coordinator took the run over
+    rounds       one round of a run: number (1-based), kind ('eval', 'ab:A', 'ab:B'), model (name@version),
+                 bundle_hash, dataset, started_at, finished_at (NULL while in flight),
+                 sampled (devices asked, written before any message goes out), bundle_bytes_sent
+    requests     one row per (round, device asked): device_id, node_id (Flower's, as text), release_id
+                 (deterministic: the same device is asked the same release-id again after a crash),
+                 asked_at (when the round chose it), asks (messages sent to it, retries and resumes included)
+    devices      device_id, profile (the device's class: `host` resolved to the shipped profile naming
+                 it), cpu (LLVM CPU name), features, runtime_version, emulated, isa (arch/vector width),
+                 threads (CPUs the device may use), first_seen, last_seen
+    reports      one per (round, device) at most: device_id, profile, emulated, metrics (JSON, the
+                 report schema), received_at
+    failures     round_id, device_id, kind ('failure' | 'timeout' | 'refused' | 'budget_exhausted'),
+                 reason (one line from the device or the coordinator), recorded_at
+    comparisons  an A/B round's verdict per device class ('all' overall): run_id, number, model_a,
+                 model_b, device_class, devices (that reported both), a, b, diff (b - a), se, recorded_at
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,12 +60,31 @@ CREATE TABLE IF NOT EXISTS reports (
 CREATE TABLE IF NOT EXISTS failures (
   id INTEGER PRIMARY KEY, round_id INTEGER NOT NULL REFERENCES rounds(id), device_id TEXT NOT NULL,
   kind TEXT NOT NULL, reason TEXT NOT NULL, recorded_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS requests (
+  round_id INTEGER NOT NULL REFERENCES rounds(id), device_id TEXT NOT NULL, node_id TEXT NOT NULL,
+  release_id TEXT NOT NULL, asked_at REAL NOT NULL, asks INTEGER NOT NULL DEFAULT 1,
+  PRIMARY KEY (round_id, device_id));
+CREATE TABLE IF NOT EXISTS comparisons (
+  id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id), number INTEGER NOT NULL,
+  model_a TEXT NOT NULL, model_b TEXT NOT NULL, device_class TEXT NOT NULL, devices INTEGER NOT NULL,
+  a REAL NOT NULL, b REAL NOT NULL, diff REAL NOT NULL, se REAL NOT NULL, recorded_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS rounds_by_run ON rounds(run_id, number);
+CREATE INDEX IF NOT EXISTS reports_by_round ON reports(round_id);
+CREATE INDEX IF NOT EXISTS failures_by_round ON failures(round_id);
 """
+ADDED_COLUMNS = {  # columns added after the first schema: ALTER TABLE'd into older files on open
+    "runs": (("run_key", "TEXT NOT NULL DEFAULT ''"), ("owner", "TEXT NOT NULL DEFAULT ''"),
+             ("heartbeat_at", "REAL"), ("reason", "TEXT NOT NULL DEFAULT ''"),
+             ("resumed", "INTEGER NOT NULL DEFAULT 0")),
+    "devices": (("isa", "TEXT NOT NULL DEFAULT ''"), ("threads", "INTEGER NOT NULL DEFAULT 0")),
+}
+RUN_STATUSES = ("running", "finished", "aborted")
 FAILURE_KINDS = ("failure", "timeout", "refused", "budget_exhausted")
+STALE_AFTER_S = 60.0  # a running run whose owner has not written for this long is gone
 
 
 class StoreError(CuvilError):
-    """The results database cannot be opened or written."""
+    """The results database cannot be opened or written, or a run cannot be taken over."""
 
 
 @dataclass(frozen=True)
@@ -51,58 +95,190 @@ class DeviceRecord:
     features: str
     runtime_version: str
     emulated: bool
+    isa: str = ""  # architecture / vector width, e.g. x86_64/512-bit
+    threads: int = 0
+
+
+def this_process() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_gone(owner: str, heartbeat_at: float | None, now: float, stale_after: float = STALE_AFTER_S) -> bool:
+    """A run's owner is gone if it is a dead process on this host, or silent for ``stale_after`` seconds."""
+    host, _, pid = owner.rpartition(":")
+    if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+        return True
+    return heartbeat_at is None or now - heartbeat_at > stale_after
+
+
+def _alive(pid: int) -> bool:
+    """A process exists and is not a zombie (a killed ServerApp stays a zombie until its parent reaps it)."""
+    if Path("/proc/self/stat").exists():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat[stat.rindex(")") + 2] not in "ZX"
+    try:  # no /proc here: ask the kernel
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 class ResultsStore:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        self.write_s = 0.0  # seconds spent in write transactions so far
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
-        except sqlite3.Error as e:
+            for table, columns in ADDED_COLUMNS.items():
+                have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+                for name, decl in columns:
+                    if name not in have:
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+        except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open results database {self.path}: {e}") from None
 
     def close(self) -> None:
         self._db.close()
 
-    def _write(self, sql: str, args: Iterable[Any]) -> int:
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One committed transaction; its time is added to ``write_s`` (where a round's time goes)."""
+        start = time.perf_counter()
         try:
             with self._db:
-                return self._db.execute(sql, tuple(args)).lastrowid
+                yield self._db
         except sqlite3.Error as e:
             raise StoreError(f"cannot write results database {self.path}: {e}") from None
+        finally:
+            self.write_s += time.perf_counter() - start
 
-    # writes ---------------------------------------------------------------------------------------
-    def start_run(self, config: Mapping[str, Any]) -> int:
-        return self._write("INSERT INTO runs (started_at, status, config) VALUES (?, 'running', ?)",
-                           (time.time(), json.dumps(config, sort_keys=True, default=str)))
+    def _write(self, sql: str, args: Iterable[Any], rowcount: bool = False) -> int:
+        """Run one statement in its own committed transaction; its lastrowid (or rowcount)."""
+        with self._transaction() as db:
+            cur = db.execute(sql, tuple(args))
+            return cur.rowcount if rowcount else cur.lastrowid
 
-    def finish_run(self, run_id: int, status: str = "finished") -> None:
-        self._write("UPDATE runs SET finished_at = ?, status = ? WHERE id = ?", (time.time(), status, run_id))
-
-    def start_round(self, run_id: int, number: int, kind: str, model: str, bundle_hash: str, dataset: str) -> int:
+    # runs -----------------------------------------------------------------------------------------
+    def start_run(self, config: Mapping[str, Any], run_key: str = "") -> int:
+        now = time.time()
         return self._write(
-            "INSERT INTO rounds (run_id, number, kind, model, bundle_hash, dataset, started_at) VALUES (?,?,?,?,?,?,?)",
-            (run_id, number, kind, model, bundle_hash, dataset, time.time()))
+            "INSERT INTO runs (started_at, status, config, run_key, owner, heartbeat_at) VALUES (?,'running',?,?,?,?)",
+            (now, json.dumps(config, sort_keys=True, default=str), run_key, this_process(), now))
+
+    def finish_run(self, run_id: int, status: str = "finished", reason: str = "") -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"run status must be one of {RUN_STATUSES}")
+        self._write("UPDATE runs SET finished_at = ?, status = ?, reason = ? WHERE id = ?",
+                    (time.time(), status, reason[:2000], run_id))
+
+    def heartbeat(self, run_id: int) -> None:
+        self._write("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time(), run_id))
+
+    def take_over_run(self, run_id: int) -> dict[str, Any]:
+        """Make this process the owner of an unfinished run (resume); refuse a finished or live one."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")  # no second coordinator can take it over at the same time
+            row = self._row("SELECT * FROM runs WHERE id = ?", (run_id,))
+            problem = None if row is not None else f"no run {run_id} in {self.path}"
+            if row is not None and row["status"] == "finished":
+                problem = f"run {run_id} is finished; there is nothing to resume"
+            elif row is not None and row["status"] == "running" and not owner_gone(
+                    row["owner"], row["heartbeat_at"], time.time()):
+                problem = (f"run {run_id} is still driven by {row['owner'] or 'another coordinator'} "
+                           f"(last heartbeat {time.time() - (row['heartbeat_at'] or 0):.0f} s ago)")
+            if problem is None:
+                self._db.execute("UPDATE runs SET status = 'running', finished_at = NULL, reason = '', owner = ?,"
+                                 " heartbeat_at = ?, resumed = resumed + 1 WHERE id = ?",
+                                 (this_process(), time.time(), run_id))
+            self._db.execute("COMMIT" if problem is None else "ROLLBACK")
+        except sqlite3.Error as e:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise StoreError(f"cannot write results database {self.path}: {e}") from None
+        if problem is not None:
+            raise StoreError(problem)
+        return {**row, "config": json.loads(row["config"])}
+
+    def mark_aborted(self, stale_after: float = STALE_AFTER_S) -> list[int]:
+        """Mark every running run whose coordinator is gone as aborted; return their ids."""
+        now, gone = time.time(), []
+        for row in self._rows("SELECT id, owner, heartbeat_at FROM runs WHERE status = 'running'"):
+            if owner_gone(row["owner"], row["heartbeat_at"], now, stale_after):
+                self._write("UPDATE runs SET status = 'aborted', finished_at = ?, reason = ? WHERE id = ?"
+                            " AND status = 'running'", (now, "coordinator gone (killed or crashed)", row["id"]))
+                gone.append(row["id"])
+        return gone
+
+    # rounds ---------------------------------------------------------------------------------------
+    def start_round(self, run_id: int, number: int, kind: str, model: str, bundle_hash: str, dataset: str,
+                    asks: Sequence[tuple[str, int, str]] = ()) -> int:
+        """Record a round and the (device_id, node_id, release_id) it will ask, in one transaction,
+        before any message goes out: a resumed round knows exactly whom it asked."""
+        now = time.time()
+        with self._transaction() as db:
+            round_id = db.execute(
+                "INSERT INTO rounds (run_id, number, kind, model, bundle_hash, dataset, started_at, sampled)"
+                " VALUES (?,?,?,?,?,?,?,?)", (run_id, number, kind, model, bundle_hash, dataset, now, len(asks))
+            ).lastrowid
+            db.executemany(
+                "INSERT INTO requests (round_id, device_id, node_id, release_id, asked_at, asks) VALUES (?,?,?,?,?,0)",
+                [(round_id, d, str(n), r, now) for d, n, r in asks])
+        return round_id
 
     def finish_round(self, round_id: int, sampled: int, bundle_bytes_sent: int) -> None:
         self._write("UPDATE rounds SET finished_at = ?, sampled = ?, bundle_bytes_sent = ? WHERE id = ?",
                     (time.time(), sampled, bundle_bytes_sent, round_id))
 
+    def add_bundle_bytes(self, round_id: int, sent: int) -> None:
+        self._write("UPDATE rounds SET bundle_bytes_sent = bundle_bytes_sent + ? WHERE id = ?", (sent, round_id))
+
+    def round(self, round_id: int) -> dict[str, Any]:
+        row = self._row("SELECT * FROM rounds WHERE id = ?", (round_id,))
+        if row is None:
+            raise StoreError(f"no round {round_id} in {self.path}")
+        return row
+
+    def find_round(self, run_id: int, number: int, kind: str) -> dict[str, Any] | None:
+        return self._row("SELECT * FROM rounds WHERE run_id = ? AND number = ? AND kind = ? ORDER BY id DESC",
+                         (run_id, number, kind))
+
+    def add_requests(self, round_id: int, asks: Iterable[tuple[str, int, str]]) -> None:
+        """Count a message going out to each (device_id, node_id, release_id) of a started round."""
+        with self._transaction() as db:
+            db.executemany("UPDATE requests SET asks = asks + 1, node_id = ? WHERE round_id = ? AND device_id = ?"
+                           " AND release_id = ?", [(str(n), round_id, d, r) for d, n, r in asks])
+
+    def requests(self, round_id: int) -> list[dict[str, Any]]:
+        return self._rows("SELECT * FROM requests WHERE round_id = ? ORDER BY device_id", (round_id,))
+
+    # devices, reports, failures, comparisons ------------------------------------------------------
     def upsert_device(self, dev: DeviceRecord) -> None:
         now = time.time()
         self._write(
-            "INSERT INTO devices VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(device_id) DO UPDATE SET profile=excluded.profile,"
-            " cpu=excluded.cpu, features=excluded.features, runtime_version=excluded.runtime_version,"
-            " emulated=excluded.emulated, last_seen=excluded.last_seen",
-            (dev.device_id, dev.profile, dev.cpu, dev.features, dev.runtime_version, int(dev.emulated), now, now))
+            "INSERT INTO devices (device_id, profile, cpu, features, runtime_version, emulated, first_seen, last_seen,"
+            " isa, threads) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(device_id) DO UPDATE SET"
+            " profile=excluded.profile, cpu=excluded.cpu, features=excluded.features,"
+            " runtime_version=excluded.runtime_version, emulated=excluded.emulated, last_seen=excluded.last_seen,"
+            " isa=excluded.isa, threads=excluded.threads",
+            (dev.device_id, dev.profile, dev.cpu, dev.features, dev.runtime_version, int(dev.emulated), now, now,
+             dev.isa, int(dev.threads)))
 
-    def add_report(self, round_id: int, device_id: str, profile: str, emulated: bool, metrics: Mapping[str, Any]) -> None:
-        self._write("INSERT INTO reports (round_id, device_id, profile, emulated, metrics, received_at) VALUES (?,?,?,?,?,?)",
-                    (round_id, device_id, profile, int(emulated), json.dumps(metrics, sort_keys=True), time.time()))
+    def add_report(self, round_id: int, device_id: str, profile: str, emulated: bool, metrics: Mapping[str, Any]) -> bool:
+        """Record a device's report; False (and nothing written) if the round already holds one from it."""
+        return self._write(
+            "INSERT INTO reports (round_id, device_id, profile, emulated, metrics, received_at) SELECT ?,?,?,?,?,?"
+            " WHERE NOT EXISTS (SELECT 1 FROM reports WHERE round_id = ? AND device_id = ?)",
+            (round_id, device_id, profile, int(emulated), json.dumps(metrics, sort_keys=True), time.time(),
+             round_id, device_id), rowcount=True) > 0
 
     def add_failure(self, round_id: int, device_id: str, kind: str, reason: str) -> None:
         if kind not in FAILURE_KINDS:
@@ -110,11 +286,24 @@ class ResultsStore:
         self._write("INSERT INTO failures (round_id, device_id, kind, reason, recorded_at) VALUES (?,?,?,?,?)",
                     (round_id, device_id, kind, reason[:2000], time.time()))
 
+    def add_comparison(self, run_id: int, number: int, model_a: str, model_b: str,
+                       by_class: Mapping[str, Mapping[str, float]]) -> None:
+        now = time.time()
+        for cls, v in by_class.items():
+            self._write("INSERT INTO comparisons (run_id, number, model_a, model_b, device_class, devices, a, b, diff,"
+                        " se, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        (run_id, number, model_a, model_b, cls, int(v["devices"]), float(v["a"]), float(v["b"]),
+                         float(v["diff"]), float(v["se"]), now))
+
     # reads ----------------------------------------------------------------------------------------
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
         cur = self._db.execute(sql, tuple(args))
         cols = [c[0] for c in cur.description]
         return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def _row(self, sql: str, args: Iterable[Any] = ()) -> dict[str, Any] | None:
+        rows = self._rows(sql, args)
+        return rows[0] if rows else None
 
     def runs(self) -> list[dict[str, Any]]:
         return self._rows("SELECT * FROM runs ORDER BY id")
@@ -131,6 +320,9 @@ class ResultsStore:
 
     def failures(self, round_id: int) -> list[dict[str, Any]]:
         return self._rows("SELECT * FROM failures WHERE round_id = ? ORDER BY id", (round_id,))
+
+    def comparisons(self, run_id: int) -> list[dict[str, Any]]:
+        return self._rows("SELECT * FROM comparisons WHERE run_id = ? ORDER BY number, id", (run_id,))
 
     def devices(self) -> list[dict[str, Any]]:
         return self._rows("SELECT * FROM devices ORDER BY device_id")

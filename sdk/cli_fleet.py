@@ -1,4 +1,4 @@
-"""Fleet commands for the `cuvil` CLI: ``demo``, ``results``, ``report``, ``device-provision``.
+"""Fleet commands for the `cuvil` CLI: ``demo``, ``results``, ``report``, ``device-provision``, ``fleet ...``.
 
 Registered onto the main click group by :func:`register` (one line in ``cli.py``), so the fleet side
 can grow without touching the core commands. Errors are formatted by the group, as for every command.
@@ -33,7 +33,9 @@ def demo(workdir: Path | None, devices: int, rounds: int) -> None:
 @click.command()
 @_DB
 @click.option("--run", "run_id", type=int, default=None, help="One run in detail (per-class tables, ε per device).")
-def results(db: Path, run_id: int | None) -> None:
+@click.option("--mark-aborted", is_flag=True,
+              help="First mark every running run whose coordinator is gone (dead, or silent for a minute) aborted.")
+def results(db: Path, run_id: int | None, mark_aborted: bool) -> None:
     """Print the history of federated evaluation runs."""
     from .coordinator.report import history_text
     from .coordinator.store import ResultsStore
@@ -42,6 +44,9 @@ def results(db: Path, run_id: int | None) -> None:
         raise FileNotFoundError(2, "no results database", str(db))
     store = ResultsStore(db)
     try:
+        if mark_aborted:
+            gone = store.mark_aborted()
+            click.echo(f"marked aborted: {', '.join(f'run {i}' for i in gone) or 'none'}")
         click.echo(history_text(store, run_id))
     finally:
         store.close()
@@ -88,7 +93,60 @@ def device_provision(state_dir: Path, device_id: str, profile: str, trust: tuple
     click.echo(f'supernode: --node-config "state-dir=\'{state.root.resolve()}\'"')
 
 
+@click.group("fleet")
+def fleet() -> None:
+    """Set up a real fleet: TLS certificates, SuperNode keys, an example model and device data."""
+
+
+@fleet.command("certs")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for ca.crt, ca.key, superlink.pem and superlink.key.")
+@click.option("--san", "sans", multiple=True, required=True,
+              help="A host name or IP address the SuperLink is reached at (repeatable; every one devices use).")
+@click.option("--days", default=365, show_default=True, type=int, help="Validity of both certificates.")
+@click.option("--force", is_flag=True, help="Replace existing files.")
+def fleet_certs(out_dir: Path, sans: tuple[str, ...], days: int, force: bool) -> None:
+    """Create a certificate authority and the SuperLink's TLS certificate, signed by it."""
+    from .coordinator.credentials import make_certificates
+
+    made = make_certificates(out_dir, sans, days, force)
+    click.echo(f"CA certificate:        {made.ca_cert}  (every SuperNode's --root-certificates)")
+    click.echo(f"CA key:                {made.ca_key}  (keep it offline)")
+    click.echo(f"SuperLink certificate: {made.cert}  (SANs: {', '.join(made.sans)})")
+    click.echo(f"SuperLink key:         {made.key}")
+
+
+@fleet.command("node-key")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Private key file to write (the public key goes beside it as OUT.pub).")
+@click.option("--force", is_flag=True, help="Replace existing files.")
+def fleet_node_key(out_path: Path, force: bool) -> None:
+    """Create a SuperNode's authentication key pair (EC P-384, OpenSSH format)."""
+    from .coordinator.credentials import make_node_key
+
+    priv, pub = make_node_key(out_path, force)
+    click.echo(f"private key: {priv}  (the SuperNode's --auth-supernode-private-key)")
+    click.echo(f"public key:  {pub}  (register it: flwr supernode register {pub} FEDERATION)")
+
+
+@fleet.command("example")
+@click.option("--key", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The author's private key (cuvil keygen) to sign the example bundles with.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for digits-v1.cuvil, digits-v2.cuvil and data/device-<i>.npz.")
+@click.option("--devices", default=3, show_default=True, type=click.IntRange(1, 1000),
+              help="Devices to write evaluation data for.")
+def fleet_example(key: Path, out_dir: Path, devices: int) -> None:
+    """Write two signed versions of a small digits model and each device's evaluation data."""
+    from .fleet_example import write_example
+
+    made = write_example(out_dir, key, devices)
+    for path in made.bundles:
+        click.echo(f"bundle: {path}")
+    click.echo(f"device data: {made.data[0].parent}/device-{{1..{devices}}}.npz")
+
+
 def register(group: click.Group) -> None:
     """Add the fleet commands to ``group`` (``demo`` replaces any earlier command of that name)."""
-    for cmd in (demo, results, report, device_provision):
+    for cmd in (demo, results, report, device_provision, fleet):
         group.add_command(cmd)

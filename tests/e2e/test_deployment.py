@@ -1,256 +1,245 @@
-"""Flower's deployment engine on loopback: a SuperLink and SuperNodes with TLS and node authentication.
+"""docs/fleet.md on loopback, exactly: a SuperLink and three SuperNodes as separate processes, TLS, node
+authentication, ``flwr run`` on the repository's own ``pyproject.toml`` -- and what survives faults.
 
-Certificates and node keys are made here with ``cryptography``. One evaluation round runs over three
-SuperNodes; one is killed mid-round and the round completes with the other two, the kill recorded
-as a failure (or a timeout); a SuperNode whose key was never registered is refused. Every wait is bounded and
-every process is killed at the end, whatever happens.
+The shell blocks of the document's step-by-step section are extracted and run as they stand (the
+test sets the variables of its first block). Then, with real processes killed mid-round:
+
+- the ServerApp: every report a device released ends in the results database after the run is
+  resumed, and no device is charged twice;
+- the SuperLink (and everything it started): the same, after it is restarted with the documented
+  command;
+- a SuperNode: its request ends at the round deadline at the latest, the run finishes with the others.
+
+The modules' tests run in file order over one fleet (started once: the set-up costs most of the time).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 import json
 import os
-import shutil
-import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("flwr")
-if shutil.which("flower-superlink") is None or shutil.which("flower-supernode") is None:
-    pytest.skip("flower-superlink / flower-supernode not installed", allow_module_level=True)
-
-from cryptography import x509  # noqa: E402
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
 
 from cuvil.coordinator.device import DeviceState  # noqa: E402
-from cuvil.coordinator.fleet import device_data, host_class  # noqa: E402
+from cuvil.coordinator.device_class import host_class  # noqa: E402
 from cuvil.coordinator.store import ResultsStore  # noqa: E402
 
-from ..coordinator.fleet_helpers import make_bundle, make_keys  # noqa: E402
+from .processes import Shell, cmdline, descendants, doc_blocks, kill_tree, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slow
-def flower_tool(name: str) -> str:
-    """Flower's console script beside this interpreter, else on PATH (a venv over system packages)."""
-    here = Path(sys.executable).parent / name
-    found = str(here) if here.exists() else shutil.which(name)
-    assert found, f"{name} is not installed (pip install 'flwr[simulation]')"
-    return found
+REPO = Path(__file__).resolve().parents[2]
+DEVICES = ("device-1", "device-2", "device-3")
+ENV_VARS = ("FLEET", "FLWR_HOME", "SUPERLINK_HOST", "SUPERLINK_PORT", "SUPERNODE_PORT")
 
 
-# certificates and keys ----------------------------------------------------------------------------
-def _cert(subject: str, key, issuer_name, issuer_key, ca: bool) -> x509.Certificate:
-    now = dt.datetime.now(dt.timezone.utc)
-    b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-         .issuer_name(issuer_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-         .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if not ca:
-        b = (b.add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                          x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False))
-    return b.sign(issuer_key, hashes.SHA256())
-
-
-def make_tls(d: Path) -> dict[str, Path]:
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cuvil test CA")])
-    ca = _cert("cuvil test CA", ca_key, ca_name, ca_key, ca=True)
-    srv_key = ec.generate_private_key(ec.SECP256R1())
-    srv = _cert("127.0.0.1", srv_key, ca_name, ca_key, ca=False)
-    files = {"ca": d / "ca.crt", "cert": d / "server.pem", "key": d / "server.key"}
-    files["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    files["cert"].write_bytes(srv.public_bytes(serialization.Encoding.PEM))
-    files["key"].write_bytes(srv_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                   serialization.NoEncryption()))
-    return files
-
-
-def make_node_key(d: Path, name: str) -> tuple[Path, Path]:
-    """An EC P-384 key pair in OpenSSH format, as SuperNode authentication expects."""
-    key = ec.generate_private_key(ec.SECP384R1())
-    priv, pub = d / name, d / f"{name}.pub"
-    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                       serialization.NoEncryption()))
-    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
-    os.chmod(priv, 0o600)
-    return priv, pub
-
-
-def free_port() -> int:
+def _free(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# processes ----------------------------------------------------------------------------------------
-class Procs:
-    """Every process the test starts, each in its own session so its children die with it (killpg)."""
-
-    def __init__(self, logs: Path, env: dict[str, str]):
-        self.logs, self.env, self.procs = logs, env, {}
-
-    def start(self, name: str, args: list[str]) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
-        self.procs[name] = (p, log)
-        return p
-
-    def kill(self, name: str) -> None:
-        p, log = self.procs.pop(name)
         try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait(timeout=30)
-        log.close()
-
-    def log(self, name: str) -> str:
-        return (self.logs / f"{name}.log").read_text(errors="replace")
-
-    def close(self) -> None:
-        for name in list(self.procs):
-            self.kill(name)
-
-
-def wait_for(cond, timeout: float, what: str, step: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def flwr(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([flower_tool("flwr"), *args], env=env, capture_output=True, text=True, timeout=timeout)
-
-
-APP_TOML = """\
-[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "cuvil-fleet-e2e"
-version = "1.0.0"
-description = "Cuvil federated evaluation (deployment test)"
-license = "Apache-2.0"
-dependencies = []
-
-[tool.flwr.app]
-publisher = "cuvil"
-
-[tool.flwr.app.components]
-serverapp = "cuvil.coordinator.server_app:app"
-clientapp = "cuvil.coordinator.client_app:app"
-
-[tool.flwr.app.config]
-db-path = "{db}"
-bundle = "{bundle}"
-num-rounds = 1
-round-timeout = 60.0
-inventory-timeout = 90.0
-min-nodes = 3
-node-wait = 120.0
-poll-interval = 1.0
-"""
-
-
-@pytest.fixture
-def deployment(tmp_path):
-    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr-home"), "FLWR_TELEMETRY_ENABLED": "0",
-           "FLWR_DISABLE_UPDATE_CHECK": "1", "PYTHONUNBUFFERED": "1"}
-    (tmp_path / "logs").mkdir()
-    procs = Procs(tmp_path / "logs", env)
-    try:
-        yield tmp_path, env, procs
-    finally:
-        procs.close()
-
-
-def test_round_over_tls_with_node_auth_survives_a_killed_node(deployment):
-    tmp, env, procs = deployment
-    tls = make_tls(tmp)
-    port = free_port()
-    author = make_keys(tmp)
-    bundle = make_bundle(tmp, author)
-    db = tmp / "results.db"
-
-    procs.start("superlink", [flower_tool("flower-superlink"), "--ssl-ca-certfile", str(tls["ca"]),
-                              "--ssl-certfile", str(tls["cert"]), "--ssl-keyfile", str(tls["key"]),
-                              "--enable-supernode-auth", "--host", "127.0.0.1", "--port", str(port),
-                              "--database", str(tmp / "superlink.db"), "--disable-runtime-dependency-installation"])
-    (tmp / "flwr-home").mkdir()
-    (tmp / "flwr-home" / "config.toml").write_text(
-        f'[superlink]\ndefault = "e2e"\n\n[superlink.e2e]\naddress = "127.0.0.1:{port}"\n'
-        f'root-certificates = "{tls["ca"]}"\n')
-    wait_for(lambda: flwr(env, "ls", "e2e", timeout=30).returncode == 0, 60, "the SuperLink to answer over TLS")
-
-    nodes = []
-    for i in range(3):
-        priv, pub = make_node_key(tmp, f"node{i}")
-        reg = flwr(env, "supernode", "register", str(pub), "e2e", "--name", f"device-{i}")
-        assert reg.returncode == 0, reg.stdout + reg.stderr
-        state = DeviceState.provision(tmp / f"device{i}", f"device-{i}", host_class(), [author.public_path],
-                                      data=device_data(i, 3))
-        nodes.append(f"node{i}")
-        procs.start(f"node{i}", [flower_tool("flower-supernode"), "--superlink", f"127.0.0.1:{port}",
-                                 "--root-certificates", str(tls["ca"]), "--auth-supernode-private-key", str(priv),
-                                 "--port", str(free_port()), "--node-config", f"state-dir='{state.root}'"])
-    stranger, _ = make_node_key(tmp, "stranger")  # never registered
-    procs.start("stranger", [flower_tool("flower-supernode"), "--superlink", f"127.0.0.1:{port}",
-                             "--root-certificates", str(tls["ca"]), "--auth-supernode-private-key", str(stranger),
-                             "--port", str(free_port()), "--max-retries", "2", "--max-wait-time", "30",
-                             "--node-config", f"state-dir='{tmp / 'nowhere'}'"])
-
-    app = tmp / "app"
-    app.mkdir()
-    (app / "pyproject.toml").write_text(APP_TOML.format(db=db, bundle=bundle))
-    run = procs.start("run", [flower_tool("flwr"), "run", str(app), "e2e", "--stream"])
-
-    def round_started() -> bool:
-        if not db.is_file():
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
             return False
+
+
+def free_ports(count: int) -> int:
+    """A port p with p .. p + count - 1 all free."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count < 65535 and all(_free(base + i) for i in range(count)):
+            return base
+    raise AssertionError("no free ports")
+
+
+@dataclass
+class Fleet:
+    root: Path
+    sh: Shell
+    blocks: dict[str, str]
+    stranger: subprocess.Popen
+
+    @property
+    def db(self) -> Path:
+        return self.root / "results.db"
+
+    def pid(self, name: str) -> int:
+        return int((self.root / f"{name}.pid").read_text().split()[0])
+
+    def query(self, sql: str, args=()) -> list[tuple]:
+        if not self.db.is_file():
+            return []
         try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
-                return c.execute("SELECT count(*) FROM rounds").fetchone()[0] > 0
+            with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=5) as c:
+                return c.execute(sql, args).fetchall()
         except sqlite3.Error:
-            return False
+            return []
 
-    wait_for(round_started, 240, "the coordinator to start round 1", step=0.2)
-    procs.kill("node2")  # mid-round: its message is out, its reply never comes
-    wait_for(lambda: run.poll() is not None, 240, "the run to finish")
+    def releases(self) -> dict[str, int]:
+        """Per device: how many releases its privacy ledger has charged."""
+        out = {}
+        for dev in DEVICES:
+            state = DeviceState.open(self.root / "devices" / dev)
+            ledger = state.ledger()
+            try:
+                out[dev] = ledger.releases(state.dataset_name)
+            finally:
+                ledger.close()
+        return out
 
-    store = ResultsStore(db)  # a fresh handle: everything the coordinator wrote is on disk
-    (run_row,) = store.runs()
-    assert run_row["status"] == "finished", procs.log("superlink")[-3000:]
-    devices = {d["device_id"] for d in store.devices()}
-    assert devices == {"device-0", "device-1", "device-2"}
-    (rnd,) = store.rounds(run_row["id"])
-    reports = store.reports(rnd["id"])
-    failures = store.failures(rnd["id"])
-    assert rnd["sampled"] == 3 and rnd["finished_at"] is not None
-    assert sorted(r["device_id"] for r in reports) == ["device-0", "device-1"]
-    # the SuperLink reports the dead node (NODE_UNAVAILABLE, a failure) or the round deadline passes (a timeout)
-    assert [f["device_id"] for f in failures] == ["device-2"] and failures[0]["kind"] in ("failure", "timeout")
-    assert failures[0]["reason"]
-    assert all(r["metrics"]["cache_hit"] == 0 for r in reports)
+    def serverapp(self) -> int | None:
+        found = [p for p in descendants(self.pid("superlink")) if "flwr-serverapp" in cmdline(p)]
+        return found[0] if found else None
 
-    # the SuperNode whose key was never registered is refused and never joins the federation
-    wait_for(lambda: "failed to activate supernode" in procs.log("stranger").lower(), 60, "the stranger's refusal")
-    ls = flwr(env, "supernode", "ls", "e2e", "--format", "json", timeout=60)
-    assert ls.returncode == 0, ls.stdout + ls.stderr
-    listed = json.loads(ls.stdout[ls.stdout.index("{"):])["nodes"]
-    assert len(listed) == 3  # the three registered devices; the stranger never joined
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fleet")
+    (root / "logs").mkdir()
+    bin_dir = str(Path(sys.executable).parent)  # this interpreter's cuvil, flwr and flower-* first
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "FLEET": str(root),
+           "FLWR_HOME": str(root / "flwr"), "SUPERLINK_HOST": "127.0.0.1", "SUPERLINK_PORT": str(free_ports(1)),
+           "SUPERNODE_PORT": str(free_ports(len(DEVICES) + 1)), "FLWR_TELEMETRY_ENABLED": "0",
+           "FLWR_DISABLE_UPDATE_CHECK": "1", "PYTHONUNBUFFERED": "1"}
+    blocks = doc_blocks(REPO / "docs" / "fleet.md")
+    assert list(blocks) == ["env", "model", "certs", "superlink", "connection", "devices", "supernodes", "run", "ab",
+                            "resume"]
+    exported = {w.split("=")[0] for line in blocks["env"].splitlines() if line.startswith("export ")
+                for w in line.split("#")[0].split()[1:]}
+    assert exported == set(ENV_VARS), "the test sets exactly the variables the document's first block exports"
+    sh = Shell(env, REPO, root / "logs")
+    stranger = None
+    try:
+        for name, timeout in (("model", 120), ("certs", 60), ("superlink", 30), ("connection", 120),
+                              ("devices", 180), ("supernodes", 30)):
+            sh.run(blocks[name], name, timeout)
+        # a SuperNode whose key was never registered: refused, it never joins
+        sh.run('cuvil fleet node-key --out "$FLEET/keys/stranger"', "stranger-key", 60)
+        stranger = sh.start(
+            'exec flower-supernode --superlink "$SUPERLINK_HOST:$SUPERLINK_PORT" --root-certificates '
+            '"$FLEET/tls/ca.crt" --auth-supernode-private-key "$FLEET/keys/stranger" --port "$SUPERNODE_PORT" '
+            '--max-retries 2 --max-wait-time 30 --node-config "state-dir=\'$FLEET/nowhere\'"', "stranger")
+        yield Fleet(root, sh, blocks, stranger)
+    finally:
+        sh.close(sorted(root.glob("*.pid")))
+
+
+def _new_run(fleet: Fleet, known: int) -> int | None:
+    rows = fleet.query("SELECT id FROM runs WHERE id > ? ORDER BY id", (known,))
+    return rows[0][0] if rows else None
+
+
+def _last_run(fleet: Fleet) -> int:
+    rows = fleet.query("SELECT max(id) FROM runs")
+    return (rows[0][0] or 0) if rows else 0
+
+
+def _check_complete(fleet: Fleet, run_id: int, rounds: int) -> ResultsStore:
+    store = ResultsStore(fleet.db)
+    run = next(r for r in store.runs() if r["id"] == run_id)
+    assert run["status"] == "finished", run
+    rows = store.rounds(run_id)
+    assert [(r["number"], r["kind"]) for r in rows] == [(1, "eval"), (2, "ab:A"), (2, "ab:B")][:rounds]
+    for r in rows:
+        assert r["finished_at"] is not None and r["sampled"] == len(DEVICES)
+    return store
+
+
+def _resume(fleet: Fleet, run_id: int) -> str:
+    return fleet.sh.run(fleet.blocks["resume"], f"resume-{run_id}", 240, {"RUN": str(run_id)})
+
+
+def test_a_killed_serverapp_loses_nothing_and_the_resumed_run_charges_no_device_twice(fleet):
+    known, before = _last_run(fleet), fleet.releases()
+    run = fleet.sh.start(fleet.blocks["run"], "run-serverapp-killed")
+    run_id = wait_for(lambda: _new_run(fleet, known), 180, "the coordinator to start a run")
+    # the first device released (its message is out): kill the ServerApp, and the run's stream with it
+    wait_for(lambda: any(fleet.releases()[d] > before[d] for d in DEVICES), 180, "a device to release")
+    kill_tree(wait_for(fleet.serverapp, 30, "the ServerApp process"))
+    kill_tree(run.pid)
+    # the others finish and release while no coordinator listens
+    wait_for(lambda: all(fleet.releases()[d] == before[d] + 1 for d in DEVICES), 120, "every device to release")
+    assert fleet.query("SELECT status FROM runs WHERE id = ?", (run_id,)) == [("running",)]
+
+    out = _resume(fleet, run_id)
+    assert f"marked aborted: run {run_id}" in out  # the ServerApp's process is gone: no minute to wait
+    store = _check_complete(fleet, run_id, 1)
+    assert next(r for r in store.runs() if r["id"] == run_id)["resumed"] == 1
+    (rnd,) = store.rounds(run_id)
+    assert sorted(x["device_id"] for x in store.reports(rnd["id"])) == list(DEVICES)
+    # every device asked again (or not) for the same release-id answered from its stored reply
+    assert fleet.releases() == {d: before[d] + 1 for d in DEVICES}
     store.close()
+
+
+def test_a_killed_superlink_loses_nothing_once_restarted_and_resumed(fleet):
+    known, before = _last_run(fleet), fleet.releases()
+    run = fleet.sh.start(fleet.blocks["run"], "run-superlink-killed")
+    run_id = wait_for(lambda: _new_run(fleet, known), 180, "the coordinator to start a run")
+    wait_for(lambda: any(fleet.releases()[d] > before[d] for d in DEVICES), 180, "a device to release")
+    kill_tree(fleet.pid("superlink"))  # the SuperLink, its ServerApp executor and the ServerApp
+    kill_tree(run.pid)
+    time.sleep(2)
+    fleet.sh.run(fleet.blocks["superlink"], "superlink-restarted", 30)
+    fleet.sh.run("until flwr ls fleet > /dev/null 2>&1; do sleep 1; done", "superlink-answers", 120)
+
+    _resume(fleet, run_id)
+    store = _check_complete(fleet, run_id, 1)
+    (rnd,) = store.rounds(run_id)
+    assert sorted(x["device_id"] for x in store.reports(rnd["id"])) == list(DEVICES)
+    assert fleet.releases() == {d: before[d] + 1 for d in DEVICES}
+    store.close()
+
+
+def test_the_documented_ab_run_shows_progress_and_a_dead_supernode_costs_a_round_at_most_its_timeout(fleet):
+    known = _last_run(fleet)
+    run = fleet.sh.start(fleet.blocks["ab"], "run-ab")
+    run_id = wait_for(lambda: _new_run(fleet, known), 180, "the coordinator to start a run")
+    # device-3 dies once the A round is done: the B round's message to it is never answered
+    wait_for(lambda: fleet.query("SELECT 1 FROM rounds WHERE run_id = ? AND kind = 'ab:A' AND finished_at"
+                                 " IS NOT NULL", (run_id,)), 180, "the A round to finish", step=0.05)
+    kill_tree(fleet.pid("device-3"))
+    run.wait(timeout=180)
+    out = fleet.sh.output(run)
+    assert run.returncode == 0, out[-3000:]
+
+    store = _check_complete(fleet, run_id, 3)
+    rounds = store.rounds(run_id)
+    assert [len(store.reports(r["id"])) for r in rounds] == [3, 3, 2]
+    (dead,) = store.failures(rounds[2]["id"])
+    # the round deadline passed (a timeout), or Flower's heartbeats declared the node gone before it
+    assert dead["device_id"] == "device-3" and (dead["kind"], dead["reason"][:28]) in (
+        ("timeout", "no reply within the round's "), ("failure", "Error: Node Unavailable — Th"))
+    devices = {d["device_id"]: d for d in store.devices()}
+    assert set(devices) == set(DEVICES)
+    assert all(d["profile"] == host_class() and d["threads"] > 0 and "/" in d["isa"] for d in devices.values())
+    cmp = {c["device_class"]: c for c in store.comparisons(run_id)}
+    assert cmp["all"]["devices"] == 2
+
+    # what `flwr run --stream` showed, through Flower's logger
+    for line in (f"cuvil run {run_id}: 1 evaluation round(s) of digits-mlp@1, then A/B against digits-mlp@2",
+                 f"inventory: 3 devices ({host_class()} 3), 0 silent",
+                 "round 1 [eval] digits-mlp@1: 3 devices sampled, bundle pushed to 0",
+                 "  round 1: device-1 reported", "round 2 [ab:B] digits-mlp@2: 3 devices sampled",
+                 f"device-3 {dead['kind']}: {dead['reason'][:28]}",
+                 "A/B: A = digits-mlp@1, B = digits-mlp@2", "  all: 2 devices, A ",
+                 f"cuvil run {run_id} finished"):
+        assert line in out, line
+    assert f"{run_id}" in out.split(f"cuvil run {run_id} finished")[1]  # then `cuvil results` lists it
+    store.close()
+
+    # the SuperNode whose key was never registered was refused and never joined the federation
+    wait_for(lambda: "failed to activate supernode" in fleet.sh.output(fleet.stranger).lower(), 60,
+             "the stranger's refusal")
+    ls = fleet.sh.run("flwr supernode ls fleet --format json", "supernode-ls", 60)
+    listed = json.loads(ls[ls.index("{"):])["nodes"]
+    assert len(listed) == len(DEVICES)

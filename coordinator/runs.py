@@ -1,0 +1,66 @@
+"""One federated evaluation run, from its start (or its resumption after a crash) to its end status.
+
+A run is ``running`` while a coordinator drives it, then ``finished``, or ``aborted`` (the coordinator
+raised, or it was killed: a coordinator that starts marks every running run whose owner is gone).
+``resume-run = N`` takes run N over: finished rounds are kept, the round in flight asks the devices
+that had not answered for the same release-ids, and the remaining rounds run as planned.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from .config import RunConfig, RunConfigError
+from .exchange import Transport
+from .rounds import BundleRef, Coordinator, Event
+from .store import ResultsStore, StoreError
+
+
+def drive_run(transport: Transport, cfg: RunConfig, on_event: Event | None = None) -> int:
+    """Inventory, ``num-rounds`` evaluation rounds, then an A/B round if ``bundle-b`` is set; the run id."""
+    emit: Event = on_event or (lambda *a, **k: None)
+    if not cfg.resume_run:
+        bundle, bundle_b = _bundles(cfg)  # a bad path fails before any run is recorded
+    store = ResultsStore(cfg.db_file)
+    run_id = None
+    try:
+        if cfg.resume_run:
+            row = store.take_over_run(cfg.resume_run)
+            run_id, run_key, resumed = row["id"], row["run_key"], row["resumed"] + 1
+            if not run_key:
+                raise StoreError(f"run {run_id} was recorded before runs could be resumed")
+            cfg = cfg.resumed_from(row["config"])
+            bundle, bundle_b = _bundles(cfg)
+        else:
+            run_key, resumed = uuid.uuid4().hex[:16], 0
+            run_id = store.start_run(cfg.as_run_config(), run_key)
+        aborted = store.mark_aborted()
+        if aborted:
+            emit("aborted_runs", runs=aborted)
+        emit("run_start", run_id=run_id, resumed=resumed, rounds=cfg.num_rounds, model=bundle.label,
+             model_b=bundle_b.label if bundle_b else "", db=str(cfg.db_file))
+        coord = Coordinator(transport, store, run_id, cfg, on_event, run_key)
+        coord.inventory()
+        for number in range(1, cfg.num_rounds + 1):
+            coord.refresh()
+            coord.evaluate_round(bundle, number)
+        if bundle_b is not None:
+            coord.refresh()
+            coord.ab_round(bundle, bundle_b, cfg.num_rounds + 1)
+        store.finish_run(run_id)
+        emit("run_end", run_id=run_id, status="finished")
+        return run_id
+    except BaseException as e:
+        if run_id is not None:
+            reason = f"{type(e).__name__}: {e}"
+            store.finish_run(run_id, "aborted", reason)
+            emit("run_end", run_id=run_id, status="aborted", reason=reason)
+        raise
+    finally:
+        store.close()
+
+
+def _bundles(cfg: RunConfig) -> tuple[BundleRef, BundleRef | None]:
+    if not cfg.bundle:
+        raise RunConfigError("run config 'bundle' must name the .cuvil bundle to evaluate")
+    return BundleRef.from_file(cfg.bundle), BundleRef.from_file(cfg.bundle_b) if cfg.bundle_b else None
