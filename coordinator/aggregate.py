@@ -6,6 +6,7 @@ from merged histograms of natively measured devices only: emulated latency is ne
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,4 +79,20 @@ def aggregate_round(reports: Sequence[Mapping[str, Any]], failures: Sequence[Map
     out = {c: aggregate_class(c, [r for r in reports if r["profile"] == c],
                               [f for f in failures if device_class.get(f["device_id"], "unknown") == c]) for c in classes}
     out[OVERALL] = aggregate_class(OVERALL, reports, failures)
+    return out
+
+
+def compare(reports_a: Sequence[Mapping[str, Any]], reports_b: Sequence[Mapping[str, Any]]) -> dict[str, dict]:
+    """Paired A/B per class (and overall): accuracy of each on the devices that reported both, and B - A."""
+    b_by = {r["device_id"]: r for r in reports_b}
+    pairs = [(r, b_by[r["device_id"]]) for r in reports_a if r["device_id"] in b_by]
+    out = {}
+    for cls in sorted({p[0]["profile"] for p in pairs}) + [OVERALL]:
+        sel = [p for p in pairs if cls == OVERALL or p[0]["profile"] == cls]
+        aa = aggregate_round([p[0] for p in sel], []).get(OVERALL)
+        ab = aggregate_round([p[1] for p in sel], []).get(OVERALL)
+        if not sel or aa is None or ab is None or aa.accuracy is None or ab.accuracy is None:
+            continue
+        out[cls] = {"devices": len(sel), "a": aa.accuracy, "b": ab.accuracy, "diff": ab.accuracy - aa.accuracy,
+                    "se": math.hypot(aa.accuracy_se or 0.0, ab.accuracy_se or 0.0)}
     return out

@@ -1,182 +1,155 @@
-"""Reports from the results store: a per-class table for terminals and a self-contained HTML page.
+"""Reports from the results store: text for terminals (``cuvil results``), JSON for scripts, and a
+self-contained HTML page (``cuvil report``: inline SVG charts, no script, nothing beside it).
 
-Plots are rendered with matplotlib into inline PNGs, so the HTML file needs nothing beside it.
+Every string that reaches a terminal passes :func:`cuvil.compiler.printable.printable` (device ids,
+CPU names and failure reasons come from devices); the JSON is ASCII with every control escaped.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
+import dataclasses
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..compiler.printable import printable
+from . import formatting as fmt
+from . import html_views
+from . import results_view as rv
 from .aggregate import OVERALL, ClassAggregate, aggregate_round
 from .store import ResultsStore
 
-COLUMNS = ("class", "devices", "accuracy", "loss", "p50 ms", "p90 ms", "p99 ms", "compile ms", "cache hits",
-           "arena KiB", "ε max", "failed", "timeout", "refused", "budget")
-
-
-def _fmt(value: float | None, se: float | None = None, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    text = f"{value:.{digits}f}"
-    return f"{text} ± {se:.{digits}f}" if se is not None else text
+COLUMNS = ("class", "devices", "accuracy", "loss", "p50", "p90", "p99", "compile", "cache hits",
+           "arena", "ε max", "failed", "timeout", "refused", "budget")
 
 
 def class_rows(aggs: Mapping[str, ClassAggregate]) -> list[list[str]]:
     rows = []
     for name in sorted(aggs, key=lambda n: (n == OVERALL, n)):
         a = aggs[name]
-        latency_note = "" if a.latency_devices or not a.emulated_devices else " (emulated)"
+        measured = a.latency_devices > 0
         rows.append([
-            name, str(a.devices), _fmt(a.accuracy, a.accuracy_se), _fmt(a.loss, a.loss_se),
-            _fmt(a.latency_p50_ms) + latency_note, _fmt(a.latency_p90_ms), _fmt(a.latency_p99_ms),
-            _fmt(a.compile_ms_median, digits=1), str(a.cache_hits),
-            "-" if a.arena_bytes_max is None else f"{a.arena_bytes_max / 1024:.0f}",
-            _fmt(a.epsilon_spent_max, digits=2),
+            name, str(a.devices), fmt.estimate(a.accuracy, a.accuracy_se), fmt.estimate(a.loss, a.loss_se),
+            fmt.duration_ms(a.latency_p50_ms) if measured else ("emulated" if a.emulated_devices else "-"),
+            fmt.duration_ms(a.latency_p90_ms) if measured else "-", fmt.duration_ms(a.latency_p99_ms) if measured else "-",
+            fmt.duration_ms(a.compile_ms_median), str(a.cache_hits), fmt.byte_count(a.arena_bytes_max),
+            fmt.number(a.epsilon_spent_max),
             *(str(a.failures.get(k, 0)) for k in ("failure", "timeout", "refused", "budget_exhausted")),
         ])
     return rows
 
 
 def round_aggregates(store: ResultsStore, round_row: Mapping[str, Any]) -> dict[str, ClassAggregate]:
-    classes = {d["device_id"]: d["profile"] for d in store.devices()}
-    return aggregate_round(store.reports(round_row["id"]), store.failures(round_row["id"]), classes)
+    return aggregate_round(store.reports(round_row["id"]), store.failures(round_row["id"]), rv.device_classes(store))
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Aligned columns; every cell made printable (cells may hold device strings)."""
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
 def epsilon_by_device(store: ResultsStore, run_id: int) -> dict[tuple[str, str], float]:
     """(device, dataset) -> the largest ε spent that the device reported in this run."""
-    out: dict[tuple[str, str], float] = {}
-    for rnd in store.rounds(run_id):
-        for rep in store.reports(rnd["id"]):
-            key = (rep["device_id"], rnd["dataset"])
-            out[key] = max(out.get(key, 0.0), float(rep["metrics"]["dp_epsilon_spent"]))
-    return out
-
-
-def _epsilon_rows(store: ResultsStore, run_id: int) -> list[list[str]]:
-    """Every device that reported (its ε) or refused for budget in this run (it sends no ε then)."""
-    spent: dict[tuple[str, str], str] = {k: f"{v:.3f}" for k, v in epsilon_by_device(store, run_id).items()}
-    exhausted = {d: store.exhausted_devices(d) for d in {r["dataset"] for r in store.rounds(run_id)}}
-    for rnd in store.rounds(run_id):
-        for f in store.failures(rnd["id"]):
-            if f["kind"] == "budget_exhausted":
-                spent.setdefault((f["device_id"], rnd["dataset"]), "budget spent")
-    return [[dev, ds, eps, "yes" if dev in exhausted.get(ds, ()) else ""] for (dev, ds), eps in sorted(spent.items())]
+    return {(r.device_id, r.dataset): r.spent for r in rv.epsilon_rows(store, rv.run(store, run_id))
+            if r.spent is not None}
 
 
 EPSILON_COLUMNS = ("device", "dataset", "ε spent", "budget exhausted")
 
 
+def _indent(text: str, by: str = "    ") -> str:
+    return "\n".join(by + ln for ln in text.splitlines())
+
+
+def _failure_counts(r: rv.RoundSummary) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in sorted(r.failures.items())) or "none"
+
+
+def _run_lines(run: rv.RunSummary) -> list[str]:
+    took = fmt.seconds(run.duration_s) if run.finished_at else "still running"
+    lines = [printable(f"run {run.run_id}  status {run.status}  started {fmt.timestamp(run.started_at)}  "
+                       f"finished {fmt.timestamp(run.finished_at)} ({took})  {len(run.rounds)} rounds")]
+    for r in run.rounds:
+        took = fmt.seconds(r.duration_s) if r.finished_at else "running"
+        lines.append(printable(
+            f"  round {r.number} [{r.kind}] model {r.model} bundle {r.bundle_hash[:12]} dataset {r.dataset} "
+            f"started {fmt.timestamp(r.started_at)} took {took} sampled {r.sampled} reports {r.reports} "
+            f"failures {_failure_counts(r)} cache hits {r.cache_hits} bundle bytes sent {r.bundle_bytes_sent}"))
+    return lines
+
+
 def history_text(store: ResultsStore, run_id: int | None = None) -> str:
-    """What ``cuvil results`` prints: every run (or one) with its rounds and per-class tables."""
-    runs = [r for r in store.runs() if run_id is None or r["id"] == run_id]
-    if not runs:
-        return "no runs recorded" if run_id is None else f"no run {run_id}"
-    parts = []
-    for run in runs:
-        parts.append(f"run {run['id']}  status {run['status']}")
-        for rnd in store.rounds(run["id"]):
-            parts.append(f"  round {rnd['number']} [{rnd['kind']}] model {rnd['model']} "
-                         f"bundle {rnd['bundle_hash'][:12]} dataset {rnd['dataset']} "
-                         f"sampled {rnd['sampled']} bundle bytes sent {rnd['bundle_bytes_sent']}")
-            if run_id is not None:
-                table = text_table(COLUMNS, class_rows(round_aggregates(store, rnd)))
-                parts.append("\n".join("    " + ln for ln in table.splitlines()))
-        if run_id is not None:
-            parts.append("  privacy: ε spent per device")
-            table = text_table(EPSILON_COLUMNS, _epsilon_rows(store, run["id"]))
-            parts.append("\n".join("    " + ln for ln in table.splitlines()))
+    """What ``cuvil results`` prints: every run (or one, in detail); a missing run is a StoreError."""
+    if run_id is None:
+        runs = rv.runs(store)
+        return "\n".join(ln for run in runs for ln in _run_lines(run)) if runs else "no runs recorded"
+    run = rv.run(store, run_id)
+    parts = _run_lines(run)[:1]
+    for detail, line in zip(rv.round_details(store, run), _run_lines(run)[1:]):
+        parts += [line, _indent(text_table(COLUMNS, class_rows(detail.classes)))]
+    verdicts = rv.ab_verdicts(store, run)
+    if verdicts:
+        parts.append("  A/B: B - A per class on the devices that reported both "
+                     f"(distinguishable from the noise beyond {rv.Z_95} standard errors)")
+        parts.append(_indent(text_table(("class", "round", "devices", "A", "B", "B - A", "verdict"), [
+            [v.device_class, str(v.round_number), str(v.devices), f"{v.a:.3f}", f"{v.b:.3f}",
+             f"{v.diff:+.3f} ± {v.se:.3f}", v.verdict] for v in verdicts])))
+    fails = rv.failures(store, run)
+    parts.append("  failures: " + ("none" if not fails else ""))
+    if fails:
+        parts.append(_indent(text_table(("round", "device", "class", "kind", "reason"), [
+            [f"{f.round_number} {f.round_kind}", f.device_id, f.device_class, f.kind.replace("_", " "), f.reason]
+            for f in fails])))
+    budget, default = rv.epsilon_budget(run.config)
+    parts.append(f"  privacy: ε spent per device (budget ε = {budget:g}"
+                 f"{' (device default)' if default else ''} per dataset)")
+    parts.append(_indent(text_table(EPSILON_COLUMNS, [
+        [r.device_id, r.dataset, "budget spent" if r.spent is None else f"{r.spent:.3f}", "yes" if r.exhausted else ""]
+        for r in rv.epsilon_rows(store, run)])))
     return "\n".join(parts)
 
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    import matplotlib.pyplot as plt
+def _record(obj: Any) -> Any:
+    """Dataclasses as dicts, with derived fields and ISO timestamps beside the epoch seconds."""
+    if dataclasses.is_dataclass(obj):
+        out = {f.name: _record(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        for name in ("duration_s", "distinguishable", "verdict"):
+            if hasattr(type(obj), name):
+                out[name] = getattr(obj, name)
+        for key in [k for k in out if k.endswith("_at") or k in ("at", "last_seen", "first_seen")]:
+            out[f"{key}_utc"] = fmt.iso_utc(out[key])
+        return out
+    if isinstance(obj, Mapping):
+        return {str(k): _record(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_record(v) for v in obj]
+    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
 
-    plt.close(fig)
-    return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
 
-
-def _plots(store: ResultsStore, rounds: Sequence[Mapping[str, Any]]) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..edge_runtime.latency import BUCKET_EDGES_MS
-
-    out = []
-    per_round = [(r, round_aggregates(store, r)) for r in rounds]
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    for cls in sorted({c for _, aggs in per_round for c in aggs}):
-        pts = [(r["number"], a[cls]) for r, a in per_round if cls in a and a[cls].accuracy is not None]
-        if pts:
-            ax.errorbar([p[0] for p in pts], [p[1].accuracy for p in pts], yerr=[p[1].accuracy_se for p in pts],
-                        marker="o", capsize=3, label=cls)
-    ax.set(xlabel="round", ylabel="accuracy (noisy estimate)", title="Accuracy per device class and round")
-    ax.legend(fontsize=7)
-    out.append(_png(fig))
-    if per_round:
-        last_round, _ = per_round[-1]
-        fig, ax = plt.subplots(figsize=(8, 3.5))
-        by_class: dict[str, list[int]] = {}
-        for rep in store.reports(last_round["id"]):
-            if not rep["metrics"]["latency_emulated"]:
-                hist = rep["metrics"]["latency_hist"]
-                acc = by_class.setdefault(rep["profile"], [0] * len(hist))
-                by_class[rep["profile"]] = [a + h for a, h in zip(acc, hist)]
-        for cls, hist in sorted(by_class.items()):
-            ax.step(BUCKET_EDGES_MS, hist, where="pre", label=cls)
-        ax.set(xscale="log", xlabel="latency (ms, bucket upper edge)", ylabel="runs",
-               title=f"Latency distribution per class, round {last_round['number']} (native devices)")
-        if by_class:
-            ax.legend(fontsize=7)
-        out.append(_png(fig))
-    return out
+def history_json(store: ResultsStore, run_id: int | None = None) -> str:
+    """``cuvil results --json``: every run's summary, or one run with classes, A/B, failures and ε."""
+    if run_id is None:
+        return json.dumps({"runs": _record(rv.runs(store))}, indent=2)
+    run = rv.run(store, run_id)
+    detail = {"run": _record(run),
+              "rounds": [{"round": r.summary.number, "kind": r.summary.kind, "classes": _record(r.classes)}
+                         for r in rv.round_details(store, run)],
+              "ab": _record(rv.ab_verdicts(store, run)), "failures": _record(rv.failures(store, run)),
+              "epsilon": _record(rv.epsilon_rows(store, run)),
+              "epsilon_budget": dict(zip(("epsilon", "device_default"), rv.epsilon_budget(run.config))),
+              "latency_predicted_ms": rv.latency_predictions(store, run)}
+    return json.dumps(detail, indent=2, allow_nan=False, default=str)
 
 
 def write_html(store: ResultsStore, run_id: int, path: str | os.PathLike) -> Path:
-    runs = [r for r in store.runs() if r["id"] == run_id]
-    if not runs:
-        from .store import StoreError
-
-        raise StoreError(f"no run {run_id} in {store.path}")
-    rounds = store.rounds(run_id)
-    body = [f"<h1>Cuvil run {run_id}</h1>", f"<p>status {html.escape(runs[0]['status'])}; "
-            f"config <code>{html.escape(runs[0]['config'])}</code></p>",
-            "<p>Accuracy and loss are estimates from differentially private noisy sums (± one standard error "
-            "of the noise). Latency is from natively measured devices only; emulated devices are excluded.</p>"]
-    body += _plots(store, rounds)
-    for rnd in rounds:
-        body.append(f"<h2>Round {rnd['number']} — {html.escape(rnd['kind'])}, model {html.escape(rnd['model'])}</h2>")
-        body.append(f"<p>bundle {rnd['bundle_hash'][:16]}, dataset {html.escape(rnd['dataset'])}, "
-                    f"sampled {rnd['sampled']}, bundle bytes sent {rnd['bundle_bytes_sent']}</p>")
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
-        rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                       for row in class_rows(round_aggregates(store, rnd)))
-        body.append(f"<table><tr>{head}</tr>{rows}</table>")
-    body.append("<h2>Privacy: ε spent per device</h2>")
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in EPSILON_COLUMNS)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                   for row in _epsilon_rows(store, run_id))
-    body.append(f"<table><tr>{head}</tr>{rows}</table>")
-    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}")
-    page = f"<!doctype html><html><head><meta charset='utf-8'><title>Cuvil run {run_id}</title>" \
-           f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
+    """One run as a self-contained page (a missing run is a StoreError)."""
+    body = html_views.run_content(store, run_id)
     out = Path(path)
-    out.write_text(page, encoding="utf-8")
+    out.write_text(html_views.document(f"Cuvil run {run_id}", body), encoding="utf-8")
     return out

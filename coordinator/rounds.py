@@ -12,7 +12,6 @@ repeated release-id from its stored noisy reply without spending budget again.
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .aggregate import OVERALL, ClassAggregate, aggregate_round
+from .aggregate import ClassAggregate, aggregate_round, compare
 from .config import RunConfig
 from .exchange import Reply, Request, Transport, exchange
 from .messages import Code, classify
@@ -324,19 +323,3 @@ def _report_dict(row: Mapping[str, Any]) -> dict[str, Any]:
 def _failure_dict(row: Mapping[str, Any], profiles: Mapping[str, str]) -> dict[str, Any]:
     return {"device_id": row["device_id"], "profile": profiles.get(row["device_id"], "unknown"), "kind": row["kind"],
             "reason": row["reason"]}
-
-
-def compare(reports_a: Sequence[Mapping[str, Any]], reports_b: Sequence[Mapping[str, Any]]) -> dict[str, dict]:
-    """Paired A/B per class (and overall): accuracy of each on the devices that reported both, and B - A."""
-    b_by = {r["device_id"]: r for r in reports_b}
-    pairs = [(r, b_by[r["device_id"]]) for r in reports_a if r["device_id"] in b_by]
-    out = {}
-    for cls in sorted({p[0]["profile"] for p in pairs}) + [OVERALL]:
-        sel = [p for p in pairs if cls == OVERALL or p[0]["profile"] == cls]
-        aa = aggregate_round([p[0] for p in sel], []).get(OVERALL)
-        ab = aggregate_round([p[1] for p in sel], []).get(OVERALL)
-        if not sel or aa is None or ab is None or aa.accuracy is None or ab.accuracy is None:
-            continue
-        out[cls] = {"devices": len(sel), "a": aa.accuracy, "b": ab.accuracy, "diff": ab.accuracy - aa.accuracy,
-                    "se": math.hypot(aa.accuracy_se or 0.0, ab.accuracy_se or 0.0)}
-    return out

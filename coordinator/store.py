@@ -29,6 +29,7 @@ Schema (columns are only ever added, never renamed or given a new meaning; times
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -71,6 +72,9 @@ CREATE TABLE IF NOT EXISTS comparisons (
 CREATE INDEX IF NOT EXISTS rounds_by_run ON rounds(run_id, number);
 CREATE INDEX IF NOT EXISTS reports_by_round ON reports(round_id);
 CREATE INDEX IF NOT EXISTS failures_by_round ON failures(round_id);
+CREATE TABLE IF NOT EXISTS latency_predictions (
+  bundle_hash TEXT NOT NULL, profile TEXT NOT NULL, model_version TEXT NOT NULL, predicted_ms REAL NOT NULL,
+  basis TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (bundle_hash, profile, model_version));
 """
 ADDED_COLUMNS = {  # columns added after the first schema: ALTER TABLE'd into older files on open
     "runs": (("run_key", "TEXT NOT NULL DEFAULT ''"), ("owner", "TEXT NOT NULL DEFAULT ''"),
@@ -132,6 +136,7 @@ class ResultsStore:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.write_s = 0.0  # seconds spent in write transactions so far
+        self.read_only = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
@@ -145,6 +150,21 @@ class ResultsStore:
                         self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open results database {self.path}: {e}") from None
+
+    @classmethod
+    def open_read_only(cls, path: str | os.PathLike) -> ResultsStore:
+        """Open an existing database for reading only (SQLite ``mode=ro``): a viewer can never write to it."""
+        store = cls.__new__(cls)
+        store.path, store.read_only, store.write_s = Path(path), True, 0.0
+        if not store.path.is_file():
+            raise StoreError(f"no results database at {store.path}")
+        try:
+            store._db = sqlite3.connect(f"{store.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30,
+                                        isolation_level=None, check_same_thread=False)
+            store._db.execute("SELECT count(*) FROM runs").fetchone()
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot read results database {store.path}: {e}") from None
+        return store
 
     def close(self) -> None:
         self._db.close()
@@ -295,9 +315,17 @@ class ResultsStore:
                         (run_id, number, model_a, model_b, cls, int(v["devices"]), float(v["a"]), float(v["b"]),
                          float(v["diff"]), float(v["se"]), now))
 
+    def add_latency_prediction(self, bundle_hash: str, profile: str, model_version: str, predicted_ms: float,
+                               basis: Mapping[str, Any]) -> None:
+        self._write("INSERT OR REPLACE INTO latency_predictions VALUES (?,?,?,?,?,?)",
+                    (bundle_hash, profile, model_version, predicted_ms, json.dumps(basis, sort_keys=True), time.time()))
+
     # reads ----------------------------------------------------------------------------------------
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
-        cur = self._db.execute(sql, tuple(args))
+        try:
+            cur = self._db.execute(sql, tuple(args))
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot read results database {self.path}: {e}") from None
         cols = [c[0] for c in cur.description]
         return [dict(zip(cols, row)) for row in cur.fetchall()]
 
@@ -326,6 +354,25 @@ class ResultsStore:
 
     def devices(self) -> list[dict[str, Any]]:
         return self._rows("SELECT * FROM devices ORDER BY device_id")
+
+    def latency_predictions(self, bundle_hash: str) -> list[dict[str, Any]]:
+        """Predicted (never measured) latency of one bundle per device profile; none in an older database."""
+        if not self._rows("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'latency_predictions'"):
+            return []
+        rows = self._rows("SELECT * FROM latency_predictions WHERE bundle_hash = ? ORDER BY profile", (bundle_hash,))
+        for r in rows:
+            r["basis"] = json.loads(r["basis"])
+        return rows
+
+    def change_marker(self) -> str:
+        """A short string that changes whenever a run, round, report, failure or device is written."""
+        row = self._rows(
+            "SELECT (SELECT count(*) || '.' || ifnull(max(id), 0) || group_concat(status || ifnull(finished_at, ''))"
+            " FROM runs) AS runs, (SELECT count(*) || '.' || ifnull(max(id), 0) || '.' || count(finished_at)"
+            " FROM rounds) AS rounds, (SELECT count(*) || '.' || ifnull(max(id), 0) FROM reports) AS reports,"
+            " (SELECT count(*) || '.' || ifnull(max(id), 0) FROM failures) AS failures,"
+            " (SELECT count(*) || '.' || ifnull(max(last_seen), 0) FROM devices) AS devices")[0]
+        return hashlib.sha256(repr(sorted(row.items())).encode()).hexdigest()[:16]
 
     def exhausted_devices(self, dataset: str) -> set[str]:
         """Devices that answered "budget exhausted" for ``dataset`` in any run: never sampled again for it."""

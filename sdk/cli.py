@@ -14,14 +14,10 @@ import click
 from . import __version__, api, native
 from .compiler.errors import CuvilError
 from .compiler.ir.text import print_graph
+from .compiler.printable import printable
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
 _EXISTING = click.Path(dir_okay=False, path_type=Path)  # a missing file is an OSError: one line, exit 1
-
-
-def _printable(text: str) -> str:
-    """Escape control characters: names from a file must not reach the terminal as escape codes."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _one_line(e: BaseException) -> str:
@@ -29,7 +25,7 @@ def _one_line(e: BaseException) -> str:
         text = f"{e.strerror}: {e.filename}" if e.filename else e.strerror
     else:
         text = str(e) or type(e).__name__
-    return _printable(" ".join(text.split()))
+    return printable(" ".join(text.split()))
 
 
 class _Cli(click.Group):
@@ -97,7 +93,7 @@ def inspect(path: Path, trust: tuple[Path, ...], graph: bool) -> None:
     s = info.summary
     if info.bundle is not None:
         b, m = info.bundle, info.bundle.manifest
-        click.echo(f"model:       {m.name} {m.version}  (producer {m.producer})")
+        click.echo(printable(f"model:       {m.name} {m.version}  (producer {m.producer})"))
         click.echo(f"signer:      {b.signer} ({'trusted' if b.trusted else 'NOT trusted here'})")
         click.echo(f"content:     {b.content_hash}")
         click.echo(f"bundle:      {b.size} bytes")
@@ -105,7 +101,7 @@ def inspect(path: Path, trust: tuple[Path, ...], graph: bool) -> None:
     click.echo(f"FLOPs:       {_count(s.flops, 'FLOPs')} (batch 1)")
     click.echo(f"weights:     {s.weight_bytes} bytes")
     for what, values in (("inputs", s.inputs), ("outputs", s.outputs)):
-        click.echo(f"{what + ':':<12} " + _printable(", ".join(f"{n}: {t}" for n, t in values)))
+        click.echo(f"{what + ':':<12} " + printable(", ".join(f"{n}: {t}" for n, t in values)))
     click.echo(f"{'nodes:':<12} {s.node_count} (" + ", ".join(f"{op} {n}" for op, n in s.op_counts) + ")")
 
 
@@ -116,7 +112,7 @@ def inspect(path: Path, trust: tuple[Path, ...], graph: bool) -> None:
 def verify(path: Path, trust: tuple[Path, ...]) -> None:
     """Check a bundle's signature, layout and weight hashes."""
     model = api.load(path, trust or None)
-    click.echo(f"ok: {path} is {model.name} {model.version}, signed by trusted key {model.signer}")
+    click.echo(printable(f"ok: {path} is {model.name} {model.version}, signed by trusted key {model.signer}"))
     click.echo(f"content {model.content_hash}")
 
 
@@ -152,10 +148,10 @@ def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None,
         outputs = done.outputs
     if output is not None:
         api.save_outputs(output, outputs)
-        click.echo(_printable(f"wrote {output} ({', '.join(outputs)})"))
+        click.echo(printable(f"wrote {output} ({', '.join(outputs)})"))
     else:
         for name, arr in outputs.items():
-            click.echo(_printable(f"{name}: {arr.dtype}{list(arr.shape)}"))
+            click.echo(printable(f"{name}: {arr.dtype}{list(arr.shape)}"))
 
 
 @main.command("compile")
@@ -217,12 +213,14 @@ def devices() -> None:
     head = ("profile", "triple", "cpu", "vectors", "gpu")
     click.echo("  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  description")
     for r in rows:
-        click.echo(_printable("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5]))
+        click.echo(printable("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5]))
 
 
-from .cli_fleet import register as _register_fleet  # noqa: E402  (fleet commands: demo, results, report, ...)
+from .cli_fleet import register as _register_fleet  # noqa: E402  (fleet commands: demo, device-provision)
+from .cli_results import register as _register_results  # noqa: E402  (results, report, dashboard)
 
 _register_fleet(main)
+_register_results(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

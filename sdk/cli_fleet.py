@@ -1,4 +1,6 @@
-"""Fleet commands for the `cuvil` CLI: ``demo``, ``results``, ``report``, ``device-provision``, ``fleet ...``.
+"""Fleet commands for the `cuvil` CLI: ``demo``, ``device-provision``, ``fleet ...``.
+
+The result commands (``results``, ``report``, ``dashboard``) are in :mod:`.cli_results`.
 
 Registered onto the main click group by :func:`register` (one line in ``cli.py``), so the fleet side
 can grow without touching the core commands. Errors are formatted by the group, as for every command.
@@ -28,47 +30,6 @@ def demo(workdir: Path | None, devices: int, rounds: int) -> None:
     from .demo import run_demo
 
     run_demo(workdir, echo=click.echo, devices=devices, rounds=rounds)
-
-
-@click.command()
-@_DB
-@click.option("--run", "run_id", type=int, default=None, help="One run in detail (per-class tables, ε per device).")
-@click.option("--mark-aborted", is_flag=True,
-              help="First mark every running run whose coordinator is gone (dead, or silent for a minute) aborted.")
-def results(db: Path, run_id: int | None, mark_aborted: bool) -> None:
-    """Print the history of federated evaluation runs."""
-    from .coordinator.report import history_text
-    from .coordinator.store import ResultsStore
-
-    if not db.is_file():
-        raise FileNotFoundError(2, "no results database", str(db))
-    store = ResultsStore(db)
-    try:
-        if mark_aborted:
-            gone = store.mark_aborted()
-            click.echo(f"marked aborted: {', '.join(f'run {i}' for i in gone) or 'none'}")
-        click.echo(history_text(store, run_id))
-    finally:
-        store.close()
-
-
-@click.command()
-@_DB
-@click.option("--run", "run_id", type=int, required=True, help="The run to report on.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"),
-              show_default=True, help="HTML file to write (self-contained: plots are inline).")
-def report(db: Path, run_id: int, output: Path) -> None:
-    """Write a self-contained HTML report of one run."""
-    from .coordinator.report import write_html
-    from .coordinator.store import ResultsStore
-
-    if not db.is_file():
-        raise FileNotFoundError(2, "no results database", str(db))
-    store = ResultsStore(db)
-    try:
-        click.echo(f"wrote {write_html(store, run_id, output)}")
-    finally:
-        store.close()
 
 
 @click.command("device-provision")
@@ -148,5 +109,5 @@ def fleet_example(key: Path, out_dir: Path, devices: int) -> None:
 
 def register(group: click.Group) -> None:
     """Add the fleet commands to ``group`` (``demo`` replaces any earlier command of that name)."""
-    for cmd in (demo, results, report, device_provision, fleet):
+    for cmd in (demo, device_provision, fleet):
         group.add_command(cmd)

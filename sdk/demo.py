@@ -195,7 +195,7 @@ def run_demo(workdir: str | Path | None = None, echo: Echo = print, devices: int
 
     ab = {r["kind"]: r for r in rnds if r["kind"].startswith("ab:")}
     if len(ab) == 2:
-        from .coordinator.rounds import compare
+        from .coordinator.aggregate import compare
 
         def reps(r):
             return store.reports(r["id"])

@@ -1,0 +1,186 @@
+"""``cuvil dashboard``: a local web page over a results database, updating while a run progresses.
+
+The standard library's threaded HTTP server, read-only over SQLite (``mode=ro``: the dashboard can
+never write to the results), bound to 127.0.0.1 unless told otherwise. Pages are rendered on the
+server (tables, and charts by matplotlib as SVG); the one script, ``dashboard.js``, asks every two
+seconds whether the database changed and then swaps in the page's fresh content. No build step, no
+CDN: it works offline. Requests whose Host header is not the address served are refused (a web page
+elsewhere cannot read the fleet through DNS rebinding).
+
+Routes: ``/`` runs and the fleet inventory · ``/run/<id>`` one run · ``/device/<id>`` a device's
+history · ``?fragment=1`` a page's content only · ``/api/version`` the database's change marker ·
+``/api/runs`` and ``/api/run/<id>`` the JSON of ``cuvil results --json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from . import html_views, report
+from .store import ResultsStore, StoreError
+
+POLL_MS = 2000
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; connect-src 'self'; img-src 'self' data:; "
+                               "style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass(frozen=True)
+class Page:
+    status: int
+    body: bytes
+    content_type: str = "text/html; charset=utf-8"
+
+
+class Dashboard:
+    """The pages of one database; each request opens its own read-only connection."""
+
+    def __init__(self, db: str | os.PathLike):
+        self.db = Path(db)
+        ResultsStore.open_read_only(self.db).close()  # refuse a missing or unreadable database at start
+
+    def _store(self) -> ResultsStore:
+        return ResultsStore.open_read_only(self.db)
+
+    def handle(self, target: str) -> Page:
+        url = urlsplit(target)
+        fragment = parse_qs(url.query).get("fragment") == ["1"]
+        parts = [unquote(p) for p in url.path.split("/") if p]
+        if parts == ["static", "dashboard.js"]:
+            return Page(200, _script(), "text/javascript; charset=utf-8")
+        store = self._store()
+        try:
+            return self._route(store, parts, fragment)
+        except StoreError as e:
+            return Page(404, html_views.document("not found", f"<p>{html_views.esc(e)}</p>").encode())
+        finally:
+            store.close()
+
+    def _route(self, store: ResultsStore, parts: list[str], fragment: bool) -> Page:
+        version = store.change_marker()
+        routes: dict[str, Callable[[list[str]], Page]] = {
+            "api": lambda rest: self._api(store, rest, version),
+            "run": lambda rest: self._html(html_views.run_content(store, _int(rest), "/"), f"run {rest[0]}", fragment,
+                                           version),
+            "device": lambda rest: self._html(html_views.device_content(store, _one(rest), "/"), f"device {rest[0]}",
+                                              fragment, version),
+        }
+        if not parts:
+            return self._html(html_views.overview_content(store, "/"), "fleet", fragment, version)
+        handler = routes.get(parts[0])
+        if handler is None or (parts[0] != "api" and len(parts) != 2):
+            return _not_found()
+        return handler(parts[1:])
+
+    @staticmethod
+    def _html(content: str, title: str, fragment: bool, version: str) -> Page:
+        if fragment:
+            return Page(200, content.encode())
+        nav = ("<nav><a href='/'>runs and fleet</a><span id='live' data-poll-ms='%d'>live</span></nav>" % POLL_MS)
+        body = f"{nav}<main id='content'>{content}</main>"
+        return Page(200, html_views.document(f"Cuvil dashboard: {title}", body, "/static/dashboard.js",
+                                             version).encode())
+
+    @staticmethod
+    def _api(store: ResultsStore, rest: list[str], version: str) -> Page:
+        if rest == ["version"]:
+            text = json.dumps({"version": version})
+        elif rest == ["runs"]:
+            text = report.history_json(store)
+        elif len(rest) == 2 and rest[0] == "run":
+            text = report.history_json(store, _int(rest[1:]))
+        else:
+            return _not_found()
+        return Page(200, text.encode(), "application/json")
+
+
+def _int(rest: list[str]) -> int:
+    if len(rest) != 1 or not rest[0].isdigit() or len(rest[0]) > 18:
+        raise StoreError("a run is named by its number")
+    return int(rest[0])
+
+
+def _one(rest: list[str]) -> str:
+    if len(rest) != 1:
+        raise StoreError("one device id expected")
+    return rest[0]
+
+
+def _not_found() -> Page:
+    return Page(404, html_views.document("not found", "<p>not found</p>").encode())
+
+
+def _script() -> bytes:
+    return resources.files(__package__).joinpath("dashboard.js").read_bytes()
+
+
+def _handler(dash: Dashboard, allowed_hosts: frozenset[str]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "cuvil-dashboard"
+        sys_version = ""
+
+        def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+            if self.headers.get("Host", "") not in allowed_hosts:
+                page = Page(HTTPStatus.MISDIRECTED_REQUEST, b"unexpected Host header", "text/plain; charset=utf-8")
+            else:
+                try:
+                    page = dash.handle(self.path)
+                except Exception as e:  # one bad page never stops the server: say so, keep serving
+                    text = f"<p>error: {html_views.esc(type(e).__name__)}: {html_views.esc(e)}</p>"
+                    page = Page(500, html_views.document("error", text).encode())
+            self.send_response(page.status)
+            self.send_header("Content-Type", page.content_type)
+            self.send_header("Content-Length", str(len(page.body)))
+            for k, v in SECURITY_HEADERS.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(page.body)
+
+        def log_message(self, format: str, *args) -> None:  # noqa: A002 (the standard library's name)
+            pass  # a dashboard's terminal shows its address, not every poll
+
+    return Handler
+
+
+class DashboardServer:
+    """A running dashboard: ``url``, and ``close()``; serves in a daemon thread from ``start()``."""
+
+    def __init__(self, db: str | os.PathLike, host: str = "127.0.0.1", port: int = 8050):
+        self.dashboard = Dashboard(db)
+        try:
+            self.httpd = ThreadingHTTPServer((host, port), _handler(self.dashboard, frozenset()))
+        except OSError as e:
+            raise StoreError(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
+        self.httpd.daemon_threads = True
+        real_port = self.httpd.server_address[1]
+        names = {host, "127.0.0.1", "localhost"} if host in ("127.0.0.1", "localhost") else {host}
+        self.httpd.RequestHandlerClass = _handler(self.dashboard, frozenset(f"{n}:{real_port}" for n in names))
+        self.url = f"http://{host}:{real_port}/"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> DashboardServer:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="cuvil-dashboard", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self.httpd.shutdown()
+            self._thread.join()
+        self.httpd.server_close()
