@@ -2,7 +2,8 @@
 
 Shared by the static report (``cuvil report``: one run, self-contained) and the live dashboard
 (``cuvil dashboard``), so both show the same tables and charts. Every string from the database is
-escaped here (device ids, CPU names and failure reasons come from devices and are untrusted); only
+escaped here (device ids, CPU names and failure reasons come from devices and are untrusted: markup
+is escaped, and controls and bidi overrides are shown as escapes, as on a terminal); only
 :class:`Safe` fragments built in this module pass through unescaped.
 """
 
@@ -13,6 +14,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import quote
 
+from ..compiler.printable import printable
 from . import figures
 from . import formatting as fmt
 from . import results_view as rv
@@ -25,7 +27,8 @@ class Safe(str):
 
 
 def esc(value: object) -> Safe:
-    return value if isinstance(value, Safe) else Safe(html.escape(str(value), quote=True))
+    """HTML-escaped, with controls and bidi overrides shown as escapes (as on a terminal)."""
+    return value if isinstance(value, Safe) else Safe(html.escape(printable(value), quote=True))
 
 
 def link(href: str, text: object) -> Safe:

@@ -83,7 +83,10 @@ def metrics_reply(msg: Message, metrics: Mapping[str, Any]) -> Message:
 
 
 def error_reply(msg: Message, code: int, reason: str) -> Message:
-    return Message(Error(code=code, reason=f"{Code.NAMES.get(code, code)}: {reason}"[:2000]), reply_to=msg)
+    """An error reply whose reason starts with the code's name, once (a refusal's text may carry it)."""
+    name = str(Code.NAMES.get(code, code))
+    text = reason if reason.startswith(f"{name}: ") else f"{name}: {reason}"
+    return Message(Error(code=code, reason=text[:2000]), reply_to=msg)
 
 
 def reply_payload(reply: Message) -> dict[str, Any]:

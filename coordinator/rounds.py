@@ -42,6 +42,12 @@ class BundleRef:
     def label(self) -> str:
         return f"{self.name}@{self.version}"
 
+    def graph(self):
+        """The bundle's graph (the coordinator's own bundle: parsed without a trust check, as for its name)."""
+        from ..compiler.bundle.reader import read_bundle
+
+        return read_bundle(self.data, (), require_trust=False).graph
+
     @classmethod
     def from_bytes(cls, data: bytes) -> BundleRef:
         """Parse the manifest for its name, version and hash (devices verify the signature themselves)."""
@@ -273,6 +279,7 @@ class Coordinator:
         for req in missing:
             fail(device_of[req.node_id], "timeout", f"no reply within the round's {self.cfg.round_timeout:g} s")
         self.store.finish_round(round_id, len(asked), self._bytes_sent(round_id))
+        self._predict_latency(bundle, {profiles[d] for d in asked if d in profiles})
         out = RoundOutcome(round_id, number, kind, bundle.label, len(asked), self._bytes_sent(round_id), reports,
                            failures, time.monotonic() - start, aggregate_round(reports, failures, profiles),
                            self.store.write_s - written)
@@ -290,6 +297,23 @@ class Coordinator:
         return ra, rb, comparison
 
     # helpers ---------------------------------------------------------------------------------------
+    def _predict_latency(self, bundle: BundleRef, profiles: set[str]) -> None:
+        """Store a predicted latency (cost model, never a measurement) per device class, once per bundle."""
+        from ..compiler.errors import CuvilError
+        from .latency_model import MODEL_VERSION, predict_graph
+
+        done = {p["profile"] for p in self.store.latency_predictions(bundle.content_hash)
+                if p["model_version"] == MODEL_VERSION}
+        graph = None
+        for profile in sorted(profiles - done):
+            try:  # a prediction is an extra: whatever stops it never stops the round
+                graph = graph or bundle.graph()
+                ms, basis = predict_graph(graph, profile)
+            except (CuvilError, OSError, RuntimeError, ValueError) as e:
+                self.emit("prediction_error", profile=profile, reason=str(e))
+                continue
+            self.store.add_latency_prediction(bundle.content_hash, profile, MODEL_VERSION, ms, basis)
+
     def _stored_outcome(self, row: Mapping[str, Any]) -> RoundOutcome:
         profiles = {d["device_id"]: d["profile"] for d in self.store.devices()}
         reports = [_report_dict(r) for r in self.store.reports(row["id"])]

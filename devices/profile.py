@@ -44,6 +44,14 @@ class DeviceProfile:
     description: str = ""
     gpu_arch: str | None = None
     gpu_features: tuple[str, ...] = ()
+    clock_ghz: float | None = None  # sustained CPU clock: the latency cost model's time base
+    cores: int = 1
+    sve_vector_bits: int | None = None  # the SVE length of this class's cores, when one length is known
+
+    @property
+    def lanes_f32(self) -> int:
+        """fp32 lanes of one vector register (SVE: the class's known length, else its 128-bit minimum)."""
+        return (self.vector_bits or self.sve_vector_bits or 128) // 32
 
     @property
     def arch(self) -> str:
@@ -107,6 +115,18 @@ def _count(minimum: int) -> Callable[[Any], int]:
     return check
 
 
+def _clock(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.1 <= v <= 10:
+        raise ValueError("must be a clock in GHz between 0.1 and 10")
+    return float(v)
+
+
+def _sve_bits(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v % 128 or not 128 <= v <= 2048:
+        raise ValueError("must be a multiple of 128 from 128 to 2048")
+    return v
+
+
 def _gpu_arch(v: Any) -> str:
     if not isinstance(v, str) or not re.fullmatch(r"sm_\d{2,3}", v):
         raise ValueError("must be an NVIDIA architecture like 'sm_87'")
@@ -126,6 +146,9 @@ FIELDS: Mapping[str, tuple[Callable[[Any], Any], Any]] = {
     "memory_budget_mib": (_count(1), REQUIRED),
     "gpu_arch": (_gpu_arch, None),
     "gpu_features": (_features, ()),
+    "clock_ghz": (_clock, None),
+    "cores": (_count(1), 1),
+    "sve_vector_bits": (_sve_bits, None),
 }
 """Every field of a profile file: its validator and default (REQUIRED: no default)."""
 
@@ -172,6 +195,8 @@ def check_consistent(p: DeviceProfile, source: str) -> None:
     sve = [f for f in p.features if f.startswith("+sve")]
     if sve and p.vector_bits is not None:
         raise ProfileError(f"{source}: {', '.join(sve)} with a fixed {width} width; SVE code must be {SCALABLE!r}")
+    if p.sve_vector_bits is not None and p.vector_bits is not None:
+        raise ProfileError(f"{source}: sve_vector_bits on a profile without scalable (SVE) vectors")
     if p.gpu_features and p.gpu_arch is None:
         raise ProfileError(f"{source}: gpu_features without gpu_arch")
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+APT_PACKAGES=(qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross chromium)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -8,6 +8,7 @@ errors and uncaught exceptions are collected so a test can assert there were non
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import shutil
@@ -51,9 +52,12 @@ class Browser:
                 raise BrowserError("chromium did not open its DevTools port")
             time.sleep(0.05)
         port, path = port_file.read_text().splitlines()[:2]
-        self._ws = connect(f"ws://127.0.0.1:{port}{path}", max_size=None, open_timeout=timeout)
+        self._stack = contextlib.ExitStack()
+        self._ws = self._stack.enter_context(connect(f"ws://127.0.0.1:{port}{path}", max_size=None,
+                                                     open_timeout=timeout))
         self._ids = itertools.count(1)
         self.events: list[dict[str, Any]] = []
+        self._page_start = 0
         target = self._call("Target.createTarget", {"url": "about:blank"})["targetId"]
         self._session = self._call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
@@ -93,7 +97,9 @@ class Browser:
 
     # what a test uses -------------------------------------------------------------------------------
     def open(self, url: str) -> None:
-        since = len(self.events)
+        """Load ``url``; :meth:`errors` reports from here on (the previous page's are left behind)."""
+        self._drain()
+        since = self._page_start = len(self.events)
         self.call("Page.navigate", {"url": url})
         self._wait_event("Page.loadEventFired", since)
 
@@ -115,10 +121,10 @@ class Browser:
             time.sleep(0.1)
 
     def errors(self) -> list[str]:
-        """Console errors, failed loads and uncaught exceptions seen so far."""
+        """Console errors, failed loads and uncaught exceptions of the page last opened."""
         self._drain()
         out = []
-        for e in self.events:
+        for e in self.events[self._page_start:]:
             p = e.get("params", {})
             if e["method"] == "Runtime.exceptionThrown":
                 out.append(p["exceptionDetails"].get("text", "exception"))
@@ -153,7 +159,7 @@ class Browser:
                     self._call("Browser.close")
                 except Exception:
                     pass
-                self._ws.close()
+                self._stack.close()
         finally:
             try:
                 self._proc.wait(timeout=10)

@@ -1,50 +1,10 @@
-"""`cuvil results`, `cuvil report` and `cuvil device-provision` over a small recorded run."""
+"""`cuvil device-provision` (the result commands: test_cli_results.py)."""
 
 from __future__ import annotations
 
-import pytest
 from click.testing import CliRunner
 
 from cuvil.cli import main
-from cuvil.coordinator.store import DeviceRecord, ResultsStore
-
-from ..coordinator.helpers import device_report
-
-
-@pytest.fixture
-def db(tmp_path):
-    path = tmp_path / "r.db"
-    store = ResultsStore(path)
-    run = store.start_run({"bundle": "m.cuvil"})
-    rnd = store.start_round(run, 1, "eval", "m@1", "a" * 64, "digits-local")
-    for i, prof in enumerate(["x86-avx2", "rpi5"]):
-        store.upsert_device(DeviceRecord(f"d{i}", prof, "cpu", "", "t", prof != "x86-avx2"))
-        store.add_report(rnd, f"d{i}", prof, prof != "x86-avx2", device_report(i, 0.9, emulated=prof != "x86-avx2")[0])
-    store.add_failure(rnd, "d2", "budget_exhausted", "DP_BUDGET_EXHAUSTED: spent")
-    store.finish_round(rnd, 3, 1000)
-    store.finish_run(run)
-    store.close()
-    return path
-
-
-def test_results_prints_history_and_epsilon_per_device(db):
-    out = CliRunner().invoke(main, ["results", "--db", str(db)])
-    assert out.exit_code == 0 and "run 1" in out.output and "bundle bytes sent 1000" in out.output
-    detail = CliRunner().invoke(main, ["results", "--db", str(db), "--run", "1"])
-    assert detail.exit_code == 0 and "x86-avx2" in detail.output and "ε spent per device" in detail.output
-    assert "0.770" in detail.output and "budget spent" in detail.output  # d2 refused: no ε sent, still listed
-
-
-def test_report_writes_self_contained_html(db, tmp_path):
-    out = CliRunner().invoke(main, ["report", "--db", str(db), "--run", "1", "-o", str(tmp_path / "r.html")])
-    assert out.exit_code == 0, out.output
-    page = (tmp_path / "r.html").read_text()
-    assert "data:image/png;base64," in page and "ε spent per device" in page and "<script" not in page
-
-
-def test_missing_database_is_one_line_error(tmp_path):
-    out = CliRunner().invoke(main, ["results", "--db", str(tmp_path / "none.db")])
-    assert out.exit_code == 1 and out.output.startswith("error:") and "none.db" in out.output
 
 
 def test_device_provision(tmp_path):

@@ -1,0 +1,92 @@
+"""The dashboard's HTTP side over a recorded run: pages, JSON, refusals, read-only (no browser here)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+
+import pytest
+
+from cuvil.coordinator.dashboard import DashboardServer
+from cuvil.coordinator.store import DeviceRecord, ResultsStore, StoreError
+
+from .helpers import HOSTILE, recorded_run
+
+
+@pytest.fixture
+def served(tmp_path):
+    db = recorded_run(tmp_path / "r.db", hostile=True)
+    server = DashboardServer(db, port=0).start()
+    yield server, db
+    server.close()
+
+
+def get(server, path: str, host: str | None = None) -> tuple[int, dict, str]:
+    port = int(server.url.rsplit(":", 1)[1].strip("/"))
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", path, headers={"Host": host or f"127.0.0.1:{port}"})
+    res = conn.getresponse()
+    body = res.read().decode()
+    conn.close()
+    return res.status, dict(res.getheaders()), body
+
+
+def test_binds_to_loopback_by_default(served):
+    server, _ = served
+    assert server.url.startswith("http://127.0.0.1:")
+
+
+def test_pages_show_runs_inventory_run_and_device_history(served):
+    server, _ = served
+    status, headers, page = get(server, "/")
+    assert status == 200 and "id='runs'" in page and "id='inventory'" in page and "/run/1" in page
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+    status, _, page = get(server, "/run/1")
+    assert status == 200 and 'id="ab-verdict"' in page and page.count("<svg") >= 3 and "B worse" in page
+    assert "7.10 µs (predicted)" in page  # the stored prediction for rpi5, labelled
+    status, _, page = get(server, "/device/d0")
+    assert status == 200 and "id='history'" in page and page.count("<tr>") >= 4
+
+
+def test_device_strings_are_escaped_in_html(served):
+    server, _ = served
+    for path in ("/", "/run/1"):
+        page = get(server, path)[2]
+        assert HOSTILE not in page and "\x1b" not in page and "\u202e" not in page
+    assert "\x1b" not in get(server, "/api/run/1")[2]
+
+
+def test_fragment_json_and_version(served):
+    server, _ = served
+    status, _, frag = get(server, "/run/1?fragment=1")
+    assert status == 200 and frag.startswith("<h1>") and "<html" not in frag
+    data = json.loads(get(server, "/api/run/1")[2])
+    assert data["run"]["run_id"] == 1 and len(data["ab"]) >= 2
+    assert json.loads(get(server, "/api/runs")[2])["runs"][0]["status"] == "finished"
+    assert len(json.loads(get(server, "/api/version")[2])["version"]) == 16
+
+
+def test_unknown_pages_and_foreign_hosts_are_refused(served):
+    server, _ = served
+    for path in ("/run/9", "/run/x", "/device/nobody", "/nothing", "/run/1/2", "/api/else"):
+        assert get(server, path)[0] == 404, path
+    assert get(server, "/", host="attacker.example:80")[0] == 421
+
+
+def test_version_changes_when_the_database_is_written_and_the_file_is_never_written_by_it(served):
+    server, db = served
+    before = json.loads(get(server, "/api/version")[2])["version"]
+    assert json.loads(get(server, "/api/version")[2])["version"] == before  # stable while nothing changes
+    store = ResultsStore(db)
+    store.start_run({"bundle": "n.cuvil"})
+    store.close()
+    assert json.loads(get(server, "/api/version")[2])["version"] != before
+    reader = ResultsStore.open_read_only(db)
+    with pytest.raises(StoreError):
+        reader.upsert_device(DeviceRecord("x", "rpi5", "c", "", "t", True))
+    reader.close()
+
+
+def test_a_missing_database_is_refused_at_start(tmp_path):
+    with pytest.raises(StoreError, match="no results database"):
+        DashboardServer(tmp_path / "none.db", port=0)
