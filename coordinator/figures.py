@@ -137,11 +137,23 @@ def _latency_figure(hists, edges_ms, predicted_ms, title) -> str:
         ax.set_ylim(-0.7, len(names) - 0.3)
         ax.set_title("predicted latency per inference (cost model, not a measurement)", fontsize=10)
         ax.grid(alpha=0.3, axis="x")
+    from matplotlib.ticker import FormatStrFormatter, FuncFormatter
+
     for ax in axes:
         ax.set_xscale("log")
         ax.set_xlim(lo, hi)
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(_two_and_five))
     axes[-1].set_xlabel(f"latency per inference ({unit})")
     return _svg(fig)
+
+
+def _two_and_five(value: float, _pos: int) -> str:
+    """Minor tick labels of a log axis at 2 and 5 of each decade (enough to read a value off)."""
+    if value <= 0:
+        return ""
+    lead = round(value / 10 ** math.floor(math.log10(value)), 6)
+    return f"{value:g}" if lead in (2.0, 5.0) else ""
 
 
 def compile_figure(details: Sequence[RoundDetail]) -> str:
