@@ -55,8 +55,8 @@ STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#222;max-width:1200px}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}caption{text-align:left;color:#555;padding:2px 0}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;vertical-align:top}th{background:#f0f0f0}
-td:first-child,th:first-child{text-align:left}td.reason{text-align:left;max-width:40em;word-break:break-word}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f0f0f0}
+td.reason{max-width:40em;word-break:break-word}
 .status{padding:1px 6px;border-radius:3px;font-size:.85em;color:#fff;background:#777}
 .status-running{background:#1f77b4}.status-finished{background:#2ca02c}.status-aborted,.status-failed{background:#d62728}
 .note{color:#555;font-size:.9em}.verdict-yes{font-weight:bold}figure{margin:1em 0}nav{margin-bottom:1em}

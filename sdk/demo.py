@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from . import api
+from .compiler.printable import printable
 from .coordinator import fleet
 from .coordinator.aggregate import OVERALL
 from .coordinator.report import COLUMNS, class_rows, epsilon_by_device, round_aggregates, text_table, write_html
@@ -144,7 +145,7 @@ class Progress:
             self.echo(f"{t} round {kw['number']} [{kw['round_kind']}] {kw['model']}: {kw['sampled']} devices "
                       f"sampled, bundle pushed to {kw['push']}")
         elif event == "reply" and self.tty:
-            sys.stdout.write(f"\r      replies {kw['done']}/{kw['of']}  (last: {kw['device']})   ")
+            sys.stdout.write(f"\r      replies {kw['done']}/{kw['of']}  (last: {printable(kw['device'])})   ")
             sys.stdout.flush()
         elif event == "round_end":
             o = kw["outcome"]
@@ -210,7 +211,7 @@ def run_demo(workdir: str | Path | None = None, echo: Echo = print, devices: int
 
     eps = epsilon_by_device(store, run_id)
     echo("\nε spent per device (budget ε = 3 per dataset): " +
-         ", ".join(f"{d} {e:.2f}" for (d, _), e in sorted(eps.items())))
+         printable(", ".join(f"{d} {e:.2f}" for (d, _), e in sorted(eps.items()))))
     report = write_html(store, run_id, work / "report.html")
     store.close()
     echo(f"\nresults in {db} (run {run_id}): cuvil results --db {db} --run {run_id}")
