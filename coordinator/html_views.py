@@ -166,7 +166,8 @@ def run_content(store: ResultsStore, run_id: int, base: str | None = None) -> Sa
     elapsed = fmt.seconds(run.duration_s) if run.finished_at else "still running"
     parts = [f"<h1>Cuvil run {run.run_id} {status_badge(run.status)}</h1>",
              f"<p>started {esc(fmt.timestamp(run.started_at))}, finished {esc(fmt.timestamp(run.finished_at))} "
-             f"({esc(elapsed)}); models {esc(', '.join(run.models) or '-')}</p>",
+             f"({esc(elapsed)}); models {esc(', '.join(run.models) or '-')}"
+             + (f"; {esc(run.reason)}" if run.reason else "") + "</p>",
              "<p class='note'>Accuracy and loss are estimates from differentially private noisy sums "
              "(± one standard error of the noise; an estimate may fall outside its possible range). Latency "
              "is measured on natively running devices only; emulated devices get a <em>predicted</em> latency "

@@ -74,7 +74,8 @@ def _failure_counts(r: rv.RoundSummary) -> str:
 def _run_lines(run: rv.RunSummary) -> list[str]:
     took = fmt.seconds(run.duration_s) if run.finished_at else "still running"
     lines = [printable(f"run {run.run_id}  status {run.status}  started {fmt.timestamp(run.started_at)}  "
-                       f"finished {fmt.timestamp(run.finished_at)} ({took})  {len(run.rounds)} rounds")]
+                       f"finished {fmt.timestamp(run.finished_at)} ({took})  {len(run.rounds)} rounds"
+                       + (f"  ({run.reason})" if run.reason else ""))]
     for r in run.rounds:
         took = fmt.seconds(r.duration_s) if r.finished_at else "running"
         lines.append(printable(

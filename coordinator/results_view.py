@@ -55,6 +55,7 @@ class RunSummary:
     finished_at: float | None
     config: Mapping[str, Any]
     rounds: tuple[RoundSummary, ...]
+    reason: str = ""  # why a run was aborted, when it was
 
     @property
     def duration_s(self) -> float | None:
@@ -174,7 +175,8 @@ def runs(store: ResultsStore) -> list[RunSummary]:
 
 def _run_summary(store: ResultsStore, row: Mapping[str, Any]) -> RunSummary:
     rounds = tuple(_round_summary(store, r) for r in store.rounds(row["id"]))
-    return RunSummary(row["id"], row["status"], row["started_at"], row["finished_at"], _config(row["config"]), rounds)
+    return RunSummary(row["id"], row["status"], row["started_at"], row["finished_at"], _config(row["config"]), rounds,
+                      str(row.get("reason") or ""))
 
 
 def run(store: ResultsStore, run_id: int) -> RunSummary:

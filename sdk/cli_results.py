@@ -1,7 +1,7 @@
 """Result commands for the `cuvil` CLI: ``results``, ``report`` and ``dashboard``, all read-only.
 
 Each opens the results database with SQLite's ``mode=ro``: looking at results never changes them,
-and works while a coordinator is still writing. A missing database or run is a one-line error and
+and works while a coordinator is still writing (only ``results --mark-aborted`` writes, and says so). A missing database or run is a one-line error and
 exit status 1 (the group formats it).
 """
 
@@ -25,10 +25,23 @@ def _open(db: Path):
 @click.option("--run", "run_id", type=int, default=None,
               help="One run in detail: per-class tables, A/B verdict, failures with reasons, ε per device.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts (timestamps as epoch and UTC).")
-def results(db: Path, run_id: int | None, as_json: bool) -> None:
+@click.option("--mark-aborted", is_flag=True,
+              help="First mark every running run whose coordinator is gone (dead, or silent for a minute) aborted "
+                   "(the one option that writes to the database).")
+def results(db: Path, run_id: int | None, as_json: bool, mark_aborted: bool) -> None:
     """Print the history of federated evaluation runs: timestamps, round durations, failures, ε."""
     from .coordinator.report import history_json, history_text
+    from .coordinator.store import ResultsStore
 
+    if mark_aborted:
+        if not db.is_file():
+            raise FileNotFoundError(2, "no results database", str(db))
+        writer = ResultsStore(db)
+        try:
+            gone = writer.mark_aborted()
+        finally:
+            writer.close()
+        click.echo(f"marked aborted: {', '.join(f'run {i}' for i in gone) or 'none'}", err=as_json)
     store = _open(db)
     try:
         click.echo(history_json(store, run_id) if as_json else history_text(store, run_id))

@@ -1,10 +1,11 @@
-"""`cuvil device-provision` (the result commands: test_cli_results.py)."""
+"""`cuvil device-provision`, `cuvil results --mark-aborted`, `cuvil fleet ...` (results: test_cli_results.py)."""
 
 from __future__ import annotations
 
 from click.testing import CliRunner
 
 from cuvil.cli import main
+from cuvil.coordinator.store import ResultsStore
 
 
 def test_device_provision(tmp_path):
