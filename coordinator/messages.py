@@ -68,11 +68,6 @@ def request_bundle(msg: Message) -> bytes | None:
     return arr.tobytes()
 
 
-def bundle_bytes_in(content: RecordDict) -> int:
-    rec = content.array_records.get("bundle")
-    return 0 if rec is None else sum(len(a.data) for a in rec.values())
-
-
 # replies ------------------------------------------------------------------------------------------
 def info_reply(msg: Message, info: Mapping[str, Any]) -> Message:
     return Message(RecordDict({"info": ConfigRecord(dict(info))}), reply_to=msg)

@@ -65,7 +65,8 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     tgt = resolve(target)
     if not runnable_here(tgt):
         raise CompileError(f"target {tgt.name!r} ({tgt.triple}, {tgt.cpu}) cannot run on this host; "
-                           "use compile_object() to emit its object file")
+                           f"'cuvil compile --target {tgt.name} -o FILE' writes its object file, "
+                           f"'cuvil run --device {tgt.name}' runs it emulated")
     cache = CompileCache(cache_dir) if use_cache else None
     t0 = time.perf_counter()
     key = cache_key(f"{content_hash or graph_digest(graph)} optimize={optimize} profile={profile}", tgt, batch) if cache else ""
@@ -91,11 +92,6 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                          kernel_count=lowered.kernel_count, node_count=lowered.node_count,
                          object_bytes=sum(map(len, objs)), cache_ms=(t1 - t0) * 1e3)
     return Session(lowered, code, stats)
-
-
-def compile_object(graph: Graph, target: str | Target, batch: int = 1) -> bytes:
-    """A relocatable (PIC) object file for any target LLVM knows (cross compilation, pre-flight)."""
-    return jit.emit_object(lower(graph, resolve(target), batch).llvm_ir, resolve(target))
 
 
 def lower_for(graph: Graph, target: str | Target, batch: int = 1) -> LoweredModel:

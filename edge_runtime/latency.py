@@ -27,10 +27,6 @@ class LatencyReport:
     warmup: int
     histogram: tuple[int, ...]
 
-    def as_metrics(self, prefix: str = "latency") -> dict[str, float]:
-        return {f"{prefix}_p50_ms": self.p50_ms, f"{prefix}_p90_ms": self.p90_ms,
-                f"{prefix}_p99_ms": self.p99_ms, f"{prefix}_mean_ms": self.mean_ms}
-
 
 def histogram(samples_ms: Sequence[float]) -> tuple[int, ...]:
     idx = np.searchsorted(BUCKET_EDGES_MS, np.asarray(samples_ms, dtype=np.float64), side="left")

@@ -85,6 +85,3 @@ class TensorType:
         dims = m.group(2).strip()
         return cls(DType.parse(m.group(1)), tuple(parse_dim(d) for d in dims.split(",")) if dims else ())
 
-
-def static_shape(shape: tuple[Dim, ...], batch: int) -> tuple[int, ...]:
-    return tuple(d.bind(batch) if isinstance(d, Batch) else d for d in shape)
