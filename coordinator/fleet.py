@@ -8,7 +8,7 @@ demo and every client process agree on the plan without talking.
 
 Real SuperNode: ``--node-config "device-id='jetson-01' device-profile='jetson-orin'
 state-dir='/var/lib/cuvil' data-path='/data/eval.npz'"``; the state directory must have been
-provisioned (``cuvil device provision``) — a device never provisions itself from a server message.
+provisioned (``cuvil device-provision``) — a device never provisions itself from a server message.
 """
 
 from __future__ import annotations

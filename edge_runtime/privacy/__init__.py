@@ -1,4 +1,4 @@
-"""On-device differential privacy for evaluation reports (design: shared/design/privacy.md).
+"""On-device differential privacy for evaluation reports (``docs/privacy.md``).
 
 Metrics leave a device only as noised integer sums (discrete Gaussian, cryptographic randomness),
 charged to a persistent ledger before any noise is drawn; a device whose budget is spent refuses.

@@ -23,7 +23,7 @@ BASE_FAMILIES = ("correct", "loss", "count")
 
 @dataclass(frozen=True)
 class PrivacyParams:
-    """Defaults from privacy.md: sigma 10 examples, B = 5 nats, Q = 256, 512 examples, (3, 1e-6)."""
+    """Defaults (``docs/privacy.md``): sigma 10 examples, B = 5 nats, Q = 256, 512 examples, (3, 1e-6)."""
 
     sigma: float = 10.0
     loss_clip: float = 5.0
