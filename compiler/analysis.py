@@ -16,15 +16,15 @@ from .ops import get_op
 @dataclass(frozen=True)
 class ModelSummary:
     parameters: int
-    flops: int  # at batch size 1
+    flops: int | None  # at batch size 1; None where the graph was not parsed (an untrusted bundle)
     weight_bytes: int
     inputs: tuple[tuple[str, str], ...]  # (name, type text)
     outputs: tuple[tuple[str, str], ...]
-    op_counts: tuple[tuple[str, int], ...]  # most used first
+    op_counts: tuple[tuple[str, int], ...] | None  # most used first; None where the graph was not parsed
 
     @property
-    def node_count(self) -> int:
-        return sum(n for _, n in self.op_counts)
+    def node_count(self) -> int | None:
+        return None if self.op_counts is None else sum(n for _, n in self.op_counts)
 
 
 def node_flops(node: Node, graph: Graph, batch: int = 1) -> int:

@@ -46,3 +46,11 @@ class BundleError(CuvilError):
 
 class CompileError(CuvilError):
     """Lowering or native compilation of a graph failed."""
+
+
+class LimitError(CuvilError):
+    """A graph asks for more than the device's resource limits allow (see ``ir/limits.py``)."""
+
+
+class BundleLimitError(BundleError, LimitError):
+    """A bundle's graph exceeds the device's resource limits: refused at load, before the work starts."""

@@ -13,8 +13,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..compiler.errors import CuvilError
+
+MAX_RUNS = 100_000
+MAX_WARMUP = 100_000
+MAX_BUDGET_S = 600.0
+
 # 64 log-spaced buckets from 1 µs to 10 s (upper edges, ms); the last bucket also takes anything slower.
 BUCKET_EDGES_MS: tuple[float, ...] = tuple(float(x) for x in np.logspace(-3, 4, 64))
+
+
+class MeasureError(CuvilError):
+    """Latency measurement asked with counts or a time budget outside their bounds."""
 
 
 @dataclass(frozen=True)
@@ -47,10 +57,25 @@ def percentile_from_histogram(hist: Sequence[int], q: float) -> float:
     return BUCKET_EDGES_MS[-1]
 
 
+def check_request(warmup: int, runs: int, budget_s: float) -> None:
+    """Refuse counts and budgets a measurement cannot honour: none, negative, unbounded or not numbers."""
+    for name, value, lo, hi in (("warmup", warmup, 0, MAX_WARMUP), ("runs", runs, 1, MAX_RUNS)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+            raise MeasureError(f"latency {name} must be an integer in [{lo}, {hi}], got {value!r}"[:200])
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not 0 < budget_s <= MAX_BUDGET_S:
+        raise MeasureError(f"latency budget must be a number of seconds in (0, {MAX_BUDGET_S:g}], got {budget_s!r}"[:200])
+
+
 def measure(run: Callable[[], object], warmup: int = 10, runs: int = 100, budget_s: float = 5.0) -> LatencyReport:
-    """Time ``run`` after ``warmup`` calls; stops early (at least 5 runs) when ``budget_s`` is spent."""
-    for _ in range(warmup):
+    """Time ``run`` after ``warmup`` calls; stops early (at least 5 runs, or ``runs`` if fewer) when
+    ``budget_s`` is spent. Warm-up stops at the same budget, so a measurement is bounded in time."""
+    check_request(warmup, runs, budget_s)
+    warm_deadline = time.perf_counter() + budget_s
+    done = 0
+    while done < warmup and (done < 1 or time.perf_counter() < warm_deadline):
         run()
+        done += 1
+    warmup = done
     samples = []
     deadline = time.perf_counter() + budget_s
     for i in range(runs):

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..compiler.bundle.reader import Bundle, read_bundle
+from ..compiler.bundle.format import MANIFEST_OFFSET, Header
+from ..compiler.bundle.reader import Bundle, BundleHead, read_bundle, read_head
 from ..compiler.errors import BundleError
 from ..compiler.interpreter import run_reference
 from ..compiler.ir.graph import Graph
@@ -62,6 +63,24 @@ def read_file(path: str | os.PathLike) -> bytes:
     if len(data) != st.st_size:
         raise BundleError(f"bundle shrank while it was read ({len(data)} of {st.st_size} bytes)")
     return data
+
+
+def read_file_head(path: str | os.PathLike, trusted_keys: Trusted = None) -> BundleHead:
+    """The signed head of the bundle at ``path``, reading only its header and manifest (never the
+    weights, never the graph parsed): for showing a bundle from any signer. ``head.trusted`` says
+    whether its signer is one of ``trusted_keys``; an empty trust store trusts nobody."""
+    try:
+        keys = resolve_trust(trusted_keys).keys
+    except BundleError:
+        keys = ()
+    fd, st = open_regular(path)
+    try:
+        first = read_exactly(fd, MANIFEST_OFFSET)
+        header = Header.unpack(first, st.st_size)
+        head = first + read_exactly(fd, header.manifest_length)
+    finally:
+        os.close(fd)
+    return read_head(head, st.st_size, keys)
 
 
 def load(path: str | os.PathLike, trusted_keys: Trusted = None) -> Model:

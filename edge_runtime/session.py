@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compiler.codegen.lower import IOSpec, LoweredModel
-from ..compiler.errors import InterpreterError
+from ..compiler.errors import InterpreterError, LimitError
 from ..compiler.memory.plan import MemoryPlan
 from .jit import LoadedCode
 
@@ -40,8 +40,11 @@ class CompileStats:
 
 
 def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:
-    """A zeroed uint8 buffer whose first byte sits on an ``align`` boundary."""
-    raw = np.zeros(nbytes + align, dtype=np.uint8)
+    """A zeroed uint8 buffer whose first byte sits on an ``align`` boundary (LimitError when it does not fit)."""
+    try:
+        raw = np.zeros(nbytes + align, dtype=np.uint8)
+    except MemoryError:
+        raise LimitError(f"{nbytes} bytes for the arena or weights do not fit in this process's memory") from None
     start = -raw.ctypes.data % align
     return raw[start:start + nbytes]
 

@@ -6,6 +6,7 @@ Frontends (torch, onnx) are imported lazily, only when a model of that kind is i
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import zipfile
@@ -20,15 +21,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from .compiler import interpreter
 from .compiler.analysis import ModelSummary, summarize
 from . import __version__
-from .compiler.bundle import (
-    MAGIC, Bundle, KeyPair, fingerprint, generate_keypair, load_private_key, read_bundle, save_bundle,
-)
-from .compiler.errors import BundleError, CuvilError
+from .compiler.bundle import MAGIC, BundleHead, KeyPair, fingerprint, generate_keypair, load_private_key, save_bundle
+from .compiler.errors import CuvilError
 from .compiler.ir.graph import Graph
+from .compiler.ir.text import print_graph
 from .compiler.ir.verify import verify
-from .edge_runtime.loader import Model, Trusted, read_file
+from .edge_runtime.loader import Model, Trusted, read_file_head
 from .edge_runtime.loader import load as _load
-from .edge_runtime.trust import resolve_trust
 
 PathLike = str | os.PathLike
 
@@ -135,23 +134,29 @@ def keygen(out_dir: PathLike, name: str = "cuvil", force: bool = False) -> KeyPa
 
 @dataclass(frozen=True)
 class Inspection:
-    graph: Graph
-    summary: ModelSummary
-    bundle: Bundle | None  # None for a model imported from ONNX
+    graph_text: str
+    graph: Graph | None  # None for a bundle whose signer is not trusted here: its graph is never parsed
+    summary: ModelSummary  # flops and op_counts are None where the graph was not parsed
+    bundle: BundleHead | None  # None for a model imported from ONNX
 
 
 def inspect_model(path: PathLike, trusted_keys: Trusted = None) -> Inspection:
     """Summarize a bundle or a source model. A bundle's signature must verify, but its signer need not be
-    trusted here (``bundle.trusted`` says whether it is); running it still requires trust."""
+    trusted here (``bundle.trusted`` says whether it is). Of an untrusted bundle only the header and
+    the signed manifest are read, and its graph text is shown as signed, never parsed: what it costs is
+    bounded by the manifest's size cap. A trusted bundle is loaded whole (weights hashed, graph parsed)."""
     if _has_magic(Path(path), missing_ok=False):
-        try:
-            keys = resolve_trust(trusted_keys).keys
-        except BundleError:
-            keys = ()
-        bundle = read_bundle(read_file(path), keys, require_trust=False)
-        return Inspection(bundle.graph, summarize(bundle.graph), bundle)
+        head = read_file_head(path, trusted_keys)
+        if head.trusted:
+            graph = _load(path, trusted_keys).graph
+            return Inspection(print_graph(graph, data=False), graph, summarize(graph), head)
+        m = head.manifest
+        summary = ModelSummary(parameters=sum(math.prod(w.shape) for w in m.weights), flops=None,
+                               weight_bytes=sum(w.length for w in m.weights), inputs=m.inputs, outputs=m.outputs,
+                               op_counts=None)
+        return Inspection(m.graph, None, summary, head)
     graph = import_model(path)
-    return Inspection(graph, summarize(graph), None)
+    return Inspection(print_graph(graph, data=False), graph, summarize(graph), None)
 
 
 def read_inputs(graph: Graph, npy: PathLike | None = None, npz: PathLike | None = None) -> dict[str, np.ndarray]:

@@ -13,7 +13,6 @@ import click
 
 from . import __version__, api, native
 from .compiler.errors import CuvilError
-from .compiler.ir.text import print_graph
 from .compiler.printable import printable
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
@@ -89,8 +88,9 @@ def inspect(path: Path, trust: tuple[Path, ...], graph: bool) -> None:
     """Show a bundle's or an ONNX model's IR and summary."""
     info = api.inspect_model(path, trust or None)
     if graph:
-        click.echo(print_graph(info.graph, data=False), nl=False)
+        click.echo("".join(printable(line) + "\n" for line in info.graph_text.splitlines()), nl=False)
     s = info.summary
+    unparsed = "not computed: the signer is not trusted here, so the graph was not parsed (pass --trust KEY)"
     if info.bundle is not None:
         b, m = info.bundle, info.bundle.manifest
         click.echo(printable(f"model:       {m.name} {m.version}  (producer {m.producer})"))
@@ -98,11 +98,14 @@ def inspect(path: Path, trust: tuple[Path, ...], graph: bool) -> None:
         click.echo(f"content:     {b.content_hash}")
         click.echo(f"bundle:      {b.size} bytes")
     click.echo(f"parameters:  {s.parameters}")
-    click.echo(f"FLOPs:       {_count(s.flops, 'FLOPs')} (batch 1)")
+    click.echo(f"FLOPs:       {unparsed if s.flops is None else _count(s.flops, 'FLOPs') + ' (batch 1)'}")
     click.echo(f"weights:     {s.weight_bytes} bytes")
     for what, values in (("inputs", s.inputs), ("outputs", s.outputs)):
         click.echo(f"{what + ':':<12} " + printable(", ".join(f"{n}: {t}" for n, t in values)))
-    click.echo(f"{'nodes:':<12} {s.node_count} (" + ", ".join(f"{op} {n}" for op, n in s.op_counts) + ")")
+    if s.op_counts is None:
+        click.echo(f"{'nodes:':<12} {unparsed}")
+    else:
+        click.echo(f"{'nodes:':<12} {s.node_count} (" + ", ".join(f"{op} {n}" for op, n in s.op_counts) + ")")
 
 
 @main.command()

@@ -15,6 +15,7 @@ import numpy as np
 
 from .compiler.interpreter import bind_inputs
 from .compiler.ir.graph import Graph
+from .compiler.ir.limits import check_graph
 from .compiler.ir.types import Batch
 from .devices import DeviceProfile, host_profile, list_profiles, load_profile
 from .edge_runtime.compile import compile_graph
@@ -72,6 +73,7 @@ def synthetic_inputs(graph: Graph, batch: int = 1, seed: int = 0) -> dict[str, n
 def bench(model: Graph | Model, runs: int = 200, warmup: int = 20, batch: int = 1) -> BenchResult:
     """Cold compile (empty cache), warm start (cache hit to first result), then latency after warm-up."""
     graph, _ = _parts(model)
+    check_graph(graph, batch)  # before the synthetic inputs, which are as large as the batch asks
     feeds = synthetic_inputs(graph, batch)
     with tempfile.TemporaryDirectory(prefix="cuvil-bench-") as cache:
         t0 = time.perf_counter()

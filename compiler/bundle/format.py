@@ -137,12 +137,19 @@ class Manifest:
         return self.weights[-1].offset + self.weights[-1].length if self.weights else 0
 
     @classmethod
-    def decode(cls, data: bytes) -> Manifest:
-        """Parse signed manifest bytes; every field's type and bound is checked, or BundleError."""
+    def decode(cls, data: bytes, max_entries: int = 1 << 16) -> Manifest:
+        """Parse signed manifest bytes; every field's type and bound is checked, or BundleError.
+
+        The JSON decoder stops after ``1 + 3 * max_entries`` objects (the manifest, and at most
+        ``max_entries`` inputs, outputs and weights), before building the rest.
+        """
         try:
-            obj = json.loads(data.decode("utf-8"), parse_float=_no_floats, parse_constant=_no_floats)
+            obj = json.loads(data.decode("utf-8"), parse_float=_no_floats, parse_constant=_no_floats,
+                             object_pairs_hook=_ObjectBudget(1 + 3 * max_entries))
         except (ValueError, RecursionError) as e:
             raise BundleError(f"manifest is not valid JSON: {_short(e)}") from None
+        except MemoryError:
+            raise BundleError(f"the manifest ({len(data)} bytes) does not fit in this device's memory") from None
         if canonical_json(obj, strict=False) != data:
             raise BundleError("manifest is not in canonical form")
         top = _fields(obj, "manifest", ("name", "version", "producer", "graph", "inputs", "outputs", "weights"))
@@ -177,6 +184,19 @@ def canonical_json(obj: Any, strict: bool = True) -> bytes:
         if strict:
             raise
         return b""
+
+
+class _ObjectBudget:
+    """A JSON ``object_pairs_hook`` that refuses more than ``left`` objects."""
+
+    def __init__(self, left: int):
+        self.left = left
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        self.left -= 1
+        if self.left < 0:
+            raise BundleError("the manifest lists more inputs, outputs or weights than this device's limit")
+        return dict(pairs)
 
 
 def _no_floats(text: str) -> Any:

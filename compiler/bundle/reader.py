@@ -2,8 +2,9 @@
 
 Only the fixed-size header is read before the signature check, and only to find the signed bytes
 and the signer's key id. Everything after that runs on signed data, yet is still checked as if it
-were hostile (a trusted key can sign a buggy file): every malformed input ends in a BundleError.
-Weights are zero-copy, read-only views of the buffer (an ``mmap`` when loading from a file).
+were hostile (a trusted key can sign a buggy file): every malformed input ends in a BundleError,
+and a graph past the device's resource limits in a LimitError, raised while parsing, before the
+work it asks for starts. Weights are zero-copy, read-only views of the buffer.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import numpy as np
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..errors import BundleError, CuvilError
+from ..errors import BundleError, BundleLimitError, CuvilError, LimitError
 from ..ir.graph import Graph
+from ..ir.limits import DEFAULT_LIMITS, Limits, check_graph
 from ..ir.text import parse_graph, print_graph
 from ..ir.verify import verify
 from .format import HEADER, MANIFEST_OFFSET, SIGNATURE_OFFSET, Header, Manifest, WeightEntry
@@ -42,27 +44,63 @@ class Bundle:
     size: int
 
 
-def read_bundle(buf: Any, trusted_keys: Iterable[Ed25519PublicKey], *, require_trust: bool = True) -> Bundle:
-    """Verify and parse the bundle in ``buf`` (bytes, or a read-only mmap).
+@dataclass(frozen=True)
+class BundleHead:
+    """What the signature covers, checked, without the weights or a parsed graph (``cuvil inspect``)."""
 
-    With ``require_trust=False`` (used by ``cuvil inspect`` only) a signer outside ``trusted_keys`` is
-    accepted, but the signature must still verify under the key the bundle names.
+    manifest: Manifest
+    header: Header
+    content_hash: str
+    signer: str
+    trusted: bool
+    size: int
+
+
+def read_head(head: Any, size: int, trusted_keys: Iterable[Ed25519PublicKey], limits: Limits = DEFAULT_LIMITS) -> BundleHead:
+    """Check the signature over ``head`` (the file's first bytes, header and manifest at least) and
+    decode the manifest; any signer whose signature verifies is accepted, ``trusted`` says if it is."""
+    view = memoryview(head).cast("B")
+    header, manifest_bytes, trusted = read_signed_head(view, size, trusted_keys, require_trust=False)
+    header.check_layout(size)
+    manifest = Manifest.decode(manifest_bytes, limits.max_nodes)
+    return BundleHead(manifest, header, manifest.content_hash, fingerprint(header.signer_key), trusted, size)
+
+
+def read_bundle(buf: Any, trusted_keys: Iterable[Ed25519PublicKey], *, require_trust: bool = True,
+                limits: Limits = DEFAULT_LIMITS) -> Bundle:
+    """Verify and parse the bundle in ``buf`` (bytes, or any buffer that nobody writes meanwhile).
+
+    With ``require_trust=False`` a signer outside ``trusted_keys`` is accepted, but the signature
+    must still verify under the key the bundle names.
     """
     view = memoryview(buf).cast("B")
     size = view.nbytes
-    header = Header.unpack(view, size)
-    manifest_bytes = bytes(view[MANIFEST_OFFSET:MANIFEST_OFFSET + header.manifest_length])
-    trusted = _verify_signature(view, header, manifest_bytes, trusted_keys, require_trust)
+    header, manifest_bytes, trusted = read_signed_head(view, size, trusted_keys, require_trust)
     # ---- everything below runs on signed bytes only ----
     header.check_layout(size)
-    manifest = Manifest.decode(manifest_bytes)
+    manifest = Manifest.decode(manifest_bytes, limits.max_nodes)
     if header.data_offset + manifest.data_length != header.file_length:
         raise BundleError("the weight table does not end where the file does")
     _check_zero(view, MANIFEST_OFFSET + header.manifest_length, header.data_offset, "manifest padding")
     arrays = _segments(view, header.data_offset, manifest.weights)
-    graph = _graph(manifest, arrays)
+    graph = _graph(manifest, arrays, limits)
     return Bundle(graph, manifest, header, manifest.content_hash,
                   fingerprint(header.signer_key), trusted, size)
+
+
+def read_signed_head(view: Any, size: int, trusted_keys: Iterable[Ed25519PublicKey],
+                     require_trust: bool = True) -> tuple[Header, bytes, bool]:
+    """Header, manifest bytes and whether the signer is trusted: what the signature covers, checked.
+
+    ``view`` needs to hold only the header and manifest (``cuvil inspect`` reads no more of an
+    untrusted bundle); ``size`` is the whole file's.
+    """
+    header = Header.unpack(view, size)
+    if MANIFEST_OFFSET + header.manifest_length > len(view):
+        raise BundleError("bundle is truncated inside its manifest")
+    manifest_bytes = bytes(view[MANIFEST_OFFSET:MANIFEST_OFFSET + header.manifest_length])
+    trusted = _verify_signature(view, header, manifest_bytes, trusted_keys, require_trust)
+    return header, manifest_bytes, trusted
 
 
 def _verify_signature(view: memoryview, header: Header, manifest_bytes: bytes,
@@ -114,10 +152,14 @@ def _segments(view: memoryview, data_offset: int, weights: tuple[WeightEntry, ..
     return arrays
 
 
-def _graph(manifest: Manifest, arrays: dict[str, np.ndarray]) -> Graph:
+def _graph(manifest: Manifest, arrays: dict[str, np.ndarray], limits: Limits) -> Graph:
     try:
-        graph = verify(parse_graph(manifest.graph, constants=arrays))
+        graph = check_graph(verify(parse_graph(manifest.graph, constants=arrays, limits=limits)), 1, limits)
         canonical = print_graph(graph, data=False)
+    except LimitError as e:
+        raise BundleLimitError(str(e)) from None
+    except MemoryError:
+        raise BundleError(f"the graph ({len(manifest.graph)} characters) does not fit in this device's memory") from None
     except _PARSE_ERRORS as e:
         raise BundleError(f"bad graph in manifest: {_first_line(e)}") from None
     if canonical != manifest.graph:

@@ -19,6 +19,7 @@ from ..errors import CompileError
 from ..ir.dtypes import DType
 from ..ir.graph import Graph, Node
 from ..ir.infer import bind_batch
+from ..ir.limits import check_graph
 from ..memory.plan import MemoryPlan
 from ..memory.planner import plan_memory
 from ..ops import get_op
@@ -260,6 +261,7 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
     that want only weights, plan and sizes (a disk cache hit needs no lowering at all).
     ``profile=True`` adds a cycle counter per node after the scratch region (``Session.profile``).
     """
+    check_graph(graph, batch)  # a LimitError before any work the graph asks for
     g = bind_batch(optimize_graph(graph) if optimize else graph, batch)
     plan = plan_memory(g, batch, alignment=ALIGN)
     low = _Lowering(g, target, plan, emit, profile)

@@ -20,11 +20,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..errors import CuvilError, ParseError
+from ..errors import CuvilError, LimitError, ParseError
 from .. import ops
 from ..ops.registry import AttrKind
 from .dtypes import DType
 from .graph import Graph, Node
+from .limits import DEFAULT_LIMITS, Limits, check_node_arity, check_type
 from .types import Batch, TensorType
 
 _BARE = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./\-]*$")
@@ -86,29 +87,39 @@ _TOKEN = re.compile(
 
 
 class _Tokens:
-    def __init__(self, text: str):
-        self.toks: list[tuple[str, str, int]] = []
-        pos, line = 0, 1
-        while pos < len(text):
-            m = _TOKEN.match(text, pos)
-            if not m or m.end() == pos:
-                rest = text[pos:].strip()
-                if not rest:
-                    break
-                raise ParseError(f"line {line + text.count(chr(10), pos, len(text) - len(rest))}: unexpected {rest[:20]!r}")
-            line += text.count("\n", pos, m.start(m.lastgroup))
-            self.toks.append((m.lastgroup, m.group(m.lastgroup), line))
-            pos = m.end()
-        self.i = 0
+    """The token stream, scanned lazily with one token of lookahead: memory stays that of the graph
+    being built, never a list of every token (8 MiB of text made 773 MiB of tokens)."""
+
+    def __init__(self, text: str, limits: Limits = DEFAULT_LIMITS):
+        self.text = text
+        self.limits = limits
+        self.pos = 0
+        self.line = 1  # of the token last taken
+        self._ahead: tuple[str, str, int] | None = None
+        self._scan()
+
+    def _scan(self) -> None:
+        text, pos = self.text, self.pos
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            rest = text[pos:].lstrip()
+            if rest:
+                line = self.line + text.count("\n", pos, len(text) - len(rest))
+                raise ParseError(f"line {line}: unexpected {rest[:20]!r}")
+            self._ahead, self.pos = None, len(text)
+            return
+        line = (self._ahead[2] if self._ahead else 1) + text.count("\n", pos, m.start(m.lastgroup))
+        self._ahead, self.pos = (m.lastgroup, m.group(m.lastgroup), line), m.end()
 
     def peek(self) -> tuple[str, str, int] | None:
-        return self.toks[self.i] if self.i < len(self.toks) else None
+        return self._ahead
 
     def next(self) -> tuple[str, str, int]:
-        tok = self.peek()
+        tok = self._ahead
         if tok is None:
             raise ParseError("unexpected end of text")
-        self.i += 1
+        self.line = tok[2]
+        self._scan()
         return tok
 
     def expect(self, value: str) -> None:
@@ -117,9 +128,9 @@ class _Tokens:
             raise ParseError(f"line {line}: expected {value!r}, got {val!r}")
 
     def accept(self, value: str) -> bool:
-        tok = self.peek()
+        tok = self._ahead
         if tok and tok[1] == value and tok[0] != "str":
-            self.i += 1
+            self.next()
             return True
         return False
 
@@ -150,6 +161,7 @@ class _Tokens:
                 dims.append(Batch(1))
             else:
                 raise ParseError(f"line {line}: bad dimension {val!r}")
+            check_type(f"line {line}", dims, self.limits)
         return TensorType(dtype, tuple(dims))
 
     def scalar(self, kind: AttrKind):
@@ -176,6 +188,9 @@ class _Tokens:
                 if vals:
                     self.expect(",")
                 vals.append(self.scalar(kind))
+                if len(vals) > self.limits.max_attr_items:
+                    raise LimitError(f"line {self.line}: a list attribute of more than {self.limits.max_attr_items} "
+                                     "items, the limit")
             return tuple(vals)
         return self.scalar(kind)
 
@@ -187,9 +202,14 @@ def _unquote(token: str, line: int) -> str:
         raise ParseError(f"line {line}: bad string {token[:20]}") from None
 
 
-def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None) -> Graph:
-    """Parse the text form; ``constants`` supplies weights when the text has no data section."""
-    t = _Tokens(text)
+def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
+                limits: Limits = DEFAULT_LIMITS) -> Graph:
+    """Parse the text form; ``constants`` supplies weights when the text has no data section.
+
+    Memory grows with the graph as it is built, and stops at ``limits`` (nodes, operands per node,
+    rank and dimensions): past one, a LimitError, before the rest of the text is read.
+    """
+    t = _Tokens(text, limits)
     t.expect("graph")
     name = t.name()
     types: dict[str, TensorType] = {}
@@ -221,18 +241,21 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None) ->
                 raise ParseError(f"constant {n!r} has a symbolic type {types[n]}")
             const_names.append(n)
             continue
+        if len(nodes) >= limits.max_nodes:
+            raise LimitError(f"the graph has more than {limits.max_nodes} nodes, the limit")
         outs = []
         while True:
             o = t.name()
             t.expect(":")
             types[o] = t.type()
             outs.append(o)
+            check_node_arity(f"the node at line {t.line}", 0, len(outs), limits)
             if not t.accept(","):
                 break
         t.expect("=")
         op = t.name()
         if op not in ops.OP_TABLE:
-            raise ParseError(f"line {t.toks[t.i - 1][2]}: unknown op {op!r}")
+            raise ParseError(f"line {t.line}: unknown op {op!r}")
         spec = ops.get_op(op).attrs
         t.expect("@")
         node_name = t.name()
@@ -242,6 +265,7 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None) ->
             if args:
                 t.expect(",")
             args.append(t.name())
+            check_node_arity(f"node {node_name[:80]!r}", len(args), 0, limits)
         attrs = {}
         if t.accept("{"):
             while not t.accept("}"):

@@ -3,7 +3,11 @@ import time
 
 import numpy as np
 
-from cuvil.edge_runtime.latency import BUCKET_EDGES_MS, histogram, measure, percentile_from_histogram
+import pytest
+
+from cuvil.edge_runtime.latency import (
+    BUCKET_EDGES_MS, MAX_BUDGET_S, MAX_RUNS, MAX_WARMUP, MeasureError, histogram, measure, percentile_from_histogram,
+)
 
 
 def test_histogram_places_samples_in_the_bucket_whose_upper_edge_bounds_them():
@@ -29,3 +33,21 @@ def test_measure_times_a_known_sleep():
     report = measure(lambda: time.sleep(0.002), warmup=1, runs=20)
     assert report.runs == 20 and 1.9 <= report.p50_ms <= 20 and report.p50_ms <= report.p90_ms <= report.p99_ms
     assert sum(report.histogram) == 20
+
+
+def test_measure_refuses_counts_and_budgets_it_cannot_honour():
+    calls = []
+    for bad in ({"runs": 0}, {"runs": -1}, {"runs": MAX_RUNS + 1}, {"runs": 2.5}, {"runs": True}, {"warmup": -1},
+                {"warmup": MAX_WARMUP + 1}, {"warmup": "5"}, {"budget_s": 0}, {"budget_s": float("nan")},
+                {"budget_s": float("inf")}, {"budget_s": MAX_BUDGET_S * 2}):
+        with pytest.raises(MeasureError):
+            measure(lambda: calls.append(1), **bad)
+    assert not calls  # refused before running anything
+
+
+def test_warmup_stops_at_the_budget():
+    calls = []
+    t0 = time.perf_counter()
+    report = measure(lambda: (calls.append(1), time.sleep(0.001)), warmup=MAX_WARMUP, runs=3, budget_s=0.05)
+    assert time.perf_counter() - t0 < 5 and report.warmup < MAX_WARMUP and report.runs == 3
+    assert len(calls) == report.warmup + 3
