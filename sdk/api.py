@@ -24,6 +24,7 @@ from . import __version__
 from .compiler.bundle import MAGIC, BundleHead, KeyPair, fingerprint, generate_keypair, load_private_key, save_bundle
 from .compiler.errors import CuvilError
 from .compiler.ir.graph import Graph
+from .compiler.ir.limits import check_graph
 from .compiler.ir.text import print_graph
 from .compiler.ir.verify import verify
 from .edge_runtime.loader import Model, Trusted, read_file_head
@@ -96,6 +97,8 @@ def _has_magic(path: Path, missing_ok: bool = True) -> bool:
 def run_reference(graph_or_model: Graph | Model, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run a Graph or a loaded Model with the NumPy reference interpreter."""
     graph = graph_or_model.graph if isinstance(graph_or_model, Model) else graph_or_model
+    _, batch = interpreter.bind_inputs(graph, inputs)
+    check_graph(graph, batch or 1)  # the interpreter holds activations of that batch
     return interpreter.run_reference(graph, inputs)
 
 
