@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
 from collections import Counter
@@ -42,9 +43,11 @@ def main() -> None:
         cases = sample(cases, args.sample, args.seed)
     results = run_suite(cases, workers=args.workers, chunk=args.chunk)
     t2 = time.perf_counter()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     summary = summarize(cases, results)
     scopes = Counter(c.scope for c in cases if c.scope)
-    print(f"{len(cases)} cases collected in {t1 - t0:.1f} s, run in {t2 - t1:.1f} s with {args.workers} workers")
+    print(f"{len(cases)} cases collected in {t1 - t0:.1f} s, run in {t2 - t1:.1f} s with {args.workers} workers "
+          f"({usage.ru_utime + usage.ru_stime:.1f} s of CPU in them)")
     for key, n in sorted(scopes.items()):
         print(f"  out of scope, {key} ({n}): {OUT_OF_SCOPE[key]}")
     if args.failures:

@@ -29,13 +29,19 @@ class UnsupportedModelError(CuvilError):
     """A model uses ops or features Cuvil cannot import; names all of them at once."""
 
     def __init__(self, unsupported: Mapping[str, Sequence[str]], source: str = "model",
-                 hints: Mapping[str, str] | None = None):
+                 hints: Mapping[str, str] | None = None, constant_inputs: Sequence[str] = ()):
+        """``constant_inputs``: graph inputs that ops need as constants (shapes, axes, bounds...);
+        given as constants (``import_onnx(..., constant_inputs=...)``) they may make the model import."""
         self.unsupported = {op: tuple(nodes) for op, nodes in sorted(unsupported.items())}
+        self.constant_inputs = tuple(constant_inputs)
         parts = []
         for op, nodes in self.unsupported.items():
             shown = ", ".join(nodes[:5]) + (f", ... ({len(nodes)} nodes)" if len(nodes) > 5 else "")
             parts.append(f"{op} (used by {shown})")
         advice = list(dict.fromkeys(hints[op] for op in self.unsupported if hints and op in hints))
+        if self.constant_inputs:
+            advice.append(f"Graph input(s) {', '.join(map(repr, self.constant_inputs))} must be constants "
+                          "(Cuvil IR takes shapes, axes and bounds statically): pass their values as constant_inputs")
         super().__init__(f"{source} uses {len(parts)} unsupported op(s): " + "; ".join(parts)
                          + "".join(f". {a}" for a in advice))
 

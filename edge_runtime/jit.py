@@ -8,6 +8,7 @@ device's real CPU.
 
 from __future__ import annotations
 
+import struct
 import threading
 from dataclasses import dataclass
 
@@ -119,13 +120,44 @@ class LoadedCode:
     bound: int  # void entry_bound(void)
 
 
+def global_symbols(obj: bytes) -> tuple[set[str], set[str]]:
+    """The global names an ELF object file defines, and those it uses without defining (LLVM's
+    library calls, such as ``__truncdfhf2`` for a double -> half conversion with no instruction)."""
+    defined: set[str] = set()
+    undefined: set[str] = set()
+    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:  # ELF64 little-endian only
+        return defined, undefined
+    sections = {bytes(s.name() or b""): s.data() for s in llvm.ObjectFileRef.from_data(obj).sections()}
+    symtab, strtab = sections.get(b".symtab", b""), sections.get(b".strtab", b"")
+    for off in range(24, len(symtab) - 23, 24):  # Elf64_Sym; entry 0 is the null symbol
+        name_at, info, _, shndx = struct.unpack_from("<IBBH", symtab, off)
+        if info >> 4 in (1, 2) and name_at:  # GLOBAL or WEAK binding
+            name = strtab[name_at:strtab.index(b"\0", name_at)].decode(errors="replace")
+            (undefined if shndx == 0 else defined).add(name)  # SHN_UNDEF: used, not defined
+    return defined, undefined
+
+
+def check_resolvable(objs: list[bytes]) -> None:
+    """Refuse code that calls a function this process lacks (MCJIT would leave a null call: a crash).
+    libc and libm are there (memcpy, exp for f64...); compiler-rt's conversion routines may not be."""
+    tables = [global_symbols(o) for o in objs]
+    defined = set().union(*(d for d, _ in tables))
+    used = set().union(*(u for _, u in tables)) - defined
+    missing = sorted(n for n in used if llvm.address_of_symbol(n) is None)
+    if missing:
+        raise CompileError(f"the native code calls {', '.join(missing)}, which Cuvil does not provide "
+                           "(a conversion or math routine this target has no instruction for)")
+
+
 def load_object(obj: bytes | list[bytes], entry: str, target: Target) -> LoadedCode:
     """Load host object file(s) into an MCJIT engine of its own (it links them); return the entry points."""
+    objs = [obj] if isinstance(obj, bytes) else obj
     tm = target_machine(target, jit=True)
     empty = llvm.parse_assembly("")
     empty.triple = tm.triple
-    engine = llvm.create_mcjit_compiler(empty, tm)
-    for one in [obj] if isinstance(obj, bytes) else obj:
+    engine = llvm.create_mcjit_compiler(empty, tm)  # which makes the process's own symbols resolvable
+    check_resolvable(objs)
+    for one in objs:
         engine.add_object_file(llvm.ObjectFileRef.from_data(one))
     engine.finalize_object()
     addrs = [engine.get_function_address(name) for name in (entry, f"{entry}_bind", f"{entry}_bound")]

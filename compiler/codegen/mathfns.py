@@ -4,18 +4,20 @@
 polynomial forms (Cephes expf/logf, Eigen's rational tanh and erf) are a few ulp from libm, use
 only selects and arithmetic, and so vectorize on every target (x86, NEON, SVE, NVPTX alike).
 ``x`` may be an f32 scalar or an f32 vector (the GEMM/Conv epilogues pass ``<VL x float>``);
-f64 scalars go through libm. The one home of this math: the element emitters of ``scalar_ops.py``
-(and through them the fused epilogues of ``activations.py``) build on it.
+f64 scalars go through libm; f16 values are computed in f32 (widened, then rounded back once).
+The one home of this math: the element emitters of ``scalar_ops.py`` (and through them the fused
+epilogues of ``activations.py``) build on it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
-from .irhelpers import I32, call_intrinsic, const, intrinsic
+from .irhelpers import F16, F32, I32, call_intrinsic, const, intrinsic
 
 _LOG2E = 1.44269504088896341
 _LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
@@ -33,6 +35,30 @@ def libm(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
 
 def fconst(x: ir.Value, v: float) -> ir.Constant:
     return const(x.type, v)
+
+
+def _is_half(t: ir.Type) -> bool:
+    return t == F16 or (isinstance(t, ir.VectorType) and t.element == F16)
+
+
+def _widened(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    if isinstance(v, ir.Constant) and v.type == F16:
+        return ir.Constant(F32, v.constant)  # stays a constant: pow_ keys its fast paths on them
+    wide = ir.VectorType(F32, v.type.count) if isinstance(v.type, ir.VectorType) else F32
+    return b.fpext(v, wide)
+
+
+def in_f32_for_half(fn: Callable[..., ir.Value]) -> Callable[..., ir.Value]:
+    """Half-precision operands are widened to f32, the result rounded back to half once."""
+
+    @functools.wraps(fn)
+    def wrapper(b: ir.IRBuilder, x: ir.Value, *rest, **kw) -> ir.Value:
+        if not _is_half(x.type):
+            return fn(b, x, *rest, **kw)
+        args = [_widened(b, v) if isinstance(v, ir.Value) else v for v in (x, *rest)]
+        return b.fptrunc(fn(b, *args, **kw), x.type)
+
+    return wrapper
 
 
 def _int_type(t: ir.Type) -> ir.Type:
@@ -62,6 +88,7 @@ def clamp(b: ir.IRBuilder, x: ir.Value, lo: float, hi: float) -> ir.Value:
     return b.select(b.fcmp_ordered(">", x, fconst(x, hi)), fconst(x, hi), x)
 
 
+@in_f32_for_half
 def exp(b: ir.IRBuilder, x: ir.Value, full_range: bool = True) -> ir.Value:
     """Cephes expf: ``2**n * p(r)``, ``n = rint(x log2 e)``. Full range: subnormal results down to
     x = -103.97 and finite ones up to 88.72 (2**n applied in two halves). ``full_range=False``
@@ -90,6 +117,7 @@ def _pow2(b: ir.IRBuilder, n: ir.Value, ty: ir.Type) -> ir.Value:
     return b.bitcast(b.shl(b.add(n, const(n.type, 127)), const(n.type, 23)), ty)
 
 
+@in_f32_for_half
 def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     if _is_f64(x):
         return libm(b, "log", x)
@@ -119,6 +147,7 @@ def _odd_rational(b: ir.IRBuilder, x: ir.Value, bound: float, p: Sequence[float]
     return b.fdiv(b.fmul(horner(b, x2, p), xc), horner(b, x2, q))
 
 
+@in_f32_for_half
 def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Eigen's rational approximation on [-7.9, 7.9]; ``x`` itself for |x| < 4e-4."""
     if _is_f64(x):
@@ -131,6 +160,7 @@ def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.select(tiny, x, res)
 
 
+@in_f32_for_half
 def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Rational approximation on [-4, 4] (TensorFlow/Eigen float erf)."""
     if _is_f64(x):
@@ -142,6 +172,7 @@ def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
                           -7.37332916720468e-03, -1.42647390514189e-02])
 
 
+@in_f32_for_half
 def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """1 / (1 + exp(-x)). The short-range exp suffices: where it differs from the full one
     (x in (-88.72, -88.38)) sigmoid is below 4.2e-39 either way."""
@@ -149,6 +180,7 @@ def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.fdiv(one, b.fadd(one, exp(b, b.fneg(x), full_range=False)))
 
 
+@in_f32_for_half
 def pow_(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """x**y with NumPy's special cases; small constant exponents become multiplies."""
     if isinstance(y, ir.Constant):

@@ -133,8 +133,17 @@ ELEMENT_EMITTERS: Mapping[str, Scalar] = {
 
 
 def scalar_fn(op: str, attrs: Mapping, dtype: DType) -> Callable[[ir.IRBuilder, list[ir.Value]], ir.Value]:
-    """``fn(builder, operands)`` for one element of ``op``; CompileError where no native code exists."""
+    """``fn(builder, operands)`` for one element of ``op``; CompileError where no native code exists.
+
+    f16 is computed in f32 and rounded once (for one +, -, *, / or sqrt that equals half arithmetic:
+    f32 has the 2p+2 bits that make the double rounding exact)."""
     fn = ELEMENT_EMITTERS[op]
-    if isinstance(fn, _FloatMath) and dtype not in (DType.F32, DType.F64):
-        raise CompileError(f"{op}: native kernel supports f32/f64 only, got {dtype.value}")
+    if isinstance(fn, _FloatMath) and not dtype.is_float:
+        raise CompileError(f"{op}: native kernel supports float types only, got {dtype.value}")
+    if dtype is DType.F16:
+        def in_f32(b: ir.IRBuilder, xs: list[ir.Value]) -> ir.Value:
+            y = fn(b, [b.fpext(x, h.F32) if x.type == h.F16 else x for x in xs], attrs, DType.F32)
+            return b.fptrunc(y, h.F16) if y.type == h.F32 else y
+
+        return in_f32
     return lambda b, xs: fn(b, xs, attrs, dtype)

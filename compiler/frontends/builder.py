@@ -113,14 +113,16 @@ class GraphBuilder:
     def unsupported(self, op: str, node_name: str) -> None:
         self._unsupported.setdefault(op, []).append(node_name)
 
-    def raise_unsupported(self) -> None:
+    def raise_unsupported(self, constant_inputs: Sequence[str] = ()) -> None:
         if self._unsupported:
-            raise UnsupportedModelError(self._unsupported, source=self.source, hints=self.hints)
+            raise UnsupportedModelError(self._unsupported, source=self.source, hints=self.hints,
+                                        constant_inputs=constant_inputs)
 
     # result -------------------------------------------------------------------------------------
-    def build(self, outputs: Iterable[str]) -> Graph:
-        """Drop what the outputs do not need, and return the verified Graph."""
-        self.raise_unsupported()
+    def build(self, outputs: Iterable[str], constant_inputs: Sequence[str] = ()) -> Graph:
+        """Drop what the outputs do not need, and return the verified Graph (``constant_inputs``: see
+        :class:`UnsupportedModelError`)."""
+        self.raise_unsupported(constant_inputs)
         outputs = list(outputs)
         nodes, needed = [], set(outputs)
         for node in reversed(self.nodes):

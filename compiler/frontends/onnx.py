@@ -1,4 +1,12 @@
-"""The ONNX frontend: ``import_onnx`` turns an ONNX model (opsets 9 to 21) into a verified Cuvil Graph.
+"""The ONNX frontend: ``import_onnx`` turns an ONNX model into a verified Cuvil Graph.
+
+**Opsets** are taken the way ONNX Runtime takes them: any opset up to the newest the installed
+``onnx`` knows; a model below opset 9 is first lifted to opset 9 with ``onnx.version_converter``.
+What decides is each node's *op version* (the ``since_version`` of its schema at the model's
+opset, from ``onnx.defs``): every translator of :data:`onnx_ops.TABLE` declares the versions
+whose meaning it implements (:data:`onnx_ops.VERSIONS`), and a node of another version is
+unsupported, unless ONNX defines that op as a function of other ops: then the node is replaced by
+its function body (``onnx_functions``), whatever its op, which imports like any other nodes.
 
 Each node goes through the translator :data:`onnx_ops.TABLE` holds for its op_type, which emits
 Cuvil ops through :class:`GraphBuilder` (so constant subgraphs fold on the spot). Unsupported ops,
@@ -9,7 +17,12 @@ ONNX ops outside op set v1 that exporters use for shape arithmetic (Mod, Range, 
 ``onnx_ops.evaluated`` in the table) are evaluated by ONNX's reference implementation when their
 inputs are known, and unsupported otherwise.
 
-**The batch dimension.** A symbolic (or 0/-1) leading dimension of a graph input becomes Cuvil's
+**Constant inputs.** Cuvil IR takes shapes, axes, bounds and the like as static attributes. A graph
+input that a node needs as such (Reshape's shape, Slice's starts...) makes the model unsupported,
+and the error names it (``UnsupportedModelError.constant_inputs``); ``constant_inputs={name: value}``
+imports the model with those inputs fixed to constants.
+
+**The batch dimension.** A symbolic (or negative) leading dimension of a graph input becomes Cuvil's
 ``N`` (a dimension sharing its dim_param does too), or ``batch_size`` when one is given; any other
 symbolic dimension is an error. Exporters compute shapes at run time (Shape -> Gather -> Unsqueeze
 -> Concat -> Reshape), which cannot fold to one constant when ``N`` is in them. Such values are
@@ -26,23 +39,29 @@ raises :class:`BatchDependentError`, which tells the user to pass ``batch_size``
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
+import onnx.defs
+from onnx import helper
 
 from ..errors import CuvilError
 from ..ir.graph import Graph
 from ..ir.infer import PROBES
 from ..ir.types import N, Dim, TensorType
 from .builder import GraphBuilder, Unsupported
-from .onnx_node import BatchDependentError, NodeCtx, OnnxImportError, Probe, onnx_dtype, tensor_value
-from .onnx_ops import TABLE, evaluate_foreign, evaluated
+from .onnx_functions import MAX_DEPTH, expand, function_body, has_function, schema_of
+from .onnx_node import ONNX_DTYPES, BatchDependentError, NodeCtx, OnnxImportError, Probe, onnx_dtype, tensor_value
+from .onnx_ops import TABLE, VERSIONS, evaluate_foreign, evaluated
 
 __all__ = ["import_onnx", "OnnxImportError", "BatchDependentError"]
 
-OPSETS = range(9, 22)
+LIFTED_TO = 9  # older models are converted to this opset first (onnx.version_converter)
+NEWEST_OPSET = onnx.defs.onnx_opset_version()
+_TENSOR_TYPES = {d: code for code, d in ONNX_DTYPES.items()}
+_EXPAND = object()  # a translator's Unsupported on a node that ONNX defines as a function
 _RECURRENT = ("Recurrent layers import from PyTorch instead: cuvil.import_model(module, example_inputs) "
               "unrolls them into op-set-v1 ops")
 HINTS = {  # op -> what the user can do, appended to the unsupported-op error
@@ -51,11 +70,13 @@ HINTS = {  # op -> what the user can do, appended to the unsupported-op error
           "nn.LocalResponseNorm, this way)",
     "Loop": "ONNX control flow is outside the op set", "Scan": "ONNX control flow is outside the op set",
 }
-def import_onnx(model: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int | None = None) -> Graph:
-    """Import ``model`` (a path, serialized bytes or a ModelProto); ``batch_size`` binds a symbolic batch."""
+def import_onnx(model: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int | None = None,
+                constant_inputs: Mapping[str, Any] | None = None) -> Graph:
+    """Import ``model`` (a path, serialized bytes or a ModelProto); ``batch_size`` binds a symbolic batch;
+    ``constant_inputs`` fixes graph inputs to values (arrays of the input's type and shape)."""
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise OnnxImportError(f"batch_size must be a positive int or None, got {batch_size!r}")
-    return _Importer(_load(model), batch_size).run()
+    return _Importer(_load(model), batch_size, dict(constant_inputs or {})).run()
 
 
 def _load(model: Any) -> onnx.ModelProto:
@@ -96,27 +117,48 @@ def _opset(proto: onnx.ModelProto) -> int:
     versions = {o.domain: o.version for o in proto.opset_import}
     version = versions.get("", versions.get("ai.onnx"))
     if version is None:
-        raise OnnxImportError("not a valid ONNX model: it imports no default-domain opset")
-    if version not in OPSETS:
-        raise OnnxImportError(f"the model uses ONNX opset {version}; Cuvil imports opsets {OPSETS[0]} to "
-                              f"{OPSETS[-1]} (onnx.version_converter can convert it)")
+        if any(n.domain in ("", "ai.onnx") for n in proto.graph.node):
+            raise OnnxImportError("not a valid ONNX model: it imports no default-domain opset")
+        return NEWEST_OPSET  # only other domains' ops, which are reported unsupported
+    if not 1 <= version <= NEWEST_OPSET:
+        raise OnnxImportError(f"the model uses ONNX opset {version}, which the installed onnx {onnx.__version__} "
+                              f"does not know (opsets 1 to {NEWEST_OPSET}); a newer onnx package may")
     return version
 
 
+def _lift(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """The model and its opset, converted to opset LIFTED_TO first when it is older."""
+    version = _opset(proto)
+    if version >= LIFTED_TO:
+        return proto, version
+    from onnx import version_converter
+
+    try:
+        lifted = version_converter.convert_version(proto, LIFTED_TO)
+    except Exception as e:  # the converter's own errors: an adapter it lacks, a malformed node...
+        raise OnnxImportError(f"the model uses ONNX opset {version}; converting it to opset {LIFTED_TO} with "
+                              f"onnx.version_converter failed ({type(e).__name__}: {str(e)[:200]})") from None
+    return lifted, _opset(lifted)
+
+
 class _Importer:
-    def __init__(self, proto: onnx.ModelProto, batch_size: int | None):
-        self.graph, self.batch_size, self.opset = proto.graph, batch_size, _opset(proto)
+    def __init__(self, proto: onnx.ModelProto, batch_size: int | None, constant_inputs: dict[str, Any]):
+        proto, self.opset = _lift(proto)
+        self.graph, self.batch_size, self.constant_inputs = proto.graph, batch_size, constant_inputs
         self.b = GraphBuilder(self.graph.name or "onnx_model", source=f"ONNX model {self.graph.name!r}", hints=HINTS)
         self.env: dict[str, str] = {}  # ONNX value name -> Cuvil value name
         self.probes: dict[str, Probe] = {}
         self.poisoned: set[str] = set()  # values downstream of something unsupported
         self.used = {i for n in self.graph.node for i in n.input if i} | {o.name for o in self.graph.output}
+        self.graph_inputs = frozenset(vi.name for vi in self.graph.input)
+        self.needs_constant: set[str] = set()
+        self.expansions = 0
 
     def run(self) -> Graph:
         self._initializers()
         self._inputs()
         for index, node in enumerate(self.graph.node):
-            self._node(index, node)
+            self._node(index, node, self.opset)
         return self._outputs()
 
     # graph inputs and weights -------------------------------------------------------------------
@@ -134,6 +176,9 @@ class _Importer:
             self.env[t.name] = self.b.constant(value, hint=t.name)
 
     def _inputs(self) -> None:
+        unknown = sorted(set(self.constant_inputs) - {vi.name for vi in self.graph.input})
+        if unknown:
+            raise OnnxImportError(f"constant_inputs names {unknown}, which are not inputs of the graph")
         real = [vi for vi in self.graph.input if vi.name not in self.env and vi.name not in self.poisoned]
         batch_params = {vi.type.tensor_type.shape.dim[0].dim_param for vi in real
                         if vi.type.HasField("tensor_type") and vi.type.tensor_type.shape.dim} - {""}
@@ -147,11 +192,14 @@ class _Importer:
             except Unsupported as u:
                 self._reject(f"ONNX {u.reason}", f"input {vi.name}", [vi.name])
                 continue
+            if vi.name in self.constant_inputs:
+                self.env[vi.name] = self._constant_input(vi.name, dtype, tt)
+                continue
             if not tt.HasField("shape"):
                 raise OnnxImportError(f"graph input {vi.name!r} has no shape; export the model with input shapes")
             dims: list[Dim] = []
             for i, d in enumerate(tt.shape.dim):
-                if d.HasField("dim_value") and d.dim_value > 0:
+                if d.HasField("dim_value") and d.dim_value >= 0:
                     dims.append(int(d.dim_value))
                 elif i == 0 or (d.dim_param and d.dim_param in batch_params):
                     dims.append(N if self.batch_size is None else self.batch_size)
@@ -162,37 +210,95 @@ class _Importer:
                         f"leading batch dimension vary (batch_size=<n> binds that one): export with static shapes")
             self.env[vi.name] = self.b.input(vi.name, TensorType(dtype, tuple(dims)))
 
+    def _constant_input(self, name: str, dtype, tt) -> str:
+        value = np.asarray(self.constant_inputs[name])
+        declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] if tt.HasField("shape") else None
+        if value.dtype != dtype.numpy or (declared is not None and (
+                len(declared) != value.ndim or any(d not in (None, 0, v) for d, v in zip(declared, value.shape)))):
+            raise OnnxImportError(f"constant_inputs[{name!r}] is {value.dtype}{list(value.shape)}, the graph input is "
+                                  f"{dtype.value}{declared}")
+        return self.b.constant(value, hint=name)
+
     # nodes --------------------------------------------------------------------------------------
-    def _node(self, index: int, node: onnx.NodeProto) -> None:
+    def _node(self, index: int, node: onnx.NodeProto, opset: int, depth: int = 0) -> None:
+        """Import one node under ``opset``: its translator, ONNX's evaluation, or its function body."""
         name = node.name or next((o for o in node.output if o), f"{node.op_type}_{index}")
         if node.domain not in ("", "ai.onnx"):
             return self._reject(f"{node.domain}.{node.op_type}", name, node.output)
         inputs = [i for i in node.input if i]
-        fn = TABLE.get(node.op_type)
-        foreign = fn is evaluated
-        if fn is None or (foreign and any(i in self.poisoned for i in inputs)):
+        schema = schema_of(node.op_type, opset)
+        if schema is None:
             return self._reject(node.op_type, name, node.output)
-        if any(i in self.poisoned for i in inputs):  # its cause is reported already
+        fn = TABLE.get(node.op_type)
+        version = schema.since_version
+        foreign = fn is evaluated  # outside op set v1, but ONNX's reference folds it over constants
+        translated = fn is not None and not foreign and version in VERSIONS.get(node.op_type, ())
+        expandable = has_function(schema) and depth < MAX_DEPTH
+        poisoned = any(i in self.poisoned for i in inputs)
+        if not (translated or expandable or foreign) or (poisoned and not (translated or expandable)):
+            why = f"{node.op_type} (version {version})" if fn is not None and not foreign else node.op_type
+            return self._reject(why, name, node.output)
+        if poisoned:  # its cause is reported already
             return self.poisoned.update(node.output)
         undefined = [i for i in inputs if i not in self.env and i not in self.probes]
         if undefined:
             raise OnnxImportError(f"node {name!r} ({node.op_type}) uses {undefined}, which nothing before it defines")
         known = all(i in self.probes or self.b.value_of(self.env[i]) is not None for i in inputs)
-        if foreign:  # outside op set v1, but foldable over constants (shape arithmetic)
-            if not (known and inputs):
-                return self._reject(node.op_type, name, node.output)
-            results = self._fold(node, name, lambda values: self._evaluate(node, name, values))
-        elif known and any(i in self.probes for i in inputs):
-            results = self._fold(node, name, lambda values: self._translate_constants(node, name, fn, values))
+        if foreign and known and inputs:  # shape arithmetic outside op set v1
+            results = self._fold(node, name, lambda values: self._evaluate(node, name, values, opset))
+        elif translated and known and any(i in self.probes for i in inputs):
+            results = self._fold(node, name, lambda values: self._translate_constants(node, name, fn, values, opset))
+        elif translated:
+            needed = set(self.needs_constant)
+            ctx = NodeCtx(node, name, opset, self.b, self.env, self.probes, self.graph_inputs, self.needs_constant)
+            results = self._translate(ctx, fn, expandable)
+            if results is _EXPAND or (expandable and results is not None and any(
+                    out in self.used and (j >= len(results) or results[j] is None) for j, out in enumerate(node.output))):
+                self.needs_constant.intersection_update(needed)  # the body may take them as they are
+                return self._expand(index, node, name, schema, opset, depth)
+        elif expandable:
+            return self._expand(index, node, name, schema, opset, depth)
         else:
-            results = self._translate(NodeCtx(node, name, self.opset, self.b, self.env, self.probes), fn)
+            return self._reject(node.op_type, name, node.output)
         if results is not None:
             self._bind(node, name, results)
 
-    def _translate(self, ctx: NodeCtx, fn) -> list | None:
+    def _expand(self, index: int, node: onnx.NodeProto, name: str, schema, opset: int, depth: int) -> None:
+        """Import the node's function body in its place (see ``onnx_functions``)."""
+        types = [self._type_proto(i) for i in node.input]
+        try:
+            body = function_body(schema, node, opset, types)
+        except Exception as e:  # ONNX's function builder rejecting the node (bad attributes, types)
+            raise OnnxImportError(f"node {name!r} ({node.op_type}) cannot be expanded into its ONNX function: "
+                                  f"{type(e).__name__}: {str(e)[:200]}") from None
+        if body is None:
+            return self._reject(f"{node.op_type} (version {schema.since_version})", name, node.output)
+        self.expansions += 1
+        expansion = expand(node, body, schema, opset, prefix=f"{name}#{self.expansions}")
+        self.used.update(i for n in expansion.nodes for i in n.input if i)
+        for inner in expansion.nodes:
+            self._node(index, inner, expansion.opset, depth + 1)
+        for out in node.output:
+            if out and out not in self.env and out not in self.probes and out not in self.poisoned and out in self.used:
+                self._reject(f"{node.op_type} (output {out!r})", name, [out])
+
+    def _type_proto(self, onnx_name: str) -> onnx.TypeProto:
+        """An input's type as ONNX writes it, for ONNX's context-dependent function builders."""
+        if onnx_name in self.probes:
+            at = self.probes[onnx_name].at[0]
+            return helper.make_tensor_type_proto(onnx.TensorProto.INT64, list(at.shape))
+        if onnx_name not in self.env:
+            return onnx.TypeProto()  # an optional input left out (or poisoned: the body is never imported)
+        t = self.b.type_of(self.env[onnx_name])
+        dims = [d if isinstance(d, int) else "N" for d in t.shape]
+        return helper.make_tensor_type_proto(_TENSOR_TYPES[t.dtype], dims)
+
+    def _translate(self, ctx: NodeCtx, fn, expandable: bool = False) -> list | None:
         try:
             return list(fn(ctx))
         except Unsupported as u:
+            if expandable:  # a form the translator lacks: ONNX's function body may still import
+                return _EXPAND
             self._reject(f"{ctx.op} ({u.reason})" if u.reason else ctx.op, ctx.name, ctx.outputs)
         except OnnxImportError:
             raise
@@ -205,19 +311,19 @@ class _Importer:
             raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}) is malformed ({type(e).__name__}: {e})") from e
         return None
 
-    def _translate_constants(self, node: onnx.NodeProto, name: str, fn, values: dict) -> list | None:
+    def _translate_constants(self, node: onnx.NodeProto, name: str, fn, values: dict, opset: int) -> list | None:
         """The translator over constant inputs, in a scratch builder that folds it completely."""
         sub = GraphBuilder("fold")
         env = {i: sub.constant(v, hint=i) for i, v in values.items()}
-        results = self._translate(NodeCtx(node, name, self.opset, sub, env, {}), fn)
+        results = self._translate(NodeCtx(node, name, opset, sub, env, {}), fn)
         if results is not None and any(isinstance(r, str) and sub.value_of(r) is None for r in results):
             raise BatchDependentError(f"node {name!r} ({node.op_type}): cannot evaluate its batch-dependent "
                                       "shape computation; pass batch_size=<n> to import_onnx")
         return None if results is None else [sub.value_of(r) if isinstance(r, str) else None for r in results]
 
-    def _evaluate(self, node: onnx.NodeProto, name: str, values: dict) -> list | None:
+    def _evaluate(self, node: onnx.NodeProto, name: str, values: dict, opset: int) -> list | None:
         try:
-            return evaluate_foreign(node, self.opset, values)
+            return evaluate_foreign(node, opset, values)
         except Unsupported as u:
             self._reject(f"{node.op_type} ({u.reason})", name, node.output)
         except OnnxImportError:
@@ -280,4 +386,4 @@ class _Importer:
             if o.name not in self.env:
                 raise OnnxImportError(f"graph output {o.name!r} is never computed")
             names.append(self.env[o.name])
-        return self.b.build(names)
+        return self.b.build(names, constant_inputs=sorted(self.needs_constant))

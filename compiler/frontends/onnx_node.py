@@ -63,11 +63,15 @@ class NodeCtx:
     probe_sizes = PROBES
 
     def __init__(self, node: onnx.NodeProto, name: str, opset: int, builder: GraphBuilder,
-                 env: dict[str, str], probes: dict[str, Probe]):
+                 env: dict[str, str], probes: dict[str, Probe], graph_inputs: frozenset[str] = frozenset(),
+                 needs_constant: set[str] | None = None):
+        """``needs_constant`` collects the ``graph_inputs`` that the node needed as constants."""
         self.op, self.name, self.opset, self.b = node.op_type, name, opset, builder
         self.inputs, self.outputs = list(node.input), list(node.output)
         self._env, self._probes = env, probes
         self._attrs = {a.name: a for a in node.attribute}
+        self._graph_inputs = graph_inputs
+        self._needs_constant = set() if needs_constant is None else needs_constant
 
     # attributes ---------------------------------------------------------------------------------
     def raw_attrs(self) -> dict[str, Any]:
@@ -113,6 +117,9 @@ class NodeCtx:
     def const(self, i: int) -> np.ndarray:
         value = self.b.value_of(self.x(i))
         if value is None:
+            if self.inputs[i] in self._graph_inputs:  # constant_inputs can fix it
+                self._needs_constant.add(self.inputs[i])
+                raise Unsupported(f"input {i} must be a constant")
             raise Unsupported(f"non-constant input {i}")
         return value
 

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import onnx.defs
 
 from ..errors import CuvilError
 from ..ir.dtypes import DType
@@ -60,21 +61,49 @@ Translator = Callable[[NodeCtx], list]
 TABLE: dict[str, Translator] = {}
 
 
-def translates(*op_types: str):
+VERSIONS: dict[str, tuple[int, ...]] = {}
+"""ONNX op -> the op versions (``since_version`` of its ``onnx.defs`` schemas) whose meaning its
+translator implements; a node of another version is unsupported (or expanded, see ``onnx``)."""
+
+
+def translates(**versions: tuple[int, ...]):
+    """Register a translator for each op named, with the op versions it implements."""
+
     def register(fn: Translator) -> Translator:
-        for name in op_types:
+        for name, implemented in versions.items():
             if name in TABLE:
                 raise RuntimeError(f"ONNX op {name} translated twice")
             TABLE[name] = fn
+            VERSIONS[name] = tuple(implemented)
         return fn
 
     return register
 
 
+def every_version(op: str) -> tuple[int, ...]:
+    """All versions ONNX defines of ``op`` (for ops ONNX's own reference implementation evaluates)."""
+    return tuple(sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                         if s.name == op and s.domain == ""}))
+
+
 # --- ops of the op table that ONNX defines alike, and ONNX ops evaluated at import ---------------
 
 
-@translates(*(name for name, op in OP_TABLE.items() if op.same_as_onnx))
+_UNARY = (6, 13)  # v6 dropped the legacy consumed_inputs; later versions add types only
+_BINARY = (7, 13, 14)  # v7 replaced the legacy broadcast/axis attributes with NumPy broadcasting
+DIRECT_VERSIONS = {
+    "Relu": (6, 13, 14), "Sigmoid": _UNARY, "Tanh": _UNARY, "Erf": (9, 13), "Sqrt": _UNARY, "Exp": _UNARY,
+    "Log": _UNARY, "Neg": _UNARY, "Abs": _UNARY, "Reciprocal": _UNARY, "Identity": (1, 13, 14, 16, 19, 21, 23, 24, 25),
+    "Add": _BINARY, "Sub": _BINARY, "Mul": _BINARY, "Div": _BINARY, "Sum": (8, 13), "Max": (8, 12, 13),
+    "Min": (8, 12, 13), "Equal": (7, 11, 13, 19), "Less": (7, 9, 13), "Greater": (7, 9, 13), "Where": (9, 16),
+    "HardSwish": (14, 22), "GlobalAveragePool": (1, 22), "MatMul": (1, 9, 13),
+    "LeakyRelu": (6, 16), "HardSigmoid": (6, 22), "Gelu": (20,), "LRN": (1, 13), "Gemm": (7, 9, 11, 13),
+    "Flatten": (1, 9, 11, 13, 21, 23, 24, 25), "Concat": (4, 11, 13), "Gather": (1, 11, 13),
+}
+"""The op versions each ``same_as_onnx`` op of the op table implements (every such op needs one)."""
+
+
+@translates(**{name: DIRECT_VERSIONS[name] for name, op in OP_TABLE.items() if op.same_as_onnx})
 def _direct(ctx: NodeCtx) -> list:
     """The op itself, its attributes copied with the op table's defaults (which are ONNX's)."""
     spec = OP_TABLE[ctx.op].attrs
@@ -82,9 +111,10 @@ def _direct(ctx: NodeCtx) -> list:
     return [ctx.emit(ctx.op, ctx.xs(), **attrs)]
 
 
-@translates("Mod", "Floor", "Ceil", "Round", "Sign", "Not", "And", "Or", "Xor", "GreaterOrEqual", "LessOrEqual",
-            "ReduceProd", "ReduceMin", "ArgMax", "ArgMin", "Range", "Mean", "CumSum", "NonZero", "Tile", "Trilu",
-            "Sin", "Cos", "IsNaN", "IsInf")
+@translates(**{op: every_version(op) for op in (
+    "Mod", "Floor", "Ceil", "Round", "Sign", "Not", "And", "Or", "Xor", "GreaterOrEqual", "LessOrEqual",
+    "ReduceProd", "ReduceMin", "ArgMax", "ArgMin", "Range", "Mean", "CumSum", "NonZero", "Tile", "Trilu",
+    "Sin", "Cos", "IsNaN", "IsInf")})
 def evaluated(ctx: NodeCtx) -> list:
     """ONNX ops outside op set v1 that exporters use for shape arithmetic: the importer evaluates them
     (:func:`evaluate_foreign`) when every input is known, and reports them unsupported otherwise;
@@ -92,7 +122,7 @@ def evaluated(ctx: NodeCtx) -> list:
     raise Unsupported("not evaluated over known inputs")
 
 
-@translates("Pow")
+@translates(Pow=(7, 12, 13, 15))
 def _pow(ctx: NodeCtx) -> list:
     base, exp = ctx.x(0), ctx.x(1)
     if ctx.type(1).dtype != ctx.type(0).dtype:  # ONNX allows a differently typed exponent
@@ -100,7 +130,7 @@ def _pow(ctx: NodeCtx) -> list:
     return [ctx.emit("Pow", [base, exp])]
 
 
-@translates("PRelu")
+@translates(PRelu=(7, 9, 16))
 def _prelu(ctx: NodeCtx) -> list:
     x = ctx.x(0)
     zero = ctx.constant(np.zeros((), ctx.type(0).dtype.numpy), "zero")
@@ -109,13 +139,13 @@ def _prelu(ctx: NodeCtx) -> list:
     return [ctx.emit("Where", [negative, scaled, x])]
 
 
-@translates("Cast", "CastLike")
+@translates(Cast=(6, 9, 13, 19, 21, 23, 24, 25, 28), CastLike=(15, 19, 21, 23, 24, 25))
 def _cast(ctx: NodeCtx) -> list:
     to = ctx.type(1).dtype if ctx.op == "CastLike" else onnx_dtype(ctx.attr("to"))
     return [ctx.emit("Cast", [ctx.x(0)], to=to)]
 
 
-@translates("Clip")
+@translates(Clip=(6, 11, 12, 13))
 def _clip(ctx: NodeCtx) -> list:
     if ctx.opset < 11:
         lo, hi = ctx.attr("min", -math.inf), ctx.attr("max", math.inf)
@@ -124,7 +154,7 @@ def _clip(ctx: NodeCtx) -> list:
     return [ctx.emit("Clip", [ctx.x(0)], min=lo, max=hi)]
 
 
-@translates("Dropout")
+@translates(Dropout=(7, 10, 12, 13, 22))
 def _dropout(ctx: NodeCtx) -> list:
     if ctx.opset >= 12 and ctx.scalar(2, False):
         raise Unsupported("training_mode=1")
@@ -157,7 +187,7 @@ def _window(ctx: NodeCtx, kernel: list[int], dilations: list[int]) -> tuple[list
     return strides, begins + ends
 
 
-@translates("Conv")
+@translates(Conv=(1, 11, 22))
 def _conv(ctx: NodeCtx) -> list:
     kernel = list(ctx.attr("kernel_shape", ctx.type(1).shape[2:]))
     dilations = list(ctx.attr("dilations", [1] * len(kernel)))
@@ -165,7 +195,7 @@ def _conv(ctx: NodeCtx) -> list:
     return [ctx.emit("Conv", ctx.xs(), strides=strides, pads=pads, dilations=dilations, group=ctx.attr("group", 1))]
 
 
-@translates("MaxPool", "AveragePool")
+@translates(MaxPool=(8, 10, 11, 12, 22), AveragePool=(7, 10, 11, 19, 22))
 def _pool(ctx: NodeCtx) -> list:
     kernel = list(ctx.attr("kernel_shape"))
     dilations = list(ctx.attr("dilations", [1] * len(kernel)))
@@ -182,24 +212,24 @@ def _pool(ctx: NodeCtx) -> list:
     return [ctx.emit(ctx.op, [ctx.x(0)], **attrs)]  # the Indices output stays unproduced
 
 
-@translates("GlobalMaxPool")
+@translates(GlobalMaxPool=(1, 22))
 def _global_max_pool(ctx: NodeCtx) -> list:
     return [ctx.emit("ReduceMax", [ctx.x(0)], axes=list(range(2, ctx.type(0).rank)), keepdims=1)]
 
 
-@translates("BatchNormalization")
+@translates(BatchNormalization=(9, 14, 15))
 def _batch_norm(ctx: NodeCtx) -> list:
     if ctx.attr("training_mode", 0):
         raise Unsupported("training_mode=1")
     return [ctx.emit("BatchNormalization", ctx.xs()[:5], epsilon=ctx.attr("epsilon", 1e-5))]
 
 
-@translates("LayerNormalization")
+@translates(LayerNormalization=(17,))
 def _layer_norm(ctx: NodeCtx) -> list:
     return [ctx.emit("LayerNormalization", ctx.xs(), axis=ctx.attr("axis", -1), epsilon=ctx.attr("epsilon", 1e-5))]
 
 
-@translates("Softmax", "LogSoftmax")
+@translates(Softmax=(1, 11, 13), LogSoftmax=(1, 11, 13))
 def _softmax(ctx: NodeCtx) -> list:
     x, t = ctx.x(0), ctx.type(0)
     axis = ctx.attr("axis", -1 if ctx.opset >= 13 else 1)
@@ -217,7 +247,7 @@ def _softmax(ctx: NodeCtx) -> list:
 _AXES_INPUT_FROM = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18}
 
 
-@translates(*_AXES_INPUT_FROM)
+@translates(ReduceSum=(1, 11, 13), ReduceMean=(1, 11, 13, 18), ReduceMax=(1, 11, 12, 13, 18, 20))
 def _reduce(ctx: NodeCtx) -> list:
     if ctx.opset >= _AXES_INPUT_FROM[ctx.op]:
         axes = [int(a) for a in ctx.const(1).reshape(-1)] if ctx.has(1) else []
@@ -239,7 +269,7 @@ def _ints(ctx: NodeCtx, i: int, attr: str, from_opset: int, default: list[int] |
     return None if value is None else list(value)
 
 
-@translates("Reshape")
+@translates(Reshape=(5, 13, 14, 19, 21, 23, 24, 25))
 def _reshape(ctx: NodeCtx) -> list:
     dims, t = ctx.dims(1), ctx.type(0)
     if ctx.attr("allowzero", 0) and 0 in dims:
@@ -247,7 +277,7 @@ def _reshape(ctx: NodeCtx) -> list:
     return [ctx.emit("Reshape", [ctx.x(0)], shape=ctx.reshape_attr(dims, t, zero_copies=True))]
 
 
-@translates("Expand")
+@translates(Expand=(8, 13))
 def _expand(ctx: NodeCtx) -> list:
     dims, t = ctx.dims(1), ctx.type(0)
     shape = []
@@ -262,13 +292,13 @@ def _expand(ctx: NodeCtx) -> list:
     return [ctx.emit("Expand", [ctx.x(0)], shape=shape)]
 
 
-@translates("Transpose")
+@translates(Transpose=(1, 13, 21, 23, 24, 25))
 def _transpose(ctx: NodeCtx) -> list:
     perm = ctx.attr("perm", list(reversed(range(ctx.type(0).rank))))
     return [ctx.emit("Transpose", [ctx.x(0)], perm=perm)]
 
 
-@translates("Squeeze")
+@translates(Squeeze=(1, 11, 13, 21, 23, 24, 25))
 def _squeeze(ctx: NodeCtx) -> list:
     t = ctx.type(0)
     axes = _ints(ctx, 1, "axes", 13)
@@ -279,12 +309,12 @@ def _squeeze(ctx: NodeCtx) -> list:
     return [ctx.emit("Squeeze", [ctx.x(0)], axes=axes)]
 
 
-@translates("Unsqueeze")
+@translates(Unsqueeze=(1, 11, 13, 21, 23, 24, 25))
 def _unsqueeze(ctx: NodeCtx) -> list:
     return [ctx.emit("Unsqueeze", [ctx.x(0)], axes=_ints(ctx, 1, "axes", 13))]
 
 
-@translates("Slice")
+@translates(Slice=(1, 10, 11, 13))
 def _slice(ctx: NodeCtx) -> list:
     if ctx.opset < 10:
         starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
@@ -297,7 +327,7 @@ def _slice(ctx: NodeCtx) -> list:
     return [ctx.emit("Slice", [ctx.x(0)], starts=starts, ends=ends, axes=axes, steps=steps)]
 
 
-@translates("Split")
+@translates(Split=(2, 11, 13, 18))
 def _split(ctx: NodeCtx) -> list:
     t, n = ctx.type(0), len(ctx.outputs)
     axis = ctx.attr("axis", 0)
@@ -312,7 +342,7 @@ def _split(ctx: NodeCtx) -> list:
     return ctx.emit_many("Split", [ctx.x(0)], len(sizes), axis=axis, split=sizes)
 
 
-@translates("Pad")
+@translates(Pad=(2, 11, 13, 18, 19, 21, 23, 24, 25))
 def _pad(ctx: NodeCtx) -> list:
     mode, rank = ctx.attr("mode", "constant"), ctx.type(0).rank
     if mode not in ("constant", "reflect", "edge"):
@@ -334,7 +364,7 @@ def _pad(ctx: NodeCtx) -> list:
 # --- values known at import time: constants, shapes --------------------------------------------
 
 
-@translates("Constant")
+@translates(Constant=(9, 11, 12, 13, 19, 21, 23, 24, 25))
 def _constant(ctx: NodeCtx) -> list:
     attrs = ctx.raw_attrs()
     if "value" in attrs:
@@ -348,7 +378,7 @@ def _constant(ctx: NodeCtx) -> list:
     return [ctx.constant(value, ctx.outputs[0])]
 
 
-@translates("ConstantOfShape")
+@translates(ConstantOfShape=(9, 20, 21, 23, 24, 25))
 def _constant_of_shape(ctx: NodeCtx) -> list:
     fill = ctx.raw_attrs().get("value")
     fill = tensor_value(fill).reshape(-1)[0] if fill is not None else np.float32(0)
@@ -359,7 +389,7 @@ def _constant_of_shape(ctx: NodeCtx) -> list:
     return [ctx.constant(np.full(shape, fill, dtype=fill.dtype), ctx.outputs[0])]
 
 
-@translates("Shape", "Size")
+@translates(Shape=(1, 13, 15, 19, 21, 23, 24, 25), Size=(1, 13, 19, 21, 23, 24, 25))
 def _shape(ctx: NodeCtx) -> list:
     """A constant when static; with the batch symbol, a Probe for the shape arithmetic that follows."""
     t = ctx.type(0)

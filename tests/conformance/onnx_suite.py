@@ -17,6 +17,7 @@ or a hang. Any exception that is not a ``CuvilError`` is an *untyped* error.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import pickle
@@ -66,6 +67,7 @@ class Case:
     atol: float
     scope: str | None  # None: in scope; else a key of OUT_OF_SCOPE
     ops: tuple[str, ...]  # op types (with domain when not the default one), subgraphs included
+    inputs: tuple[str, ...]  # the ONNX graph inputs the data sets feed, in order
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,9 @@ def _case(name: str, source: str, model, data_sets, rtol: float, atol: float) ->
     """A case; out-of-scope ones keep no data (theirs may be sequences, maps or None)."""
     scope = scope_of(model)
     sets = () if scope else tuple((tuple(map(_array, ins)), tuple(map(_array, outs))) for ins, outs in data_sets)
-    return Case(name, source, model.SerializeToString(), sets, rtol, atol, scope, _op_names(model))
+    weights = {t.name for t in model.graph.initializer}
+    inputs = tuple(vi.name for vi in model.graph.input if vi.name not in weights)
+    return Case(name, source, model.SerializeToString(), sets, rtol, atol, scope, _op_names(model), inputs)
 
 
 def _model_dir_cases(kind: str) -> list[Case]:
@@ -178,8 +182,10 @@ def _read_pb(path: Path):
     return t
 
 
-def load_cases(model_dirs: Sequence[str] = MODEL_DIRS) -> list[Case]:
-    """Every node case of the installed onnx (generated here) plus the model directories' cases."""
+@functools.cache
+def load_cases(model_dirs: Sequence[str] = MODEL_DIRS) -> tuple[Case, ...]:
+    """Every node case of the installed onnx (generated here) plus the model directories' cases
+    (generated once per process: it takes ONNX about 10 s)."""
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -187,7 +193,7 @@ def load_cases(model_dirs: Sequence[str] = MODEL_DIRS) -> list[Case]:
         cases = [_case(c.name, "node", c.model, c.data_sets, c.rtol, c.atol) for c in collect_testcases(None)]
     for kind in model_dirs:
         cases.extend(_model_dir_cases(kind))
-    return cases
+    return tuple(cases)
 
 
 def sample(cases: Sequence[Case], count: int, seed: int) -> list[Case]:
@@ -222,9 +228,9 @@ def close_enough(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) ->
 
 
 class _Failed(Exception):
-    def __init__(self, outcome: str, detail: str):
+    def __init__(self, outcome: str, detail: str, constant_inputs: Sequence[str] = ()):
         super().__init__(detail)
-        self.outcome, self.detail = outcome, detail
+        self.outcome, self.detail, self.constant_inputs = outcome, detail, tuple(constant_inputs)
 
 
 def _guard(stage: str, fn: Callable):
@@ -236,14 +242,14 @@ def _guard(stage: str, fn: Callable):
     except _Failed:
         raise
     except UnsupportedModelError as e:
-        raise _Failed("unsupported", str(e)[:300]) from None
+        raise _Failed("unsupported", str(e)[:300], e.constant_inputs) from None
     except CuvilError as e:
         raise _Failed(f"{stage} error", f"{type(e).__name__}: {str(e)[:300]}") from None
     except Exception as e:  # noqa: BLE001  (what must never happen: recorded, never hidden)
         raise _Failed("untyped error", f"{stage}: {type(e).__name__}: {str(e)[:300]}") from None
 
 
-def _compare(stage: str, case: Case, graph, got: Sequence[Mapping[str, np.ndarray]]) -> None:
+def _compare(stage: str, case: Case, graph: Imported, got: Sequence[Mapping[str, np.ndarray]]) -> None:
     for k, ((_, want), outs) in enumerate(zip(case.data_sets, got)):
         for i, (name, expected) in enumerate(zip(graph.outputs, want)):
             why = close_enough(outs[name], expected, case.rtol, case.atol)
@@ -251,31 +257,57 @@ def _compare(stage: str, case: Case, graph, got: Sequence[Mapping[str, np.ndarra
                 raise _Failed(f"{stage} mismatch", f"data set {k}, output {i}: {why}")
 
 
-def feeds(case: Case, graph) -> list[dict[str, np.ndarray]]:
-    """The case's inputs by Cuvil input name (ONNX's graph inputs in order, initializers excluded)."""
-    out = []
+@dataclass(frozen=True)
+class Imported:
+    """A case's graph, and the ONNX inputs it was given as constants (``constant_inputs``)."""
+
+    graph: object
+    fixed: frozenset[str] = frozenset()
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.graph.outputs  # type: ignore[attr-defined]
+
+
+def feeds(case: Case, imported: Imported) -> list[dict[str, np.ndarray]]:
+    """The case's inputs by Cuvil input name (ONNX's graph inputs in order, fixed ones left out)."""
+    graph, out = imported.graph, []
     for ins, _ in case.data_sets:
-        if len(ins) != len(graph.inputs):
+        given = [x for name, x in zip(case.inputs, ins) if name not in imported.fixed]
+        if len(ins) != len(case.inputs) or len(given) != len(graph.inputs):
             raise _Failed("import error", f"the case gives {len(ins)} inputs, the graph takes {len(graph.inputs)}")
-        out.append(dict(zip(graph.inputs, ins)))
+        out.append(dict(zip(graph.inputs, given)))
     return out
 
 
-def import_case(case: Case):
+def import_case(case: Case) -> Imported:
+    """Import the model; graph inputs that Cuvil needs as constants (a Reshape's shape...) are
+    fixed to the data set's values and the model imported again (they must be equal in every set)."""
     from cuvil.compiler.frontends.onnx import import_onnx
 
-    graph = _guard("import", lambda: import_onnx(case.model))
-    if len(graph.outputs) != len(case.data_sets[0][1]):
-        raise _Failed("import error", f"{len(graph.outputs)} outputs, expected {len(case.data_sets[0][1])}")
-    return graph
+    def attempt(fixed: dict[str, np.ndarray]) -> Imported:
+        return Imported(_guard("import", lambda: import_onnx(case.model, constant_inputs=fixed)), frozenset(fixed))
+
+    try:
+        imported = attempt({})
+    except _Failed as f:
+        needed = set(f.constant_inputs)
+        values = {name: [ins[k] for ins, _ in case.data_sets] for k, name in enumerate(case.inputs) if name in needed}
+        if not needed or needed - set(values) or any(
+                not all(np.array_equal(v[0], w) for w in v[1:]) for v in values.values()):
+            raise
+        imported = attempt({name: v[0] for name, v in values.items()})
+    if len(imported.outputs) != len(case.data_sets[0][1]):
+        raise _Failed("import error", f"{len(imported.outputs)} outputs, expected {len(case.data_sets[0][1])}")
+    return imported
 
 
-def check_reference(case: Case, graph) -> None:
+def check_reference(case: Case, imported: Imported) -> None:
     from cuvil.compiler.interpreter import run_reference
 
     with np.errstate(all="ignore"):
-        got = _guard("reference", lambda: [run_reference(graph, f) for f in feeds(case, graph)])
-    _compare("reference", case, graph, got)
+        got = _guard("reference", lambda: [run_reference(imported.graph, f) for f in feeds(case, imported)])
+    _compare("reference", case, imported, got)
 
 
 def run_native(graph, feed_sets: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -310,8 +342,46 @@ def split_outputs(graphs: Sequence, merged_out: Mapping[str, np.ndarray]) -> lis
     return [{v: merged_out[f"c{i}/{v}"] for v in g.outputs} for i, g in enumerate(graphs)]
 
 
-def mergeable(case: Case, graph) -> bool:
-    return len(case.data_sets) == 1 and all(t.is_static for t in graph.types.values())
+def mergeable(case: Case, imported: Imported) -> bool:
+    return len(case.data_sets) == 1 and all(t.is_static for t in imported.graph.types.values())
+
+
+# --- a foreign device under qemu ------------------------------------------------------------------
+def run_emulated(cases: Sequence[Case], profile: str, sve_vector_bits: int | None = None) -> list[Result]:
+    """The cases built for device ``profile`` in one module, linked once, run once under qemu
+    (``edge_runtime.emulated``). Cases that do not import, match on the reference or lower for the
+    target are left out: the host run counts those."""
+    from cuvil.compiler.codegen.lower import lower
+    from cuvil.compiler.errors import CuvilError
+    from cuvil.devices import resolve_target
+    from cuvil.edge_runtime.emulated import EmulatedModel
+
+    target = resolve_target(profile)
+    ready: list[tuple[Case, Imported]] = []
+    for case in cases:
+        try:
+            imported = import_case(case)
+            check_reference(case, imported)
+            lower(imported.graph, target)
+        except (_Failed, CuvilError):
+            continue
+        if mergeable(case, imported):
+            ready.append((case, imported))
+    graphs = [imp.graph for _, imp in ready]
+    model = EmulatedModel(merge(graphs), target, use_cache=False)
+    try:
+        feed = {f"c{i}/{k}": v for i, (c, imp) in enumerate(ready) for k, v in feeds(c, imp)[0].items()}
+        (out,) = model.run([feed], sve_vector_bits=sve_vector_bits)
+    finally:
+        model.close()
+    results = []
+    for (case, imported), got in zip(ready, split_outputs(graphs, out)):
+        try:
+            _compare("native", case, imported, [got])
+            results.append(Result(case.name, "pass", "", case.ops))
+        except _Failed as f:
+            results.append(Result(case.name, f.outcome, f.detail, case.ops))
+    return results
 
 
 # --- a worker: runs chunks of cases ---------------------------------------------------------------
@@ -343,7 +413,7 @@ def run_chunk(cases: Sequence[Case], native: Runner = run_native, report: Callab
     if len(merged) > 1:
         stage("", "native (merged)")
         try:
-            graphs = [g for _, g in merged]
+            graphs = [g.graph for _, g in merged]
             big = merge(graphs)
             outs = native(big, [{f"c{i}/{k}": v for i, (c, g) in enumerate(merged) for k, v in feeds(c, g)[0].items()}])
             for (case, graph), got in zip(merged, split_outputs(graphs, outs[0])):
@@ -358,7 +428,7 @@ def run_chunk(cases: Sequence[Case], native: Runner = run_native, report: Callab
     for case, graph in merged + singles:
         stage(case.name, "native")
         try:
-            got = _guard("native", lambda: native(graph, feeds(case, graph)))
+            got = _guard("native", lambda: native(graph.graph, feeds(case, graph)))
             _compare("native", case, graph, got)
             done(case, "pass")
         except _Failed as f:

@@ -14,6 +14,7 @@ from llvmlite import ir
 from ...ir.dtypes import DType
 from ...ops.fused import parse_program
 from .. import irhelpers as h
+from ..halfprec import float_convert
 from ..scalar_ops import ELEMENT_EMITTERS, scalar_fn
 from .base import KernelContext, kernel
 
@@ -89,9 +90,7 @@ def _cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
         nz = b.fcmp_unordered("!=", x, h.const(st, 0)) if src.is_float else b.icmp_unsigned("!=", x, ir.Constant(st, 0))
         return b.zext(nz, h.I8)
     if src.is_float and dst.is_float:
-        if st == dt:
-            return x
-        return b.fpext(x, dt) if _width(st) < _width(dt) else b.fptrunc(x, dt)
+        return float_convert(b, x, dt)
     if src.is_float:
         return b.fptosi(x, dt) if dst in h.SIGNED else b.fptoui(x, dt)
     if dst.is_float:
@@ -101,10 +100,6 @@ def _cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
     if st.width > dt.width:
         return b.trunc(x, dt)
     return b.sext(x, dt) if src in h.SIGNED else b.zext(x, dt)
-
-
-def _width(t: ir.Type) -> int:
-    return {"half": 16, "float": 32, "double": 64}[str(t)]
 
 
 @kernel("Cast", scalars=True)

@@ -1,0 +1,110 @@
+"""Opsets the way ONNX Runtime takes them: any opset the installed onnx knows, op versions declared
+per translator, old models lifted, ONNX functions expanded, graph inputs fixed as constants.
+
+Expected values come from ONNX Runtime or NumPy, never from Cuvil.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx.defs
+import pytest
+from onnx import TensorProto, helper
+
+from cuvil.compiler import run_reference
+from cuvil.compiler.ops import OP_TABLE
+from cuvil.compiler.errors import UnsupportedModelError
+from cuvil.compiler.frontends import onnx_ops
+from cuvil.compiler.frontends.onnx import LIFTED_TO, NEWEST_OPSET, OnnxImportError, import_onnx
+from tests.compiler.frontends.test_onnx_frontend import check, make_model, one_op
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+SINCE = collections.defaultdict(set)
+for _schema in onnx.defs.get_all_schemas_with_history():
+    if _schema.domain == "":
+        SINCE[_schema.name].add(_schema.since_version)
+
+
+def test_declared_versions_are_onnx_versions_and_include_the_newest():
+    assert onnx_ops.VERSIONS.keys() == onnx_ops.TABLE.keys()
+    assert set(onnx_ops.DIRECT_VERSIONS) == {name for name, op in OP_TABLE.items() if op.same_as_onnx}
+    for op, versions in onnx_ops.VERSIONS.items():
+        assert set(versions) <= SINCE[op], (op, sorted(set(versions) - SINCE[op]))
+        assert max(SINCE[op]) in versions, f"{op}: its newest version {max(SINCE[op])} is not declared"
+
+
+@pytest.mark.parametrize("opset", sorted({9, 11, 13, 17, 21, 22, NEWEST_OPSET}))
+def test_every_opset_up_to_the_newest_imports(rng, opset):
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Sigmoid", ["r"], ["y"])]
+    model = make_model(nodes, {"x": (F, [1, 3, 5, 5])}, ["y"], {"w": w}, opset)
+    check(model, {"x": rng.standard_normal((1, 3, 5, 5)).astype(np.float32)})
+
+
+def test_models_below_opset_9_are_lifted_first(rng):
+    """BatchNormalization-7 (with its spatial attribute) and Upsample-free ops, converted to opset 9."""
+    c = 3
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["bn"], spatial=1, epsilon=1e-3),
+             helper.make_node("Relu", ["bn"], ["y"])]
+    inits = {"s": rng.random(c, np.float32) + 0.5, "b": rng.standard_normal(c).astype(np.float32),
+             "m": rng.standard_normal(c).astype(np.float32), "v": rng.random(c, np.float32) + 0.5}
+    model = make_model(nodes, {"x": (F, [2, c, 4, 4]), **{k: (F, [c]) for k in inits}}, ["y"], inits, opset=7)
+    model.ir_version = 3  # initializers are graph inputs too, as IR 3 wants
+    graph = import_onnx(model)
+    x = rng.standard_normal((2, c, 4, 4)).astype(np.float32)
+    shape = (1, c, 1, 1)
+    want = np.maximum((x - inits["m"].reshape(shape)) / np.sqrt(inits["v"].reshape(shape) + 1e-3)
+                      * inits["s"].reshape(shape) + inits["b"].reshape(shape), 0)
+    np.testing.assert_allclose(run_reference(graph, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+    assert LIFTED_TO == 9
+
+
+def test_an_undeclared_op_version_is_unsupported_and_named(monkeypatch):
+    monkeypatch.setitem(onnx_ops.VERSIONS, "Sqrt", (6,))
+    with pytest.raises(UnsupportedModelError) as err:
+        import_onnx(one_op("Sqrt", [3], 13))
+    assert err.value.unsupported == {"Sqrt (version 13)": ("y0",)}
+
+
+def test_an_op_onnx_defines_as_a_function_is_expanded(rng, monkeypatch):
+    """LeakyRelu-16 has a function body in onnx.defs: without its version declared, the body imports."""
+    monkeypatch.setitem(onnx_ops.VERSIONS, "LeakyRelu", (6,))
+    graph = check(one_op("LeakyRelu", [2, 5], 16, alpha=0.3), {"x": rng.standard_normal((2, 5)).astype(np.float32)})
+    assert "LeakyRelu" not in {n.op for n in graph.nodes}
+
+
+def test_a_context_dependent_function_is_expanded_with_the_input_types(rng):
+    """RMSNormalization (opset 23) has no translator: ONNX builds its body for the node's types."""
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    scale = rng.standard_normal(8).astype(np.float32)
+    model = make_model([helper.make_node("RMSNormalization", ["x", "s"], ["y"], epsilon=1e-5)],
+                       {"x": (F, [2, 3, 8])}, ["y"], {"s": scale}, 23)
+    graph = import_onnx(model)
+    want = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-5) * scale
+    np.testing.assert_allclose(run_reference(graph, {"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+
+
+def _reshape_model():
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="rs")]
+    return make_model(nodes, {"x": (F, [2, 6]), "shape": (I64, [2])}, ["y"], opset=13)
+
+
+def test_a_graph_input_an_op_needs_constant_is_named_and_can_be_fixed(rng):
+    with pytest.raises(UnsupportedModelError) as err:
+        import_onnx(_reshape_model())
+    assert err.value.constant_inputs == ("shape",)
+    graph = import_onnx(_reshape_model(), constant_inputs={"shape": np.array([3, 4], np.int64)})
+    assert graph.inputs == ("x",)
+    x = rng.standard_normal((2, 6)).astype(np.float32)
+    np.testing.assert_array_equal(run_reference(graph, {"x": x})["y"], x.reshape(3, 4))
+
+
+@pytest.mark.parametrize("given, match", [({"nope": np.zeros(2, np.int64)}, "not inputs"),
+                                          ({"shape": np.zeros(2, np.int32)}, "int32"),
+                                          ({"shape": np.zeros(3, np.int64)}, r"\[3\]")])
+def test_bad_constant_inputs_are_import_errors(given, match):
+    with pytest.raises(OnnxImportError, match=match):
+        import_onnx(_reshape_model(), constant_inputs=given)

@@ -1,0 +1,47 @@
+"""The JIT loads only code it can link: a call to a routine this process lacks is a CompileError,
+never a null call that crashes; libc and libm calls resolve."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuvil.compiler.errors import CompileError
+from cuvil.edge_runtime import jit
+
+_IR = """
+declare double @{callee}(double)
+define void @entry(i8* %a, i8* %w) {{
+  %p = bitcast i8* %a to double*
+  %x = load double, double* %p
+  %y = call double @{callee}(double %x)
+  store double %y, double* %p
+  ret void
+}}
+define void @entry_bind(i8* %a, i8* %w) {{
+  ret void
+}}
+define void @entry_bound() {{
+  ret void
+}}
+"""
+
+
+def _object(callee: str) -> bytes:
+    target = jit.host_target()
+    return jit.emit_object(_IR.format(callee=callee), target, jit=True)
+
+
+def test_symbols_of_an_object_file():
+    defined, used = jit.global_symbols(_object("exp"))
+    assert {"entry", "entry_bind", "entry_bound"} <= defined
+    assert used == {"exp"}
+
+
+def test_a_call_to_a_missing_routine_is_a_compile_error():
+    with pytest.raises(CompileError, match="__cuvil_no_such_routine"):
+        jit.load_object(_object("__cuvil_no_such_routine"), "entry", jit.host_target())
+
+
+def test_libm_calls_resolve():
+    code = jit.load_object(_object("exp"), "entry", jit.host_target())
+    assert code.address and code.bind and code.bound
