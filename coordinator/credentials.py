@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ..compiler.atomic_file import atomic_write
 from ..compiler.errors import CuvilError
 
 _DNS_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
@@ -124,8 +125,6 @@ def _refuse_overwrite(paths: Sequence[Path], force: bool) -> None:
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "wb") as f:
+    """Private keys are 0600 from their first byte, written beside and renamed over (never through a link)."""
+    with atomic_write(path, 0o600 if private else 0o644) as f:
         f.write(data)
-    if private:
-        os.chmod(path, 0o600)

@@ -5,13 +5,15 @@ Inputs are copied straight into arena views, the entry point is called through a
 with pointers cached as plain ints (reading ``array.ctypes.data`` per call costs microseconds),
 and outputs are returned as copies. The arena and weights pointers are handed to the code once
 (``_bind``), so each inference is one argument-free native call, which releases the GIL.
-A session is not reentrant: one ``run`` at a time.
+One arena means one ``run`` at a time: a lock serializes threads that share a session (unguarded,
+two threads gave wrong outputs), and distinct sessions still run in parallel.
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -74,6 +76,7 @@ class Session:
         self._weights_ptr = int(self._weights.ctypes.data)
         _BIND(code.bind)(self._arena_ptr, self._weights_ptr)
         self._fn = _BOUND(code.bound)
+        self._lock = threading.Lock()
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -89,17 +92,18 @@ class Session:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Copy ``inputs`` into the arena, run the whole graph natively, return output copies."""
-        try:
-            for name, view, shape, dtype in self._inputs:
-                value = inputs[name]
-                if getattr(value, "dtype", None) is dtype and value.shape == shape:
-                    view[...] = value  # the fast path: exact type, plain copy into the arena
-                else:
-                    self._convert_into(name, view, value)
-        except KeyError as e:
-            raise InterpreterError(f"missing input {e.args[0]!r}; the model takes {list(self.input_names)}") from None
-        self._fn()
-        return {name: view.copy() for name, view in self._outputs}
+        with self._lock:
+            try:
+                for name, view, shape, dtype in self._inputs:
+                    value = inputs[name]
+                    if getattr(value, "dtype", None) is dtype and value.shape == shape:
+                        view[...] = value  # the fast path: exact type, plain copy into the arena
+                    else:
+                        self._convert_into(name, view, value)
+            except KeyError as e:
+                raise InterpreterError(f"missing input {e.args[0]!r}; the model takes {list(self.input_names)}") from None
+            self._fn()
+            return {name: view.copy() for name, view in self._outputs}
 
     @staticmethod
     def _convert_into(name: str, view: np.ndarray, value) -> None:
@@ -117,12 +121,14 @@ class Session:
         if lw.profile_offset is None:
             raise ValueError("this session was not lowered with profile=True")
         counters = self._arena[lw.profile_offset:lw.profile_offset + 8 * len(lw.profile_nodes)].view(np.uint64)
-        counters[:] = 0
-        for _ in range(runs):
-            self.run_raw()
+        with self._lock:
+            counters[:] = 0
+            for _ in range(runs):
+                self._fn()
         total = float(counters.sum()) or 1.0
         return {name: float(c) / total for name, c in zip(lw.profile_nodes, counters)}
 
     def run_raw(self) -> None:
         """One native call on whatever the arena holds (benchmarks: no copies at all)."""
-        self._fn()
+        with self._lock:
+            self._fn()

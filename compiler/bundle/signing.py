@@ -15,6 +15,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ..atomic_file import atomic_write
 from ..errors import CuvilError
 
 PUBLIC_KEY_SIZE = 32
@@ -44,16 +45,10 @@ def fingerprint(key: Ed25519PublicKey | Ed25519PrivateKey | bytes) -> str:
     return hashlib.sha256(raw).hexdigest()[:32]
 
 
-def _write_new(path: Path, data: bytes, mode: int, force: bool) -> None:
+def _write_new(path: Path, data: bytes, mode: int) -> None:
     """Create ``path`` with ``mode`` from the start (no window where a private key is world-readable)."""
-    if force and path.exists():
-        path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    with atomic_write(path, mode) as f:
+        f.write(data)
 
 
 def generate_keypair(out_dir: str | os.PathLike, name: str = "cuvil", force: bool = False) -> KeyPair:
@@ -70,8 +65,8 @@ def generate_keypair(out_dir: str | os.PathLike, name: str = "cuvil", force: boo
         for p in (priv_path, pub_path):
             if p.exists():
                 raise KeyFileError(f"{p} already exists (use --force to replace it)")
-    _write_new(priv_path, priv, 0o600, force)
-    _write_new(pub_path, pub, 0o644, force)
+    _write_new(priv_path, priv, 0o600)
+    _write_new(pub_path, pub, 0o644)
     return KeyPair(priv_path, pub_path, fingerprint(key))
 
 

@@ -16,6 +16,7 @@ from typing import BinaryIO
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from ..atomic_file import atomic_write
 from ..errors import BundleError
 from ..ir.dtypes import DType
 from ..ir.graph import Graph
@@ -90,14 +91,6 @@ def bundle_bytes(graph: Graph, key: Ed25519PrivateKey, *, name: str | None = Non
 
 def save_bundle(graph: Graph, path: str | os.PathLike, key: Ed25519PrivateKey, *, name: str, version: str,
                 producer: str) -> Manifest:
-    """Write atomically: a temporary file beside ``path``, renamed over it once complete."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            manifest = write_bundle(graph, f, key, name=name, version=version, producer=producer)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return manifest
+    """Write atomically through a fresh ``O_EXCL`` temporary file beside ``path`` (see :mod:`..atomic_file`)."""
+    with atomic_write(path) as f:
+        return write_bundle(graph, f, key, name=name, version=version, producer=producer)

@@ -60,3 +60,21 @@ def test_node_key_is_p384_in_openssh_format(tmp_path):
     assert isinstance(public.curve, ec.SECP384R1) and public.public_numbers() == private.public_key().public_numbers()
     with pytest.raises(CredentialsError, match="--force"):
         make_node_key(tmp_path / "keys" / "device-1")
+
+
+def test_forced_keys_never_go_through_a_planted_link_or_a_looser_file(tmp_path):
+    """--force over a world-readable key file, or over a symbolic link planted at a key's name: the key
+    is written to a fresh 0600 file that replaces the name; the link's target and old mode are never used."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    out = tmp_path / "tls"
+    out.mkdir()
+    (out / "superlink.key").symlink_to(victim)
+    (out / "ca.key").write_bytes(b"old")
+    (out / "ca.key").chmod(0o644)
+    made = make_certificates(out, ["localhost"], force=True)
+    assert victim.read_bytes() == b"precious"
+    for private in (made.key, made.ca_key):
+        assert not private.is_symlink() and stat.S_IMODE(private.stat().st_mode) == 0o600
+        serialization.load_pem_private_key(private.read_bytes(), None)
+    assert sorted(p.name for p in out.iterdir()) == ["ca.crt", "ca.key", "superlink.key", "superlink.pem"]

@@ -125,6 +125,36 @@ def test_inspect_bundle(setup, cli):
     assert "(trusted)" in out and "graph" not in out.splitlines()[0]
 
 
+def test_opset9_initializers_listed_as_inputs_run_with_the_one_data_input(tmp_path, cli):
+    """IR version 3 lists every initializer among the graph inputs (inputs with defaults): the bundle
+    takes only the data input, so ``run --input x.npy`` works and matches ONNX Runtime fed ``x`` alone."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("cuvil.compiler.frontends.onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    inits = {"W": rng.standard_normal((5, 4)).astype(np.float32), "B": rng.standard_normal(5).astype(np.float32),
+             "S": np.array([1, 5], np.int64)}
+    nodes = [helper.make_node("Gemm", ["x", "W", "B"], ["h"], transB=1), helper.make_node("Reshape", ["h", "S"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])] + [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in inits.items()]
+    graph = helper.make_graph(nodes, "op9", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+                              [numpy_helper.from_array(v, n) for n, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 3
+    onnx.save(model, tmp_path / "op9.onnx")
+    x = rng.standard_normal((1, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    (want,) = ort.InferenceSession(str(tmp_path / "op9.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    cli("keygen", "--out", tmp_path / "k")
+    cli("import", tmp_path / "op9.onnx", "-o", tmp_path / "op9.cuvil", "--key", tmp_path / "k" / "cuvil.key")
+    cli("run", tmp_path / "op9.cuvil", "--trust", tmp_path / "k" / "cuvil.pub", "--input", tmp_path / "x.npy",
+        "--output", tmp_path / "y.npz")
+    with np.load(tmp_path / "y.npz", allow_pickle=False) as got:
+        np.testing.assert_allclose(got["y"], want, rtol=1e-5, atol=1e-6)
+
+
 def test_import_and_inspect_onnx(tmp_path, cli):
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("cuvil.compiler.frontends.onnx")

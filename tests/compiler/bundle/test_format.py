@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 
 import pytest
 
 from cuvil.compiler import print_graph
+from cuvil.compiler import atomic_file
 from cuvil.compiler.bundle import ALIGN, MAGIC, bundle_bytes, read_bundle, save_bundle
 from cuvil.compiler.bundle.format import HEADER, MANIFEST_OFFSET, MAX_MANIFEST_BYTES, canonical_json
 from cuvil.compiler.errors import BundleError
@@ -68,6 +70,25 @@ def test_same_model_and_key_give_the_same_bytes(graph, key, data, tmp_path):
         save_bundle(graph, p, key, name="small-model", version="1.2", producer="cuvil")
     assert paths[0].read_bytes() == paths[1].read_bytes() == data
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.cuvil", "b.cuvil"]  # no temp files left
+
+
+def test_save_never_writes_through_a_planted_symlink(graph, key, data, tmp_path, monkeypatch):
+    """The temporary file is new (O_EXCL, O_NOFOLLOW): a link planted at its name is not followed,
+    even when the random name is guessed (forced here), and the bundle still lands where it should."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    names, real = iter(["guessed", "guessed", "fresh"]), atomic_file.secrets.token_hex
+    monkeypatch.setattr(atomic_file.secrets, "token_hex", lambda n: next(names, None) or real(n))
+    (out / ".m.cuvil.guessed.tmp").symlink_to(victim)
+    save_bundle(graph, out / "m.cuvil", key, name="small-model", version="1.2", producer="cuvil")
+    assert victim.read_bytes() == b"precious" and (out / "m.cuvil").read_bytes() == data
+    assert (out / ".m.cuvil.guessed.tmp").is_symlink() and not (out / ".m.cuvil.fresh.tmp").exists()
+    old_predictable = out / f".n.cuvil.{os.getpid()}.tmp"  # the name the writer used to pick
+    old_predictable.symlink_to(victim)
+    save_bundle(graph, out / "n.cuvil", key, name="small-model", version="1.2", producer="cuvil")
+    assert victim.read_bytes() == b"precious" and (out / "n.cuvil").read_bytes() == data
 
 
 def test_other_key_or_metadata_change_the_bytes(graph, key, data):
