@@ -94,7 +94,7 @@ class GraphBuilder:
         ops.get_op(op).check_arity(len(inputs))
         node = Node.make(op, inputs, outs, name=self.unique(hint, self._node_names), **attrs)
         out_types = infer_op(op, [self.types[i] for i in inputs], node.attr)
-        if (inputs and all(i in self.constants for i in inputs)
+        if (inputs and ops.get_op(op).foldable and all(i in self.constants for i in inputs)
                 and not swells(sum(t.nbytes() for t in out_types), sum(self.constants[i].nbytes for i in inputs))):
             values = ops.get_op(op).reference([self.constants[i] for i in inputs], node.attr)
             for out, value, ty in zip(outs, values, out_types):

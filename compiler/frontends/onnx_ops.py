@@ -187,12 +187,17 @@ def _window(ctx: NodeCtx, kernel: list[int], dilations: list[int]) -> tuple[list
     return strides, begins + ends
 
 
-@translates(Conv=(1, 11, 22))
-def _conv(ctx: NodeCtx) -> list:
-    kernel = list(ctx.attr("kernel_shape", ctx.type(1).shape[2:]))
+def conv_window(ctx: NodeCtx, weight_spatial) -> dict:
+    """Conv's (and QLinearConv's) window attributes: strides, pads, dilations, group."""
+    kernel = list(ctx.attr("kernel_shape", weight_spatial))
     dilations = list(ctx.attr("dilations", [1] * len(kernel)))
     strides, pads = _window(ctx, kernel, dilations)
-    return [ctx.emit("Conv", ctx.xs(), strides=strides, pads=pads, dilations=dilations, group=ctx.attr("group", 1))]
+    return dict(strides=strides, pads=pads, dilations=dilations, group=ctx.attr("group", 1))
+
+
+@translates(Conv=(1, 11, 22))
+def _conv(ctx: NodeCtx) -> list:
+    return [ctx.emit("Conv", ctx.xs(), **conv_window(ctx, ctx.type(1).shape[2:]))]
 
 
 @translates(MaxPool=(8, 10, 11, 12, 22), AveragePool=(7, 10, 11, 19, 22))

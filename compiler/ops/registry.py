@@ -76,6 +76,8 @@ class OpDef:
       operands' dtype, its element code in every backend's element table).
     * ``float_only``: input 0 (and every operand of its dtype) must be a float; :meth:`infer` checks it.
     * ``flops``: the :data:`FlopRule` of ``cuvil inspect`` (multiply-add = 2; default one per output element).
+    * ``foldable``: a node whose inputs are all constants may be replaced by its result (false for
+      DequantizeLinear: folded, int8 weights would be stored as the float32 they stand for).
     * ``same_as_onnx``: the ONNX op of this name has exactly these inputs, attributes and defaults,
       so the ONNX frontend imports it as it is.
     """
@@ -93,6 +95,7 @@ class OpDef:
     fusable: bool = False
     float_only: bool = False
     flops: FlopRule = per_output_element
+    foldable: bool = True
     same_as_onnx: bool = False
 
     def infer(self, ts: Sequence[TensorType], attrs: Attrs) -> Sequence[TensorType]:

@@ -31,7 +31,7 @@ def fold_constants(graph: Graph) -> Graph:
     constants = dict(graph.constants)
     nodes = []
     for node in graph.nodes:
-        foldable = node.inputs and all(i in constants for i in node.inputs)
+        foldable = node.inputs and ops.get_op(node.op).foldable and all(i in constants for i in node.inputs)
         if not foldable or any(o in graph.outputs for o in node.outputs) or _swells(graph, node, constants):
             nodes.append(node)
             continue

@@ -1,7 +1,8 @@
 """The pass pipeline: a visible tuple of pure ``Graph -> Graph`` functions, run in order.
 
 Order matters: folding constants first exposes constant BN parameters; BN folds into Conv/Gemm
-before fusion so the fused kernels see one bias; dce last drops the weights folding replaced.
+before fusion so the fused kernels see one bias; QDQ patterns become integer ops before
+float fusion could take their Conv/Gemm apart from the QuantizeLinear; dce last drops the weights folding replaced.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from .dce import dce
 from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
 from .fuse import fuse
+from .fuse_qdq import fuse_qdq
 
 Pass = Callable[[Graph], Graph]
-DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, fold_batchnorm, fuse, dce)
+DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, fold_batchnorm, fuse_qdq, fuse, dce)
 
 
 def optimize(graph: Graph, passes: Sequence[Pass] = DEFAULT_PIPELINE, verify_each: bool = False) -> Graph:

@@ -1,0 +1,125 @@
+"""ONNX's quantization ops -> Cuvil's quant family (registered into ``onnx_ops.TABLE``).
+
+QDQ models (``onnxruntime.quantization.quantize_static``, PyTorch's export of quantized models) are
+QuantizeLinear / DequantizeLinear pairs around float ops; they import as they are and
+``passes/fuse_qdq.py`` later turns each pattern into one integer op. ``QLinearConv`` and
+``QLinearMatMul`` with symmetric constant weights import straight into ``QConv`` / ``QMatMul``; with
+other weights they become the equivalent DequantizeLinear -> float op -> QuantizeLinear chain.
+``MatMulInteger`` is exact int32 arithmetic: Cast, Sub of the zero points, int32 MatMul.
+Scales and zero points must be constants: they become attributes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from ..ops.quant import QUANT_DTYPES
+from .builder import Unsupported
+from .onnx_node import NodeCtx, onnx_dtype
+from .onnx_ops import conv_window, translates
+
+
+def _floats(ctx: NodeCtx, i: int) -> list[float]:
+    return [float(v) for v in ctx.const(i).astype(np.float64).reshape(-1)]
+
+
+def _ints(ctx: NodeCtx, i: int, n: int) -> list[int]:
+    return [int(v) for v in ctx.const(i).reshape(-1)] if ctx.has(i) else [0] * n
+
+
+def _check_block_size(ctx: NodeCtx) -> None:
+    if ctx.attr("block_size", 0):
+        raise Unsupported("blocked quantization (block_size)")
+    if ctx.attr("precision", 0):
+        raise Unsupported("a computation precision other than the scale's")
+
+
+_QDQ_VERSIONS = (10, 13, 19, 21, 23, 24, 25)  # 13: per-axis; 19+: float8 types; 21: blocks, output_dtype; 23+: more types
+
+
+@translates(QuantizeLinear=_QDQ_VERSIONS)
+def _quantize(ctx: NodeCtx) -> list:
+    _check_block_size(ctx)
+    scale = _floats(ctx, 1)
+    if ctx.has(2):
+        to = ctx.type(2).dtype
+    else:
+        code = ctx.attr("output_dtype", 0)
+        to = onnx_dtype(code) if code else DType.U8
+    if to not in QUANT_DTYPES:
+        raise Unsupported(f"quantization to {to.value}")
+    return [ctx.emit("QuantizeLinear", [ctx.x(0)], scale=scale, zero_point=_ints(ctx, 2, len(scale)),
+                     axis=ctx.attr("axis", 1), to=to)]
+
+
+@translates(DequantizeLinear=_QDQ_VERSIONS)
+def _dequantize(ctx: NodeCtx) -> list:
+    _check_block_size(ctx)
+    scale = _floats(ctx, 1)
+    return [ctx.emit("DequantizeLinear", [ctx.x(0)], scale=scale, zero_point=_ints(ctx, 2, len(scale)),
+                     axis=ctx.attr("axis", 1))]
+
+
+def _one(ctx: NodeCtx, i: int) -> float | int:
+    return ctx.scalar(i, 0)
+
+
+def _dequantized(ctx: NodeCtx, x: str, scale: list[float], zero_point: list[int], axis: int, hint: str) -> str:
+    return ctx.tmp("DequantizeLinear", [x], hint, scale=scale, zero_point=zero_point, axis=axis)
+
+
+@translates(QLinearConv=(10,))
+def _qlinear_conv(ctx: NodeCtx) -> list:
+    w_scale, m = _floats(ctx, 4), ctx.type(3).shape[0]
+    w_zp = _ints(ctx, 5, len(w_scale))
+    attrs = conv_window(ctx, ctx.type(3).shape[2:])
+    x_scale, x_zp, y_scale, y_zp = _one(ctx, 1), _one(ctx, 2), _one(ctx, 6), _one(ctx, 7)
+    to = ctx.type(7).dtype
+    inputs = [ctx.x(0), ctx.x(3)] + ([ctx.x(8)] if ctx.has(8) else [])
+    if ctx.type(3).dtype is DType.I8 and not any(w_zp):
+        return [ctx.emit("QConv", inputs, x_scale=x_scale, x_zero_point=x_zp, w_scale=w_scale, y_scale=y_scale,
+                         y_zero_point=y_zp, to=to, **attrs)]
+    x = _dequantized(ctx, ctx.x(0), [x_scale], [x_zp], 1, "x")
+    w = _dequantized(ctx, ctx.x(3), w_scale, w_zp, 0, "w")
+    conv = [x, w]
+    if ctx.has(8):
+        bias_scale = [float(v) for v in np.float32(x_scale) * np.asarray(w_scale, np.float32)]
+        conv.append(_dequantized(ctx, ctx.x(8), bias_scale * (m if len(bias_scale) == 1 else 1), [0] * m, 0, "b"))
+    y = ctx.tmp("Conv", conv, "conv", **attrs)
+    return [ctx.emit("QuantizeLinear", [y], scale=[y_scale], zero_point=[y_zp], to=to)]
+
+
+@translates(QLinearMatMul=(10, 21))
+def _qlinear_matmul(ctx: NodeCtx) -> list:
+    b_scale, bt = _floats(ctx, 4), ctx.type(3)
+    b_zp = _ints(ctx, 5, len(b_scale))
+    a_scale, a_zp, y_scale, y_zp = _one(ctx, 1), _one(ctx, 2), _one(ctx, 6), _one(ctx, 7)
+    to = ctx.type(7).dtype
+    constant_b = ctx.b.value_of(ctx.x(3)) is not None
+    if constant_b and bt.rank == 2 and bt.dtype is DType.I8 and not any(b_zp):
+        return [ctx.emit("QMatMul", [ctx.x(0), ctx.x(3)], a_scale=a_scale, a_zero_point=a_zp, b_scale=b_scale,
+                         y_scale=y_scale, y_zero_point=y_zp, to=to)]
+    if len(b_scale) > 1:
+        raise Unsupported("per-column scales on a non-constant or batched B")
+    a = _dequantized(ctx, ctx.x(0), [a_scale], [a_zp], 1, "a")
+    b = _dequantized(ctx, ctx.x(3), b_scale, b_zp, 1, "b")
+    y = ctx.tmp("MatMul", [a, b], "matmul")
+    return [ctx.emit("QuantizeLinear", [y], scale=[y_scale], zero_point=[y_zp], to=to)]
+
+
+@translates(MatMulInteger=(10,))
+def _matmul_integer(ctx: NodeCtx) -> list:
+    ta, tb = ctx.type(0), ctx.type(1)
+    if ta.dtype not in QUANT_DTYPES or tb.dtype not in QUANT_DTYPES:
+        raise Unsupported(f"operands {ta.dtype.value} x {tb.dtype.value}")
+    sides = []
+    for i, t, zp_index, column in ((0, ta, 2, False), (1, tb, 3, True)):
+        wide = ctx.tmp("Cast", [ctx.x(i)], f"wide{i}", to=DType.I32)
+        if ctx.has(zp_index):
+            zp = ctx.const(zp_index).astype(np.int32)
+            if zp.size > 1 and not column:
+                zp = zp.reshape(-1, 1)  # A's per-row zero points
+            wide = ctx.tmp("Sub", [wide, ctx.constant(zp, f"{ctx.name}/zp{i}")], f"centred{i}")
+        sides.append(wide)
+    return [ctx.emit("MatMul", sides)]

@@ -1,0 +1,226 @@
+"""fuse_qdq: QDQ patterns -> integer ops, so a quantized model runs on integer kernels end to end.
+
+A QDQ model says "this float op computes on dequantized int8 values and its result is quantized":
+
+    DequantizeLinear(x) -> Conv(., DequantizeLinear(W)[, DequantizeLinear(B)]) [-> Relu | Clip] -> QuantizeLinear
+
+becomes one ``QConv`` (likewise Gemm / MatMul with a constant 2-D weight -> ``QMatMul``, Add ->
+``QAdd``). A fused ReLU/Clip becomes the requantization's ``clamp``: quantization is monotonic and
+maps 0 to the zero point, so ``Q(relu(v)) = max(Q(v), Q(0))`` exactly. MaxPool and the views
+(Flatten, Reshape, Squeeze, Unsqueeze) between a DequantizeLinear and a QuantizeLinear of the same
+parameters run on the int8 values themselves, which is exact. Weights must be symmetric (zero point
+0) constant i8, activations per tensor; anything else stays as it was (correct, in float).
+
+The fused node takes the QuantizeLinear's output name and place; dce drops what it no longer reads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from ..ir.graph import Graph, Node
+from ..ops.quant import QUANT_DTYPES, clamp_bounds, dtype_range
+from .rewrite import Names, as_constant, rebuild, sole_user, users
+
+QParams = tuple[float, int, DType]  # per-tensor scale, zero point, dtype
+_SAME_PARAMS_OPS = ("MaxPool", "Flatten", "Reshape", "Squeeze", "Unsqueeze")
+
+
+class _Ctx:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.uses = users(graph)
+        self.producers = graph.producers()
+        self.constants = dict(graph.constants)
+        self.names = Names(graph)
+
+    def dq(self, value: str) -> Node | None:
+        node = self.producers.get(value)
+        return node if node is not None and node.op == "DequantizeLinear" else None
+
+    def activation_in(self, value: str) -> tuple[str, QParams] | None:
+        """``value`` = DequantizeLinear(q) per tensor, q an i8/u8 value: (q, its parameters)."""
+        node = self.dq(value)
+        if node is None:
+            return None
+        a, q = node.attr, node.inputs[0]
+        dtype = self.graph.types[q].dtype
+        if len(a["scale"]) != 1 or dtype not in QUANT_DTYPES:
+            return None
+        return q, (a["scale"][0], a["zero_point"][0], dtype)
+
+    def const_weight(self, value: str) -> tuple[np.ndarray, tuple[float, ...], int] | None:
+        """``value`` = DequantizeLinear(W) of a constant symmetric i8 W: (W, scales, axis)."""
+        node = self.dq(value)
+        if node is None or node.inputs[0] not in self.constants:
+            return None
+        w, a = self.constants[node.inputs[0]], node.attr
+        if w.dtype != np.int8 or any(a["zero_point"]):
+            return None
+        return w, a["scale"], a["axis"] % max(w.ndim, 1)
+
+    def quantize_after(self, value: str) -> tuple[Node, list[Node], tuple[int, ...]] | None:
+        """The chain ``value [-> Relu | Clip] -> QuantizeLinear`` (per tensor), each link the only
+        reader of the one before: (the Q node, the links, the clamp the activation implies)."""
+        links: list[Node] = []
+        node = sole_user(self.graph, value, self.uses)
+        if node is not None and node.op in ("Relu", "Clip"):
+            links.append(node)
+            node = sole_user(self.graph, node.outputs[0], self.uses)
+        if node is None or node.op != "QuantizeLinear" or len(node.attr["scale"]) != 1:
+            return None
+        clamp: tuple[int, ...] = ()
+        if links:
+            scale, zp, to = node.attr["scale"][0], node.attr["zero_point"][0], node.attr["to"]
+            act = links[0].attr
+            lo, hi = (0.0, np.inf) if links[0].op == "Relu" else (act["min"], act["max"])
+            clamp = (_quantized(lo, scale, zp, to), _quantized(hi, scale, zp, to))
+        return node, links, clamp
+
+
+def _quantized(v: float, scale: float, zp: int, to: DType) -> int:
+    lo, hi = dtype_range(to)
+    if np.isinf(v):
+        return lo if v < 0 else hi
+    return int(np.clip(np.rint(np.float32(v) / np.float32(scale)) + zp, lo, hi))
+
+
+def _out_attrs(q: Node, clamp: tuple[int, ...]) -> dict:
+    a = q.attr
+    lo, hi = clamp_bounds(a["to"], clamp)
+    full = clamp_bounds(a["to"], ())
+    return dict(y_scale=a["scale"][0], y_zero_point=a["zero_point"][0], to=a["to"],
+                clamp=() if (lo, hi) == full else (lo, hi))
+
+
+def _int_bias(ctx: _Ctx, value: str, x_scale: float, w_scale: np.ndarray, m: int) -> np.ndarray | None:
+    """The bias as int32 at scale ``x_scale * w_scale``: the DequantizeLinear's own ints when its scale
+    is exactly that, else the float bias rounded to it."""
+    node = ctx.dq(value)
+    want = np.broadcast_to(np.float32(x_scale) * w_scale.astype(np.float32), (m,))
+    if node is not None and node.inputs[0] in ctx.constants:
+        b = ctx.constants[node.inputs[0]]
+        a = node.attr
+        scale = np.broadcast_to(np.asarray(a["scale"], np.float32), (m,))
+        if b.dtype == np.int32 and not any(a["zero_point"]) and np.array_equal(scale, want):
+            return np.broadcast_to(b.reshape(-1), (m,)).astype(np.int32)
+        fb = (b.astype(np.float64).reshape(-1) - np.asarray(a["zero_point"], np.float64)) * scale
+    elif value in ctx.constants and ctx.constants[value].dtype.kind == "f":
+        fb = ctx.constants[value].astype(np.float64).reshape(-1)
+    else:
+        return None
+    if fb.size not in (1, m):
+        return None
+    q = np.rint(np.broadcast_to(fb, (m,)) / want.astype(np.float64))
+    return q.astype(np.int32) if np.all(np.abs(q) < 2**31 - 1) else None
+
+
+def _fuse_conv(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
+    x, w = ctx.activation_in(node.inputs[0]), ctx.const_weight(node.inputs[1])
+    if x is None or w is None or (len(w[1]) > 1 and w[2] != 0):
+        return None
+    q, _, clamp = tail
+    (xq, (xs, xz, _)), (wv, ws, _) = x, w
+    inputs, consts = [xq, _weight_name(ctx, node.inputs[1])], {}
+    if len(node.inputs) == 3:
+        bias = _int_bias(ctx, node.inputs[2], xs, np.asarray(ws), wv.shape[0])
+        if bias is None:
+            return None
+        name = ctx.names.fresh(f"{node.name}/bias_q")
+        consts[name] = as_constant(bias, np.int32)
+        inputs.append(name)
+    a = node.attr
+    fused = Node.make("QConv", inputs, q.outputs, name=node.name, strides=a["strides"], pads=a["pads"],
+                      dilations=a["dilations"], group=a["group"], x_scale=xs, x_zero_point=xz, w_scale=ws,
+                      **_out_attrs(q, clamp))
+    return fused, consts
+
+
+def _weight_name(ctx: _Ctx, value: str) -> str:
+    return ctx.dq(value).inputs[0]
+
+
+def _fuse_matmul(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
+    a = node.attr
+    x, w = ctx.activation_in(node.inputs[0]), ctx.const_weight(node.inputs[1])
+    if x is None or w is None or w[0].ndim != 2 or a.get("transA", 0):
+        return None
+    (xq, (xs, xz, _)), (wv, ws, axis) = x, w
+    trans = a.get("transB", 0)
+    if len(ws) > 1 and axis != (0 if trans else 1):  # per-column scales only
+        return None
+    alpha = a.get("alpha", 1.0)
+    if alpha <= 0:
+        return None
+    ws = tuple(float(np.float32(s) * np.float32(alpha)) for s in ws) if alpha != 1.0 else ws
+    q, _, clamp = tail
+    consts, inputs = {}, [xq]
+    if trans:
+        name = ctx.names.fresh(f"{node.name}/weight_kn")
+        consts[name] = as_constant(wv.T, np.int8)
+        inputs.append(name)
+    else:
+        inputs.append(_weight_name(ctx, node.inputs[1]))
+    n = wv.shape[0] if trans else wv.shape[1]
+    if len(node.inputs) == 3:
+        bias = _int_bias(ctx, node.inputs[2], xs, np.asarray(ws), n)
+        if bias is None or a.get("beta", 1.0) != 1.0:
+            return None
+        name = ctx.names.fresh(f"{node.name}/bias_q")
+        consts[name] = as_constant(bias, np.int32)
+        inputs.append(name)
+    fused = Node.make("QMatMul", inputs, q.outputs, name=node.name, a_scale=xs, a_zero_point=xz, b_scale=ws,
+                      **_out_attrs(q, clamp))
+    return fused, consts
+
+
+def _fuse_add(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
+    a, b = ctx.activation_in(node.inputs[0]), ctx.activation_in(node.inputs[1])
+    if a is None or b is None:
+        return None
+    q, _, clamp = tail
+    fused = Node.make("QAdd", [a[0], b[0]], q.outputs, name=node.name, a_scale=a[1][0], a_zero_point=a[1][1],
+                      b_scale=b[1][0], b_zero_point=b[1][1], **_out_attrs(q, clamp))
+    return fused, {}
+
+
+def _fuse_same_params(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
+    """An op that commutes with quantization when input and output share scale and zero point."""
+    x = ctx.activation_in(node.inputs[0])
+    q, links, _ = tail
+    if x is None or links or len(node.inputs) != 1:
+        return None
+    qa = q.attr
+    if (qa["scale"][0], qa["zero_point"][0], qa["to"]) != x[1]:
+        return None
+    return node.replace(inputs=(x[0],), outputs=q.outputs), {}
+
+
+FUSERS = {"Conv": _fuse_conv, "Gemm": _fuse_matmul, "MatMul": _fuse_matmul, "Add": _fuse_add,
+          **{op: _fuse_same_params for op in _SAME_PARAMS_OPS}}
+
+
+def fuse_qdq(graph: Graph) -> Graph:
+    if not any(n.op == "QuantizeLinear" for n in graph.nodes):
+        return graph
+    ctx = _Ctx(graph)
+    replaced: dict[str, Node] = {}  # name of the Q node -> the fused node taking its place
+    dropped: set[str] = set()
+    for node in graph.nodes:
+        fuser = FUSERS.get(node.op)
+        tail = ctx.quantize_after(node.outputs[0]) if fuser and len(node.outputs) == 1 else None
+        if tail is None:
+            continue
+        done = fuser(ctx, node, tail)
+        if done is None:
+            continue
+        fused, consts = done
+        ctx.constants.update(consts)
+        replaced[tail[0].name] = fused
+        dropped.update([node.name] + [link.name for link in tail[1]])
+    if not replaced:
+        return graph
+    nodes = [replaced.get(n.name, n) for n in graph.nodes if n.name not in dropped]
+    return rebuild(graph, nodes, ctx.constants)
+

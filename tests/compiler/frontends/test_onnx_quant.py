@@ -1,0 +1,114 @@
+"""ONNX's quantized forms in: QDQ models of onnxruntime.quantization, QLinearConv, QLinearMatMul, MatMulInteger."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+from torch import nn
+
+from cuvil.compiler import run_reference
+from cuvil.compiler.frontends.onnx import import_onnx
+from cuvil.compiler.passes.pipeline import optimize
+from tests.qdq import draws, ort_session, qdq_model
+
+
+class _Net(nn.Module):
+    """Beyond the zoo: grouped conv, a residual add, max-pool, a biased linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=2), nn.ReLU6())
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(8 * 5 * 5, 6)
+
+    def forward(self, x):
+        y = self.a(x)
+        return self.fc(torch.flatten(self.pool(y + self.b(y)), 1))
+
+
+def _quanta(got, want, scale):
+    return float(np.abs(got - want).max() / scale)
+
+
+@pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
+def test_qdq_model_imports_into_integer_ops_within_one_quantum_of_onnx_runtime(activations):
+    torch.manual_seed(0)
+    net = _Net().eval()
+    _, qdq = qdq_model(net, (torch.randn(1, 3, 10, 10),), activations=activations)
+    graph = optimize(import_onnx(qdq, batch_size=None))
+    ops = Counter(n.op for n in graph.nodes)
+    assert ops["QConv"] == 2 and ops["QAdd"] == 1 and ops["QMatMul"] == 1 and "Conv" not in ops
+    out_scale = next(n for n in graph.nodes if n.outputs[0] == "output").attr["scale"][0]
+    sess = ort_session(qdq)
+    for x in draws((3, 3, 10, 10), 2, seed=7):
+        want = sess.run(None, {"input": x})[0]
+        got = run_reference(graph, {"input": x})["output"]
+        assert _quanta(got, want, out_scale) <= 1.0001
+
+
+def _single(node, inits, inputs, outputs, opset=13):
+    g = helper.make_graph([node], "q", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def test_qlinear_conv_and_qlinear_matmul_import_as_integer_ops():
+    rng = np.random.default_rng(0)
+    inits = {"xs": np.float32(0.02), "xz": np.uint8(128), "w": rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8),
+             "ws": np.full(4, 0.01, np.float32), "wz": np.zeros(4, np.int8), "ys": np.float32(0.1),
+             "yz": np.uint8(5), "b": rng.integers(-99, 99, (4,)).astype(np.int32)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], pads=[1] * 4)
+    x_info = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 5, 5])
+    model = _single(node, inits, [x_info], [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes] == ["QConv"]
+    x = rng.integers(0, 256, (1, 3, 5, 5)).astype(np.uint8)
+    want = ort_session(model).run(None, {"x": x})[0]
+    assert np.abs(run_reference(graph, {"x": x})["y"].astype(int) - want).max() <= 1
+
+    inits["wz"] = np.full(4, 3, np.int8)  # asymmetric weights: the float chain
+    model = _single(node, inits, [x_info], [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes][-2:] == ["Conv", "QuantizeLinear"]
+    want = ort_session(model).run(None, {"x": x})[0]
+    assert np.abs(run_reference(graph, {"x": x})["y"].astype(int) - want).max() <= 1
+
+    mm = {"as": np.float32(0.02), "az": np.uint8(100), "b": rng.integers(-127, 128, (6, 4)).astype(np.int8),
+          "bs": np.float32(0.01), "bz": np.int8(0), "ys": np.float32(0.05), "yz": np.uint8(128)}
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    a_info = helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 6])
+    model = _single(node, mm, [a_info], [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes] == ["QMatMul"]
+    a = rng.integers(0, 256, (2, 6)).astype(np.uint8)
+    want = ort_session(model).run(None, {"a": a})[0]
+    assert np.abs(run_reference(graph, {"a": a})["y"].astype(int) - want).max() <= 1
+
+
+def test_matmul_integer_is_exact():
+    rng = np.random.default_rng(1)
+    inits = {"b": rng.integers(-128, 128, (5, 3)).astype(np.int8), "az": np.uint8(7), "bz": np.int8(-2)}
+    node = helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
+    model = _single(node, inits, [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 5])],
+                    [helper.make_tensor_value_info("y", TensorProto.INT32, None)], opset=10)
+    a = rng.integers(0, 256, (4, 5)).astype(np.uint8)
+    want = ort_session(model).run(None, {"a": a})[0]
+    got = run_reference(import_onnx(model), {"a": a})["y"]
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+def test_scales_must_be_constants():
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"])
+    model = _single(node, {}, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+                               helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+                    [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+    from cuvil.compiler.errors import CuvilError
+
+    with pytest.raises(CuvilError, match="QuantizeLinear"):
+        import_onnx(model)

@@ -1,0 +1,94 @@
+"""fuse_qdq: QDQ patterns become integer ops that compute within one quantum of the float pattern."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cuvil.compiler import DType, Node, TensorType, run_reference
+from cuvil.compiler.ir.types import N
+from cuvil.compiler.passes.dce import dce
+from cuvil.compiler.passes.fuse_qdq import fuse_qdq
+
+from .graphs import graph
+
+U8 = DType.U8
+
+
+def dq(x, out, scale, zp=(0,), axis=1):
+    return Node.make("DequantizeLinear", [x], [out], scale=scale, zero_point=zp, axis=axis)
+
+
+def q(x, out, scale, zp=(0,), to=U8):
+    return Node.make("QuantizeLinear", [x], [out], scale=scale, zero_point=zp, to=to)
+
+
+def _conv_graph(act: Node | None, w_zp=0):
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, (8, 4, 3, 3)).astype(np.int8)
+    b = rng.integers(-300, 300, (8,)).astype(np.int32)
+    ws = tuple(float(v) for v in rng.uniform(0.002, 0.01, 8).astype(np.float32))
+    bs = tuple(float(np.float32(0.05) * np.float32(s)) for s in ws)
+    conv_out = "c" if act is None else "pre"
+    nodes = [q("x", "xq", [0.05], [128]), dq("xq", "xf", [0.05], [128]),
+             dq("w", "wf", ws, [w_zp] * 8, axis=0), dq("b", "bf", bs, [0] * 8, axis=0),
+             Node.make("Conv", ["xf", "wf", "bf"], [conv_out], strides=[1, 1], pads=[1, 1, 1, 1], dilations=[1, 1])]
+    nodes += [act] if act is not None else []
+    nodes += [q("c", "cq", [0.1], [10]), dq("cq", "y", [0.1], [10])]
+    return graph({"x": TensorType(DType.F32, (N, 4, 6, 6))}, {"w": w, "b": b}, nodes, ["y"])
+
+
+def _check_close(before, after, quantum, batch=3):
+    x = np.random.default_rng(1).standard_normal((batch, 4, 6, 6)).astype(np.float32) * 3
+    want, got = run_reference(before, {"x": x})["y"], run_reference(after, {"x": x})["y"]
+    assert np.abs(got - want).max() <= quantum * 1.0001
+    assert np.mean(got == want) > 0.97
+
+
+def test_conv_relu_becomes_one_qconv_with_the_relu_as_clamp():
+    before = _conv_graph(Node.make("Relu", ["pre"], ["c"]))
+    after = dce(fuse_qdq(before))
+    ops = [n.op for n in after.nodes]
+    assert ops == ["QuantizeLinear", "QConv", "DequantizeLinear"]
+    qconv = after.nodes[1]
+    assert qconv.attr["clamp"] == (10, 255) and after.types[qconv.outputs[0]].dtype is U8
+    assert after.constants["w"].dtype == np.int8 and after.weight_bytes < before.weight_bytes + 64
+    _check_close(before, after, 0.1)
+
+
+def test_clip_becomes_a_two_sided_clamp():
+    before = _conv_graph(Node.make("Clip", ["pre"], ["c"], min=0.0, max=6.0))
+    after = dce(fuse_qdq(before))
+    assert after.nodes[1].attr["clamp"] == (10, 70)  # Q(0) = 10, Q(6) = 6 / 0.1 + 10
+    _check_close(before, after, 0.1)
+
+
+def test_asymmetric_weights_stay_float():
+    before = _conv_graph(None, w_zp=3)
+    assert [n.op for n in fuse_qdq(before).nodes] == [n.op for n in before.nodes]
+
+
+def test_gemm_with_trans_b_and_add_and_maxpool_fuse():
+    rng = np.random.default_rng(3)
+    w = rng.integers(-127, 128, (5, 16)).astype(np.int8)  # [N, K], transB
+    nodes = [q("x", "xq", [0.04], [120]), dq("xq", "xf", [0.04], [120]), dq("w", "wf", [0.01] * 5, [0] * 5, axis=0),
+             Node.make("Gemm", ["xf", "wf"], ["g"], transB=1), q("g", "gq", [0.05], [128]),
+             dq("gq", "ga", [0.05], [128]), dq("gq", "gb", [0.05], [128]),
+             Node.make("Add", ["ga", "gb"], ["s"]), Node.make("Relu", ["s"], ["r"]), q("r", "rq", [0.1], [0]),
+             dq("rq", "y", [0.1], [0])]
+    before = graph({"x": TensorType(DType.F32, (N, 16))}, {"w": w}, nodes, ["y"])
+    after = dce(fuse_qdq(before))
+    assert [n.op for n in after.nodes] == ["QuantizeLinear", "QMatMul", "QAdd", "DequantizeLinear"]
+    assert after.constants[after.nodes[1].inputs[1]].shape == (16, 5)
+    x = rng.standard_normal((4, 16)).astype(np.float32) * 2
+    want, got = run_reference(before, {"x": x})["y"], run_reference(after, {"x": x})["y"]
+    assert np.abs(got - want).max() <= 0.1 * 1.0001
+
+    pool = [q("x", "xq", [0.04], [120]), dq("xq", "xf", [0.04], [120]),
+            Node.make("MaxPool", ["xf"], ["p"], kernel_shape=[2, 2], strides=[2, 2], pads=[0] * 4, dilations=[1, 1]),
+            q("p", "pq", [0.04], [120]), dq("pq", "y", [0.04], [120])]
+    before = graph({"x": TensorType(DType.F32, (N, 2, 4, 4))}, {}, pool, ["y"])
+    after = dce(fuse_qdq(before))
+    assert [n.op for n in after.nodes] == ["QuantizeLinear", "MaxPool", "DequantizeLinear"]
+    assert after.types[after.nodes[1].outputs[0]].dtype is U8
+    x = rng.standard_normal((2, 2, 4, 4)).astype(np.float32)
+    assert np.array_equal(run_reference(before, {"x": x})["y"], run_reference(after, {"x": x})["y"])
