@@ -1,0 +1,147 @@
+"""Integer dot products of byte quads, one implementation per instruction set (pure ``llvmlite.ir``).
+
+A step adds, to each of VL int32 lanes, the dot product of four bytes of one operand with four
+bytes of the other (``u`` and ``s``: two ``<4VL x i8>`` vectors, lane j's quad at bytes 4j..4j+3).
+Every variant is exact (int32 accumulation without saturation):
+
+* ``vnni``: x86 ``vpdpbusd`` (AVX-512 VNNI at 512 or 256 bits, AVX-VNNI at 256): u8 x s8.
+* ``avx2-ubsw``: ``vpmaddubsw`` then ``vpmaddwd`` by ones, u8 x s8. ``vpmaddubsw`` saturates a pair
+  sum to int16, so the weight packer chooses it only when every pair of weights has
+  ``|w0| + |w1| <= 128`` (then ``255 * 128 < 2^15``).
+* ``avx2-wd``: bytes widened to int16, ``vpmaddwd`` into pair sums kept in two accumulators, the
+  pairs added once at the end: exact for any weights.
+* ``sdot``: ARM ``sdot`` (NEON dotprod), s8 x s8: u8 activations are shifted by -128 when packed.
+* ``generic``: widen to int32, multiply, add the quads (what any LLVM target can compile).
+
+``Dot`` says which encoding the ``u`` operand needs (``u_signed``): the packers add 128 to (or
+subtract it from) the activations and their zero point accordingly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ..target import Target
+from . import irhelpers as h
+from .vecops import call_intrinsic
+
+I16 = ir.IntType(16)
+U8_BOUND = 128  # |w0| + |w1| at most this: vpmaddubsw cannot saturate with u8 activations
+
+
+@dataclass(frozen=True)
+class Dot:
+    """One instruction set's quad dot product over VL int32 lanes."""
+
+    kind: str
+    vl: int  # int32 lanes per vector
+    u_signed: bool = False  # the u operand is s8 (sdot) rather than u8
+
+    @property
+    def bytes_type(self) -> ir.VectorType:
+        return ir.VectorType(h.I8, 4 * self.vl)
+
+    @property
+    def lanes_type(self) -> ir.VectorType:
+        return ir.VectorType(h.I32, self.vl)
+
+    @property
+    def acc_type(self) -> ir.VectorType:
+        """The accumulator: VL lanes, or 2VL pair sums for ``avx2-wd``."""
+        return ir.VectorType(h.I32, 2 * self.vl if self.kind == "avx2-wd" else self.vl)
+
+    def step(self, b: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Value:
+        return _STEPS[self.kind](self, b, acc, u, s)
+
+    def finish(self, b: ir.IRBuilder, acc: ir.Value) -> ir.Value:
+        """The VL int32 dot products."""
+        if self.kind != "avx2-wd":
+            return acc
+        even = b.shuffle_vector(acc, acc, _mask(range(0, 2 * self.vl, 2)))
+        odd = b.shuffle_vector(acc, acc, _mask(range(1, 2 * self.vl, 2)))
+        return b.add(even, odd)
+
+
+def _mask(idx) -> ir.Constant:
+    idx = list(idx)
+    return ir.Constant(ir.VectorType(h.I32, len(idx)), [ir.Constant(h.I32, i) for i in idx])
+
+
+def _as_i32(b: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:
+    return b.bitcast(v, ir.VectorType(h.I32, n))
+
+
+def _vnni(d: Dot, b, acc, u, s):
+    name = f"llvm.x86.avx512.vpdpbusd.{32 * d.vl}"
+    t = d.lanes_type
+    return call_intrinsic(b, name, t, [acc, _as_i32(b, u, d.vl), _as_i32(b, s, d.vl)])
+
+
+def _avx2_ubsw(d: Dot, b, acc, u, s):
+    assert d.vl == 8
+    i16 = ir.VectorType(I16, 16)
+    pairs = call_intrinsic(b, "llvm.x86.avx2.pmadd.ub.sw", i16, [u, s])
+    quads = call_intrinsic(b, "llvm.x86.avx2.pmadd.wd", d.lanes_type, [pairs, h.const(i16, 1)])
+    return b.add(acc, quads)
+
+
+def _avx2_wd(d: Dot, b, acc, u, s):
+    """Each 128-bit half of the bytes widened to 16 int16, multiplied pairwise into 8 int32 pair sums."""
+    assert d.vl == 8
+    i16 = ir.VectorType(I16, 16)
+    halves = []
+    for lo in (0, 16):
+        uh = b.zext(b.shuffle_vector(u, u, _mask(range(lo, lo + 16))), i16)
+        sh = b.sext(b.shuffle_vector(s, s, _mask(range(lo, lo + 16))), i16)
+        halves.append(call_intrinsic(b, "llvm.x86.avx2.pmadd.wd", d.lanes_type, [uh, sh]))
+    return b.add(acc, b.shuffle_vector(halves[0], halves[1], _mask(range(16))))
+
+
+def _sdot(d: Dot, b, acc, u, s):
+    return call_intrinsic(b, f"llvm.aarch64.neon.sdot.v{d.vl}i32.v{4 * d.vl}i8", d.lanes_type, [acc, u, s])
+
+
+def _generic(d: Dot, b, acc, u, s):
+    wide = ir.VectorType(h.I32, 4 * d.vl)
+    uw = b.sext(u, wide) if d.u_signed else b.zext(u, wide)
+    prod = b.mul(uw, b.sext(s, wide))
+    total = acc
+    for t in range(4):
+        total = b.add(total, b.shuffle_vector(prod, prod, _mask(range(t, 4 * d.vl, 4))))
+    return total
+
+
+_STEPS = {"vnni": _vnni, "avx2-ubsw": _avx2_ubsw, "avx2-wd": _avx2_wd, "sdot": _sdot, "generic": _generic}
+
+
+def is_x86(target: Target) -> bool:
+    return target.triple.startswith("x86_64")
+
+
+def choose_dot(target: Target, bounded_pairs: bool) -> Dot:
+    """The fastest exact variant ``target`` can run; ``bounded_pairs``: the weights allow vpmaddubsw."""
+    bits = target.vector_bits or 128
+    if is_x86(target):
+        if target.has("avx512vnni") and bits == 512:
+            return Dot("vnni", 16)
+        if (target.has("avx512vnni") and target.has("avx512vl")) or target.has("avxvnni"):
+            return Dot("vnni", 8)
+        if target.has("avx2"):
+            return Dot("avx2-ubsw" if bounded_pairs else "avx2-wd", 8)
+        return Dot("generic", 4)
+    if target.triple.startswith("aarch64") and target.has("dotprod"):
+        return Dot("sdot", 4, u_signed=True)
+    return Dot("generic", 4)
+
+
+def pairs_bounded(w_rows) -> bool:
+    """True when every pair of weights (k = 2j, 2j+1) of every row has |w0| + |w1| <= U8_BOUND."""
+    import numpy as np
+
+    w = np.asarray(w_rows, dtype=np.int32)
+    k = w.shape[-1] + (w.shape[-1] % 2)
+    padded = np.zeros(w.shape[:-1] + (k,), np.int32)
+    padded[..., : w.shape[-1]] = np.abs(w)
+    return bool((padded[..., 0::2] + padded[..., 1::2] <= U8_BOUND).all())

@@ -1,0 +1,115 @@
+"""The integer GEMM micro-kernel: int32 tiles of quad dot products, requantized in the epilogue.
+
+``C[r, c] = sum_q dot(B[r, q], V[q, c])``: ``B`` is the broadcast operand (row r's quad q, 4 bytes at
+``(r * k4 + q) * 4``), ``V`` the vector operand (quad-interleaved ``[k4][cols_pad][4]`` bytes, so one
+vector load brings quad q of VL consecutive columns). A conv broadcasts its weights (rows = output
+channels) over pixels packed from the activations; a matmul broadcasts activation rows over packed
+weight columns. Tiles of MR rows x NR vectors keep their accumulators in registers; the epilogue
+gets each finished ``<VL x i32>`` vector with its row and first column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ..target import Target
+from . import irhelpers as h
+from .int_dot import Dot
+from .vecops import gep
+
+Epilogue = Callable[[ir.IRBuilder, ir.Value, "int | ir.Value", ir.Value, bool], None]
+"""(builder, row index (i64), first column, <VL x i32> sums, partial: fewer than VL valid columns)."""
+
+
+@dataclass(frozen=True)
+class GemmGeometry:
+    rows: int
+    cols: int  # valid columns
+    cols_pad: int  # columns in V, a multiple of VL
+    k4: int  # quads along K
+    vec_is_u: bool  # V holds the u operand (activations), B the s operand (weights); else the reverse
+
+
+def registers(target: Target) -> int:
+    return 32 if (target.vector_bits or 128) == 512 or not target.triple.startswith("x86_64") else 16
+
+
+def tile(dot: Dot, target: Target, cols_pad: int) -> tuple[int, int]:
+    """(MR, NR): NR vectors of columns (no more than there are), MR rows filling the registers."""
+    per_acc = 2 if dot.kind == "avx2-wd" else 1
+    nr = max(1, min(4 if registers(target) == 32 else 2, cols_pad // dot.vl))
+    spare = registers(target) - nr - 2 - (2 if dot.kind.startswith("avx2") else 0)
+    mr = max(1, min(8, spare // (nr * per_acc)))
+    return mr, nr
+
+
+def _splat_quad(b: ir.IRBuilder, dot: Dot, ptr: ir.Value) -> ir.Value:
+    quad = b.load(b.bitcast(ptr, h.I32.as_pointer()), align=1)
+    v = b.insert_element(ir.Constant(dot.lanes_type, ir.Undefined), quad, ir.Constant(h.I32, 0))
+    v = b.shuffle_vector(v, ir.Constant(dot.lanes_type, ir.Undefined), ir.Constant(dot.lanes_type, None))
+    return b.bitcast(v, dot.bytes_type)
+
+
+def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir.Value, r0: ir.Value,
+          c0: int | ir.Value, mr: int, nr: int, partial_last: bool, epilogue: Epilogue) -> None:
+    slots = []
+    for _ in range(mr * nr):
+        s = h.entry_alloca(b, dot.acc_type, "acc")
+        b.store(ir.Constant(dot.acc_type, None), s)
+        slots.append(s)
+    c0v = h.i64(c0) if isinstance(c0, int) else c0
+    with h.for_range(b, geo.k4, name="q") as q:
+        vrow = b.mul(q, h.i64(geo.cols_pad))
+        vecs = []
+        for j in range(nr):
+            off = b.mul(b.add(vrow, b.add(c0v, h.i64(j * dot.vl))), h.i64(4))
+            vecs.append(b.load(b.bitcast(gep(b, vptr, off), dot.bytes_type.as_pointer()), align=1))
+        for i in range(mr):
+            row = b.add(r0, h.i64(i))
+            quad = _splat_quad(b, dot, gep(b, bptr, b.mul(b.add(b.mul(row, h.i64(geo.k4)), q), h.i64(4))))
+            for j in range(nr):
+                s = slots[i * nr + j]
+                u, w = (vecs[j], quad) if geo.vec_is_u else (quad, vecs[j])
+                b.store(dot.step(b, b.load(s), u, w), s)
+    for i in range(mr):
+        row = b.add(r0, h.i64(i))
+        for j in range(nr):
+            col = c0 + j * dot.vl if isinstance(c0, int) else b.add(c0v, h.i64(j * dot.vl))
+            epilogue(b, row, col, dot.finish(b, b.load(slots[i * nr + j])), partial_last and j == nr - 1)
+
+
+def emit_int_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, bptr: ir.Value, vptr: ir.Value,
+                  epilogue: Epilogue) -> None:
+    """All of C, tile by tile: full row blocks, then single rows; full column blocks, then the rest."""
+    mr, nr = tile(dot, target, geo.cols_pad)
+    block = nr * dot.vl
+    full_cols = (geo.cols // block) * block
+    rest = -(-(geo.cols - full_cols) // dot.vl)  # vectors after the full blocks
+    partial = geo.cols % dot.vl != 0
+
+    def row_block(r0: ir.Value, rows: int) -> None:
+        if full_cols:
+            with h.for_range(b, full_cols, step=block, name="c") as c0:
+                _tile(b, dot, geo, bptr, vptr, r0, c0, rows, nr, False, epilogue)
+        if rest:
+            _tile(b, dot, geo, bptr, vptr, r0, full_cols, rows, rest, partial, epilogue)
+
+    full_rows = (geo.rows // mr) * mr
+    if full_rows:
+        with h.for_range(b, full_rows, step=mr, name="r") as r0:
+            row_block(r0, mr)
+    if geo.rows > full_rows:
+        with h.for_range(b, geo.rows, start=full_rows, name="rr") as r0:
+            row_block(r0, 1)
+
+
+def store_bytes(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, valid: int | None) -> None:
+    """Store ``<VL x i8>`` at ``ptr`` (``i8*``): all lanes, or the first ``valid`` one by one."""
+    if valid is None:
+        b.store(v, b.bitcast(ptr, v.type.as_pointer()), align=1)
+        return
+    for lane in range(valid):
+        b.store(b.extract_element(v, ir.Constant(h.I32, lane)), gep(b, ptr, lane), align=1)

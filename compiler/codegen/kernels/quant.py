@@ -1,0 +1,373 @@
+"""Quant family kernels: QuantizeLinear, DequantizeLinear, QAdd, QConv, QMatMul.
+
+QConv (one group) and QMatMul with constant weights run the integer GEMM of ``codegen/int_gemm.py``
+with the instruction set's quad dot product (``codegen/int_dot.py``): weights packed once into quads
+(plus their row or column sums), activations packed per run into scratch (a conv's im2col) in the
+byte encoding the dot product wants. The zero point is taken out afterwards, exactly:
+``sum((x - zp) * w) = sum(x_enc * w) - zp_enc * sum(w)``. Grouped convs and weights computed at
+run time use direct loops. Every path requantizes with ``codegen/quant_math.py``, bit for bit the
+reference's float32 arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from ...ir.dtypes import DType
+from ...ops.quant import QuantParams, add_multipliers, clamp_bounds, multiplier
+from ...target import Target
+from .. import irhelpers as h
+from .. import quant_math as qm
+from ..int_dot import Dot, choose_dot, pairs_bounded
+from ..int_gemm import GemmGeometry, emit_int_gemm, store_bytes
+from ..vecops import gep
+from .base import KernelContext, KernelKey, kernel
+from .elementwise import emit_map
+
+QUADS = "quads:"  # + the Dot kind the packing was made for
+SUMS_BYTES_ALIGN = 64
+
+
+# --- QuantizeLinear / DequantizeLinear / QAdd ------------------------------------------------------
+def _per_channel_map(ctx: KernelContext, p: QuantParams, fn) -> None:
+    """out[i] = fn(b, in[i], channel) over (outer, C, inner) of the quantization axis."""
+    shape = ctx.shape(0)
+    if p.per_tensor:
+        emit_map(ctx, lambda xs: fn(ctx.b, xs[0], None), [0])
+        return
+    ax = p.axis % len(shape)
+    outer, c, inner = math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])
+    b = ctx.b
+    with h.loop_nest(b, (outer, c, inner)) as (o, ch, i):
+        idx = h.linear(b, (o, ch, i), (c * inner, inner, 1))
+        h.store(b, fn(b, ctx.read(0, idx), ch), ctx.outs[0], idx)
+
+
+@kernel("QuantizeLinear")
+def emit_quantize(ctx: KernelContext) -> None:
+    a = ctx.attrs
+    p = QuantParams(a["to"], a["scale"], a["zero_point"], a["axis"])
+    lo, hi = clamp_bounds(a["to"], ())
+
+    def fn(b, x, ch):
+        scale = qm.channel_value(b, np.float32(p.scale), h.F32, ch, f"{ctx.name}.s")
+        zp = qm.channel_value(b, np.float32(p.zero_point), h.F32, ch, f"{ctx.name}.z")
+        return qm.saturate(b, b.fdiv(x, scale), zp, lo, hi)
+
+    _per_channel_map(ctx, p, fn)
+
+
+@kernel("DequantizeLinear")
+def emit_dequantize(ctx: KernelContext) -> None:
+    a = ctx.attrs
+    dtype = ctx.in_types[0].dtype
+    p = QuantParams(dtype, a["scale"], a["zero_point"], a["axis"])
+
+    def fn(b, q, ch):
+        scale = qm.channel_value(b, np.float32(p.scale), h.F32, ch, f"{ctx.name}.s")
+        zp = qm.channel_value(b, p.zero_point, h.I32, ch, f"{ctx.name}.z")
+        return qm.dequantize(b, q, dtype, zp, scale)
+
+    _per_channel_map(ctx, p, fn)
+
+
+@kernel("QAdd")
+def emit_qadd(ctx: KernelContext) -> None:
+    a = ctx.attrs
+    ma, mb = add_multipliers(a)
+    lo, hi = clamp_bounds(a["to"], a["clamp"])
+    da, db = ctx.in_types[0].dtype, ctx.in_types[1].dtype
+
+    def fn(xs):
+        b = ctx.b
+        fa = b.fmul(b.sitofp(b.sub(qm.widen(b, xs[0], da), h.const(h.I32, a["a_zero_point"])), h.F32),
+                    h.const(h.F32, float(ma)))
+        fb = b.fmul(b.sitofp(b.sub(qm.widen(b, xs[1], db), h.const(h.I32, a["b_zero_point"])), h.F32),
+                    h.const(h.F32, float(mb)))
+        return qm.saturate(b, b.fadd(fa, fb), float(a["y_zero_point"]), lo, hi)
+
+    emit_map(ctx, fn, [0, 1])
+
+
+# --- shared by QConv and QMatMul -------------------------------------------------------------------
+def _encoding(x_dtype: DType, dot: Dot) -> tuple[bool, int]:
+    """(flip the sign bit of each activation byte, what that adds to the zero point)."""
+    if x_dtype is DType.I8 and not dot.u_signed:
+        return True, 128
+    if x_dtype is DType.U8 and dot.u_signed:
+        return True, -128
+    return False, 0
+
+
+def _sums_bytes(n: int) -> int:
+    return -(-4 * n // SUMS_BYTES_ALIGN) * SUMS_BYTES_ALIGN
+
+
+def _dot_of(key: KernelKey, target: Target) -> Dot | None:
+    layout = key.packed[1]
+    if not layout or not layout.startswith(QUADS):
+        return None
+    kind = layout[len(QUADS):]
+    dot = choose_dot(target, kind == "avx2-ubsw")
+    return dot if dot.kind == kind else None
+
+
+def _requant_epilogue(ctx: KernelContext, a, prefix: str, m_values: np.ndarray, per_row: bool, rows_sums,
+                      bias, zp_enc: int, out_row: ir.Value, cols: int, dot: Dot):
+    """The epilogue: + bias - zp_enc * sum(w), times the multiplier, saturated, stored as bytes."""
+    lo, hi = clamp_bounds(a["to"], a["clamp"])
+    y_zp = a["y_zero_point"]
+    vl = dot.vl
+    vt = dot.lanes_type
+    ft = ir.VectorType(h.F32, vl)
+    mtab = qm.table(ctx.b, f"{ctx.name}.m", m_values, h.F32) if m_values.size > 1 else None
+
+    def lanes(b, ptr, col):
+        return b.load(b.bitcast(gep(b, ptr, col), vt.as_pointer()), align=4)
+
+    def epilogue(b, row, col, acc, partial):
+        colv = h.i64(col) if isinstance(col, int) else col
+        if per_row:
+            comp = b.mul(h.load(b, rows_sums, row), h.const(h.I32, -zp_enc))
+            if bias is not None:
+                comp = b.add(comp, h.load(b, bias, row))
+            acc = b.add(acc, qm.splat_value(b, comp, vt))
+            mult = qm.splat_value(b, h.load(b, mtab, row), ft) if mtab is not None else h.const(ft, float(m_values[0]))
+        else:
+            comp = b.mul(lanes(b, rows_sums, colv), h.const(vt, -zp_enc))
+            if bias is not None:
+                comp = b.add(comp, lanes(b, bias, colv))
+            acc = b.add(acc, comp)
+            mult = (b.load(b.bitcast(gep(b, mtab, colv), ft.as_pointer()), align=4) if mtab is not None
+                    else h.const(ft, float(m_values[0])))
+        q = qm.requantize(b, acc, mult, y_zp, lo, hi)
+        valid = (cols - col) if partial else None
+        store_bytes(b, q, gep(b, out_row(b, row), colv), valid)
+
+    return epilogue
+
+
+# --- QConv ----------------------------------------------------------------------------------------
+def _conv_gemm_ok(key: KernelKey) -> bool:
+    return dict(key.attrs)["group"] == 1 and key.packed[1] is not None and len(key.in_types[0].shape) == 4
+
+
+def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
+    if i == 1 and _conv_gemm_ok(key):
+        rows = arr.reshape(arr.shape[0], -1)
+        return _pack_broadcast_rows(rows, choose_dot(target, pairs_bounded(rows)))
+    return None
+
+
+def _pack_broadcast_rows(rows: np.ndarray, dot: Dot):
+    """Weights as broadcast rows: [row sums, int32, 64-byte padded][rows x k4 quads]."""
+    m, k = rows.shape
+    k4 = -(-k // 4)
+    quads = np.zeros((m, 4 * k4), np.int8)
+    quads[:, :k] = rows
+    sums = np.zeros(_sums_bytes(m) // 4, np.int32)
+    sums[:m] = rows.astype(np.int64).sum(axis=1)
+    return QUADS + dot.kind, np.concatenate([sums.view(np.uint8), quads.view(np.uint8).reshape(-1)])
+
+
+def _conv_geometry(key: KernelKey, dot: Dot) -> tuple[GemmGeometry, int]:
+    xs, ws = key.in_types[0].shape, key.in_types[1].shape
+    p = math.prod(key.out_types[0].shape[2:])
+    k = math.prod(ws[1:])
+    cols_pad = -(-p // dot.vl) * dot.vl
+    return GemmGeometry(rows=ws[0], cols=p, cols_pad=cols_pad, k4=-(-k // 4), vec_is_u=True), k
+
+
+def _qconv_scratch(key: KernelKey, target: Target) -> int:
+    dot = _dot_of(key, target)
+    if dot is None or not _conv_gemm_ok(key):
+        return 0
+    geo, _ = _conv_geometry(key, dot)
+    return 4 * geo.k4 * geo.cols_pad + 64
+
+
+def _im2col_quads(ctx: KernelContext, geo: GemmGeometry, n: ir.Value, flip: bool, zp_enc: int) -> None:
+    """scratch[q][p][t] = encoded x at (k = 4q + t, pixel p); padding and spare slots hold zp_enc."""
+    a, b = ctx.attrs, ctx.b
+    _, c, hh, ww = ctx.shape(0)
+    _, _, kh, kw = ctx.shape(1)
+    oh, ow = ctx.out_shape[2:]
+    (sh, sw), (dh, dw), pads = a["strides"], a["dilations"], a["pads"]
+    fill = zp_enc & 0xFF
+    memset = h.intrinsic(b.module, "llvm.memset.p0i8.i64", h.VOID, [h.I8P, h.I8, h.I64, h.I1])
+    b.call(memset, [ctx.scratch, ir.Constant(h.I8, fill), h.i64(4 * geo.k4 * geo.cols_pad), ir.Constant(h.I1, 0)])
+    x_base = b.mul(n, h.i64(c * hh * ww))
+    with h.for_range(b, c, name="ic") as ic:
+        for tap in range(kh * kw):
+            ty, tx = divmod(tap, kw)
+            k = b.add(b.mul(ic, h.i64(kh * kw)), h.i64(tap))
+            dst0 = b.add(b.mul(b.lshr(k, h.i64(2)), h.i64(4 * geo.cols_pad)), b.and_(k, h.i64(3)))
+            with h.for_range(b, oh, name="oy") as oy:
+                iy = b.add(b.mul(oy, h.i64(sh)), h.i64(ty * dh - pads[0]))
+                row_ok = b.and_(b.icmp_signed(">=", iy, h.i64(0)), b.icmp_signed("<", iy, h.i64(hh)))
+                with h.for_range(b, ow, name="ox") as ox:
+                    ix = b.add(b.mul(ox, h.i64(sw)), h.i64(tx * dw - pads[1]))
+                    ok = b.and_(row_ok, b.and_(b.icmp_signed(">=", ix, h.i64(0)), b.icmp_signed("<", ix, h.i64(ww))))
+                    src = b.add(x_base, b.add(b.mul(b.add(b.mul(ic, h.i64(hh)), iy), h.i64(ww)), ix))
+                    safe = b.select(ok, src, x_base)
+                    v = h.load(b, ctx.ins[0], safe)
+                    if flip:
+                        v = b.xor(v, ir.Constant(h.I8, 0x80))
+                    v = b.select(ok, v, ir.Constant(h.I8, fill))
+                    p = b.add(b.mul(oy, h.i64(ow)), ox)
+                    h.store(b, v, ctx.scratch, b.add(dst0, b.mul(p, h.i64(4))))
+
+
+def _qconv_gemm(ctx: KernelContext, dot: Dot) -> None:
+    a, b = ctx.attrs, ctx.b
+    geo, _ = _conv_geometry(ctx.key, dot)
+    n_img, m = ctx.out_shape[0], ctx.out_shape[1]
+    flip, shift = _encoding(ctx.in_types[0].dtype, dot)
+    zp_enc = a["x_zero_point"] + shift
+    sums = b.bitcast(ctx.ins[1], h.I32.as_pointer())
+    wq = gep(b, ctx.ins[1], _sums_bytes(m))
+    bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
+    mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
+    with h.for_range(b, n_img, name="n") as n:
+        _im2col_quads(ctx, geo, n, flip, zp_enc)
+        out_img = gep(b, ctx.outs[0], b.mul(n, h.i64(m * geo.cols)))
+        epi = _requant_epilogue(ctx, a, "w", mvals, True, sums, bias, zp_enc,
+                                lambda bb, row: gep(bb, out_img, bb.mul(row, h.i64(geo.cols))), geo.cols, dot)
+        emit_int_gemm(b, dot, ctx.target, geo, wq, ctx.scratch, epi)
+
+
+def _qconv_direct(ctx: KernelContext) -> None:
+    """Direct loops (grouped convs, weights given at run time): one int32 sum per output element."""
+    a, b = ctx.attrs, ctx.b
+    n_img, c, hh, ww = ctx.shape(0)
+    m, cg, kh, kw = ctx.shape(1)
+    oh, ow = ctx.out_shape[2:]
+    (sh, sw), (dh, dw), pads, g = a["strides"], a["dilations"], a["pads"], a["group"]
+    mg = m // g
+    dtype = ctx.in_types[0].dtype
+    lo, hi = clamp_bounds(a["to"], a["clamp"])
+    mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
+    xz = h.const(h.I32, a["x_zero_point"])
+    with h.loop_nest(b, (n_img, m)) as (n, oc):
+        ch0 = b.mul(b.udiv(oc, h.i64(mg)), h.i64(cg))
+        init = h.load(b, ctx.ins[2], oc) if len(ctx.in_types) == 3 else h.const(h.I32, 0)
+        mult = qm.channel_value(b, mvals, h.F32, oc, f"{ctx.name}.m")
+        with h.loop_nest(b, (oh, ow), name="o") as (oy, ox):
+            def per_channel(acc, ic):
+                xbase = b.mul(b.add(b.mul(n, h.i64(c)), b.add(ch0, ic)), h.i64(hh * ww))
+                wbase = b.mul(b.add(b.mul(oc, h.i64(cg)), ic), h.i64(kh * kw))
+                for tap in range(kh * kw):
+                    ty, tx = divmod(tap, kw)
+                    iy = b.add(b.mul(oy, h.i64(sh)), h.i64(ty * dh - pads[0]))
+                    ix = b.add(b.mul(ox, h.i64(sw)), h.i64(tx * dw - pads[1]))
+                    ok = b.and_(b.and_(b.icmp_signed(">=", iy, h.i64(0)), b.icmp_signed("<", iy, h.i64(hh))),
+                                b.and_(b.icmp_signed(">=", ix, h.i64(0)), b.icmp_signed("<", ix, h.i64(ww))))
+                    src = b.select(ok, b.add(xbase, b.add(b.mul(iy, h.i64(ww)), ix)), xbase)
+                    xv = b.sub(qm.widen(b, h.load(b, ctx.ins[0], src), dtype), xz)
+                    wv = b.sext(h.load(b, ctx.ins[1], b.add(wbase, h.i64(tap))), h.I32)
+                    acc = b.add(acc, b.select(ok, b.mul(xv, wv), h.const(h.I32, 0)))
+                return acc
+
+            acc = h.reduce_range(b, cg, init, per_channel, name="ic")
+            q = qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
+            h.store(b, q, ctx.outs[0], h.linear(b, (n, oc, oy, ox), (m * oh * ow, oh * ow, ow, 1)))
+
+
+@kernel("QConv", pack=_pack_qconv, scratch=_qconv_scratch)
+def emit_qconv(ctx: KernelContext) -> None:
+    dot = _dot_of(ctx.key, ctx.target)
+    if dot is not None and _conv_gemm_ok(ctx.key):
+        _qconv_gemm(ctx, dot)
+    else:
+        _qconv_direct(ctx)
+
+
+# --- QMatMul --------------------------------------------------------------------------------------
+def _pack_qmatmul(key: KernelKey, i: int, arr: np.ndarray, target: Target):
+    k, n = key.in_types[1].shape
+    if i == 1:
+        dot = choose_dot(target, pairs_bounded(arr.T))
+        k4, cols_pad = -(-k // 4), -(-n // dot.vl) * dot.vl
+        quads = np.zeros((4 * k4, cols_pad), np.int8)
+        quads[:k, :n] = arr
+        vec = quads.reshape(k4, 4, cols_pad).transpose(0, 2, 1)  # [k4][cols][4]
+        sums = np.zeros(_sums_bytes(cols_pad) // 4, np.int32)
+        sums[:n] = arr.astype(np.int64).sum(axis=0)
+        return QUADS + dot.kind, np.concatenate([sums.view(np.uint8), np.ascontiguousarray(vec).view(np.uint8).reshape(-1)])
+    if i == 2:
+        padded = np.zeros(-(-n // 16) * 16, np.int32)
+        padded[:n] = arr
+        return "padded", padded
+    return None
+
+
+def _matmul_geometry(key: KernelKey, dot: Dot) -> GemmGeometry:
+    k, n = key.in_types[1].shape
+    rows = math.prod(key.in_types[0].shape[:-1])
+    return GemmGeometry(rows=rows, cols=n, cols_pad=-(-n // dot.vl) * dot.vl, k4=-(-k // 4), vec_is_u=False)
+
+
+def _qmatmul_scratch(key: KernelKey, target: Target) -> int:
+    dot = _dot_of(key, target)
+    if dot is None or (len(key.in_types) == 3 and key.packed[2] != "padded"):
+        return 0
+    geo = _matmul_geometry(key, dot)
+    return geo.rows * 4 * geo.k4 + 64
+
+
+def _qmatmul_gemm(ctx: KernelContext, dot: Dot) -> None:
+    a, b = ctx.attrs, ctx.b
+    geo = _matmul_geometry(ctx.key, dot)
+    k = ctx.shape(1)[0]
+    flip, shift = _encoding(ctx.in_types[0].dtype, dot)
+    zp_enc = a["a_zero_point"] + shift
+    fill = zp_enc & 0xFF
+    memset = h.intrinsic(b.module, "llvm.memset.p0i8.i64", h.VOID, [h.I8P, h.I8, h.I64, h.I1])
+    b.call(memset, [ctx.scratch, ir.Constant(h.I8, fill), h.i64(geo.rows * 4 * geo.k4), ir.Constant(h.I1, 0)])
+    with h.loop_nest(b, (geo.rows, k), name="a") as (r, kk):
+        v = h.load(b, ctx.ins[0], b.add(b.mul(r, h.i64(k)), kk))
+        if flip:
+            v = b.xor(v, ir.Constant(h.I8, 0x80))
+        h.store(b, v, ctx.scratch, b.add(b.mul(r, h.i64(4 * geo.k4)), kk))
+    sums = b.bitcast(ctx.ins[1], h.I32.as_pointer())
+    bq = gep(b, ctx.ins[1], _sums_bytes(geo.cols_pad))
+    bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
+    mvals = multiplier(a["a_scale"], a["b_scale"], a["y_scale"])
+    if mvals.size > 1:
+        mvals = np.concatenate([mvals, np.ones(geo.cols_pad - mvals.size, np.float32)])
+    epi = _requant_epilogue(ctx, a, "b", mvals, False, sums, bias, zp_enc,
+                            lambda bb, row: gep(bb, ctx.outs[0], bb.mul(row, h.i64(geo.cols))), geo.cols, dot)
+    emit_int_gemm(b, dot, ctx.target, geo, ctx.scratch, bq, epi)
+
+
+def _qmatmul_direct(ctx: KernelContext) -> None:
+    a, b = ctx.attrs, ctx.b
+    k, n = ctx.shape(1)
+    rows = math.prod(ctx.shape(0)[:-1])
+    dtype = ctx.in_types[0].dtype
+    lo, hi = clamp_bounds(a["to"], a["clamp"])
+    mvals = multiplier(a["a_scale"], a["b_scale"], a["y_scale"])
+    az = h.const(h.I32, a["a_zero_point"])
+    with h.loop_nest(b, (rows, n)) as (r, col):
+        init = h.load(b, ctx.ins[2], col) if len(ctx.in_types) == 3 else h.const(h.I32, 0)
+
+        def step(acc, kk):
+            xv = b.sub(qm.widen(b, h.load(b, ctx.ins[0], b.add(b.mul(r, h.i64(k)), kk)), dtype), az)
+            wv = b.sext(h.load(b, ctx.ins[1], b.add(b.mul(kk, h.i64(n)), col)), h.I32)
+            return b.add(acc, b.mul(xv, wv))
+
+        acc = h.reduce_range(b, k, init, step, name="k")
+        mult = qm.channel_value(b, mvals, h.F32, col, f"{ctx.name}.m")
+        h.store(b, qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi), ctx.outs[0], b.add(b.mul(r, h.i64(n)), col))
+
+
+@kernel("QMatMul", pack=_pack_qmatmul, scratch=_qmatmul_scratch)
+def emit_qmatmul(ctx: KernelContext) -> None:
+    dot = _dot_of(ctx.key, ctx.target)
+    if dot is not None and (len(ctx.in_types) == 2 or ctx.key.packed[2] == "padded"):
+        _qmatmul_gemm(ctx, dot)
+    else:
+        _qmatmul_direct(ctx)
