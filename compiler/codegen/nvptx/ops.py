@@ -20,6 +20,7 @@ from ..kernels.elementwise import _cast, broadcast_strides
 from ..scalar_ops import ELEMENT_EMITTERS, scalar_fn
 from .common import all_of, lin, masked_load, store_at
 from .module import Loop, OpContext
+from .quant import EMITTERS as QUANT_EMITTERS
 from .windows import _pool, conv, gemm, global_avg, layernorm, lrn, matmul, reduce, softmax
 
 Emit = Callable[[OpContext], list[Loop]]
@@ -198,6 +199,7 @@ EMITTERS: Mapping[str, Emit] = {
     "GlobalAveragePool": global_avg, "LRN": lrn,
     "Softmax": softmax, "LogSoftmax": softmax, "LayerNormalization": layernorm,
     **{op: reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax")},
+    **QUANT_EMITTERS,
 }
 """op -> emitter. Every emitter honours the op's in-place rule (``OpDef.shares``): one thread reads
 element i of a shared input before it writes element i of the output, and nothing else of it."""

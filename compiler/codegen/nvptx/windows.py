@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from llvmlite import ir
 
 from .. import irhelpers as h
@@ -106,19 +107,26 @@ def _pool(ctx: OpContext, kind: str) -> list[Loop]:
     ks, strides, pads = a["kernel_shape"], a["strides"], a["pads"]
     dil = a.get("dilations", (1,) * nd)
     xst = h.contiguous_strides(xs)
-    ty = h.LLTYPE[ctx.in_types[0].dtype]
+    dtype = ctx.in_types[0].dtype
+    ty = h.LLTYPE[dtype]
+    lowest = -math.inf if dtype.is_float else int(np.iinfo(dtype.numpy).min)  # MaxPool also takes i8/u8
+
+    def greater(b, v, acc):
+        if dtype.is_float:
+            return b.fcmp_ordered(">", v, acc)
+        return (b.icmp_signed if dtype in h.SIGNED else b.icmp_unsigned)(">", v, acc)
 
     def value(b, idx):
         base = lin(b, idx[:2], xst[:2])
-        acc = h.const(ty, -math.inf if kind == "max" else 0.0)
+        acc = h.const(ty, lowest if kind == "max" else 0.0)
         starts = [b.sub(b.mul(idx[2 + d], h.i64(strides[d])), h.i64(pads[d])) for d in range(nd)]
         for tap in range(math.prod(ks)):
             t = [tap // math.prod(ks[d + 1:]) % ks[d] for d in range(nd)]
             pos = [b.add(starts[d], h.i64(t[d] * dil[d])) for d in range(nd)]
             ok = all_of(b, [in_range(b, p, xs[2 + d]) for d, p in enumerate(pos)])
-            fill = h.const(ty, -math.inf if kind == "max" else 0.0)
+            fill = h.const(ty, lowest if kind == "max" else 0.0)
             v = masked_load(b, ctx.ins[0], lin(b, pos, xst[2:], base), ok, fill)
-            acc = b.select(b.fcmp_ordered(">", v, acc), v, acc) if kind == "max" else b.fadd(acc, v)
+            acc = b.select(greater(b, v, acc), v, acc) if kind == "max" else b.fadd(acc, v)
         if kind == "max":
             return acc
         div = h.i64(1)

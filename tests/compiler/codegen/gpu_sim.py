@@ -32,7 +32,20 @@ def host_ir(program: GpuProgram) -> str:
                       f'@"sim_{sym}" = global i32 0\ndefine i32 @"read_{sym}"() {{\n  %v = load i32, i32* @"sim_{sym}"\n'
                       f'  ret i32 %v\n}}', text)
         text = text.replace(f'@"llvm.nvvm.read.ptx.sreg.{s}"', f'@"read_{sym}"')
-    return text
+    text, n = re.subn(r'declare i32 @"llvm\.nvvm\.idp4a\.([us])\.([us])"\([^\n]*', _dp4a_definition, text)
+    if n:
+        text += "\ndeclare i32 @llvm.vector.reduce.add.v4i32(<4 x i32>)\n"
+    return text.replace('@"llvm.nvvm.idp4a.', '@"sim_idp4a.')
+
+
+def _dp4a_definition(m: re.Match) -> str:
+    """``dp4a`` on the host: four byte products (each operand signed or not) added to c."""
+    ext = {"s": "sext", "u": "zext"}
+    return (f'define i32 @"sim_idp4a.{m[1]}.{m[2]}"(i32 %a, i32 %b, i32 %c) {{\n'
+            f"  %va = bitcast i32 %a to <4 x i8>\n  %vb = bitcast i32 %b to <4 x i8>\n"
+            f"  %wa = {ext[m[1]]} <4 x i8> %va to <4 x i32>\n  %wb = {ext[m[2]]} <4 x i8> %vb to <4 x i32>\n"
+            f"  %p = mul <4 x i32> %wa, %wb\n  %r = call i32 @llvm.vector.reduce.add.v4i32(<4 x i32> %p)\n"
+            f"  %s = add i32 %r, %c\n  ret i32 %s\n}}")
 
 
 class SimulatedGpu:

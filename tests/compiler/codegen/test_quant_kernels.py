@@ -1,0 +1,175 @@
+"""Quant kernels: compiled int8 output equals the reference interpreter exactly, for every quad
+dot-product variant this host can run, and the generated code uses each ISA's integer dot product."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from cuvil.compiler import DType, TensorType, run_reference
+from cuvil.compiler.codegen.int_dot import choose_dot
+from cuvil.compiler.codegen.lower import lower
+from cuvil.compiler.frontends.builder import GraphBuilder
+from cuvil.compiler.target import Target
+from cuvil.devices.detect import resolve_target
+from cuvil.edge_runtime import jit
+from cuvil.edge_runtime.compile import compile_graph, runnable_here
+from tests.hosts import HOST, executable
+
+from .test_kernels import run_op
+
+GENERIC_X86 = Target("x86-generic", "x86_64-unknown-linux-gnu", "x86-64", (), 128)
+
+
+def _vnni256() -> Target:
+    return dataclasses.replace(resolve_target("x86-avx512"), name="x86-avx512-vnni-256", cpu="icelake-server",
+                               features=resolve_target("x86-avx512").features[:-1] + ("+avx512vnni",), vector_bits=256)
+
+
+def _target(kind: str) -> Target:
+    if kind == "host":
+        return HOST
+    if kind == "generic":
+        return GENERIC_X86
+    if kind == "vnni-256":
+        t = _vnni256()
+        if not runnable_here(t):
+            pytest.skip(f"AVX-512 VNNI code does not run on this host ({HOST.cpu}); runs on Intel Cascade Lake or "
+                        "newer Xeons and AMD Zen 4")
+        return t
+    return executable(kind)
+
+
+def _qconv_graph(x_dtype, w, bias, group, stride, pads, x_shape):
+    gb = GraphBuilder("qconv")
+    x = gb.input("x", TensorType(x_dtype, x_shape))
+    inputs = [x, gb.constant(w, "w")] + ([gb.constant(bias, "b")] if bias is not None else [])
+    m = w.shape[0]
+    ws = np.linspace(0.004, 0.02, m).astype(np.float32)
+    y = gb.add1("QConv", inputs, strides=[stride, stride], pads=pads, dilations=[1, 1], group=group, x_scale=0.05,
+                x_zero_point=9 if x_dtype is DType.U8 else -3, w_scale=ws, y_scale=0.3,
+                y_zero_point=100 if x_dtype is DType.U8 else 4, to=x_dtype, clamp=[2, 120])
+    return gb.build([y])
+
+
+def _random_x(dtype, shape, seed):
+    rng = np.random.default_rng(seed)
+    lo, hi = (0, 256) if dtype is DType.U8 else (-128, 128)
+    return rng.integers(lo, hi, shape).astype(dtype.numpy)
+
+
+CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
+    (DType.U8, 127, 1, 1, [1, 1, 1, 1], (2, 5, 7, 9), 11),  # odd pixels and channels: every tail
+    (DType.I8, 127, 1, 2, [0, 1, 1, 0], (1, 8, 9, 8), 16),
+    (DType.U8, 64, 1, 1, [0, 0, 0, 0], (1, 12, 6, 6), 24),  # bounded pairs: vpmaddubsw on AVX2
+    (DType.U8, 127, 4, 1, [1, 1, 1, 1], (1, 8, 5, 5), 8),  # grouped: direct loops
+]
+
+
+@pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic", "vnni-256"])
+@pytest.mark.parametrize("case", range(len(CONVS)))
+def test_qconv_is_exact(kind, case):
+    dtype, bound, group, stride, pads, shape, m = CONVS[case]
+    target = _target(kind)
+    rng = np.random.default_rng(case)
+    w = rng.integers(-bound, bound + 1, (m, shape[1] // group, 3, 3)).astype(np.int8)
+    bias = rng.integers(-2000, 2000, (m,)).astype(np.int32) if case != 1 else None
+    graph = _qconv_graph(dtype, w, bias, group, stride, pads, shape)
+    sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
+    for seed in range(2):
+        x = _random_x(dtype, shape, seed)
+        got, want = sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]]
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic"])
+@pytest.mark.parametrize("a_dtype,k,n,bias", [(DType.U8, 37, 21, True), (DType.I8, 64, 16, False)])
+def test_qmatmul_is_exact(kind, a_dtype, k, n, bias):
+    target = _target(kind)
+    rng = np.random.default_rng(k)
+    gb = GraphBuilder("qmm")
+    a = gb.input("a", TensorType(a_dtype, (2, 3, k)))
+    inputs = [a, gb.constant(rng.integers(-127, 128, (k, n)).astype(np.int8), "b")]
+    if bias:
+        inputs.append(gb.constant(rng.integers(-900, 900, (n,)).astype(np.int32), "c"))
+    y = gb.add1("QMatMul", inputs, a_scale=0.04, a_zero_point=7, b_scale=np.linspace(0.01, 0.02, n), y_scale=0.2,
+                y_zero_point=-5, to=DType.I8)
+    graph = gb.build([y])
+    sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
+    x = _random_x(a_dtype, (2, 3, k), 1)
+    assert np.array_equal(sess.run({"a": x})[y], run_reference(graph, {"a": x})[y])
+
+
+def test_qmatmul_with_weights_at_run_time_and_qadd_and_qdq():
+    rng = np.random.default_rng(5)
+    a, b = _random_x(DType.U8, (3, 10), 1), rng.integers(-128, 128, (10, 4)).astype(np.int8)
+    run_op("QMatMul", [a, b], a_scale=0.1, a_zero_point=3, b_scale=[0.05], y_scale=0.5, y_zero_point=1, to=DType.U8)
+    x, y = _random_x(DType.U8, (2, 3, 17), 2), _random_x(DType.I8, (3, 1), 3)
+    run_op("QAdd", [x, y], a_scale=0.1, a_zero_point=128, b_scale=0.07, b_zero_point=-2, y_scale=0.12,
+           y_zero_point=3, to=DType.U8, clamp=[3, 250])
+    f = rng.standard_normal((2, 3, 5, 7)).astype(np.float32) * 4
+    f[0, 0, 0, :3] = [np.nan, np.inf, 0.5]
+    for axis, scale, zp in ((1, [0.02, 0.03, 0.05], [1, 128, 255]), (-1, [0.1], [0])):
+        run_op("QuantizeLinear", [f], scale=scale, zero_point=zp, axis=axis, to=DType.U8)
+        q = _random_x(DType.I8, (2, 3, 5, 7), 4)
+        run_op("DequantizeLinear", [q], scale=scale, zero_point=[z - 128 for z in zp], axis=axis)
+    run_op("DequantizeLinear", [rng.integers(-1 << 20, 1 << 20, (6,)).astype(np.int32)], scale=[1e-4], zero_point=[0])
+
+
+@pytest.mark.parametrize("profile,bounded,want", [
+    ("x86-avx2", True, ("vpmaddubsw", "vpmaddwd")), ("x86-avx2", False, ("vpmaddwd",)),
+    ("vnni-256", False, ("vpdpbusd",)), ("alderlake", False, ("{vex}\tvpdpbusd",)), ("rpi5", False, ("sdot",)),
+])
+def test_generated_code_uses_the_isa_dot_product(profile, bounded, want):
+    if profile == "vnni-256":
+        target = _vnni256()
+    elif profile == "alderlake":  # AVX-VNNI (VEX encoded), no AVX-512
+        target = dataclasses.replace(resolve_target("x86-avx2"), name="avx-vnni", cpu="alderlake",
+                                     features=resolve_target("x86-avx2").features + ("+avxvnni",))
+    else:
+        target = resolve_target(profile)
+    bound = 64 if bounded else 127
+    w = np.random.default_rng(0).integers(-bound, bound + 1, (16, 8, 3, 3)).astype(np.int8)
+    graph = _qconv_graph(DType.U8, w, None, 1, 1, [1, 1, 1, 1], (1, 8, 8, 8))
+    asm = jit.emit_assembly(lower(graph, target, optimize=False).llvm_ir, target)
+    for mnemonic in want:
+        assert mnemonic in asm, f"{mnemonic} missing from the {target.name} QConv"
+    assert choose_dot(target, bounded).kind in {"vnni", "avx2-ubsw", "avx2-wd", "sdot"}
+
+
+def test_gpu_kernels_use_dp4a_and_equal_the_reference(tmp_path):
+    import shutil
+
+    from cuvil.compiler.codegen.nvptx import gpu_target, lower_ptx
+
+    from .gpu_sim import SimulatedGpu
+    from .test_nvptx import ptxas
+
+    rng = np.random.default_rng(9)
+    gb = GraphBuilder("qgpu")
+    x = gb.input("x", TensorType(DType.F32, (1, 6, 5, 5)))
+    q = gb.add1("QuantizeLinear", [x], scale=[0.03], zero_point=[120], to=DType.U8)
+    conv = dict(strides=[1, 1], pads=[1, 1, 1, 1], dilations=[1, 1], x_scale=0.03, x_zero_point=120, y_scale=0.2,
+                y_zero_point=10, to=DType.U8)
+    c1 = gb.add1("QConv", [q, gb.constant(rng.integers(-127, 128, (6, 6, 3, 3)).astype(np.int8), "w1"),
+                           gb.constant(rng.integers(-99, 99, (6,)).astype(np.int32), "b1")], w_scale=[0.01] * 6, **conv)
+    c2 = gb.add1("QConv", [q, gb.constant(rng.integers(-127, 128, (6, 2, 3, 3)).astype(np.int8), "w2")], group=3,
+                 w_scale=[0.02], **conv)
+    s = gb.add1("QAdd", [c1, c2], a_scale=0.2, a_zero_point=10, b_scale=0.2, b_zero_point=10, y_scale=0.3,
+                y_zero_point=0, to=DType.U8, clamp=[0, 255])
+    f = gb.add1("Flatten", [s], axis=1)
+    mm = gb.add1("QMatMul", [f, gb.constant(rng.integers(-127, 128, (150, 7)).astype(np.int8), "w3")], a_scale=0.3,
+                 a_zero_point=0, b_scale=[0.01], y_scale=0.5, y_zero_point=128, to=DType.U8)
+    y = gb.add1("DequantizeLinear", [mm], scale=[0.5], zero_point=[128])
+    graph = gb.build([y])
+    feeds = {"x": rng.standard_normal((1, 6, 5, 5)).astype(np.float32)}
+    program = lower_ptx(graph, gpu_target("qgpu", "sm_87"))
+    ptx = jit.emit_assembly(program.llvm_ir, program.target)
+    assert "dp4a.u32.s32" in ptx
+    if shutil.which("ptxas"):
+        done = ptxas(ptx, "sm_87", tmp_path)
+        assert done.returncode == 0, done.stderr[:2000]
+    got = SimulatedGpu(program).run(feeds)[y]
+    assert np.array_equal(got, run_reference(graph, feeds)[y])
