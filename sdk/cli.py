@@ -64,12 +64,39 @@ def keygen(out_dir: Path, name: str, force: bool) -> None:
 @click.option("--key", required=True, type=_EXISTING, help="Private key (PEM) to sign with.")
 @click.option("--name", default=None, help="Model name (default: the graph's name).")
 @click.option("--model-version", default="0", show_default=True, help="Model version string.")
-def import_(model: Path, output: Path, key: Path, name: str | None, model_version: str) -> None:
+@click.option("--int8", is_flag=True, help="Quantize to int8 (a QDQ model is taken as it is quantized).")
+@click.option("--calibration", type=_EXISTING, default=None,
+              help="Calibration inputs .npz keyed by input name, samples along axis 0 (with --int8).")
+@click.option("--calibration-method", type=click.Choice(["minmax", "percentile"]), default="minmax",
+              show_default=True, help="How activation ranges are chosen.")
+@click.option("--percentile", type=float, default=99.99, show_default=True, help="For --calibration-method percentile.")
+def import_(model: Path, output: Path, key: Path, name: str | None, model_version: str, int8: bool,
+            calibration: Path | None, calibration_method: str, percentile: float) -> None:
     """Import an ONNX model and write it as a signed bundle."""
     graph = api.import_model(model)
+    if calibration is not None and not int8:
+        raise CuvilError("--calibration is for --int8")
+    if int8:
+        graph = _int8(graph, calibration, calibration_method, percentile)
     done = api.export(graph, output, key, name=name, version=model_version)
     click.echo(f"wrote {done.path} ({done.size} bytes, {done.weight_bytes} weight bytes)")
     click.echo(f"signed by {done.signer}, content {done.content_hash}")
+
+
+def _int8(graph, calibration: Path | None, method: str, percentile: float):
+    """The graph quantized from the calibration inputs (printing the per-layer report), or a QDQ
+    graph as it is."""
+    quantized = any(n.op in ("QuantizeLinear", "QConv", "QMatMul") for n in graph.nodes)
+    if calibration is None:
+        if quantized:
+            click.echo("the model is quantized already (QDQ): imported as it is")
+            return graph
+        raise CuvilError("--int8 needs --calibration <inputs.npz> for a float model")
+    if quantized:
+        raise CuvilError("the model is quantized already: leave out --calibration")
+    done = api.quantize(graph, api.read_inputs(graph, npz=calibration), method=method, percentile=percentile)
+    click.echo(done.report.format())
+    return done.graph
 
 
 def _count(n: float, unit: str) -> str:

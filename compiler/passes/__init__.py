@@ -4,6 +4,7 @@ from .dce import dce
 from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
 from .fuse import fuse
+from .fuse_qdq import fuse_qdq
 from .pipeline import DEFAULT_PIPELINE, optimize
 
-__all__ = ["DEFAULT_PIPELINE", "dce", "fold_batchnorm", "fold_constants", "fuse", "optimize"]
+__all__ = ["DEFAULT_PIPELINE", "dce", "fold_batchnorm", "fold_constants", "fuse", "fuse_qdq", "optimize"]

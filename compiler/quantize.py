@@ -1,0 +1,338 @@
+"""Post-training quantization: a float graph plus calibration inputs -> an int8 QDQ graph and a report.
+
+Weights: per-channel (per output channel) symmetric int8, scale ``max|w| / 127``; biases: int32 at
+``x_scale * w_scale``. Activations: per-tensor asymmetric u8 (a zero point, so ReLU outputs use the
+whole range), from the calibration range of each value: ``minmax`` (observed extremes) or
+``percentile`` (the ``percentile``-th of |values| on each side, clipping rare outliers). The result
+is a QDQ graph, the form ONNX Runtime's quantizer writes: ``passes/fuse_qdq.py`` turns it into
+integer ops when it is compiled, and the reference interpreter can run it either way.
+
+The report gives, per quantized layer, the relative RMS error and SQNR of its output against the
+float graph on the calibration inputs, and the top-1 agreement of the outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import CuvilError
+from .interpreter import run_reference
+from .ir.dtypes import DType
+from .ir.graph import Graph, Node
+from .passes.dce import dce
+from .passes.fold_batchnorm import fold_batchnorm
+from .passes.fold_constants import fold_constants
+from .passes.rewrite import Names, as_constant, rebuild
+
+METHODS = ("minmax", "percentile")
+ANCHORS = ("Conv", "Gemm", "MatMul", "Add")
+ACTIVATIONS = ("Relu", "Clip")
+PASS_THROUGH = ("MaxPool", "Flatten", "Reshape")  # output keeps the input's parameters
+SAMPLE = 200_000  # values kept per tensor for percentiles
+CHUNK = 16  # calibration inputs run through the interpreter at once
+
+
+class QuantizationError(CuvilError):
+    """Calibration inputs or options that cannot quantize this graph."""
+
+
+@dataclass(frozen=True)
+class LayerError:
+    node: str
+    op: str
+    rel_rms: float  # ||int8 - fp32|| / ||fp32|| of the layer's output
+    sqnr_db: float
+
+
+@dataclass(frozen=True)
+class QuantizationReport:
+    method: str
+    layers: tuple[LayerError, ...]
+    top1_agreement: float  # fraction of calibration inputs whose argmax is unchanged
+    output_rel_rms: float
+
+    def format(self) -> str:
+        lines = [f"{'layer':40} {'op':7} {'rel. RMS':>9} {'SQNR dB':>8}"]
+        lines += [f"{e.node[:40]:40} {e.op:7} {e.rel_rms:9.4f} {e.sqnr_db:8.1f}" for e in self.layers]
+        lines.append(f"output: rel. RMS {self.output_rel_rms:.4f}, top-1 agreement {self.top1_agreement:.1%} "
+                     f"({self.method} calibration)")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class QuantizedModel:
+    graph: Graph
+    report: QuantizationReport
+
+
+# --- calibration -----------------------------------------------------------------------------------
+class _Range:
+    def __init__(self) -> None:
+        self.lo, self.hi = math.inf, -math.inf
+        self.sample: list[np.ndarray] = []
+        self.rng = np.random.default_rng(0)
+
+    def add(self, v: np.ndarray) -> None:
+        flat = np.asarray(v, np.float32).reshape(-1)
+        finite = flat[np.isfinite(flat)]
+        if finite.size:
+            self.lo, self.hi = min(self.lo, float(finite.min())), max(self.hi, float(finite.max()))
+            keep = finite if finite.size <= SAMPLE // 4 else self.rng.choice(finite, SAMPLE // 4, replace=False)
+            self.sample.append(keep)
+
+    def bounds(self, method: str, percentile: float) -> tuple[float, float]:
+        if method == "minmax" or not self.sample:
+            return self.lo, self.hi
+        s = np.concatenate(self.sample)
+        return float(np.percentile(s, 100 - percentile)), float(np.percentile(s, percentile))
+
+
+def _u8_params(lo: float, hi: float) -> tuple[float, int]:
+    """Asymmetric u8 covering [lo, hi] (widened to include 0, as zero must be exact)."""
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi - lo < 1e-12:
+        return 1.0, 0 if lo >= 0 else 255
+    scale = float(np.float32((hi - lo) / 255.0))
+    zp = int(np.clip(np.rint(-lo / scale), 0, 255))
+    return scale, zp
+
+
+def _batches(graph: Graph, calibration) -> list[dict[str, np.ndarray]]:
+    """Calibration inputs as feeds of at most CHUNK samples (batch axis 0); a graph of a fixed batch
+    size gets feeds of that size."""
+    if isinstance(calibration, Mapping):
+        calibration = [calibration]
+    first = graph.types[graph.inputs[0]]
+    step = CHUNK if not first.is_static else max(1, int(first.shape[0]) if first.rank else 1)
+    feeds = []
+    for item in calibration:
+        if not isinstance(item, Mapping) or set(item) != set(graph.inputs):
+            raise QuantizationError(f"each calibration item must map exactly the inputs {list(graph.inputs)}")
+        n = len(next(iter(item.values())))
+        for start in range(0, n - n % step if first.is_static else n, step):
+            feeds.append({k: np.asarray(v)[start:start + step] for k, v in item.items()})
+    if not feeds:
+        raise QuantizationError("no calibration inputs")
+    return feeds
+
+
+def _trace(graph: Graph, feeds: Iterable[Mapping[str, np.ndarray]], names: Sequence[str]):
+    """Run the reference interpreter and yield each feed's values of ``names``."""
+    wanted = [n for n in dict.fromkeys(names) if n not in graph.constants]
+    g = graph.replace(outputs=tuple(dict.fromkeys(list(graph.outputs) + wanted)))
+    for feed in feeds:
+        yield run_reference(g, feed)
+
+
+# --- the rewrite -----------------------------------------------------------------------------------
+@dataclass
+class _Group:
+    anchor: Node
+    last: Node  # the anchor, or its activation
+
+    @property
+    def output(self) -> str:
+        return self.last.outputs[0]
+
+
+def _groups(graph: Graph) -> list[_Group]:
+    uses: dict[str, int] = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            uses[i] = uses.get(i, 0) + 1
+    by_input = {}
+    for n in graph.nodes:
+        if n.inputs:
+            by_input.setdefault(n.inputs[0], []).append(n)
+    groups = []
+    for n in graph.nodes:
+        if n.op not in ANCHORS or not _quantizable(graph, n):
+            continue
+        last = n
+        follow = by_input.get(n.outputs[0], [])
+        if uses.get(n.outputs[0]) == 1 and len(follow) == 1 and follow[0].op in ACTIVATIONS \
+                and n.outputs[0] not in graph.outputs:
+            last = follow[0]
+        groups.append(_Group(n, last))
+    return groups
+
+
+def _quantizable(graph: Graph, n: Node) -> bool:
+    c = graph.constants
+    if n.op == "Conv":
+        return n.inputs[1] in c and graph.types[n.inputs[0]].rank == 4 and all(i in c for i in n.inputs[2:])
+    if n.op == "Gemm":
+        a = n.attr
+        return n.inputs[1] in c and not a["transA"] and a["alpha"] > 0 and all(i in c for i in n.inputs[2:])
+    if n.op == "MatMul":
+        return n.inputs[1] in c and c[n.inputs[1]].ndim == 2 and n.inputs[0] not in c
+    return n.op == "Add" and not any(i in c for i in n.inputs) and \
+        graph.types[n.inputs[0]].dtype is DType.F32 and graph.types[n.inputs[1]].dtype is DType.F32
+
+
+def _weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel symmetric int8 along ``axis``: (int8 weights, float32 scales)."""
+    moved = np.moveaxis(w.astype(np.float64), axis, 0).reshape(w.shape[axis], -1)
+    amax = np.abs(moved).max(axis=1)
+    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape).astype(np.float64)), -127, 127).astype(np.int8)
+    return q, scale
+
+
+class _Rewriter:
+    def __init__(self, graph: Graph, params: Mapping[str, tuple[float, int]]):
+        self.g, self.params = graph, params
+        self.names = Names(graph)
+        self.constants = dict(graph.constants)
+        self.dq_of: dict[str, str] = {}  # float value -> its quantize-dequantize twin
+        self.pre: dict[str, list[Node]] = {}  # node name -> nodes to place before it
+        self.post: dict[str, list[Node]] = {}  # node name -> nodes to place after it
+        self.rename: dict[str, dict[str, str]] = {}  # node name -> {old input: new input}
+
+    def qdq(self, value: str, params: tuple[float, int], before: str | None, after: str | None) -> str:
+        if value in self.dq_of:
+            return self.dq_of[value]
+        scale, zp = params
+        q, d = self.names.fresh(f"{value}/q"), self.names.fresh(f"{value}/dq")
+        nodes = [Node.make("QuantizeLinear", [value], [q], name=q, scale=[scale], zero_point=[zp], to=DType.U8),
+                 Node.make("DequantizeLinear", [q], [d], name=d, scale=[scale], zero_point=[zp])]
+        (self.post.setdefault(after, []) if after else self.pre.setdefault(before, [])).extend(nodes)
+        self.dq_of[value] = d
+        return d
+
+    def const_dq(self, name: str, q: np.ndarray, scale: np.ndarray, axis: int, at: str) -> str:
+        cname = self.names.fresh(f"{name}/q")
+        self.constants[cname] = as_constant(q, q.dtype)
+        d = self.names.fresh(f"{name}/dq")
+        self.pre.setdefault(at, []).append(Node.make("DequantizeLinear", [cname], [d], name=d,
+                                                     scale=[float(s) for s in scale], zero_point=[0] * scale.size,
+                                                     axis=axis))
+        return d
+
+    def activation_input(self, node: Node, value: str, producers) -> str:
+        prod = producers.get(value)
+        return self.qdq(value, self.params[value], before=None if prod else node.name, after=prod.name if prod else None)
+
+    def group(self, grp: _Group, producers) -> None:
+        n = grp.anchor
+        new_inputs = {}
+        if n.op == "Add":
+            for v in n.inputs:
+                new_inputs[v] = self.activation_input(n, v, producers)
+        else:
+            x = n.inputs[0]
+            new_inputs[x] = self.activation_input(n, x, producers)
+            x_scale = self.params[x][0]
+            w = self.constants[n.inputs[1]]
+            axis = 0 if n.op == "Conv" or (n.op == "Gemm" and n.attr["transB"]) else 1
+            wq, ws = _weight(w, axis)
+            new_inputs[n.inputs[1]] = self.const_dq(n.inputs[1], wq, ws, axis, n.name)
+            if len(n.inputs) == 3:
+                b = self.constants[n.inputs[2]].astype(np.float64).reshape(-1)
+                if n.op == "Gemm":
+                    b = b * n.attr["beta"]
+                bs = (np.float32(x_scale) * ws).astype(np.float32)
+                if b.size == bs.size or b.size == 1:
+                    bq = np.rint(b / bs.astype(np.float64)).astype(np.int64)
+                    if np.all(np.abs(bq) < 2**31 - 1):
+                        new_inputs[n.inputs[2]] = self.const_dq(n.inputs[2], bq.astype(np.int32),
+                                                                np.broadcast_to(bs, bq.shape).copy(), 0, n.name)
+        self.rename[n.name] = new_inputs
+        self.qdq(grp.output, self.params[grp.output], before=None, after=grp.last.name)
+
+    def pass_through(self, n: Node) -> None:
+        x = n.inputs[0]
+        if x in self.dq_of and n.outputs[0] not in self.dq_of:
+            self.rename[n.name] = {x: self.dq_of[x]}
+            self.qdq(n.outputs[0], self.params[x], before=None, after=n.name)
+
+    def build(self) -> Graph:
+        """Place the new nodes; every other reader of a quantized value reads its dequantized twin;
+        a graph output keeps its name on the twin (its float producer is renamed)."""
+        inserted = {n.name for ns in (*self.pre.values(), *self.post.values()) for n in ns}
+        nodes = []
+        for n in self.g.nodes:
+            nodes += self.pre.get(n.name, [])
+            ren = self.rename.get(n.name) or ({} if n.name in inserted else self.dq_of)
+            nodes.append(n.replace(inputs=tuple(ren.get(i, i) for i in n.inputs)))
+            nodes += self.post.get(n.name, [])
+        swap = {}
+        for o in self.g.outputs:
+            if o in self.dq_of:
+                swap[o], swap[self.dq_of[o]] = self.names.fresh(f"{o}/float"), o
+        if swap:
+            nodes = [n.replace(inputs=tuple(swap.get(i, i) for i in n.inputs),
+                               outputs=tuple(swap.get(o, o) for o in n.outputs)) for n in nodes]
+        return dce(rebuild(self.g, nodes, self.constants))
+
+
+def quantize(graph: Graph, calibration_inputs, *, method: str = "minmax", percentile: float = 99.99) -> QuantizedModel:
+    """Quantize ``graph`` to int8 from ``calibration_inputs`` (a mapping input name -> array with the
+    samples along axis 0, or a sequence of such mappings); returns the QDQ graph and its report."""
+    if method not in METHODS:
+        raise QuantizationError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if not 50.0 < percentile <= 100.0:
+        raise QuantizationError(f"percentile must be in (50, 100], got {percentile}")
+    g = dce(fold_batchnorm(fold_constants(graph)))
+    feeds = _batches(g, calibration_inputs)
+    groups = _groups(g)
+    if not groups:
+        raise QuantizationError("the graph has no Conv, Gemm, MatMul or Add that int8 can run")
+    watched = [v for grp in groups for v in list(grp.anchor.inputs[:1 if grp.anchor.op != "Add" else 2]) + [grp.output]]
+    ranges = {v: _Range() for v in watched}
+    for values in _trace(g, feeds, watched):
+        for v in watched:
+            ranges[v].add(values[v])
+    params = {v: _u8_params(*r.bounds(method, percentile)) for v, r in ranges.items()}
+    rw = _Rewriter(g, params)
+    producers = g.producers()
+    by_anchor = {grp.anchor.name: grp for grp in groups}
+    for n in g.nodes:
+        if n.name in by_anchor:
+            rw.group(by_anchor[n.name], producers)
+        elif n.op in PASS_THROUGH and n.inputs[0] in rw.dq_of:
+            params[n.outputs[0]] = params[n.inputs[0]]
+            rw.pass_through(n)
+    qgraph = rw.build()
+    return QuantizedModel(qgraph, _report(g, qgraph, groups, rw.dq_of, feeds, method))
+
+
+def _report(g: Graph, q: Graph, groups, twins, feeds, method) -> QuantizationReport:
+    """Each layer's output error, int8 (QDQ) against float, over the calibration inputs."""
+    def int8_name(grp) -> str | None:  # a graph output keeps its name on its dequantized twin
+        name = grp.output if grp.output in g.outputs else twins.get(grp.output)
+        return name if name in q.types else None
+
+    names = [n for n in map(int8_name, groups) if n]
+    layer_err: dict[str, list[float]] = {}
+    agree, total, out_err = 0, 0, []
+    floats = _trace(g, feeds, [grp.output for grp in groups])
+    for values, want in zip(_trace(q, feeds, names), floats):
+        for grp in groups:
+            t = int8_name(grp)
+            if t in values:
+                f, d = want[grp.output].astype(np.float64), values[t].astype(np.float64)
+                layer_err.setdefault(grp.anchor.name, [0.0, 0.0])
+                layer_err[grp.anchor.name][0] += float(((d - f) ** 2).sum())
+                layer_err[grp.anchor.name][1] += float((f ** 2).sum())
+        for o in g.outputs:
+            f, d = want[o].astype(np.float64), values[o].astype(np.float64)
+            out_err.append((float(((d - f) ** 2).sum()), float((f ** 2).sum())))
+            if f.ndim >= 2:
+                agree += int((f.argmax(-1) == d.argmax(-1)).sum())
+                total += f.reshape(-1, f.shape[-1]).shape[0]
+    layers = []
+    for grp in groups:
+        if grp.anchor.name in layer_err:
+            e, s = layer_err[grp.anchor.name]
+            rel = math.sqrt(e / s) if s else 0.0
+            layers.append(LayerError(grp.anchor.name, grp.anchor.op, rel, 10 * math.log10(s / e) if e else math.inf))
+    e = sum(x for x, _ in out_err)
+    s = sum(y for _, y in out_err)
+    return QuantizationReport(method, tuple(layers), agree / total if total else 1.0, math.sqrt(e / s) if s else 0.0)

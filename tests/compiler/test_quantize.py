@@ -1,0 +1,93 @@
+"""Post-training quantization: per-channel symmetric weights, calibrated activations, the report."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from cuvil.compiler import run_reference
+from cuvil.compiler.frontends.onnx import import_onnx
+from cuvil.compiler.passes.pipeline import optimize
+from cuvil.compiler.quantize import QuantizationError, quantize
+from cuvil.edge_runtime.compile import compile_graph
+from tests.qdq import draws
+from tests.zoo import export_onnx
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Sequential(nn.Conv2d(2, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2))
+        self.c2 = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU6())
+        self.fc = nn.Linear(8 * 4 * 4, 5)
+
+    def forward(self, x):
+        y = self.c1(x)
+        return self.fc(torch.flatten(y + self.c2(y), 1))
+
+
+@pytest.fixture(scope="module")
+def float_graph():
+    torch.manual_seed(0)
+    net = _Net().eval()
+    with torch.no_grad():
+        net.c1[1].running_var.uniform_(0.5, 1.5)
+    return optimize(import_onnx(export_onnx(net, (torch.randn(1, 2, 8, 8),), dynamic_batch=True)),
+                    passes=())
+
+
+def _calib(n=24, seed=0):
+    return {"input": np.stack(draws((2, 8, 8), n, seed))}
+
+
+def test_quantized_graph_runs_on_integer_ops_and_matches_float(float_graph):
+    done = quantize(float_graph, _calib())
+    ops = Counter(n.op for n in optimize(done.graph).nodes)
+    assert ops["QConv"] == 2 and ops["QAdd"] == 1 and ops["QMatMul"] == 1 and ops["MaxPool"] == 1
+    for n in done.graph.nodes:  # weights: per output channel, symmetric, int8 using the full range
+        if n.op == "DequantizeLinear" and n.inputs[0] in done.graph.constants:
+            w = done.graph.constants[n.inputs[0]]
+            assert not any(n.attr["zero_point"])
+            if w.dtype == np.int8:
+                assert len(n.attr["scale"]) == w.shape[n.attr["axis"]] > 1
+                assert np.abs(np.moveaxis(w, n.attr["axis"], 0).reshape(w.shape[n.attr["axis"]], -1)).max(1).min() == 127
+    report = done.report
+    assert {e.op for e in report.layers} == {"Conv", "Gemm", "Add"} and len(report.layers) == 4
+    assert all(0 < e.rel_rms < 0.1 for e in report.layers) and report.output_rel_rms < 0.1
+    assert report.top1_agreement >= 0.9 and "top-1 agreement" in report.format()
+    held_out = _calib(8, seed=5)["input"]
+    want = run_reference(float_graph, {"input": held_out})["output"]
+    got = run_reference(optimize(done.graph), {"input": held_out})["output"]
+    assert np.linalg.norm(got - want) < 0.1 * np.linalg.norm(want)  # held-out inputs may leave the calibrated range
+
+
+def test_compiled_int8_equals_the_int8_reference(float_graph):
+    graph = optimize(quantize(float_graph, _calib()).graph)
+    sess = compile_graph(graph, optimize=False, use_cache=False, jobs=1)
+    x = _calib(3, seed=9)["input"]
+    for i in range(3):
+        assert np.array_equal(sess.run({"input": x[i:i + 1]})["output"],
+                              run_reference(graph, {"input": x[i:i + 1]})["output"])
+
+
+def test_percentile_calibration_clips_outliers(float_graph):
+    calib = _calib()
+    calib["input"][0, 0, 0, 0] = 400.0  # one outlier in 3072 values
+    scale = {}
+    for method in ("minmax", "percentile"):
+        g = quantize(float_graph, calib, method=method, percentile=99.9).graph
+        scale[method] = next(n.attr["scale"][0] for n in g.nodes if n.op == "QuantizeLinear")
+    assert scale["minmax"] >= 400 / 255 and scale["percentile"] < scale["minmax"] / 20
+
+
+def test_bad_calibration_and_options_are_refused(float_graph):
+    with pytest.raises(QuantizationError, match="exactly the inputs"):
+        quantize(float_graph, {"x": np.zeros((2, 2, 8, 8), np.float32)})
+    with pytest.raises(QuantizationError, match="method"):
+        quantize(float_graph, _calib(), method="entropy")
+    with pytest.raises(QuantizationError, match="no calibration"):
+        quantize(float_graph, [])
