@@ -12,6 +12,7 @@ reference's float32 arithmetic.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
@@ -156,8 +157,13 @@ def _conv_gemm_ok(key: KernelKey) -> bool:
 
 
 def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
+    """Weights with K ordered (tap, channel), channels padded to quads: the im2col's order."""
     if i == 1 and _conv_gemm_ok(key):
-        rows = arr.reshape(arr.shape[0], -1)
+        m, c = arr.shape[:2]
+        c4 = -(-c // 4)
+        taps = np.zeros((m, math.prod(arr.shape[2:]), 4 * c4), np.int8)
+        taps[:, :, :c] = arr.reshape(m, c, -1).transpose(0, 2, 1)
+        rows = taps.reshape(m, -1)
         return _pack_broadcast_rows(rows, choose_dot(target, pairs_bounded(rows)))
     return None
 
@@ -173,70 +179,114 @@ def _pack_broadcast_rows(rows: np.ndarray, dot: Dot):
     return QUADS + dot.kind, np.concatenate([sums.view(np.uint8), quads.view(np.uint8).reshape(-1)])
 
 
-def _conv_geometry(key: KernelKey, dot: Dot) -> tuple[GemmGeometry, int]:
-    xs, ws = key.in_types[0].shape, key.in_types[1].shape
+@dataclass(frozen=True)
+class _ConvPlan:
+    """The GEMM of a conv and its two scratch regions: the input as channel quads, the im2col."""
+
+    geo: GemmGeometry
+    c4: int  # channel quads
+    taps: int
+    direct: bool  # 1x1, stride 1, no padding: the channel quads are the GEMM's operand
+
+    @property
+    def quads_bytes(self) -> int:
+        return 4 * self.c4 * (self.geo.cols_pad if self.direct else self.plane)
+
+    plane: int = 0  # H * W of the input
+
+    @property
+    def cols_offset(self) -> int:
+        return -(-self.quads_bytes // 64) * 64
+
+    @property
+    def scratch(self) -> int:
+        return self.cols_offset + (0 if self.direct else 4 * self.geo.k4 * self.geo.cols_pad) + 64
+
+
+def _conv_plan(key: KernelKey, dot: Dot) -> _ConvPlan:
+    a = dict(key.attrs)
+    _, c, hh, ww = key.in_types[0].shape
+    m, _, kh, kw = key.in_types[1].shape
     p = math.prod(key.out_types[0].shape[2:])
-    k = math.prod(ws[1:])
-    cols_pad = -(-p // dot.vl) * dot.vl
-    return GemmGeometry(rows=ws[0], cols=p, cols_pad=cols_pad, k4=-(-k // 4), vec_is_u=True), k
+    c4, taps = -(-c // 4), kh * kw
+    direct = taps == 1 and tuple(a["strides"]) == (1, 1) and not any(a["pads"])
+    geo = GemmGeometry(rows=m, cols=p, cols_pad=-(-p // dot.vl) * dot.vl, k4=taps * c4, vec_is_u=True)
+    return _ConvPlan(geo, c4, taps, direct, hh * ww)
 
 
 def _qconv_scratch(key: KernelKey, target: Target) -> int:
     dot = _dot_of(key, target)
     if dot is None or not _conv_gemm_ok(key):
         return 0
-    geo, _ = _conv_geometry(key, dot)
-    return 4 * geo.k4 * geo.cols_pad + 64
+    return _conv_plan(key, dot).scratch
 
 
-def _im2col_quads(ctx: KernelContext, geo: GemmGeometry, n: ir.Value, flip: bool, zp_enc: int) -> None:
-    """scratch[q][p][t] = encoded x at (k = 4q + t, pixel p); padding and spare slots hold zp_enc."""
+def _channel_quads(ctx: KernelContext, plan: _ConvPlan, n: ir.Value, flip: bool, fill: int) -> ir.Value:
+    """scratch[c4][p][4] = the encoded bytes of channels 4*c4..4*c4+3 at pixel p (missing: zp)."""
+    b = ctx.b
+    c = ctx.shape(0)[1]
+    stride = plan.geo.cols_pad if plan.direct else plan.plane
+    dst = b.bitcast(ctx.scratch, h.I32.as_pointer())
+    x_img = gep(b, ctx.ins[0], b.mul(n, h.i64(c * plan.plane)))
+    for q in range(plan.c4):
+        with h.for_range(b, plan.plane, name="px") as px:
+            word = h.const(h.I32, 0)
+            for j in range(4):
+                ch = 4 * q + j
+                v = h.load(b, x_img, b.add(px, h.i64(ch * plan.plane))) if ch < c else ir.Constant(h.I8, fill)
+                if flip and ch < c:
+                    v = b.xor(v, ir.Constant(h.I8, 0x80))
+                word = b.or_(word, b.shl(b.zext(v, h.I32), h.const(h.I32, 8 * j)))
+            h.store(b, word, dst, b.add(px, h.i64(q * stride)))
+    return dst
+
+
+def _im2col_quads(ctx: KernelContext, plan: _ConvPlan, quads: ir.Value, fill: int) -> ir.Value:
+    """cols[tap * c4 + q][p] = the quad of channel quad q at pixel p's tap (zp quads in the padding)."""
     a, b = ctx.attrs, ctx.b
-    _, c, hh, ww = ctx.shape(0)
-    _, _, kh, kw = ctx.shape(1)
+    _, _, hh, ww = ctx.shape(0)
+    _, _, _, kw = ctx.shape(1)
     oh, ow = ctx.out_shape[2:]
     (sh, sw), (dh, dw), pads = a["strides"], a["dilations"], a["pads"]
-    fill = zp_enc & 0xFF
-    memset = h.intrinsic(b.module, "llvm.memset.p0i8.i64", h.VOID, [h.I8P, h.I8, h.I64, h.I1])
-    b.call(memset, [ctx.scratch, ir.Constant(h.I8, fill), h.i64(4 * geo.k4 * geo.cols_pad), ir.Constant(h.I1, 0)])
-    x_base = b.mul(n, h.i64(c * hh * ww))
-    with h.for_range(b, c, name="ic") as ic:
-        for tap in range(kh * kw):
-            ty, tx = divmod(tap, kw)
-            k = b.add(b.mul(ic, h.i64(kh * kw)), h.i64(tap))
-            dst0 = b.add(b.mul(b.lshr(k, h.i64(2)), h.i64(4 * geo.cols_pad)), b.and_(k, h.i64(3)))
+    cols = b.bitcast(gep(b, ctx.scratch, plan.cols_offset), h.I32.as_pointer())
+    zq = h.const(h.I32, fill * 0x01010101 - (1 << 32 if fill >= 128 else 0))
+    for tap in range(plan.taps):
+        ty, tx = divmod(tap, kw)
+        with h.for_range(b, plan.c4, name="q") as q:
+            src0 = b.mul(q, h.i64(plan.plane))
+            dst0 = b.mul(b.add(q, h.i64(tap * plan.c4)), h.i64(plan.geo.cols_pad))
             with h.for_range(b, oh, name="oy") as oy:
                 iy = b.add(b.mul(oy, h.i64(sh)), h.i64(ty * dh - pads[0]))
-                row_ok = b.and_(b.icmp_signed(">=", iy, h.i64(0)), b.icmp_signed("<", iy, h.i64(hh)))
+                row_ok = b.icmp_unsigned("<", iy, h.i64(hh))
+                row = b.add(src0, b.mul(iy, h.i64(ww)))
+                out_row = b.add(dst0, b.mul(oy, h.i64(ow)))
                 with h.for_range(b, ow, name="ox") as ox:
                     ix = b.add(b.mul(ox, h.i64(sw)), h.i64(tx * dw - pads[1]))
-                    ok = b.and_(row_ok, b.and_(b.icmp_signed(">=", ix, h.i64(0)), b.icmp_signed("<", ix, h.i64(ww))))
-                    src = b.add(x_base, b.add(b.mul(b.add(b.mul(ic, h.i64(hh)), iy), h.i64(ww)), ix))
-                    safe = b.select(ok, src, x_base)
-                    v = h.load(b, ctx.ins[0], safe)
-                    if flip:
-                        v = b.xor(v, ir.Constant(h.I8, 0x80))
-                    v = b.select(ok, v, ir.Constant(h.I8, fill))
-                    p = b.add(b.mul(oy, h.i64(ow)), ox)
-                    h.store(b, v, ctx.scratch, b.add(dst0, b.mul(p, h.i64(4))))
+                    ok = b.and_(row_ok, b.icmp_unsigned("<", ix, h.i64(ww)))
+                    v = h.load(b, quads, b.select(ok, b.add(row, ix), src0))
+                    h.store(b, b.select(ok, v, zq), cols, b.add(out_row, ox))
+    return b.bitcast(cols, h.I8P)
 
 
 def _qconv_gemm(ctx: KernelContext, dot: Dot) -> None:
     a, b = ctx.attrs, ctx.b
-    geo, _ = _conv_geometry(ctx.key, dot)
+    plan = _conv_plan(ctx.key, dot)
+    geo = plan.geo
     n_img, m = ctx.out_shape[0], ctx.out_shape[1]
     flip, shift = _encoding(ctx.in_types[0].dtype, dot)
     zp_enc = a["x_zero_point"] + shift
+    fill = zp_enc & 0xFF
     sums = b.bitcast(ctx.ins[1], h.I32.as_pointer())
     wq = gep(b, ctx.ins[1], _sums_bytes(m))
     bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
     mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
     with h.for_range(b, n_img, name="n") as n:
-        _im2col_quads(ctx, geo, n, flip, zp_enc)
+        quads = _channel_quads(ctx, plan, n, flip, fill)
+        vptr = b.bitcast(quads, h.I8P) if plan.direct else _im2col_quads(ctx, plan, quads, fill)
         out_img = gep(b, ctx.outs[0], b.mul(n, h.i64(m * geo.cols)))
         epi = _requant_epilogue(ctx, a, "w", mvals, True, sums, bias, zp_enc,
                                 lambda bb, row: gep(bb, out_img, bb.mul(row, h.i64(geo.cols))), geo.cols, dot)
-        emit_int_gemm(b, dot, ctx.target, geo, wq, ctx.scratch, epi)
+        emit_int_gemm(b, dot, ctx.target, geo, wq, vptr, epi)
 
 
 def _qconv_direct(ctx: KernelContext) -> None:
