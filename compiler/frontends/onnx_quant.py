@@ -35,7 +35,7 @@ def _check_block_size(ctx: NodeCtx) -> None:
         raise Unsupported("a computation precision other than the scale's")
 
 
-_QDQ_VERSIONS = (10, 13, 19, 21, 23, 24, 25)  # 13: per-axis; 19+: float8 types; 21: blocks, output_dtype; 23+: more types
+_QDQ_VERSIONS = (10, 13, 19, 21, 23, 24, 25, 28)  # 13: per-axis; 19: float8; 21: blocks; 23+: types, precision
 
 
 @translates(QuantizeLinear=_QDQ_VERSIONS)
@@ -56,6 +56,8 @@ def _quantize(ctx: NodeCtx) -> list:
 @translates(DequantizeLinear=_QDQ_VERSIONS)
 def _dequantize(ctx: NodeCtx) -> list:
     _check_block_size(ctx)
+    if ctx.attr("output_dtype", 0) not in (0, 1):  # 1: FLOAT
+        raise Unsupported("a dequantized result other than float32")
     scale = _floats(ctx, 1)
     return [ctx.emit("DequantizeLinear", [ctx.x(0)], scale=scale, zero_point=_ints(ctx, 2, len(scale)),
                      axis=ctx.attr("axis", 1))]

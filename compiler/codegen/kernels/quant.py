@@ -5,8 +5,8 @@ with the instruction set's quad dot product (``codegen/int_dot.py``): weights pa
 (plus their row or column sums), activations packed per run into scratch (a conv's im2col) in the
 byte encoding the dot product wants. The zero point is taken out afterwards, exactly:
 ``sum((x - zp) * w) = sum(x_enc * w) - zp_enc * sum(w)``. Grouped convs and weights computed at
-run time use direct loops. Every path requantizes with ``codegen/quant_math.py``, bit for bit the
-reference's float32 arithmetic.
+run time go to ``quant_grouped.py``; QMatMul's direct loops take weights computed at run time.
+Every path requantizes with ``codegen/quant_math.py``, bit for bit the reference's float32 arithmetic.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ..int_gemm import GemmGeometry, emit_int_gemm, store_bytes
 from ..vecops import gep
 from .base import KernelContext, KernelKey, kernel
 from .elementwise import emit_map
+from .quant_grouped import emit_grouped_qconv, grouped_scratch
 
 QUADS = "quads:"  # + the Dot kind the packing was made for
 SUMS_BYTES_ALIGN = 64
@@ -217,7 +218,7 @@ def _conv_plan(key: KernelKey, dot: Dot) -> _ConvPlan:
 def _qconv_scratch(key: KernelKey, target: Target) -> int:
     dot = _dot_of(key, target)
     if dot is None or not _conv_gemm_ok(key):
-        return 0
+        return grouped_scratch(key)
     return _conv_plan(key, dot).scratch
 
 
@@ -228,16 +229,25 @@ def _channel_quads(ctx: KernelContext, plan: _ConvPlan, n: ir.Value, flip: bool,
     stride = plan.geo.cols_pad if plan.direct else plan.plane
     dst = b.bitcast(ctx.scratch, h.I32.as_pointer())
     x_img = gep(b, ctx.ins[0], b.mul(n, h.i64(c * plan.plane)))
-    for q in range(plan.c4):
+
+    def quad(q: ir.Value, channels: int) -> None:
+        """Channel quad q (its first ``channels`` channels real, the rest the zero point)."""
+        first = b.mul(q, h.i64(4 * plan.plane))
         with h.for_range(b, plan.plane, name="px") as px:
             word = h.const(h.I32, 0)
             for j in range(4):
-                ch = 4 * q + j
-                v = h.load(b, x_img, b.add(px, h.i64(ch * plan.plane))) if ch < c else ir.Constant(h.I8, fill)
-                if flip and ch < c:
-                    v = b.xor(v, ir.Constant(h.I8, 0x80))
+                if j < channels:
+                    v = h.load(b, x_img, b.add(first, b.add(px, h.i64(j * plan.plane))))
+                    v = b.xor(v, ir.Constant(h.I8, 0x80)) if flip else v
+                else:
+                    v = ir.Constant(h.I8, fill)
                 word = b.or_(word, b.shl(b.zext(v, h.I32), h.const(h.I32, 8 * j)))
-            h.store(b, word, dst, b.add(px, h.i64(q * stride)))
+            h.store(b, word, dst, b.add(px, b.mul(q, h.i64(stride))))
+
+    with h.for_range(b, c // 4, name="cq") as q:
+        quad(q, 4)
+    if c % 4:
+        quad(h.i64(c // 4), c % 4)
     return dst
 
 
@@ -289,50 +299,13 @@ def _qconv_gemm(ctx: KernelContext, dot: Dot) -> None:
         emit_int_gemm(b, dot, ctx.target, geo, wq, vptr, epi)
 
 
-def _qconv_direct(ctx: KernelContext) -> None:
-    """Direct loops (grouped convs, weights given at run time): one int32 sum per output element."""
-    a, b = ctx.attrs, ctx.b
-    n_img, c, hh, ww = ctx.shape(0)
-    m, cg, kh, kw = ctx.shape(1)
-    oh, ow = ctx.out_shape[2:]
-    (sh, sw), (dh, dw), pads, g = a["strides"], a["dilations"], a["pads"], a["group"]
-    mg = m // g
-    dtype = ctx.in_types[0].dtype
-    lo, hi = clamp_bounds(a["to"], a["clamp"])
-    mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
-    xz = h.const(h.I32, a["x_zero_point"])
-    with h.loop_nest(b, (n_img, m)) as (n, oc):
-        ch0 = b.mul(b.udiv(oc, h.i64(mg)), h.i64(cg))
-        init = h.load(b, ctx.ins[2], oc) if len(ctx.in_types) == 3 else h.const(h.I32, 0)
-        mult = qm.channel_value(b, mvals, h.F32, oc, f"{ctx.name}.m")
-        with h.loop_nest(b, (oh, ow), name="o") as (oy, ox):
-            def per_channel(acc, ic):
-                xbase = b.mul(b.add(b.mul(n, h.i64(c)), b.add(ch0, ic)), h.i64(hh * ww))
-                wbase = b.mul(b.add(b.mul(oc, h.i64(cg)), ic), h.i64(kh * kw))
-                for tap in range(kh * kw):
-                    ty, tx = divmod(tap, kw)
-                    iy = b.add(b.mul(oy, h.i64(sh)), h.i64(ty * dh - pads[0]))
-                    ix = b.add(b.mul(ox, h.i64(sw)), h.i64(tx * dw - pads[1]))
-                    ok = b.and_(b.and_(b.icmp_signed(">=", iy, h.i64(0)), b.icmp_signed("<", iy, h.i64(hh))),
-                                b.and_(b.icmp_signed(">=", ix, h.i64(0)), b.icmp_signed("<", ix, h.i64(ww))))
-                    src = b.select(ok, b.add(xbase, b.add(b.mul(iy, h.i64(ww)), ix)), xbase)
-                    xv = b.sub(qm.widen(b, h.load(b, ctx.ins[0], src), dtype), xz)
-                    wv = b.sext(h.load(b, ctx.ins[1], b.add(wbase, h.i64(tap))), h.I32)
-                    acc = b.add(acc, b.select(ok, b.mul(xv, wv), h.const(h.I32, 0)))
-                return acc
-
-            acc = h.reduce_range(b, cg, init, per_channel, name="ic")
-            q = qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
-            h.store(b, q, ctx.outs[0], h.linear(b, (n, oc, oy, ox), (m * oh * ow, oh * ow, ow, 1)))
-
-
 @kernel("QConv", pack=_pack_qconv, scratch=_qconv_scratch)
 def emit_qconv(ctx: KernelContext) -> None:
     dot = _dot_of(ctx.key, ctx.target)
     if dot is not None and _conv_gemm_ok(ctx.key):
         _qconv_gemm(ctx, dot)
     else:
-        _qconv_direct(ctx)
+        emit_grouped_qconv(ctx)
 
 
 # --- QMatMul --------------------------------------------------------------------------------------
