@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from .compiler import interpreter
 from .compiler.analysis import ModelSummary, summarize
 from . import __version__
-from .compiler.bundle import MAGIC, BundleHead, KeyPair, fingerprint, generate_keypair, load_private_key, save_bundle
+from .compiler.bundle import MAGIC, BundleHead, KeyPair, Lineage, fingerprint, generate_keypair, load_private_key, save_bundle
 from .compiler.errors import CuvilError
 from .compiler.ir.graph import Graph
 from .compiler.ir.limits import check_graph
@@ -117,11 +117,14 @@ def _private_key(key: Ed25519PrivateKey | PathLike) -> Ed25519PrivateKey:
 
 
 def export(graph: Graph, path: PathLike, key: Ed25519PrivateKey | PathLike, *, name: str | None = None,
-           version: str = "0") -> Exported:
-    """Write ``graph`` as a signed bundle; the same graph, metadata and key give the same bytes."""
+           version: str = "0", lineage: Lineage | None = None) -> Exported:
+    """Write ``graph`` as a signed bundle; the same graph, metadata and key give the same bytes.
+
+    ``lineage``: where a fine-tuned version came from (see :class:`cuvil.compiler.bundle.Lineage`).
+    """
     private = _private_key(key)
     manifest = save_bundle(graph, path, private, name=name or graph.name, version=version,
-                           producer=f"cuvil {__version__}")
+                           producer=f"cuvil {__version__}", lineage=lineage)
     return Exported(Path(path), os.path.getsize(path), graph.weight_bytes,
                     manifest.content_hash, fingerprint(private))
 

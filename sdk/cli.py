@@ -124,6 +124,11 @@ def inspect(path: Path, trust: tuple[Path, ...], graph: bool) -> None:
         click.echo(f"signer:      {b.signer} ({'trusted' if b.trusted else 'NOT trusted here'})")
         click.echo(f"content:     {b.content_hash}")
         click.echo(f"bundle:      {b.size} bytes")
+        if m.lineage is not None:
+            lin = m.lineage
+            click.echo(printable(f"lineage:     fine-tuned from {lin.parent_version} ({lin.parent[:12]}) in "
+                                 f"{lin.rounds} round(s) on {lin.devices} device(s), ε ≤ {lin.epsilon} "
+                                 f"(δ = {lin.delta}) per device, {lin.method}"))
     click.echo(f"parameters:  {s.parameters}")
     click.echo(f"FLOPs:       {unparsed if s.flops is None else _count(s.flops, 'FLOPs') + ' (batch 1)'}")
     click.echo(f"weights:     {s.weight_bytes} bytes")

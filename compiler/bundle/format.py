@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import BundleError
 from ..ir.dtypes import DType
+from .lineage import Lineage
 from .signing import PUBLIC_KEY_SIZE, SIGNATURE_SIZE
 
 MAGIC = b"\x89CUVIL\r\n"  # high bit and CRLF catch 7-bit and text-mode mangling, as PNG's does
@@ -115,14 +116,18 @@ class Manifest:
     inputs: tuple[tuple[str, str], ...]  # (value name, type text)
     outputs: tuple[tuple[str, str], ...]
     weights: tuple[WeightEntry, ...]
+    lineage: Lineage | None = None  # only in a fine-tuned version; absent (not null) otherwise
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name, "version": self.version, "producer": self.producer, "graph": self.graph,
             "inputs": [{"name": n, "type": t} for n, t in self.inputs],
             "outputs": [{"name": n, "type": t} for n, t in self.outputs],
             "weights": [w.to_json() for w in self.weights],
         }
+        if self.lineage is not None:
+            out["lineage"] = self.lineage.to_json()
+        return out
 
     def encode(self) -> bytes:
         return canonical_json(self.to_json())
@@ -152,7 +157,8 @@ class Manifest:
             raise BundleError(f"the manifest ({len(data)} bytes) does not fit in this device's memory") from None
         if canonical_json(obj, strict=False) != data:
             raise BundleError("manifest is not in canonical form")
-        top = _fields(obj, "manifest", ("name", "version", "producer", "graph", "inputs", "outputs", "weights"))
+        keys = ("name", "version", "producer", "graph", "inputs", "outputs", "weights")
+        top = _fields(obj, "manifest", keys + ("lineage",) if isinstance(obj, dict) and "lineage" in obj else keys)
         manifest = cls(
             name=_text(top["name"], "name", MAX_NAME_CHARS),
             version=_text(top["version"], "version", MAX_NAME_CHARS),
@@ -161,6 +167,7 @@ class Manifest:
             inputs=_signature_list(top["inputs"], "inputs"),
             outputs=_signature_list(top["outputs"], "outputs"),
             weights=tuple(_weight(w, i) for i, w in enumerate(_list(top["weights"], "weights"))),
+            lineage=Lineage.from_json(top["lineage"]) if "lineage" in top else None,
         )
         manifest._check_weight_layout()
         return manifest

@@ -23,6 +23,7 @@ from ..ir.graph import Graph
 from ..ir.text import print_graph
 from ..ir.verify import verify
 from .format import MANIFEST_OFFSET, Header, Manifest, WeightEntry, align, MAX_MANIFEST_BYTES
+from .lineage import Lineage
 from .signing import raw_public_bytes
 
 
@@ -32,7 +33,8 @@ def _le_bytes(arr: np.ndarray) -> np.ndarray:
     return arr.reshape(-1).view(np.uint8)
 
 
-def build_manifest(graph: Graph, name: str, version: str, producer: str) -> tuple[Manifest, list[np.ndarray]]:
+def build_manifest(graph: Graph, name: str, version: str, producer: str,
+                   lineage: Lineage | None = None) -> tuple[Manifest, list[np.ndarray]]:
     """The manifest for ``graph`` and its segments' bytes, in file order."""
     verify(graph)
     weights, segments, end = [], [], 0
@@ -47,7 +49,7 @@ def build_manifest(graph: Graph, name: str, version: str, producer: str) -> tupl
         name=name, version=version, producer=producer, graph=print_graph(graph, data=False),
         inputs=tuple((n, str(graph.types[n])) for n in graph.inputs),
         outputs=tuple((n, str(graph.types[n])) for n in graph.outputs),
-        weights=tuple(weights),
+        weights=tuple(weights), lineage=lineage,
     )
     Manifest.decode(manifest.encode())  # never write a manifest a reader would refuse
     return manifest, segments
@@ -74,23 +76,23 @@ def _chunks(manifest: Manifest, segments: list[np.ndarray], key: Ed25519PrivateK
 
 
 def write_bundle(graph: Graph, out: BinaryIO, key: Ed25519PrivateKey, *, name: str, version: str,
-                 producer: str) -> Manifest:
+                 producer: str, lineage: Lineage | None = None) -> Manifest:
     """Stream the bundle for ``graph`` into ``out``; return its manifest."""
-    manifest, segments = build_manifest(graph, name, version, producer)
+    manifest, segments = build_manifest(graph, name, version, producer, lineage)
     for chunk in _chunks(manifest, segments, key):
         out.write(memoryview(chunk))
     return manifest
 
 
 def bundle_bytes(graph: Graph, key: Ed25519PrivateKey, *, name: str | None = None, version: str = "0",
-                 producer: str = "cuvil") -> bytes:
+                 producer: str = "cuvil", lineage: Lineage | None = None) -> bytes:
     buf = io.BytesIO()
-    write_bundle(graph, buf, key, name=name or graph.name, version=version, producer=producer)
+    write_bundle(graph, buf, key, name=name or graph.name, version=version, producer=producer, lineage=lineage)
     return buf.getvalue()
 
 
 def save_bundle(graph: Graph, path: str | os.PathLike, key: Ed25519PrivateKey, *, name: str, version: str,
-                producer: str) -> Manifest:
+                producer: str, lineage: Lineage | None = None) -> Manifest:
     """Write atomically through a fresh ``O_EXCL`` temporary file beside ``path`` (see :mod:`..atomic_file`)."""
     with atomic_write(path) as f:
-        return write_bundle(graph, f, key, name=name, version=version, producer=producer)
+        return write_bundle(graph, f, key, name=name, version=version, producer=producer, lineage=lineage)

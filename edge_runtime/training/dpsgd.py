@@ -1,0 +1,112 @@
+"""One device's DP-SGD fine-tuning with Opacus: per-example clipping, Gaussian noise, Poisson sampling.
+
+Opacus' own pieces do the private part: ``GradSampleModule`` (per-example gradients),
+``DPOptimizer`` (clip each example's gradient to ``max_grad_norm``, add N(0, (z·C)²) to the sum,
+divide by the batch size) and ``DPDataLoader`` (each example in each batch independently with
+probability ``sample_rate``). Two things differ from ``PrivacyEngine.make_private`` on purpose:
+
+- the sampling rate and the averaging batch size come from the request, never from the number of
+  local examples, so the privacy cost (and the ε the device reports) says nothing about that number;
+- the noise and the sampling draw from torch generators seeded with fresh OS randomness per round
+  (torch's default generator starts from the same fixed seed in every fresh process; Opacus'
+  ``secure_mode`` needs ``torchcsprng``, which is not installable here).
+
+With equal inputs and seeds, the update equals what ``make_private`` produces (a test checks it).
+The returned update (new weights minus the sent ones) is then clipped to ``update_clip`` in L2 norm:
+post-processing, so it costs no privacy, and it bounds what one device can move the average.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...compiler.ir.graph import Graph
+from .config import DpSgdConfig
+from .errors import TrainingError
+
+
+@dataclass(frozen=True)
+class LocalUpdate:
+    """What one device's round produced: the clipped update (graph layout) and how it was clipped."""
+
+    update: Mapping[str, np.ndarray]  # new weights - sent weights, after the update clip
+    norm: float  # L2 norm of the update before the clip (stays on the device)
+    examples: int  # examples the sampler drew from (stays on the device: only a noisy count leaves)
+
+
+def fresh_generators() -> tuple:
+    """Sampling and noise generators, each seeded from the OS's randomness (never a fixed seed)."""
+    import torch
+
+    return tuple(torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little")) for _ in range(2))
+
+
+def fine_tune(graph: Graph, x: np.ndarray, y: np.ndarray, cfg: DpSgdConfig,
+              generators: Sequence | None = None) -> LocalUpdate:
+    """Run ``cfg.steps`` DP-SGD steps from ``graph``'s weights on (x, y); return the clipped update.
+
+    ``generators``: (sampling, noise) torch generators; only tests pass seeded ones.
+    """
+    import torch
+    from opacus import GradSampleModule
+    from opacus.data_loader import DPDataLoader
+    from opacus.optimizers import DPOptimizer
+
+    from .torch_graph import TorchGraph
+
+    module = TorchGraph(graph).train()
+    module.train_only_last(cfg.train_layers)
+    sampling, noise = generators if generators is not None else fresh_generators()
+    n = min(len(x), cfg.max_examples)
+    shape = tuple(int(d) for d in graph.types[graph.inputs[0]].shape[1:])
+    try:
+        xt = torch.from_numpy(np.ascontiguousarray(x[:n], dtype=np.float32).reshape(n, *shape))
+    except ValueError:
+        raise TrainingError("the local dataset does not match the model's input") from None
+    yt = torch.from_numpy(np.asarray(y[:n], dtype=np.int64))
+    before = module.weights(trained_only=True)
+    model = GradSampleModule(module)
+    trained = [p for p in module.parameters() if p.requires_grad]
+    optimizer = DPOptimizer(torch.optim.SGD(trained, lr=cfg.learning_rate),
+                            noise_multiplier=cfg.noise_multiplier, max_grad_norm=cfg.max_grad_norm,
+                            expected_batch_size=cfg.batch_size, generator=noise)
+    loader = DPDataLoader(torch.utils.data.TensorDataset(xt, yt), sample_rate=cfg.sample_rate, generator=sampling)
+    done = 0
+    with torch.enable_grad():
+        while done < cfg.steps:
+            for xb, yb in loader:
+                optimizer.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(model(xb), yb).backward()
+                optimizer.step()
+                done += 1
+                if done == cfg.steps:
+                    break
+    model.remove_hooks()
+    after = module.weights(trained_only=True)
+    delta = {k: after[k] - before[k] for k in before}
+    return clip_update(delta, cfg.update_clip, n)
+
+
+def clip_update(delta: Mapping[str, np.ndarray], bound: float, examples: int) -> LocalUpdate:
+    """Scale the whole update down to L2 norm ``bound`` when it is longer (a non-finite one is refused)."""
+    norm = math.sqrt(math.fsum(float(np.sum(np.square(v, dtype=np.float64))) for v in delta.values()))
+    if not math.isfinite(norm):
+        raise TrainingError("the local update is not finite")
+    scale = min(1.0, bound / norm) if norm > 0 else 1.0
+    return LocalUpdate({k: (v * np.float32(scale)).astype(np.float32) for k, v in delta.items()}, norm, examples)
+
+
+def dp_sgd_rdp(cfg: DpSgdConfig, orders: Sequence[float]) -> tuple[float, ...]:
+    """Rényi DP of the round at ``orders``: Poisson-subsampled Gaussian, composed over the steps.
+
+    Opacus' RDP analysis (Mironov, Talwar, Zhang 2019), the same orders as the ledger's accountant.
+    """
+    from opacus.accountants.analysis.rdp import compute_rdp
+
+    rdp = compute_rdp(q=cfg.sample_rate, noise_multiplier=cfg.noise_multiplier, steps=cfg.steps, orders=list(orders))
+    return tuple(float(r) for r in np.atleast_1d(rdp))
