@@ -25,6 +25,9 @@ Schema (columns are only ever added, never renamed or given a new meaning; times
                  reason (one line from the device or the coordinator), recorded_at
     comparisons  an A/B round's verdict per device class ('all' overall): run_id, number, model_a,
                  model_b, device_class, devices (that reported both), a, b, diff (b - a), se, recorded_at
+
+Fine-tuning and rollouts add ``updates``, ``versions`` and ``rollouts`` (:mod:`.training_store`); a
+training round is a ``rounds`` row of kind 'train' whose replies are updates, not reports.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compiler.errors import CuvilError
+from .training_store import TRAINING_SCHEMA, TrainingRecords
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -132,7 +136,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class ResultsStore:
+class ResultsStore(TrainingRecords):
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.write_s = 0.0  # seconds spent in write transactions so far
@@ -142,7 +146,7 @@ class ResultsStore:
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(SCHEMA)
+            self._db.executescript(SCHEMA + TRAINING_SCHEMA)
             for table, columns in ADDED_COLUMNS.items():
                 have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
                 for name, decl in columns:
