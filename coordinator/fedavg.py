@@ -56,9 +56,9 @@ def apply_update(graph: Graph, average: Mapping[str, np.ndarray]) -> Graph:
 
 
 def next_version(version: str) -> str:
-    """'1' -> '2', 'v1.4' -> 'v1.5'; a version without a trailing number gets '.1' appended."""
+    """'1' -> '2', 'v1.9' -> 'v1.10', '2024-05' -> '2024-06'; no trailing number: '.1' appended."""
     m = re.fullmatch(r"(.*?)(\d+)", version)
-    return f"{m.group(1)}{int(m.group(2)) + 1}" if m else f"{version}.1"
+    return f"{m.group(1)}{int(m.group(2)) + 1:0{len(m.group(2))}d}" if m else f"{version}.1"
 
 
 def mint_version(graph: Graph, name: str, version: str, lineage: Lineage, key_path: str | Path) -> BundleRef:

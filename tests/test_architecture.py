@@ -81,7 +81,8 @@ BLOCKER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("module", ["cuvil.edge_runtime", "cuvil.compiler", "cuvil.devices", "cuvil"])
+@pytest.mark.parametrize("module", ["cuvil.edge_runtime", "cuvil.edge_runtime.training", "cuvil.compiler",
+                                    "cuvil.devices", "cuvil"])
 def test_edge_side_imports_without_torch_or_onnx(module):
     code = BLOCKER + f"import {module}\nassert 'torch' not in sys.modules and 'onnx' not in sys.modules\nprint('ok')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -91,3 +92,22 @@ def test_edge_side_imports_without_torch_or_onnx(module):
 def test_blocker_really_blocks():
     proc = subprocess.run([sys.executable, "-c", BLOCKER + "import onnx"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "blocked" in proc.stderr
+
+
+# edge_runtime modules that may import torch/opacus: the fine-tuning ones, and only when a device trains
+TRAINING_IMPORTERS = {"training/torch_graph.py": "module", "training/dpsgd.py": "function"}
+
+
+def test_torch_and_opacus_are_imported_only_by_on_device_fine_tuning():
+    found = []
+    for path in sorted((ROOT / "edge_runtime").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        top_level = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n.split(".")[0] in {"torch", "opacus"} for n in names):
+                found.append((path.relative_to(ROOT / "edge_runtime").as_posix(),
+                              "module" if id(node) in top_level else "function"))
+    allowed = set(TRAINING_IMPORTERS.items())
+    assert found and set(found) <= allowed, f"unexpected torch/opacus imports: {sorted(set(found) - allowed)}"
