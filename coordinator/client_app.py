@@ -8,11 +8,12 @@ in the device's state directory; the compile cache there is what makes a second 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import Mod
 
 from ..compiler.errors import BundleError, CuvilError
 from ..edge_runtime.privacy.errors import PrivacyRefusal, RefusalCode
@@ -54,10 +55,11 @@ def make_verify_mod(overrides: Mapping[str, Any] | None = None):
     return verify_bundle_mod
 
 
-def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
-    """A ClientApp; ``overrides`` stand in for run config (simulation factories close over them)."""
+def make_client_app(overrides: Mapping[str, Any] | None = None, mods: Sequence[Mod] = ()) -> ClientApp:
+    """A ClientApp; ``overrides`` stand in for run config (simulation factories close over them); ``mods``
+    wrap every handler (a benchmark's timing, for one)."""
     overrides = dict(overrides or {})
-    app = ClientApp()
+    app = ClientApp(mods=list(mods))
 
     @app.query("device_info")
     def device_info(msg: Message, context: Context) -> Message:

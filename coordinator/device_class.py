@@ -8,6 +8,7 @@ inventory (``query.device_info``).
 
 from __future__ import annotations
 
+import functools
 import os
 
 from ..devices import load_profile
@@ -18,6 +19,7 @@ from ..edge_runtime.compile import runnable_here
 NATIVE_CANDIDATES = ("x86-avx512", "x86-avx2", "graviton4", "graviton3", "rpi5")  # most capable first
 
 
+@functools.lru_cache(maxsize=1)
 def host_class() -> str:
     """The shipped profile that names this host's class (natively runnable), else ``"host"``."""
     for name in NATIVE_CANDIDATES:

@@ -43,10 +43,16 @@ class SimDevice:
     profile: str
 
 
+def sim_device(partition_id: int, classes: Sequence[str] | None = None) -> SimDevice:
+    """Simulated device ``partition_id``: its class follows the rotation over ``classes``."""
+    classes = tuple(classes or default_classes())
+    cls = classes[partition_id % len(classes)]
+    return SimDevice(partition_id, f"sim-{partition_id:03d}-{cls}", cls)
+
+
 def plan_fleet(num_devices: int, classes: Sequence[str] | None = None) -> list[SimDevice]:
     classes = tuple(classes or default_classes())
-    return [SimDevice(i, f"sim-{i:03d}-{classes[i % len(classes)]}", classes[i % len(classes)])
-            for i in range(num_devices)]
+    return [sim_device(i, classes) for i in range(num_devices)]
 
 
 def digits(split: str = "all") -> tuple[np.ndarray, np.ndarray]:
@@ -119,9 +125,11 @@ def resolve_device(node_config: Mapping[str, Any], run_config: Mapping[str, Any]
         cfg = RunConfig.from_mapping(run_config)
         if not cfg.sim_fleet_dir:
             raise DeviceError("simulation needs run config 'sim-fleet-dir' (where simulated devices keep state)")
-        dev = plan_fleet(int(node_config["num-partitions"]), cfg.classes or None)[int(node_config["partition-id"])]
-        state = provision_sim_device(cfg.sim_fleet_dir, dev, int(node_config["num-partitions"]), cfg.trusted_keys,
-                                     cfg.sim_seed)
+        partition, partitions = int(node_config["partition-id"]), int(node_config["num-partitions"])
+        if not 0 <= partition < partitions:
+            raise DeviceError(f"partition-id {partition} is outside 0..{partitions - 1}")
+        dev = sim_device(partition, cfg.classes or None)
+        state = provision_sim_device(cfg.sim_fleet_dir, dev, partitions, cfg.trusted_keys, cfg.sim_seed)
         if cfg.sim_shared_cache:
             # Simulated devices share this host's disk: one compile cache per device class (content-keyed,
             # so a hit is exactly the code the device would have compiled), compiled once per class.

@@ -51,7 +51,7 @@ def _reply(kw: Mapping[str, Any]) -> str | None:
 
 def _progress(kw: Mapping[str, Any]) -> str:
     left = f", {kw['left_s']:.0f} s left" if "left_s" in kw else ""
-    return f"  {kw['stage']}: {kw['done']}/{kw['of']} answered{left}"
+    return f"  {kw['stage']}: {kw['done']}/{kw['of']} {kw.get('what', 'answered')}{left}"
 
 
 def _round_end(kw: Mapping[str, Any]) -> str:

@@ -98,8 +98,9 @@ Event = Callable[..., None]
 class Coordinator:
     def __init__(self, transport: Transport, store: ResultsStore, run_id: int,
                  config: RunConfig = RunConfig(), on_event: Event | None = None, run_key: str | None = None,
-                 progress_every_s: float = 5.0):
-        """``progress_every_s``: a ``progress`` event at least this often while a stage waits."""
+                 progress_every_s: float = 3.0):
+        """``progress_every_s``: a ``progress`` event this often while a stage waits (a line at least
+        every 5 s, even when the process gets the CPU late)."""
         self.t, self.store, self.run_id, self.cfg = transport, store, run_id, config
         self.progress_every_s = progress_every_s
         self.emit: Event = on_event or (lambda *a, **k: None)

@@ -17,7 +17,7 @@ from . import fleet
 from .config import RunConfig
 from .rounds import Event
 
-IN_FLIGHT_PER_WORKER = 8  # messages out per Ray worker: enough to keep it busy, few enough for Flower's store
+IN_FLIGHT_PER_WORKER = 4  # messages out per Ray worker: enough to keep it busy, few enough for Flower's store
 BACKEND_CONFIG: dict[str, Any] = {
     "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
     "init_args": {"num_cpus": 2, "include_dashboard": False},
@@ -27,13 +27,14 @@ BACKEND_CONFIG: dict[str, Any] = {
 def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_dir: str | os.PathLike,
                          trusted_keys: Sequence[str | os.PathLike], classes: Sequence[str] | None = None,
                          on_event: Event | None = None, num_cpus: int = 2, quiet: bool = True,
-                         shared_cache: bool = False) -> None:
+                         shared_cache: bool = False, client_mods: Sequence[Any] = ()) -> None:
     """Provision ``num_devices`` simulated devices under ``fleet_dir`` and run the coordinator over them.
 
     Flower's in-memory message store scans every message in flight for each node it serves, so the
     coordinator keeps at most ``IN_FLIGHT_PER_WORKER`` messages per worker out (``max-in-flight``).
     ``shared_cache``: devices of one class share a compile cache (they share this host's disk), so a
-    large simulated fleet compiles once per class instead of once per device.
+    large simulated fleet compiles once per class instead of once per device. ``client_mods``: Flower
+    mods around every device's handlers (they run in Ray's workers).
     """
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # a local simulation phones nobody (override: set it)
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
@@ -59,7 +60,7 @@ def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_
     if on_event is not None:
         on_event("simulation_start", devices=num_devices, workers=num_cpus)
     try:
-        run_simulation(server_app=make_server_app(rc, on_event), client_app=make_client_app(rc),
+        run_simulation(server_app=make_server_app(rc, on_event), client_app=make_client_app(rc, client_mods),
                        num_supernodes=num_devices, backend_config=backend, verbose_logging=False)
     finally:
         for name, lg in loggers.items():
@@ -73,5 +74,5 @@ def _provision(fleet_dir: Path, num_devices: int, trusted_keys: Sequence[str | o
     for done, dev in enumerate(fleet.plan_fleet(num_devices, cfg.classes), start=1):
         fleet.provision_sim_device(fleet_dir, dev, num_devices, trusted_keys, cfg.sim_seed)
         if on_event is not None and time.monotonic() - last >= every_s:
-            on_event("progress", stage="provisioning simulated devices", done=done, of=num_devices)
+            on_event("progress", stage="simulated devices", done=done, of=num_devices, what="provisioned")
             last = time.monotonic()

@@ -74,7 +74,7 @@ CREATE TABLE IF NOT EXISTS comparisons (
   model_a TEXT NOT NULL, model_b TEXT NOT NULL, device_class TEXT NOT NULL, devices INTEGER NOT NULL,
   a REAL NOT NULL, b REAL NOT NULL, diff REAL NOT NULL, se REAL NOT NULL, recorded_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS rounds_by_run ON rounds(run_id, number);
-CREATE INDEX IF NOT EXISTS reports_by_round ON reports(round_id);
+CREATE INDEX IF NOT EXISTS reports_by_round_device ON reports(round_id, device_id);
 CREATE INDEX IF NOT EXISTS failures_by_round ON failures(round_id);
 CREATE TABLE IF NOT EXISTS latency_predictions (
   bundle_hash TEXT NOT NULL, profile TEXT NOT NULL, model_version TEXT NOT NULL, predicted_ms REAL NOT NULL,
