@@ -2,10 +2,13 @@
 under qemu-user with the CPU model of that device.
 
 Emulation proves correctness, never speed: a latency measured here is not a device latency. The
-harness reads every example of a run from one file and writes every output to another, so a whole
-evaluation dataset (hundreds of examples) costs one qemu start. Object code comes from the caller
-(the edge runtime's native compiler, see ``edge_runtime/emulated.py``), so what runs here is exactly
-what the device would compile; this module only knows the toolchain, the harness and qemu.
+harness keeps the arena and the (read-only) weights between inaccessible pages, so code that reads
+or writes outside them dies with SIGSEGV, reported as such, instead of computing on a neighbour's
+bytes. The harness reads every example of a run from one file and writes every output to another,
+so a whole evaluation dataset (hundreds of examples) costs one qemu start. Object code comes from
+the caller (the edge runtime's native compiler, see ``edge_runtime/emulated.py``), so what runs
+here is exactly what the device would compile; this module only knows the toolchain, the harness
+and qemu.
 
 Toolchain (Debian): ``qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross``.
 """
@@ -27,7 +30,7 @@ from ..compiler.codegen.lower import IOSpec, LoweredModel
 from ..compiler.errors import CuvilError
 from ..compiler.target import Target
 
-HARNESS_VERSION = "1"
+HARNESS_VERSION = "2"
 INSTALL_HINT = "apt-get install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
 SVE_LENGTHS = (128, 256, 512, 1024, 2048)
 
@@ -115,6 +118,8 @@ _C_TEMPLATE = r"""/* Cuvil emulation harness (generated, v{version}): {entry} */
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 extern void {entry}(uint8_t *arena, const uint8_t *weights);
 
@@ -122,12 +127,21 @@ typedef struct {{ size_t off, len; }} span;
 static const span IN[] = {{ {ins} }};
 static const span OUT[] = {{ {outs} }};
 
-static void *alloc64(size_t n) {{
-    void *p = NULL;
-    n = (n + 63) / 64 * 64;
-    if (posix_memalign(&p, 64, n ? n : 64)) return NULL;
-    memset(p, 0, n ? n : 64);
-    return p;
+/* n zeroed bytes, 64-byte aligned, ending (rounded up to 64) where an inaccessible page begins and
+   with another one below: the code's reads and writes past either end fault (guard pages). */
+static uint8_t *alloc_guarded(size_t n) {{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), used = n ? (n + 63) / 64 * 64 : 64;
+    size_t inner = (used + page - 1) / page * page;
+    uint8_t *base = mmap(NULL, inner + 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    if (mprotect(base, page, PROT_NONE) || mprotect(base + page + inner, page, PROT_NONE)) return NULL;
+    return base + page + (inner - used);
+}}
+
+static int read_only(const uint8_t *p, size_t n) {{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p / page * page, hi = ((uintptr_t)p + (n ? n : 1) + page - 1) / page * page;
+    return mprotect((void *)lo, hi - lo, PROT_READ);
 }}
 
 static int die(const char *what, const char *path) {{
@@ -139,11 +153,12 @@ static int die(const char *what, const char *path) {{
 int main(int argc, char **argv) {{
     if (argc != 5) return die("usage:", "WEIGHTS INPUTS OUTPUTS COUNT");
     long count = atol(argv[4]);
-    uint8_t *arena = alloc64({arena}), *weights = alloc64({wbytes});
+    uint8_t *arena = alloc_guarded({arena}), *weights = alloc_guarded({wbytes});
     if (!arena || !weights) return die("out of memory for", "arena/weights");
     FILE *fw = fopen(argv[1], "rb");
     if (!fw || fread(weights, 1, {wbytes}, fw) != (size_t){wbytes}) return die("cannot read", argv[1]);
     fclose(fw);
+    if (read_only(weights, {wbytes})) return die("cannot protect", "the weights");
     FILE *fi = fopen(argv[2], "rb"), *fo = fopen(argv[3], "wb");
     if (!fi) return die("cannot read", argv[2]);
     if (!fo) return die("cannot write", argv[3]);
@@ -166,7 +181,7 @@ def harness_source(lowered: LoweredModel) -> str:
         return ", ".join(f"{{{s.offset}u, {s.nbytes}u}}" for s in specs) or "{0u, 0u}"
 
     return _C_TEMPLATE.format(version=HARNESS_VERSION, entry=lowered.entry, ins=spans(lowered.inputs),
-                              outs=spans(lowered.outputs), arena=max(lowered.arena_bytes, 64),
+                              outs=spans(lowered.outputs), arena=lowered.arena_bytes,
                               wbytes=len(lowered.weights))
 
 

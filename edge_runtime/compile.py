@@ -52,7 +52,7 @@ def auto_jobs(graph: Graph) -> int:
 def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                   cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
                   content_hash: str | None = None, optimize: bool = True, profile: bool = False,
-                  jobs: int | None = None) -> Session:
+                  jobs: int | None = None, guard_pages: bool = False) -> Session:
     """Compile ``graph`` natively for this machine at ``batch``; the whole artifact is cached on disk.
 
     ``content_hash`` (a bundle's hash) is the cache key's content, so a warm start hashes nothing
@@ -60,7 +60,8 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     the graph passes (kernel tests use it); ``profile=True`` counts cycles per node
     (``Session.profile``). ``jobs``: processes sharing the LLVM work on a cache miss (1: this one
     only; default: :func:`auto_jobs`); the helpers are spawned before lowering, so their start-up
-    overlaps it.
+    overlaps it. ``guard_pages=True``: the session's arena and weights lie between inaccessible pages
+    (:mod:`.guard`), so an access outside them faults (a testing mode: the weights are copied).
     """
     tgt = resolve(target)
     if not runnable_here(tgt):
@@ -78,7 +79,7 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
         stats = CompileStats(lower_ms=0.0, llvm_ms=0.0, load_ms=(t2 - t1) * 1e3, cache_hit=True,
                              kernel_count=art.lowered.kernel_count, node_count=art.lowered.node_count,
                              object_bytes=sum(map(len, art.objects)), cache_ms=(t1 - t0) * 1e3)
-        return Session(art.lowered, code, stats, weights=art.weights)
+        return Session(art.lowered, code, stats, weights=art.weights, guard_pages=guard_pages)
     with Helpers((auto_jobs(graph) if jobs is None else jobs) - 1) as helpers:
         lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile)
         t2 = time.perf_counter()
@@ -91,7 +92,7 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     stats = CompileStats(lower_ms=(t2 - t1) * 1e3, llvm_ms=(t3 - t2) * 1e3, load_ms=(t4 - t3) * 1e3, cache_hit=False,
                          kernel_count=lowered.kernel_count, node_count=lowered.node_count,
                          object_bytes=sum(map(len, objs)), cache_ms=(t1 - t0) * 1e3)
-    return Session(lowered, code, stats)
+    return Session(lowered, code, stats, guard_pages=guard_pages)
 
 
 def lower_for(graph: Graph, target: str | Target, batch: int = 1) -> LoweredModel:

@@ -22,6 +22,7 @@ import numpy as np
 from ..compiler.codegen.lower import IOSpec, LoweredModel
 from ..compiler.errors import InterpreterError, LimitError
 from ..compiler.memory.plan import MemoryPlan
+from .guard import guarded, make_read_only
 from .jit import LoadedCode
 
 ALIGN = 64
@@ -56,18 +57,28 @@ def _view(arena: np.ndarray, spec: IOSpec) -> np.ndarray:
 
 
 class Session:
-    def __init__(self, lowered: LoweredModel, code: LoadedCode, stats: CompileStats, weights: np.ndarray | None = None):
+    def __init__(self, lowered: LoweredModel, code: LoadedCode, stats: CompileStats, weights: np.ndarray | None = None,
+                 guard_pages: bool = False):
         """``weights``: the packed block already in memory (a cache hit maps it from the file, read-only,
-        64-byte aligned); without it the block is copied from ``lowered.weights``."""
+        64-byte aligned); without it the block is copied from ``lowered.weights``. ``guard_pages``: arena
+        and weights each between two inaccessible pages (:mod:`.guard`), so an access past either faults."""
         self.stats = stats
         self._code = code  # keeps the execution engine, hence the machine code, alive
-        self._arena = aligned_empty(max(lowered.arena_bytes, ALIGN))
-        if weights is None or not len(weights):
-            weights = aligned_empty(max(len(lowered.weights), ALIGN))
-            weights[:len(lowered.weights)] = np.frombuffer(lowered.weights, dtype=np.uint8)
+        block = lowered.weights if weights is None or not len(weights) else weights
+        if guard_pages:
+            self._arena = guarded(lowered.arena_bytes or ALIGN)  # an overrun of the last byte faults
+            weights = guarded(len(block) or ALIGN)
+            weights[:len(block)] = np.frombuffer(block, dtype=np.uint8)
+            make_read_only(weights)
+        elif weights is None or not len(weights):
+            self._arena = aligned_empty(max(lowered.arena_bytes, ALIGN))
+            weights = aligned_empty(max(len(block), ALIGN))
+            weights[:len(block)] = np.frombuffer(block, dtype=np.uint8)
             weights.flags.writeable = False
-        elif weights.ctypes.data % ALIGN:
-            raise ValueError("the weights block must be 64-byte aligned")
+        else:
+            self._arena = aligned_empty(max(lowered.arena_bytes, ALIGN))
+            if weights.ctypes.data % ALIGN:
+                raise ValueError("the weights block must be 64-byte aligned")
         self._weights = weights
         self.lowered = dataclasses.replace(lowered, weights=b"")  # the block lives once, in _weights
         self._inputs = tuple((s.name, v, v.shape, v.dtype) for s in lowered.inputs for v in [_view(self._arena, s)])

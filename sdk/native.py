@@ -31,10 +31,14 @@ def _parts(model: Graph | Model) -> tuple[Graph, str | None]:
 
 
 def compile(model: Graph | Model, target: str = "host", batch: int = 1,  # noqa: A001 (the API's verb)
-            cache_dir: PathLike | None = None) -> Session:
-    """Compile a Graph or a verified Model to native code for this machine (cached on disk)."""
+            cache_dir: PathLike | None = None, guard_pages: bool = False) -> Session:
+    """Compile a Graph or a verified Model to native code for this machine (cached on disk).
+
+    ``guard_pages=True`` puts the session's arena and weights between inaccessible pages, so code that
+    reads or writes outside them faults at once (for testing; the weights are then copied, not mapped).
+    """
     graph, content = _parts(model)
-    return compile_graph(graph, target, batch=batch, cache_dir=cache_dir, content_hash=content)
+    return compile_graph(graph, target, batch=batch, cache_dir=cache_dir, content_hash=content, guard_pages=guard_pages)
 
 
 def run_native(model: Graph | Model, inputs: Mapping[str, np.ndarray], cache_dir: PathLike | None = None) -> dict[str, np.ndarray]:

@@ -98,9 +98,9 @@ def _conv(xs, a):
     n, c = x.shape[:2]
     m, kernel, g = w.shape[0], w.shape[2:], a["group"]
     out = _geometry("Conv", x.shape[2:], kernel, a)
-    k = int(np.prod(kernel))
-    cols = _windows(x.astype(np.float64), kernel, a, out, 0.0).reshape(n, g, (c // g) * k, -1)
-    y = np.matmul(w.astype(np.float64).reshape(g, m // g, -1), cols).reshape((n, m) + out)
+    k, p = math.prod(kernel), math.prod(out)  # explicit sizes: a -1 is ambiguous in an empty reshape
+    cols = _windows(x.astype(np.float64), kernel, a, out, 0.0).reshape(n, g, (c // g) * k, p)
+    y = np.matmul(w.astype(np.float64).reshape(g, m // g, (c // g) * k), cols).reshape((n, m) + out)
     if len(xs) == 3:
         y += _channels_like(xs[2].astype(np.float64), y.ndim)
     return [y.astype(x.dtype)]

@@ -140,7 +140,9 @@ def pad_shape(shape: Shape, a) -> Shape:
     require(len(pads) == 2 * rank, f"Pad: needs {2 * rank} pads for rank {rank}, got {len(pads)}")
     begins, ends = pads[:rank], pads[rank:]
     out = tuple(d + b + e for d, b, e in zip(shape, begins, ends))
-    require(all(d >= 0 for d in out), f"Pad: pads {list(pads)} crop {list(shape)} below zero")
+    # Crops apply before pads, so a crop past a dimension is refused even where pads would refill it.
+    require(all(d + min(b, 0) + min(e, 0) >= 0 for d, b, e in zip(shape, begins, ends)),
+            f"Pad: pads {list(pads)} crop {list(shape)} below zero")
     if mode != "constant":
         require(min(pads, default=0) >= 0, f"Pad: negative pads need mode 'constant', got {mode!r}")
     limits = {"reflect": lambda d: d - 1, "edge": lambda d: math.inf if d > 0 else 0}

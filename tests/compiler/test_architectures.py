@@ -3,7 +3,7 @@
 Correctness only (timing is ``benchmarks/arch_sweep.py``'s): every architecture Cuvil supports is
 exported to ONNX, imported through the public API, compiled for this machine (a cold compile: the
 session's cache starts empty) and run on fresh seeded inputs; its output must match ONNX Runtime's
-on the same export within rtol 1e-4 / atol 1e-5. Recurrent models, whose ONNX ops (LSTM, GRU) are
+on the same export within rtol 1e-4 / atol 1e-5, with its arena and weights between guard pages. Recurrent models, whose ONNX ops (LSTM, GRU) are
 outside the op set, go through the torch frontend instead. Every unsupported architecture must
 fail with UnsupportedModelError naming the op, from both frontends.
 """
@@ -21,6 +21,7 @@ ort = pytest.importorskip("onnxruntime")
 import cuvil  # noqa: E402
 from cuvil.compiler.errors import UnsupportedModelError  # noqa: E402
 from tests.archs import ARCHS, UNSUPPORTED  # noqa: E402
+from tests.guarded import run_in_child  # noqa: E402
 from tests.zoo import export_onnx  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")  # torch.export's own
@@ -53,8 +54,10 @@ class Case:
         return tuple(torch.from_numpy(x) for x in self.inputs)
 
     def compiled(self, graph) -> np.ndarray:
+        """Outputs of the native code, run with its arena and weights between guard pages (in a child
+        process, so a memory fault fails this architecture's test alone)."""
         (out,) = graph.outputs
-        return cuvil.compile(graph).run(dict(zip(graph.inputs, self.inputs)))[out]
+        return run_in_child(cuvil.compile(graph, guard_pages=True), dict(zip(graph.inputs, self.inputs)))[out]
 
 
 def assert_matches_ort(case: Case, got: np.ndarray) -> None:
