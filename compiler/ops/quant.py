@@ -130,7 +130,7 @@ _QDQ_ATTRS = {"scale": AttrSpec(FS), "zero_point": AttrSpec(IS), "axis": AttrSpe
 
 def _quantize_infer(ts, a):
     x = ts[0]
-    require(x.dtype.is_float, f"QuantizeLinear: needs a float operand, got {x.dtype.value}")
+    require(x.dtype is DType.F32, f"QuantizeLinear: needs a float32 operand (cast it first), got {x.dtype.value}")
     require(a["to"] in QUANT_DTYPES, f"QuantizeLinear: result dtype must be i8 or u8, got {a['to'].value}")
     _check_params("QuantizeLinear", x, a["scale"], a["zero_point"], a["axis"], a["to"])
     return [TensorType(a["to"], x.shape)]
@@ -174,6 +174,7 @@ def _int_inputs(op: str, ts, weight_rank: int | None = None) -> None:
 
 def _qconv_infer(ts, a):
     _int_inputs("QConv", ts)
+    require(ts[0].rank == 4, f"QConv: X must be (N, C, H, W): 2-D convolutions only, got {ts[0]}")
     _clamp_check("QConv", a)
     _scale_checks("QConv", a, "x_scale", "w_scale", "y_scale")
     _zp_check("QConv", a["x_zero_point"], ts[0].dtype, "x_zero_point")

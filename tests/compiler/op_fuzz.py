@@ -325,6 +325,85 @@ def shape_op(rng: Rng) -> Case:
     return Case("Shape", [x(rng, ANY)])
 
 
+def _scale(rng: Rng) -> float:
+    return float(pick(rng, [0.02, 0.1, 0.5, 1.0, 3.0]))
+
+
+def _qdtype(rng: Rng) -> DType:
+    return pick(rng, [DType.I8, DType.U8])
+
+
+def _zp(rng: Rng, dt: DType) -> int:
+    return int(rng.integers(-5, 6)) + (128 if dt is DType.U8 else 0)
+
+
+def _out_attrs(rng: Rng) -> dict:
+    to = _qdtype(rng)
+    lo, hi = (-128, 127) if to is DType.I8 else (0, 255)
+    clamp = () if rng.random() < 0.7 else (int(rng.integers(lo, 0 if lo else 100)), hi)
+    return {"y_scale": _scale(rng), "y_zero_point": _zp(rng, to), "to": to, "clamp": clamp}
+
+
+def _qvalues(rng: Rng, shp, dt: DType) -> np.ndarray:
+    lo, hi = (-128, 128) if dt is DType.I8 else (0, 256)
+    return rng.integers(lo, hi, shp).astype(dt.numpy)
+
+
+def _per(rng: Rng, t_shape, axis_ok=True) -> tuple[tuple[float, ...], tuple[int, ...], int, DType]:
+    dt = _qdtype(rng)
+    if axis_ok and t_shape and rng.random() < 0.4:
+        axis = int(rng.integers(-len(t_shape), len(t_shape)))
+        n = t_shape[axis]
+        return tuple(_scale(rng) for _ in range(n)), tuple(_zp(rng, dt) for _ in range(n)), axis, dt
+    return (_scale(rng),), (_zp(rng, dt),), 1, dt
+
+
+def quantize(rng: Rng) -> Case:
+    xin = x(rng, FLOATS)
+    scale, zp, axis, dt = _per(rng, xin[1].shape)
+    return Case("QuantizeLinear", [xin], {"scale": scale, "zero_point": zp, "axis": axis, "to": dt})
+
+
+def dequantize(rng: Rng) -> Case:
+    shp = shape(rng)
+    scale, zp, axis, dt = _per(rng, shp)
+    return Case("DequantizeLinear", [("x", _qvalues(rng, shp, dt), False)], {"scale": scale, "zero_point": zp, "axis": axis})
+
+
+def qadd(rng: Rng) -> Case:
+    out = shape(rng)
+    a_dt, b_dt = _qdtype(rng), _qdtype(rng)
+    return Case("QAdd", [operand(_qvalues(rng, broadcastable(rng, out), a_dt), rng, 0.1),
+                         operand(_qvalues(rng, broadcastable(rng, out), b_dt), rng, 0.2)],
+                {"a_scale": _scale(rng), "a_zero_point": _zp(rng, a_dt), "b_scale": _scale(rng),
+                 "b_zero_point": _zp(rng, b_dt), **_out_attrs(rng)})
+
+
+def qmatmul(rng: Rng) -> Case:
+    m, k, n = dim(rng, 6), dim(rng, 9), dim(rng, 6)
+    a_dt = _qdtype(rng)
+    ops = [("a", _qvalues(rng, shape(rng, 0, 2, 3) + (m, k), a_dt), False), operand(_qvalues(rng, (k, n), DType.I8), rng, 0.8)]
+    if rng.random() < 0.5:
+        ops.append(operand(rng.integers(-500, 500, (n,)).astype(np.int32), rng, 0.8))
+    b_scale = (_scale(rng),) if rng.random() < 0.5 or not n else tuple(_scale(rng) for _ in range(n))
+    return Case("QMatMul", ops, {"a_scale": _scale(rng), "a_zero_point": _zp(rng, a_dt), "b_scale": b_scale,
+                                 **_out_attrs(rng)})
+
+
+def qconv(rng: Rng) -> Case:
+    base = conv(rng)
+    xv, wv = base.operands[0][1], base.operands[1][1]
+    x_dt = _qdtype(rng)
+    ops = [("x", _qvalues(rng, xv.shape, x_dt), False), (base.operands[1][0], _qvalues(rng, wv.shape, DType.I8),
+                                                         base.operands[1][2])]
+    m = wv.shape[0]
+    if len(base.operands) == 3:
+        ops.append(operand(rng.integers(-500, 500, (m,)).astype(np.int32), rng, 0.8))
+    w_scale = (_scale(rng),) if rng.random() < 0.5 else tuple(_scale(rng) for _ in range(m))
+    return Case("QConv", ops, {**base.attrs, "x_scale": _scale(rng), "x_zero_point": _zp(rng, x_dt),
+                               "w_scale": w_scale, **_out_attrs(rng)})
+
+
 FLOAT_UNARY = ["Abs", "Erf", "Exp", "Log", "Neg", "Reciprocal", "Relu", "Sigmoid", "SiLU", "Sqrt", "Tanh",
                "HardSwish", "Identity"]
 GENERATORS: dict[str, Callable[[Rng], Case]] = {
@@ -345,6 +424,12 @@ GENERATORS: dict[str, Callable[[Rng], Case]] = {
     "Reshape": reshape, "Flatten": flatten, "Squeeze": squeeze, "Unsqueeze": unsqueeze, "Transpose": transpose,
     "Expand": expand, "Slice": slice_, "Pad": pad, "Concat": concat, "Split": split, "Gather": gather,
     "Shape": shape_op,
+    "QuantizeLinear": quantize, "DequantizeLinear": dequantize, "QAdd": qadd, "QMatMul": qmatmul, "QConv": qconv,
+}
+NOT_FUZZED = {
+    "FusedConv": "made by the fusion pass from Conv + epilogue; tests/compiler/ops/test_fused_ops.py checks it",
+    "FusedGemm": "made by the fusion pass from Gemm + epilogue; tests/compiler/ops/test_fused_ops.py checks it",
+    "FusedElementwise": "made by the fusion pass from element-wise chains; test_fused_ops.py checks it",
 }
 
 
@@ -451,51 +536,81 @@ class Outcome:
     crash: str | None = None
 
 
-def native(chunk: list[Built], workdir, guard_pages: bool = False) -> dict[str, Outcome]:
-    """Compile the chunk's cases as one graph and run it once, in a forked child so that a memory fault
-    is a finding, not the end of the process; a chunk that fails is split until the failing case is alone."""
+def native_runner(workdir, guard_pages: bool = True):
+    """Compile and run a chunk on this machine, in a forked child (a memory fault is a finding, not the end)."""
     import faulthandler
     import os
     import pickle
     import tempfile
 
-    fd, path = tempfile.mkstemp(dir=workdir, suffix=".pkl")
-    os.close(fd)
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        faulthandler.disable()  # a fault is reported by the parent, with the case that caused it
-        code = 0
-        try:
-            from cuvil.edge_runtime.compile import compile_graph
-
+    def run(chunk: list[Built]) -> tuple[str, object]:
+        fd, path = tempfile.mkstemp(dir=workdir, suffix=".pkl")
+        os.close(fd)
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            faulthandler.disable()  # a fault is reported by the parent, with the case that caused it
+            code = 0
             try:
-                sess = compile_graph(graph_of(chunk), use_cache=False, optimize=False, guard_pages=guard_pages)
-                result = ("outputs", sess.run({n: v for b in chunk for n, v in b.feeds.items()}))
-            except CuvilError as e:
-                result = ("refused", f"{type(e).__name__}: {e}")
-            except Exception as e:  # noqa: BLE001
-                result = ("crash", f"untyped {type(e).__name__}: {e}")
-            with open(path, "wb") as f:
-                pickle.dump(result, f)
-        except BaseException:  # noqa: BLE001
-            code = 3
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    try:
-        if os.WIFSIGNALED(status):
-            kind, detail = "crash", f"killed by signal {os.WTERMSIG(status)}"
-        else:
+                from cuvil.edge_runtime.compile import compile_graph
+
+                try:
+                    sess = compile_graph(graph_of(chunk), use_cache=False, optimize=False, guard_pages=guard_pages)
+                    result = ("outputs", sess.run({n: v for b in chunk for n, v in b.feeds.items()}))
+                except CuvilError as e:
+                    result = ("refused", f"{type(e).__name__}: {e}")
+                except Exception as e:  # noqa: BLE001
+                    result = ("crash", f"untyped {type(e).__name__}: {e}")
+                with open(path, "wb") as f:
+                    pickle.dump(result, f)
+            except BaseException:  # noqa: BLE001
+                code = 3
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        try:
+            if os.WIFSIGNALED(status):
+                return "crash", f"killed by signal {os.WTERMSIG(status)}"
             with open(path, "rb") as f:
-                kind, detail = pickle.load(f)
-    except (OSError, EOFError, pickle.PickleError):
-        kind, detail = "crash", f"child exited with status {status}"
-    finally:
-        os.unlink(path)
+                return pickle.load(f)
+        except (OSError, EOFError, pickle.PickleError):
+            return "crash", f"child exited with status {status}"
+        finally:
+            os.unlink(path)
+
+    return run
+
+
+def emulated_runner(workdir, profile: str = "rpi5"):
+    """Cross-compile a chunk for ``profile`` and run it under qemu in the guard-page harness."""
+    from cuvil.devices.emulation import EmulationError
+    from cuvil.edge_runtime.emulated import EmulatedModel
+
+    def run(chunk: list[Built]) -> tuple[str, object]:
+        try:
+            em = EmulatedModel(graph_of(chunk), profile, use_cache=False, workdir=workdir)
+            try:
+                (out,) = em.run([{n: v for b in chunk for n, v in b.feeds.items()}])
+            finally:
+                em.close()
+            return "outputs", out
+        except EmulationError as e:
+            fault = "signal" in str(e) or "fault" in str(e) or "bus error" in str(e)
+            return ("crash" if fault else "refused"), str(e)
+        except CuvilError as e:
+            return "refused", f"{type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001
+            return "crash", f"untyped {type(e).__name__}: {e}"
+
+    return run
+
+
+def outcomes(chunk: list[Built], run) -> dict[str, Outcome]:
+    """Run the chunk as one graph; a chunk that fails is split until the failing case is alone."""
+    kind, detail = run(chunk)
     if kind == "outputs":
         return {b.node.name: Outcome(outputs={o: detail[o] for o in b.node.outputs}) for b in chunk}
     if len(chunk) > 1:
         half = len(chunk) // 2
-        return {**native(chunk[:half], workdir, guard_pages), **native(chunk[half:], workdir, guard_pages)}
+        return {**outcomes(chunk[:half], run), **outcomes(chunk[half:], run)}
     return {chunk[0].node.name: Outcome(refused=detail) if kind == "refused" else Outcome(crash=detail)}
 
 
@@ -513,16 +628,17 @@ def finding(b: Built, outcome: Outcome) -> str | None:
     return mismatch(b, outcome.outputs)
 
 
-def fuzz(rng: Rng, count: int, workdir, per_graph: int = 40, ops=None, guard_pages: bool = False):
-    """Run ``count`` admitted cases; return (findings as (case, reason), cases, refused proposals)."""
+def fuzz(rng: Rng, count: int, run, per_graph: int = 40, ops=None):
+    """Run ``count`` admitted cases with ``run`` (a runner above); return (findings as (case, reason),
+    cases, refused proposals)."""
     cases, refused = generate(rng, count, ops)
     computed = [b for b in cases if b.ref is not None]
     alone = [[b] for b in cases if b.ref is None]  # each runs alone: it must refuse at run time
     chunks = [computed[i:i + per_graph] for i in range(0, len(computed), per_graph)] + alone
-    outcomes: dict[str, Outcome] = {}
+    seen: dict[str, Outcome] = {}
     for chunk in chunks:
-        outcomes.update(native(chunk, workdir, guard_pages))
-    findings = [(b, why) for b in cases if (why := finding(b, outcomes[b.node.name]))]
+        seen.update(outcomes(chunk, run))
+    findings = [(b, why) for b in cases if (why := finding(b, seen[b.node.name]))]
     return findings, cases, refused
 
 
@@ -534,11 +650,12 @@ def main() -> None:  # pragma: no cover - a hunting tool
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-graph", type=int, default=40)
     ap.add_argument("--ops", default="")
-    ap.add_argument("--guard-pages", action="store_true")
+    ap.add_argument("--qemu", default="", help="a device profile to emulate (rpi5, arm64-sve2, ...) instead of native")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        findings, cases, refused = fuzz(np.random.default_rng(args.seed), args.cases, tmp, args.per_graph,
-                                        args.ops.split(",") if args.ops else None, args.guard_pages)
+        run = emulated_runner(tmp, args.qemu) if args.qemu else native_runner(tmp)
+        findings, cases, refused = fuzz(np.random.default_rng(args.seed), args.cases, run, args.per_graph,
+                                        args.ops.split(",") if args.ops else None)
     print(f"{len(cases)} cases admitted, {refused} proposals refused by the verifier")
     for b, why in findings:
         print(f"FINDING {b.case.describe()}: {why}"[:500])
