@@ -1,10 +1,12 @@
-"""Which vector ISA a compiled model really uses: count SVE, NEON, AVX-512, AVX2 and SSE instructions.
+"""Which vector ISA a compiled model really uses: count SVE, NEON, AVX-512, AVX2 and SSE instructions,
+and among them the integer dot products an int8 model should be made of.
 
 A profile says what the device has; only the object code says what it will run. The count is over
 a disassembly (``objdump -d`` of the object file) or over LLVM's assembly text; each instruction is
 put in the first class whose pattern its line matches, most capable ISA first, so an SVE
 instruction that also names a NEON register counts once, as SVE. The checks it backs: SVE2 builds
-contain SVE, NEON builds (Jetson, Raspberry Pi) contain none, AVX-512 builds use ``zmm``.
+contain SVE, NEON builds (Jetson, Raspberry Pi) contain none, AVX-512 builds use ``zmm``, and int8
+builds use the target's integer dot product (``sdot`` with dotprod, ``vpdpbusd`` with VNNI, ...).
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ ISA_CLASSES: Mapping[str, tuple[tuple[str, re.Pattern[str]], ...]] = {
 }
 """Per architecture, instruction classes in priority order: (name, pattern over one instruction)."""
 
+INT_DOT: Mapping[str, re.Pattern[str]] = {
+    "aarch64": re.compile(r"^(sdot|udot|usdot|sudot|smmla|ummla|usmmla)\b"),
+    "x86_64": re.compile(r"^(\{vex\}\s*)?(vpdpbusds?|vpdpbssds?|vpdpbsuds?|vpdpbuuds?|vpdpwssds?|vpmaddubsw|vpmaddwd|"
+                         r"pmaddubsw|pmaddwd|tdpbusd|tdpbssd|tdpbsud|tdpbuud)\b"),
+}
+"""Per architecture, the integer dot-product instructions (NEON/SVE dot and matrix multiply-add,
+VNNI, the AVX2 pair multiply-adds, AMX-INT8 tile products), counted apart from the ISA classes."""
+
 OBJDUMPS: Mapping[str, tuple[str, ...]] = {
     "aarch64": ("aarch64-linux-gnu-objdump", "llvm-objdump"),
     "x86_64": ("objdump", "llvm-objdump"),
@@ -56,6 +66,7 @@ class IsaReport:
     arch: str
     counts: Mapping[str, int] = field(default_factory=dict)
     total: int = 0
+    int_dot: int = 0  # integer dot-product instructions (each also counted in its ISA class)
 
     def __getitem__(self, name: str) -> int:
         return self.counts.get(name, 0)
@@ -70,7 +81,8 @@ class IsaReport:
 
     def summary(self) -> str:
         parts = ", ".join(f"{name} {self[name]}" for name, _ in ISA_CLASSES.get(self.arch, ()))
-        return f"vector ISA: {self.vector_isa} ({parts}; {self.total} instructions)"
+        dots = f"; integer dot products {self.int_dot}" if self.int_dot else ""
+        return f"vector ISA: {self.vector_isa} ({parts}; {self.total} instructions{dots})"
 
 
 def arch_of(triple: str) -> str:
@@ -81,12 +93,14 @@ def arch_of(triple: str) -> str:
 def classify(instructions: list[str], arch: str) -> IsaReport:
     classes = ISA_CLASSES.get(arch, ())
     counts = {name: 0 for name, _ in classes}
+    dot = INT_DOT.get(arch)
+    int_dot = sum(1 for ins in instructions if dot.search(ins.strip())) if dot else 0
     for ins in instructions:
         for name, pattern in classes:
             if pattern.search(ins):
                 counts[name] += 1
                 break
-    return IsaReport(arch, counts, len(instructions))
+    return IsaReport(arch, counts, len(instructions), int_dot)
 
 
 def from_objdump(text: str, arch: str) -> IsaReport:

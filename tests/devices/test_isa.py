@@ -36,6 +36,37 @@ def test_classify_lines():
     assert from_objdump(dump, "aarch64").counts == {"SVE": 1, "NEON": 1}
 
 
+def test_integer_dot_products_are_counted():
+    a = classify(["sdot\tv0.4s, v1.16b, v2.16b", "smmla\tv3.4s, v4.16b, v5.16b", "sdot\tz0.s, z1.b, z2.b",
+                  "fmla\tv0.4s, v1.4s, v2.4s", "add\tx0, x0, #1"], "aarch64")
+    assert (a.int_dot, a["NEON"], a["SVE"]) == (3, 3, 1)
+    assert "integer dot products 3" in a.summary()
+    x = classify(["vpdpbusd\t%zmm2, %zmm1, %zmm0", "{vex}\tvpdpbusd\t%ymm2, %ymm1, %ymm0", "vpmaddubsw\t%ymm1, %ymm2, %ymm3",
+                  "vpmaddwd\t%ymm1, %ymm2, %ymm3", "tdpbsud\t%tmm2, %tmm1, %tmm0", "vpaddd\t%ymm1, %ymm2, %ymm3"],
+                 "x86_64")
+    assert x.int_dot == 5
+    assert classify(["fmla\tv0.4s, v1.4s, v2.4s"], "aarch64").int_dot == 0
+
+
+def _int8_graph():
+    gb = GraphBuilder("isa8")
+    x = gb.input("x", TensorType(DType.F32, (1, 8, 6, 6)))
+    q = gb.add1("QuantizeLinear", [x], scale=[0.05], zero_point=[128], to=DType.U8)
+    w = np.random.default_rng(1).integers(-127, 128, (16, 8, 3, 3)).astype(np.int8)
+    c = gb.add1("QConv", [q, gb.constant(w, "w")], strides=[1, 1], pads=[1, 1, 1, 1], dilations=[1, 1],
+                x_scale=0.05, x_zero_point=128, w_scale=[0.01] * 16, y_scale=0.3, y_zero_point=0, to=DType.U8)
+    return gb.build([gb.add1("DequantizeLinear", [c], scale=[0.3], zero_point=[0])])
+
+
+@pytest.mark.parametrize("profile,has_dot", [("rpi5", True), ("jetson-orin", True), ("graviton4", True),
+                                             ("x86-avx2", True), ("jetson-xavier", False)])
+def test_int8_builds_use_integer_dot_products(profile, has_dot):
+    """dotprod profiles compile int8 convs to sdot, AVX2 to vpmadd*; Xavier (no dotprod) has none."""
+    low = lower_for(_int8_graph(), profile)
+    r = from_assembly(jit.emit_assembly(low.llvm_ir, low.target), low.target.triple.split("-")[0])
+    assert (r.int_dot > 0) == has_dot, r.summary()
+
+
 @pytest.mark.parametrize("cpu,features,want", [
     ("generic", "+neon,+sve,+sve2", "SVE"), ("cortex-a76", "+neon,+dotprod", "NEON"),
 ])
