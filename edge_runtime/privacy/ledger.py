@@ -13,14 +13,16 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from .accounting import epsilon_spent
+from collections.abc import Sequence
+
+from .accounting import ChargeEvent, epsilon_spent
 from .errors import PrivacyRefusal, RefusalCode
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE charges (release_id TEXT PRIMARY KEY, dataset TEXT NOT NULL,
-                      noise_multiplier REAL NOT NULL, charged_at INTEGER NOT NULL);
+                      noise_multiplier REAL NOT NULL, charged_at INTEGER NOT NULL, events TEXT);
 CREATE TABLE replies (release_id TEXT PRIMARY KEY REFERENCES charges(release_id), payload TEXT NOT NULL);
 """
 
@@ -71,6 +73,8 @@ class PrivacyLedger:
             meta = dict(conn.execute("SELECT key, value FROM meta"))
             if meta.get("schema") != str(SCHEMA_VERSION):
                 raise sqlite3.DatabaseError(f"schema {meta.get('schema')!r}")
+            if "events" not in {r[1] for r in conn.execute("PRAGMA table_info(charges)")}:
+                conn.execute("ALTER TABLE charges ADD COLUMN events TEXT")  # a ledger from before training
             floors = PrivacyFloors(**json.loads(meta["floors"]))
             secret = bytes.fromhex(meta["secret"])
             if len(secret) != 32:
@@ -82,33 +86,45 @@ class PrivacyLedger:
     def close(self) -> None:
         self._conn.close()
 
-    def _multipliers(self, dataset: str) -> list[float]:
-        rows = self._conn.execute("SELECT noise_multiplier FROM charges WHERE dataset = ? ORDER BY rowid", (dataset,))
-        return [r[0] for r in rows]
+    def _charges(self, dataset: str) -> list[list[ChargeEvent]]:
+        """Every charge on ``dataset``, oldest first (a row without ``events`` is one plain Gaussian)."""
+        rows = self._conn.execute("SELECT noise_multiplier, events FROM charges WHERE dataset = ? ORDER BY rowid",
+                                  (dataset,))
+        return [[ChargeEvent(*e) for e in json.loads(ev)] if ev else [ChargeEvent(z)] for z, ev in rows]
+
+    def _events(self, dataset: str) -> list[ChargeEvent]:
+        return [e for charge in self._charges(dataset) for e in charge]
 
     def spent(self, dataset: str, delta: float | None = None) -> float:
-        return epsilon_spent(self._multipliers(dataset), delta or self.floors.delta)
+        return epsilon_spent(self._events(dataset), delta or self.floors.delta)
 
     def releases(self, dataset: str) -> int:
-        return len(self._multipliers(dataset))
+        return len(self._charges(dataset))
 
     def is_charged(self, release_id: str) -> bool:
         return self._conn.execute("SELECT 1 FROM charges WHERE release_id = ?", (release_id,)).fetchone() is not None
 
-    def charge(self, dataset: str, release_id: str, noise_multiplier: float, epsilon: float, delta: float) -> float:
-        """Record a release durably, or refuse it if it would exceed ``epsilon``; return ε after it."""
+    def charge(self, dataset: str, release_id: str, noise_multiplier: float, epsilon: float, delta: float,
+               events: Sequence[ChargeEvent] = ()) -> float:
+        """Record a release durably, or refuse it if it would exceed ``epsilon``; return ε after it.
+
+        ``events``: what the release runs, when it is more than one Gaussian of ``noise_multiplier``
+        (a training round's DP-SGD steps and its noisy count).
+        """
+        events = list(events) or [ChargeEvent(noise_multiplier)]
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             if self.is_charged(release_id):
                 self._conn.execute("COMMIT")
                 return self.spent(dataset, delta)
-            after = epsilon_spent([*self._multipliers(dataset), noise_multiplier], delta)
+            after = epsilon_spent([*self._events(dataset), *events], delta)
             if after > epsilon:
                 self._conn.execute("ROLLBACK")
                 raise PrivacyRefusal(RefusalCode.BUDGET_EXHAUSTED,
                                      f"dataset {dataset!r}: this release would spend ε={after:.3f} > {epsilon}")
-            self._conn.execute("INSERT INTO charges VALUES (?, ?, ?, strftime('%s','now'))",
-                               (release_id, dataset, noise_multiplier))
+            self._conn.execute("INSERT INTO charges VALUES (?, ?, ?, strftime('%s','now'), ?)",
+                               (release_id, dataset, noise_multiplier,
+                                json.dumps([[e.noise_multiplier, e.sample_rate, e.steps] for e in events])))
             self._conn.execute("COMMIT")
             return after
         except sqlite3.Error as e:

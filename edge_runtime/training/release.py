@@ -1,0 +1,85 @@
+"""The one way a training round's result leaves a device: check, charge, then train, then release.
+
+A round releases two things about the device's examples: the DP-SGD update (Opacus: Poisson-
+sampled, clipped, noised steps; the returned update is post-processing of them) and a noisy
+example count, FedAvg's weight (sensitivity one example, discrete Gaussian of the device's own
+``min_sigma``). Both are one charge in the device's privacy ledger, against the same per-dataset
+budget as evaluation releases, made durable **before** any data is read or any step is taken; a
+charge that would pass the budget is refused and nothing runs.
+
+A repeated release-id is answered from the stored reply at no cost. A release-id that was charged
+but has no stored reply (the device died mid-round) is refused, never run again with fresh noise.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..privacy.accounting import ChargeEvent
+from ..privacy.dgauss import discrete_gaussian
+from ..privacy.errors import PrivacyRefusal, RefusalCode
+from ..privacy.ledger import PrivacyLedger
+from ..privacy.rng import ChaChaRandom
+from .config import DpSgdConfig
+from .dpsgd import LocalUpdate
+
+
+@dataclass(frozen=True)
+class ReleasedUpdate:
+    """What leaves the device after a training round: nothing else about its data."""
+
+    update: dict[str, np.ndarray]
+    dp_count: int  # noisy number of examples trained on
+    epsilon_spent: float  # the device's ε on its dataset after this round
+    count_sigma: float
+
+
+def round_events(cfg: DpSgdConfig, count_sigma: float) -> list[ChargeEvent]:
+    """The exact events a round runs: the subsampled Gaussian over its steps, and the count's Gaussian."""
+    return [ChargeEvent(cfg.noise_multiplier, cfg.sample_rate, cfg.steps), ChargeEvent(count_sigma)]
+
+
+def release_update(ledger: PrivacyLedger, dataset: str, release_id: str, cfg: DpSgdConfig,
+                   train: Callable[[], LocalUpdate], epsilon: float = 0.0) -> ReleasedUpdate:
+    """Charge the round, then run ``train`` and noise its count; or raise PrivacyRefusal having run nothing.
+
+    ``epsilon``: the budget the coordinator asks for (0: the device's own; more than that is refused).
+    """
+    floors = ledger.floors
+    if not (math.isfinite(epsilon) and 0 <= epsilon <= floors.epsilon):
+        raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED,
+                             f"budget ε={epsilon} is not in [0, this device's {floors.epsilon}]")
+    epsilon = epsilon or floors.epsilon
+    count_sigma = floors.min_sigma
+    cached = ledger.cached_reply(release_id)
+    if cached is not None:
+        return _from_payload(cached, ledger.spent(dataset, floors.delta))
+    if ledger.is_charged(release_id):
+        raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED,
+                             "this training round was charged but its reply was lost; it is not run twice")
+    spent = ledger.charge(dataset, release_id, cfg.noise_multiplier, epsilon, floors.delta,
+                          round_events(cfg, count_sigma))
+    local = train()
+    rng = ChaChaRandom.for_release(ledger.device_secret, f"{dataset}\0{release_id}\0count")
+    out = ReleasedUpdate(dict(local.update), local.examples + discrete_gaussian(math.ceil(count_sigma**2), rng),
+                         spent, count_sigma)
+    ledger.store_reply(release_id, _to_payload(out))
+    return out
+
+
+def _to_payload(r: ReleasedUpdate) -> dict:
+    buf = io.BytesIO()
+    np.savez(buf, **r.update)
+    return {"dp_count": r.dp_count, "count_sigma": r.count_sigma, "arrays": base64.b64encode(buf.getvalue()).decode()}
+
+
+def _from_payload(p: dict, spent: float) -> ReleasedUpdate:
+    with np.load(io.BytesIO(base64.b64decode(p["arrays"])), allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    return ReleasedUpdate(arrays, int(p["dp_count"]), spent, float(p["count_sigma"]))
