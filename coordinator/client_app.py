@@ -82,7 +82,7 @@ def make_client_app(overrides: Mapping[str, Any] | None = None, mods: Sequence[M
                               epsilon=float(cfg.get("dp-epsilon", 0.0)),
                               latency_warmup=int(cfg.get("latency-warmup", 5)),
                               latency_runs=int(cfg.get("latency-runs", 50)))
-            return messages.metrics_reply(msg, evaluate(state, model, req, bundle_was_cached=held))
+            return messages.metrics_reply(msg, evaluate(state, model, req, bundle_was_cached=held).as_metrics())
         except PrivacyRefusal as e:
             return messages.error_reply(msg, _REFUSAL_CODES[e.code], str(e))
         except Exception as e:  # noqa: BLE001 - any device-side failure becomes a typed reply, never a crash

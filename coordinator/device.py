@@ -33,6 +33,7 @@ from ..compiler.errors import CuvilError
 from ..edge_runtime.loader import Model, load, load_bytes
 from ..edge_runtime.privacy.ledger import PrivacyFloors, PrivacyLedger
 from ..edge_runtime.private import private_dir
+from ..edge_runtime.report import EvalReport
 from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS
 from ..edge_runtime.privacy.release import check_params, release_report
 from ..edge_runtime.trust import TrustStore
@@ -184,10 +185,10 @@ class DeviceState:
 
 
 # evaluation ---------------------------------------------------------------------------------------
-def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_cached: bool) -> dict[str, Any]:
+def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_cached: bool) -> EvalReport:
     """Compile (cached), evaluate on the local data, time on synthetic inputs, release privately.
 
-    Returns metrics in the fixed report schema; raises PrivacyRefusal (with no metrics) when the
+    Returns the device's :class:`EvalReport`; raises PrivacyRefusal (with no metrics) when the
     ledger refuses.
     """
     from ..devices import resolve_profile
@@ -215,17 +216,9 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
         noisy, spent = release_report(ledger, state.dataset_name, request.release_id, correct, losses, params)
     finally:
         ledger.close()
-    p = noisy.params
-    return {
-        "dp_correct": int(noisy.sums["correct"]), "dp_loss": int(noisy.sums["loss"]),
-        "dp_count": int(noisy.sums["count"]), "dp_sigma": float(p.sigma), "dp_quantum": int(p.quantum),
-        "dp_loss_clip": float(p.loss_clip), "dp_epsilon_spent": float(spent),
-        "latency_hist": [int(v) for v in lat.histogram], "latency_p50_ms": float(lat.p50_ms),
-        "latency_p90_ms": float(lat.p90_ms), "latency_p99_ms": float(lat.p99_ms),
-        "latency_emulated": int(runner.emulated), "compile_ms": float(runner.compile_ms),
-        "cache_hit": int(runner.cache_hit), "arena_bytes": int(runner.arena_bytes),
-        "bundle_was_cached": int(bundle_was_cached),
-    }
+    return EvalReport.build(noisy, spent, lat, emulated=runner.emulated, compile_ms=runner.compile_ms,
+                            cache_hit=runner.cache_hit, arena_bytes=runner.arena_bytes,
+                            bundle_was_cached=bundle_was_cached)
 
 
 def _probabilities(out: np.ndarray) -> np.ndarray:

@@ -25,7 +25,8 @@ from .aggregate import ClassAggregate, aggregate_round, compare
 from .config import RunConfig
 from .exchange import Reply, Request, Transport, exchange
 from .messages import Code, classify
-from .schema import check_report
+from .schema import ReportBounds, check_report
+from ..edge_runtime.report import ReportError
 from .store import DeviceRecord, ResultsStore, StoreError
 
 HEARTBEAT_EVERY_S = 5.0  # the run's heartbeat in the store (how a restarted coordinator knows this one is alive)
@@ -228,6 +229,7 @@ class Coordinator:
         base = {"bundle-hash": bundle.content_hash, "dataset": self.cfg.dataset, "round": number,
                 "latency-runs": self.cfg.latency_runs, "latency-warmup": self.cfg.latency_warmup,
                 "dp-sigma": self.cfg.dp_sigma, "dp-epsilon": self.cfg.dp_epsilon}
+        bounds = ReportBounds(latency_runs=self.cfg.latency_runs, sigma=self.cfg.dp_sigma)
         deadline = time.monotonic() + self.cfg.round_timeout
         pushes = [d for d in targets if bundle.content_hash not in self.devices[node_of[d]].held]
         self.emit("round_start", number=number, round_kind=kind, model=bundle.label, sampled=len(asked),
@@ -255,8 +257,8 @@ class Coordinator:
             reason = rep.reason
             if rep.ok:
                 try:
-                    metrics = check_report(rep.payload)
-                except (ValueError, TypeError, KeyError) as e:
+                    metrics = check_report(rep.payload, bounds).as_metrics()
+                except ReportError as e:
                     failure, reason = "failure", f"bad report: {e}"
                 else:
                     view.held.add(bundle.content_hash)

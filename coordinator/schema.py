@@ -1,49 +1,83 @@
-"""The fixed metric schema every device sends, whatever its class (Flower aborts on mismatched keys).
+"""The coordinator's check of a device's report: the shape, then whether an honest device could send it.
 
-Accuracy and loss never leave a device in the clear: only the noisy integer sums of the privacy
-mechanism (``dp_*``). Latency measured on synthetic inputs carries no private information.
+A device is not trusted to be honest. Before a report is stored or aggregated it must be an
+:class:`~cuvil.edge_runtime.report.EvalReport` whose values lie inside the envelope of an honest
+answer to the request the coordinator sent (:class:`ReportBounds`):
+
+- the privacy constants (quantum, loss clip) are the protocol's, so every report decodes alike;
+- the declared noise is at least what was asked and at most :data:`MAX_SIGMA` examples;
+- each noisy sum lies within ``[0, max_examples]`` examples widened by :data:`MARGIN_SD` standard
+  deviations of the declared noise, and ``correct`` and ``loss`` exceed ``count`` by no more than
+  the noise of a difference allows (an honest device has correct <= count, loss <= count);
+- the latency histogram counts at most the timed runs asked, percentiles are ordered and bounded.
+
+This is the per-device cap of the aggregate: one device moves a class estimate by at most its own
+weight (``max_examples`` plus its noise margin, whose variance the standard error includes), never
+to 999. An honest device falls outside the envelope with probability about 1e-9 per sum.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from ..edge_runtime.latency import BUCKET_EDGES_MS
+from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS
+from ..edge_runtime.report import KEYS, EvalReport, ReportError
 
-REPORT_KEYS: dict[str, type] = {
-    "dp_correct": int,
-    "dp_loss": int,
-    "dp_count": int,
-    "dp_sigma": float,
-    "dp_quantum": int,
-    "dp_loss_clip": float,
-    "dp_epsilon_spent": float,
-    "latency_hist": list,
-    "latency_p50_ms": float,
-    "latency_p90_ms": float,
-    "latency_p99_ms": float,
-    "latency_emulated": int,
-    "compile_ms": float,
-    "cache_hit": int,
-    "arena_bytes": int,
-    "bundle_was_cached": int,
-}
+MARGIN_SD = 6.0  # noise standard deviations an honest sum may stray past its true range
+MAX_SIGMA = 100.0  # declared noise (examples) beyond which a report tells nothing: refused
+MAX_MS = 86_400_000.0  # a day: no latency or compile time is longer
+MAX_ARENA_BYTES = 1 << 48
+REPORT_KEYS = KEYS
 
 
-def check_report(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate a device's metrics against the schema; raise ValueError naming what is wrong."""
-    missing = sorted(set(REPORT_KEYS) - set(metrics))
-    extra = sorted(set(metrics) - set(REPORT_KEYS))
-    if missing or extra:
-        raise ValueError(f"report keys differ from the schema: missing {missing}, unexpected {extra}")
-    out: dict[str, Any] = {}
-    for key, kind in REPORT_KEYS.items():
-        value = metrics[key]
-        if kind is list:
-            if len(value) != len(BUCKET_EDGES_MS) or any(int(v) != v or v < 0 for v in value):
-                raise ValueError(f"{key} must be {len(BUCKET_EDGES_MS)} non-negative counts")
-            out[key] = [int(v) for v in value]
-        else:
-            out[key] = kind(value)
-    return out
+@dataclass(frozen=True)
+class ReportBounds:
+    """What the coordinator asked (runs, noise) and the protocol constants every report must carry."""
+
+    latency_runs: int = 50
+    sigma: float = 0.0  # noise asked, in examples (0: the device's own floor)
+    quantum: int = DEFAULT_PARAMS.quantum
+    loss_clip: float = DEFAULT_PARAMS.loss_clip
+    max_examples: int = DEFAULT_PARAMS.max_examples
+
+
+def check_report(metrics: Mapping[str, Any], bounds: ReportBounds = ReportBounds()) -> EvalReport:
+    """Parse and check a received report; raise :class:`ReportError` naming the first implausible value."""
+    r = EvalReport.from_metrics(metrics)
+    _privacy(r, bounds)
+    _measurements(r, bounds)
+    return r
+
+
+def _privacy(r: EvalReport, b: ReportBounds) -> None:
+    if r.dp_quantum != b.quantum or r.dp_loss_clip != b.loss_clip:
+        raise ReportError(f"privacy constants (quantum {r.dp_quantum}, loss clip {r.dp_loss_clip:g}) are not the "
+                          f"protocol's ({b.quantum}, {b.loss_clip:g})")
+    if not (max(b.sigma, 0.0) <= r.dp_sigma <= MAX_SIGMA and r.dp_sigma > 0):
+        raise ReportError(f"declared noise {r.dp_sigma:g} is outside [{b.sigma:g} (asked), {MAX_SIGMA:g}] examples")
+    if r.dp_epsilon_spent < 0:
+        raise ReportError("epsilon spent is negative")
+    q, margin = b.quantum, MARGIN_SD * r.dp_sigma
+    lo, hi = -margin, b.max_examples + margin
+    sums = {"count": r.dp_count / q, "correct": r.dp_correct / q, "loss": r.dp_loss / q}
+    for name, value in sums.items():
+        if not lo <= value <= hi:
+            raise ReportError(f"noisy {name} {value:.1f} examples is outside [{lo:.0f}, {hi:.0f}]")
+    for name in ("correct", "loss"):
+        if sums[name] - sums["count"] > margin * math.sqrt(2):
+            raise ReportError(f"noisy {name} exceeds the noisy count by more than the noise allows")
+
+
+def _measurements(r: EvalReport, b: ReportBounds) -> None:
+    runs = sum(r.latency_hist)
+    if min(r.latency_hist) < 0 or not 1 <= runs <= max(b.latency_runs, 1):
+        raise ReportError(f"latency histogram holds {runs} runs; 1 to {b.latency_runs} were asked")
+    if not 0 <= r.latency_p50_ms <= r.latency_p90_ms <= r.latency_p99_ms <= MAX_MS:
+        raise ReportError("latency percentiles are not ordered non-negative times")
+    if not 0 <= r.compile_ms <= MAX_MS:
+        raise ReportError("compile time is out of range")
+    if not 0 <= r.arena_bytes <= MAX_ARENA_BYTES:
+        raise ReportError("arena bytes are out of range")

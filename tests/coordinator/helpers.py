@@ -22,7 +22,7 @@ def device_report(seed: int, accuracy: float, n: int = 400, latency_ms: float = 
         "latency_p50_ms": float(np.median(lat)), "latency_p90_ms": float(np.percentile(lat, 90)),
         "latency_p99_ms": float(np.percentile(lat, 99)), "latency_emulated": int(emulated),
         "compile_ms": 12.0, "cache_hit": 1, "arena_bytes": 4096, "bundle_was_cached": 1,
-    }), correct.sum() / n
+    }).as_metrics(), correct.sum() / n
 
 
 HOSTILE = "evil\x1b]0;owned\x07\x1b[2J\x9b31m\u202e"  # OSC title, clear screen, 8-bit CSI, bidi override

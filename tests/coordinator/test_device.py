@@ -9,7 +9,8 @@ from cuvil.compiler.errors import BundleError
 from cuvil.coordinator import fleet
 from cuvil.coordinator.device import BundleMissing, DeviceError, DeviceState, EvalRequest, evaluate
 from cuvil.coordinator.rounds import BundleRef
-from cuvil.coordinator.schema import check_report
+from cuvil.coordinator.schema import ReportBounds, check_report
+from cuvil.edge_runtime.report import EvalReport
 from cuvil.edge_runtime.privacy.errors import PrivacyRefusal, RefusalCode
 
 from .fleet_helpers import make_bundle, make_keys
@@ -81,7 +82,9 @@ def test_evaluate_reports_the_schema_and_charges_the_ledger(world):
     dev = _device(world, "evaluator")
     _, _, ref = world
     model, held = dev.accept_bundle(ref.data, ref.content_hash)
-    m = check_report(evaluate(dev, model, EvalRequest(ref.content_hash, "ds", "r1", latency_runs=10), held))
+    report = evaluate(dev, model, EvalRequest(ref.content_hash, "ds", "r1", latency_runs=10), held)
+    assert isinstance(report, EvalReport)
+    m = check_report(report.as_metrics(), ReportBounds(latency_runs=10)).as_metrics()
     assert m["cache_hit"] == 0 and m["latency_emulated"] == 0 and m["arena_bytes"] > 0
     assert m["dp_epsilon_spent"] > 0 and m["dp_sigma"] == 10.0 and m["latency_p50_ms"] > 0
     n = len(dev.dataset()[1])
@@ -103,7 +106,7 @@ def test_coordinator_may_ask_for_more_noise_but_never_less(world):
     assert ledger.releases(dev.dataset_name) == 0  # refused before any release
     ledger.close()
     m = evaluate(dev, model, EvalRequest(ref.content_hash, "ds", "more", latency_runs=5, sigma=20.0, epsilon=2.0), held)
-    assert m["dp_sigma"] == 20.0
+    assert m.dp_sigma == 20.0
 
 
 def test_an_arm_device_is_flagged_emulated(world):
@@ -111,7 +114,7 @@ def test_an_arm_device_is_flagged_emulated(world):
     _, _, ref = world
     model, held = dev.accept_bundle(ref.data, ref.content_hash)
     m = evaluate(dev, model, EvalRequest(ref.content_hash, "ds", "r1", latency_runs=5), held)
-    assert m["latency_emulated"] == 1 and dev.info()["emulated"] == 1
+    assert m.latency_emulated and dev.info()["emulated"] == 1
     assert dev.info()["emulator"] in ("qemu", "host-fallback")
 
 

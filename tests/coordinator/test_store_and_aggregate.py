@@ -7,6 +7,7 @@ import pytest
 from cuvil.coordinator.aggregate import OVERALL, aggregate_round
 from cuvil.coordinator.report import history_text, write_html
 from cuvil.coordinator.schema import check_report
+from cuvil.edge_runtime.report import ReportError
 from cuvil.coordinator.store import DeviceRecord, ResultsStore
 
 from .helpers import device_report
@@ -45,9 +46,9 @@ def test_aggregates_per_class_decode_noisy_accuracy_and_keep_emulated_latency_ou
 
 def test_report_schema_rejects_mismatched_keys():
     metrics, _ = device_report(0, 0.5)
-    with pytest.raises(ValueError, match="missing"):
+    with pytest.raises(ReportError, match="missing"):
         check_report({k: v for k, v in metrics.items() if k != "compile_ms"})
-    with pytest.raises(ValueError, match="unexpected"):
+    with pytest.raises(ReportError, match="unexpected"):
         check_report({**metrics, "accuracy": 0.9})
 
 
