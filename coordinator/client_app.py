@@ -8,7 +8,7 @@ in the device's state directory; the compile cache there is what makes a second 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from flwr.app import Context, Message
@@ -17,8 +17,10 @@ from flwr.clientapp.typing import Mod
 
 from ..compiler.errors import BundleError, CuvilError
 from ..edge_runtime.privacy.errors import PrivacyRefusal, RefusalCode
-from . import fleet, messages
-from .device import BundleMissing, DeviceState, EvalRequest, evaluate
+from ..edge_runtime.training import TrainingError
+from . import device_train, device_versions, fleet, messages
+from .device import BundleMissing, DeviceError, DeviceState, EvalRequest, evaluate
+from .device_train import TrainRequest
 from .messages import Code
 
 _REFUSAL_CODES = {RefusalCode.BUDGET_EXHAUSTED: Code.BUDGET_EXHAUSTED,
@@ -35,7 +37,7 @@ def make_verify_mod(overrides: Mapping[str, Any] | None = None):
     overrides = dict(overrides or {})
 
     def verify_bundle_mod(msg: Message, context: Context, call_next) -> Message:
-        """Refuse any evaluate message whose bundle does not verify against this device's trusted keys."""
+        """Refuse any evaluate, train or activate message whose bundle does not verify against this device's trusted keys."""
         try:
             state = _device(context, overrides)
             cfg = messages.request_config(msg)
@@ -68,26 +70,52 @@ def make_client_app(overrides: Mapping[str, Any] | None = None, mods: Sequence[M
         except CuvilError as e:
             return messages.error_reply(msg, Code.DEVICE_ERROR, str(e))
 
-    @app.evaluate(mods=[make_verify_mod(overrides)])
-    def evaluate_bundle(msg: Message, context: Context) -> Message:
-        verified = _VERIFIED.get(id(msg))
-        if verified is None:  # fail closed: this handler never runs a model the mod did not verify
-            return messages.error_reply(msg, Code.SIGNATURE_REJECTED, "bundle was not verified")
-        model, held = verified
-        cfg = messages.request_config(msg)
-        try:
-            state = _device(context, overrides)
-            req = EvalRequest(bundle_hash=str(cfg["bundle-hash"]), dataset=str(cfg["dataset"]),
-                              release_id=str(cfg["release-id"]), sigma=float(cfg.get("dp-sigma", 0.0)),
-                              epsilon=float(cfg.get("dp-epsilon", 0.0)),
-                              latency_warmup=int(cfg.get("latency-warmup", 5)),
-                              latency_runs=int(cfg.get("latency-runs", 50)))
-            return messages.metrics_reply(msg, evaluate(state, model, req, bundle_was_cached=held).as_metrics())
-        except PrivacyRefusal as e:
-            return messages.error_reply(msg, _REFUSAL_CODES[e.code], str(e))
-        except Exception as e:  # noqa: BLE001 - any device-side failure becomes a typed reply, never a crash
-            return messages.error_reply(msg, Code.DEVICE_ERROR, f"{type(e).__name__}: {e}")
+    verify = make_verify_mod(overrides)
 
+    def verified_handler(work: Callable[[Message, DeviceState, Any, bool, dict[str, Any]], Message]):
+        """A handler that runs ``work`` on the model the mod verified; every failure becomes a typed reply."""
+        def handler(msg: Message, context: Context) -> Message:
+            verified = _VERIFIED.get(id(msg))
+            if verified is None:  # fail closed: no handler ever runs a model the mod did not verify
+                return messages.error_reply(msg, Code.SIGNATURE_REJECTED, "bundle was not verified")
+            model, held = verified
+            try:
+                return work(msg, _device(context, overrides), model, held, messages.request_config(msg))
+            except PrivacyRefusal as e:
+                return messages.error_reply(msg, _REFUSAL_CODES[e.code], str(e))
+            except TrainingError as e:
+                return messages.error_reply(msg, Code.CANNOT_TRAIN, str(e))
+            except Exception as e:  # noqa: BLE001 - any device-side failure becomes a typed reply, never a crash
+                return messages.error_reply(msg, Code.DEVICE_ERROR, f"{type(e).__name__}: {e}")
+        return handler
+
+    def evaluate_work(msg, state, model, held, cfg):
+        req = EvalRequest(bundle_hash=str(cfg["bundle-hash"]), dataset=str(cfg["dataset"]),
+                          release_id=str(cfg["release-id"]), sigma=float(cfg.get("dp-sigma", 0.0)),
+                          epsilon=float(cfg.get("dp-epsilon", 0.0)),
+                          latency_warmup=int(cfg.get("latency-warmup", 5)),
+                          latency_runs=int(cfg.get("latency-runs", 50)))
+        return messages.metrics_reply(msg, evaluate(state, model, req, bundle_was_cached=held).as_metrics())
+
+    def train_work(msg, state, model, held, cfg):
+        metrics, update = device_train.train(state, model, TrainRequest.from_config(cfg))
+        return messages.update_reply(msg, {**metrics, "bundle_was_cached": int(held)}, update)
+
+    def activate_work(msg, state, model, held, cfg):
+        name, action = str(cfg.get("model", model.name)), str(cfg.get("action", "activate"))
+        if action == "revert":
+            v = device_versions.revert(state, name, model.content_hash)
+        elif action == "activate":
+            base = str(cfg.get("base-hash", "")) or None
+            v = device_versions.activate(state, name, model.content_hash, base)
+        else:
+            raise DeviceError(f"unknown version action {action!r}")
+        return messages.info_reply(msg, {"active": v.active or "", "previous": v.previous or "",
+                                         "bundle_was_cached": int(held)})
+
+    app.evaluate(mods=[verify])(verified_handler(evaluate_work))
+    app.train(mods=[verify])(verified_handler(train_work))
+    app.query("activate", mods=[verify])(verified_handler(activate_work))
     return app
 
 

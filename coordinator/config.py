@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compiler.errors import CuvilError
+from ..edge_runtime.training.config import DpSgdConfig
 
 SCOPES = ("run", "ops", "sim")
 
@@ -74,6 +75,39 @@ class RunConfig:
     max_in_flight: int = field(default=0, metadata=_key(
         "messages out at once, at most (0: no limit; the simulation sets it: Flower's in-memory message store "
         "slows down with every message in flight)", minimum=0))
+    train_rounds: int = field(default=0, metadata=_key(
+        "federated DP fine-tuning rounds after the evaluation rounds, on the devices whose inventory says they can "
+        "train; the result is signed as the next version (needs `signing-key`)", "run", minimum=0))
+    signing_key: str = field(default="", metadata=_key(
+        "the coordinator's private key (a path on the ServerApp's machine) that signs fine-tuned versions; devices "
+        "must trust its public key"))
+    train_sample_rate: float = field(default=DpSgdConfig.sample_rate, metadata=_key(
+        "DP-SGD: Poisson sampling rate of each local example per step", "run", positive=True))
+    train_noise_multiplier: float = field(default=DpSgdConfig.noise_multiplier, metadata=_key(
+        "DP-SGD: noise std over the per-example clip", "run", positive=True))
+    train_steps: int = field(default=DpSgdConfig.steps, metadata=_key("DP-SGD: steps per round", "run", minimum=1))
+    train_max_grad_norm: float = field(default=DpSgdConfig.max_grad_norm, metadata=_key(
+        "DP-SGD: per-example gradient clip (L2)", "run", positive=True))
+    train_learning_rate: float = field(default=DpSgdConfig.learning_rate, metadata=_key(
+        "DP-SGD: learning rate (plain SGD)", "run", positive=True))
+    train_batch_size: int = field(default=DpSgdConfig.batch_size, metadata=_key(
+        "DP-SGD: the averaging batch size (public; about the sampling rate times a device's examples)", "run",
+        minimum=1))
+    train_update_clip: float = field(default=DpSgdConfig.update_clip, metadata=_key(
+        "L2 bound on the update a device returns", "run", positive=True))
+    train_layers: int = field(default=DpSgdConfig.train_layers, metadata=_key(
+        "train only the last this-many weight layers (0: all)", "run", minimum=0))
+    rollout: bool = field(default=False, metadata=_key(
+        "canary rollout of the candidate (`bundle-b`, or the fine-tuned version) instead of a plain A/B round, "
+        "then an evaluation of what each device runs", "run"))
+    canary_fraction: float = field(default=0.25, metadata=_key(
+        "share of each device class that gets the candidate first (at least one device per class)", "run",
+        positive=True))
+    rollout_alpha: float = field(default=0.05, metadata=_key(
+        "chance of rolling back a candidate that is not worse (one-sided test on the DP noise)", "run",
+        positive=True))
+    rollout_margin: float = field(default=0.0, metadata=_key(
+        "accuracy the candidate may lose against the active version and still be promoted", "run", minimum=0))
     resume_run: int = field(default=0, metadata=_key(
         "a run id in `db-path` to resume after a crash (0: start a new run)", minimum=0))
     sim_fleet_dir: str = field(default="", metadata=_key("where simulated devices keep their state", "sim"))
@@ -116,6 +150,13 @@ class RunConfig:
     @property
     def trusted_keys(self) -> list[str]:
         return [k for k in self.sim_trusted_key.split(",") if k]
+
+    @property
+    def dp_sgd(self) -> DpSgdConfig:
+        """The training rounds' DP-SGD parameters (DpSgdConfig checks their ranges)."""
+        return DpSgdConfig(self.train_sample_rate, self.train_noise_multiplier, self.train_steps,
+                           self.train_max_grad_norm, self.train_learning_rate, self.train_batch_size,
+                           self.train_update_clip, DpSgdConfig.max_examples, self.train_layers)
 
     @property
     def classes(self) -> list[str]:

@@ -36,6 +36,7 @@ from ..edge_runtime.private import private_dir
 from ..edge_runtime.report import EvalReport
 from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS
 from ..edge_runtime.privacy.release import check_params, release_report
+from ..edge_runtime.training import TrainingCapability, training_capability
 from ..edge_runtime.trust import TrustStore
 from . import foreign
 from .device_class import device_class, isa, threads
@@ -130,6 +131,12 @@ class DeviceState:
     def ledger(self) -> PrivacyLedger:
         return PrivacyLedger.open(self.root / "privacy.db")
 
+    def training_capability(self) -> TrainingCapability:
+        """Whether this device fine-tunes (torch and opacus present, memory enough): the inventory says so."""
+        from ..devices import resolve_profile
+
+        return training_capability(resolve_profile(self.profile).memory_budget_mib, _free_memory() or None)
+
     def held_hashes(self) -> list[str]:
         return sorted(p.stem for p in (self.root / "bundles").glob("*.cuvil"))
 
@@ -175,12 +182,14 @@ class DeviceState:
 
         prof = resolve_profile(self.profile)
         emulated = not foreign.native(prof)
+        can = self.training_capability()
         return {
             "device_id": self.device_id, "profile": device_class(self.profile), "arch": prof.arch, "cpu": prof.cpu,
             "features": ",".join(prof.features), "isa": isa(prof), "threads": threads(),
             "runtime_version": runtime_version(),
             "emulated": int(emulated), "emulator": foreign.emulator_name(prof),
             "held_bundles": self.held_hashes(), "free_memory_bytes": _free_memory(),
+            "can_train": int(can.can_train), "train_reason": can.reason,
         }
 
 

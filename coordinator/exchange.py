@@ -21,7 +21,7 @@ SEND_BATCH = 256  # messages per push: bounded request size, and replies pulled 
 @dataclass(frozen=True)
 class Request:
     node_id: int
-    kind: str  # "info" or "evaluate"
+    kind: str  # "info", "evaluate", "train" or "activate"
     config: Mapping[str, Any] = field(default_factory=dict)
     bundle: bytes | None = None
     ttl: float = 60.0
@@ -34,6 +34,7 @@ class Reply:
     payload: Mapping[str, Any] = field(default_factory=dict)
     code: int = 0
     reason: str = ""
+    arrays: Mapping[str, Any] = field(default_factory=dict)  # a training reply's update
 
 
 class Transport(Protocol):

@@ -5,6 +5,12 @@
   ``ArrayRecord "bundle"`` with the bundle as one uint8 array (ArrayRecords are chunked and
   content-addressed; ConfigRecord bytes are not). Reply: ``MetricRecord "metrics"`` in the fixed
   report schema, or an error with one of :class:`Code`.
+- ``train``: as ``evaluate`` (the bundle is the weights to start from) with the round's DP-SGD
+  parameters in the config. Reply: ``ArrayRecord "update"`` (the clipped update) and ``MetricRecord
+  "metrics"`` (``dp_count``, ``dp_count_sigma``, ``dp_epsilon_spent``).
+- ``query.activate``: as ``evaluate`` (the bundle to make active) with ``action`` (``activate`` or
+  ``revert``), ``model`` and ``base-hash`` in the config. Reply: ``ConfigRecord "info"`` with the
+  ``active`` and ``previous`` content hashes.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRec
 
 DEVICE_INFO = "query.device_info"
 EVALUATE = "evaluate"
+TRAIN = "train"
+ACTIVATE = "query.activate"
 
 
 class Code:
@@ -28,16 +36,18 @@ class Code:
     SIGNATURE_REJECTED = 4010
     BUNDLE_MISSING = 4011
     DEVICE_ERROR = 4020
+    CANNOT_TRAIN = 4021
 
     NAMES = {4001: "DP_BUDGET_EXHAUSTED", 4002: "DP_PARAMS_REJECTED", 4003: "DP_LEDGER_UNAVAILABLE",
-             4010: "SIGNATURE_REJECTED", 4011: "BUNDLE_MISSING", 4020: "DEVICE_ERROR"}
+             4010: "SIGNATURE_REJECTED", 4011: "BUNDLE_MISSING", 4020: "DEVICE_ERROR",
+             4021: "CANNOT_TRAIN"}
 
 
 def classify(code: int) -> str:
     """The store's failure kind for an error code."""
     if code == Code.BUDGET_EXHAUSTED:
         return "budget_exhausted"
-    if code in (Code.PARAMS_REJECTED, Code.LEDGER_UNAVAILABLE, Code.SIGNATURE_REJECTED):
+    if code in (Code.PARAMS_REJECTED, Code.LEDGER_UNAVAILABLE, Code.SIGNATURE_REJECTED, Code.CANNOT_TRAIN):
         return "refused"
     return "failure"
 
@@ -52,6 +62,10 @@ def evaluate_request(config: Mapping[str, Any], bundle: bytes | None) -> RecordD
     if bundle is not None:
         content["bundle"] = ArrayRecord({"bundle": Array(np.frombuffer(bundle, dtype=np.uint8))})
     return content
+
+
+def train_request(config: Mapping[str, Any], bundle: bytes | None) -> RecordDict:
+    return evaluate_request(config, bundle)
 
 
 def request_config(msg: Message) -> dict[str, Any]:
@@ -77,6 +91,12 @@ def metrics_reply(msg: Message, metrics: Mapping[str, Any]) -> Message:
     return Message(RecordDict({"metrics": MetricRecord(dict(metrics))}), reply_to=msg)
 
 
+def update_reply(msg: Message, metrics: Mapping[str, Any], update: Mapping[str, np.ndarray]) -> Message:
+    return Message(RecordDict({"metrics": MetricRecord(dict(metrics)),
+                               "update": ArrayRecord({k: Array(np.asarray(v)) for k, v in update.items()})}),
+                   reply_to=msg)
+
+
 def error_reply(msg: Message, code: int, reason: str) -> Message:
     """An error reply whose reason starts with the code's name, once (a refusal's text may carry it)."""
     name = str(Code.NAMES.get(code, code))
@@ -92,3 +112,9 @@ def reply_payload(reply: Message) -> dict[str, Any]:
     if "info" in c.config_records:
         return {k: (list(v) if isinstance(v, list) else v) for k, v in c.config_records["info"].items()}
     return {}
+
+
+def reply_arrays(reply: Message) -> dict[str, np.ndarray]:
+    """The update a training reply carries (empty for any other reply)."""
+    rec = reply.content.array_records.get("update")
+    return {} if rec is None else {k: rec[k].numpy() for k in rec.keys()}

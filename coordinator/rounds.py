@@ -27,6 +27,7 @@ from .exchange import Reply, Request, Transport, exchange
 from .messages import Code, classify
 from .schema import ReportBounds, check_report
 from ..edge_runtime.report import ReportError
+from .update_check import UPDATE_CLIP_KEY, check_update
 from .store import DeviceRecord, ResultsStore, StoreError
 
 HEARTBEAT_EVERY_S = 5.0  # the run's heartbeat in the store (how a restarted coordinator knows this one is alive)
@@ -107,6 +108,7 @@ class Coordinator:
         self.emit: Event = on_event or (lambda *a, **k: None)
         self.run_key = run_key or uuid.uuid4().hex[:16]
         self.devices: dict[int, DeviceView] = {}
+        self._graphs: dict[str, Any] = {}
         self._beat = self._shown = time.monotonic()
 
     @property
@@ -189,16 +191,20 @@ class Coordinator:
 
     # rounds ----------------------------------------------------------------------------------------
     def evaluate_round(self, bundle: BundleRef, number: int, kind: str = "eval",
-                       devices: Sequence[str] | None = None) -> RoundOutcome:
+                       devices: Sequence[str] | None = None, message: str = "evaluate",
+                       extra: Mapping[str, Any] | None = None) -> RoundOutcome:
         """Run round ``number`` (or finish it, if a crashed coordinator left it in flight, or return it as
-        stored, if it finished); ``devices`` are the device ids to ask (default: :meth:`sample`)."""
+        stored, if it finished); ``devices`` are the device ids to ask (default: :meth:`sample`).
+
+        ``message``: ``"evaluate"``, or ``"train"`` (replies are updates, stored by :meth:`_accept_update`);
+        ``extra``: config keys added to every request (a training round's DP-SGD parameters)."""
         start, written = time.monotonic(), self.store.write_s
         row = self.store.find_round(self.run_id, number, kind)
         if row is not None and row["bundle_hash"] != bundle.content_hash:
             raise StoreError(f"round {number} [{kind}] of run {self.run_id} evaluated bundle {row['bundle_hash'][:12]}, "
                              f"not {bundle.content_hash[:12]}: the bundle file changed since the run started")
         if row is not None and row["finished_at"] is not None:
-            return self._stored_outcome(row)
+            return self._stored_outcome(row, message)
         if row is None:
             asked = sorted(self.sample(number) if devices is None else devices)
             node_of = self.node_of
@@ -209,7 +215,7 @@ class Coordinator:
             round_id = row["id"]
             asked = [r["device_id"] for r in self.store.requests(round_id)]
         profiles = {d["device_id"]: d["profile"] for d in self.store.devices()}
-        reports = [_report_dict(r) for r in self.store.reports(round_id)]
+        reports = self._stored_replies(round_id, message)
         failures = [_failure_dict(f, profiles) for f in self.store.failures(round_id)]
         resumed = len(reports) + len(failures)
         answered = {r["device_id"] for r in reports} | {f["device_id"] for f in failures}
@@ -228,7 +234,7 @@ class Coordinator:
         targets = [d for d in asked if d not in answered and d in node_of]
         base = {"bundle-hash": bundle.content_hash, "dataset": self.cfg.dataset, "round": number,
                 "latency-runs": self.cfg.latency_runs, "latency-warmup": self.cfg.latency_warmup,
-                "dp-sigma": self.cfg.dp_sigma, "dp-epsilon": self.cfg.dp_epsilon}
+                "dp-sigma": self.cfg.dp_sigma, "dp-epsilon": self.cfg.dp_epsilon, **(extra or {})}
         bounds = ReportBounds(latency_runs=self.cfg.latency_runs, sigma=self.cfg.dp_sigma)
         deadline = time.monotonic() + self.cfg.round_timeout
         pushes = [d for d in targets if bundle.content_hash not in self.devices[node_of[d]].held]
@@ -241,7 +247,7 @@ class Coordinator:
 
         def requests(device_ids: Sequence[str], push: Callable[[str], bool]) -> list[Request]:
             """Messages for ``device_ids``, counted in the store (asks, bundle bytes) before they go out."""
-            out = [Request(node_of[d], "evaluate", {**base, "release-id": self.release_id(number, kind, d)},
+            out = [Request(node_of[d], message, {**base, "release-id": self.release_id(number, kind, d)},
                            bundle.data if push(d) else None, ttl=max(1.0, deadline - time.monotonic()))
                    for d in device_ids]
             self.store.add_requests(round_id, [(device_of[r.node_id], r.node_id, r.config["release-id"]) for r in out])
@@ -255,7 +261,10 @@ class Coordinator:
             view = self.devices[req.node_id]
             failure = None if rep.ok else classify(rep.code)
             reason = rep.reason
-            if rep.ok:
+            if rep.ok and message == "train":
+                failure, reason = self._accept_update(round_id, device_id, view, bundle, rep, reports,
+                                                      float(base.get(UPDATE_CLIP_KEY, 0.0)))
+            elif rep.ok:
                 try:
                     metrics = check_report(rep.payload, bounds).as_metrics()
                 except ReportError as e:
@@ -284,7 +293,8 @@ class Coordinator:
         self.store.finish_round(round_id, len(asked), self._bytes_sent(round_id))
         self._predict_latency(bundle, {profiles[d] for d in asked if d in profiles})
         out = RoundOutcome(round_id, number, kind, bundle.label, len(asked), self._bytes_sent(round_id), reports,
-                           failures, time.monotonic() - start, aggregate_round(reports, failures, profiles),
+                           failures, time.monotonic() - start,
+                           aggregate_round(reports, failures, profiles) if message == "evaluate" else {},
                            self.store.write_s - written)
         self.emit("round_end", outcome=out)
         return out
@@ -317,13 +327,37 @@ class Coordinator:
                 continue
             self.store.add_latency_prediction(bundle.content_hash, profile, MODEL_VERSION, ms, basis)
 
-    def _stored_outcome(self, row: Mapping[str, Any]) -> RoundOutcome:
+    def _stored_outcome(self, row: Mapping[str, Any], message: str = "evaluate") -> RoundOutcome:
         profiles = {d["device_id"]: d["profile"] for d in self.store.devices()}
-        reports = [_report_dict(r) for r in self.store.reports(row["id"])]
+        reports = self._stored_replies(row["id"], message)
         failures = [_failure_dict(f, profiles) for f in self.store.failures(row["id"])]
         return RoundOutcome(row["id"], row["number"], row["kind"], row["model"], row["sampled"],
                             row["bundle_bytes_sent"], reports, failures, row["finished_at"] - row["started_at"],
-                            aggregate_round(reports, failures, profiles))
+                            aggregate_round(reports, failures, profiles) if message == "evaluate" else {})
+
+    def _graph(self, bundle: BundleRef):
+        """The bundle's graph, parsed once per bundle (a training round checks every update against it)."""
+        if self._graphs.get(bundle.content_hash) is None:
+            self._graphs = {bundle.content_hash: bundle.graph()}
+        return self._graphs[bundle.content_hash]
+
+    def _stored_replies(self, round_id: int, message: str) -> list[dict[str, Any]]:
+        if message == "train":
+            return [_update_dict(u) for u in self.store.updates(round_id)]
+        return [_report_dict(r) for r in self.store.reports(round_id)]
+
+    def _accept_update(self, round_id: int, device_id: str, view: DeviceView, bundle: BundleRef, rep: Reply,
+                       updates: list[dict[str, Any]], clip: float) -> tuple[str | None, str]:
+        """Store a training reply (the update, its noisy count and the device's ε); (failure kind, reason)."""
+        try:
+            metrics = check_update(rep.payload, rep.arrays, self._graph(bundle), clip)
+        except (ValueError, TypeError, KeyError) as e:
+            return "failure", f"bad update: {e}"
+        view.held.add(bundle.content_hash)
+        if self.store.add_update(round_id, device_id, view.profile, metrics["dp_count"], metrics["dp_epsilon_spent"],
+                                 metrics, rep.arrays):
+            updates.append({"device_id": device_id, "profile": view.profile, "metrics": metrics})
+        return None, ""
 
     def _bytes_sent(self, round_id: int) -> int:
         return int(self.store.round(round_id)["bundle_bytes_sent"])
@@ -345,6 +379,10 @@ class Coordinator:
 def _report_dict(row: Mapping[str, Any]) -> dict[str, Any]:
     return {"device_id": row["device_id"], "profile": row["profile"], "emulated": bool(row["emulated"]),
             "metrics": row["metrics"]}
+
+
+def _update_dict(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {"device_id": row["device_id"], "profile": row["profile"], "metrics": row["metrics"]}
 
 
 def _failure_dict(row: Mapping[str, Any], profiles: Mapping[str, str]) -> dict[str, Any]:

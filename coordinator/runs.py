@@ -9,15 +9,21 @@ that had not answered for the same release-ids, and the remaining rounds run as 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 from .config import RunConfig, RunConfigError
 from .exchange import Transport
+from .fine_tuning import fine_tune
+from .rollout import active_versions, rollout
+from .rollout_rule import DecisionRule
 from .rounds import BundleRef, Coordinator, Event
 from .store import ResultsStore, StoreError
 
 
 def drive_run(transport: Transport, cfg: RunConfig, on_event: Event | None = None) -> int:
-    """Inventory, ``num-rounds`` evaluation rounds, then an A/B round if ``bundle-b`` is set; the run id."""
+    """Inventory, ``num-rounds`` evaluation rounds, ``train-rounds`` fine-tuning rounds (the candidate is
+    their signed result, else ``bundle-b``), then for a candidate an A/B round, or with ``rollout`` a
+    canary rollout and an evaluation of what each device runs; the run id."""
     emit: Event = on_event or (lambda *a, **k: None)
     if not cfg.resume_run:
         bundle, bundle_b = _bundles(cfg)  # a bad path fails before any run is recorded
@@ -44,9 +50,22 @@ def drive_run(transport: Transport, cfg: RunConfig, on_event: Event | None = Non
         for number in range(1, cfg.num_rounds + 1):
             coord.refresh()
             coord.evaluate_round(bundle, number)
-        if bundle_b is not None:
+        number = cfg.num_rounds + 1
+        if cfg.train_rounds:
+            bundle_b = fine_tune(coord, bundle, number, cfg.train_rounds, cfg.dp_sgd, cfg.signing_key,
+                                 Path(cfg.bundle).expanduser().parent)
+            number += cfg.train_rounds
+        if bundle_b is not None and cfg.rollout:
             coord.refresh()
-            coord.ab_round(bundle, bundle_b, cfg.num_rounds + 1)
+            decisions = rollout(coord, bundle, bundle_b, number, cfg.canary_fraction,
+                                DecisionRule(cfg.rollout_alpha, cfg.rollout_margin))
+            for i, (version, devices) in enumerate(active_versions(coord, bundle, bundle_b, decisions).items()):
+                if devices:
+                    coord.evaluate_round(bundle if version == bundle.content_hash else bundle_b, number + 1 + i,
+                                         "active", devices)
+        elif bundle_b is not None:
+            coord.refresh()
+            coord.ab_round(bundle, bundle_b, number)
         store.finish_run(run_id)
         emit("run_end", run_id=run_id, status="finished")
         return run_id

@@ -21,6 +21,14 @@ from .rounds import Event
 from .runs import drive_run
 
 
+CONTENT = {  # request kind -> (message content from config and bundle, Flower message type)
+    "info": (lambda config, bundle: messages.device_info_request(), messages.DEVICE_INFO),
+    "evaluate": (messages.evaluate_request, messages.EVALUATE),
+    "train": (messages.train_request, messages.TRAIN),
+    "activate": (messages.evaluate_request, messages.ACTIVATE),
+}
+
+
 class GridTransport:
     """:class:`.exchange.Transport` over a Flower Grid; replies are matched by ``reply_to_message_id``."""
 
@@ -33,11 +41,9 @@ class GridTransport:
     def send(self, requests: Sequence[Request]) -> list[str | None]:
         msgs = []
         for r in requests:
-            if r.kind == "info":
-                content, mtype = messages.device_info_request(), messages.DEVICE_INFO
-            else:
-                content, mtype = messages.evaluate_request(r.config, r.bundle), messages.EVALUATE
-            msgs.append(Message(content, r.node_id, mtype, ttl=r.ttl, group_id=str(r.config.get("round", 0))))
+            build, mtype = CONTENT[r.kind]
+            msgs.append(Message(build(r.config, r.bundle), r.node_id, mtype, ttl=r.ttl,
+                                group_id=str(r.config.get("round", 0))))
         return [i or None for i in self.grid.push_messages(msgs)]
 
     def poll(self, handles: Collection[str]) -> list[Reply]:
@@ -47,7 +53,7 @@ class GridTransport:
             if m.has_error():
                 out.append(Reply(handle, False, code=int(m.error.code), reason=m.error.reason or ""))
             else:
-                out.append(Reply(handle, True, messages.reply_payload(m)))
+                out.append(Reply(handle, True, messages.reply_payload(m), arrays=messages.reply_arrays(m)))
         return out
 
 

@@ -38,6 +38,7 @@ class ReleasedUpdate:
     dp_count: int  # noisy number of examples trained on
     epsilon_spent: float  # the device's ε on its dataset after this round
     count_sigma: float
+    delta: float  # the δ of that ε
 
 
 def round_events(cfg: DpSgdConfig, count_sigma: float) -> list[ChargeEvent]:
@@ -59,7 +60,7 @@ def release_update(ledger: PrivacyLedger, dataset: str, release_id: str, cfg: Dp
     count_sigma = floors.min_sigma
     cached = ledger.cached_reply(release_id)
     if cached is not None:
-        return _from_payload(cached, ledger.spent(dataset, floors.delta))
+        return _from_payload(cached, ledger.spent(dataset, floors.delta), floors.delta)
     if ledger.is_charged(release_id):
         raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED,
                              "this training round was charged but its reply was lost; it is not run twice")
@@ -68,7 +69,7 @@ def release_update(ledger: PrivacyLedger, dataset: str, release_id: str, cfg: Dp
     local = train()
     rng = ChaChaRandom.for_release(ledger.device_secret, f"{dataset}\0{release_id}\0count")
     out = ReleasedUpdate(dict(local.update), local.examples + discrete_gaussian(math.ceil(count_sigma**2), rng),
-                         spent, count_sigma)
+                         spent, count_sigma, floors.delta)
     ledger.store_reply(release_id, _to_payload(out))
     return out
 
@@ -79,7 +80,7 @@ def _to_payload(r: ReleasedUpdate) -> dict:
     return {"dp_count": r.dp_count, "count_sigma": r.count_sigma, "arrays": base64.b64encode(buf.getvalue()).decode()}
 
 
-def _from_payload(p: dict, spent: float) -> ReleasedUpdate:
+def _from_payload(p: dict, spent: float, delta: float) -> ReleasedUpdate:
     with np.load(io.BytesIO(base64.b64decode(p["arrays"])), allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
-    return ReleasedUpdate(arrays, int(p["dp_count"]), spent, float(p["count_sigma"]))
+    return ReleasedUpdate(arrays, int(p["dp_count"]), spent, float(p["count_sigma"]), delta)

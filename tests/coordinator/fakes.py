@@ -34,11 +34,15 @@ class FakeDevice:
     calls: int = 0
     released: dict = field(default_factory=dict)  # release-id -> the reply it got (charged once each)
     release_ids: list = field(default_factory=list)  # every release-id it was asked for, in order
+    active: str | None = None  # the version it runs (activate / revert messages)
+    previous: str | None = None
 
 
 class FakeTransport:
-    def __init__(self, devices: dict[int, FakeDevice], good_hash: str = A.content_hash):
-        self.devices, self.good_hash = devices, good_hash
+    def __init__(self, devices: dict[int, FakeDevice], good_hash: str = A.content_hash,
+                 accuracy_of: dict[str, float] | None = None):
+        """``accuracy_of``: a bundle's true accuracy by content hash (default: the good one 0.9ish, others 0.5)."""
+        self.devices, self.good_hash, self.accuracy_of = devices, good_hash, accuracy_of or {}
         self.outbox: dict[str, Reply] = {}
         self.n = 0
 
@@ -70,16 +74,31 @@ class FakeTransport:
                 self.outbox[h] = Reply(h, False, code=code, reason=f"{code}")
                 continue
             dev.held.add(r.config["bundle-hash"])
+            if r.kind == "activate":
+                self.outbox[h] = self._switch(h, dev, r.config)
+                continue
             rid = r.config["release-id"]
             dev.release_ids.append(rid)
             if rid not in dev.released:
-                acc = dev.accuracy if r.config["bundle-hash"] == self.good_hash else 0.5
+                acc = self.accuracy_of.get(r.config["bundle-hash"],
+                                           dev.accuracy if r.config["bundle-hash"] == self.good_hash else 0.5)
                 dev.released[rid] = device_report(self.n, acc)[0]
             self.outbox[h] = Reply(h, True, dev.released[rid])
         return handles
 
     def poll(self, handles):
         return [self.outbox.pop(h) for h in list(handles) if h in self.outbox]
+
+    @staticmethod
+    def _switch(h: str, dev: FakeDevice, config) -> Reply:
+        """A device's active/previous versions, as coordinator.device_versions keeps them."""
+        want = config["bundle-hash"]
+        if config["action"] == "revert":
+            if dev.active != want:
+                dev.active, dev.previous = dev.previous, dev.active
+        elif dev.active != want:
+            dev.active, dev.previous = want, config["base-hash"] or dev.active
+        return Reply(h, True, {"active": dev.active or "", "previous": dev.previous or ""})
 
 
 class DyingTransport(FakeTransport):

@@ -1,0 +1,115 @@
+"""Canary rollout with rollback, per device class (the decision rule is :mod:`.rollout_rule`).
+
+1. A ``canary-fraction`` of each class (at least one device, seeded choice) activates the candidate B;
+   each keeps A, the version it replaces, as its previous version.
+2. An A/B evaluation on those canaries (both versions, the same devices, paired).
+3. Per class, the rule promotes or rolls back: promotion activates B on the rest of the class (the
+   bundle pushed only where it is not held), rollback reverts the canaries to A, which they still hold
+   (no download). The decision, its numbers and the devices switched go to the results store.
+
+Activation is idempotent on a device and a repeated revert changes nothing, so a resumed run can send
+them again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .aggregate import compare
+from .exchange import Reply, Request, exchange
+from .messages import Code
+from .rollout_rule import PROMOTE, Decision, DecisionRule, RolloutError, decide
+from .rounds import BundleRef, Coordinator
+
+
+def canaries(coord: Coordinator, number: int, fraction: float) -> dict[str, list[str]]:
+    """Per class, the canary device ids: ceil(fraction x class size), at least one, seeded by run and round."""
+    if not 0 < fraction <= 1:
+        raise RolloutError(f"the canary fraction must be in (0, 1], got {fraction!r}")
+    exhausted = coord.store.exhausted_devices(coord.cfg.dataset)
+    by_class: dict[str, list[str]] = {}
+    for v in sorted(coord.devices.values(), key=lambda v: v.device_id):
+        if v.device_id not in exhausted:
+            by_class.setdefault(v.profile, []).append(v.device_id)
+    gen = np.random.default_rng([coord.cfg.seed, number, 7])
+    return {cls: sorted(devs[int(i)] for i in gen.choice(len(devs), max(1, math.ceil(fraction * len(devs))),
+                                                           replace=False))
+            for cls, devs in sorted(by_class.items())}
+
+
+def switch(coord: Coordinator, device_ids: Sequence[str], bundle: BundleRef, action: str,
+           base: BundleRef | None = None) -> list[str]:
+    """Send ``activate`` (bundle pushed where not held; ``base`` becomes previous) or ``revert`` (to
+    ``bundle``, which the device holds); the device ids that switched."""
+    node_of = coord.node_of
+    done: list[str] = []
+    config = {"bundle-hash": bundle.content_hash, "model": bundle.name, "action": action,
+              "base-hash": base.content_hash if base else ""}
+    deadline = time.monotonic() + coord.cfg.round_timeout
+
+    def request(device_id: str, push: bool) -> Request:
+        return Request(node_of[device_id], "activate", config, bundle.data if push else None,
+                       ttl=max(1.0, deadline - time.monotonic()))
+
+    device_of = {node_of[d]: d for d in device_ids if d in node_of}
+    reqs = [request(d, action == "activate" and bundle.content_hash not in coord.devices[node_of[d]].held)
+            for d in device_of.values()]
+
+    def on_reply(req: Request, rep: Reply) -> Request | None:
+        device_id = device_of[req.node_id]
+        if rep.ok and rep.payload.get("active") == bundle.content_hash:
+            coord.devices[req.node_id].held.add(bundle.content_hash)
+            done.append(device_id)
+        elif not rep.ok and rep.code == Code.BUNDLE_MISSING and not req.bundle and action == "activate":
+            return request(device_id, True)
+        else:
+            coord.emit("switch_error", device=device_id, action=action, reason=rep.reason or "unexpected reply")
+        return None
+
+    exchange(coord.t, reqs, deadline, coord.cfg.poll_interval, on_reply, lambda: None, coord.cfg.max_in_flight)
+    return sorted(done)
+
+
+def rollout(coord: Coordinator, a: BundleRef, b: BundleRef, number: int, fraction: float,
+            rule: DecisionRule) -> dict[str, Decision]:
+    """Canary B on each class, A/B on the canaries (rounds ``number`` ab:A / ab:B), then promote or roll back."""
+    groups = canaries(coord, number, fraction)
+    switched = switch(coord, [d for devs in groups.values() for d in devs], b, "activate", base=a)
+    ra = coord.evaluate_round(a, number, "ab:A", switched)
+    rb = coord.evaluate_round(b, number, "ab:B", [r["device_id"] for r in coord.store.requests(ra.round_id)])
+    comparison = compare(ra.reports, rb.reports)
+    if not any(c["number"] == number for c in coord.store.comparisons(coord.run_id)):
+        coord.store.add_comparison(coord.run_id, number, a.label, b.label, comparison)
+    coord.emit("ab", a=a.label, b=b.label, comparison=comparison)
+    sizes: dict[str, list[str]] = {}
+    for v in coord.devices.values():
+        sizes.setdefault(v.profile, []).append(v.device_id)
+    decisions = {}
+    for cls, canary in groups.items():
+        c: Mapping = comparison.get(cls, {})
+        d = decide(cls, int(c.get("devices", 0)), c.get("diff"), c.get("se"), rule)
+        coord.store.add_rollout(coord.run_id, cls, a.label, b.label, len(canary), d.devices, len(sizes.get(cls, [])),
+                                d.diff, d.se, d.bound, rule.alpha, rule.margin, d.decision, d.reason)
+        mine = [x for x in switched if x in set(canary)]
+        if d.decision == PROMOTE:
+            rest = [x for x in sorted(sizes.get(cls, [])) if x not in set(canary)]
+            applied = len(mine) + len(switch(coord, rest, b, "activate", base=a))
+        else:
+            applied = len(switch(coord, mine, a, "revert"))
+        coord.store.set_rollout_applied(coord.run_id, cls, applied)
+        coord.emit("rollout", device_class=cls, decision=d, applied=applied)
+        decisions[cls] = d
+    return decisions
+
+
+def active_versions(coord: Coordinator, a: BundleRef, b: BundleRef, decisions: Mapping[str, Decision]) -> dict[str, list[str]]:
+    """Content hash -> device ids that run it after the rollout (promoted classes B, the rest A)."""
+    out: dict[str, list[str]] = {a.content_hash: [], b.content_hash: []}
+    for v in sorted(coord.devices.values(), key=lambda v: v.device_id):
+        d = decisions.get(v.profile)
+        out[b.content_hash if d is not None and d.decision == PROMOTE else a.content_hash].append(v.device_id)
+    return out
