@@ -7,6 +7,9 @@ whole range), from the calibration range of each value: ``minmax`` (observed ext
 is a QDQ graph, the form ONNX Runtime's quantizer writes: ``passes/fuse_qdq.py`` turns it into
 integer ops when it is compiled, and the reference interpreter can run it either way.
 
+:func:`integer_form` is the same graph with those patterns fused: what a bundle signs (each scale
+once, a smaller manifest than the QDQ form's) and what devices compile.
+
 The report gives, per quantized layer, the relative RMS error and SQNR of its output against the
 float graph on the calibration inputs, and the top-1 agreement of the outputs.
 """
@@ -26,6 +29,7 @@ from .ir.graph import Graph, Node
 from .passes.dce import dce
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fold_constants import fold_constants
+from .passes.fuse_qdq import fuse_qdq
 from .passes.rewrite import Names, as_constant, rebuild
 
 METHODS = ("minmax", "percentile")
@@ -270,6 +274,11 @@ class _Rewriter:
             nodes = [n.replace(inputs=tuple(swap.get(i, i) for i in n.inputs),
                                outputs=tuple(swap.get(o, o) for o in n.outputs)) for n in nodes]
         return dce(rebuild(self.g, nodes, self.constants))
+
+
+def integer_form(graph: Graph) -> Graph:
+    """A QDQ graph (``quantize``'s, or an imported one) with its patterns as integer ops."""
+    return dce(fuse_qdq(fold_constants(graph)))
 
 
 def quantize(graph: Graph, calibration_inputs, *, method: str = "minmax", percentile: float = 99.99) -> QuantizedModel:

@@ -14,6 +14,7 @@ import click
 from . import __version__, api, native
 from .compiler.errors import CuvilError
 from .compiler.printable import printable
+from .compiler.quantize import integer_form
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
 _EXISTING = click.Path(dir_okay=False, path_type=Path)  # a missing file is an OSError: one line, exit 1
@@ -85,18 +86,18 @@ def import_(model: Path, output: Path, key: Path, name: str | None, model_versio
 
 def _int8(graph, calibration: Path | None, method: str, percentile: float):
     """The graph quantized from the calibration inputs (printing the per-layer report), or a QDQ
-    graph as it is."""
+    graph as it is quantized; either in integer form (what devices compile; each scale once)."""
     quantized = any(n.op in ("QuantizeLinear", "QConv", "QMatMul") for n in graph.nodes)
     if calibration is None:
         if quantized:
             click.echo("the model is quantized already (QDQ): imported as it is")
-            return graph
+            return integer_form(graph)
         raise CuvilError("--int8 needs --calibration <inputs.npz> for a float model")
     if quantized:
         raise CuvilError("the model is quantized already: leave out --calibration")
     done = api.quantize(graph, api.read_inputs(graph, npz=calibration), method=method, percentile=percentile)
     click.echo(done.report.format())
-    return done.graph
+    return integer_form(done.graph)
 
 
 def _count(n: float, unit: str) -> str:

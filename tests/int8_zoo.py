@@ -1,0 +1,41 @@
+"""The zoo quantized by Cuvil's own post-training quantization, shared by the int8 zoo tests.
+
+Calibration and evaluation inputs are drawn alike (standard normal, as the zoo's example inputs),
+with different seeds. One model's graphs are kept at a time.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from cuvil.compiler.frontends.onnx import import_onnx
+from cuvil.compiler.ir.graph import Graph
+from cuvil.compiler.quantize import integer_form, quantize
+from tests.qdq import draws
+from tests.zoo import ZOO, export_onnx
+
+CALIBRATION = 32
+CNN_AND_MLP = ("mlp", "small_cnn", "resnet18", "mobilenet_v2")
+
+
+@dataclass(frozen=True)
+class Int8Model:
+    name: str
+    shape: tuple[int, ...]  # one input, without the batch axis
+    fp32: Graph  # as imported: what `cuvil import` signs
+    int8: Graph  # integer form: what `cuvil import --int8 --calibration` signs and a device compiles
+
+    def inputs(self, count: int, seed: int) -> np.ndarray:
+        return np.stack(draws(self.shape, count, seed))
+
+
+@functools.lru_cache(maxsize=1)
+def int8_model(name: str) -> Int8Model:
+    model, example = ZOO[name]()
+    fp32 = import_onnx(export_onnx(model, example, dynamic_batch=True))
+    shape = tuple(example[0].shape[1:])
+    done = quantize(fp32, {fp32.inputs[0]: np.stack(draws(shape, CALIBRATION, 100))})
+    return Int8Model(name, shape, fp32, integer_form(done.graph))
