@@ -116,7 +116,7 @@ def verdict(r: dict) -> str:
 def conv_method(node, graph) -> str:
     """The conv plan the lowering picks for this node (diagnosis only: '' when it cannot tell)."""
     try:
-        from cuvil.compiler.codegen.packing import conv_plan
+        from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
         from cuvil.edge_runtime.jit import host_target
 
         xs, ws, a = graph.types[node.inputs[0]].shape, graph.types[node.inputs[1]].shape, dict(node.attrs)

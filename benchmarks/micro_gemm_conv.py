@@ -21,9 +21,11 @@ import llvmlite.binding as llvm  # noqa: E402
 import numpy as np  # noqa: E402
 from llvmlite import ir  # noqa: E402
 
-from cuvil.compiler.codegen.conv import emit_conv2d  # noqa: E402
-from cuvil.compiler.codegen.gemm import emit_gemm  # noqa: E402
-from cuvil.compiler.codegen.packing import conv_plan, gemm_tile, pack_conv_weights, pack_gemm_b  # noqa: E402
+from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d  # noqa: E402
+from cuvil.compiler.codegen.cpu.gemm import emit_gemm  # noqa: E402
+from cuvil.compiler.codegen.cpu.conv.plan import conv_plan  # noqa: E402
+from cuvil.compiler.codegen.cpu.tiles import gemm_tile, pack_gemm_b  # noqa: E402
+from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
 
 # (name, N, C, H, W, OC, K, stride, pad, group, times in the model). "r18": the CIFAR ResNet-18 of

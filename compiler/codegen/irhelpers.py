@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from llvmlite import ir
 
 from ..ir.dtypes import DType
+from ..target import Target, TargetKind
 
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -25,6 +26,7 @@ LLTYPE: Mapping[DType, ir.Type] = {
     DType.I32: I32, DType.I64: I64, DType.BOOL: I8,
 }
 SIGNED = frozenset({DType.I8, DType.I32, DType.I64})
+ALIGN = 64  # bytes: every arena tensor, weight block and scratch region starts on a cache line
 FAST = ("reassoc", "nsz", "contract")  # flags that let the vectorizer reorder float reductions
 
 
@@ -96,17 +98,45 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
+def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a contiguous ``shape`` read at ``out_shape`` positions (0: broadcast)."""
+    pad = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    strides = contiguous_strides(pad)
+    return tuple(0 if d == 1 and o != 1 else s for d, o, s in zip(pad, out_shape, strides))
+
+
+def collapse(out_shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Merge adjacent dimensions every operand walks as one; drop size-1 dimensions."""
+    dims = [i for i, d in enumerate(out_shape) if d != 1]
+    shape: list[int] = []
+    cols: list[list[int]] = [[] for _ in strides]
+    for i in dims:
+        d = out_shape[i]
+        if shape and all(col[-1] == st[i] * d for col, st in zip(cols, strides)):
+            shape[-1] *= d
+            for col, st in zip(cols, strides):
+                col[-1] = st[i]
+            continue
+        shape.append(d)
+        for col, st in zip(cols, strides):
+            col.append(st[i])
+    return tuple(shape), [tuple(c) for c in cols]
+
+
 # -------------------------------------------------------------------------------------- memory ---
-def elem_ptr(b: ir.IRBuilder, base: ir.Value, index: ir.Value | int) -> ir.Value:
-    return b.gep(base, [i64(index) if isinstance(index, int) else index], inbounds=True)
+def gep(b: ir.IRBuilder, base: ir.Value, index: ir.Value | int) -> ir.Value:
+    """``&base[index]`` (``base`` itself for a constant 0)."""
+    if isinstance(index, int):
+        return base if index == 0 else b.gep(base, [i64(index)], inbounds=True)
+    return b.gep(base, [index], inbounds=True)
 
 
 def load(b: ir.IRBuilder, base: ir.Value, index: ir.Value | int) -> ir.Value:
-    return b.load(elem_ptr(b, base, index))
+    return b.load(gep(b, base, index))
 
 
 def store(b: ir.IRBuilder, value: ir.Value, base: ir.Value, index: ir.Value | int) -> None:
-    b.store(value, elem_ptr(b, base, index))
+    b.store(value, gep(b, base, index))
 
 
 def byte_ptr(b: ir.IRBuilder, base: ir.Value, offset: int, elem: ir.Type) -> ir.Value:
@@ -115,8 +145,11 @@ def byte_ptr(b: ir.IRBuilder, base: ir.Value, offset: int, elem: ir.Type) -> ir.
 
 
 def memcpy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, nbytes: int) -> None:
-    fn = intrinsic(b.module, "llvm.memcpy.p0i8.p0i8.i64", VOID, [I8P, I8P, I64, I1])
-    b.call(fn, [b.bitcast(dst, I8P), b.bitcast(src, I8P), i64(nbytes), ir.Constant(I1, 0)])
+    call_named(b, "llvm.memcpy.p0.p0.i64", VOID, [b.bitcast(dst, I8P), b.bitcast(src, I8P), i64(nbytes), ir.Constant(I1, 0)])
+
+
+def memset0(b: ir.IRBuilder, dst: ir.Value, nbytes: int) -> None:
+    call_named(b, "llvm.memset.p0.i64", VOID, [b.bitcast(dst, I8P), ir.Constant(I8, 0), i64(nbytes), ir.Constant(I1, 0)])
 
 
 # ---------------------------------------------------------------------------------- intrinsics ---
@@ -125,6 +158,15 @@ def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type
     if name in module.globals:
         return module.globals[name]
     return ir.Function(module, ir.FunctionType(ret, list(args)), name)
+
+
+def call_named(b: ir.IRBuilder, name: str, ret: ir.Type, args: Sequence[ir.Value]) -> ir.Value:
+    """Call ``name``, declaring it once per module. A declaration made elsewhere with other
+    pointer types (``float*`` where this passes ``<8 x float>*``) is reused: pointers are cast."""
+    fn = intrinsic(b.module, name, ret, [a.type for a in args])
+    params = fn.function_type.args
+    args = [b.bitcast(a, t) if a.type != t and isinstance(t, ir.PointerType) else a for a, t in zip(args, params)]
+    return b.call(fn, args)
 
 
 _SUFFIX = {"float": "f32", "double": "f64", "half": "f16", "i8": "i8", "i32": "i32", "i64": "i64"}
@@ -140,13 +182,7 @@ def type_suffix(t: ir.Type) -> str:
 def call_intrinsic(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
     """Call an overloaded same-type intrinsic by base name on scalars or vectors:
     ``call_intrinsic(b, "llvm.fma", x, y, z)``."""
-    t = args[0].type
-    fn = intrinsic(b.module, f"{name}.{type_suffix(t)}", t, [a.type for a in args])
-    return b.call(fn, list(args))
-
-
-def call_intrinsic_noargs(b: ir.IRBuilder, name: str, ret: ir.Type) -> ir.Value:
-    return b.call(intrinsic(b.module, name, ret, []), [])
+    return call_named(b, f"{name}.{type_suffix(args[0].type)}", args[0].type, args)
 
 
 def compiler_barrier(b: ir.IRBuilder) -> None:
@@ -157,12 +193,26 @@ def compiler_barrier(b: ir.IRBuilder) -> None:
 def cycle_counter(b: ir.IRBuilder) -> ir.Value:
     """``llvm.readcyclecounter`` fenced so LLVM cannot move argmem-only kernel calls across it."""
     compiler_barrier(b)
-    t = call_intrinsic_noargs(b, "llvm.readcyclecounter", I64)
+    t = call_named(b, "llvm.readcyclecounter", I64, [])
     compiler_barrier(b)
     return t
 
 
 # ---------------------------------------------------------------------------------- attributes ---
+def target_attrs(target: Target) -> dict[str, str]:
+    """String attributes every CPU function gets, so LLVM selects and costs for the real target."""
+    attrs: dict[str, str] = {}
+    if target.kind is TargetKind.CPU:
+        attrs["target-cpu"] = target.cpu
+        if target.features:
+            attrs["target-features"] = target.feature_string
+        if target.vector_bits:
+            attrs["prefer-vector-width"] = str(target.vector_bits)
+            if target.triple.startswith("x86_64") and target.vector_bits >= 512:
+                attrs["min-legal-vector-width"] = "512"
+    return attrs
+
+
 class _StringFnAttrs(ir.values.FunctionAttributes):
     """FunctionAttributes that also accept ``"key"="value"`` string attributes."""
 
@@ -185,7 +235,7 @@ def set_fn_attrs(fn: ir.Function, flags: Sequence[str] = (), strings: Mapping[st
     fn.attributes = attrs
 
 
-def mark_pointer_args(fn: ir.Function, noalias: Sequence[bool], align: int = 64) -> None:
+def mark_pointer_args(fn: ir.Function, noalias: Sequence[bool], align: int = ALIGN) -> None:
     """Attach ``noalias``, ``align`` and ``nocapture``-style facts the vectorizer uses."""
     for arg, na in zip(fn.args, noalias):
         if isinstance(arg.type, ir.PointerType):

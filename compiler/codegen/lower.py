@@ -24,12 +24,9 @@ from ..memory.plan import MemoryPlan
 from ..memory.planner import plan_memory
 from ..ops import get_op
 from ..passes.pipeline import optimize as optimize_graph
-from ..target import Target, TargetKind
+from ..target import Target
 from . import irhelpers as h
-from .kernels import KERNELS, KernelContext, KernelDef, KernelKey
-
-ALIGN = 64
-
+from .cpu.kernels import KERNELS, KernelContext, KernelDef, KernelKey
 
 @dataclass(frozen=True)
 class IOSpec:
@@ -74,27 +71,13 @@ class WeightBlock:
         if key not in self.offsets:
             self.offsets[key] = self.size
             data = np.ascontiguousarray(arr).tobytes()
-            pad = -len(data) % ALIGN
+            pad = -len(data) % h.ALIGN
             self.parts.append(data + b"\0" * pad)
             self.size += len(data) + pad
         return self.offsets[key]
 
     def tobytes(self) -> bytes:
         return b"".join(self.parts)
-
-
-def function_attrs(target: Target) -> dict[str, str]:
-    """String attributes every function gets, so the vectorizer costs for the real target."""
-    attrs: dict[str, str] = {}
-    if target.kind is TargetKind.CPU:
-        attrs["target-cpu"] = target.cpu
-        if target.features:
-            attrs["target-features"] = target.feature_string
-        if target.vector_bits:
-            attrs["prefer-vector-width"] = str(target.vector_bits)
-            if target.triple.startswith("x86_64") and target.vector_bits >= 512:
-                attrs["min-legal-vector-width"] = "512"
-    return attrs
 
 
 class _Lowering:
@@ -105,10 +88,10 @@ class _Lowering:
         self.profile_offset: int | None = None
         self.module = ir.Module(name=re.sub(r"\W", "_", graph.name) or "model")
         self.module.triple = target.triple
-        self.attrs = function_attrs(target)
+        self.attrs = h.target_attrs(target)
         self.weights = WeightBlock()
         self.kernels: dict[KernelKey, ir.Function] = {}
-        self.scratch_offset = -(-plan.arena_bytes // ALIGN) * ALIGN
+        self.scratch_offset = -(-plan.arena_bytes // h.ALIGN) * h.ALIGN
         self.scratch_bytes = 0
 
     def new_function(self, name: str, args: list[ir.Type], internal: bool) -> ir.Function:
@@ -151,11 +134,11 @@ class _Lowering:
                 continue
             self.lower_node(b, node, kd, arena, weights)
         if self.profile:
-            base = self.scratch_offset + -(-self.scratch_bytes // ALIGN) * ALIGN
+            base = self.scratch_offset + -(-self.scratch_bytes // h.ALIGN) * h.ALIGN
             self.profile_offset = base
             counters = h.byte_ptr(b, arena, base, h.I64)
             for slot, t0, t1 in self.pending:
-                cell = h.elem_ptr(b, counters, slot)
+                cell = h.gep(b, counters, slot)
                 b.store(b.add(b.load(cell), b.sub(t1, t0)), cell)
         if missing:
             names = "; ".join(f"{op} ({', '.join(ns[:5])})" for op, ns in sorted(missing.items()))
@@ -263,7 +246,7 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
     """
     check_graph(graph, batch)  # a LimitError before any work the graph asks for
     g = bind_batch(optimize_graph(graph) if optimize else graph, batch)
-    plan = plan_memory(g, batch, alignment=ALIGN)
+    plan = plan_memory(g, batch, alignment=h.ALIGN)
     low = _Lowering(g, target, plan, emit, profile)
     name = entry_name(graph, batch)
     low.run(name)

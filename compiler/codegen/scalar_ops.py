@@ -19,6 +19,7 @@ from ..errors import CompileError
 from ..ir.dtypes import DType
 from . import irhelpers as h
 from . import mathfns as m
+from .halfprec import float_convert
 
 Scalar = Callable[[ir.IRBuilder, Sequence[ir.Value], Mapping, DType], ir.Value]
 
@@ -147,3 +148,22 @@ def scalar_fn(op: str, attrs: Mapping, dtype: DType) -> Callable[[ir.IRBuilder, 
 
         return in_f32
     return lambda b, xs: fn(b, xs, attrs, dtype)
+
+
+def cast_value(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
+    """NumPy ``astype`` semantics (float->int truncates; anything->bool is != 0)."""
+    st, dt = h.LLTYPE[src], h.LLTYPE[dst]
+    if dst is DType.BOOL:
+        nz = b.fcmp_unordered("!=", x, h.const(st, 0)) if src.is_float else b.icmp_unsigned("!=", x, ir.Constant(st, 0))
+        return b.zext(nz, h.I8)
+    if src.is_float and dst.is_float:
+        return float_convert(b, x, dt)
+    if src.is_float:
+        return b.fptosi(x, dt) if dst in h.SIGNED else b.fptoui(x, dt)
+    if dst.is_float:
+        return b.sitofp(x, dt) if src in h.SIGNED else b.uitofp(x, dt)
+    if st.width == dt.width:
+        return x
+    if st.width > dt.width:
+        return b.trunc(x, dt)
+    return b.sext(x, dt) if src in h.SIGNED else b.zext(x, dt)

@@ -8,7 +8,7 @@ from llvmlite import ir
 
 from .. import irhelpers as h
 from ..activations import fused_activation
-from .module import Loop, OpContext
+from .context import Loop, OpContext
 
 
 def lin(b: ir.IRBuilder, idx: Sequence[ir.Value], strides: Sequence[int], base: ir.Value | int = 0) -> ir.Value:
@@ -55,5 +55,5 @@ def has_bias(ctx: OpContext, plain_inputs: int) -> bool:
     return bool(ctx.attrs["has_bias"]) if ctx.node_op.startswith("Fused") else len(ctx.in_types) > plain_inputs
 
 
-def _acc_loop(b: ir.IRBuilder, count: int, init: ir.Value, step) -> ir.Value:
+def acc_loop(b: ir.IRBuilder, count: int, init: ir.Value, step) -> ir.Value:
     return h.reduce_range(b, count, init, step) if count > 1 else step(init, h.i64(0))

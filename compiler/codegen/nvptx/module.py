@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -20,12 +20,14 @@ from llvmlite import ir
 from ...errors import CompileError
 from ...ir.graph import Graph, Node
 from ...ir.infer import bind_batch
-from ...ir.types import TensorType
 from ...target import Target, TargetKind
-from .. import irhelpers as h
 from ...memory.planner import plan_memory
 from ...ops import get_op
-from ..lower import ALIGN, IOSpec, WeightBlock
+from ...passes.pipeline import optimize as optimize_graph
+from .. import irhelpers as h
+from ..lower import IOSpec, WeightBlock
+from .context import Loop, OpContext
+from .ops import EMITTERS
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
@@ -80,40 +82,6 @@ class GpuProgram:
     batch: int
 
 
-Body = Callable[[ir.IRBuilder, list[ir.Value], ir.Value], None]
-
-
-@dataclass
-class Loop:
-    """One grid-stride loop over ``shape``: ``body(b, index per dimension, linear index)``."""
-
-    shape: tuple[int, ...]
-    body: Body
-
-
-@dataclass
-class OpContext:
-    """What an op emitter sees: static types and attributes, typed pointer arguments."""
-
-    b: ir.IRBuilder
-    node_op: str
-    attrs: dict
-    in_types: tuple[TensorType, ...]
-    out_types: tuple[TensorType, ...]
-    ins: list[ir.Value]
-    outs: list[ir.Value]
-
-    def shape(self, i: int) -> tuple[int, ...]:
-        return tuple(self.in_types[i].shape)  # type: ignore[arg-type]
-
-    @property
-    def out_shape(self) -> tuple[int, ...]:
-        return tuple(self.out_types[0].shape)  # type: ignore[arg-type]
-
-    def load(self, i: int, index: ir.Value) -> ir.Value:
-        return h.load(self.b, self.ins[i], index)
-
-
 def _sreg(b: ir.IRBuilder, name: str) -> ir.Value:
     fn = h.intrinsic(b.module, f"llvm.nvvm.read.ptx.sreg.{name}", h.I32, [])
     return b.zext(b.call(fn, []), h.I64)
@@ -156,8 +124,6 @@ def _launch_grid(loops: Sequence[Loop]) -> int:
 
 class _PtxLowering:
     def __init__(self, graph: Graph, target: Target, plan):
-        from .ops import EMITTERS
-
         self.g, self.target, self.plan, self.ops = graph, target, plan, EMITTERS
         self.module = ir.Module(name=re.sub(r"\W", "_", graph.name) or "model")
         self.module.triple = TRIPLE
@@ -236,18 +202,12 @@ class _PtxLowering:
         return name, _launch_grid(loops)
 
 
-def _optimize(graph: Graph) -> Graph:
-    from ...passes.pipeline import optimize
-
-    return optimize(graph)
-
-
 def lower_ptx(graph: Graph, target: Target, batch: int = 1, optimize: bool = True) -> GpuProgram:
     """Lower ``graph`` for an NVPTX ``target`` (see :func:`gpu_target`) at a fixed ``batch``."""
     if target.kind is not TargetKind.GPU or not target.triple.startswith("nvptx"):
         raise CompileError(f"lower_ptx needs an NVPTX GPU target, got {target.name} ({target.triple})")
-    g = bind_batch(_optimize(graph) if optimize else graph, batch)
-    plan = plan_memory(g, batch, alignment=ALIGN)
+    g = bind_batch(optimize_graph(graph) if optimize else graph, batch)
+    plan = plan_memory(g, batch, alignment=h.ALIGN)
     low = _PtxLowering(g, target, plan)
     low.run()
 
@@ -258,6 +218,6 @@ def lower_ptx(graph: Graph, target: Target, batch: int = 1, optimize: bool = Tru
     return GpuProgram(
         llvm_ir=str(low.module), target=target, launches=tuple(low.launches),
         kernels=tuple(n for n, _ in low.kernels.values()), weights=low.weights.tobytes(),
-        arena_bytes=max(plan.arena_bytes, ALIGN), inputs=tuple(spec(v) for v in g.inputs),
+        arena_bytes=max(plan.arena_bytes, h.ALIGN), inputs=tuple(spec(v) for v in g.inputs),
         outputs=tuple(spec(v) for v in g.outputs), batch=batch,
     )

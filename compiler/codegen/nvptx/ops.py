@@ -16,12 +16,11 @@ from llvmlite import ir
 from ...ops.fused import parse_program
 from ...ops.shape import slice_bounds
 from .. import irhelpers as h
-from ..kernels.elementwise import _cast, broadcast_strides
-from ..scalar_ops import ELEMENT_EMITTERS, scalar_fn
+from ..scalar_ops import ELEMENT_EMITTERS, cast_value, scalar_fn
 from .common import all_of, lin, masked_load, store_at
-from .module import Loop, OpContext
+from .context import Loop, OpContext
 from .quant import EMITTERS as QUANT_EMITTERS
-from .windows import _pool, conv, gemm, global_avg, layernorm, lrn, matmul, reduce, softmax
+from .windows import pool, conv, gemm, global_avg, layernorm, lrn, matmul, reduce, softmax
 
 Emit = Callable[[OpContext], list[Loop]]
 
@@ -29,7 +28,7 @@ Emit = Callable[[OpContext], list[Loop]]
 # --- elementwise family ---------------------------------------------------------------------------
 def _map(ctx: OpContext, fn: Callable[[ir.IRBuilder, list[ir.Value]], ir.Value]) -> list[Loop]:
     out = ctx.out_shape
-    strides = [broadcast_strides(ctx.shape(k), out) for k in range(len(ctx.in_types))]
+    strides = [h.broadcast_strides(ctx.shape(k), out) for k in range(len(ctx.in_types))]
 
     def body(b, idx, i):
         vals = [ctx.load(k, lin(b, idx, st)) for k, st in enumerate(strides)]
@@ -49,7 +48,7 @@ def where(ctx: OpContext) -> list[Loop]:
 
 def cast(ctx: OpContext) -> list[Loop]:
     src, dst = ctx.in_types[0].dtype, ctx.out_types[0].dtype
-    return _map(ctx, lambda b, xs: _cast(b, xs[0], src, dst))
+    return _map(ctx, lambda b, xs: cast_value(b, xs[0], src, dst))
 
 
 def fused_elementwise(ctx: OpContext) -> list[Loop]:
@@ -195,7 +194,7 @@ EMITTERS: Mapping[str, Emit] = {
     "BatchNormalization": batchnorm,
     "Conv": conv, "FusedConv": conv,
     "Gemm": gemm, "FusedGemm": gemm, "MatMul": matmul,
-    "MaxPool": lambda ctx: _pool(ctx, "max"), "AveragePool": lambda ctx: _pool(ctx, "avg"),
+    "MaxPool": lambda ctx: pool(ctx, "max"), "AveragePool": lambda ctx: pool(ctx, "avg"),
     "GlobalAveragePool": global_avg, "LRN": lrn,
     "Softmax": softmax, "LogSoftmax": softmax, "LayerNormalization": layernorm,
     **{op: reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax")},

@@ -19,9 +19,9 @@ from ...ir.dtypes import DType
 from ...ops.quant import QuantParams, add_multipliers, clamp_bounds, multiplier
 from .. import irhelpers as h
 from .. import quant_math as qm
-from ..kernels.elementwise import broadcast_strides
+from ..irhelpers import broadcast_strides
 from .common import in_range, lin, store_at
-from .module import Loop, OpContext
+from .context import Loop, OpContext
 
 ONES = 0x01010101
 

@@ -13,9 +13,9 @@ from llvmlite import ir
 
 from .. import irhelpers as h
 from .. import mathfns as m
-from ..kernels.elementwise import broadcast_strides
-from .common import _acc_loop, all_of, fused_tail, has_bias, in_range, lin, mac, masked_load, store_at
-from .module import Loop, OpContext
+from ..irhelpers import broadcast_strides
+from .common import acc_loop, all_of, fused_tail, has_bias, in_range, lin, mac, masked_load, store_at
+from .context import Loop, OpContext
 
 
 def conv(ctx: OpContext) -> list[Loop]:
@@ -46,7 +46,7 @@ def conv(ctx: OpContext) -> list[Loop]:
                 acc = mac(b, xv, wv, acc)
             return acc
 
-        acc = _acc_loop(b, cg, acc, per_channel)
+        acc = acc_loop(b, cg, acc, per_channel)
         return fused_tail(ctx, b, acc, lin(b, idx, h.contiguous_strides(ctx.out_shape)), 2 + bias)
 
     return [store_at(ctx, 0, value)]
@@ -70,7 +70,7 @@ def gemm(ctx: OpContext) -> list[Loop]:
             bv = ctx.load(1, b.add(b.mul(ni, h.i64(bn)), k) if tb else b.add(b.mul(k, h.i64(bn)), ni))
             return mac(b, av, bv, acc)
 
-        acc = b.fmul(_acc_loop(b, K, h.const(ty, 0.0), step), h.const(ty, a["alpha"]))
+        acc = b.fmul(acc_loop(b, K, h.const(ty, 0.0), step), h.const(ty, a["alpha"]))
         if bias:
             acc = b.fadd(acc, b.fmul(ctx.load(2, lin(b, idx, cst)), h.const(ty, a["beta"])))
         return fused_tail(ctx, b, acc, b.add(b.mul(mi, h.i64(N)), ni), 2 + bias)
@@ -96,12 +96,12 @@ def matmul(ctx: OpContext) -> list[Loop]:
         def step(acc, k):
             return mac(b, ctx.load(0, b.add(abase, k)), ctx.load(1, b.add(bbase, b.mul(k, h.i64(N)))), acc)
 
-        h.store(b, _acc_loop(b, K, h.const(ty, 0.0), step), ctx.outs[0], i)
+        h.store(b, acc_loop(b, K, h.const(ty, 0.0), step), ctx.outs[0], i)
 
     return [Loop(full, body)]
 
 
-def _pool(ctx: OpContext, kind: str) -> list[Loop]:
+def pool(ctx: OpContext, kind: str) -> list[Loop]:
     a, xs = ctx.attrs, ctx.shape(0)
     nd = len(xs) - 2
     ks, strides, pads = a["kernel_shape"], a["strides"], a["pads"]
@@ -148,7 +148,7 @@ def global_avg(ctx: OpContext) -> list[Loop]:
 
     def value(b, idx):
         base = b.mul(b.add(b.mul(idx[0], h.i64(xs[1])), idx[1]), h.i64(plane))
-        total = _acc_loop(b, plane, h.const(ty, 0.0), lambda acc, k: b.fadd(acc, ctx.load(0, b.add(base, k))))
+        total = acc_loop(b, plane, h.const(ty, 0.0), lambda acc, k: b.fadd(acc, ctx.load(0, b.add(base, k))))
         return b.fdiv(total, h.const(ty, float(plane)))
 
     return [store_at(ctx, 0, value)]
@@ -190,8 +190,8 @@ def softmax(ctx: OpContext) -> list[Loop]:
             v = at(k)
             return b.select(b.fcmp_ordered(">", v, acc), v, acc)
 
-        mx = _acc_loop(b, L, h.const(ty, -math.inf), bigger)
-        total = _acc_loop(b, L, h.const(ty, 0.0), lambda acc, k: b.fadd(acc, m.exp(b, b.fsub(at(k), mx))))
+        mx = acc_loop(b, L, h.const(ty, -math.inf), bigger)
+        total = acc_loop(b, L, h.const(ty, 0.0), lambda acc, k: b.fadd(acc, m.exp(b, b.fsub(at(k), mx))))
         d = b.fsub(ctx.load(0, i), mx)
         return b.fsub(d, m.log(b, total)) if log else b.fdiv(m.exp(b, d), total)
 
@@ -210,12 +210,12 @@ def layernorm(ctx: OpContext) -> list[Loop]:
         i = lin(b, idx, h.contiguous_strides(xs))
         base = b.sub(i, b.urem(i, h.i64(D)))
         at = lambda k: ctx.load(0, b.add(base, k))  # noqa: E731
-        mean = b.fdiv(_acc_loop(b, D, h.const(ty, 0.0), lambda acc, k: b.fadd(acc, at(k))), h.const(ty, float(D)))
+        mean = b.fdiv(acc_loop(b, D, h.const(ty, 0.0), lambda acc, k: b.fadd(acc, at(k))), h.const(ty, float(D)))
         def square(acc, k):
             d = b.fsub(at(k), mean)
             return h.call_intrinsic(b, "llvm.fma", d, d, acc)
 
-        sq = _acc_loop(b, D, h.const(ty, 0.0), square)
+        sq = acc_loop(b, D, h.const(ty, 0.0), square)
         var = b.fdiv(sq, h.const(ty, float(D)))
         inv = b.fdiv(h.const(ty, 1.0), h.call_intrinsic(b, "llvm.sqrt", b.fadd(var, h.const(ty, ctx.attrs["epsilon"]))))
         y = b.fmul(b.fmul(b.fsub(ctx.load(0, i), mean), inv), ctx.load(1, lin(b, idx[axis:], sst)))
@@ -249,7 +249,7 @@ def reduce(ctx: OpContext) -> list[Loop]:
 
         init = h.const(ty, -math.inf if op == "ReduceMax" else 0.0) if h.is_float(ty) else \
             ir.Constant(ty, -(2 ** (ty.width - 1)) if op == "ReduceMax" else 0)
-        acc = _acc_loop(b, R, init, step)
+        acc = acc_loop(b, R, init, step)
         if op == "ReduceMean":
             acc = b.fdiv(acc, h.const(ty, float(R)))
         h.store(b, acc, ctx.outs[0], i)

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from cuvil.compiler.codegen.conv import emit_conv2d
-from cuvil.compiler.codegen.packing import conv_plan, conv_scratch_bytes, pack_conv_weights
+from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
+from cuvil.compiler.codegen.cpu.conv.plan import conv_plan, conv_scratch_bytes
+from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights
 from cuvil.compiler.target import Target
 from cuvil.devices.detect import resolve_target
 
@@ -133,7 +134,7 @@ def test_every_method_is_covered(target):
     if target is AVX2:  # weights over L2 at 256 bits; the 512-bit plans of these cases fit
         assert any(conv_plan(target, *_geom(c)).rows_outer and conv_plan(target, *_geom(c)).method == "im2col"
                    for c in CASES)
-    from cuvil.compiler.codegen.conv import IM2COL_UNROLLED_TAPS
+    from cuvil.compiler.codegen.cpu.conv.direct import IM2COL_UNROLLED_TAPS
 
     assert any(conv_plan(target, *_geom(c)).method == "im2col" and conv_plan(target, *_geom(c)).T > IM2COL_UNROLLED_TAPS
                for c in CASES)  # the tap-table loop of the im2col fill
@@ -220,7 +221,7 @@ def test_avx512_assembly_uses_zmm_fma():
 def test_device_classes_assemble(profile):
     """GEMM, im2col conv and depthwise compile for each kind of device class, with vector FMAs
     (scalable SVE targets get fixed 4-lane vectors, which are NEON code there)."""
-    from cuvil.compiler.codegen.gemm import emit_gemm
+    from cuvil.compiler.codegen.cpu.gemm import emit_gemm
 
     t = resolve_target(profile)
     m = ir.Module()

@@ -1,4 +1,4 @@
-"""The 'rows' conv method (codegen/conv_rows.py) through emit_conv2d, checked against float64 NumPy."""
+"""The 'rows' conv method (codegen/cpu/conv/rows.py) through emit_conv2d, checked against float64 NumPy."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from cuvil.compiler.codegen.conv import emit_conv2d
-from cuvil.compiler.codegen.packing import conv_plan, conv_scratch_bytes, pack_conv_weights
+from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
+from cuvil.compiler.codegen.cpu.conv.plan import conv_plan, conv_scratch_bytes
+from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights
 
 from ...hosts import executable
 from .kernel_jit import aligned, passes_in_child, ptr
 from .test_conv import HOST, P0, P1, SSE, WIDE16, _emit_all, _geom, _ids, _run
 
 
-# "rows" (conv_rows.py): chosen for 3x3 convs over many channels with small outputs; here forced onto
+# "rows" (cpu/conv/rows.py): chosen for 3x3 convs over many channels with small outputs; here forced onto
 # more shapes: 1x1/3x3/4x4/5x5/7x7/16x16 outputs, stride 2, dilation and asymmetric pads, output rows
 # with no valid tap, odd C, OC off the vector width (partial panel, remainder tile), several channel
 # blocks, batch, bias/residual/activations.
@@ -40,17 +41,17 @@ def _rows_anywhere(vl, p) -> bool:
 
 @pytest.fixture
 def rows_anywhere(monkeypatch):
-    from cuvil.compiler.codegen import conv_rows
+    from cuvil.compiler.codegen.cpu.conv import plan
 
-    monkeypatch.setattr(conv_rows, "rows_wins", _rows_anywhere)
+    monkeypatch.setattr(plan, "rows_wins", _rows_anywhere)
 
 
 @pytest.fixture(scope="module")
 def rows_fns():
-    from cuvil.compiler.codegen import conv_rows
+    from cuvil.compiler.codegen.cpu.conv import plan
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(conv_rows, "rows_wins", _rows_anywhere)
+        mp.setattr(plan, "rows_wins", _rows_anywhere)
         return _emit_all(HOST, ROWS)
 
 
@@ -121,15 +122,16 @@ define {vec} @counted_fma({vec} %a, {vec} %b, {vec} %c) noinline {{
 def test_rows_skips_the_padding_products(monkeypatch):
     """ResNet-18's 512x4x4 3x3 pad-1 layers take the rows kernel, which multiplies no padding: 100 of
     im2col's 144 (pixel, tap) products, counted as executed vector FMAs."""
-    from cuvil.compiler.codegen import conv_rows
+    from cuvil.compiler.codegen.cpu.conv import plan as plan_mod
+    from cuvil.compiler.codegen.cpu.conv import rows as rows_mod
 
     target = executable("x86-avx2")  # the rows kernel is chosen where it was measured: 256-bit vectors
     geom = (1, 512, 4, 4, 512, 3, 3, (1, 1), P1, (1, 1), 1)
     plan = conv_plan(target, *geom)
     assert plan.method == "rows" and plan.mr * plan.nv == 12
     rows = _fmas_executed(target, geom)
-    assert rows == conv_rows.fma_count(plan) == 512 * 64 * 100
-    monkeypatch.setattr(conv_rows, "ROWS_WIDTHS", set())
+    assert rows == rows_mod.fma_count(plan) == 512 * 64 * 100
+    monkeypatch.setattr(plan_mod, "ROWS_WIDTHS", set())
     assert conv_plan(target, *geom).method == "im2col"
     im2col = _fmas_executed(target, geom)
     assert im2col >= 512 * 64 * 144 and rows < 0.7 * im2col

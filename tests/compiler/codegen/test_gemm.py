@@ -13,8 +13,8 @@ import pytest
 from llvmlite import ir
 
 from cuvil.compiler.codegen.activations import apply_activation
-from cuvil.compiler.codegen.gemm import emit_gemm
-from cuvil.compiler.codegen.packing import gemm_tile, pack_gemm_b
+from cuvil.compiler.codegen.cpu.gemm import emit_gemm
+from cuvil.compiler.codegen.cpu.tiles import gemm_tile, pack_gemm_b
 from cuvil.compiler.ops.fused import ACTIVATIONS
 from cuvil.compiler.target import Target
 from cuvil.devices.detect import resolve_target

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cuvil.compiler import DType, TensorType, run_reference
-from cuvil.compiler.codegen.kernels import KERNELS
+from cuvil.compiler.codegen.cpu.kernels import KERNELS
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.compiler.ops import OP_TABLE
 from cuvil.edge_runtime.compile import compile_graph

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from cuvil.compiler.codegen.kernels import KERNELS
+from cuvil.compiler.codegen.cpu.kernels import KERNELS
 from cuvil.compiler.codegen.nvptx.ops import EMITTERS
 from cuvil.compiler.codegen.scalar_ops import ELEMENT_EMITTERS
 from cuvil.compiler.ops import OP_TABLE

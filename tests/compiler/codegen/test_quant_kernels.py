@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cuvil.compiler import DType, TensorType, run_reference
-from cuvil.compiler.codegen.int_dot import choose_dot
+from cuvil.compiler.codegen.cpu.int_dot import choose_dot
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.compiler.target import Target

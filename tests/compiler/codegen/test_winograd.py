@@ -1,4 +1,4 @@
-"""Winograd convolutions (codegen/winograd.py) through emit_conv2d, checked against float64 NumPy.
+"""Winograd convolutions (codegen/cpu/conv/winograd.py) through emit_conv2d, checked against float64 NumPy.
 
 Compiled for the x86-avx2 profile, whose plans pick Winograd (every x86 build machine runs its code),
 and for 4- and 16-lane targets with Winograd enabled at their widths.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cuvil.compiler.codegen.packing import conv_plan
+from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
 
 from ...hosts import HOST, executable
 from .kernel_jit import passes_in_child
@@ -41,11 +41,11 @@ def _wino_tol(ref, m):
 
 @pytest.fixture(params=[2, 4], ids=["F2", "F4"])
 def wino_m(request, monkeypatch):
-    from cuvil.compiler.codegen import packing
+    from cuvil.compiler.codegen.cpu.conv import plan
 
-    monkeypatch.setattr(packing, "WINOGRAD", True)
-    monkeypatch.setattr(packing, "WINOGRAD_F4", request.param)
-    monkeypatch.setattr(packing, "WINOGRAD_F4_MIN_PIXELS", 0)
+    monkeypatch.setattr(plan, "WINOGRAD", True)
+    monkeypatch.setattr(plan, "WINOGRAD_F4", request.param)
+    monkeypatch.setattr(plan, "WINOGRAD_F4_MIN_PIXELS", 0)
     return request.param
 
 
@@ -69,11 +69,11 @@ def test_winograd_matches_numpy(wino_m, i, rng):
 
 @pytest.mark.parametrize("target", [SSE, WIDE16], ids=["4-lane", "16-lane"])
 def test_winograd_other_widths(target, rng, monkeypatch, wino_m):
-    from cuvil.compiler.codegen import packing
+    from cuvil.compiler.codegen.cpu.conv import plan
 
     if target is WIDE16 and not HOST.has("avx2"):
         pytest.skip("16-lane plans are emulated with AVX2 halves")
-    monkeypatch.setattr(packing, "WINOGRAD_WIDTHS", {target.vector_bits})
+    monkeypatch.setattr(plan, "WINOGRAD_WIDTHS", {target.vector_bits})
     cases = [WINO[i] for i in (0, 1, 2, 3, 5, 6, 7)]
     fns = _emit_all(target, cases)
     for i, case in enumerate(cases):
@@ -82,7 +82,7 @@ def test_winograd_other_widths(target, rng, monkeypatch, wino_m):
         np.testing.assert_allclose(Y, ref, **_wino_tol(ref, wino_m), err_msg=str(case))
 
 
-# Blocks of tile rows (BLOCK_BYTES shrunk): partial last blocks of whole-row chunks (17x14 F4, 19x6 F4,
+# Blocks of tile rows (WINOGRAD_BLOCK_BYTES shrunk): partial last blocks of whole-row chunks (17x14 F4, 19x6 F4,
 # 13x7 F2) and of row segments.
 WINO_BLOCKS = [WINO[4], WINO[6],
                (1, 20, 17, 14, 16, 3, 3, (1, 1), (1, 0, 1, 2), (1, 1), 1, True, True, "Relu"),
@@ -92,22 +92,22 @@ WINO_BLOCKS = [WINO[4], WINO[6],
 
 @pytest.mark.parametrize("i", range(len(WINO_BLOCKS)), ids=[_ids(c) for c in WINO_BLOCKS])
 def test_winograd_tile_blocks(wino_m, i, rng, monkeypatch):
-    from cuvil.compiler.codegen import winograd
+    from cuvil.compiler.codegen.cpu.conv import plan
 
     case = WINO_BLOCKS[i]
     C, H, W, OC = case[1:5]
     seen = set()
     target = executable("x86-avx2")
     for budget in (1, 2 ** 14, 2 ** 16, 2 ** 18):
-        monkeypatch.setattr(winograd, "BLOCK_BYTES", budget)
-        g = winograd._geom(target.vector_floats, C, H, W, OC, case[8], wino_m)
-        if g["nblk"] < 2 or (g["TRB"], g["nblk"]) in seen:
+        monkeypatch.setattr(plan, "WINOGRAD_BLOCK_BYTES", budget)
+        g = plan.WinogradGeometry.of(target.vector_floats, C, H, W, OC, case[8], wino_m)
+        if g.nblk < 2 or (g.TRB, g.nblk) in seen:
             continue
-        seen.add((g["TRB"], g["nblk"]))
+        seen.add((g.TRB, g.nblk))
         fn = _emit_all(target, [case])["c0"]
         Y, ref = _run(fn, target, case, rng)
         np.testing.assert_allclose(Y, ref, **_wino_tol(ref, wino_m), err_msg=str(g))
-    assert seen or g["TH"] <= g["R"]
+    assert seen or g.TH <= g.R
 
 
 def test_winograd_only_where_it_wins():

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from ...errors import CompileError
-from ...ir.types import TensorType
-from ...target import Target
-from .. import irhelpers as h
+from ....errors import CompileError
+from ....ir.types import TensorType
+from ....target import Target
+from ... import irhelpers as h
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ..target import Target
-from . import irhelpers as h
+from ...target import Target
+from .. import irhelpers as h
 from .int_dot import Dot
-from .vecops import gep
+from ..irhelpers import gep
 
 Epilogue = Callable[[ir.IRBuilder, ir.Value, "int | ir.Value", ir.Value, bool], None]
 """(builder, row index (i64), first column, <VL x i32> sums, partial: fewer than VL valid columns)."""

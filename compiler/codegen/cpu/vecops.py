@@ -1,26 +1,17 @@
 """Vector building blocks shared by the GEMM and Conv emitters (pure ``llvmlite.ir``).
 
 Loads and stores of ``<VL x float>`` (masked ones through ``llvm.masked.*``), broadcasts, lane
-masks, the kernel function shell with its target attributes, and intrinsic calls that tolerate a
-declaration made elsewhere with other pointer types.
+masks, and the kernel function shell with its target attributes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from llvmlite import ir
 
-from ..target import Target
-from .irhelpers import F32, I1, I32, i64, set_fn_attrs
+from ...target import Target
+from ..irhelpers import F32, I1, I32, call_named, gep, set_fn_attrs, target_attrs
 
 F32P = F32.as_pointer()
-
-
-def gep(b: ir.IRBuilder, p: ir.Value, off: int | ir.Value) -> ir.Value:
-    if isinstance(off, int):
-        return p if off == 0 else b.gep(p, [i64(off)], inbounds=True)
-    return b.gep(p, [off], inbounds=True)
 
 
 def vec_type(vl: int) -> ir.VectorType:
@@ -32,23 +23,12 @@ def lane_mask(vl: int, n: int) -> ir.Constant:
     return ir.Constant(ir.VectorType(I1, vl), [ir.Constant(I1, int(i < n)) for i in range(vl)])
 
 
-def call_intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: Sequence[ir.Value]) -> ir.Value:
-    """Call ``name``, declaring it once per module. A declaration made elsewhere with other
-    pointer types (``float*`` where this passes ``<8 x float>*``) is reused: pointers are cast."""
-    fn = b.module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(b.module, ir.FunctionType(ret, [a.type for a in args]), name)
-    params = fn.function_type.args
-    args = [b.bitcast(a, t) if a.type != t and isinstance(t, ir.PointerType) else a for a, t in zip(args, params)]
-    return b.call(fn, args)
-
-
 def load_vec(b: ir.IRBuilder, p: ir.Value, vl: int, mask: ir.Value | None = None) -> ir.Value:
     vp = b.bitcast(p, vec_type(vl).as_pointer())
     if mask is None:
         return b.load(vp, align=4)
     args = [vp, ir.Constant(I32, 4), mask, ir.Constant(vec_type(vl), None)]
-    return call_intrinsic(b, f"llvm.masked.load.v{vl}f32.p0", vec_type(vl), args)
+    return call_named(b, f"llvm.masked.load.v{vl}f32.p0", vec_type(vl), args)
 
 
 def scalar_tail_stores(target: Target) -> bool:
@@ -69,7 +49,7 @@ def store_vec(b: ir.IRBuilder, v: ir.Value, p: ir.Value, mask: ir.Value | None =
         for lane in range(n):
             b.store(b.extract_element(v, ir.Constant(I32, lane)), gep(b, p, lane), align=4)
         return
-    call_intrinsic(b, f"llvm.masked.store.v{vl}f32.p0", ir.VoidType(), [v, vp, ir.Constant(I32, 4), mask])
+    call_named(b, f"llvm.masked.store.v{vl}f32.p0", ir.VoidType(), [v, vp, ir.Constant(I32, 4), mask])
 
 
 def broadcast(b: ir.IRBuilder, x: ir.Value, vl: int) -> ir.Value:
@@ -86,8 +66,5 @@ def define_kernel(module: ir.Module, name: str, target: Target) -> ir.Function:
     for i, a in enumerate(fn.args):
         if i not in (3, 4):
             a.add_attribute("noalias")
-    strings = {"target-cpu": target.cpu, "target-features": target.feature_string}
-    if target.vector_bits == 512:
-        strings["prefer-vector-width"] = "512"
-    set_fn_attrs(fn, ("nounwind",), strings)
+    set_fn_attrs(fn, ("nounwind",), target_attrs(target))
     return fn

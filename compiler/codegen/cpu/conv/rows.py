@@ -1,6 +1,6 @@
 """Convs with small outputs (ResNet's 512x4x4 3x3) as a transposed GEMM that never multiplies padding.
 
-Pure ``llvmlite.ir``; ``conv.emit_conv2d`` dispatches here when ``packing.conv_plan`` picks
+Pure ``llvmlite.ir``; ``emit.emit_conv2d`` dispatches here when ``plan.conv_plan`` picks
 ``"rows"``. The micro-kernel's broadcast rows are MR pixels of one output row (a cell), its
 vectors NV x VL output channels (Y^T[pixels, OC], as the ``transposed`` 1x1 path), and its k loop
 runs over input channels with the taps inside it. Which (pixel, tap) pairs read inside the image
@@ -9,7 +9,7 @@ does 100 of im2col's 144 FMAs). Cells that compute the same pairs (same valid kh
 kw taps per pixel) share one loop body over a constant table of their positions; in big kernels
 (8x8 outputs) taps that share their valid pixels run as a loop too.
 
-Weights (``packing.pack_conv_weights``): per column tile of nv panels, ``[C, KH*KW, nv, VL]``,
+Weights (``pack.pack_conv_weights``): per column tile of nv panels, ``[C, KH*KW, nv, VL]``,
 tiles in order (``column_tiles``), output channels past OC zero: each tile is one contiguous
 stream. Loop order per tile: channel blocks outer, cells inner, so a block's weights are read
 from DRAM once (the model's 512x4x4 layers stream 9.4 MB each) and stay in L1 for every output
@@ -25,27 +25,19 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from .activations import apply_activation
-from .gemm import _acc_loop, _tap_table
-from .irhelpers import F32, I8P, I32, for_range
-from .mathfns import fma
-from .vecops import F32P, broadcast, call_intrinsic, gep, i64, load_vec, store_vec
+from ...activations import apply_activation
+from ..gemm import acc_loop, tap_table
+from ...mathfns import fma
+from ..vecops import F32P, broadcast, load_vec, store_vec
+from .plan import column_tiles
+from ...irhelpers import F32, I8P, I32, call_named, for_range, gep, i64
 
-ROWS_WIDTHS = {256}  # vector widths it was measured on (AVX2 znver3); tests add others
-ROWS_MIN_CHANNELS = 64  # C and OC: measured on ResNet-18's 64..512-channel 3x3 layers
-ROWS_MAX_PIXELS = 64  # up to 8x8 outputs; 16x16 (its 64->128 stride-2 conv) only matched direct
 CHANNEL_BLOCK = 16  # channels per block: 13.8 KB of a 3-vector tile's 3x3 weights stay in L1
 PREFETCH_BLOCKS = 2  # how many blocks ahead the weights are prefetched (4: no better)
 PREFETCH_LOCALITY = 2  # prefetcht1 (t0: no different)
 UNROLL_FMAS = 300  # kernels whose unrolled bodies would hold more FMAs (8x8 outputs: 575) loop over
 TAP_LOOP = 6  # the taps that share their valid pixels, from this many on (8x8: 1.2x faster)
 LINE = 64  # bytes per cache line
-
-
-def rows_wins(vl: int, p) -> bool:
-    """Shapes where the rows kernel beats direct / im2col (measured, see the module doc)."""
-    return (vl * 32 in ROWS_WIDTHS and p.group == 1 and p.KH == p.KW == 3 and min(p.C, p.OC) >= ROWS_MIN_CHANNELS
-            and p.OH * p.OW <= ROWS_MAX_PIXELS)
 
 
 def _valid_taps(o: int, s: int, pad: int, d: int, k: int, size: int) -> tuple[int, ...]:
@@ -75,13 +67,6 @@ def cell_classes(p) -> list[tuple[tuple, list[tuple[int, int, int, int]]]]:
             if khs and any(cols):
                 classes.setdefault((len(khs), cols), []).append((oh, khs[0], ow0, oh * len(chunks) + j))
     return list(classes.items())
-
-
-def column_tiles(panels: int, nv: int) -> list[tuple[int, int, int]]:
-    """(first panel, tiles, panels per tile): full tiles of NV, then one of the rest (64 = 21x3 + 1,
-    not 20x3 + 2x2: a smaller second loop body, measured as fast)."""
-    full, rest = divmod(panels, nv)
-    return [g for g in ((0, full, nv), (full * nv, 1, rest)) if g[1] and g[2]]
 
 
 def fma_count(p) -> int:
@@ -159,7 +144,7 @@ def _cells(b, p, k: _Block, key, where) -> None:
     count through an asm, so LLVM keeps it a loop: unrolled it doubled the code for no gain)."""
     if len(where) == 1:
         return _cell(b, p, k, key, *(i64(v) for v in where[0]))
-    table = _tap_table(b.module, [v for cell in where for v in cell])
+    table = tap_table(b.module, [v for cell in where for v in cell])
     with for_range(b, _opaque(b, i64(len(where))), name="cell") as i:
         _cell(b, p, k, key, *(b.load(b.gep(table, [i64(0), b.add(b.mul(i, i64(4)), i64(f))], inbounds=True))
                               for f in range(4)))
@@ -193,7 +178,7 @@ def _cell(b, p, k: _Block, key, oh: ir.Value, kh0: ir.Value, ow0: ir.Value, idx:
 
     rows = [gep(b, k.buf, b.mul(b.add(pix0, i64(i)), i64(nv * vl))) for i in range(len(cols))]
     acc = [[load_vec(b, gep(b, r, v * vl), vl) for v in range(nv)] for r in rows]
-    acc = _acc_loop(b, k.channels, acc, per_channel, "kc")
+    acc = acc_loop(b, k.channels, acc, per_channel, "kc")
     for r, row in zip(rows, acc):
         for v, x in enumerate(row):
             store_vec(b, x, gep(b, r, v * vl))
@@ -218,12 +203,12 @@ def _taps(b, p, nv: int, wc, xc, pix, taps, acc, tap_loop: int):
         for w_off, x_off in taps:
             acc = one(acc, gep(b, wc, w_off), _opaque(b, b.gep(xc, [i64(x_off)])))
         return acc
-    table = _tap_table(b.module, [v for tap in taps for v in tap])
+    table = tap_table(b.module, [v for tap in taps for v in tap])
 
     def per_tap(t, acc):
         w_off, x_off = (b.load(b.gep(table, [i64(0), b.add(b.mul(t, i64(2)), i64(f))], inbounds=True)) for f in (0, 1))
         return one(acc, b.gep(wc, [w_off], inbounds=True), _opaque(b, b.gep(xc, [x_off]), keep=True))
-    return _acc_loop(b, len(taps), acc, per_tap, "tap")
+    return acc_loop(b, len(taps), acc, per_tap, "tap")
 
 
 def _epilogue(b, p, buf, nv: int, s0, yn, rn, bias_p, act) -> None:
@@ -257,12 +242,12 @@ def _stack(b: ir.IRBuilder, nfloats: int) -> ir.Value:
 
 def _memset0(b: ir.IRBuilder, dst: ir.Value, nfloats: int) -> None:
     args = [b.bitcast(dst, I8P), ir.Constant(ir.IntType(8), 0), i64(4 * nfloats), ir.Constant(ir.IntType(1), 0)]
-    call_intrinsic(b, "llvm.memset.p0.i64", ir.VoidType(), args)
+    call_named(b, "llvm.memset.p0.i64", ir.VoidType(), args)
 
 
 def _prefetch(b: ir.IRBuilder, addr: ir.Value) -> None:
     args = [addr, ir.Constant(I32, 0), ir.Constant(I32, PREFETCH_LOCALITY), ir.Constant(I32, 1)]
-    call_intrinsic(b, "llvm.prefetch.p0", ir.VoidType(), args)
+    call_named(b, "llvm.prefetch.p0", ir.VoidType(), args)
 
 
 def _opaque(b: ir.IRBuilder, v: ir.Value, keep: bool = False) -> ir.Value:

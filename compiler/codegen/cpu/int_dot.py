@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ..target import Target
-from . import irhelpers as h
-from .vecops import call_intrinsic
+from ...target import Target
+from .. import irhelpers as h
+from ..irhelpers import call_named
 
 I16 = ir.IntType(16)
 U8_BOUND = 128  # |w0| + |w1| at most this: vpmaddubsw cannot saturate with u8 activations
@@ -76,14 +76,14 @@ def _as_i32(b: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:
 def _vnni(d: Dot, b, acc, u, s):
     name = f"llvm.x86.avx512.vpdpbusd.{32 * d.vl}"
     t = d.lanes_type
-    return call_intrinsic(b, name, t, [acc, _as_i32(b, u, d.vl), _as_i32(b, s, d.vl)])
+    return call_named(b, name, t, [acc, _as_i32(b, u, d.vl), _as_i32(b, s, d.vl)])
 
 
 def _avx2_ubsw(d: Dot, b, acc, u, s):
     assert d.vl == 8
     i16 = ir.VectorType(I16, 16)
-    pairs = call_intrinsic(b, "llvm.x86.avx2.pmadd.ub.sw", i16, [u, s])
-    quads = call_intrinsic(b, "llvm.x86.avx2.pmadd.wd", d.lanes_type, [pairs, h.const(i16, 1)])
+    pairs = call_named(b, "llvm.x86.avx2.pmadd.ub.sw", i16, [u, s])
+    quads = call_named(b, "llvm.x86.avx2.pmadd.wd", d.lanes_type, [pairs, h.const(i16, 1)])
     return b.add(acc, quads)
 
 
@@ -95,12 +95,12 @@ def _avx2_wd(d: Dot, b, acc, u, s):
     for lo in (0, 16):
         uh = b.zext(b.shuffle_vector(u, u, _mask(range(lo, lo + 16))), i16)
         sh = b.sext(b.shuffle_vector(s, s, _mask(range(lo, lo + 16))), i16)
-        halves.append(call_intrinsic(b, "llvm.x86.avx2.pmadd.wd", d.lanes_type, [uh, sh]))
+        halves.append(call_named(b, "llvm.x86.avx2.pmadd.wd", d.lanes_type, [uh, sh]))
     return b.add(acc, b.shuffle_vector(halves[0], halves[1], _mask(range(16))))
 
 
 def _sdot(d: Dot, b, acc, u, s):
-    return call_intrinsic(b, f"llvm.aarch64.neon.sdot.v{d.vl}i32.v{4 * d.vl}i8", d.lanes_type, [acc, u, s])
+    return call_named(b, f"llvm.aarch64.neon.sdot.v{d.vl}i32.v{4 * d.vl}i8", d.lanes_type, [acc, u, s])
 
 
 def _generic(d: Dot, b, acc, u, s):

@@ -14,12 +14,12 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from ...ir.dtypes import DType
-from .. import irhelpers as h
+from ....ir.dtypes import DType
+from ... import irhelpers as h
 from ..gemm import emit_gemm
-from ..packing import pack_gemm_b
+from ..tiles import pack_gemm_b
 from .base import KernelContext, KernelKey, kernel
-from .elementwise import broadcast_strides
+from ...irhelpers import broadcast_strides
 from .epilogue import apply_epilogue, residual_index, residual_shared
 
 KN = "kn"  # [K, N] row-major (transB applied)

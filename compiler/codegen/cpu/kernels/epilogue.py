@@ -6,9 +6,9 @@ from collections.abc import Callable, Mapping
 
 from llvmlite import ir
 
-from ...ops.fused import residual_index
-from .. import irhelpers as h
-from ..activations import fused_activation
+from ....ops.fused import residual_index
+from ... import irhelpers as h
+from ...activations import fused_activation
 
 
 def activation_fn(attrs: Mapping, dtype) -> Callable[[ir.IRBuilder, ir.Value], ir.Value] | None:

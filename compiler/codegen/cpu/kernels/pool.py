@@ -22,12 +22,13 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ...ir.dtypes import DType
-from .. import irhelpers as h
+from ....ir.dtypes import DType
+from ... import irhelpers as h
 from .. import vecops
-from ..vecops import gep, load_vec, store_vec, vec_type
+from ...irhelpers import gep
+from ..vecops import load_vec, store_vec, vec_type
 from .base import KernelContext, KernelKey, kernel
-from .reduce import _lowest, combine
+from .reduce import lowest, combine
 
 
 # ---------------------------------------------------------------------------- f32 vector path ---
@@ -216,7 +217,7 @@ def _masked_load(b: ir.IRBuilder, ptr: ir.Value, vl: int, ok: list[bool], pad: i
     mask = ir.Constant(ir.VectorType(h.I1, vl), [ir.Constant(h.I1, int(m)) for m in ok])
     vp = b.bitcast(ptr, vec_type(vl).as_pointer())
     args = [vp, ir.Constant(h.I32, 4), mask, pad]
-    return vecops.call_intrinsic(b, f"llvm.masked.load.v{vl}f32.p0", vec_type(vl), args)
+    return h.call_named(b, f"llvm.masked.load.v{vl}f32.p0", vec_type(vl), args)
 
 
 def _static_taps(b: ir.IRBuilder, p: _Pass, rowp: list[ir.Value], c0: int) -> list[ir.Value]:
@@ -374,7 +375,7 @@ def _generic(ctx: KernelContext, kind: str) -> None:
         xb, yb = b.mul(nc, h.i64(in_plane)), b.mul(nc, h.i64(out_plane))
         with h.loop_nest(b, osp, name="o") as o:
             starts = [b.sub(b.mul(o[i], h.i64(strides[i])), h.i64(pads[i])) for i in range(nd)]
-            acc = _lowest(dtype, ty) if kind == "max" else h.const(ty, 0.0)
+            acc = lowest(dtype, ty) if kind == "max" else h.const(ty, 0.0)
             for taps in itertools.product(*(range(k) for k in kernel_shape)):
                 ok: ir.Value = ir.Constant(h.I1, 1)
                 off = xb

@@ -17,9 +17,9 @@ from functools import cache
 import numpy as np
 from llvmlite import ir
 
-from .irhelpers import I32
-from .mathfns import fma
-from .vecops import vec_type
+from ...irhelpers import I32
+from ...mathfns import fma
+from ..vecops import vec_type
 
 
 def _cook_toom(points, m: int, r: int = 3):

@@ -1,7 +1,7 @@
 """Winograd F(m x m, 3x3), m = 2 or 4 (Lavin & Gray 2016), for 3x3 stride-1 dilation-1 group-1 convs.
 
 Pure ``llvmlite.ir`` plus the NumPy weight transform. Same signature and epilogue as
-``conv.emit_conv2d``, which dispatches here when ``packing.conv_plan`` picks ``"winograd"`` (its
+``emit.emit_conv2d``, which dispatches here when ``plan.conv_plan`` picks ``"winograd"`` (its
 ``mr`` field is then m). Tiles of m x m outputs (TH x TW of them), a = m + 2, A = a*a transform
 points. Vectors run along tiles, not channels, so the transforms read and write NCHW directly
 (no transposes, no padded copy of the input, no channels-last output buffer):
@@ -24,7 +24,8 @@ Measured on znver3 (1 thread, in ResNet-18, U from DRAM) against the earlier cha
 (transposes, one GEMM per point with tiles as rows): 64x32x32 F4 1.5x, 128x16x16 F4 1.6x, 256x8x8
 F2 1.4x. F4 at 256x8x8 stays slower than F2 (4 tiles fill half a vector; U 9.4 MB).
 
-Weights: ``pack_winograd_weights(W[OC, C, 3, 3], target, m, H, W, pads) -> [A, ceil(OC/MR), C, MR]``.
+Weights: ``pack.pack_winograd_weights(W[OC, C, 3, 3], target, m, H, W, pads) -> [A, ceil(OC/MR), C, MR]``.
+Geometry and the GEMM tile: ``plan.WinogradGeometry``, ``plan.winograd_gemm_tile``.
 fp32 error: F2 below the direct kernel's; F4 (0, +-1, +-1/2) up to ~2e-5 of the output range.
 """
 
@@ -32,123 +33,40 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-import numpy as np
 from llvmlite import ir
 
-from ..target import Target
-from .activations import apply_activation
-from .gemm import UNROLL, Out, epilogue, tile_grid
-from .irhelpers import I1, I32, I64, for_range, i64, set_fn_attrs
-from .mathfns import fma
-from .packing import register_count
-from .vecops import (
-    F32P,
-    broadcast,
-    call_intrinsic,
-    gep,
-    load_vec,
-    scalar_tail_stores,
-    store_vec,
-    vec_type,
-)
-from .winograd_math import (
-    MATS,
-    sandwich,
-    unzip_groups,
-    unzip_lanes,
-    zip_groups,
-    zip_lanes,
-)
-
-I8P = ir.IntType(8).as_pointer()
-BLOCK_BYTES = 4 << 20  # V + M of a block of tile rows: blocking ResNet's layers to L2 sizes gained
-# nothing (U is re-read per block); 64x112x112 (V + M 15 MB unblocked) gained 1.25x at this size
+from ....target import Target
+from ...activations import apply_activation
+from ..gemm import UNROLL, Out, epilogue, tile_grid
+from ...irhelpers import I1, I8P, I32, I64, call_named, for_range, gep, i64, memset0, set_fn_attrs, target_attrs
+from ...mathfns import fma
+from ..vecops import F32P, broadcast, load_vec, scalar_tail_stores, store_vec, vec_type
+from .plan import WinogradGeometry, winograd_gemm_tile
+from .winograd_math import MATS, sandwich, unzip_groups, unzip_lanes, zip_groups, zip_lanes
 PREFETCH_BYTES = 2048  # how far ahead the GEMM prefetches U (measured best of 1-8 KiB, znver3)
-
-
-def _up(x: int, k: int) -> int:
-    return -(-x // k) * k
-
-
-def _geom(vl: int, C: int, H: int, W: int, OC: int, pads, m: int) -> dict:
-    """Sizes and scratch offsets (floats). R: tile rows per chunk; St: row length of V and M."""
-    pt, pl, pb, pr = pads
-    OH, OW = H + pt + pb - 2, W + pl + pr - 2
-    TH, TW, a = -(-OH // m), -(-OW // m), m + 2
-    A, per_load = a * a, vl // m  # tiles per VL-float load
-    R, nch = (vl // TW, 1) if vl % TW == 0 and TW % per_load == 0 else (1, -(-TW // vl))
-
-    def stride(rows: int) -> int:
-        return rows * TW if R > 1 else _up((rows - 1) * TW + nch * vl, vl)
-
-    rows = _up(TH, R)
-    while rows > R and 4 * A * (C + OC) * stride(rows) > BLOCK_BYTES:
-        rows -= R
-    nblk = -(-TH // rows)
-    TRB = _up(-(-TH // nblk), R)
-    St = stride(TRB)
-    zlen = _up(m * nch * vl + 2 * vl + m, 16)  # the zero row that padding rows read
-    vs, ms = C * St + 16, OC * St + 16  # per-point strides: +64 B, so a tile's A points don't share L1 sets
-    return {"OH": OH, "OW": OW, "TH": TH, "TW": TW, "m": m, "a": a, "A": A, "R": R, "nch": nch,
-            "per_load": per_load, "TRB": TRB, "nblk": nblk, "St": St, "slots": -(-TRB * TW // vl),
-            "vs": vs, "ms": ms, "zlen": zlen, "v_off": zlen, "m_off": zlen + A * vs, "floats": zlen + A * (vs + ms)}
-
-
-def _gemm_tile(target: Target, g: dict, OC: int) -> tuple[int, int]:
-    """(MR, NV) with the fewest modelled cycles (``packing.tile_cost``'s step model) among tiles that
-    keep their NV B vectors in registers and broadcast at most 8 U values a step: measured on
-    znver3, 13x1 ran at 0.7x of 6x2 and 3x4 (17 registers) spilled."""
-    best = None
-    for nv in range(1, min(g["slots"], 8) + 1):
-        for mr in range(1, min(OC, 8) + 1):
-            if mr * nv + nv + 1 > register_count(target):
-                continue
-            cost = 0.0
-            for r, nr in ((mr, OC // mr), (OC % mr, 1 if OC % mr else 0)):
-                for s, ns in ((nv, g["slots"] // nv), (g["slots"] % nv, 1 if g["slots"] % nv else 0)):
-                    if r and s:
-                        cost += nr * ns * max(r * s / 2, (r + s) / 2, 6.0)
-            if best is None or (cost, -mr * nv) < best[:2]:
-                best = (cost, -mr * nv, mr, nv)
-    return best[2], best[3]
-
-
-def winograd_scratch_bytes(target: Target, C: int, H: int, W: int, OC: int, pads, m: int) -> int:
-    return 4 * _geom(target.vector_floats, C, H, W, OC, pads, m)["floats"]
-
-
-def pack_winograd_weights(Wt: np.ndarray, target: Target, m: int, H: int, W: int, pads) -> np.ndarray:
-    """W[OC, C, 3, 3] -> U = G g G^T per transform point, as GEMM row panels [A, ceil(OC/MR), C, MR]."""
-    OC, C = Wt.shape[:2]
-    A = (m + 2) ** 2
-    mr, _ = _gemm_tile(target, _geom(target.vector_floats, C, H, W, OC, pads, m), OC)
-    nb = -(-OC // mr)
-    U = np.zeros((A, nb * mr, C))  # [point, output channel (padded to MR rows), input channel]
-    U[:, :OC] = (np.kron(MATS[m][1], MATS[m][1]) @ np.asarray(Wt, dtype=np.float64).reshape(OC * C, 9).T).reshape(A, OC, C)
-    return np.ascontiguousarray(U.reshape(A, nb, mr, C).transpose(0, 1, 3, 2), dtype=np.float32)
 
 
 def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: int, OC: int, pads, *,
                   bias: bool, residual: bool, activation: str, act_alpha: float, act_beta: float, m: int = 2) -> None:
     """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel, no blocks yet)."""
     vl = target.vector_floats
-    g = _geom(vl, C, H, W, OC, pads, m)
-    mr, nv = _gemm_tile(target, g, OC)
+    g = WinogradGeometry.of(vl, C, H, W, OC, pads, m)
+    mr, nv = winograd_gemm_tile(target, g, OC)
     X, Up, bias_p, res_p, Y, scratch = fn.args
-    key = f"{C}x{H}x{W}_{OC}_p{'_'.join(map(str, pads))}_{target.vector_bits}_f{m}_{mr}x{nv}_b{g['TRB']}"
+    key = f"{C}x{H}x{W}_{OC}_p{'_'.join(map(str, pads))}_{target.vector_bits}_f{m}_{mr}x{nv}_b{g.TRB}"
     front = _helper(fn.module, f"winograd_front_{key}", target, [F32P, F32P, F32P, I64],
                     lambda b, f: _front(b, f, vl, g, C, H, W, OC, pads, mr, nv))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    P = g["OH"] * g["OW"]
+    P = g.OH * g.OW
     ep = {"bias": bias_p if bias else None, "activation": activation, "alpha": act_alpha, "beta": act_beta,
           "scalar_tails": scalar_tail_stores(target)}
     with for_range(b, N, name="n") as n:
         xn = gep(b, X, b.mul(n, i64(C * H * W)))
         yn = gep(b, Y, b.mul(n, i64(OC * P)))
         rn = gep(b, res_p, b.mul(n, i64(OC * P))) if residual else None
-        with for_range(b, g["nblk"], name="blk") as blk:
+        with for_range(b, g.nblk, name="blk") as blk:
             b.call(front, [xn, Up, scratch, blk])
-            _output(b, vl, g, OC, gep(b, scratch, g["m_off"]), blk, yn, rn, ep)
+            _output(b, vl, g, OC, gep(b, scratch, g.m_off), blk, yn, rn, ep)
     b.ret_void()
 
 
@@ -161,10 +79,7 @@ def _helper(module, name, target, argtypes, body):
         for arg in fn.args:
             if isinstance(arg.type, ir.PointerType):
                 arg.add_attribute("noalias")
-        strings = {"target-cpu": target.cpu, "target-features": target.feature_string}
-        if target.vector_bits == 512:
-            strings["prefer-vector-width"] = "512"
-        set_fn_attrs(fn, ("nounwind", "noinline"), strings)  # noinline: else inlined, and loops unrolled around it
+        set_fn_attrs(fn, ("nounwind", "noinline"), target_attrs(target))  # noinline: else inlined, and loops unrolled around it
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         body(b, fn)
         b.ret_void()
@@ -172,43 +87,43 @@ def _helper(module, name, target, argtypes, body):
 
 
 def _block_rows(b, g, blk):
-    lo = b.mul(blk, i64(g["TRB"]))
-    hi = b.add(lo, i64(g["TRB"]))
-    return lo, b.select(b.icmp_signed("<", hi, i64(g["TH"])), hi, i64(g["TH"]))
+    lo = b.mul(blk, i64(g.TRB))
+    hi = b.add(lo, i64(g.TRB))
+    return lo, b.select(b.icmp_signed("<", hi, i64(g.TH)), hi, i64(g.TH))
 
 
 def _loads(g) -> list[tuple[int, int]]:
     """(tile row, tile column) within its chunk of each of the m loads that cover a chunk's VL tiles."""
-    k = g["per_load"]
-    if g["R"] > 1:
-        return [(q * k // g["TW"], q * k % g["TW"]) for q in range(g["m"])]
-    return [(0, q * k) for q in range(g["m"])]
+    k = g.per_load
+    if g.R > 1:
+        return [(q * k // g.TW, q * k % g.TW) for q in range(g.m)]
+    return [(0, q * k) for q in range(g.m)]
 
 
 def _owned(g, tj0) -> bool:
     """Whether every lane of the chunk at tile column tj0 is a real tile (runtime tj0: an interior
     chunk, always). Such chunks may scramble their lanes; a row's partial last chunk keeps them in
     order, so the garbage lanes it writes past the row are the ones the next row overwrites."""
-    return g["R"] > 1 or not isinstance(tj0, int) or tj0 + g["per_load"] * g["m"] <= g["TW"]
+    return g.R > 1 or not isinstance(tj0, int) or tj0 + g.per_load * g.m <= g.TW
 
 
 def _chunks(g, interior) -> list:
     """Chunks of a tile row (tile columns from j*VL): each j where ``interior(j)`` fails (the row's
     ends: masks known) on its own, then (first, count) of the loop over the interior ones."""
-    if g["R"] > 1:
+    if g.R > 1:
         return [0]
-    inner = [j for j in range(g["nch"]) if interior(j)]
-    edges = [j for j in range(g["nch"]) if j not in inner]
+    inner = [j for j in range(g.nch) if interior(j)]
+    edges = [j for j in range(g.nch) if j not in inner]
     return edges + ([(inner[0], len(inner))] if len(inner) > 1 else inner)
 
 
 def _front(b, fn, vl, g, C, H, W, OC, pads, mr, nv) -> None:
     """Block ``blk`` of tile rows: input transform of one image into V, then the A GEMMs into M."""
     X, Up, scratch, blk = fn.args
-    m, a, TW, St, pt, pl = g["m"], g["a"], g["TW"], g["St"], pads[0], pads[1]
-    V, M = gep(b, scratch, g["v_off"]), gep(b, scratch, g["m_off"])
+    m, a, TW, St, pt, pl = g.m, g.a, g.TW, g.St, pads[0], pads[1]
+    V, M = gep(b, scratch, g.v_off), gep(b, scratch, g.m_off)
     BT = MATS[m][0]
-    _memset0(b, scratch, g["zlen"])
+    memset0(b, scratch, 4 * g.zlen)
     lo, hi = _block_rows(b, g, blk)
     loads = _loads(g)
 
@@ -240,7 +155,7 @@ def _front(b, fn, vl, g, C, H, W, OC, pads, mr, nv) -> None:
         out = sandwich(b, vl, BT, BT, d)
         for i in range(a):
             for k in range(a):
-                store_vec(b, out[i][k], gep(b, dst, (i * a + k) * g["vs"]))
+                store_vec(b, out[i][k], gep(b, dst, (i * a + k) * g.vs))
 
     def interior(j):  # every load of chunk j inside the image row
         return j * m * vl - pl >= 0 and (j + 1) * m * vl + m - pl <= W
@@ -248,9 +163,9 @@ def _front(b, fn, vl, g, C, H, W, OC, pads, mr, nv) -> None:
     with for_range(b, C, name="ic") as c:
         xc = gep(b, X, b.mul(c, i64(H * W)))
         vc = gep(b, V, b.mul(c, i64(St)))
-        with for_range(b, hi, start=lo, step=g["R"], name="it") as ti:
+        with for_range(b, hi, start=lo, step=g.R, name="it") as ti:
             vrow = gep(b, vc, b.mul(b.sub(ti, lo), i64(TW)))
-            tis = [b.add(ti, i64(s)) for s in range(g["R"])]
+            tis = [b.add(ti, i64(s)) for s in range(g.R)]
             for j in _chunks(g, interior):
                 if isinstance(j, tuple):
                     with for_range(b, j[0] + j[1], start=j[0], name="ij") as jj:
@@ -265,10 +180,10 @@ def _gemms(b, vl, g, C, OC, mr, nv, Up, V, M) -> None:
     """M[xi] = U[xi]^T V[xi] for every point, rows (output channels) outer: each MR x C panel of U is
     loaded once per block and reused from L1 across the tile columns (columns outer measured the
     same on 64-channel layers up to 112x112, where U is the smaller operand)."""
-    St, nb = g["St"], -(-OC // mr)
-    with for_range(b, g["A"], name="xi") as xi:
+    St, nb = g.St, -(-OC // mr)
+    with for_range(b, g.A, name="xi") as xi:
         Ax = gep(b, Up, b.mul(xi, i64(nb * mr * C)))
-        Bx, Cx = gep(b, V, b.mul(xi, i64(g["vs"]))), gep(b, M, b.mul(xi, i64(g["ms"])))
+        Bx, Cx = gep(b, V, b.mul(xi, i64(g.vs))), gep(b, M, b.mul(xi, i64(g.ms)))
 
         def slot_fn(b, s, is_partial):
             col = b.mul(s, i64(vl))
@@ -277,7 +192,7 @@ def _gemms(b, vl, g, C, OC, mr, nv, Up, V, M) -> None:
         def tile_fn(b, row0, mr_eff, slots):
             out = Out(gep(b, Cx, b.mul(row0, i64(St))), St, [s[1] for s in slots], [None] * len(slots))
             _tile(b, vl, mr_eff, mr, gep(b, Ax, b.mul(row0, i64(C))), [s[0] for s in slots], C, St, out)
-        tile_grid(b, OC, mr, g["slots"], False, nv, slot_fn, tile_fn, rows_outer=True)
+        tile_grid(b, OC, mr, g.slots, False, nv, slot_fn, tile_fn, rows_outer=True)
 
 
 def _tile(b, vl, rows, MR, a_ptr, b_ptrs, K, ldb, out) -> None:
@@ -328,12 +243,12 @@ def _tile(b, vl, rows, MR, a_ptr, b_ptrs, K, ldb, out) -> None:
 
 def _prefetch(b, p) -> None:
     args = [b.bitcast(p, I8P), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)]
-    call_intrinsic(b, "llvm.prefetch.p0", ir.VoidType(), args)
+    call_named(b, "llvm.prefetch.p0", ir.VoidType(), args)
 
 
 def _output(b, vl, g, OC, M, blk, yn, rn, ep) -> None:
     """Block ``blk``: Y = A^T M A per tile vector, interleaved into output rows, epilogue, NCHW stores."""
-    m, a, TW, OH, OW, St, R = g["m"], g["a"], g["TW"], g["OH"], g["OW"], g["St"], g["R"]
+    m, a, TW, OH, OW, St, R = g.m, g.a, g.TW, g.OH, g.OW, g.St, g.R
     AT = MATS[m][2]
     lo, hi = _block_rows(b, g, blk)
     lim = b.mul(hi, i64(m))
@@ -341,7 +256,7 @@ def _output(b, vl, g, OC, M, blk, yn, rn, ep) -> None:
     outs = _loads(g)
 
     def chunk(src, tis, tj0, yo, ro, bias):
-        mv = [[load_vec(b, gep(b, src, (i * a + k) * g["ms"]), vl) for k in range(a)] for i in range(a)]
+        mv = [[load_vec(b, gep(b, src, (i * a + k) * g.ms), vl) for k in range(a)] for i in range(a)]
         ys = sandwich(b, vl, AT, AT, mv)
         for dy in range(m):
             zs = (zip_groups if _owned(g, tj0) else zip_lanes)(b, ys[dy])
@@ -390,7 +305,3 @@ def _store_out(b, vl, y, off, n, yo, ro, bias, ep) -> None:
         y = apply_activation(b, y, ep["activation"], ep["alpha"], ep["beta"])
     store_vec(b, y, gep(b, yo, off), mask, scalar_tails=ep["scalar_tails"])
 
-
-def _memset0(b: ir.IRBuilder, dst: ir.Value, nfloats: int) -> None:
-    args = [b.bitcast(dst, I8P), ir.Constant(ir.IntType(8), 0), i64(4 * nfloats), ir.Constant(ir.IntType(1), 0)]
-    call_intrinsic(b, "llvm.memset.p0.i64", ir.VoidType(), args)

@@ -28,91 +28,22 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
-from ..target import Target
+from ....target import Target
+from ..tiles import L2_BUDGET_BYTES, choose_tile, grid_cost, register_count, vector_lanes
 
 WINOGRAD = True  # 3x3 stride-1 convs via Winograd where it was measured to win
 WINOGRAD_WIDTHS = {256}  # vector widths it was measured to win on (AVX2 znver3); tests add others
 WINOGRAD_F4 = 4  # large-tile m; F(4x4) errs up to ~2e-5 x max|output| per layer, 2 keeps F(2x2) everywhere
 WINOGRAD_F4_MIN_PIXELS = 256  # F(4x4) from 16x16 outputs up; at 8x8 (4 tiles) F(2x2) is 1.4x faster
+WINOGRAD_BLOCK_BYTES = 4 << 20  # V + M of a block of tile rows: blocking ResNet's layers to L2 sizes gained
+# nothing (U is re-read per block); 64x112x112 (V + M 15 MB unblocked) gained 1.25x at this size
 WINOGRAD_MIN_PIXELS = 64  # 512x4x4 (4 tiles): the 16/9x larger transformed weights dominate, 0.8x
-L2_BUDGET_BYTES = 768 * 1024  # weights up to this size stay cache resident across pixel tiles
+ROWS_WIDTHS = {256}  # vector widths it was measured on (AVX2 znver3); tests add others
+ROWS_MIN_CHANNELS = 64  # C and OC: measured on ResNet-18's 64..512-channel 3x3 layers
+ROWS_MAX_PIXELS = 64  # up to 8x8 outputs; 16x16 (its 64->128 stride-2 conv) only matched direct
 IM2COL_MAX_PIECES = 2048  # code-size bound on the unrolled im2col row copies (per channel)
 
 
-def vector_lanes(target: Target) -> int:
-    return target.vector_floats
-
-
-def register_count(target: Target) -> int:
-    """Architectural vector registers: 16 ymm on AVX2, 32 zmm on AVX-512, 32 on AArch64."""
-    if target.triple.startswith(("x86_64", "i686", "i386")):
-        return 32 if target.vector_bits == 512 else 16
-    return 32
-
-
-def _reserved_registers(target: Target) -> int:
-    """Vector registers a tile leaves free: x86 FMAs take the B vector as a memory operand, so one
-    broadcast register is enough (4x3 tiles: 12 accumulators); AArch64 keeps B in registers."""
-    return 1 if target.triple.startswith(("x86_64", "i686", "i386")) else 2
-
-
-def _step_cycles(mr: int, nv: int) -> float:
-    """Cycles per k-step of an mr x nv tile: 2 FMA ports, 2 load ports, and (in practice) 12
-    accumulators needed to hide the FMA latency."""
-    return max(mr * nv / 2, (mr + nv) / 2, 6.0)
-
-
-def choose_tile(target: Target, rows: int, slots: int, max_nv: int = 8) -> tuple[int, int]:
-    """(MR, NV): accumulator rows x vector columns minimising modelled cycles over the whole
-    rows x slots problem, tails included (rows: output rows / channels, slots: vectors)."""
-    return tile_cost(target, rows, slots, max_nv)[1:]
-
-
-def tile_cost(target: Target, rows: int, slots: int, max_nv: int = 8) -> tuple[float, int, int]:
-    """(modelled cycles per k step of the whole problem, MR, NV) of the best tile."""
-    if rows <= 0 or slots <= 0:
-        return 0.0, 1, 1
-    regs, reserved = register_count(target), _reserved_registers(target)
-    best: tuple[float, int, int, int] | None = None
-    for nv in range(1, min(max_nv, slots) + 1):
-        mr_max = max(1, min(rows, (regs - nv - reserved) // nv, 16 if regs == 16 else 28))
-        for mr in range(1, mr_max + 1):
-            full_r, tail_r = divmod(rows, mr)
-            full_s, tail_s = divmod(slots, nv)
-            cost = 0.0
-            for r, nr in ((mr, full_r), (tail_r, 1 if tail_r else 0)):
-                for s, ns in ((nv, full_s), (tail_s, 1 if tail_s else 0)):
-                    if r and s:
-                        cost += nr * ns * (_step_cycles(r, s) + 0.02 * r * s)
-            key = (cost, -mr * nv, mr, nv)
-            if best is None or key < best:
-                best = key
-    assert best is not None
-    return best[0], best[2], best[3]
-
-
-# GEMM ----------------------------------------------------------------------------------------------
-def gemm_tile(target: Target, M: int, N: int) -> tuple[int, int]:
-    """The register tile emit_gemm uses: (MR rows of C, NV vectors of VL columns)."""
-    return choose_tile(target, M, math.ceil(N / vector_lanes(target)))
-
-
-def pack_gemm_b(W: np.ndarray, target: Target, *, trans_b: bool = False, alpha: float = 1.0) -> np.ndarray:
-    """B[K,N] (or [N,K] with trans_b) -> panels [ceil(N/VL), K, VL], zero-padded, times alpha."""
-    B = np.asarray(W, dtype=np.float64)
-    if trans_b:
-        B = B.T
-    K, N = B.shape
-    vl = vector_lanes(target)
-    npan = math.ceil(N / vl)
-    out = np.zeros((K, npan * vl), dtype=np.float64)
-    out[:, :N] = B * alpha
-    return np.ascontiguousarray(out.reshape(K, npan, vl).transpose(1, 0, 2), dtype=np.float32)
-
-
-# Conv ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ConvPlan:
     """Everything the conv emitter and packer must agree on (all sizes in elements)."""
@@ -260,14 +191,12 @@ class ConvPlan:
     @property
     def scratch_bytes(self) -> int:
         if self.method == "winograd":
-            from .winograd import winograd_scratch_bytes
-            return winograd_scratch_bytes(self, self.C, self.H, self.W, self.OC, (self.pt, self.pl, self.pb, self.pr),
-                                          self.mr)
+            return 4 * WinogradGeometry.of(self.vl, self.C, self.H, self.W, self.OC, self.pads, self.mr).floats
         return 4 * (self.im2col_offset + self.im2col_floats + self.panel_floats)
 
     @property
-    def vector_floats(self) -> int:  # lets the plan stand in for its Target in winograd's size helpers
-        return self.vl
+    def pads(self) -> tuple[int, int, int, int]:
+        return self.pt, self.pl, self.pb, self.pr
 
 
 def winograd_tile(vl: int, C: int, H: int, W: int, OC: int, pads) -> int:
@@ -311,7 +240,6 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
         tmp = ConvPlan(**base, method="depthwise", mr=1, nv=1, copy=True)  # nv: vectors per tile,
         nv = max(1, min(tmp.OH * tmp.vpr, register_count(target) // 2))  # whole rows where they fit
         return ConvPlan(**base, method="depthwise", mr=1, nv=nv, copy=True)
-    from .conv_rows import rows_wins
     tmp = ConvPlan(**base, method="rows", mr=1, nv=1, copy=False)
     if rows_wins(vl, tmp):
         mr, nv = choose_tile(target, tmp.OW, tmp.slots)  # pixels of one output row x channel vectors
@@ -342,31 +270,95 @@ def conv_scratch_bytes(target: Target, N: int, C: int, H: int, W: int, OC: int, 
     return conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group).scratch_bytes
 
 
-def pack_conv_weights(Wt: np.ndarray, target: Target, in_shape, strides=(1, 1), pads=(0, 0, 0, 0),
-                      dilations=(1, 1), group: int = 1) -> np.ndarray:
-    """W[OC, C/g, KH, KW] -> the layout emit_conv2d reads for this geometry (see module doc)."""
-    OC, Cg, KH, KW = Wt.shape
-    N, C, H, W = in_shape
-    p = conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group)
-    if p.method == "winograd":
-        from .winograd import pack_winograd_weights
-        return pack_winograd_weights(Wt, target, p.mr, H, W, pads)
-    w = np.asarray(Wt, dtype=np.float32)
-    if p.method == "depthwise":
-        return np.ascontiguousarray(w.reshape(OC, KH * KW))
-    if p.method == "rows":  # per column tile of nv panels [C, KH*KW, nv, VL]: one contiguous stream
-        from .conv_rows import column_tiles
-        npan = math.ceil(OC / p.vl)
-        out = np.zeros((npan * p.vl, Cg, KH * KW), dtype=np.float32)
-        out[:OC] = w.reshape(OC, Cg, KH * KW)
-        out = out.reshape(npan, p.vl, Cg, KH * KW)
-        tiles = [out[s: s + nv].transpose(2, 3, 0, 1).ravel() for first, count, nv in column_tiles(npan, p.nv)
-                 for s in range(first, first + count * nv, nv)]
-        return np.ascontiguousarray(np.concatenate(tiles))
-    if p.method == "transposed":  # per group, W_g^T [C/g, OC/g] packed as pack_gemm_b panels
-        return np.ascontiguousarray(np.stack([pack_gemm_b(wg.reshape(p.OCg, Cg), target, trans_b=True)
-                                              for wg in w.reshape(group, p.OCg, Cg)]))
-    nb = math.ceil(p.OCg / p.mr)
-    out = np.zeros((group, nb * p.mr, p.K), dtype=np.float32)
-    out[:, : p.OCg, :] = w.reshape(group, p.OCg, p.K)
-    return np.ascontiguousarray(out.reshape(group, nb, p.mr, p.K).transpose(0, 1, 3, 2))
+def rows_wins(vl: int, p) -> bool:
+    """Shapes where the rows kernel beats direct / im2col (measured, see the module doc)."""
+    return (vl * 32 in ROWS_WIDTHS and p.group == 1 and p.KH == p.KW == 3 and min(p.C, p.OC) >= ROWS_MIN_CHANNELS
+            and p.OH * p.OW <= ROWS_MAX_PIXELS)
+
+
+def column_tiles(panels: int, nv: int) -> list[tuple[int, int, int]]:
+    """(first panel, tiles, panels per tile): full tiles of NV, then one of the rest (64 = 21x3 + 1,
+    not 20x3 + 2x2: a smaller second loop body, measured as fast)."""
+    full, rest = divmod(panels, nv)
+    return [g for g in ((0, full, nv), (full * nv, 1, rest)) if g[1] and g[2]]
+
+
+def _up(x: int, k: int) -> int:
+    return -(-x // k) * k
+
+
+@dataclass(frozen=True)
+class WinogradGeometry:
+    """Sizes and scratch offsets (in floats) of a Winograd F(m x m, 3x3) conv (``winograd.py``).
+
+    TH x TW tiles of m x m outputs, a = m + 2, A = a*a transform points, per_load tiles per VL-float
+    load; a chunk of VL tiles is R whole tile rows (R > 1) or one of nch segments of a tile row;
+    blocks of TRB tile rows (nblk of them); St: row length of V and M, slots: its vectors; vs, ms:
+    per-point strides of V and M; the zero row (zlen floats), V and M follow each other in scratch.
+    """
+
+    OH: int
+    OW: int
+    TH: int
+    TW: int
+    m: int
+    a: int
+    A: int
+    R: int
+    nch: int
+    per_load: int
+    TRB: int
+    nblk: int
+    St: int
+    slots: int
+    vs: int
+    ms: int
+    zlen: int
+
+    @property
+    def v_off(self) -> int:
+        return self.zlen
+
+    @property
+    def m_off(self) -> int:
+        return self.zlen + self.A * self.vs
+
+    @property
+    def floats(self) -> int:
+        return self.zlen + self.A * (self.vs + self.ms)
+
+    @staticmethod
+    def of(vl: int, C: int, H: int, W: int, OC: int, pads, m: int) -> WinogradGeometry:
+        pt, pl, pb, pr = pads
+        OH, OW = H + pt + pb - 2, W + pl + pr - 2
+        TH, TW, a = -(-OH // m), -(-OW // m), m + 2
+        A, per_load = a * a, vl // m  # tiles per VL-float load
+        R, nch = (vl // TW, 1) if vl % TW == 0 and TW % per_load == 0 else (1, -(-TW // vl))
+
+        def stride(rows: int) -> int:
+            return rows * TW if R > 1 else _up((rows - 1) * TW + nch * vl, vl)
+
+        rows = _up(TH, R)
+        while rows > R and 4 * A * (C + OC) * stride(rows) > WINOGRAD_BLOCK_BYTES:
+            rows -= R
+        nblk = -(-TH // rows)
+        TRB = _up(-(-TH // nblk), R)
+        St = stride(TRB)
+        zlen = _up(m * nch * vl + 2 * vl + m, 16)  # the zero row that padding rows read
+        vs, ms = C * St + 16, OC * St + 16  # per-point strides: +64 B, so a tile's A points don't share L1 sets
+        return WinogradGeometry(OH, OW, TH, TW, m, a, A, R, nch, per_load, TRB, nblk, St, -(-TRB * TW // vl), vs, ms, zlen)
+
+
+def winograd_gemm_tile(target: Target, g: WinogradGeometry, OC: int) -> tuple[int, int]:
+    """(MR, NV) of the point GEMMs: the fewest modelled cycles (``tiles.grid_cost``) among tiles
+    that keep their NV B vectors in registers and broadcast at most 8 U values a step: measured on
+    znver3, 13x1 ran at 0.7x of 6x2 and 3x4 (17 registers) spilled."""
+    best = None
+    for nv in range(1, min(g.slots, 8) + 1):
+        for mr in range(1, min(OC, 8) + 1):
+            if mr * nv + nv + 1 > register_count(target):
+                continue
+            cost = grid_cost(OC, g.slots, mr, nv)
+            if best is None or (cost, -mr * nv) < best[:2]:
+                best = (cost, -mr * nv, mr, nv)
+    return best[2], best[3]

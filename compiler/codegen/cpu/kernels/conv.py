@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ...ir.dtypes import DType
-from .. import irhelpers as h
-from ..conv import emit_conv2d
-from ..packing import conv_scratch_bytes, pack_conv_weights
+from ....ir.dtypes import DType
+from ... import irhelpers as h
+from ..conv.emit import emit_conv2d
+from ..conv.plan import conv_scratch_bytes
+from ..conv.pack import pack_conv_weights
 from .base import KernelContext, KernelKey, kernel, unsupported
 from .epilogue import apply_epilogue, residual_index, residual_shared
 

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ..target import Target
-from .activations import apply_activation
-from .irhelpers import F32, I64, for_range, i64
-from .mathfns import fma
-from .packing import L2_BUDGET_BYTES, gemm_tile
-from .vecops import (F32P, broadcast, define_kernel, gep, lane_mask, load_vec, scalar_tail_stores, store_vec,
-                     vec_type)
+from ...target import Target
+from ..activations import apply_activation
+from ..irhelpers import F32, I64, for_range, i64
+from ..mathfns import fma
+from .tiles import L2_BUDGET_BYTES, gemm_tile
+from .vecops import F32P, broadcast, define_kernel, lane_mask, load_vec, scalar_tail_stores, store_vec, vec_type
+from ..irhelpers import gep
 
 LOOPED_EPILOGUE = frozenset({"Sigmoid", "Tanh", "SiLU", "Gelu", "GeluTanh"})  # long polynomial bodies
 UNROLL = 4  # k steps per loop iteration when a step is a single k (GEMM, im2col, 1x1 conv)
@@ -108,7 +108,7 @@ def emit_tile(b: ir.IRBuilder, vl: int, mr: int, a_ptr: ir.Value, a_rs: int, b_p
         return new
 
     if kp.n_outer and kp.taps:
-        table = _tap_table(b.module, kp.taps)
+        table = tap_table(b.module, kp.taps)
 
         def per_channel(c, acc):
             a_c = b.gep(a_ptr, [b.mul(c, i64(kp.a_step))], inbounds=True)
@@ -118,8 +118,8 @@ def emit_tile(b: ir.IRBuilder, vl: int, mr: int, a_ptr: ir.Value, a_rs: int, b_p
                 off = b.load(b.gep(table, [i64(0), t], inbounds=True))
                 a_t = b.gep(a_c, [b.mul(t, i64(kp.a_tap))], inbounds=True)
                 return step(acc, a_t, [b.gep(bb, [off], inbounds=True) for bb in b_c], 0, 0)
-            return _acc_loop(b, len(kp.taps), acc, per_tap, "tap")
-        acc = _acc_loop(b, kp.n_outer, acc, per_channel, "kc")
+            return acc_loop(b, len(kp.taps), acc, per_tap, "tap")
+        acc = acc_loop(b, kp.n_outer, acc, per_channel, "kc")
     elif kp.n_outer:
         def per_iter(i, acc):
             a_base = b.gep(a_ptr, [b.mul(i, i64(kp.a_step))], inbounds=True)
@@ -127,13 +127,13 @@ def emit_tile(b: ir.IRBuilder, vl: int, mr: int, a_ptr: ir.Value, a_rs: int, b_p
             for a_off, b_off in kp.body:
                 acc = step(acc, a_base, b_bases, a_off, b_off)
             return acc
-        acc = _acc_loop(b, kp.n_outer, acc, per_iter, "k")
+        acc = acc_loop(b, kp.n_outer, acc, per_iter, "k")
     for a_off, b_off in kp.rem:
         acc = step(acc, a_ptr, b_ptrs, a_off, b_off)
     epilogue(b, vl, acc, out)
 
 
-def _acc_loop(b: ir.IRBuilder, count: int, acc, body, name: str):
+def acc_loop(b: ir.IRBuilder, count: int, acc, body, name: str):
     """A do-while loop of ``count`` (>= 1) iterations carrying the accumulators in phis."""
     pre = b.block
     loop = b.append_basic_block(f"{name}.loop")
@@ -158,7 +158,7 @@ def _acc_loop(b: ir.IRBuilder, count: int, acc, body, name: str):
     return cur
 
 
-def _tap_table(module: ir.Module, taps: Sequence[int]) -> ir.GlobalVariable:
+def tap_table(module: ir.Module, taps: Sequence[int]) -> ir.GlobalVariable:
     """A private constant i64 array of tap offsets, shared by every kernel that needs the same one."""
     name = "cuvil.taps." + hashlib.sha1(repr(tuple(taps)).encode()).hexdigest()[:16]
     if name in module.globals:

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-from ...ir.dtypes import DType
-from ...ops.quant import QuantParams, add_multipliers, clamp_bounds, multiplier
-from ...target import Target
-from .. import irhelpers as h
-from .. import quant_math as qm
+from ....ir.dtypes import DType
+from ....ops.quant import QuantParams, add_multipliers, clamp_bounds, multiplier
+from ....target import Target
+from ... import irhelpers as h
+from ... import quant_math as qm
 from ..int_dot import Dot, choose_dot, pairs_bounded
 from ..int_gemm import GemmGeometry, emit_int_gemm, store_bytes
-from ..vecops import gep
+from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
 from .elementwise import emit_map
 from .quant_grouped import emit_grouped_qconv, grouped_scratch

@@ -1,8 +1,8 @@
-"""2-D convolution over NCHW for a Target, as an implicit GEMM on the register tiles of ``gemm.py``.
+"""The conv methods that are an implicit GEMM on the register tiles of ``gemm.py`` (NCHW).
 
-Pure ``llvmlite.ir``. Output channels are the GEMM rows (MR of them broadcast from the packed
-weights), output pixels the vector columns, so NCHW output rows are stored contiguously and bias,
-residual and activation are applied in registers. ``packing.conv_plan`` picks one of:
+Output channels are the GEMM rows (MR of them broadcast from the packed weights), output pixels
+the vector columns, so NCHW output rows are stored contiguously and bias, residual and activation
+are applied in registers. ``plan.conv_plan`` picks one of:
 
 * ``direct``: B vectors are read straight from the input (1x1 stride-1: the input itself, one long
   row per channel), or from a zero-padded copy split into stride phases, so every tap of every
@@ -13,22 +13,8 @@ residual and activation are applied in registers. ``packing.conv_plan`` picks on
 * ``transposed``: 1x1 stride-1 convs over few pixels (MobileNet's 6x6, 3x3 tails): output
   channels along the vectors, pixels broadcast straight from X, stores transposed back to NCHW.
 * ``depthwise`` (group == C == OC): per channel, tiles of whole output rows, the taps unrolled.
-* ``rows`` (``conv_rows.py``): 3x3 convs over many channels with small outputs (ResNet's 512x4x4):
-  transposed, pixels of an output row broadcast, and no product with padding emitted.
-* ``winograd`` (``winograd.py``): 3x3 stride-1 convs on 256-bit targets, where it was measured to win.
 
-``emit_conv2d(module, name, target, N, C, H, W, OC, KH, KW, strides=(1, 1), pads=(0, 0, 0, 0),
-dilations=(1, 1), group=1, *, bias=False, residual=False, activation="none", act_alpha=0.0,
-act_beta=0.0) -> ir.Function`` defines::
-
-    void name(float* noalias X, float* noalias Wpacked, float* noalias bias_or_null,
-              float* residual_or_null, float* Y, float* noalias scratch_or_null)
-
-X: [N, C, H, W]; Wpacked: ``packing.pack_conv_weights(W, target, (N, C, H, W), strides, pads,
-dilations, group)``; bias: [OC]; residual and Y: [N, OC, OH, OW]; scratch:
-``packing.conv_scratch_bytes(...)`` bytes (null when 0), any alignment, clobbered. pads are ONNX
-order (top, left, bottom, right). Y = act(conv + bias + residual), as FusedConv. Y must not alias
-X; it may alias residual.
+The other two methods have their own modules (``rows.py``, ``winograd.py``); ``emit.py`` dispatches.
 """
 
 from __future__ import annotations
@@ -37,40 +23,26 @@ import math
 
 from llvmlite import ir
 
-from ..target import Target
-from .conv_rows import emit_conv_rows
-from .gemm import KPlan, Out, _tap_table, emit_tile, tile_grid
-from .vecops import (call_intrinsic, define_kernel, gep, i64, lane_mask, load_vec, scalar_tail_stores, store_vec,
-                     vec_type)
-from .irhelpers import for_range
-from .packing import ConvPlan, conv_plan
-from .winograd import emit_winograd
+from ....target import Target
+from ...irhelpers import for_range, gep, i64, memcpy, memset0
+from ..gemm import KPlan, Out, emit_tile, tap_table, tile_grid
+from ..vecops import lane_mask, load_vec, scalar_tail_stores, store_vec, vec_type
+from .plan import ConvPlan
 
-I8P = ir.IntType(8).as_pointer()
 IM2COL_UNROLLED_COPIES = 128  # per channel; above this the im2col fill loops over row periods
 IM2COL_UNROLLED_TAPS = 9  # taps unrolled in the im2col fill (3x3); larger kernels loop over a tap table
 
 
-def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H: int, W: int, OC: int,
-                KH: int, KW: int, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group: int = 1, *,
-                bias: bool = False, residual: bool = False, activation: str = "none",
-                act_alpha: float = 0.0, act_beta: float = 0.0) -> ir.Function:
-    """Define ``name`` in ``module`` (signature in the module docstring) and return it."""
-    p = conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group)
-    fn = define_kernel(module, name, target)
-    if p.method == "winograd":
-        emit_winograd(fn, target, N, C, H, W, OC, pads, bias=bias, residual=residual, activation=activation,
-                      act_alpha=act_alpha, act_beta=act_beta, m=p.mr)
-        return fn
-    if p.method == "rows":
-        emit_conv_rows(fn, p, bias=bias, residual=residual, activation=activation, act_alpha=act_alpha,
-                       act_beta=act_beta)
-        return fn
+def emit_direct(fn: ir.Function, p: ConvPlan, target: Target, *, bias: bool, residual: bool, activation: str,
+                act_alpha: float, act_beta: float) -> None:
+    """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel) for the depthwise, transposed,
+    direct and im2col methods."""
     X, Wp, bias_p, res_p, Y, scratch = fn.args
+    N, C, group = p.N, p.C, p.group
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     P, HW = p.OH * p.OW, p.H * p.W
     if p.copy:
-        _memset0(b, scratch, p.copy_floats)  # borders stay zero: every channel rewrites the interior only
+        memset0(b, scratch, 4 * p.copy_floats)  # borders stay zero: every channel rewrites the interior only
     epi = dict(activation=activation, act_alpha=act_alpha, act_beta=act_beta, scalar_tails=scalar_tail_stores(target))
     if p.method == "depthwise":
         with for_range(b, N * C, name="nc") as nc:
@@ -81,11 +53,11 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
             res_c = gep(b, res_p, b.mul(nc, i64(P))) if residual else None
             _depthwise_rows(b, p, scratch, w_c, gep(b, Y, b.mul(nc, i64(P))), bias_c, res_c, epi)
         b.ret_void()
-        return fn
+        return
     if p.method == "transposed":
         _transposed(b, p, X, Wp, bias_p if bias else None, res_p if residual else None, Y, epi)
         b.ret_void()
-        return fn
+        return
     im2col = gep(b, scratch, p.im2col_offset) if p.method == "im2col" else None
     kb = -(-p.OCg // p.mr) * p.mr * p.K  # packed weight elements per group
     with for_range(b, N * group, name="ng") as ng:
@@ -114,7 +86,6 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
             _grid(b, p, p.OCg, p.mr, im2col if im2col is not None else src, kp,
                   lambda b, row0: gep(b, wg, b.mul(row0, i64(p.K))), yg, bias_g, res_g, epi)
     b.ret_void()
-    return fn
 
 
 def _transposed(b, p: ConvPlan, X, Wp, bias_p, res_p, Y, epi) -> None:
@@ -274,15 +245,6 @@ def _grid(b, p: ConvPlan, rows, mr, src, kp, a_of_row, y, bias_ptr, res_ptr, epi
     tile_grid(b, rows, mr, n_slots, partial, p.nv, slot_fn, tile_fn, rows_outer=p.rows_outer and rows > 1)
 
 
-def _memset0(b: ir.IRBuilder, dst: ir.Value, nfloats: int) -> None:
-    args = [b.bitcast(dst, I8P), ir.Constant(ir.IntType(8), 0), i64(4 * nfloats), ir.Constant(ir.IntType(1), 0)]
-    call_intrinsic(b, "llvm.memset.p0.i64", ir.VoidType(), args)
-
-
-def _memcpy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, nfloats: int) -> None:
-    args = [b.bitcast(dst, I8P), b.bitcast(src, I8P), i64(4 * nfloats), ir.Constant(ir.IntType(1), 0)]
-    call_intrinsic(b, "llvm.memcpy.p0.p0.i64", ir.VoidType(), args)
-
 
 def _valid(lo_pad: int, phase: int, s: int, size: int, n: int) -> tuple[int, int]:
     """Plane indices i in [first, last) whose source i*s + phase - lo_pad lies in [0, size)."""
@@ -306,7 +268,7 @@ def _fill_copy(b: ir.IRBuilder, p: ConvPlan, x: ir.Value, dst: ir.Value, chans: 
                 srow = gep(b, xc, b.add(b.mul(ih, i64(p.W)), i64(j0 * p.sw + pw - p.pl)))
                 drow = gep(b, dc, b.add(b.mul(i, i64(p.Wq)), i64(k * p.plane + j0)))
                 if p.sw == 1:
-                    _memcpy(b, drow, srow, j1 - j0)
+                    memcpy(b, drow, srow, 4 * (j1 - j0))
                 else:
                     _strided_copy(b, drow, srow, j1 - j0, p.sw, p.W - (j0 * p.sw + pw - p.pl), p.vl)
 
@@ -387,7 +349,7 @@ def _copy_pieces(b: ir.IRBuilder, p: ConvPlan, sc: ir.Value, dk: ir.Value, piece
         for t in range(p.T):
             copy(gep(b, sc, _tap(p, t)), gep(b, dk, t * p.vl))
         return
-    table = _tap_table(b.module, tuple(_tap(p, t) for t in range(p.T)))
+    table = tap_table(b.module, tuple(_tap(p, t) for t in range(p.T)))
     with for_range(b, p.T, name="kt") as t:
         off = b.load(b.gep(table, [i64(0), t], inbounds=True))
         copy(b.gep(sc, [off], inbounds=True), b.gep(dk, [b.mul(t, i64(p.vl))], inbounds=True))

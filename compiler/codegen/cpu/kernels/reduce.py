@@ -12,15 +12,15 @@ import math
 
 from llvmlite import ir
 
-from ...ir.dtypes import DType
-from ...ops.common import norm_axis
-from .. import irhelpers as h
-from .. import mathfns as m
+from ....ir.dtypes import DType
+from ....ops.common import norm_axis
+from ... import irhelpers as h
+from ... import mathfns as m
 from .base import KernelContext, kernel
-from .elementwise import collapse
+from ...irhelpers import collapse
 
 
-def _lowest(dtype: DType, ty: ir.Type) -> ir.Constant:
+def lowest(dtype: DType, ty: ir.Type) -> ir.Constant:
     if dtype.is_float:
         return h.const(ty, float("-inf"))
     bits = ty.width
@@ -42,7 +42,7 @@ def reduce_into(ctx: KernelContext, kind: str, axes: tuple[int, ...], scale: flo
     b, out = ctx.b, ctx.outs[0]
     kept = [1 if i in axes else d for i, d in enumerate(shape)]
     out_n = math.prod(kept)
-    init = _lowest(dtype, ty) if kind == "max" else h.const(ty, 0)
+    init = lowest(dtype, ty) if kind == "max" else h.const(ty, 0)
     with h.for_range(b, out_n, name="init") as i:
         h.store(b, init, out, i)
     ostr = [0 if i in axes else s for i, s in enumerate(h.contiguous_strides(kept))]

@@ -10,11 +10,11 @@ import math
 
 from llvmlite import ir
 
-from ...ops.common import norm_axis
-from ...ops.shape import slice_bounds
-from .. import irhelpers as h
+from ....ops.common import norm_axis
+from ....ops.shape import slice_bounds
+from ... import irhelpers as h
 from .base import KernelContext, kernel
-from .elementwise import collapse
+from ...irhelpers import collapse
 
 
 def _nbytes(t) -> int:
@@ -36,8 +36,8 @@ def emit_gather_map(ctx: KernelContext, src: ir.Value, out: ir.Value, out_shape,
     if shape and icol[-1] == 1 and ocol[-1] == 1 and shape[-1] >= 16:
         size = ctx.out_types[0].dtype.itemsize
         with h.loop_nest(b, shape[:-1]) as idx:
-            dst = h.elem_ptr(b, out, h.linear(b, idx, ocol[:-1]))
-            h.memcpy(b, dst, h.elem_ptr(b, src, h.linear(b, idx, icol[:-1], base)), shape[-1] * size)
+            dst = h.gep(b, out, h.linear(b, idx, ocol[:-1]))
+            h.memcpy(b, dst, h.gep(b, src, h.linear(b, idx, icol[:-1], base)), shape[-1] * size)
         return
     with h.loop_nest(b, shape) as idx:
         h.store(b, h.load(b, src, h.linear(b, idx, icol, base)), out, h.linear(b, idx, ocol))
@@ -100,8 +100,8 @@ class _Sub:
         size = ctx.out_types[0].dtype.itemsize
         if dims and ocol[-1] == 1 and icol[-1] == 1 and dims[-1] >= 16:
             with h.loop_nest(b, dims[:-1]) as idx:
-                dst = h.elem_ptr(b, ctx.outs[0], h.linear(b, idx, ocol[:-1], self.base))
-                h.memcpy(b, dst, h.elem_ptr(b, src, h.linear(b, idx, icol[:-1])), dims[-1] * size)
+                dst = h.gep(b, ctx.outs[0], h.linear(b, idx, ocol[:-1], self.base))
+                h.memcpy(b, dst, h.gep(b, src, h.linear(b, idx, icol[:-1])), dims[-1] * size)
             return
         with h.loop_nest(b, dims) as idx:
             h.store(b, h.load(b, src, h.linear(b, idx, icol)), ctx.outs[0], h.linear(b, idx, ocol, self.base))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...ops.quant import clamp_bounds, multiplier
-from .. import irhelpers as h
-from .. import quant_math as qm
+from ....ops.quant import clamp_bounds, multiplier
+from ... import irhelpers as h
+from ... import quant_math as qm
 from .base import KernelContext, KernelKey
 
 I16 = ir.IntType(16)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-from ...ops.common import norm_axis
-from .. import irhelpers as h
-from .. import mathfns as m
+from ....ops.common import norm_axis
+from ... import irhelpers as h
+from ... import mathfns as m
 from .base import KernelContext, kernel
-from .elementwise import broadcast_strides, collapse
+from ...irhelpers import broadcast_strides, collapse
 
 
 @kernel("BatchNormalization")

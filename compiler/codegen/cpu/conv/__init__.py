@@ -1,0 +1,1 @@
+"""Convolution on the CPU: plan (method and tile), pack (weights), and one emitter per method."""

@@ -1,0 +1,87 @@
+"""Conv weights in the layout each method's emitter reads (pure NumPy, one packer per method).
+
+Pure NumPy, so the coordinator's pre-flight lowering and the device produce the same bytes. Every
+packer returns a C-contiguous float32 array; the caller places it 64-byte aligned. Layouts
+(VL = ``target.vector_floats``, MR and NV from :func:`plan.conv_plan`):
+
+* direct / im2col: ``[group, ceil(OCg/MR), C/g*KH*KW, MR]``, rows past OCg zero; K runs over
+  (channel, kh, kw), the order the kernels walk.
+* depthwise: ``[OC, KH*KW]``.
+* transposed (1x1 convs over few pixels, output channels along the vectors): per group, W_g^T
+  packed as ``tiles.pack_gemm_b`` panels, ``[group, ceil(OCg/VL), C/g, VL]``.
+* rows (3x3 over many channels, small outputs): per tile of nv panels of ``plan.column_tiles``,
+  ``[C, KH*KW, nv, VL]``, the tiles one after another (a flat array).
+* winograd (3x3 stride 1): U = G g G^T per transform point, ``[(m+2)^2, ceil(OC/MR), C, MR]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ....target import Target
+from ..tiles import pack_gemm_b
+from .plan import ConvPlan, WinogradGeometry, column_tiles, conv_plan, winograd_gemm_tile
+from .winograd_math import MATS
+
+
+def pack_winograd_weights(Wt: np.ndarray, target: Target, m: int, H: int, W: int, pads) -> np.ndarray:
+    """W[OC, C, 3, 3] -> U = G g G^T per transform point, as GEMM row panels [A, ceil(OC/MR), C, MR]."""
+    OC, C = Wt.shape[:2]
+    A = (m + 2) ** 2
+    mr, _ = winograd_gemm_tile(target, WinogradGeometry.of(target.vector_floats, C, H, W, OC, pads, m), OC)
+    nb = -(-OC // mr)
+    U = np.zeros((A, nb * mr, C))  # [point, output channel (padded to MR rows), input channel]
+    U[:, :OC] = (np.kron(MATS[m][1], MATS[m][1]) @ np.asarray(Wt, dtype=np.float64).reshape(OC * C, 9).T).reshape(A, OC, C)
+    return np.ascontiguousarray(U.reshape(A, nb, mr, C).transpose(0, 1, 3, 2), dtype=np.float32)
+
+
+def _winograd(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
+    return pack_winograd_weights(w, target, p.mr, p.H, p.W, p.pads)
+
+
+def _depthwise(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
+    return np.ascontiguousarray(w.reshape(p.OC, p.T))
+
+
+def _rows(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
+    """Per column tile of nv panels [C, KH*KW, nv, VL]: one contiguous stream."""
+    npan = math.ceil(p.OC / p.vl)
+    out = np.zeros((npan * p.vl, p.Cg, p.T), dtype=np.float32)
+    out[: p.OC] = w.reshape(p.OC, p.Cg, p.T)
+    out = out.reshape(npan, p.vl, p.Cg, p.T)
+    tiles = [out[s: s + nv].transpose(2, 3, 0, 1).ravel() for first, count, nv in column_tiles(npan, p.nv)
+             for s in range(first, first + count * nv, nv)]
+    return np.ascontiguousarray(np.concatenate(tiles))
+
+
+def _transposed(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
+    """Per group, W_g^T [C/g, OC/g] packed as pack_gemm_b panels."""
+    return np.ascontiguousarray(np.stack([pack_gemm_b(wg.reshape(p.OCg, p.Cg), target, trans_b=True)
+                                          for wg in w.reshape(p.group, p.OCg, p.Cg)]))
+
+
+def _row_panels(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
+    """MR-row panels of the weight matrix, per group (direct and im2col)."""
+    nb = math.ceil(p.OCg / p.mr)
+    out = np.zeros((p.group, nb * p.mr, p.K), dtype=np.float32)
+    out[:, : p.OCg, :] = w.reshape(p.group, p.OCg, p.K)
+    return np.ascontiguousarray(out.reshape(p.group, nb, p.mr, p.K).transpose(0, 1, 3, 2))
+
+
+PACKERS: dict[str, Callable[[np.ndarray, ConvPlan, Target], np.ndarray]] = {
+    "winograd": _winograd, "depthwise": _depthwise, "rows": _rows, "transposed": _transposed,
+    "direct": _row_panels, "im2col": _row_panels,
+}
+
+
+def pack_conv_weights(Wt: np.ndarray, target: Target, in_shape, strides=(1, 1), pads=(0, 0, 0, 0),
+                      dilations=(1, 1), group: int = 1) -> np.ndarray:
+    """W[OC, C/g, KH, KW] -> the layout emit_conv2d reads for this geometry (see module doc)."""
+    OC, _, KH, KW = Wt.shape
+    N, C, H, W = in_shape
+    p = conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group)
+    w = Wt if p.method == "winograd" else np.asarray(Wt, dtype=np.float32)
+    return PACKERS[p.method](w, p, target)
