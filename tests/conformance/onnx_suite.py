@@ -288,15 +288,18 @@ def import_case(case: Case) -> Imported:
     def attempt(fixed: dict[str, np.ndarray]) -> Imported:
         return Imported(_guard("import", lambda: import_onnx(case.model, constant_inputs=fixed)), frozenset(fixed))
 
-    try:
-        imported = attempt({})
-    except _Failed as f:
-        needed = set(f.constant_inputs)
-        values = {name: [ins[k] for ins, _ in case.data_sets] for k, name in enumerate(case.inputs) if name in needed}
-        if not needed or needed - set(values) or any(
-                not all(np.array_equal(v[0], w) for w in v[1:]) for v in values.values()):
-            raise
-        imported = attempt({name: v[0] for name, v in values.items()})
+    fixed: dict[str, np.ndarray] = {}
+    while True:  # one node may need several inputs fixed, found one attempt at a time
+        try:
+            imported = attempt(fixed)
+            break
+        except _Failed as f:
+            needed = set(f.constant_inputs) - set(fixed)
+            values = {name: [ins[k] for ins, _ in case.data_sets] for k, name in enumerate(case.inputs) if name in needed}
+            if not needed or needed - set(values) or any(
+                    not all(np.array_equal(v[0], w) for w in v[1:]) for v in values.values()):
+                raise
+            fixed.update({name: v[0] for name, v in values.items()})
     if len(imported.outputs) != len(case.data_sets[0][1]):
         raise _Failed("import error", f"{len(imported.outputs)} outputs, expected {len(case.data_sets[0][1])}")
     return imported
