@@ -20,6 +20,7 @@ from ..ir.dtypes import DType
 from . import irhelpers as h
 from . import mathfns as m
 from .halfprec import float_convert
+from . import trigfns as t
 
 Scalar = Callable[[ir.IRBuilder, Sequence[ir.Value], Mapping, DType], ir.Value]
 
@@ -56,6 +57,22 @@ def _safe_sdiv(b, x, y):
 def _safe_udiv(b, x, y):
     zero = ir.Constant(y.type, 0)
     return b.udiv(x, b.select(b.icmp_unsigned("==", y, zero), ir.Constant(y.type, 1), y))
+
+
+def _int_pow(b, x, y, signed: bool):
+    """x**|y| by squaring over every bit of y (wrapping as the reference's NumPy power does); a
+    negative y truncates 1/x**|y| toward zero: 0 unless |x| is 1."""
+    ty = x.type
+    one, zero = ir.Constant(ty, 1), ir.Constant(ty, 0)
+    neg = b.icmp_signed("<", y, zero) if signed else ir.Constant(h.I1, 0)
+    e = b.select(neg, b.sub(zero, y), y)
+    acc, base = one, x
+    for k in range(ty.width):
+        bit = b.icmp_unsigned("!=", b.and_(b.lshr(e, ir.Constant(ty, k)), one), zero)
+        acc = b.select(bit, b.mul(acc, base), acc)
+        base = b.mul(base, base)
+    unit = b.or_(b.icmp_unsigned("==", x, one), b.icmp_signed("==", x, ir.Constant(ty, -1)) if signed else ir.Constant(h.I1, 0))
+    return b.select(b.and_(neg, b.not_(unit)), zero, acc)
 
 
 def _cmp(fop: str, sop: str) -> Scalar:
@@ -123,7 +140,8 @@ ELEMENT_EMITTERS: Mapping[str, Scalar] = {
     "Mul": _fold("fmul", "mul"),
     "Div": _by_kind(_fl(lambda b, x, y, a: b.fdiv(x, y)), lambda b, xs, a, dt: _safe_sdiv(b, *xs),
                     lambda b, xs, a, dt: _safe_udiv(b, *xs)),
-    "Pow": _fl(lambda b, x, y, a: m.pow_(b, x, y)),
+    "Pow": _by_kind(_fl(lambda b, x, y, a: m.pow_(b, x, y)), lambda b, xs, a, dt: _int_pow(b, *xs, signed=True),
+                    lambda b, xs, a, dt: _int_pow(b, *xs, signed=False)),
     "Max": _minmax(">", "llvm.maximum"),
     "Min": _minmax("<", "llvm.minimum"),
     "Equal": _cmp("==", "=="),
@@ -131,6 +149,99 @@ ELEMENT_EMITTERS: Mapping[str, Scalar] = {
     "Greater": _cmp(">", ">"),
 }
 """op -> element emitter. Every op listed gets the generic elementwise kernel in both backends."""
+
+
+def _logic(op: str) -> Scalar:
+    """Bools (0/1 bytes) and integers alike: bit operations keep 0/1 inputs 0/1."""
+    return lambda b, xs, a, dt: _fold_int(b, op, xs)
+
+
+def _fold_int(b, op, xs):
+    acc = xs[0]
+    for y in xs[1:]:
+        acc = getattr(b, op)(acc, y)
+    return acc
+
+
+def _shift(b, xs, a, dt):
+    """Counts outside [0, width) (negative ones too: compared unsigned) give 0, or -1 for a right
+    shift of a negative signed value (LLVM leaves them undefined)."""
+    x, y = xs
+    ty = x.type
+    zero = ir.Constant(ty, 0)
+    out = b.icmp_unsigned(">=", y, ir.Constant(ty, ty.width))
+    count = b.select(out, zero, y)
+    if a["direction"] == "LEFT":
+        return b.select(out, zero, b.shl(x, count))
+    if dt not in h.SIGNED:
+        return b.select(out, zero, b.lshr(x, count))
+    return b.ashr(x, b.select(out, ir.Constant(ty, ty.width - 1), count))
+
+
+def _sign(b, xs, a, dt):
+    x = xs[0]
+    zero, one = (m.fconst(x, 0.0), m.fconst(x, 1.0)) if dt.is_float else (ir.Constant(x.type, 0), ir.Constant(x.type, 1))
+    if dt.is_float:
+        pos, neg = b.fcmp_ordered(">", x, zero), b.fcmp_ordered("<", x, zero)
+        return b.select(pos, one, b.select(neg, b.fneg(one), x))  # 0 and NaN stay
+    if dt not in h.SIGNED:
+        return b.select(b.icmp_unsigned(">", x, zero), one, zero)
+    return b.select(b.icmp_signed(">", x, zero), one, b.select(b.icmp_signed("<", x, zero), ir.Constant(x.type, -1), zero))
+
+
+def _mod(b, xs, a, dt):
+    x, y = xs
+    if dt.is_float:
+        r = b.frem(x, y)
+        if a["fmod"]:
+            return r
+        zero = m.fconst(x, 0.0)
+        fix = b.and_(b.fcmp_ordered("!=", r, zero), b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
+        return b.select(fix, b.fadd(r, y), r)
+    zero = ir.Constant(y.type, 0)
+    safe = b.select(b.icmp_unsigned("==", y, zero), ir.Constant(y.type, 1), y)
+    if dt not in h.SIGNED:
+        return b.select(b.icmp_unsigned("==", y, zero), zero, b.urem(x, safe))
+    r = b.select(b.icmp_signed("==", y, zero), zero, b.srem(x, safe))
+    if a["fmod"]:
+        return r
+    fix = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
+    return b.select(fix, b.add(r, y), r)
+
+
+def _is_inf(b, x, a):
+    pos = b.fcmp_ordered("==", x, m.fconst(x, float("inf")))
+    neg = b.fcmp_ordered("==", x, m.fconst(x, float("-inf")))
+    hit = b.or_(b.and_(pos, ir.Constant(h.I1, a["detect_positive"] != 0)), b.and_(neg, ir.Constant(h.I1, a["detect_negative"] != 0)))
+    return b.zext(hit, h.I8)
+
+
+def _mean(b, x, *rest):
+    *ys, a = rest
+    acc = x
+    for y in ys:
+        acc = b.fadd(acc, y)
+    return b.fdiv(acc, m.fconst(x, float(len(ys) + 1)))
+
+
+ELEMENT_EMITTERS = {
+    **ELEMENT_EMITTERS,
+    "And": _logic("and_"), "Or": _logic("or_"), "Xor": _logic("xor"),
+    "Not": lambda b, xs, a, dt: b.xor(xs[0], ir.Constant(xs[0].type, 1)),
+    "BitwiseAnd": _logic("and_"), "BitwiseOr": _logic("or_"), "BitwiseXor": _logic("xor"),
+    "BitwiseNot": lambda b, xs, a, dt: b.not_(xs[0]),
+    "BitShift": _shift,
+    "GreaterOrEqual": _cmp(">=", ">="), "LessOrEqual": _cmp("<=", "<="),
+    "IsNaN": _fl(lambda b, x, a: b.zext(b.fcmp_unordered("uno", x, x), h.I8)),
+    "IsInf": _fl(_is_inf),
+    "Floor": _fl(lambda b, x, a: h.call_intrinsic(b, "llvm.floor", x)),
+    "Ceil": _fl(lambda b, x, a: h.call_intrinsic(b, "llvm.ceil", x)),
+    "Round": _fl(lambda b, x, a: h.call_intrinsic(b, "llvm.rint", x)),
+    "Sign": _sign, "Mod": _mod, "Mean": _fl(_mean),
+    **{name: _fl(lambda b, x, a, fn=fn: fn(b, x)) for name, fn in (
+        ("Sin", t.sin), ("Cos", t.cos), ("Tan", t.tan), ("Asin", t.asin), ("Acos", t.acos), ("Atan", t.atan),
+        ("Sinh", t.sinh), ("Cosh", t.cosh), ("Asinh", t.asinh), ("Acosh", t.acosh), ("Atanh", t.atanh))},
+}
 
 
 def scalar_fn(op: str, attrs: Mapping, dtype: DType) -> Callable[[ir.IRBuilder, list[ir.Value]], ir.Value]:

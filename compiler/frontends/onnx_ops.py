@@ -99,6 +99,12 @@ DIRECT_VERSIONS = {
     "HardSwish": (14, 22), "GlobalAveragePool": (1, 22), "MatMul": (1, 9, 13),
     "LeakyRelu": (6, 16), "HardSigmoid": (6, 22), "Gelu": (20,), "LRN": (1, 13), "Gemm": (7, 9, 11, 13),
     "Flatten": (1, 9, 11, 13, 21, 23, 24, 25), "Concat": (4, 11, 13), "Gather": (1, 11, 13),
+    "And": (7,), "Or": (7,), "Xor": (7,), "Not": (1,), "BitwiseAnd": (18,), "BitwiseOr": (18,),
+    "BitwiseXor": (18,), "BitwiseNot": (18,), "BitShift": (11, 28), "GreaterOrEqual": (12, 16),
+    "LessOrEqual": (12, 16), "IsNaN": (9, 13, 20), "IsInf": (10, 20), "Floor": _UNARY, "Ceil": _UNARY,
+    "Round": (11, 22), "Sign": (9, 13), "Mod": (10, 13, 28), "Mean": (8, 13),
+    **{op: (7, 22) for op in ("Sin", "Cos", "Tan", "Asin", "Acos", "Atan")},
+    **{op: (9, 22) for op in ("Sinh", "Cosh", "Asinh", "Acosh", "Atanh")},
 }
 """The op versions each ``same_as_onnx`` op of the op table implements (every such op needs one)."""
 
@@ -112,9 +118,7 @@ def _direct(ctx: NodeCtx) -> list:
 
 
 @translates(**{op: every_version(op) for op in (
-    "Mod", "Floor", "Ceil", "Round", "Sign", "Not", "And", "Or", "Xor", "GreaterOrEqual", "LessOrEqual",
-    "ReduceProd", "ReduceMin", "ArgMax", "ArgMin", "Range", "Mean", "CumSum", "NonZero", "Tile", "Trilu",
-    "Sin", "Cos", "IsNaN", "IsInf")})
+    "ReduceProd", "ReduceMin", "ArgMax", "ArgMin", "Range", "CumSum", "NonZero", "Tile", "Trilu")})
 def evaluated(ctx: NodeCtx) -> list:
     """ONNX ops outside op set v1 that exporters use for shape arithmetic: the importer evaluates them
     (:func:`evaluate_foreign`) when every input is known, and reports them unsupported otherwise;
@@ -132,10 +136,13 @@ def _pow(ctx: NodeCtx) -> list:
 
 @translates(PRelu=(7, 9, 16))
 def _prelu(ctx: NodeCtx) -> list:
-    x = ctx.x(0)
-    zero = ctx.constant(np.zeros((), ctx.type(0).dtype.numpy), "zero")
+    x, slope, t, st = ctx.x(0), ctx.x(1), ctx.type(0), ctx.type(1)
+    if st.rank == 1 and t.rank > 2 and st.shape[0] not in (1, t.shape[-1]) and st.shape[0] == t.shape[1]:
+        # a per-channel slope as opsets before 7 wrote it (lifted models keep it so)
+        slope = ctx.tmp("Reshape", [slope], "slope", shape=[-1] + [1] * (t.rank - 2))
+    zero = ctx.constant(np.zeros((), t.dtype.numpy), "zero")
     negative = ctx.tmp("Less", [x, zero], "negative")
-    scaled = ctx.tmp("Mul", [x, ctx.x(1)], "scaled")
+    scaled = ctx.tmp("Mul", [x, slope], "scaled")
     return [ctx.emit("Where", [negative, scaled, x])]
 
 

@@ -22,7 +22,7 @@ INTS = frozenset({DType.I8, DType.U8, DType.I32, DType.I64})
 
 
 def _lowest(dtype: np.dtype):
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    return -np.inf if dtype.kind == "f" else False if dtype.kind == "b" else np.iinfo(dtype).min
 
 
 def _sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -50,7 +50,7 @@ class Reduction:
 REDUCTIONS = (
     Reduction("ReduceMean", _mean, FLOATS),
     Reduction("ReduceSum", _sum, FLOATS | {DType.I32, DType.I64}),
-    Reduction("ReduceMax", _max, FLOATS | INTS),
+    Reduction("ReduceMax", _max, FLOATS | INTS | {DType.BOOL}),
 )
 
 

@@ -233,6 +233,7 @@ def reduce(ctx: OpContext) -> list[Loop]:
     R = math.prod(red)
     ty = h.LLTYPE[ctx.in_types[0].dtype]
     op = ctx.node_op
+    signed = ctx.in_types[0].dtype in h.SIGNED
     out_st = h.contiguous_strides([xs[d] for d in kept])
 
     def body(b, idx, i):
@@ -244,11 +245,12 @@ def reduce(ctx: OpContext) -> list[Loop]:
             v = ctx.load(0, b.add(base, lin(b, [b.urem(b.udiv(r, h.i64(math.prod(red[j + 1:]))), h.i64(red[j]))
                                                 for j in range(len(red))], [st[d] for d in axes])))
             if op == "ReduceMax":
-                return b.select(b.fcmp_ordered(">", v, acc) if h.is_float(ty) else b.icmp_signed(">", v, acc), v, acc)
+                return b.select(b.fcmp_ordered(">", v, acc) if h.is_float(ty) else
+                                (b.icmp_signed if signed else b.icmp_unsigned)(">", v, acc), v, acc)
             return b.fadd(acc, v) if h.is_float(ty) else b.add(acc, v)
 
         init = h.const(ty, -math.inf if op == "ReduceMax" else 0.0) if h.is_float(ty) else \
-            ir.Constant(ty, -(2 ** (ty.width - 1)) if op == "ReduceMax" else 0)
+            ir.Constant(ty, -(2 ** (ty.width - 1)) if op == "ReduceMax" and signed else 0)
         acc = acc_loop(b, R, init, step)
         if op == "ReduceMean":
             acc = b.fdiv(acc, h.const(ty, float(R)))

@@ -23,6 +23,10 @@ from cuvil.compiler.errors import CompileError
 from cuvil.devices import resolve_target
 from cuvil.edge_runtime import jit
 from tests.compiler.codegen.gpu_sim import SimulatedGpu
+from tests.compiler.codegen.test_kernels_math import (  # noqa: F401  (re-run here on the simulated GPU)
+    test_bitshift, test_float_unary_math, test_logic, test_math_near_zero_keeps_relative_accuracy, test_mean_and_integer_pow,
+    test_mod, test_not_isnan_isinf_and_inclusive_comparisons, test_sign_and_bitwise_on_integers,
+)
 from tests.compiler.codegen.test_kernels import (  # noqa: F401  (re-run here on the simulated GPU)
     test_avg_pool, test_batch_norm, test_binary, test_binary_int, test_cast, test_compare, test_concat_split, test_conv,
     test_fused_conv, test_fused_elementwise, test_fused_gemm, test_gather, test_gelu_tanh_and_wide_ranges, test_gemm,
@@ -158,3 +162,29 @@ def test_symbolic_batch_on_the_simulated_gpu():
     feeds = {"x": np.random.default_rng(2).standard_normal((6, 3, 9, 9)).astype(np.float32)}
     got = SimulatedGpu(lower_ptx(graph, gpu_target("t", "sm_87"), batch=6)).run(feeds)
     np.testing.assert_allclose(got[z], run_reference(graph, feeds)[z], rtol=RTOL, atol=ATOL)
+
+
+ELEMENTWISE_PTX = {  # op -> operand dtypes of one node each (f32 and f16 math, integer and bool logic)
+    **{op: ["float32"] for op in ("Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
+                                  "Cosh", "Asinh", "Acosh", "Atanh", "IsNaN", "IsInf")},
+    **{op: ["float16"] for op in ("Sin", "Atan", "Acosh")},
+    **{op: ["bool", "bool"] for op in ("And", "Or", "Xor")}, "Not": ["bool"],
+    **{op: ["int32", "int32"] for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitShift", "Mod", "Pow")},
+    "BitwiseNot": ["int64"], "Mean": ["float32"] * 3, "GreaterOrEqual": ["int64"] * 2, "LessOrEqual": ["float32"] * 2,
+}
+
+
+@pytest.mark.skipif(not shutil.which("ptxas"), reason="ptxas (CUDA toolkit) not installed")
+def test_elementwise_math_and_logic_assemble_with_ptxas(tmp_path):
+    from cuvil.compiler import DType, TensorType
+    from cuvil.compiler.frontends.builder import GraphBuilder
+
+    gb = GraphBuilder("ops")
+    outs = []
+    for k, (op, dtypes) in enumerate(ELEMENTWISE_PTX.items()):
+        xs = [gb.input(f"x{k}_{i}", TensorType(DType.from_numpy(np.dtype(d)), (7, 33))) for i, d in enumerate(dtypes)]
+        attrs = {"direction": "RIGHT"} if op == "BitShift" else {}
+        outs += gb.add(op, xs, name=f"n{k}", **attrs)
+    program = lower_ptx(gb.build(outs), gpu_target("ops", "sm_87"))
+    done = ptxas(jit.emit_assembly(program.llvm_ir, program.target), "sm_87", tmp_path)
+    assert done.returncode == 0, done.stderr[:2000]

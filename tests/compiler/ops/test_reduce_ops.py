@@ -98,7 +98,13 @@ def test_reduce_rejects_bad_operands(op, case):
         infer(op, [shape], **attrs)
 
 
-@pytest.mark.parametrize("op,dtype", [("ReduceMean", DType.I32), ("ReduceSum", DType.BOOL), ("ReduceMax", DType.BOOL)])
+@pytest.mark.parametrize("op,dtype", [("ReduceMean", DType.I32), ("ReduceSum", DType.BOOL), ("ReduceMean", DType.BOOL)])
 def test_reduce_rejects_unsupported_dtypes(op, dtype):
     with pytest.raises(ShapeError):
         infer(op, [(2, 3)], dtype=dtype)
+
+
+def test_reduce_max_of_bools_is_any():
+    x = np.array([[True, False], [False, False]])
+    assert run_cuvil("ReduceMax", [x], axes=(1,), keepdims=0)[0].tolist() == [True, False]
+    assert run_cuvil("ReduceMax", [np.zeros((2, 0), bool)], axes=(1,), keepdims=0)[0].tolist() == [False, False]
