@@ -2,13 +2,17 @@
 
 ``verify_bundle_mod`` runs before the evaluate handler: it checks the pushed (or held) bundle's
 signature against the device's trusted keys and refuses the message otherwise, so no handler ever
-sees an unverified model. Every message may run in a fresh process (deployment), so all state lives
-in the device's state directory; the compile cache there is what makes a second round cheap.
+sees an unverified model. The verified model reaches the handler through a context variable the mod
+sets for the duration of that one call (:class:`Verified`): nothing outlives the message. Every
+message may run in a fresh process (deployment), so all state lives in the device's state
+directory; the compile cache there is what makes a second round cheap.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from flwr.app import Context, Message
@@ -16,6 +20,7 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
 
 from ..compiler.errors import BundleError, CuvilError
+from ..edge_runtime.loader import Model
 from ..edge_runtime.privacy.errors import PrivacyRefusal, RefusalCode
 from ..edge_runtime.training import TrainingError
 from . import device_train, device_versions, fleet, messages
@@ -26,14 +31,22 @@ from .messages import Code
 _REFUSAL_CODES = {RefusalCode.BUDGET_EXHAUSTED: Code.BUDGET_EXHAUSTED,
                   RefusalCode.PARAMS_REJECTED: Code.PARAMS_REJECTED,
                   RefusalCode.LEDGER_UNAVAILABLE: Code.LEDGER_UNAVAILABLE}
-_VERIFIED: dict[int, tuple[Any, bool]] = {}  # id(message) -> (verified Model, bundle was held): mod -> handler
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What the verify mod hands a handler: the verified model, and whether the device held it."""
+
+    model: Model
+    held: bool
 
 
 def _device(context: Context, overrides: Mapping[str, Any]) -> DeviceState:
     return fleet.resolve_device(context.node_config, {**context.run_config, **overrides})
 
 
-def make_verify_mod(overrides: Mapping[str, Any] | None = None):
+def make_verify_mod(verified: ContextVar[Verified | None], overrides: Mapping[str, Any] | None = None) -> Mod:
+    """The mod that verifies a message's bundle and sets ``verified`` while the handler runs."""
     overrides = dict(overrides or {})
 
     def verify_bundle_mod(msg: Message, context: Context, call_next) -> Message:
@@ -48,11 +61,11 @@ def make_verify_mod(overrides: Mapping[str, Any] | None = None):
             return messages.error_reply(msg, Code.SIGNATURE_REJECTED, str(e))
         except CuvilError as e:
             return messages.error_reply(msg, Code.DEVICE_ERROR, str(e))
-        _VERIFIED[id(msg)] = (model, held)
+        token = verified.set(Verified(model, held))
         try:
             return call_next(msg, context)
         finally:
-            _VERIFIED.pop(id(msg), None)
+            verified.reset(token)
 
     return verify_bundle_mod
 
@@ -70,17 +83,17 @@ def make_client_app(overrides: Mapping[str, Any] | None = None, mods: Sequence[M
         except CuvilError as e:
             return messages.error_reply(msg, Code.DEVICE_ERROR, str(e))
 
-    verify = make_verify_mod(overrides)
+    verified: ContextVar[Verified | None] = ContextVar("cuvil_verified_bundle", default=None)
+    verify = make_verify_mod(verified, overrides)
 
     def verified_handler(work: Callable[[Message, DeviceState, Any, bool, dict[str, Any]], Message]):
         """A handler that runs ``work`` on the model the mod verified; every failure becomes a typed reply."""
         def handler(msg: Message, context: Context) -> Message:
-            verified = _VERIFIED.get(id(msg))
-            if verified is None:  # fail closed: no handler ever runs a model the mod did not verify
+            bundle = verified.get()
+            if bundle is None:  # fail closed: no handler ever runs a model the mod did not verify
                 return messages.error_reply(msg, Code.SIGNATURE_REJECTED, "bundle was not verified")
-            model, held = verified
             try:
-                return work(msg, _device(context, overrides), model, held, messages.request_config(msg))
+                return work(msg, _device(context, overrides), bundle.model, bundle.held, messages.request_config(msg))
             except PrivacyRefusal as e:
                 return messages.error_reply(msg, _REFUSAL_CODES[e.code], str(e))
             except TrainingError as e:

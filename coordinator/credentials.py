@@ -26,6 +26,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ..compiler.atomic_file import atomic_write
 from ..compiler.errors import CuvilError
+from .identity import fingerprint
 
 _DNS_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 MAX_DAYS = 3650
@@ -91,6 +92,12 @@ def make_certificates(out_dir: str | os.PathLike, sans: Sequence[str], days: int
     _write(files.ca_key, _pkcs8(ca_key), private=True)
     _write(files.key, _pkcs8(key), private=True)
     return files
+
+
+def node_key_fingerprint(pub: str | os.PathLike) -> str:
+    """The fingerprint in the identity the coordinator records for a device with this public key."""
+    key = serialization.load_ssh_public_key(Path(pub).read_bytes())
+    return fingerprint(key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
 
 def make_node_key(path: str | os.PathLike, force: bool = False) -> tuple[Path, Path]:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..compiler.errors import CuvilError
+from ..edge_runtime import runner
 from ..edge_runtime.loader import Model, load, load_bytes
 from ..edge_runtime.privacy.ledger import PrivacyFloors, PrivacyLedger
 from ..edge_runtime.private import private_dir
@@ -38,7 +39,6 @@ from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS
 from ..edge_runtime.privacy.release import check_params, release_report
 from ..edge_runtime.training import TrainingCapability, training_capability
 from ..edge_runtime.trust import TrustStore
-from . import foreign
 from .device_class import device_class, isa, threads
 
 _HASH_CHARS = set("0123456789abcdef")
@@ -181,13 +181,13 @@ class DeviceState:
         from ..devices import resolve_profile
 
         prof = resolve_profile(self.profile)
-        emulated = not foreign.native(prof)
+        emulated = not runner.native(prof)
         can = self.training_capability()
         return {
             "device_id": self.device_id, "profile": device_class(self.profile), "arch": prof.arch, "cpu": prof.cpu,
             "features": ",".join(prof.features), "isa": isa(prof), "threads": threads(),
             "runtime_version": runtime_version(),
-            "emulated": int(emulated), "emulator": foreign.emulator_name(prof),
+            "emulated": int(emulated), "emulator": runner.emulator_name(prof),
             "held_bundles": self.held_hashes(), "free_memory_bytes": _free_memory(),
             "can_train": int(can.can_train), "train_reason": can.reason,
         }
@@ -211,22 +211,22 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
         x, y = state.dataset()
         n = min(len(x), params.max_examples)
         x, y = x[:n], y[:n]
-        runner = foreign.prepare(model, prof, state.cache_dir)
-        in_name, in_shape = runner.input_name, runner.input_shape
-        outs = runner.run_many([{in_name: x[i].reshape(in_shape)} for i in range(n)])
+        compiled = runner.prepare(model, prof, state.cache_dir)
+        in_name, in_shape = compiled.input_name, compiled.input_shape
+        outs = compiled.run_many([{in_name: x[i].reshape(in_shape)} for i in range(n)])
         probs = _probabilities(np.concatenate([next(iter(o.values())).reshape(1, -1) for o in outs])) \
             if n else np.zeros((0, 1))
         correct = probs.argmax(axis=1) == y
         losses = -np.log(np.clip(probs[np.arange(n), y], 1e-12, 1.0))
         # Latency on synthetic inputs of the static shape: no private information, no budget.
         synthetic = np.random.default_rng(0).standard_normal(in_shape).astype(np.float32)
-        lat = runner.latency({in_name: synthetic}, request.latency_warmup, request.latency_runs,
-                             request.latency_budget_s)
+        lat = compiled.latency({in_name: synthetic}, request.latency_warmup, request.latency_runs,
+                               request.latency_budget_s)
         noisy, spent = release_report(ledger, state.dataset_name, request.release_id, correct, losses, params)
     finally:
         ledger.close()
-    return EvalReport.build(noisy, spent, lat, emulated=runner.emulated, compile_ms=runner.compile_ms,
-                            cache_hit=runner.cache_hit, arena_bytes=runner.arena_bytes,
+    return EvalReport.build(noisy, spent, lat, emulated=compiled.emulated, compile_ms=compiled.compile_ms,
+                            cache_hit=compiled.cache_hit, arena_bytes=compiled.arena_bytes,
                             bundle_was_cached=bundle_was_cached)
 
 

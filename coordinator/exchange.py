@@ -39,6 +39,9 @@ class Reply:
 
 class Transport(Protocol):
     def node_ids(self) -> list[int]: ...
+    def node_keys(self) -> Mapping[int, bytes] | None:
+        """Node id -> the public key the node authenticated with; None where this process provisioned
+        every node itself (simulation), so a node's name is its identity (:mod:`.identity`)."""
     def send(self, requests: Sequence[Request]) -> list[str | None]: ...
     def poll(self, handles: Collection[str]) -> list[Reply]: ...
 

@@ -4,6 +4,10 @@ In deployment the ServerApp writes them through Flower's logger, which Flower st
 ``flwr run --stream``: the inventory, each round's start (devices sampled, bundle pushes), each
 reply as it arrives (for rounds of up to :data:`EACH_REPLY_UP_TO` devices; larger rounds show a
 count), a line at least every few seconds while a stage waits, each round's end, and the A/B verdict.
+
+Device ids, classes and failure reasons are whatever a device sent: every string of an event is made
+printable (:func:`printable_event`) before it is formatted, so no escape sequence or line break a
+device chose reaches the terminal or the log.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from logging import INFO
 from typing import Any
 
 from flwr.common import log
+
+from ..compiler.printable import printable
 
 from .aggregate import OVERALL
 
@@ -99,10 +105,25 @@ class ProgressLog:
 
     def __call__(self, event: str, **kw: Any) -> None:
         fmt = FORMATS.get(event)
-        line = fmt(kw) if fmt else None
+        line = fmt(printable_event(kw)) if fmt else None
         if line:
             for part in line.split("\n"):
                 self.write(part)
+
+
+def printable_event(kw: Mapping[str, Any]) -> dict[str, Any]:
+    """An event's fields with every string (keys of mappings included) made printable."""
+    return {k: _printable(v) for k, v in kw.items()}
+
+
+def _printable(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, Mapping):
+        return {_printable(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_printable(v) for v in value]
+    return value
 
 
 def _flower_info(line: str) -> None:

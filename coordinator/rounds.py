@@ -24,12 +24,14 @@ import numpy as np
 from .aggregate import ClassAggregate, aggregate_round, compare
 from .config import RunConfig
 from .exchange import Reply, Request, Transport, exchange
+from .identity import device_identity
 from .messages import Code, classify
 from .schema import ReportBounds, check_report
 from ..edge_runtime.report import ReportError
 from .update_check import UPDATE_CLIP_KEY, check_update
 from .store import DeviceRecord, ResultsStore, StoreError
 
+MAX_HELD = 1000  # bundle hashes read from one device's info, at most
 HEARTBEAT_EVERY_S = 5.0  # the run's heartbeat in the store (how a restarted coordinator knows this one is alive)
 
 
@@ -132,6 +134,7 @@ class Coordinator:
     def inventory(self, nodes: Sequence[int] | None = None) -> dict[int, DeviceView]:
         """Ask every (new) node for its device info; nodes that do not answer in time are left out."""
         nodes = [n for n in (self.wait_for_nodes() if nodes is None else nodes) if n not in self.devices]
+        keys = self.t.node_keys() if nodes else None
         answered = [0]
 
         def on_reply(req: Request, rep: Reply) -> None:
@@ -141,11 +144,13 @@ class Coordinator:
                 return
             p = rep.payload
             try:
-                view = DeviceView(req.node_id, str(p["device_id"]), str(p["profile"]), bool(p["emulated"]),
-                                  set(p.get("held_bundles", [])), dict(p))
-                record = DeviceRecord(view.device_id, view.profile, str(p.get("cpu", "")), str(p.get("features", "")),
-                                      str(p.get("runtime_version", "")), view.emulated, str(p.get("isa", "")),
-                                      int(p.get("threads", 0)))
+                identity = device_identity(p["device_id"], req.node_id, keys)
+                held = [str(h) for h in p.get("held_bundles", [])][:MAX_HELD]
+                view = DeviceView(req.node_id, identity, _text(p["profile"]), bool(p["emulated"]), set(held), dict(p))
+                record = DeviceRecord(view.device_id, view.profile, _text(p.get("cpu", "")),
+                                      _text(p.get("features", ""), 2000), _text(p.get("runtime_version", "")),
+                                      view.emulated, _text(p.get("isa", "")), int(p.get("threads", 0)),
+                                      tuple(sorted(h for h in held if _is_hash(h))))
             except (KeyError, TypeError, ValueError) as e:
                 self.emit("inventory_error", node_id=req.node_id, reason=f"bad device info: {e}")
                 return
@@ -374,6 +379,15 @@ class Coordinator:
 
     def _waiter(self, show: Callable[[], None]) -> Callable[[], None]:
         return lambda: self._tick(show)
+
+
+def _text(value: Any, limit: int = 200) -> str:
+    """A string a device sent, cut to ``limit`` characters (it is shown escaped, never obeyed)."""
+    return str(value)[:limit]
+
+
+def _is_hash(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
 def _report_dict(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -30,13 +30,19 @@ CONTENT = {  # request kind -> (message content from config and bundle, Flower m
 
 
 class GridTransport:
-    """:class:`.exchange.Transport` over a Flower Grid; replies are matched by ``reply_to_message_id``."""
+    """:class:`.exchange.Transport` over a Flower Grid; replies are matched by ``reply_to_message_id``.
+    ``simulated``: the grid's nodes are simulated devices this process provisioned (names are trusted)."""
 
-    def __init__(self, grid: Grid):
-        self.grid = grid
+    def __init__(self, grid: Grid, simulated: bool = False):
+        self.grid, self.simulated = grid, simulated
 
     def node_ids(self) -> list[int]:
         return list(self.grid.get_node_ids())
+
+    def node_keys(self) -> dict[int, bytes] | None:
+        if self.simulated:
+            return None
+        return {int(n.node_id): bytes(n.public_key) for n in self.grid.get_nodes()}
 
     def send(self, requests: Sequence[Request]) -> list[str | None]:
         msgs = []
@@ -59,7 +65,8 @@ class GridTransport:
 
 def run_coordinator(grid: Grid, run_config: Mapping[str, Any], on_event: Event | None = None) -> int:
     """Parse the run config and drive one run (or resume one) over ``grid``; return the run id."""
-    return drive_run(GridTransport(grid), RunConfig.from_mapping(run_config), on_event or ProgressLog())
+    cfg = RunConfig.from_mapping(run_config)
+    return drive_run(GridTransport(grid, simulated=bool(cfg.sim_fleet_dir)), cfg, on_event or ProgressLog())
 
 
 def make_server_app(overrides: Mapping[str, Any] | None = None, on_event: Event | None = None) -> ServerApp:

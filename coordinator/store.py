@@ -18,7 +18,9 @@ Schema (columns are only ever added, never renamed or given a new meaning; times
                  asked_at (when the round chose it), asks (messages sent to it, retries and resumes included)
     devices      device_id, profile (the device's class: `host` resolved to the shipped profile naming
                  it), cpu (LLVM CPU name), features, runtime_version, emulated, isa (arch/vector width),
-                 threads (CPUs the device may use), first_seen, last_seen
+                 threads (CPUs the device may use), held_bundles (JSON list of the content hashes it said it
+                 holds at its last inventory), first_seen, last_seen; device_id is the identity of
+                 :mod:`.identity` (bound to the node's key in deployment), never the name alone
     reports      one per (round, device) at most: device_id, profile, emulated, metrics (JSON, the
                  report schema), received_at
     failures     round_id, device_id, kind ('failure' | 'timeout' | 'refused' | 'budget_exhausted'),
@@ -84,7 +86,8 @@ ADDED_COLUMNS = {  # columns added after the first schema: ALTER TABLE'd into ol
     "runs": (("run_key", "TEXT NOT NULL DEFAULT ''"), ("owner", "TEXT NOT NULL DEFAULT ''"),
              ("heartbeat_at", "REAL"), ("reason", "TEXT NOT NULL DEFAULT ''"),
              ("resumed", "INTEGER NOT NULL DEFAULT 0")),
-    "devices": (("isa", "TEXT NOT NULL DEFAULT ''"), ("threads", "INTEGER NOT NULL DEFAULT 0")),
+    "devices": (("isa", "TEXT NOT NULL DEFAULT ''"), ("threads", "INTEGER NOT NULL DEFAULT 0"),
+                ("held_bundles", "TEXT NOT NULL DEFAULT '[]'")),
 }
 RUN_STATUSES = ("running", "finished", "aborted")
 FAILURE_KINDS = ("failure", "timeout", "refused", "budget_exhausted")
@@ -105,6 +108,7 @@ class DeviceRecord:
     emulated: bool
     isa: str = ""  # architecture / vector width, e.g. x86_64/512-bit
     threads: int = 0
+    held_bundles: tuple[str, ...] = ()  # content hashes
 
 
 def this_process() -> str:
@@ -289,12 +293,12 @@ class ResultsStore(TrainingRecords):
         now = time.time()
         self._write(
             "INSERT INTO devices (device_id, profile, cpu, features, runtime_version, emulated, first_seen, last_seen,"
-            " isa, threads) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(device_id) DO UPDATE SET"
+            " isa, threads, held_bundles) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(device_id) DO UPDATE SET"
             " profile=excluded.profile, cpu=excluded.cpu, features=excluded.features,"
             " runtime_version=excluded.runtime_version, emulated=excluded.emulated, last_seen=excluded.last_seen,"
-            " isa=excluded.isa, threads=excluded.threads",
+            " isa=excluded.isa, threads=excluded.threads, held_bundles=excluded.held_bundles",
             (dev.device_id, dev.profile, dev.cpu, dev.features, dev.runtime_version, int(dev.emulated), now, now,
-             dev.isa, int(dev.threads)))
+             dev.isa, int(dev.threads), json.dumps(list(dev.held_bundles))))
 
     def add_report(self, round_id: int, device_id: str, profile: str, emulated: bool, metrics: Mapping[str, Any]) -> bool:
         """Record a device's report; False (and nothing written) if the round already holds one from it."""
@@ -357,7 +361,10 @@ class ResultsStore(TrainingRecords):
         return self._rows("SELECT * FROM comparisons WHERE run_id = ? ORDER BY number, id", (run_id,))
 
     def devices(self) -> list[dict[str, Any]]:
-        return self._rows("SELECT * FROM devices ORDER BY device_id")
+        rows = self._rows("SELECT * FROM devices ORDER BY device_id")
+        for r in rows:
+            r["held_bundles"] = json.loads(r["held_bundles"] or "[]")
+        return rows
 
     def latency_predictions(self, bundle_hash: str) -> list[dict[str, Any]]:
         """Predicted (never measured) latency of one bundle per device profile; none in an older database."""

@@ -83,11 +83,12 @@ def fleet_certs(out_dir: Path, sans: tuple[str, ...], days: int, force: bool) ->
 @click.option("--force", is_flag=True, help="Replace existing files.")
 def fleet_node_key(out_path: Path, force: bool) -> None:
     """Create a SuperNode's authentication key pair (EC P-384, OpenSSH format)."""
-    from .coordinator.credentials import make_node_key
+    from .coordinator.credentials import make_node_key, node_key_fingerprint
 
     priv, pub = make_node_key(out_path, force)
     click.echo(f"private key: {priv}  (the SuperNode's --auth-supernode-private-key)")
     click.echo(f"public key:  {pub}  (register it: flwr supernode register {pub} FEDERATION)")
+    click.echo(f"identity:    NAME@{node_key_fingerprint(pub)}  (how results name the device of this key)")
 
 
 @fleet.command("example")

@@ -27,7 +27,7 @@ class Killed(BaseException):
 class FakeDevice:
     device_id: str
     profile: str
-    behaviour: str = "ok"  # ok | silent | crash | refuse | exhausted | forgetful
+    behaviour: str = "ok"  # ok | silent | crash | refuse | exhausted | forgetful | inflate (accuracy 999)
     held: set = field(default_factory=set)
     accuracy: float = 0.9
     received_bytes: int = 0
@@ -36,6 +36,7 @@ class FakeDevice:
     release_ids: list = field(default_factory=list)  # every release-id it was asked for, in order
     active: str | None = None  # the version it runs (activate / revert messages)
     previous: str | None = None
+    key: bytes = b""  # its node's public key (a fleet where no device has one is treated as simulated)
 
 
 class FakeTransport:
@@ -48,6 +49,11 @@ class FakeTransport:
 
     def node_ids(self):
         return list(self.devices)
+
+    def node_keys(self):
+        if not any(dev.key for dev in self.devices.values()):
+            return None  # like a simulation: names are identities
+        return {n: dev.key for n, dev in self.devices.items()}
 
     def send(self, requests):
         handles = []
@@ -83,7 +89,10 @@ class FakeTransport:
                 acc = self.accuracy_of.get(r.config["bundle-hash"],
                                            dev.accuracy if r.config["bundle-hash"] == self.good_hash else 0.5)
                 dev.released[rid] = device_report(self.n, acc)[0]
-            self.outbox[h] = Reply(h, True, dev.released[rid])
+            reply = dev.released[rid]
+            if dev.behaviour == "inflate":
+                reply = {**reply, "dp_correct": 999 * reply["dp_count"]}
+            self.outbox[h] = Reply(h, True, reply)
         return handles
 
     def poll(self, handles):

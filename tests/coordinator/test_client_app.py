@@ -15,7 +15,7 @@ from cuvil.coordinator.device import DeviceState  # noqa: E402
 from cuvil.coordinator.fleet import device_data, host_class  # noqa: E402
 from cuvil.coordinator.messages import Code  # noqa: E402
 from cuvil.coordinator.rounds import BundleRef  # noqa: E402
-from cuvil.coordinator.schema import REPORT_KEYS  # noqa: E402
+from cuvil.coordinator.schema import REPORT_KEYS, ReportBounds, check_report  # noqa: E402
 
 from .fleet_helpers import make_bundle, make_keys  # noqa: E402
 
@@ -54,6 +54,8 @@ def test_evaluate_reports_the_fixed_schema_then_hits_the_cache(setup):
     app, ctx, state, ref, _ = setup
     first = messages.reply_payload(_eval(app, ctx, ref, "rel-a"))
     assert set(first) == set(REPORT_KEYS) and first["bundle_was_cached"] == 0 and first["latency_emulated"] == 0
+    # what the device built, through Flower's MetricRecord, is what the coordinator's check accepts
+    assert check_report(first, ReportBounds(latency_runs=10)).as_metrics() == first
     assert ref.content_hash in state.held_hashes()
     second = messages.reply_payload(_eval(app, ctx, ref, "rel-b", push=False))
     assert second["cache_hit"] == 1 and second["bundle_was_cached"] == 1

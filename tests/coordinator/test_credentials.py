@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import stat
 
@@ -10,7 +11,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from cuvil.coordinator.credentials import CredentialsError, make_certificates, make_node_key, parse_san
+from cuvil.coordinator.credentials import (CredentialsError, make_certificates, make_node_key, node_key_fingerprint,
+                                          parse_san)
+from cuvil.coordinator.identity import fingerprint
 
 
 def test_superlink_certificate_is_signed_by_the_ca_and_names_every_san(tmp_path):
@@ -60,6 +63,16 @@ def test_node_key_is_p384_in_openssh_format(tmp_path):
     assert isinstance(public.curve, ec.SECP384R1) and public.public_numbers() == private.public_key().public_numbers()
     with pytest.raises(CredentialsError, match="--force"):
         make_node_key(tmp_path / "keys" / "device-1")
+
+
+def test_node_key_fingerprint_is_the_one_of_the_key_flower_holds(tmp_path):
+    """Flower holds a registered node's key as PEM SubjectPublicKeyInfo; its DER form's SHA-256 names it."""
+    _, pub = make_node_key(tmp_path / "device-1")
+    key = serialization.load_ssh_public_key(pub.read_bytes())
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    assert node_key_fingerprint(pub) == hashlib.sha256(der).hexdigest()[:16] == fingerprint(pem)
+    assert node_key_fingerprint(make_node_key(tmp_path / "device-2")[1]) != node_key_fingerprint(pub)
 
 
 def test_forced_keys_never_go_through_a_planted_link_or_a_looser_file(tmp_path):

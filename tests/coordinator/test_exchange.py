@@ -16,6 +16,9 @@ class Echo:
     def node_ids(self):
         return []
 
+    def node_keys(self):
+        return None
+
     def send(self, requests):
         handles = []
         for r in requests:

@@ -74,6 +74,17 @@ def test_failures_timeouts_refusals_and_budget_are_counted_apart(store):
     assert agg["all"].failures == {"failure": 1, "refused": 1, "budget_exhausted": 1, "timeout": 1}
 
 
+def test_an_implausible_report_is_a_failure_and_moves_no_estimate(store):
+    devs = make_fleet(d1="inflate")  # d1 claims 999 times as many correct examples as it has
+    coord = _coord(store, devs)
+    coord.inventory()
+    out = coord.evaluate_round(A, 1)
+    assert [(f["device_id"], f["kind"]) for f in out.failures] == [("d1", "failure")]
+    assert out.failures[0]["reason"].startswith("bad report: noisy correct")
+    assert len(store.reports(out.round_id)) == 5 and "d1" not in {r["device_id"] for r in out.reports}
+    assert 0.8 < out.aggregates["all"].accuracy < 1.0  # the honest devices' 0.9
+
+
 def test_a_device_whose_budget_is_spent_is_not_sampled_again_for_that_dataset(store):
     devs = make_fleet(d4="exhausted")
     coord = _coord(store, devs)

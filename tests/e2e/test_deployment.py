@@ -29,6 +29,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
+from cuvil.coordinator.credentials import node_key_fingerprint  # noqa: E402
 from cuvil.coordinator.device import DeviceState  # noqa: E402
 from cuvil.coordinator.device_class import host_class  # noqa: E402
 from cuvil.coordinator.store import ResultsStore  # noqa: E402
@@ -83,6 +84,14 @@ class Fleet:
                 return c.execute(sql, args).fetchall()
         except sqlite3.Error:
             return []
+
+    def identity(self, device: str) -> str:
+        """What the coordinator records the device as: its name bound to its node key's fingerprint."""
+        return f"{device}@{node_key_fingerprint(self.root / 'keys' / f'{device}.pub')}"
+
+    @property
+    def identities(self) -> list[str]:
+        return sorted(self.identity(d) for d in DEVICES)
 
     def releases(self) -> dict[str, int]:
         """Per device: how many releases its privacy ledger has charged."""
@@ -175,7 +184,7 @@ def test_a_killed_serverapp_loses_nothing_and_the_resumed_run_charges_no_device_
     store = _check_complete(fleet, run_id, 1)
     assert next(r for r in store.runs() if r["id"] == run_id)["resumed"] == 1
     (rnd,) = store.rounds(run_id)
-    assert sorted(x["device_id"] for x in store.reports(rnd["id"])) == list(DEVICES)
+    assert sorted(x["device_id"] for x in store.reports(rnd["id"])) == fleet.identities
     # every device asked again (or not) for the same release-id answered from its stored reply
     assert fleet.releases() == {d: before[d] + 1 for d in DEVICES}
     store.close()
@@ -195,7 +204,7 @@ def test_a_killed_superlink_loses_nothing_once_restarted_and_resumed(fleet):
     _resume(fleet, run_id)
     store = _check_complete(fleet, run_id, 1)
     (rnd,) = store.rounds(run_id)
-    assert sorted(x["device_id"] for x in store.reports(rnd["id"])) == list(DEVICES)
+    assert sorted(x["device_id"] for x in store.reports(rnd["id"])) == fleet.identities
     assert fleet.releases() == {d: before[d] + 1 for d in DEVICES}
     store.close()
 
@@ -217,10 +226,12 @@ def test_the_documented_ab_run_shows_progress_and_a_dead_supernode_costs_a_round
     assert [len(store.reports(r["id"])) for r in rounds] == [3, 3, 2]
     (dead,) = store.failures(rounds[2]["id"])
     # the round deadline passed (a timeout), or Flower's heartbeats declared the node gone before it
-    assert dead["device_id"] == "device-3" and (dead["kind"], dead["reason"][:28]) in (
+    # the dead node cost its round no more than the round deadline (default 120 s) and a few seconds
+    assert rounds[2]["finished_at"] - rounds[2]["started_at"] < 120 + 5
+    assert dead["device_id"] == fleet.identity("device-3") and (dead["kind"], dead["reason"][:28]) in (
         ("timeout", "no reply within the round's "), ("failure", "Error: Node Unavailable — Th"))
     devices = {d["device_id"]: d for d in store.devices()}
-    assert set(devices) == set(DEVICES)
+    assert sorted(devices) == fleet.identities
     assert all(d["profile"] == host_class() and d["threads"] > 0 and "/" in d["isa"] for d in devices.values())
     cmp = {c["device_class"]: c for c in store.comparisons(run_id)}
     assert cmp["all"]["devices"] == 2
@@ -229,8 +240,8 @@ def test_the_documented_ab_run_shows_progress_and_a_dead_supernode_costs_a_round
     for line in (f"cuvil run {run_id}: 1 evaluation round(s) of digits-mlp@1, then A/B against digits-mlp@2",
                  f"inventory: 3 devices ({host_class()} 3), 0 silent",
                  "round 1 [eval] digits-mlp@1: 3 devices sampled, bundle pushed to 0",
-                 "  round 1: device-1 reported", "round 2 [ab:B] digits-mlp@2: 3 devices sampled",
-                 f"device-3 {dead['kind']}: {dead['reason'][:28]}",
+                 f"  round 1: {fleet.identity('device-1')} reported", "round 2 [ab:B] digits-mlp@2: 3 devices sampled",
+                 f"{fleet.identity('device-3')} {dead['kind']}: {dead['reason'][:28]}",
                  "A/B: A = digits-mlp@1, B = digits-mlp@2", "  all: 2 devices, A ",
                  f"cuvil run {run_id} finished"):
         assert line in out, line

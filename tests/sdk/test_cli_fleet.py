@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from click.testing import CliRunner
 
 from cuvil.cli import main
@@ -45,6 +47,7 @@ def test_fleet_certs_node_key_and_example(tmp_path):
     assert bad.exit_code == 1 and bad.output.startswith("error: SAN 'no such host'")
     out = CliRunner().invoke(main, ["fleet", "node-key", "--out", str(tmp_path / "keys" / "device-1")])
     assert out.exit_code == 0 and (tmp_path / "keys" / "device-1.pub").read_text().startswith("ecdsa-sha2-nistp384 ")
+    assert re.search(r"^identity: +NAME@[0-9a-f]{16} ", out.output, re.M)
     keys = api.keygen(tmp_path / "author", "author")
     out = CliRunner().invoke(main, ["fleet", "example", "--key", str(keys.private_path), "--out",
                                     str(tmp_path / "ex"), "--devices", "2"])

@@ -1,6 +1,7 @@
 """Running a model as a device of some profile: natively when this host can, emulated when it cannot.
 
-The rest of the coordinator calls :func:`prepare` and never cares which path it got. Native devices
+A device's evaluation (``cuvil.coordinator.device``) calls :func:`prepare` and never cares which path
+it got. Native devices
 compile with the on-disk cache and are timed for real. A device whose ISA is not the host's runs its
 real cross-compiled code under the emulation harness (``cuvil.devices.emulation``, qemu-user); its
 latency is flagged as emulated and never counted as device latency. Where no emulator is installed
@@ -19,9 +20,9 @@ import numpy as np
 
 from ..compiler.ir.infer import bind_batch
 from ..devices.profile import DeviceProfile
-from ..edge_runtime.compile import compile_graph, runnable_here
-from ..edge_runtime.latency import LatencyReport, histogram, measure
-from ..edge_runtime.loader import Model
+from .compile import compile_graph, runnable_here
+from .latency import LatencyReport, histogram, measure
+from .loader import Model
 
 Inputs = Mapping[str, np.ndarray]
 
@@ -86,7 +87,7 @@ def _native_runner(model: Model, target, cache_dir, in_name: str, in_shape: tupl
 def _emulated_runner(model: Model, profile: DeviceProfile, cache_dir: Path, in_name: str,
                      in_shape: tuple[int, ...]) -> Runner:
     """The device's real cross-compiled code, linked into the qemu harness (cached like native code)."""
-    from ..edge_runtime.emulated import EmulatedModel
+    from .emulated import EmulatedModel
 
     t0 = time.perf_counter()
     em = EmulatedModel(model.graph, profile.target(), 1, cache_dir=cache_dir, content_hash=model.content_hash)

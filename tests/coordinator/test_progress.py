@@ -1,0 +1,32 @@
+"""Progress lines: what a device sent reaches the terminal as text, never as escape sequences or lines."""
+
+from __future__ import annotations
+
+from cuvil.coordinator.progress import ProgressLog
+
+from .helpers import HOSTILE
+
+BAD = HOSTILE + "\nforged line: round 9 done"
+
+
+def _lines(event: str, **kw) -> list[str]:
+    out: list[str] = []
+    ProgressLog(out.append)(event, **kw)
+    return out
+
+
+def test_device_strings_are_escaped_in_every_line():
+    lines = (_lines("reply", number=1, device=BAD, ok=False, failure="failure", reason=BAD, done=1, of=2)
+             + _lines("inventory_error", node_id=3, reason=BAD)
+             + _lines("inventory", devices=2, silent=0, classes={BAD: 2})
+             + _lines("ab", a="m@1", b="m@2", comparison={BAD: {"devices": 1, "a": 0.5, "b": 0.6, "diff": 0.1,
+                                                                 "se": 0.01}}))
+    assert len(lines) == 5  # the reply, the inventory error, the inventory, the A/B header and its class
+    assert all(line.isprintable() for line in lines)
+    for line in lines[:3] + lines[4:]:
+        assert "\\x1b]0;owned\\x07" in line and "\\n" in line and "\\u202e" in line
+
+
+def test_plain_lines_are_unchanged():
+    assert _lines("reply", number=1, device="d3", ok=True, failure=None, reason="", done=6, of=6) == [
+        "  round 1: d3 reported (6/6)"]
