@@ -124,6 +124,11 @@ def _latency_figure(hists, edges_ms, predicted_ms, title) -> str:
             xs = [x / scale for pair in zip(lower, edges_ms) for x in pair]
             ys = [n for n in hist for _ in (0, 1)]
             ax.plot(xs, ys, color=colors[cls], label=cls)
+        if any(h[0] for h in measured.values()):  # the first bucket also holds every faster run
+            ax.axvline(edges_ms[0] / scale, color="#555", linestyle=":", linewidth=1)
+            ax.annotate(f"histogram floor: runs ≤ {edges_ms[0] / scale:g} {unit} counted here",
+                        (edges_ms[0] / scale, 1.0), xycoords=("data", "axes fraction"), xytext=(4, -12),
+                        textcoords="offset points", fontsize=7, color="#555")
         ax.set_ylabel("timed runs")
         ax.set_title(title)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, title="measured")

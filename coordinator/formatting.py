@@ -10,6 +10,8 @@ import math
 import re
 import time
 
+from ..edge_runtime.latency import BUCKET_EDGES_MS
+
 # (upper bound in ms, unit, ms per unit): the first whose bound exceeds the value is used
 _DURATION_UNITS = ((1e-3, "ns", 1e-6), (1.0, "µs", 1e-3), (1e3, "ms", 1.0), (math.inf, "s", 1e3))
 
@@ -33,6 +35,14 @@ def duration_ms(ms: float | None) -> str:
     unit, scale = duration_unit(ms)
     v = ms / scale
     return f"{v:.{2 if abs(v) < 10 else 1 if abs(v) < 100 else 0}f} {unit}"
+
+
+def histogram_ms(ms: float | None) -> str:
+    """A percentile read from the latency histogram (a bucket's upper edge): at the first edge it is
+    ``≤ 1.00 µs``, since the first bucket holds every faster run too (the histogram's floor)."""
+    if not missing(ms) and ms <= BUCKET_EDGES_MS[0]:
+        return f"≤ {duration_ms(BUCKET_EDGES_MS[0])}"
+    return duration_ms(ms)
 
 
 def seconds(s: float | None) -> str:

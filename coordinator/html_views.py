@@ -79,8 +79,8 @@ def _class_rows(classes: Mapping[str, ClassAggregate], predicted: Mapping[str, f
         measured = a.latency_devices > 0
         rows.append([
             name, a.devices, fmt.estimate(a.accuracy, a.accuracy_se), fmt.estimate(a.loss, a.loss_se),
-            fmt.duration_ms(a.latency_p50_ms) if measured else ("emulated" if a.emulated_devices else "-"),
-            fmt.duration_ms(a.latency_p99_ms) if measured else "-",
+            fmt.histogram_ms(a.latency_p50_ms) if measured else ("emulated" if a.emulated_devices else "-"),
+            fmt.histogram_ms(a.latency_p99_ms) if measured else "-",
             f"{fmt.duration_ms(predicted[name])} (predicted)" if name in predicted else "-",
             fmt.duration_ms(a.compile_ms_median), a.cache_hits,
             fmt.byte_count(a.arena_bytes_max), fmt.number(a.epsilon_spent_max),
@@ -221,8 +221,9 @@ def overview_content(store: ResultsStore, base: str) -> Safe:
     budget, _ = rv.epsilon_budget({})
     return Safe(f"<h1>Cuvil fleet</h1><h2>Runs</h2>{runs_table(runs, base) if runs else '<p>no runs yet</p>'}"
                 f"<h2>Fleet inventory</h2>{inventory_table(rv.inventory(store), base, budget)}"
-                "<p class='note'>Bundles held: the models a device has reported on. ε spent: the most recent "
-                "total the device reported for its dataset.</p>")
+                "<p class='note'>Bundles held: what the device listed at its last inventory, by model (the models "
+                "it reported on, where it listed none). ε spent: the most recent total the device reported for "
+                "its dataset.</p>")
 
 
 def device_content(store: ResultsStore, device_id: str, base: str) -> Safe:

@@ -33,8 +33,8 @@ def class_rows(aggs: Mapping[str, ClassAggregate]) -> list[list[str]]:
         measured = a.latency_devices > 0
         rows.append([
             name, str(a.devices), fmt.estimate(a.accuracy, a.accuracy_se), fmt.estimate(a.loss, a.loss_se),
-            fmt.duration_ms(a.latency_p50_ms) if measured else ("emulated" if a.emulated_devices else "-"),
-            fmt.duration_ms(a.latency_p90_ms) if measured else "-", fmt.duration_ms(a.latency_p99_ms) if measured else "-",
+            fmt.histogram_ms(a.latency_p50_ms) if measured else ("emulated" if a.emulated_devices else "-"),
+            fmt.histogram_ms(a.latency_p90_ms) if measured else "-", fmt.histogram_ms(a.latency_p99_ms) if measured else "-",
             fmt.duration_ms(a.compile_ms_median), str(a.cache_hits), fmt.byte_count(a.arena_bytes_max),
             fmt.number(a.epsilon_spent_max),
             *(str(a.failures.get(k, 0)) for k in ("failure", "timeout", "refused", "budget_exhausted")),

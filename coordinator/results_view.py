@@ -206,19 +206,23 @@ def failures(store: ResultsStore, summary: RunSummary) -> list[Failure]:
 
 
 def ab_verdicts(store: ResultsStore, summary: RunSummary) -> list[AbVerdict]:
-    """Per A/B round, per class and overall: B - A on the devices that reported both versions."""
-    out = []
+    """Per A/B round, per class and overall: B - A on the devices that reported both versions, as the
+    coordinator stored it (``comparisons``); computed from the stored reports only for an A/B round whose
+    coordinator died before storing its verdict."""
+    out = [AbVerdict(c["number"], c["device_class"], c["devices"], c["model_a"], c["model_b"], c["a"], c["b"],
+                     c["diff"], c["se"]) for c in store.comparisons(summary.run_id)]
+    stored = {v.round_number for v in out}
     by_number: dict[int, dict[str, RoundSummary]] = {}
     for r in summary.rounds:
-        if r.kind in ("ab:A", "ab:B"):
+        if r.kind in ("ab:A", "ab:B") and r.number not in stored:
             by_number.setdefault(r.number, {})[r.kind] = r
     for number, pair in sorted(by_number.items()):
-        if len(pair) != 2:
+        if len(pair) != 2 or pair["ab:B"].finished_at is None:
             continue
         a, b = pair["ab:A"], pair["ab:B"]
         for cls, v in compare(store.reports(a.round_id), store.reports(b.round_id)).items():
             out.append(AbVerdict(number, cls, v["devices"], a.model, b.model, v["a"], v["b"], v["diff"], v["se"]))
-    return out
+    return sorted(out, key=lambda v: (v.round_number, v.device_class == OVERALL, v.device_class))
 
 
 def epsilon_rows(store: ResultsStore, summary: RunSummary) -> list[EpsilonRow]:
@@ -274,9 +278,10 @@ def inventory(store: ResultsStore) -> list[InventoryRow]:
         elif outcome == "budget_exhausted":
             exhausted.add(dev)
     rows = []
+    labels = store.bundle_labels()
     for d in store.devices():
-        listed = d.get("held_bundles")
-        bundles = tuple(str(listed).split(",")) if listed else tuple(held.get(d["device_id"], ()))
+        listed = d.get("held_bundles") or []  # content hashes the device listed at its last inventory
+        bundles = tuple(labels.get(h, h[:12]) for h in listed) or tuple(held.get(d["device_id"], ()))
         threads = d.get("threads")
         rows.append(InventoryRow(d["device_id"], d["profile"], d["cpu"], d.get("isa") or vector_isa(d["features"]),
                                  int(threads) if threads else None, d["runtime_version"], bool(d["emulated"]),

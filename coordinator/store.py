@@ -347,6 +347,10 @@ class ResultsStore(TrainingRecords):
     def rounds(self, run_id: int) -> list[dict[str, Any]]:
         return self._rows("SELECT * FROM rounds WHERE run_id = ? ORDER BY number, id", (run_id,))
 
+    def bundle_labels(self) -> dict[str, str]:
+        """Content hash -> ``name@version`` of every bundle a round evaluated."""
+        return {r["bundle_hash"]: r["model"] for r in self._rows("SELECT DISTINCT bundle_hash, model FROM rounds")}
+
     def reports(self, round_id: int) -> list[dict[str, Any]]:
         rows = self._rows("SELECT * FROM reports WHERE round_id = ? ORDER BY id", (round_id,))
         for r in rows:

@@ -31,3 +31,8 @@ def test_vector_isa_from_features():
     assert fmt.vector_isa("+avx,+avx2,+fma,+avx512f,-prefer-256-bit") == "AVX-512"
     assert fmt.vector_isa("+neon,+sve") == "SVE" and fmt.vector_isa("+neon,+dotprod") == "NEON"
     assert fmt.vector_isa("") == "-"
+
+
+def test_a_percentile_at_the_histogram_floor_says_so():
+    assert fmt.histogram_ms(0.001) == "≤ 1.00 µs"  # the first bucket also holds every faster run
+    assert fmt.histogram_ms(0.0012) == "1.20 µs" and fmt.histogram_ms(None) == "-"

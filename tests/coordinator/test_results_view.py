@@ -56,3 +56,28 @@ def test_inventory_and_device_history(store):
 def test_epsilon_budget_is_the_run_request_or_the_device_default():
     assert rv.epsilon_budget({"dp-epsilon": 1.5}) == (1.5, False)
     assert rv.epsilon_budget({"dp-epsilon": 0.0}) == (3.0, True)
+
+
+def test_the_stored_ab_verdict_is_the_one_shown(tmp_path):
+    path = recorded_run(tmp_path / "r.db")
+    s = ResultsStore(path)
+    s.add_comparison(1, 2, "m@1", "m@2", {"all": {"devices": 6, "a": 0.91, "b": 0.52, "diff": -0.39, "se": 0.011}})
+    s.close()
+    s = ResultsStore.open_read_only(path)
+    (v,) = rv.ab_verdicts(s, rv.run(s, 1))  # what the coordinator decided, not a recomputation
+    assert (v.round_number, v.device_class, v.a, v.b, v.diff, v.se) == (2, "all", 0.91, 0.52, -0.39, 0.011)
+    s.close()
+
+
+def test_bundles_held_are_the_ones_a_device_listed_named_by_their_models(tmp_path):
+    from cuvil.coordinator.store import DeviceRecord
+
+    path = recorded_run(tmp_path / "r.db")
+    s = ResultsStore(path)
+    s.upsert_device(DeviceRecord("d0", "x86-avx2", "haswell", "+avx2", "t", False, "x86_64/256-bit", 8,
+                                 ("a" * 64, "f" * 64)))
+    s.close()
+    s = ResultsStore.open_read_only(path)
+    row = next(r for r in rv.inventory(s) if r.device_id == "d0")
+    assert row.bundles_held == ("m@1", "ffffffffffff") and row.threads == 8
+    s.close()
