@@ -41,12 +41,30 @@ class Verified:
     held: bool
 
 
+# Set by the verify mod for the duration of one handler call, reset after it. Reached only through the
+# two functions below: a ClientApp is pickled into Ray's workers in simulation, and module-level functions
+# travel by reference (a context variable cannot be pickled).
+_VERIFIED: ContextVar[Verified | None] = ContextVar("cuvil_verified_bundle", default=None)
+
+
+def _call_with(verified: Verified, call: Callable[[], Message]) -> Message:
+    token = _VERIFIED.set(verified)
+    try:
+        return call()
+    finally:
+        _VERIFIED.reset(token)
+
+
+def _verified() -> Verified | None:
+    return _VERIFIED.get()
+
+
 def _device(context: Context, overrides: Mapping[str, Any]) -> DeviceState:
     return fleet.resolve_device(context.node_config, {**context.run_config, **overrides})
 
 
-def make_verify_mod(verified: ContextVar[Verified | None], overrides: Mapping[str, Any] | None = None) -> Mod:
-    """The mod that verifies a message's bundle and sets ``verified`` while the handler runs."""
+def make_verify_mod(overrides: Mapping[str, Any] | None = None) -> Mod:
+    """The mod that verifies a message's bundle and hands it to the handler it calls (:class:`Verified`)."""
     overrides = dict(overrides or {})
 
     def verify_bundle_mod(msg: Message, context: Context, call_next) -> Message:
@@ -61,11 +79,7 @@ def make_verify_mod(verified: ContextVar[Verified | None], overrides: Mapping[st
             return messages.error_reply(msg, Code.SIGNATURE_REJECTED, str(e))
         except CuvilError as e:
             return messages.error_reply(msg, Code.DEVICE_ERROR, str(e))
-        token = verified.set(Verified(model, held))
-        try:
-            return call_next(msg, context)
-        finally:
-            verified.reset(token)
+        return _call_with(Verified(model, held), lambda: call_next(msg, context))
 
     return verify_bundle_mod
 
@@ -83,13 +97,12 @@ def make_client_app(overrides: Mapping[str, Any] | None = None, mods: Sequence[M
         except CuvilError as e:
             return messages.error_reply(msg, Code.DEVICE_ERROR, str(e))
 
-    verified: ContextVar[Verified | None] = ContextVar("cuvil_verified_bundle", default=None)
-    verify = make_verify_mod(verified, overrides)
+    verify = make_verify_mod(overrides)
 
     def verified_handler(work: Callable[[Message, DeviceState, Any, bool, dict[str, Any]], Message]):
         """A handler that runs ``work`` on the model the mod verified; every failure becomes a typed reply."""
         def handler(msg: Message, context: Context) -> Message:
-            bundle = verified.get()
+            bundle = _verified()
             if bundle is None:  # fail closed: no handler ever runs a model the mod did not verify
                 return messages.error_reply(msg, Code.SIGNATURE_REJECTED, "bundle was not verified")
             try:
