@@ -13,7 +13,7 @@ from ..compiler.codegen.lower import LoweredModel, lower
 from ..compiler.errors import CompileError
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
-from . import jit
+from . import autotune, jit
 from .cache import CompileCache, cache_key, graph_digest
 from .parallel import Helpers, emit_objects, workers
 from .session import CompileStats, Session
@@ -52,7 +52,7 @@ def auto_jobs(graph: Graph) -> int:
 def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                   cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
                   content_hash: str | None = None, optimize: bool = True, profile: bool = False,
-                  jobs: int | None = None, guard_pages: bool = False) -> Session:
+                  jobs: int | None = None, guard_pages: bool = False, tune: bool | None = None) -> Session:
     """Compile ``graph`` natively for this machine at ``batch``; the whole artifact is cached on disk.
 
     ``content_hash`` (a bundle's hash) is the cache key's content, so a warm start hashes nothing
@@ -62,6 +62,8 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     only; default: :func:`auto_jobs`); the helpers are spawned before lowering, so their start-up
     overlaps it. ``guard_pages=True``: the session's arena and weights lie between inaccessible pages
     (:mod:`.guard`), so an access outside them faults (a testing mode: the weights are copied).
+    ``tune``: time each conv layer's candidate kernels here and keep the fastest (:mod:`.autotune`);
+    default: the target's ``tuning.autotune``. A tuned artifact is cached under this exact CPU.
     """
     tgt = resolve(target)
     if not runnable_here(tgt):
@@ -70,7 +72,10 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                            f"'cuvil run --device {tgt.name}' runs it emulated")
     cache = CompileCache(cache_dir) if use_cache else None
     t0 = time.perf_counter()
-    key = cache_key(f"{content_hash or graph_digest(graph)} optimize={optimize} profile={profile}", tgt, batch) if cache else ""
+    tune = tgt.tuning.autotune if tune is None else tune
+    tuned_on = f" tuned-on={autotune.cpu_identity()}" if tune else ""
+    key = cache_key(f"{content_hash or graph_digest(graph)} optimize={optimize} profile={profile}{tuned_on}", tgt,
+                    batch) if cache else ""
     art = cache.get(key, tgt) if cache else None
     t1 = time.perf_counter()
     if art is not None:
@@ -81,7 +86,8 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                              object_bytes=sum(map(len, art.objects)), cache_ms=(t1 - t0) * 1e3)
         return Session(art.lowered, code, stats, weights=art.weights, guard_pages=guard_pages)
     with Helpers((auto_jobs(graph) if jobs is None else jobs) - 1) as helpers:
-        lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile)
+        tuner = autotune.Retarget() if tune else None
+        lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile, retarget=tuner)
         t2 = time.perf_counter()
         objs = emit_objects(lowered.llvm_ir, tgt, helpers)
     if cache:
@@ -91,7 +97,9 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     t4 = time.perf_counter()
     stats = CompileStats(lower_ms=(t2 - t1) * 1e3, llvm_ms=(t3 - t2) * 1e3, load_ms=(t4 - t3) * 1e3, cache_hit=False,
                          kernel_count=lowered.kernel_count, node_count=lowered.node_count,
-                         object_bytes=sum(map(len, objs)), cache_ms=(t1 - t0) * 1e3)
+                         object_bytes=sum(map(len, objs)), cache_ms=(t1 - t0) * 1e3,
+                         tune_ms=tuner.report.spent_s * 1e3 if tuner and tuner.report else 0.0,
+                         tuned_layers=len(tuner.report.choices) if tuner and tuner.report else 0)
     return Session(lowered, code, stats, guard_pages=guard_pages)
 
 

@@ -152,15 +152,28 @@ def check_resolvable(objs: list[bytes]) -> None:
 def load_object(obj: bytes | list[bytes], entry: str, target: Target) -> LoadedCode:
     """Load host object file(s) into an MCJIT engine of its own (it links them); return the entry points."""
     objs = [obj] if isinstance(obj, bytes) else obj
+    got = load_functions(objs, [entry, f"{entry}_bind", f"{entry}_bound"], target)
+    if not all(got.addresses):
+        raise CompileError(f"entry point {entry!r} not found in the compiled object")
+    return LoadedCode(got.engine, *got.addresses)
+
+
+@dataclass
+class LoadedFunctions:
+    """Named functions of loaded object file(s); the engine keeps their code alive."""
+
+    engine: llvm.ExecutionEngine
+    addresses: tuple[int, ...]
+
+
+def load_functions(objs: list[bytes], names: list[str], target: Target) -> LoadedFunctions:
+    """Load host object files into an engine of their own; the address of each of ``names`` (0: absent)."""
     tm = target_machine(target, jit=True)
     empty = llvm.parse_assembly("")
     empty.triple = tm.triple
-    engine = llvm.create_mcjit_compiler(empty, tm)  # which makes the process's own symbols resolvable
+    engine = llvm.create_mcjit_compiler(empty, tm)
     check_resolvable(objs)
     for one in objs:
         engine.add_object_file(llvm.ObjectFileRef.from_data(one))
     engine.finalize_object()
-    addrs = [engine.get_function_address(name) for name in (entry, f"{entry}_bind", f"{entry}_bound")]
-    if not all(addrs):
-        raise CompileError(f"entry point {entry!r} not found in the compiled object")
-    return LoadedCode(engine, *addrs)
+    return LoadedFunctions(engine, tuple(engine.get_function_address(n) for n in names))

@@ -40,6 +40,8 @@ class CompileStats:
     node_count: int
     object_bytes: int
     cache_ms: float = 0.0  # computing the key and reading (and checking) the cache entry
+    tune_ms: float = 0.0  # on-device autotuning (part of lower_ms)
+    tuned_layers: int = 0  # conv layers whose measured choice replaced the cost model's
 
 
 def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -237,15 +238,19 @@ def entry_name(graph: Graph, batch: int) -> str:
 
 
 def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, emit: bool = True,
-          profile: bool = False) -> LoweredModel:
+          profile: bool = False, retarget: Callable[[Graph, Target], Target] | None = None) -> LoweredModel:
     """Lower ``graph`` for ``target`` at a fixed ``batch`` size (compile once per batch size).
 
     ``emit=False`` skips the kernel bodies and the IR text (``llvm_ir`` is empty), for callers
     that want only weights, plan and sizes (a disk cache hit needs no lowering at all).
     ``profile=True`` adds a cycle counter per node after the scratch region (``Session.profile``).
+    ``retarget(graph, target)`` sees the optimized, batch-bound graph and returns the Target to
+    lower it for (an on-device tuner fixes conv choices there).
     """
     check_graph(graph, batch)  # a LimitError before any work the graph asks for
     g = bind_batch(optimize_graph(graph) if optimize else graph, batch)
+    if retarget is not None:
+        target = retarget(g, target)
     plan = plan_memory(g, batch, alignment=h.ALIGN)
     low = _Lowering(g, target, plan, emit, profile)
     name = entry_name(graph, batch)

@@ -32,13 +32,13 @@ from ....target import Target
 from ..tiles import L2_BUDGET_BYTES, choose_tile, grid_cost, register_count, vector_lanes
 
 WINOGRAD = True  # 3x3 stride-1 convs via Winograd where it was measured to win
-WINOGRAD_WIDTHS = {256}  # vector widths it was measured to win on (AVX2 znver3); tests add others
+WINOGRAD_WIDTHS = {256, 512}  # vector widths it was measured to win on (AVX2 znver3, AVX-512 znver4)
 WINOGRAD_F4 = 4  # large-tile m; F(4x4) errs up to ~2e-5 x max|output| per layer, 2 keeps F(2x2) everywhere
 WINOGRAD_F4_MIN_PIXELS = 256  # F(4x4) from 16x16 outputs up; at 8x8 (4 tiles) F(2x2) is 1.4x faster
 WINOGRAD_BLOCK_BYTES = 4 << 20  # V + M of a block of tile rows: blocking ResNet's layers to L2 sizes gained
 # nothing (U is re-read per block); 64x112x112 (V + M 15 MB unblocked) gained 1.25x at this size
 WINOGRAD_MIN_PIXELS = 64  # 512x4x4 (4 tiles): the 16/9x larger transformed weights dominate, 0.8x
-ROWS_WIDTHS = {256}  # vector widths it was measured on (AVX2 znver3); tests add others
+ROWS_WIDTHS = {256, 512}  # vector widths it was measured on (AVX2 znver3, AVX-512 znver4)
 ROWS_MIN_CHANNELS = 64  # C and OC: measured on ResNet-18's 64..512-channel 3x3 layers
 ROWS_MAX_PIXELS = 64  # up to 8x8 outputs; 16x16 (its 64->128 stride-2 conv) only matched direct
 IM2COL_MAX_PIECES = 2048  # code-size bound on the unrolled im2col row copies (per channel)
@@ -232,17 +232,24 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
         raise ValueError(f"conv_plan: group {group} must divide C={C} and OC={OC}")
     base = dict(N=N, C=C, H=H, W=W, OC=OC, KH=KH, KW=KW, sh=sh, sw=sw, pt=pt, pl=pl, pb=pb, pr=pr,
                 dh=dh, dw=dw, group=group, vl=vl)
+    forced = target.conv_choice((N, C, H, W, OC, KH, KW, tuple(strides), tuple(pads), tuple(dilations), group))
+    if forced is not None:
+        return plan_for(base, forced.method, forced.mr, forced.nv, forced.vl)
     if (KH == KW == 3 and sh == sw == 1 and dh == dw == 1 and group == 1 and max(pads) <= 2 and min(H + pt + pb, W + pl + pr) >= 3
             and winograd_wins(vl, C, H, W, OC, pads)):
         m = winograd_tile(vl, C, H, W, OC, pads)
         return ConvPlan(**base, method="winograd", mr=m, nv=1, copy=False)  # mr: the output tile, F(m x m, 3x3)
     if group == C == OC and group > 1:
+        if vl == 16 and (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 <= target.tuning.half_width_depthwise_max_ow:
+            base["vl"] = 8  # narrow rows waste fewer lanes of a ymm (AVX-512VL) than of a zmm
         tmp = ConvPlan(**base, method="depthwise", mr=1, nv=1, copy=True)  # nv: vectors per tile,
         nv = max(1, min(tmp.OH * tmp.vpr, register_count(target) // 2))  # whole rows where they fit
         return ConvPlan(**base, method="depthwise", mr=1, nv=nv, copy=True)
     tmp = ConvPlan(**base, method="rows", mr=1, nv=1, copy=False)
     if rows_wins(vl, tmp):
-        mr, nv = choose_tile(target, tmp.OW, tmp.slots)  # pixels of one output row x channel vectors
+        # pixels of one output row x channel vectors; at least 4 pixels per tile, as the weights stream
+        # once per tile (512x4x4 on znver4: 2x8 1.15 ms, 4x4 0.56 ms)
+        mr, nv = choose_tile(target, tmp.OW, tmp.slots, min_mr=min(tmp.OW, 4))
         return ConvPlan(**base, method="rows", mr=mr, nv=nv, copy=False)
     if KH == KW == 1 and sh == sw == 1 and not any(pads):  # 1x1: one long row, rows = channels
         base.update(H=1, W=H * W, dh=1, dw=1)
@@ -261,6 +268,19 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     method = "im2col" if use_im2col else "direct"
     tmp = ConvPlan(**base, method=method, mr=1, nv=1, copy=copy)
     mr, nv = choose_tile(target, tmp.OCg, tmp.slots)
+    return ConvPlan(**base, method=method, mr=mr, nv=nv, copy=copy)
+
+
+def plan_for(base: dict, method: str, mr: int, nv: int, vl: int) -> ConvPlan:
+    """The plan of ``method`` with this tile and lane count (legality is the caller's: conv_candidates)."""
+    base = dict(base, vl=vl)
+    if method in ("transposed", "direct", "im2col") and base["KH"] == base["KW"] == 1 and base["sh"] == base["sw"] == 1 \
+            and not any(base[k] for k in ("pt", "pl", "pb", "pr")):
+        base.update(H=1, W=base["H"] * base["W"], dh=1, dw=1)
+    copy = method == "depthwise"
+    if method in ("direct", "im2col"):
+        unpadded = base["sh"] == base["sw"] == 1 and not any(base[k] for k in ("pt", "pl", "pb", "pr"))
+        copy = not (unpadded and ConvPlan(**base, method=method, mr=1, nv=1, copy=True).OW % vl == 0)
     return ConvPlan(**base, method=method, mr=mr, nv=nv, copy=copy)
 
 

@@ -155,3 +155,23 @@ def emit_conv(ctx: KernelContext) -> None:
 @kernel("FusedConv", pack=_pack_conv, scratch=_scratch)
 def emit_fused_conv(ctx: KernelContext) -> None:
     _emit(ctx)
+
+
+def tunable_convs(graph) -> dict[tuple, int]:
+    """Geometry -> multiply-adds of every conv the packed micro-kernels run (constant f32 weights), as
+    ``conv_plan``'s arguments; a batch-bound graph."""
+    found: dict[tuple, int] = {}
+    for node in graph.nodes:
+        if node.op not in ("Conv", "FusedConv") or len(node.inputs) < 2 or node.inputs[1] not in graph.constants:
+            continue
+        key = KernelKey(node.op, node.attrs, tuple(graph.types[i] for i in node.inputs[:2]), (), (), (), ())
+        g = geometry(key)
+        if g is None:
+            continue
+        n, c, hh, ww = g["in_shape"]
+        oc, cg, kh, kw = g["w_shape"]
+        geom = (n, c, hh, ww, oc, kh, kw, g["strides"], g["pads"], g["dilations"], g["group"])
+        oh, ow = (hh + g["pads"][0] + g["pads"][2] - g["dilations"][0] * (kh - 1) - 1) // g["strides"][0] + 1, \
+            (ww + g["pads"][1] + g["pads"][3] - g["dilations"][1] * (kw - 1) - 1) // g["strides"][1] + 1
+        found[geom] = found.get(geom, 0) + n * oc * oh * ow * cg * kh * kw
+    return found

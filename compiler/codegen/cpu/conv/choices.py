@@ -1,0 +1,91 @@
+"""The alternatives to the cost model's conv plan that an on-device tuner may time, and how to build one.
+
+``conv_candidates(target, geometry)`` lists legal :class:`ConvChoice` s for one conv, the cost
+model's first: Winograd F(2x2) and F(4x4) for 3x3 stride-1 convs, ``rows`` for 3x3 convs with small
+outputs, ``direct`` / ``im2col`` / ``transposed`` where they apply, and half-width depthwise
+kernels on 512-bit targets (AVX-512VL runs them; narrow planes waste fewer lanes). A choice is put
+into effect by ``with_choices`` (a Target whose ``conv_plan`` returns it), so the packer and the
+emitter cannot disagree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from ....target import ConvChoice, Geometry, Target
+from ..tiles import choose_tile
+from .emit import emit_conv2d
+from .pack import pack_conv_weights
+from .plan import IM2COL_MAX_PIECES, ROWS_MAX_PIXELS, ROWS_MIN_CHANNELS, ConvPlan, conv_plan, plan_for
+
+MAX_CANDIDATES = 5
+
+
+def choice_of(p: ConvPlan) -> ConvChoice:
+    return ConvChoice(p.method, p.mr, p.nv, p.vl)
+
+
+def with_choices(target: Target, choices: dict[Geometry, ConvChoice]) -> Target:
+    """``target`` with these layers' choices fixed (sorted, so equal choices give equal Targets)."""
+    merged = dict(target.conv_choices) | choices
+    return dataclasses.replace(target, conv_choices=tuple(sorted(merged.items(), key=repr)))
+
+
+def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
+    """The cost model's choice first, then up to MAX_CANDIDATES - 1 legal alternatives."""
+    N, C, H, W, OC, KH, KW, strides, pads, dil, group = geom
+    default = conv_plan(dataclasses.replace(target, conv_choices=()), *geom)
+    base = {k: getattr(default, k) for k in ("N", "C", "H", "W", "OC", "KH", "KW", "sh", "sw", "pt", "pl",
+                                             "pb", "pr", "dh", "dw", "group")}
+    base.update(N=N, C=C, H=H, W=W, dh=dil[0], dw=dil[1])
+    vl = target.vector_floats
+    out: list[ConvChoice] = [choice_of(default)]
+
+    def add(method: str, lanes: int = vl, min_mr: int = 1) -> None:
+        p = plan_for(base, method, 1, 1, lanes)
+        rows = p.OW if method == "rows" else p.OCg if method in ("direct", "im2col") else p.OH * p.OW
+        if method == "depthwise":
+            mr, nv = 1, max(1, min(p.OH * p.vpr, 16))
+        else:
+            mr, nv = choose_tile(target, rows, p.slots, min_mr=min(min_mr, rows))
+        c = ConvChoice(method, mr, nv, lanes)
+        if c not in out:
+            out.append(c)
+
+    OH = (H + pads[0] + pads[2] - dil[0] * (KH - 1) - 1) // strides[0] + 1
+    OW = (W + pads[1] + pads[3] - dil[1] * (KW - 1) - 1) // strides[1] + 1
+    if group == C == OC and group > 1:
+        if vl == 16:
+            add("depthwise", 8)
+            add("depthwise", 16)
+        return tuple(out[:MAX_CANDIDATES])
+    three = KH == KW == 3 and group == 1
+    if three and strides == (1, 1) and dil == (1, 1) and max(pads) <= 2 and min(C, OC) >= 16 and OH * OW >= 64 and vl >= 8:
+        for m in (2, 4):
+            c = ConvChoice("winograd", m, 1, vl)
+            if c not in out:
+                out.append(c)
+    if three and min(C, OC) >= ROWS_MIN_CHANNELS and OH * OW <= ROWS_MAX_PIXELS:
+        add("rows", min_mr=4)
+    if KH == KW == 1 and strides == (1, 1) and not any(pads):
+        add("transposed")
+    add("direct")
+    p = plan_for(base, "im2col", 1, 1, vl)
+    if (p.OH + math.ceil(p.OH * p.OW / vl)) * p.T <= IM2COL_MAX_PIECES:
+        add("im2col")
+    return tuple(out[:MAX_CANDIDATES])
+
+
+def emit_choice(module: ir.Module, name: str, target: Target, geom: Geometry, choice: ConvChoice,
+                rng: np.random.Generator) -> tuple[np.ndarray, int, tuple[int, ...]]:
+    """Define conv ``name`` (bias, ReLU) as ``choice``; return random packed weights, scratch bytes, Y's shape."""
+    N, C, H, W, OC, KH, KW, strides, pads, dil, group = geom
+    t = with_choices(target, {geom: choice})
+    p = conv_plan(t, *geom)
+    emit_conv2d(module, name, t, N, C, H, W, OC, KH, KW, strides, pads, dil, group, bias=True, activation="Relu")
+    w = rng.standard_normal((OC, C // group, KH, KW)).astype(np.float32) / np.sqrt(C // group * KH * KW)
+    return pack_conv_weights(w, t, (N, C, H, W), strides, pads, dil, group), p.scratch_bytes, (N, OC, p.OH, p.OW)

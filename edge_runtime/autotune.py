@@ -1,0 +1,169 @@
+"""On-device autotuning: time each distinct conv layer's candidate kernels on this CPU, keep the fastest.
+
+The cost model picks a method and register tile per conv from a profile's numbers; a device can do
+better by measuring itself. For every distinct conv geometry of the (optimized) graph, largest
+first, the candidates (``conv_candidates``: the cost model's choice first) are built into one
+module, each packed with its own weights, and timed interleaved on random inputs. A candidate
+replaces the cost model's choice only when it is at least ``MARGIN`` faster, so tuning
+never trades a measured tie for an untested kernel; ties go to the earlier candidate. The choice
+is therefore a pure function of the measurements.
+
+The time spent is bounded by the profile's ``[tuning]``: at most ``autotune_fraction`` of an
+estimate of the untuned compile and never more than ``autotune_budget_s`` (see :func:`tune`). Layers left when the budget runs out keep the cost
+model's choice. The result is cached with the compiled artifact, keyed by the exact CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, with_choices
+from ..compiler.codegen.cpu.kernels.conv import tunable_convs
+from ..compiler.ir.graph import Graph
+from ..compiler.target import ConvChoice, Geometry, Target
+from . import jit
+
+MARGIN = 0.05  # a candidate must beat the cost model's choice by this fraction to replace it
+ROUND_S = 0.002  # one timing round per candidate: about this long
+ROUNDS = 5  # interleaved rounds per candidate; the fastest round's median decides
+_FN = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 6)
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    geometry: Geometry
+    choice: ConvChoice
+    default: ConvChoice
+    seconds: dict[ConvChoice, float]  # seconds per call of each candidate timed
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    results: tuple[LayerResult, ...]
+    skipped: int  # tunable layers left at the cost model's choice when the budget ran out
+    spent_s: float
+    budget_s: float
+
+    @property
+    def choices(self) -> dict[Geometry, ConvChoice]:
+        return {r.geometry: r.choice for r in self.results if r.choice != r.default}
+
+
+def pick(default: ConvChoice, seconds: dict[ConvChoice, float], margin: float = MARGIN) -> ConvChoice:
+    """The fastest candidate if it beats ``default`` by ``margin``; else ``default`` (ties: first)."""
+    best = min(seconds, key=lambda c: seconds[c])  # min keeps the first of equal keys
+    return best if seconds[best] < (1 - margin) * seconds[default] else default
+
+
+def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_counter) -> TuneReport:
+    """Measure the candidates of ``graph``'s conv layers (already optimized and batch-bound).
+
+    Budget: the untuned compile is estimated as the mean build time of a cost-model kernel times
+    the number of distinct conv layers (they dominate lowering and LLVM); no kernel is built once
+    the time spent plus that mean would pass ``autotune_fraction`` of the estimate or
+    ``autotune_budget_s``. Largest layers first; the rest keep the cost model's choice."""
+    t0 = clock()
+    layers = [(g, c) for g, _ in sorted(tunable_convs(graph).items(), key=lambda kv: -kv[1])
+              if len(c := conv_candidates(target, g)) > 1]
+    results: list[LayerResult] = []
+    mean_build, budget = 0.0, target.tuning.autotune_budget_s
+    for i, (geom, cands) in enumerate(layers):
+        if i and clock() - t0 + 2 * mean_build > budget:
+            break
+        built = [_Built(target, geom, cands[0], clock)]
+        mean_build = (mean_build * i + built[0].build_s) / (i + 1)
+        budget = min(target.tuning.autotune_budget_s, target.tuning.autotune_fraction * mean_build * len(layers))
+        for c in cands[1:]:
+            if clock() - t0 + mean_build > budget:
+                break
+            built.append(_Built(target, geom, c, clock))
+        if len(built) < 2:
+            break
+        seconds = _time({b.choice: b.call for b in built})
+        results.append(LayerResult(geom, pick(cands[0], seconds), cands[0], seconds))
+    return TuneReport(tuple(results), len(layers) - len(results), clock() - t0, budget)
+
+
+class Retarget:
+    """``lower``'s retarget hook: tunes the optimized graph, keeps the report, returns the tuned Target."""
+
+    def __init__(self) -> None:
+        self.report: TuneReport | None = None
+
+    def __call__(self, graph: Graph, target: Target) -> Target:
+        self.report = tune(graph, target)
+        return with_choices(target, self.report.choices)
+
+
+def cpu_identity() -> str:
+    """The exact CPU: /proc/cpuinfo's vendor, family, model, stepping and name (LLVM's cpu name and
+    features are in the Target already); the platform's processor string elsewhere."""
+    keys = ("vendor_id", "cpu family", "model", "stepping", "model name")
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            head = f.read(1 << 16).split("\n\n", 1)[0]
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in head.splitlines() if ":" in line)}
+    return "; ".join(fields.get(k, "") for k in keys)
+
+
+def _time(calls: dict[ConvChoice, Callable[[], None]]) -> dict[ConvChoice, float]:
+    """Seconds per call of each: the median within a round, the least over ROUNDS interleaved rounds of
+    about ROUND_S each (another process's burst only ever adds time)."""
+    reps = {}
+    for c, call in calls.items():
+        call()
+        t = time.perf_counter()
+        call()
+        reps[c] = max(1, int(ROUND_S / max(time.perf_counter() - t, 1e-7)))
+    rounds: dict[ConvChoice, list[float]] = {c: [] for c in calls}
+    for _ in range(ROUNDS):
+        for c, call in calls.items():
+            ts = []
+            for _ in range(reps[c]):
+                t = time.perf_counter()
+                call()
+                ts.append(time.perf_counter() - t)
+            rounds[c].append(statistics.median(ts))
+    return {c: min(v) for c, v in rounds.items()}
+
+
+class _Built:
+    """One candidate kernel built alone and loaded, with its packed weights and buffers."""
+
+    def __init__(self, target: Target, geom: Geometry, choice: ConvChoice, clock: Callable[[], float]) -> None:
+        N, C, H, W, OC, KH, KW, strides, pads, dil, group = geom
+        t0 = clock()
+        self.choice = choice
+        rng = np.random.default_rng(0)
+        module = ir.Module(name="tune")
+        module.triple = target.triple
+        wp, scratch_bytes, out_shape = emit_choice(module, "k", target, geom, choice, rng)
+        self.code = jit.load_functions([jit.emit_object(str(module), target, jit=True)], ["k"], target)
+        self.build_s = clock() - t0
+        x, y, bias = (_aligned(rng.standard_normal((N, C, H, W))), _aligned(np.zeros(out_shape)),
+                      _aligned(rng.standard_normal(OC)))
+        w, s = _aligned(wp), _aligned(np.zeros(max(16, scratch_bytes // 4 + 16)))
+        self.buffers = (x, y, bias, w, s)
+        fn, ptrs = _FN(self.code.addresses[0]), (x.ctypes.data, w.ctypes.data, bias.ctypes.data, None,
+                                                 y.ctypes.data, s.ctypes.data)
+        self.call = lambda: fn(*ptrs)
+
+
+def _aligned(a: np.ndarray) -> np.ndarray:
+    """A float32 copy starting on a 64-byte boundary (the kernels' aligned vector loads)."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    buf = np.zeros(a.size + 16, dtype=np.float32)
+    off = (-buf.ctypes.data // 4) % 16
+    out = buf[off:off + a.size].reshape(a.shape)
+    out[...] = a
+    return out
