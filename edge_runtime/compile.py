@@ -52,7 +52,7 @@ def auto_jobs(graph: Graph) -> int:
 def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                   cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
                   content_hash: str | None = None, optimize: bool = True, profile: bool = False,
-                  jobs: int | None = None, guard_pages: bool = False, tune: bool | None = None) -> Session:
+                  jobs: int | None = None, guard_pages: bool = False, tune: bool = False) -> Session:
     """Compile ``graph`` natively for this machine at ``batch``; the whole artifact is cached on disk.
 
     ``content_hash`` (a bundle's hash) is the cache key's content, so a warm start hashes nothing
@@ -62,8 +62,8 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     only; default: :func:`auto_jobs`); the helpers are spawned before lowering, so their start-up
     overlaps it. ``guard_pages=True``: the session's arena and weights lie between inaccessible pages
     (:mod:`.guard`), so an access outside them faults (a testing mode: the weights are copied).
-    ``tune``: time each conv layer's candidate kernels here and keep the fastest (:mod:`.autotune`);
-    default: the target's ``tuning.autotune``. A tuned artifact is cached under this exact CPU.
+    ``tune=True``: time each conv layer's candidate kernels here and keep the fastest (:mod:`.autotune`);
+    a tuned artifact is cached under this exact CPU.
     """
     tgt = resolve(target)
     if not runnable_here(tgt):
@@ -72,7 +72,6 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                            f"'cuvil run --device {tgt.name}' runs it emulated")
     cache = CompileCache(cache_dir) if use_cache else None
     t0 = time.perf_counter()
-    tune = tgt.tuning.autotune if tune is None else tune
     tuned_on = f" tuned-on={autotune.cpu_identity()}" if tune else ""
     key = cache_key(f"{content_hash or graph_digest(graph)} optimize={optimize} profile={profile}{tuned_on}", tgt,
                     batch) if cache else ""

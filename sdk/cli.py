@@ -198,18 +198,25 @@ def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None,
 @click.option("--batch", type=int, default=1, show_default=True)
 @click.option("--output", "-o", type=_FILE, default=None, help="Write the object file here.")
 @click.option("--gpu", is_flag=True, help="Also emit the PTX of the profile's GPU (Jetson).")
-def compile_(path: Path, trust: tuple[Path, ...], target: str, batch: int, output: Path | None, gpu: bool) -> None:
+@click.option("--tune/--no-tune", default=None,
+              help="Time each conv layer's candidate kernels on this CPU and keep the fastest (default: the "
+                   "profile's [tuning]; only where the target's code runs here).")
+def compile_(path: Path, trust: tuple[Path, ...], target: str, batch: int, output: Path | None, gpu: bool,
+             tune: bool | None) -> None:
     """Compile a bundle for a device class and report the vector ISA its code really uses."""
     from .preflight import compile_for
 
     model = api.load(path, trust or None)
-    r = compile_for(model.graph, target, batch, output, gpu)
+    r = compile_for(model.graph, target, batch, output, gpu, tune)
     click.echo(f"target:      {r.target} ({r.triple}, cpu {r.cpu})")
     click.echo(f"code:        {r.object_bytes} bytes, {r.kernels} kernels for {r.nodes} nodes "
                f"(lower {r.lower_ms:.0f} ms, LLVM {r.llvm_ms:.0f} ms)")
     click.echo(f"memory:      arena {r.arena_bytes} bytes (activations: {r.plan_summary}), "
                f"weights {r.weight_bytes} bytes")
     click.echo(f"{r.isa.summary()} [{r.isa_source}]")
+    if r.tuning is not None:
+        click.echo(f"tuning:      {len(r.tuning.choices)} of {len(r.tuning.results)} conv layers changed by "
+                   f"measurement in {r.tuning.spent_s * 1e3:.0f} ms ({r.tuning.skipped} left to the cost model)")
     if r.object_path:
         click.echo(f"wrote {r.object_path}")
     if r.ptx_path:

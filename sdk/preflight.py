@@ -17,6 +17,7 @@ import numpy as np
 from .compiler.ir.graph import Graph
 from .devices.isa_report import IsaReport, IsaReportError, from_assembly, from_object
 from .edge_runtime import jit
+from .edge_runtime.autotune import Retarget, TuneReport
 from .edge_runtime.compile import compile_graph, resolve, runnable_here
 from .compiler.codegen.lower import lower
 
@@ -41,14 +42,17 @@ class CompileReport:
     object_path: Path | None = None
     ptx_path: Path | None = None
     ptx_kernels: int = 0
+    tuning: TuneReport | None = None  # None: not tuned (turned off, or the code does not run here)
 
 
 def compile_for(graph: Graph, target: str, batch: int = 1, output: str | os.PathLike | None = None,
-                gpu: bool = False) -> CompileReport:
-    """Lower and compile ``graph`` for profile ``target``; write the object (and PTX with ``gpu``)."""
+                gpu: bool = False, tune: bool | None = None) -> CompileReport:
+    """Lower and compile ``graph`` for profile ``target``; write the object (and PTX with ``gpu``).
+    ``tune`` (default: the profile's ``tuning.autotune``) times conv candidates where the code runs here."""
     tgt = resolve(target)
     t0 = time.perf_counter()
-    low = lower(graph, tgt, batch)
+    tuner = Retarget() if (tgt.tuning.autotune if tune is None else tune) and runnable_here(tgt) else None
+    low = lower(graph, tgt, batch, retarget=tuner)
     t1 = time.perf_counter()
     obj = jit.emit_object(low.llvm_ir, tgt)
     t2 = time.perf_counter()
@@ -72,7 +76,7 @@ def compile_for(graph: Graph, target: str, batch: int = 1, output: str | os.Path
         ptx_path.write_text(ptx)
     return CompileReport(tgt.name, tgt.triple, tgt.cpu, len(obj), low.kernel_count, low.node_count, low.arena_bytes,
                          low.plan.summary(), len(low.weights), (t1 - t0) * 1e3, (t2 - t1) * 1e3, isa, source,
-                         obj_path, ptx_path, ptx_kernels)
+                         obj_path, ptx_path, ptx_kernels, tuner.report if tuner else None)
 
 
 @dataclass(frozen=True)

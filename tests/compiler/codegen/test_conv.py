@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
+from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, with_choices
 from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
 from cuvil.compiler.codegen.cpu.conv.plan import conv_plan, conv_scratch_bytes
 from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights
@@ -205,16 +206,30 @@ def test_fused_conv_reference_agrees(host_fns, rng):
 
 
 def test_avx512_assembly_uses_zmm_fma():
+    """The direct method's 512-bit tile (forced: the cost model takes Winograd for this 3x3) and a
+    depthwise conv over wide rows run on zmm registers without spills."""
     t = resolve_target("x86-avx512")
+    geom = (1, 64, 32, 32, 64, 3, 3, (1, 1), P1, (1, 1), 1)
+    assert conv_plan(t, *geom).method == "winograd"
+    direct = next(c for c in conv_candidates(t, geom) if c.method == "direct")
+    assert direct.mr * direct.nv >= 24 and direct.vl == 16
     m = ir.Module()
     m.triple = t.triple
-    emit_conv2d(m, "c", t, 1, 64, 32, 32, 64, 3, 3, (1, 1), P1, (1, 1), 1, bias=True, activation="Relu")
-    emit_conv2d(m, "d", t, 1, 96, 24, 24, 96, 3, 3, (1, 1), P1, (1, 1), 96, bias=True)
+    emit_conv2d(m, "c", with_choices(t, {geom: direct}), *geom[:7], (1, 1), P1, (1, 1), 1, bias=True,
+                activation="Relu")
+    emit_conv2d(m, "d", t, 1, 96, 48, 48, 96, 3, 3, (1, 1), P1, (1, 1), 96, bias=True)
     asm = assembly(m, t)
     assert len(re.findall(r"vfmadd\d+ps\s+[^\n]*zmm", asm)) >= 100
     assert "Spill" not in asm and "Reload" not in asm
-    plan = conv_plan(t, 1, 64, 32, 32, 64, 3, 3, (1, 1), P1, (1, 1), 1)
-    assert plan.mr * plan.nv >= 24 and plan.method == "direct"
+
+
+def test_avx512_narrow_depthwise_runs_on_ymm():
+    """Depthwise rows up to the profile's half_width_depthwise_max_ow use 8 lanes on AVX-512 (znver4:
+    MobileNetV2's depthwise layers 368 -> 297 us), wider ones 16."""
+    t = resolve_target("x86-avx512")
+    assert conv_plan(t, 1, 144, 24, 24, 144, 3, 3, (1, 1), P1, (1, 1), 144).vl == 8
+    assert conv_plan(t, 1, 144, 48, 48, 144, 3, 3, (1, 1), P1, (1, 1), 144).vl == 16
+    assert conv_plan(resolve_target("x86-avx2"), 1, 144, 24, 24, 144, 3, 3, (1, 1), P1, (1, 1), 144).vl == 8
 
 
 @pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512", "rpi5", "graviton3", "arm64-sve2", "jetson-xavier"])

@@ -1,0 +1,63 @@
+"""Every conv candidate an on-device tuner may pick computes the conv (each profile this host runs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, with_choices
+from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
+from cuvil.compiler.target import ConvChoice
+from cuvil.devices.detect import resolve_target
+
+from ...hosts import executable
+from .kernel_jit import aligned, conv_ref, jit, ptr
+
+P1 = (1, 1, 1, 1)
+GEOMETRIES = [  # (N, C, H, W, OC, KH, KW, strides, pads, dilations, group): one per family of candidates
+    (1, 64, 16, 16, 64, 3, 3, (1, 1), P1, (1, 1), 1),  # winograd F2/F4, direct, im2col
+    (1, 128, 4, 4, 128, 3, 3, (1, 1), P1, (1, 1), 1),  # rows
+    (1, 64, 8, 8, 96, 3, 3, (2, 2), P1, (1, 1), 1),  # strided rows / im2col
+    (1, 96, 6, 6, 64, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # transposed 1x1
+    (1, 48, 20, 20, 48, 3, 3, (2, 2), P1, (1, 1), 48),  # depthwise, half width on 512 bits
+]
+
+
+def test_cost_model_choice_comes_first_and_candidates_are_distinct():
+    t = resolve_target("x86-avx512")
+    for geom in GEOMETRIES:
+        cands = conv_candidates(t, geom)
+        p = conv_plan(t, *geom)
+        assert cands[0] == ConvChoice(p.method, p.mr, p.nv, p.vl)
+        assert len(set(cands)) == len(cands) >= 2
+
+
+def test_with_choices_makes_conv_plan_return_the_choice():
+    t = resolve_target("x86-avx512")
+    geom = GEOMETRIES[0]
+    forced = ConvChoice("im2col", 4, 3, 16)
+    p = conv_plan(with_choices(t, {geom: forced}), *geom)
+    assert (p.method, p.mr, p.nv, p.vl) == ("im2col", 4, 3, 16)
+    assert with_choices(t, {geom: forced}) == with_choices(with_choices(t, {}), {geom: forced})
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=lambda g: f"{g[1]}x{g[2]}x{g[3]}-{g[4]}k{g[5]}s{g[7][0]}g{g[10]}")
+def test_every_candidate_computes_the_conv(profile, geom):
+    t = executable(profile)
+    N, C, H, W, OC, KH, KW, strides, pads, dil, group = geom
+    cands = conv_candidates(t, geom)
+    m = ir.Module()
+    m.triple = t.triple
+    built = [emit_choice(m, f"c{i}", t, geom, c, np.random.default_rng(1)) for i, c in enumerate(cands)]
+    fns = jit(m, t, [f"c{i}" for i in range(len(cands))])
+    rng = np.random.default_rng(1)
+    X, bias = aligned(rng.standard_normal((N, C, H, W))), aligned(rng.standard_normal(OC))
+    Wt = np.random.default_rng(1).standard_normal((OC, C // group, KH, KW)).astype(np.float32) / np.sqrt(C // group * KH * KW)
+    ref = np.maximum(conv_ref(X, Wt, bias, strides, pads, dil, group), 0)
+    for i, (c, (wp, scratch_bytes, shape)) in enumerate(zip(cands, built)):
+        Y, Wp = aligned(np.zeros(shape)), aligned(wp)
+        scratch = aligned(np.zeros(max(16, scratch_bytes // 4)))
+        fns[f"c{i}"](ptr(X), ptr(Wp), ptr(bias), None, ptr(Y), ptr(scratch))
+        np.testing.assert_allclose(Y.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4, err_msg=str(c))

@@ -1,0 +1,64 @@
+"""On-device autotuning: the choice rule, the budget, and tuned sessions that compute the same model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from cuvil.compiler.target import ConvChoice, Tuning
+from cuvil.edge_runtime.autotune import MARGIN, cpu_identity, pick, tune
+from cuvil.edge_runtime.compile import compile_graph
+
+from ..hosts import HOST
+
+A, B, C = ConvChoice("direct", 4, 3, 8), ConvChoice("winograd", 4, 1, 8), ConvChoice("im2col", 6, 2, 8)
+
+
+def test_pick_keeps_the_cost_models_choice_unless_clearly_faster():
+    assert pick(A, {A: 1.0, B: 1.0 - MARGIN / 2}) == A
+    assert pick(A, {A: 1.0, B: 0.5, C: 0.7}) == B
+    assert pick(A, {A: 1.0, B: 1.2}) == A
+
+
+def test_pick_breaks_ties_by_candidate_order():
+    assert pick(A, {A: 1.0, B: 0.5, C: 0.5}) == B
+    assert pick(A, {A: 1.0, C: 0.5, B: 0.5}) == C
+
+
+def test_cpu_identity_names_the_processor():
+    ident = cpu_identity()
+    assert ident and ident == cpu_identity()
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    pytest.importorskip("torch")
+    from cuvil.compiler.frontends.torch import import_torch
+    from cuvil.compiler.ir.infer import bind_batch
+    from cuvil.compiler.passes.pipeline import optimize
+
+    from tests.zoo import ZOO
+
+    model, example = ZOO["small_cnn"]()
+    graph = import_torch(model, example)
+    return graph, bind_batch(optimize(graph), 1), {n: t.numpy() for n, t in zip(graph.inputs, example)}
+
+
+def test_a_zero_budget_tunes_nothing(cnn):
+    _, lowered_graph, _ = cnn
+    t = dataclasses.replace(HOST, tuning=Tuning(autotune_budget_s=0.0))
+    report = tune(lowered_graph, t)
+    assert report.results == () and report.choices == {} and report.skipped >= 1
+
+
+def test_tuned_session_matches_untuned(cnn, tmp_path):
+    graph, _, feeds = cnn
+    plain = compile_graph(graph, use_cache=False, tune=False)
+    tuned = compile_graph(graph, cache_dir=tmp_path, tune=True)
+    again = compile_graph(graph, cache_dir=tmp_path, tune=True)
+    assert plain.stats.tune_ms == 0 and tuned.stats.tune_ms > 0 and again.stats.cache_hit
+    a, b = plain.run(feeds), tuned.run(feeds)
+    for name in graph.outputs:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-4)
