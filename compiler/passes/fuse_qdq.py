@@ -6,9 +6,10 @@ A QDQ model says "this float op computes on dequantized int8 values and its resu
 
 becomes one ``QConv`` (likewise Gemm / MatMul with a constant 2-D weight -> ``QMatMul``, Add ->
 ``QAdd``). A fused ReLU/Clip becomes the requantization's ``clamp``: quantization is monotonic and
-maps 0 to the zero point, so ``Q(relu(v)) = max(Q(v), Q(0))`` exactly. MaxPool and the views
-(Flatten, Reshape, Squeeze, Unsqueeze) between a DequantizeLinear and a QuantizeLinear of the same
-parameters run on the int8 values themselves, which is exact. Weights must be symmetric (zero point
+maps 0 to the zero point, so ``Q(relu(v)) = max(Q(v), Q(0))`` exactly. MaxPool, the views
+(Flatten, Reshape, Squeeze, Unsqueeze), data movement (Transpose, Slice) and Concat, between
+DequantizeLinears and a QuantizeLinear all of the same parameters, run on the int8 values
+themselves, which is exact. Weights must be symmetric (zero point
 0) constant i8, activations per tensor; anything else stays as it was (correct, in float).
 
 The fused node takes the QuantizeLinear's output name and place; dce drops what it no longer reads.
@@ -24,7 +25,7 @@ from ..ops.quant import QUANT_DTYPES, clamp_bounds, dtype_range
 from .rewrite import Names, as_constant, rebuild, sole_user, users
 
 QParams = tuple[float, int, DType]  # per-tensor scale, zero point, dtype
-_SAME_PARAMS_OPS = ("MaxPool", "Flatten", "Reshape", "Squeeze", "Unsqueeze")
+_SAME_PARAMS_OPS = ("MaxPool", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Concat")
 
 
 class _Ctx:
@@ -186,15 +187,14 @@ def _fuse_add(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
 
 
 def _fuse_same_params(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
-    """An op that commutes with quantization when input and output share scale and zero point."""
-    x = ctx.activation_in(node.inputs[0])
+    """An op that commutes with quantization when its inputs and output share scale and zero point."""
+    xs = [ctx.activation_in(v) for v in node.inputs]
     q, links, _ = tail
-    if x is None or links or len(node.inputs) != 1:
-        return None
     qa = q.attr
-    if (qa["scale"][0], qa["zero_point"][0], qa["to"]) != x[1]:
+    params = (qa["scale"][0], qa["zero_point"][0], qa["to"])
+    if links or not xs or any(x is None or x[1] != params for x in xs):
         return None
-    return node.replace(inputs=(x[0],), outputs=q.outputs), {}
+    return node.replace(inputs=tuple(x[0] for x in xs), outputs=q.outputs), {}
 
 
 FUSERS = {"Conv": _fuse_conv, "Gemm": _fuse_matmul, "MatMul": _fuse_matmul, "Add": _fuse_add,

@@ -92,3 +92,30 @@ def test_gemm_with_trans_b_and_add_and_maxpool_fuse():
     assert after.types[after.nodes[1].outputs[0]].dtype is U8
     x = rng.standard_normal((2, 2, 4, 4)).astype(np.float32)
     assert np.array_equal(run_reference(before, {"x": x})["y"], run_reference(after, {"x": x})["y"])
+
+
+def _concat_graph(second_scale: float):
+    nodes = [q("x", "xq", [0.04], [120]), dq("xq", "xa", [0.04], [120]), q("z", "zq", [second_scale], [120]),
+             dq("zq", "za", [second_scale], [120]), Node.make("Concat", ["xa", "za"], ["c"], axis=1),
+             q("c", "cq", [0.04], [120]), dq("cq", "y", [0.04], [120])]
+    ts = {"x": TensorType(DType.F32, (N, 2, 3, 3)), "z": TensorType(DType.F32, (N, 3, 3, 3))}
+    return graph(ts, {}, nodes, ["y"])
+
+
+def test_concat_of_equal_parameters_runs_on_int8_and_compiles_exactly():
+    from cuvil.edge_runtime.compile import compile_graph
+
+    before = _concat_graph(0.04)
+    after = dce(fuse_qdq(before))
+    assert [n.op for n in after.nodes] == ["QuantizeLinear", "QuantizeLinear", "Concat", "DequantizeLinear"]
+    assert after.types[after.nodes[2].outputs[0]].dtype is U8
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((2, 2, 3, 3)).astype(np.float32) * 3,
+             "z": rng.standard_normal((2, 3, 3, 3)).astype(np.float32) * 3}
+    want = run_reference(before, feeds)["y"]
+    assert np.array_equal(run_reference(after, feeds)["y"], want)
+    got = compile_graph(after, batch=2, optimize=False, use_cache=False, jobs=1).run(feeds)["y"]
+    assert np.array_equal(got, want)
+    mixed = _concat_graph(0.05)  # operands of other parameters: stays float
+    assert "Concat" in [n.op for n in fuse_qdq(mixed).nodes]
+    assert all(mixed.types[i].dtype is DType.F32 for n in fuse_qdq(mixed).nodes if n.op == "Concat" for i in n.inputs)
