@@ -2,7 +2,7 @@
 
 The int8 model is ONNX Runtime's own static QDQ quantization (per-channel int8 weights, uint8
 activations, 16 calibration inputs drawn like the example input); Cuvil imports that same QDQ file.
-Printed per model: medians of the interleaved runs, the ratios the int8 goals are about (Cuvil
+Printed first: the CPU, the target and ONNX Runtime's version; per model: medians of the interleaved runs, the ratios the int8 goals are about (Cuvil
 int8 / ORT int8, Cuvil fp32 / Cuvil int8), the bundle sizes (int8 / fp32), and whether Cuvil's
 int8 output equals its int8 reference interpreter exactly.
 
@@ -27,6 +27,7 @@ from cuvil.compiler.frontends.onnx import import_onnx  # noqa: E402
 from cuvil.compiler.interpreter import run_reference  # noqa: E402
 from cuvil.compiler.passes.pipeline import optimize  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
+from tests.hosts import describe_host  # noqa: E402
 from tests.qdq import ort_session, qdq_model  # noqa: E402
 from tests.zoo import ZOO  # noqa: E402
 from zoo_bench import time_interleaved  # noqa: E402  (this folder is on sys.path)
@@ -65,6 +66,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--block", type=int, default=20)
     args = ap.parse_args()
+    import onnxruntime
+
+    print(f"{describe_host()}; target {args.target}; ONNX Runtime {onnxruntime.__version__}; 1 thread, batch 1")
     print(f"{'model':14} {'cuvil int8 ms':>13} {'ort int8 ms':>11} {'cuvil fp32 ms':>13} {'int8/ort':>8} "
           f"{'fp32/int8':>9} {'bundle':>7} exact")
     for name in args.models.split(","):
