@@ -7,7 +7,7 @@ from .compiler.errors import BundleError, CuvilError  # noqa: E402
 from .api import (  # noqa: E402
     Exported, Inspection, export, import_model, inspect_model, keygen, load, read_inputs, run_reference, save_outputs,
 )
-from .compiler.quantize import QuantizationReport, QuantizedModel, quantize  # noqa: E402,F811
+from .compiler.quantize import QuantizationReport, QuantizedModel, integer_form, quantize  # noqa: E402,F811
 from .edge_runtime.loader import Model  # noqa: E402
 from .edge_runtime.session import Session  # noqa: E402
 from .native import BenchResult, bench, compile, device_profiles, run_native  # noqa: E402
@@ -15,5 +15,6 @@ from .native import BenchResult, bench, compile, device_profiles, run_native  # 
 __all__ = [
     "BenchResult", "BundleError", "CuvilError", "Exported", "Graph", "Inspection", "Model", "QuantizationReport",
     "QuantizedModel", "Session", "bench", "compile", "device_profiles", "export", "import_model", "inspect_model",
+    "integer_form",
     "keygen", "load", "quantize", "read_inputs", "run_native", "run_reference", "save_outputs",
 ]

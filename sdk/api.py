@@ -27,7 +27,7 @@ from .compiler.ir.graph import Graph
 from .compiler.ir.limits import check_graph
 from .compiler.ir.text import print_graph
 from .compiler.ir.verify import verify
-from .compiler.quantize import quantize  # noqa: F401  (cuvil.quantize: post-training int8)
+from .compiler.quantize import integer_form, quantize  # noqa: F401  (post-training int8; the form bundles sign)
 from .edge_runtime.loader import Model, Trusted, read_file_head
 from .edge_runtime.loader import load as _load
 

@@ -14,7 +14,6 @@ import click
 from . import __version__, api, native
 from .compiler.errors import CuvilError
 from .compiler.printable import printable
-from .compiler.quantize import integer_form
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
 _EXISTING = click.Path(dir_okay=False, path_type=Path)  # a missing file is an OSError: one line, exit 1
@@ -91,13 +90,13 @@ def _int8(graph, calibration: Path | None, method: str, percentile: float):
     if calibration is None:
         if quantized:
             click.echo("the model is quantized already (QDQ): imported as it is")
-            return integer_form(graph)
+            return api.integer_form(graph)
         raise CuvilError("--int8 needs --calibration <inputs.npz> for a float model")
     if quantized:
         raise CuvilError("the model is quantized already: leave out --calibration")
     done = api.quantize(graph, api.read_inputs(graph, npz=calibration), method=method, percentile=percentile)
     click.echo(done.report.format())
-    return integer_form(done.graph)
+    return api.integer_form(done.graph)
 
 
 def _count(n: float, unit: str) -> str:

@@ -25,11 +25,13 @@ _DB = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path)
 @click.option("--devices", default=12, show_default=True, type=click.IntRange(4, 1000), help="Simulated devices.")
 @click.option("--rounds", default=2, show_default=True, type=click.IntRange(1, 10),
               help="Evaluation rounds before the A/B round.")
-def demo(workdir: Path | None, devices: int, rounds: int) -> None:
+@click.option("--int8", is_flag=True, help="A/B of the model against its int8 version: accuracy cost, latency "
+                                           "and bundle-size gain per device class.")
+def demo(workdir: Path | None, devices: int, rounds: int, int8: bool) -> None:
     """Federated evaluation of a small CNN on a simulated fleet (Flower simulation), with an A/B round."""
     from .demo import run_demo
 
-    run_demo(workdir, echo=click.echo, devices=devices, rounds=rounds)
+    run_demo(workdir, echo=click.echo, devices=devices, rounds=rounds, int8=int8)
 
 
 @click.command("device-provision")

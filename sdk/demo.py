@@ -1,12 +1,13 @@
 """`cuvil demo`: federated evaluation of a small CNN on a simulated fleet, end to end, in a few minutes.
 
 1. Train a small CNN (PyTorch) on half of scikit-learn's bundled digits; a second, longer-trained
-   version is the A/B candidate. Import both through Cuvil's torch frontend, sign them into bundles.
+   version is the A/B candidate (with ``int8``: the first version quantized to int8 is). Import both through Cuvil's torch frontend, sign them into bundles.
 2. Provision a simulated fleet (default 12 devices over 4 classes: the host's own x86 class natively,
    ARM classes emulated), each device holding a non-IID slice of the other half of the digits.
 3. Run federated evaluation in Flower's simulation engine: inventory, two evaluation rounds (the
    second finds the bundle held and the compiled code cached), then an A/B round.
-4. Print per-class tables, the A/B comparison, the true accuracy beside the private estimate (only
+4. Print per-class tables, the A/B comparison (with ``int8``: per class the accuracy cost, latency
+   and bundle-size gain of the int8 version), the true accuracy beside the private estimate (only
    a simulation knows both) and ε spent per device; write the results database and an HTML report.
 """
 
@@ -81,15 +82,15 @@ def train_cnn(x: np.ndarray, y: np.ndarray, epochs: int, width: int = 8, seed: i
     return model.eval()
 
 
-def build_models(work: Path, echo: Echo) -> tuple[Path, Path, Path]:
-    """Train, import and sign both versions; returns (bundle v1, bundle v2, public key)."""
+def build_models(work: Path, echo: Echo, int8: bool = False) -> tuple[Path, Path, Path]:
+    """Train, import and sign both versions; returns (bundle v1, bundle v2 or v1-int8, public key)."""
     import torch
 
     x, y = fleet.digits("train")
     keys = api.keygen(work / "keys", "demo", force=True)
     echo(f"signing key {keys.fingerprint} (public key {keys.public_path})")
     paths = []
-    for version, epochs, width in (("1", 4, 4), ("2", 10, 8)):
+    for version, epochs, width in (("1", 4, 4),) + (() if int8 else (("2", 10, 8),)):
         t0 = time.perf_counter()
         model = train_cnn(x, y, epochs, width)
         with torch.no_grad():
@@ -101,7 +102,43 @@ def build_models(work: Path, echo: Echo) -> tuple[Path, Path, Path]:
              f"train accuracy {train_acc:.3f}; signed bundle {done.path.name} ({done.size} bytes) "
              f"in {time.perf_counter() - t0:.1f}s")
         paths.append(done.path)
+        if int8:
+            paths.append(_int8_version(graph, x, work, keys.private_path, done.size, echo))
     return paths[0], paths[1], keys.public_path
+
+
+def _int8_version(graph, x: np.ndarray, work: Path, key: Path, fp32_size: int, echo: Echo) -> Path:
+    """The graph quantized (calibrated on 256 training digits) and signed in integer form."""
+    t0 = time.perf_counter()
+    done = api.quantize(graph, {graph.inputs[0]: x[:256]})
+    out = api.export(api.integer_form(done.graph), work / "digits-cnn-v1-int8.cuvil", key, name="digits-cnn",
+                     version="1-int8")
+    echo(f"v1-int8: v1 quantized (per-channel int8 weights, u8 activations), top-1 agreement with v1 on the "
+         f"calibration digits {done.report.top1_agreement:.3f}; signed bundle {out.path.name} ({out.size} bytes, "
+         f"{out.size / fp32_size:.2f}x v1) in {time.perf_counter() - t0:.1f}s")
+    return out.path
+
+
+def int8_gain(store: ResultsStore, ab: dict, cmp: dict, sizes: tuple[int, int], hashes: tuple[str, str],
+              true_diff: dict[str, float]) -> str:
+    """Per device class: accuracy cost (B - A), latency A -> B (p50 measured on native devices, else the
+    cost model's prediction), bundle-size ratio; which classes can take the int8 version B."""
+    aggs = [round_aggregates(store, ab[k]) for k in ("ab:A", "ab:B")]
+    pred = [{p["profile"]: p["predicted_ms"] for p in store.latency_predictions(h)} for h in hashes]
+
+    def latency(i: int, c: str) -> tuple[float | None, str]:
+        a = aggs[i].get(c)
+        if a is not None and a.latency_p50_ms is not None:
+            return a.latency_p50_ms, "measured"
+        return pred[i].get(c), "predicted"
+
+    rows = []
+    for c, v in cmp.items():
+        (la, how), (lb, _) = latency(0, c), latency(1, c)
+        lat = f"{la:.3f} -> {lb:.3f} ms ({la / lb:.2f}x, {how})" if la and lb else "-"
+        rows.append([c, f"{v['diff']:+.3f} ± {v['se']:.3f}", f"{true_diff[c]:+.3f}" if c in true_diff else "-", lat,
+                     f"{sizes[1] / sizes[0]:.2f}x"])
+    return text_table(("class", "accuracy B - A", "true B - A", "latency A -> B", "bundle B/A"), rows)
 
 
 def true_accuracy(bundle: Path, public_key: Path, devices: list[fleet.SimDevice]) -> dict[str, tuple[int, int]]:
@@ -158,14 +195,14 @@ class Progress:
 
 
 def run_demo(workdir: str | Path | None = None, echo: Echo = print, devices: int = 12, rounds: int = 2,
-             classes: tuple[str, ...] | None = None) -> DemoResult:
+             classes: tuple[str, ...] | None = None, int8: bool = False) -> DemoResult:
     t_start = time.perf_counter()
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.export and Ray chatter, not ours
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="cuvil-demo-"))
     work.mkdir(parents=True, exist_ok=True)
     classes = classes or fleet.default_classes()
     echo(f"workdir {work}")
-    b1, b2, pub = build_models(work, echo)
+    b1, b2, pub = build_models(work, echo, int8)
 
     from .coordinator.simulation import run_fleet_simulation
 
@@ -208,6 +245,11 @@ def run_demo(workdir: str | Path | None = None, echo: Echo = print, devices: int
             [c, str(v["devices"]), f"{v['a']:.3f}", f"{v['b']:.3f}", f"{v['diff']:+.3f} ± {v['se']:.3f}",
              f"{truth_b[c][0] / truth_b[c][1] - truth[c][0] / truth[c][1]:+.3f}" if c in truth else "-"]
             for c, v in cmp.items()]))
+        if int8:
+            hashes = tuple(api.load(b, [pub]).content_hash for b in (b1, b2))
+            true_diff = {c: truth_b[c][0] / truth_b[c][1] - truth[c][0] / truth[c][1] for c in truth}
+            echo("\nint8 (B) against fp32 (A) per device class:")
+            echo(int8_gain(store, ab, cmp, (b1.stat().st_size, b2.stat().st_size), hashes, true_diff))
 
     eps = epsilon_by_device(store, run_id)
     echo("\nε spent per device (budget ε = 3 per dataset): " +
