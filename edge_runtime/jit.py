@@ -149,6 +149,22 @@ def check_resolvable(objs: list[bytes]) -> None:
                            "(a conversion or math routine this target has no instruction for)")
 
 
+SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18  # x86-64 Linux
+
+
+def request_amx() -> None:
+    """Ask Linux for the AMX tile state of this process (idempotent): without it the first tile
+    instruction raises SIGILL."""
+    import ctypes
+    import platform
+
+    if platform.machine() != "x86_64":
+        raise CompileError(f"AMX tile state exists on x86-64 only, this machine is {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0:
+        raise CompileError(f"this CPU or kernel gives no AMX tile state (arch_prctl errno {ctypes.get_errno()})")
+
+
 def load_object(obj: bytes | list[bytes], entry: str, target: Target) -> LoadedCode:
     """Load host object file(s) into an MCJIT engine of its own (it links them); return the entry points."""
     objs = [obj] if isinstance(obj, bytes) else obj
@@ -168,6 +184,8 @@ class LoadedFunctions:
 
 def load_functions(objs: list[bytes], names: list[str], target: Target) -> LoadedFunctions:
     """Load host object files into an engine of their own; the address of each of ``names`` (0: absent)."""
+    if target.has("amx-tile"):
+        request_amx()
     tm = target_machine(target, jit=True)
     empty = llvm.parse_assembly("")
     empty.triple = tm.triple

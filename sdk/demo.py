@@ -135,7 +135,7 @@ def int8_gain(store: ResultsStore, ab: dict, cmp: dict, sizes: tuple[int, int], 
     rows = []
     for c, v in cmp.items():
         (la, how), (lb, _) = latency(0, c), latency(1, c)
-        lat = f"{la:.3f} -> {lb:.3f} ms ({la / lb:.2f}x, {how})" if la and lb else "-"
+        lat = f"{la:.3g} -> {lb:.3g} ms ({la / lb:.2f}x faster, {how})" if la and lb else "-"
         rows.append([c, f"{v['diff']:+.3f} ± {v['se']:.3f}", f"{true_diff[c]:+.3f}" if c in true_diff else "-", lat,
                      f"{sizes[1] / sizes[0]:.2f}x"])
     return text_table(("class", "accuracy B - A", "true B - A", "latency A -> B", "bundle B/A"), rows)

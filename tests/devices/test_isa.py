@@ -59,7 +59,7 @@ def _int8_graph():
 
 
 @pytest.mark.parametrize("profile,has_dot", [("rpi5", True), ("jetson-orin", True), ("graviton4", True),
-                                             ("x86-avx2", True), ("jetson-xavier", False)])
+                                             ("x86-avx2", True), ("x86-amx", True), ("jetson-xavier", False)])
 def test_int8_builds_use_integer_dot_products(profile, has_dot):
     """dotprod profiles compile int8 convs to sdot, AVX2 to vpmadd*; Xavier (no dotprod) has none."""
     low = lower_for(_int8_graph(), profile)

@@ -28,3 +28,16 @@ def test_demo_runs_the_federated_evaluation_and_writes_results(tmp_path):
     assert all(r["metrics"]["cache_hit"] == 1 for r in store.reports(rounds[1]["id"]))
     assert len(store.devices()) == 12 and len({d["profile"] for d in store.devices()}) >= 4
     store.close()
+
+
+def test_demo_int8_ab_shows_accuracy_cost_latency_and_bundle_gain_per_class(tmp_path):
+    from cuvil.demo import run_demo
+
+    lines: list[str] = []
+    result = run_demo(tmp_path, echo=lines.append, devices=4, rounds=1, int8=True)
+    text = "\n".join(lines)
+    assert result.bundle_b.name == "digits-cnn-v1-int8.cuvil"
+    assert result.bundle_b.stat().st_size < result.bundle.stat().st_size
+    table = text.split("int8 (B) against fp32 (A) per device class:")[1]
+    assert "accuracy B - A" in table and "latency A -> B" in table and "bundle B/A" in table
+    assert "measured" in table and "predicted" in table  # the host class natively, the ARM classes emulated

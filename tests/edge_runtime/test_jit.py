@@ -45,3 +45,16 @@ def test_a_call_to_a_missing_routine_is_a_compile_error():
 def test_libm_calls_resolve():
     code = jit.load_object(_object("exp"), "entry", jit.host_target())
     assert code.address and code.bind and code.bound
+
+
+def test_amx_tile_state_is_requested_or_refused_with_a_typed_error():
+    """Hosts with AMX-INT8 get the tile state (AMX code then runs); others get a CompileError, never SIGILL."""
+    from cuvil.devices import resolve_target
+    from cuvil.edge_runtime.compile import runnable_here
+
+    if runnable_here(resolve_target("x86-amx")):
+        jit.request_amx()
+        jit.request_amx()  # idempotent
+    else:
+        with pytest.raises(CompileError, match="AMX"):
+            jit.request_amx()

@@ -5,6 +5,8 @@ bytes of the other (``u`` and ``s``: two ``<4VL x i8>`` vectors, lane j's quad a
 Every variant is exact (int32 accumulation without saturation):
 
 * ``vnni``: x86 ``vpdpbusd`` (AVX-512 VNNI at 512 or 256 bits, AVX-VNNI at 256): u8 x s8.
+* ``amx``: the GEMMs on AMX-INT8 tiles (:mod:`.amx`), the same layouts as ``vnni`` at 512 bits,
+  whose ``vpdpbusd`` steps any other loop.
 * ``avx2-ubsw``: ``vpmaddubsw`` then ``vpmaddwd`` by ones, u8 x s8. ``vpmaddubsw`` saturates a pair
   sum to int16, so the weight packer chooses it only when every pair of weights has
   ``|w0| + |w1| <= 128`` (then ``255 * 128 < 2^15``).
@@ -113,7 +115,7 @@ def _generic(d: Dot, b, acc, u, s):
     return total
 
 
-_STEPS = {"vnni": _vnni, "avx2-ubsw": _avx2_ubsw, "avx2-wd": _avx2_wd, "sdot": _sdot, "generic": _generic}
+_STEPS = {"vnni": _vnni, "amx": _vnni, "avx2-ubsw": _avx2_ubsw, "avx2-wd": _avx2_wd, "sdot": _sdot, "generic": _generic}
 
 
 def is_x86(target: Target) -> bool:
@@ -124,6 +126,8 @@ def choose_dot(target: Target, bounded_pairs: bool) -> Dot:
     """The fastest exact variant ``target`` can run; ``bounded_pairs``: the weights allow vpmaddubsw."""
     bits = target.vector_bits or 128
     if is_x86(target):
+        if target.has("amx-int8") and target.has("avx512vnni") and bits == 512:
+            return Dot("amx", 16)  # GEMMs on tiles (int_gemm -> amx), other loops by vpdpbusd zmm
         if target.has("avx512vnni") and bits == 512:
             return Dot("vnni", 16)
         if (target.has("avx512vnni") and target.has("avx512vl")) or target.has("avxvnni"):

@@ -17,6 +17,7 @@ from llvmlite import ir
 
 from ...target import Target
 from .. import irhelpers as h
+from .amx import emit_amx_gemm
 from .int_dot import Dot
 from ..irhelpers import gep
 
@@ -83,7 +84,11 @@ def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir
 
 def emit_int_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, bptr: ir.Value, vptr: ir.Value,
                   epilogue: Epilogue) -> None:
-    """All of C, tile by tile: full row blocks, then single rows; full column blocks, then the rest."""
+    """All of C, tile by tile: full row blocks, then single rows; full column blocks, then the rest
+    (on AMX tiles: :mod:`.amx`)."""
+    if dot.kind == "amx":
+        emit_amx_gemm(b, geo, bptr, vptr, epilogue)
+        return
     mr, nr = tile(dot, target, geo.cols_pad)
     block = nr * dot.vl
     full_cols = (geo.cols // block) * block

@@ -39,6 +39,12 @@ def _target(kind: str) -> Target:
             pytest.skip(f"AVX-512 VNNI code does not run on this host ({HOST.cpu}); runs on Intel Cascade Lake or "
                         "newer Xeons and AMD Zen 4")
         return t
+    if kind == "amx":
+        t = resolve_target("x86-amx")
+        if not runnable_here(t):
+            pytest.skip(f"AMX-INT8 code does not run on this host ({HOST.cpu}); runs on Intel Sapphire Rapids or "
+                        "newer Xeons (test_amx_code_is_generated checks the code everywhere)")
+        return t
     return executable(kind)
 
 
@@ -68,7 +74,7 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
 ]
 
 
-@pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic", "vnni-256"])
+@pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic", "vnni-256", "amx"])
 @pytest.mark.parametrize("case", range(len(CONVS)))
 def test_qconv_is_exact(kind, case):
     dtype, bound, group, stride, pads, shape, m = CONVS[case]
@@ -84,8 +90,9 @@ def test_qconv_is_exact(kind, case):
         assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
-@pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic"])
-@pytest.mark.parametrize("a_dtype,k,n,bias", [(DType.U8, 37, 21, True), (DType.I8, 64, 16, False)])
+@pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic", "amx"])
+@pytest.mark.parametrize("a_dtype,k,n,bias", [(DType.U8, 37, 21, True), (DType.I8, 64, 16, False),
+                                              (DType.U8, 130, 40, True)])
 def test_qmatmul_is_exact(kind, a_dtype, k, n, bias):
     target = _target(kind)
     rng = np.random.default_rng(k)
@@ -137,6 +144,29 @@ def test_generated_code_uses_the_isa_dot_product(profile, bounded, want):
     for mnemonic in want:
         assert mnemonic in asm, f"{mnemonic} missing from the {target.name} QConv"
     assert choose_dot(target, bounded).kind in {"vnni", "avx2-ubsw", "avx2-wd", "sdot"}
+
+
+def test_amx_code_is_generated():
+    """x86-amx: convs (signed weights x unsigned activations) and matmuls (the reverse) on tiles, with
+    row and K remainders (37 output channels, K = 180 bytes; 6 rows, K = 132 bytes)."""
+    from cuvil.compiler.codegen.cpu.amx import tile_config
+
+    target = resolve_target("x86-amx")
+    assert choose_dot(target, False).kind == "amx"
+    w = np.random.default_rng(0).integers(-127, 128, (37, 20, 3, 3)).astype(np.int8)
+    asm = jit.emit_assembly(lower(_qconv_graph(DType.U8, w, None, 1, 1, [1, 1, 1, 1], (1, 20, 7, 9)), target,
+                                  optimize=False).llvm_ir, target)
+    assert "tdpbsud" in asm and "ldtilecfg" in asm and "tilerelease" in asm
+    gb = GraphBuilder("qmm")
+    a = gb.input("a", TensorType(DType.U8, (6, 130)))
+    y = gb.add1("QMatMul", [a, gb.constant(np.ones((130, 40), np.int8), "b")], a_scale=0.04, a_zero_point=7,
+                b_scale=[0.01], y_scale=0.2, y_zero_point=-5, to=DType.I8)
+    asm = jit.emit_assembly(lower(gb.build([y]), target, optimize=False).llvm_ir, target)
+    assert "tdpbusd" in asm
+    cfg = tile_config(row_rem=5, k_rem=3)  # palette 1; tiles 0-2 full, 3: 16 x 12 B, 4: 3 x 64 B, 5-6: 5 x 64 B, 7: 5 x 12 B
+    colsb = np.frombuffer(cfg[16:48], "<u2")
+    assert cfg[0] == 1 and list(colsb[:8]) == [64, 64, 64, 12, 64, 64, 64, 12] and not colsb[8:].any()
+    assert list(cfg[48:56]) == [16, 16, 16, 16, 3, 5, 5, 5] and not any(cfg[56:])
 
 
 def test_gpu_kernels_use_dp4a_and_equal_the_reference(tmp_path):
