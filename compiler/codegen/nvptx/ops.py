@@ -16,6 +16,7 @@ from llvmlite import ir
 from ...ops.fused import parse_program
 from ...ops.shape import slice_bounds
 from .. import irhelpers as h
+from ..gathers import PER_ELEMENT
 from ..scalar_ops import ELEMENT_EMITTERS, cast_value, scalar_fn
 from .common import all_of, lin, masked_load, store_at
 from .context import Loop, OpContext
@@ -185,7 +186,14 @@ def shape_op(ctx: OpContext) -> list[Loop]:
     return [store_at(ctx, 0, value)]
 
 
+def per_element(ctx: OpContext) -> list[Loop]:
+    """The element code both backends share (``codegen/gathers``), one thread per output element."""
+    value = PER_ELEMENT[ctx.node_op](ctx.attrs, ctx.in_types, ctx.out_types)
+    return [store_at(ctx, 0, lambda b, idx: value(b, idx, ctx.ins))]
+
+
 EMITTERS: Mapping[str, Emit] = {
+    **{op: per_element for op in PER_ELEMENT},
     **{op: elementwise for op in ELEMENT_EMITTERS if op != "Expand"},
     "Where": where, "Cast": cast, "FusedElementwise": fused_elementwise,
     **{op: copy for op in ("Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze")},

@@ -27,6 +27,9 @@ from tests.compiler.codegen.test_kernels_math import (  # noqa: F401  (re-run he
     test_bitshift, test_float_unary_math, test_logic, test_math_near_zero_keeps_relative_accuracy, test_mean_and_integer_pow,
     test_mod, test_not_isnan_isinf_and_inclusive_comparisons, test_sign_and_bitwise_on_integers,
 )
+from tests.compiler.codegen.test_kernels_resample import (  # noqa: F401  (re-run here on the simulated GPU)
+    test_conv_transpose, test_conv_transpose_f16_and_f64, test_resize, test_resize_dtypes,
+)
 from tests.compiler.codegen.test_kernels import (  # noqa: F401  (re-run here on the simulated GPU)
     test_avg_pool, test_batch_norm, test_binary, test_binary_int, test_cast, test_compare, test_concat_split, test_conv,
     test_fused_conv, test_fused_elementwise, test_fused_gemm, test_gather, test_gelu_tanh_and_wide_ranges, test_gemm,
@@ -175,7 +178,8 @@ ELEMENTWISE_PTX = {  # op -> operand dtypes of one node each (f32 and f16 math, 
 
 
 @pytest.mark.skipif(not shutil.which("ptxas"), reason="ptxas (CUDA toolkit) not installed")
-def test_elementwise_math_and_logic_assemble_with_ptxas(tmp_path):
+def test_new_ops_assemble_with_ptxas(tmp_path):
+    """Math and logic elementwise ops, ConvTranspose and Resize (constant tables in global memory)."""
     from cuvil.compiler import DType, TensorType
     from cuvil.compiler.frontends.builder import GraphBuilder
 
@@ -185,6 +189,12 @@ def test_elementwise_math_and_logic_assemble_with_ptxas(tmp_path):
         xs = [gb.input(f"x{k}_{i}", TensorType(DType.from_numpy(np.dtype(d)), (7, 33))) for i, d in enumerate(dtypes)]
         attrs = {"direction": "RIGHT"} if op == "BitShift" else {}
         outs += gb.add(op, xs, name=f"n{k}", **attrs)
+    image = gb.input("image", TensorType(DType.F32, (1, 4, 6, 5)))
+    outs += gb.add("ConvTranspose", [image, gb.constant(np.ones((4, 2, 3, 3), np.float32), "w")], strides=[2, 2],
+                   pads=[1, 1, 0, 0], dilations=[1, 1], output_padding=[1, 0], group=2)
+    for mode in ("nearest", "linear", "cubic"):
+        outs += gb.add("Resize", [image], sizes=[-1, -1, 12, 7], scales=[1.0, 1.0, 2.0, 1.4], mode=mode,
+                       coordinate_transformation_mode="tf_crop_and_resize", roi=(0, 0, 0.1, 0, 1, 1, 1.2, 1))
     program = lower_ptx(gb.build(outs), gpu_target("ops", "sm_87"))
     done = ptxas(jit.emit_assembly(program.llvm_ir, program.target), "sm_87", tmp_path)
     assert done.returncode == 0, done.stderr[:2000]

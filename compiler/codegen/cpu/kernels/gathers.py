@@ -1,0 +1,17 @@
+"""Kernels of the ops whose element code both backends share (``codegen/gathers``): one loop nest over
+the output, the shared code computing each element."""
+
+from __future__ import annotations
+
+from ... import irhelpers as h
+from ...gathers import PER_ELEMENT
+from .base import KernelContext, kernel
+
+
+@kernel(*PER_ELEMENT)
+def emit_per_element(ctx: KernelContext) -> None:
+    value = PER_ELEMENT[ctx.key.op](ctx.attrs, ctx.in_types, ctx.out_types)
+    shape = ctx.out_shape
+    strides = h.contiguous_strides(shape)
+    with h.loop_nest(ctx.b, shape) as idx:
+        h.store(ctx.b, value(ctx.b, list(idx), ctx.ins), ctx.outs[0], h.linear(ctx.b, idx, strides))

@@ -1,0 +1,156 @@
+"""Per-output-element code both backends share, for ops whose output element reads a computed set of
+input elements (ConvTranspose's taps, Resize's interpolation taps).
+
+Each entry of :data:`PER_ELEMENT` turns (attributes, input types, output types) into
+``value(builder, output index per dimension, input pointers) -> element``: the CPU kernel runs it in
+a loop nest over the output, the NVPTX kernel once per thread. Taps that fall outside the input
+read a clamped index and are masked with ``select``, so no branch depends on the data. Tables known
+at compile time (Resize's indices and weights) are internal constant globals of the module.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from ..ir.dtypes import DType
+from ..ir.types import TensorType
+from ..ops.resample import resize_attrs, resize_taps
+from . import irhelpers as h
+from .halfprec import float_convert
+
+Value = Callable[[ir.IRBuilder, Sequence[ir.Value], Sequence[ir.Value]], ir.Value]
+Factory = Callable[[Mapping, Sequence[TensorType], Sequence[TensorType]], Value]
+
+
+def _masked(b: ir.IRBuilder, ptr: ir.Value, index: ir.Value, ok: ir.Value, fill: ir.Value) -> ir.Value:
+    return b.select(ok, h.load(b, ptr, b.select(ok, index, h.i64(0))), fill)
+
+
+def _all(b: ir.IRBuilder, conds: Sequence[ir.Value]) -> ir.Value:
+    out = ir.Constant(h.I1, 1)
+    for c in conds:
+        out = b.and_(out, c)
+    return out
+
+
+def table(b: ir.IRBuilder, prefix: str, values: np.ndarray, ty: ir.Type) -> ir.Value:
+    """An internal constant global holding ``values`` (as ``ty``); a pointer to its first element."""
+    arr = ir.ArrayType(ty, max(len(values), 1))
+    g = ir.GlobalVariable(b.module, arr, b.module.get_unique_name(prefix))
+    g.global_constant, g.linkage = True, "internal"
+    items = values.tolist() or [0]
+    g.initializer = ir.Constant(arr, [ir.Constant(ty, int(v) if isinstance(ty, ir.IntType) else float(v)) for v in items])
+    return b.bitcast(g, ty.as_pointer())
+
+
+# --- ConvTranspose ---------------------------------------------------------------------------------
+def conv_transpose(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> Value:
+    """y[n, m, o] = b[m] + sum over the group's channels c and taps t with o + pad - t*dil = i*stride
+    (0 <= i < in) of x[n, c, i] * w[c, m mod M/g, t]."""
+    xs, ws = tuple(ins[0].shape), tuple(ins[1].shape)
+    nd, cg, mg = len(xs) - 2, xs[1] // a["group"], ws[1]
+    kernel = ws[2:]
+    xst, wst = h.contiguous_strides(xs), h.contiguous_strides(ws)
+    strides, dil, pads = a["strides"], a["dilations"], a["pads"][:nd]
+    ty = h.LLTYPE[outs[0].dtype]
+    acc_ty = h.F64 if outs[0].dtype is DType.F64 else h.F32  # f16 accumulates in f32
+    bias = len(ins) > 2
+
+    def value(b, idx, ptrs):
+        n, m, sp = idx[0], idx[1], idx[2:]
+        group, ml = b.udiv(m, h.i64(mg)), b.urem(m, h.i64(mg))
+        taps = []
+        for t in itertools.product(*(range(k) for k in kernel)):
+            oks, pos = [], []
+            for d in range(nd):
+                q = b.add(sp[d], h.i64(pads[d] - t[d] * dil[d]))
+                i = b.udiv(q, h.i64(strides[d]))
+                oks += [b.icmp_signed(">=", q, h.i64(0)), b.icmp_unsigned("<", i, h.i64(xs[2 + d]))]
+                if strides[d] > 1:
+                    oks.append(b.icmp_unsigned("==", b.urem(q, h.i64(strides[d])), h.i64(0)))
+                pos.append(i)
+            taps.append((_all(b, oks), h.linear(b, pos, xst[2:]), sum(tt * s for tt, s in zip(t, wst[2:]))))
+
+        def per_channel(acc, c):
+            ch = b.add(b.mul(group, h.i64(cg)), c)
+            xbase = h.linear(b, [n, ch], xst[:2])
+            wbase = h.linear(b, [ch, ml], wst[:2])
+            for ok, xoff, woff in taps:
+                xv = float_convert(b, _masked(b, ptrs[0], b.add(xbase, xoff), ok, h.const(ty, 0.0)), acc_ty)
+                wv = float_convert(b, h.load(b, ptrs[1], b.add(wbase, h.i64(woff))), acc_ty)
+                acc = h.call_intrinsic(b, "llvm.fma", xv, wv, acc)
+            return acc
+
+        init = float_convert(b, h.load(b, ptrs[2], m), acc_ty) if bias else h.const(acc_ty, 0.0)
+        return float_convert(b, h.reduce_range(b, cg, init, per_channel, "c") if cg else init, ty)
+
+    return value
+
+
+# --- Resize ----------------------------------------------------------------------------------------
+def resize(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> Value:
+    """A sum over the product of the resized axes' taps (one tap each for nearest: a plain load);
+    computed in f32 (f64 for f64 data) and rounded once."""
+    shape = tuple(ins[0].shape)
+    full = resize_attrs(a, shape)
+    taps = {axis: t for axis, n in enumerate(shape) if (t := resize_taps(full, axis, n)) is not None}
+    dtype = outs[0].dtype
+    ty = h.LLTYPE[dtype]
+    acc_ty = h.F64 if dtype is DType.F64 else h.F32
+    st = h.contiguous_strides(shape)
+    gather = all(t.index.shape[1] == 1 for t in taps.values())
+    outside = any(t.outside.any() for t in taps.values())
+
+    def value(b, idx, ptrs):
+        base = h.linear(b, [idx[d] for d in range(len(shape)) if d not in taps], [st[d] for d in range(len(shape)) if d not in taps])
+        per_axis, out = [], []
+        for axis, t in taps.items():
+            n = t.index.shape[1]
+            row = b.mul(idx[axis], h.i64(n))
+            itab = table(b, "resize.index", t.index.reshape(-1) * st[axis], h.I64)
+            wtab = None if gather else table(b, "resize.weight", t.weight.reshape(-1), acc_ty)
+            per_axis.append([(h.load(b, itab, b.add(row, h.i64(j))),
+                              None if gather else h.load(b, wtab, b.add(row, h.i64(j)))) for j in range(n)])
+            if t.outside.any():
+                out.append(b.icmp_unsigned("!=", h.load(b, table(b, "resize.outside", t.outside, h.I8), idx[axis]),
+                                           ir.Constant(h.I8, 0)))
+        if gather:
+            v = h.load(b, ptrs[0], b.add(base, _sum(b, [p[0][0] for p in per_axis])))
+        else:
+            acc = h.const(acc_ty, 0.0)
+            for combo in itertools.product(*per_axis):
+                w = combo[0][1]
+                for _, wk in combo[1:]:
+                    w = b.fmul(w, wk)
+                x = float_convert(b, h.load(b, ptrs[0], b.add(base, _sum(b, [c[0] for c in combo]))), acc_ty)
+                acc = h.call_intrinsic(b, "llvm.fma", x, w, acc)
+            v = float_convert(b, acc, ty)
+        if outside:
+            fill = h.const(ty, a["extrapolation_value"]) if dtype.is_float else ir.Constant(ty, int(a["extrapolation_value"]))
+            v = b.select(_any(b, out), fill, v)
+        return v
+
+    return value
+
+
+def _sum(b: ir.IRBuilder, xs: Sequence[ir.Value]) -> ir.Value:
+    acc = h.i64(0)
+    for x in xs:
+        acc = b.add(acc, x)
+    return acc
+
+
+def _any(b: ir.IRBuilder, conds: Sequence[ir.Value]) -> ir.Value:
+    out = ir.Constant(h.I1, 0)
+    for c in conds:
+        out = b.or_(out, c)
+    return out
+
+
+PER_ELEMENT: Mapping[str, Factory] = {"ConvTranspose": conv_transpose, "Resize": resize}
+"""op -> per-element code; both backends give every op listed a kernel built on it."""
+

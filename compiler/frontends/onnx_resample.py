@@ -1,0 +1,98 @@
+"""ONNX translators of ConvTranspose and Resize: every size, scale and pad resolved to static attributes."""
+
+from __future__ import annotations
+
+import math
+
+from ..ir.types import Batch
+from .builder import Unsupported
+from .onnx_node import NodeCtx, OnnxImportError
+from .onnx_ops import translates
+
+
+@translates(ConvTranspose=(1, 11, 22))
+def _conv_transpose(ctx: NodeCtx) -> list:
+    """auto_pad and output_shape become explicit pads (ONNX's rule: the odd pad goes to the end for
+    SAME_UPPER, to the start otherwise); an output larger than the full result adds output_padding."""
+    x, w = ctx.type(0), ctx.type(1)
+    nd = x.rank - 2
+    spatial = x.shape[2:]
+    if any(isinstance(d, Batch) for d in spatial):
+        ctx.batch_dependent("a spatial size")
+    kernel = list(w.shape[2:])
+    if list(ctx.attr("kernel_shape", kernel)) != kernel:
+        raise Unsupported("kernel_shape other than W's")
+    strides = list(ctx.attr("strides", [1] * nd))
+    dil = list(ctx.attr("dilations", [1] * nd))
+    extra = list(ctx.attr("output_padding", [0] * nd))
+    mode, shape = ctx.attr("auto_pad", "NOTSET"), ctx.attr("output_shape", None)
+    if mode not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise OnnxImportError(f"node {ctx.name!r}: unknown auto_pad {mode!r}")
+    if len(strides) != nd or len(dil) != nd or len(extra) != nd:
+        raise OnnxImportError(f"node {ctx.name!r}: strides, dilations and output_padding need {nd} values each")
+    full = [s * (n - 1) + e + (k - 1) * d + 1 for n, k, s, d, e in zip(spatial, kernel, strides, dil, extra)]
+    if shape is None and mode in ("SAME_UPPER", "SAME_LOWER"):
+        shape = [n * s for n, s in zip(spatial, strides)]
+    if shape is None:
+        pads = [0] * 2 * nd if mode == "VALID" else list(ctx.attr("pads", [0] * 2 * nd))
+    else:
+        total = [f - o for f, o in zip(full, list(shape)[-nd:])]
+        begins = [t // 2 if mode == "SAME_UPPER" else t - t // 2 for t in total]
+        ends = [t - b for t, b in zip(total, begins)]
+        if any(b < 0 for b in begins):
+            raise Unsupported(f"output_shape {list(shape)} larger than the convolution reaches")
+        extra = [e - min(end, 0) for e, end in zip(extra, ends)]
+        pads = begins + [max(end, 0) for end in ends]
+    return [ctx.emit("ConvTranspose", ctx.xs(), strides=strides, dilations=dil, pads=pads, output_padding=extra,
+                     group=ctx.attr("group", 1))]
+
+
+def _optional(ctx: NodeCtx, i: int):
+    if not ctx.has(i):
+        return None
+    value = ctx.const(i).reshape(-1)
+    return value if value.size else None
+
+
+@translates(Resize=(11, 13, 18, 19))
+def _resize(ctx: NodeCtx) -> list:
+    t = ctx.type(0)
+    rank = t.rank
+    axes = [int(a) % rank for a in ctx.attr("axes", range(rank))]
+    roi, scales, sizes = _optional(ctx, 1), _optional(ctx, 2), _optional(ctx, 3)
+    if (scales is None) == (sizes is None):
+        raise OnnxImportError(f"node {ctx.name!r} (Resize): give exactly one of scales and sizes")
+    if any(isinstance(t.shape[a], Batch) for a in axes) and (
+            sizes is not None or any(float(scales[i]) != 1.0 for i, a in enumerate(axes) if isinstance(t.shape[a], Batch))):
+        ctx.batch_dependent("resizing the batch dimension")
+    full_scales, full_sizes = [1.0] * rank, [-1] * rank
+    if scales is not None:
+        for i, a in enumerate(axes):
+            full_scales[a] = float(scales[i])
+            if float(scales[i]) != 1.0:
+                full_sizes[a] = math.floor(float(scales[i]) * t.shape[a])
+    else:
+        ratios = {a: int(sizes[i]) / t.shape[a] for i, a in enumerate(axes)}
+        policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+        if policy not in ("stretch", "not_larger", "not_smaller"):
+            raise OnnxImportError(f"node {ctx.name!r}: unknown keep_aspect_ratio_policy {policy!r}")
+        if policy != "stretch":
+            common = (min if policy == "not_larger" else max)(ratios.values())
+            ratios = {a: common for a in ratios}
+            sizes = [int(common * t.shape[a] + 0.5) for a in axes]
+        for i, a in enumerate(axes):
+            full_scales[a], full_sizes[a] = ratios[a], int(sizes[i])
+    full_roi = ()
+    if roi is not None and ctx.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
+        lo, hi = [0.0] * rank, [1.0] * rank
+        for i, a in enumerate(axes):
+            lo[a], hi[a] = float(roi[i]), float(roi[len(axes) + i])
+        full_roi = tuple(lo + hi)
+    if any(s < 0 for s in full_sizes if s != -1) or any(not math.isfinite(s) or s <= 0 for s in full_scales):
+        raise OnnxImportError(f"node {ctx.name!r} (Resize): scales {full_scales} and sizes {full_sizes} must be positive")
+    return [ctx.emit("Resize", [ctx.x(0)], sizes=full_sizes, scales=full_scales, roi=full_roi,
+                     mode=ctx.attr("mode", "nearest"),
+                     coordinate_transformation_mode=ctx.attr("coordinate_transformation_mode", "half_pixel"),
+                     nearest_mode=ctx.attr("nearest_mode", "round_prefer_floor"),
+                     cubic_coeff_a=ctx.attr("cubic_coeff_a", -0.75), exclude_outside=ctx.attr("exclude_outside", 0),
+                     extrapolation_value=ctx.attr("extrapolation_value", 0.0), antialias=ctx.attr("antialias", 0))]

@@ -1,0 +1,57 @@
+"""Native ConvTranspose and Resize kernels against the reference interpreter (``test_nvptx`` re-runs
+them on the simulated GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.compiler.codegen.test_kernels import rnd, run_op
+
+CONVT = [  # x shape, w shape, attrs
+    ((1, 3, 7), (3, 2, 3), dict(strides=[2], pads=[1, 0], dilations=[1], output_padding=[1])),
+    ((2, 4, 5, 6), (4, 3, 3, 2), dict(strides=[2, 3], pads=[1, 1, 0, 2], dilations=[1, 2], output_padding=[0, 1], group=2)),
+    ((1, 2, 3, 4, 5), (2, 2, 2, 2, 3), dict(strides=[1, 2, 2], pads=[0] * 6, dilations=[1, 1, 1], output_padding=[0, 0, 0])),
+]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("xs, ws, attrs", CONVT)
+def test_conv_transpose(xs, ws, attrs, bias):
+    x, w = rnd(*xs, seed=1), rnd(*ws, seed=2)
+    consts = [w] + ([rnd(ws[1] * attrs.get("group", 1), seed=3)] if bias else [])
+    run_op("ConvTranspose", [x], consts, **attrs)
+
+
+def test_conv_transpose_f16_and_f64():
+    attrs = CONVT[1][2]
+    for dtype in (np.float16, np.float64):
+        run_op("ConvTranspose", [rnd(*CONVT[1][0], seed=4).astype(dtype), rnd(*CONVT[1][1], seed=5).astype(dtype)], **attrs)
+
+
+RESIZE = [
+    dict(mode="nearest"),
+    dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="ceil"),
+    dict(mode="linear"),
+    dict(mode="linear", coordinate_transformation_mode="align_corners"),
+    dict(mode="linear", antialias=1),
+    dict(mode="cubic"),
+    dict(mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5),
+    dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize", roi=(0, 0, 0.2, -0.1, 1, 1, 0.9, 1.3),
+         extrapolation_value=7.0),
+]
+
+
+@pytest.mark.parametrize("scales", [(1.0, 1.0, 2.0, 1.5), (1.0, 1.0, 0.5, 0.7)])
+@pytest.mark.parametrize("attrs", RESIZE, ids=str)
+def test_resize(attrs, scales):
+    x = rnd(2, 3, 6, 5, seed=6)
+    sizes = [-1, -1] + [int(np.floor(s * n)) for s, n in zip(scales[2:], x.shape[2:])]
+    run_op("Resize", [x], sizes=sizes, scales=scales, **attrs)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int32, np.uint8])
+def test_resize_dtypes(dtype):
+    x = rnd(1, 2, 3, 4, dtype=dtype, seed=7, lo=0, hi=9)
+    mode = "linear" if np.dtype(dtype).kind == "f" else "nearest"
+    run_op("Resize", [x], sizes=[-1, -1, 5, 9], scales=[1.0, 1.0, 5 / 3, 9 / 4], mode=mode)
