@@ -37,6 +37,13 @@ def test_a_person_sees_runs_charts_ab_verdict_failures_and_the_fleet(browser, da
     assert len(runs) == 1 and "run 1" in runs[0] and "finished" in runs[0]
     devices = browser.evaluate("[...document.querySelectorAll('#inventory tbody tr')].map(r => r.innerText)")
     assert len(devices) == 5 and any("emulated" in d for d in devices) and any("native" in d for d in devices)
+    heads = browser.evaluate("[...document.querySelectorAll('#inventory th')].map(h => h.innerText)")
+    cells = browser.evaluate("[...document.querySelectorAll('#inventory tbody tr')]"
+                             ".map(r => [...r.cells].map(c => c.innerText))")
+    col = {h: i for i, h in enumerate(heads)}
+    assert all(int(c[col["threads"]]) >= 1 for c in cells)
+    assert sum("digits-mlp@1" in c[col["bundles held"]] for c in cells) >= 3  # named by model, not by hash
+    assert sum("of 3" in c[-1] for c in cells) >= 3  # ε spent of the budget, per device that reported
     browser.open(server.url + "run/1")
     charts = browser.evaluate("[...document.querySelectorAll('figure.chart svg')]"
                               ".map(s => [s.getBoundingClientRect().width, s.querySelectorAll('path').length])")
@@ -49,6 +56,9 @@ def test_a_person_sees_runs_charts_ab_verdict_failures_and_the_fleet(browser, da
     assert "DP_BUDGET_EXHAUSTED: DP_BUDGET_EXHAUSTED" not in failures and "cannot read the local dataset" in failures
     page = browser.evaluate("document.body.innerText")
     assert "(predicted)" in page and "predicted latency per inference" in page
+    native = browser.evaluate("[...document.querySelectorAll('table[id^=round-] tbody tr')].map(r => r.innerText)"
+                              ".filter(t => t.startsWith('x86-'))")
+    assert native and all("(predicted)" in t and "µs" in t for t in native)  # measured and predicted, side by side
     browser.open(server.url + "device/" + "sim-001-rpi5")
     assert len(browser.evaluate("[...document.querySelectorAll('#history tbody tr')]")) == 3
     assert browser.errors() == []
