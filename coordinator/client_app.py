@@ -10,6 +10,7 @@ directory; the compile cache there is what makes a second round cheap.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from .messages import Code
 _REFUSAL_CODES = {RefusalCode.BUDGET_EXHAUSTED: Code.BUDGET_EXHAUSTED,
                   RefusalCode.PARAMS_REJECTED: Code.PARAMS_REJECTED,
                   RefusalCode.LEDGER_UNAVAILABLE: Code.LEDGER_UNAVAILABLE}
+_log = logging.getLogger("cuvil.device")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,21 @@ def _device(context: Context, overrides: Mapping[str, Any]) -> DeviceState:
     return fleet.resolve_device(context.node_config, {**context.run_config, **overrides})
 
 
+# The word a reply carries for an error that is not a privacy refusal (first matching class wins).
+_ERROR_WORDS: tuple[tuple[type[BaseException], str], ...] = (
+    (BundleMissing, "bundle_missing"), (BundleError, "bundle_rejected"), (TrainingError, "cannot_train"),
+    (DeviceError, "device_state"), (BaseException, "internal"))
+
+
+def _refuse(msg: Message, code: int, error: BaseException) -> Message:
+    """A typed error reply: the code and one fixed word (never exception text, which may carry data);
+    the details go to the device's own log."""
+    _log.info("replied %s: %s", Code.NAMES.get(code, code), getattr(error, "detail", "") or error)
+    word = error.reason.value if isinstance(error, PrivacyRefusal) else \
+        next(w for kind, w in _ERROR_WORDS if isinstance(error, kind))
+    return messages.error_reply(msg, code, word)
+
+
 def make_verify_mod(overrides: Mapping[str, Any] | None = None) -> Mod:
     """The mod that verifies a message's bundle and hands it to the handler it calls (:class:`Verified`)."""
     overrides = dict(overrides or {})
@@ -74,11 +91,13 @@ def make_verify_mod(overrides: Mapping[str, Any] | None = None) -> Mod:
             cfg = messages.request_config(msg)
             model, held = state.accept_bundle(messages.request_bundle(msg), str(cfg.get("bundle-hash", "")))
         except BundleMissing as e:
-            return messages.error_reply(msg, Code.BUNDLE_MISSING, str(e))
-        except (BundleError, ValueError) as e:
-            return messages.error_reply(msg, Code.SIGNATURE_REJECTED, str(e))
+            return _refuse(msg, Code.BUNDLE_MISSING, e)
+        except BundleError as e:
+            return _refuse(msg, Code.SIGNATURE_REJECTED, e)
+        except ValueError as e:  # a malformed bundle array
+            return _refuse(msg, Code.SIGNATURE_REJECTED, BundleError(str(e)))
         except CuvilError as e:
-            return messages.error_reply(msg, Code.DEVICE_ERROR, str(e))
+            return _refuse(msg, Code.DEVICE_ERROR, e)
         return _call_with(Verified(model, held), lambda: call_next(msg, context))
 
     return verify_bundle_mod
@@ -95,7 +114,7 @@ def make_client_app(overrides: Mapping[str, Any] | None = None, mods: Sequence[M
         try:
             return messages.info_reply(msg, _device(context, overrides).info())
         except CuvilError as e:
-            return messages.error_reply(msg, Code.DEVICE_ERROR, str(e))
+            return _refuse(msg, Code.DEVICE_ERROR, e)
 
     verify = make_verify_mod(overrides)
 
@@ -104,23 +123,20 @@ def make_client_app(overrides: Mapping[str, Any] | None = None, mods: Sequence[M
         def handler(msg: Message, context: Context) -> Message:
             bundle = _verified()
             if bundle is None:  # fail closed: no handler ever runs a model the mod did not verify
-                return messages.error_reply(msg, Code.SIGNATURE_REJECTED, "bundle was not verified")
+                return messages.error_reply(msg, Code.SIGNATURE_REJECTED, "not_verified")
             try:
                 return work(msg, _device(context, overrides), bundle.model, bundle.held, messages.request_config(msg))
             except PrivacyRefusal as e:
-                return messages.error_reply(msg, _REFUSAL_CODES[e.code], str(e))
+                return _refuse(msg, _REFUSAL_CODES[e.code], e)
             except TrainingError as e:
-                return messages.error_reply(msg, Code.CANNOT_TRAIN, str(e))
+                return _refuse(msg, Code.CANNOT_TRAIN, e)
             except Exception as e:  # noqa: BLE001 - any device-side failure becomes a typed reply, never a crash
-                return messages.error_reply(msg, Code.DEVICE_ERROR, f"{type(e).__name__}: {e}")
+                _log.exception("handler failed")
+                return _refuse(msg, Code.DEVICE_ERROR, e)
         return handler
 
     def evaluate_work(msg, state, model, held, cfg):
-        req = EvalRequest(bundle_hash=str(cfg["bundle-hash"]), dataset=str(cfg["dataset"]),
-                          release_id=str(cfg["release-id"]), sigma=float(cfg.get("dp-sigma", 0.0)),
-                          epsilon=float(cfg.get("dp-epsilon", 0.0)),
-                          latency_warmup=int(cfg.get("latency-warmup", 5)),
-                          latency_runs=int(cfg.get("latency-runs", 50)))
+        req = EvalRequest.from_config(cfg)
         return messages.metrics_reply(msg, evaluate(state, model, req, bundle_was_cached=held).as_metrics())
 
     def train_work(msg, state, model, held, cfg):

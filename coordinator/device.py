@@ -13,7 +13,7 @@ fresh one for every message)::
 The privacy budget is charged to the device's own dataset name (set at provisioning), never to a
 name the coordinator sends: a coordinator cannot reset a device's budget by renaming its dataset.
 
-Metrics leave through :func:`cuvil.edge_runtime.privacy.release.release_report` only.
+Metrics leave through :func:`cuvil.edge_runtime.privacy.release.release` only.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,17 @@ from ..compiler.errors import CuvilError
 from ..edge_runtime import runner
 from ..edge_runtime.loader import Model, load, load_bytes
 from ..edge_runtime.privacy.ledger import PrivacyFloors, PrivacyLedger
-from ..edge_runtime.private import private_dir
+from ..edge_runtime.private import device_secret, private_dir
+from ..edge_runtime.privacy.seal import LedgerSeal
 from ..edge_runtime.report import EvalReport
-from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS
-from ..edge_runtime.privacy.release import check_params, release_report
 from ..edge_runtime.training import TrainingCapability, training_capability
+from ..edge_runtime.privacy.mechanism import encode_sums
+from ..edge_runtime.privacy.outcomes import outcomes
+from ..edge_runtime.privacy.release import prepare, release
+from ..edge_runtime.latency import MAX_RUNS, MAX_WARMUP
+from ..edge_runtime.privacy.errors import PrivacyRefusal, Reason, RefusalCode
+from ..edge_runtime.privacy.request import MAX_EPSILON, MAX_SIGMA, integer, number, resolve
+from ..edge_runtime.privacy.request import release_id as request_id
 from ..edge_runtime.trust import TrustStore
 from .device_class import device_class, isa, threads
 
@@ -74,12 +80,28 @@ class EvalRequest:
     latency_runs: int = 50
     latency_budget_s: float = 0.25
 
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> EvalRequest:
+        """A coordinator's round config, every field checked (PrivacyRefusal PARAMS_REJECTED otherwise)."""
+        label = cfg.get("dataset", "")
+        if not isinstance(label, str) or len(label) > 200:
+            raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED, Reason.WRONG_TYPE, "dataset must be a short string")
+        integer("round", cfg.get("round", 0), 0, 2**31)
+        return cls(bundle_hash=str(cfg.get("bundle-hash", "")), dataset=label,
+                   release_id=request_id(cfg.get("release-id")),
+                   sigma=number("dp-sigma", cfg.get("dp-sigma", 0.0), 0.0, MAX_SIGMA),
+                   epsilon=number("dp-epsilon", cfg.get("dp-epsilon", 0.0), 0.0, MAX_EPSILON),
+                   latency_warmup=integer("latency-warmup", cfg.get("latency-warmup", 5), 0, MAX_WARMUP),
+                   latency_runs=integer("latency-runs", cfg.get("latency-runs", 50), 1, MAX_RUNS))
+
 
 class DeviceState:
     """A provisioned device's state directory."""
 
-    def __init__(self, root: Path, device_id: str, profile: str, data_path: Path | None, dataset_name: str = "local"):
+    def __init__(self, root: Path, device_id: str, profile: str, data_path: Path | None, dataset_name: str = "local",
+                 seal_dir: Path | None = None):
         self.root = root
+        self.seal_dir = seal_dir  # where the ledger's seal (key, counter) lives; None: not sealed
         self.device_id = device_id
         self.profile = profile
         self.data_path = data_path
@@ -91,8 +113,12 @@ class DeviceState:
     def provision(cls, root: str | os.PathLike, device_id: str, profile: str,
                   trusted_keys: Iterable[str | os.PathLike] = (), data: tuple[np.ndarray, np.ndarray] | None = None,
                   data_path: str | os.PathLike | None = None, floors: PrivacyFloors = PrivacyFloors(),
-                  dataset_name: str = "local") -> DeviceState:
-        """Create the state directory once; its ledger is created here and never again."""
+                  dataset_name: str = "local", seal_dir: str | os.PathLike | None = None) -> DeviceState:
+        """Create the state directory once; its ledger is created here and never again.
+
+        ``seal_dir``: seal the ledger (:mod:`cuvil.edge_runtime.privacy.seal`) with a key and counter
+        kept there, outside the state directory, so putting back an old ledger is detected.
+        """
         root = Path(root)
         if (root / "device.json").exists():
             raise DeviceError(f"{root} is already provisioned (device {cls.open(root).device_id})")
@@ -107,9 +133,11 @@ class DeviceState:
         if data is not None:
             x, y = data
             _atomic_write(root / "data.npz", _npz_bytes(x=np.asarray(x, np.float32), y=np.asarray(y, np.int64)))
-        PrivacyLedger.create(root / "privacy.db", floors).close()
+        seal_dir = Path(seal_dir).resolve() if seal_dir is not None else None
+        PrivacyLedger.create(root / "privacy.db", floors, _seal(seal_dir)).close()
         ident = {"device_id": device_id, "profile": profile, "data_path": str(data_path) if data_path else None,
-                 "dataset_name": dataset_name, "provisioned_at": time.time()}
+                 "dataset_name": dataset_name, "provisioned_at": time.time(),
+                 "ledger_seal_dir": str(seal_dir) if seal_dir else None}
         _atomic_write(root / "device.json", json.dumps(ident, sort_keys=True).encode())
         return cls.open(root)
 
@@ -120,7 +148,8 @@ class DeviceState:
             ident = json.loads((root / "device.json").read_text())
             return cls(root, str(ident["device_id"]), str(ident["profile"]),
                        Path(ident["data_path"]) if ident.get("data_path") else None,
-                       str(ident.get("dataset_name") or "local"))
+                       str(ident.get("dataset_name") or "local"),
+                       Path(ident["ledger_seal_dir"]) if ident.get("ledger_seal_dir") else None)
         except (OSError, ValueError, KeyError) as e:
             raise DeviceError(f"no provisioned device at {root} ({e})") from None
 
@@ -129,7 +158,7 @@ class DeviceState:
         return TrustStore.from_dir(self.root / "trusted")
 
     def ledger(self) -> PrivacyLedger:
-        return PrivacyLedger.open(self.root / "privacy.db")
+        return PrivacyLedger.open(self.root / "privacy.db", _seal(self.seal_dir))
 
     def training_capability(self) -> TrainingCapability:
         """Whether this device fine-tunes (torch and opacus present, memory enough): the inventory says so."""
@@ -195,34 +224,34 @@ class DeviceState:
 
 # evaluation ---------------------------------------------------------------------------------------
 def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_cached: bool) -> EvalReport:
-    """Compile (cached), evaluate on the local data, time on synthetic inputs, release privately.
+    """Check and prepare the release, compile (cached), time on synthetic inputs, then evaluate on the
+    local data and release privately.
 
-    Returns the device's :class:`EvalReport`; raises PrivacyRefusal (with no metrics) when the
-    ledger refuses.
+    Everything that can refuse or fail does so before the local data are read (so neither a refusal
+    nor its timing depends on them); a repeated release-id is answered from the stored noisy reply
+    without reading the data at all. Returns the device's :class:`EvalReport`; raises
+    PrivacyRefusal (with no metrics) when the device refuses.
     """
     from ..devices import resolve_profile
 
     prof = resolve_profile(state.profile)
     ledger = state.ledger()  # a missing or corrupt ledger refuses before any work is done
     try:
-        floors = ledger.floors
-        params = check_params(replace(DEFAULT_PARAMS, sigma=request.sigma or floors.min_sigma,
-                                      epsilon=request.epsilon or floors.epsilon, delta=floors.delta), ledger)
-        x, y = state.dataset()
-        n = min(len(x), params.max_examples)
-        x, y = x[:n], y[:n]
+        params = resolve(request.sigma, request.epsilon, ledger.floors)
+        ticket = prepare(ledger, state.dataset_name, request_id(request.release_id), params,
+                         bundle_hash=model.content_hash)
         compiled = runner.prepare(model, prof, state.cache_dir)
-        in_name, in_shape = compiled.input_name, compiled.input_shape
-        outs = compiled.run_many([{in_name: x[i].reshape(in_shape)} for i in range(n)])
-        probs = _probabilities(np.concatenate([next(iter(o.values())).reshape(1, -1) for o in outs])) \
-            if n else np.zeros((0, 1))
-        correct = probs.argmax(axis=1) == y
-        losses = -np.log(np.clip(probs[np.arange(n), y], 1e-12, 1.0))
         # Latency on synthetic inputs of the static shape: no private information, no budget.
-        synthetic = np.random.default_rng(0).standard_normal(in_shape).astype(np.float32)
-        lat = compiled.latency({in_name: synthetic}, request.latency_warmup, request.latency_runs,
+        synthetic = np.random.default_rng(0).standard_normal(compiled.input_shape).astype(np.float32)
+        lat = compiled.latency({compiled.input_name: synthetic}, request.latency_warmup, request.latency_runs,
                                request.latency_budget_s)
-        noisy, spent = release_report(ledger, state.dataset_name, request.release_id, correct, losses, params)
+        sums: dict[str, int] = {}
+        if ticket.cached is None:
+            x, y = state.dataset()
+            n = min(len(x), params.max_examples)
+            correct, losses = outcomes(_rows(compiled, x[:n], params.max_examples, synthetic), y[:n])
+            sums, _ = encode_sums(correct, losses, params)
+        noisy, spent = release(ledger, ticket, sums)
     finally:
         ledger.close()
     return EvalReport.build(noisy, spent, lat, emulated=compiled.emulated, compile_ms=compiled.compile_ms,
@@ -230,13 +259,32 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
                             bundle_was_cached=bundle_was_cached)
 
 
-def _probabilities(out: np.ndarray) -> np.ndarray:
-    """Rows of class probabilities (softmax applied when the model's output holds logits)."""
-    out = np.asarray(out, dtype=np.float64)
-    if np.all(out >= 0) and np.allclose(out.sum(axis=1), 1.0, atol=1e-3):
-        return out
-    e = np.exp(out - out.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+def _rows(compiled: runner.Runner, x: np.ndarray, runs: int, pad: np.ndarray) -> list[np.ndarray | None]:
+    """One output row per example; an example the model fails on gets None (it counts as incorrect),
+    so a failure caused by one record never becomes an error reply that depends on the data. The
+    model always runs ``runs`` times (the examples, then synthetic padding), so the time a release
+    takes does not tell how many examples the device holds."""
+    samples = [{compiled.input_name: x[i].reshape(compiled.input_shape)} for i in range(len(x))]
+    samples += [{compiled.input_name: pad}] * (runs - len(samples))
+    try:
+        return [next(iter(o.values())) for o in compiled.run_many(samples)][:len(x)]
+    except Exception:  # noqa: BLE001 - contained per example below
+        rows: list[np.ndarray | None] = []
+        for s in samples[:len(x)]:
+            try:
+                rows.append(next(iter(compiled.run_many([s])[0].values())))
+            except Exception:  # noqa: BLE001
+                rows.append(None)
+        return rows
+
+
+def _seal(seal_dir: Path | None) -> LedgerSeal | None:
+    if seal_dir is None:
+        return None
+    try:
+        return LedgerSeal(device_secret(seal_dir / "ledger.key"), seal_dir / "ledger.counter")
+    except (OSError, CuvilError) as e:  # an unusable seal is a refusal, never an unsealed ledger
+        raise PrivacyRefusal(RefusalCode.LEDGER_UNAVAILABLE, Reason.LEDGER_BROKEN, f"ledger seal: {e}") from None
 
 
 def _free_memory() -> int:

@@ -1,14 +1,12 @@
-"""A cryptographic random source for DP noise: ChaCha20 keyed per release from a device secret.
+"""A cryptographic random source for DP noise: ChaCha20 keyed with fresh OS randomness per release.
 
-Never numpy's or torch's global generator. The key for a release is HMAC-SHA256(device secret,
-release label), so the noise of one release is fixed by its label: answering the same request
-twice gives the same reply and leaks nothing more.
+Never numpy's or torch's global generator, and never a key derived from anything stored: a copy of
+the device's files must not let anyone recompute a past release's noise. Idempotency comes from the
+stored noisy reply (:mod:`.release`). Tests may key one explicitly to be reproducible.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
@@ -24,10 +22,6 @@ class ChaChaRandom:
             raise ValueError("ChaCha20 key must be 32 bytes")
         self._enc = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
         self._buf = b""
-
-    @classmethod
-    def for_release(cls, device_secret: bytes, label: str) -> ChaChaRandom:
-        return cls(hmac.new(device_secret, label.encode(), hashlib.sha256).digest())
 
     @classmethod
     def fresh(cls) -> ChaChaRandom:

@@ -23,8 +23,9 @@ import numpy as np
 
 from ..privacy.accounting import ChargeEvent
 from ..privacy.dgauss import discrete_gaussian
-from ..privacy.errors import PrivacyRefusal, RefusalCode
+from ..privacy.errors import PrivacyRefusal, Reason, RefusalCode
 from ..privacy.ledger import PrivacyLedger
+from ..privacy.request import MAX_EPSILON, number
 from ..privacy.rng import ChaChaRandom
 from .config import DpSgdConfig
 from .dpsgd import LocalUpdate
@@ -53,23 +54,22 @@ def release_update(ledger: PrivacyLedger, dataset: str, release_id: str, cfg: Dp
     ``epsilon``: the budget the coordinator asks for (0: the device's own; more than that is refused).
     """
     floors = ledger.floors
-    if not (math.isfinite(epsilon) and 0 <= epsilon <= floors.epsilon):
-        raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED,
-                             f"budget ε={epsilon} is not in [0, this device's {floors.epsilon}]")
-    epsilon = epsilon or floors.epsilon
+    epsilon = number("dp-epsilon", epsilon, 0.0, MAX_EPSILON) or floors.epsilon
+    if epsilon > floors.epsilon:
+        raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED, Reason.ABOVE_BUDGET,
+                             f"budget ε={epsilon} is above this device's {floors.epsilon}")
     count_sigma = floors.min_sigma
     cached = ledger.cached_reply(release_id)
     if cached is not None:
         return _from_payload(cached, ledger.spent(dataset, floors.delta), floors.delta)
     if ledger.is_charged(release_id):
-        raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED,
+        raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED, Reason.RELEASE_LOST,
                              "this training round was charged but its reply was lost; it is not run twice")
     spent = ledger.charge(dataset, release_id, cfg.noise_multiplier, epsilon, floors.delta,
                           round_events(cfg, count_sigma))
     local = train()
-    rng = ChaChaRandom.for_release(ledger.device_secret, f"{dataset}\0{release_id}\0count")
-    out = ReleasedUpdate(dict(local.update), local.examples + discrete_gaussian(math.ceil(count_sigma**2), rng),
-                         spent, count_sigma, floors.delta)
+    noise = discrete_gaussian(math.ceil(count_sigma**2), ChaChaRandom.fresh())  # a repeat reads the stored reply
+    out = ReleasedUpdate(dict(local.update), local.examples + noise, spent, count_sigma, floors.delta)
     ledger.store_reply(release_id, _to_payload(out))
     return out
 

@@ -52,8 +52,8 @@ def test_a_person_sees_runs_charts_ab_verdict_failures_and_the_fleet(browser, da
     assert any(v.startswith("all") for v in verdict) and all("±" in v for v in verdict)
     assert all(("distinguishable" in v) or ("B worse" in v) or ("B better" in v) for v in verdict)
     failures = browser.evaluate("document.querySelector('#failures').innerText")
-    assert "budget exhausted" in failures and "DP_BUDGET_EXHAUSTED: dataset" in failures
-    assert "DP_BUDGET_EXHAUSTED: DP_BUDGET_EXHAUSTED" not in failures and "cannot read the local dataset" in failures
+    assert "budget exhausted" in failures and "DP_BUDGET_EXHAUSTED: budget_spent" in failures
+    assert "DP_BUDGET_EXHAUSTED: DP_BUDGET_EXHAUSTED" not in failures and "DEVICE_ERROR: device_state" in failures
     page = browser.evaluate("document.body.innerText")
     assert "(predicted)" in page and "predicted latency per inference" in page
     native = browser.evaluate("[...document.querySelectorAll('table[id^=round-] tbody tr')].map(r => r.innerText)"

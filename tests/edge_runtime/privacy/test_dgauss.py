@@ -70,10 +70,9 @@ def test_discrete_laplace_is_symmetric_with_the_right_scale():
     assert stats.binomtest(int(np.sum(xs > 0)), int(np.sum(xs != 0)), 0.5).pvalue > ALPHA
 
 
-def test_per_release_keys_differ_and_repeat():
-    a = ChaChaRandom.for_release(b"s" * 32, "ds\0r1")
-    b = ChaChaRandom.for_release(b"s" * 32, "ds\0r1")
-    c = ChaChaRandom.for_release(b"s" * 32, "ds\0r2")
+def test_fresh_generators_are_keyed_independently_and_explicit_keys_repeat():
+    a, b = ChaChaRandom.fresh(), ChaChaRandom.fresh()
     first = [a.randbelow(1 << 30) for _ in range(4)]
-    assert first == [b.randbelow(1 << 30) for _ in range(4)]
-    assert first != [c.randbelow(1 << 30) for _ in range(4)]
+    assert first != [b.randbelow(1 << 30) for _ in range(4)]
+    c, d = ChaChaRandom(b"s" * 32), ChaChaRandom(b"s" * 32)
+    assert [c.randbelow(1 << 30) for _ in range(4)] == [d.randbelow(1 << 30) for _ in range(4)]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from cuvil.edge_runtime.privacy import DEFAULT_PARAMS, PrivacyParams, PrivacyRefusal, RefusalCode
+from cuvil.edge_runtime.privacy.errors import Reason
 from cuvil.edge_runtime.privacy.ledger import PrivacyFloors, PrivacyLedger
 from cuvil.edge_runtime.privacy.release import release_report
 
@@ -73,8 +74,9 @@ def test_missing_or_corrupt_ledger_is_a_refusal_never_a_reset(tmp_path, ledger, 
 
 
 def test_ledger_is_never_recreated_over_an_existing_file(tmp_path, ledger):
-    with pytest.raises(PrivacyRefusal, match="never re-created"):
+    with pytest.raises(PrivacyRefusal) as e:
         PrivacyLedger.create(tmp_path / "ledger.db")
+    assert e.value.code is RefusalCode.LEDGER_UNAVAILABLE and "never re-created" in e.value.detail
 
 
 def test_floors_can_be_raised_but_not_lowered(tmp_path):
@@ -106,4 +108,72 @@ def test_crash_between_charge_and_send_leaves_the_budget_charged(tmp_path):
     led = PrivacyLedger.open(path)
     assert led.releases("digits") == 1 and led.spent("digits") > 0.7
     assert led.cached_reply("r0") is None
+    with pytest.raises(PrivacyRefusal) as e:  # its noise is never drawn again: the reply is lost, not redone
+        rel_again(led)
+    assert e.value.reason is Reason.RELEASE_LOST and led.releases("digits") == 1
+    led.close()
+
+
+def rel_again(led):
+    return release_report(led, "digits", "r0", [True] * 10, [0.1] * 10, DEFAULT_PARAMS)
+
+
+def test_a_charged_release_id_is_bound_to_its_parameters_and_bundle(ledger):
+    first, _ = release_report(ledger, "digits", "b1", CORRECT, LOSSES, DEFAULT_PARAMS, bundle_hash="a" * 64)
+    for params, bundle in ((PrivacyParams(sigma=20.0), "a" * 64), (DEFAULT_PARAMS, "b" * 64),
+                           (PrivacyParams(epsilon=2.0), "a" * 64)):
+        with pytest.raises(PrivacyRefusal) as e:
+            release_report(ledger, "digits", "b1", CORRECT, LOSSES, params, bundle_hash=bundle)
+        assert e.value.code is RefusalCode.PARAMS_REJECTED and e.value.reason is Reason.RELEASE_REBOUND
+    with pytest.raises(PrivacyRefusal) as e:  # other data under the same id: still the stored reply
+        release_report(ledger, "digits", "b1", CORRECT, LOSSES, PrivacyParams(loss_clip=2.0), bundle_hash="a" * 64)
+    assert e.value.reason is Reason.RELEASE_REBOUND
+    again, _ = release_report(ledger, "digits", "b1", ~CORRECT, LOSSES[::-1], DEFAULT_PARAMS, bundle_hash="a" * 64)
+    assert again == first and ledger.releases("digits") == 1
+
+
+def test_noise_is_fresh_per_release_not_derived_from_anything_stored(tmp_path):
+    """Two ledgers with identical files and the same release give different noise (and hold no key)."""
+    a = PrivacyLedger.create(tmp_path / "a.db")
+    (tmp_path / "b.db").write_bytes((tmp_path / "a.db").read_bytes())
+    b = PrivacyLedger.open(tmp_path / "b.db")
+    ra, _ = release(a, "same")
+    rb, _ = release(b, "same")
+    assert ra.sums != rb.sums
+    assert "secret" not in dict(a._conn.execute("SELECT key, value FROM meta"))
+    a.close()
+    b.close()
+
+
+def test_any_error_inside_a_charge_closes_its_transaction(ledger, monkeypatch):
+    import cuvil.edge_runtime.privacy.ledger as mod
+
+    def boom(*a, **k):
+        raise RuntimeError("accountant failed")
+
+    monkeypatch.setattr(mod, "epsilon_spent", boom)
+    with pytest.raises(RuntimeError):
+        ledger.charge("digits", "t1", 5.0, 3.0, 1e-6)
+    assert not ledger._conn.in_transaction
+    monkeypatch.undo()
+    assert ledger.charge("digits", "t1", 5.0, 3.0, 1e-6) > 0  # the ledger is usable, nothing was recorded
+
+
+def test_a_schema_1_ledger_is_migrated_and_its_noise_key_deleted(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE charges (release_id TEXT PRIMARY KEY, dataset TEXT NOT NULL,
+                              noise_multiplier REAL NOT NULL, charged_at INTEGER NOT NULL);
+        CREATE TABLE replies (release_id TEXT PRIMARY KEY, payload TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema', '1'), ('secret', '00'), ('floors', '{"delta": 1e-06, "epsilon": 3.0, "min_sigma": 10.0}');
+        INSERT INTO charges VALUES ('old', 'digits', 5.77, 0);
+    """)
+    conn.close()
+    led = PrivacyLedger.open(path)
+    assert led.releases("digits") == 1 and led.binding("old") == ""
+    assert "secret" not in dict(led._conn.execute("SELECT key, value FROM meta"))
     led.close()

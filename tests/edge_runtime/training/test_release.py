@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from cuvil.edge_runtime.privacy import DEFAULT_PARAMS, PrivacyRefusal, RefusalCode
+from cuvil.edge_runtime.privacy.errors import Reason
 from cuvil.edge_runtime.privacy.ledger import PrivacyFloors, PrivacyLedger
 from cuvil.edge_runtime.privacy.release import release_report
 from cuvil.edge_runtime.training import DpSgdConfig
@@ -80,8 +81,9 @@ def test_a_repeated_round_is_answered_from_the_stored_reply_and_a_lost_one_is_ne
     assert train.calls == 1 and a.dp_count == b.dp_count and ledger.releases("local") == 1
     np.testing.assert_array_equal(a.update["w"], b.update["w"])
     ledger.charge("local", "lost", 10.0, 2.0, 1e-6)  # charged, then the device died before it replied
-    with pytest.raises(PrivacyRefusal, match="not run twice"):
+    with pytest.raises(PrivacyRefusal) as e:
         release_update(ledger, "local", "lost", CFG, train)
+    assert e.value.reason is Reason.RELEASE_LOST and "not run twice" in e.value.detail
     assert train.calls == 1
 
 

@@ -1,0 +1,75 @@
+"""Optional rollback detection for the privacy ledger: a MAC over its charges and a monotonic counter.
+
+Someone who can write the device's files could put back an earlier copy of the ledger and so get
+its budget back. A :class:`LedgerSeal` keeps a key and a counter *outside* the ledger (ideally on
+storage the ledger's backups do not cover, or a hardware monotonic counter behind the same
+interface): every charge advances the counter to the ledger's charge count and stores an HMAC over
+all charges in the ledger; opening a sealed ledger whose MAC does not verify, or whose charge count
+is below the counter, is a refusal (fail closed). It does not help against someone who rolls back
+the counter and the ledger together, or who holds the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SealError(Exception):
+    """The ledger does not match its seal: altered, rolled back, or the counter is unreadable."""
+
+
+@dataclass(frozen=True)
+class LedgerSeal:
+    key: bytes  # 32 bytes, never stored in the ledger
+    counter_path: Path  # only ever grows
+
+    def mac(self, charges: Sequence[Sequence[object]]) -> str:
+        text = json.dumps([list(c) for c in charges], separators=(",", ":"))
+        return hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
+
+    def counter(self) -> int:
+        try:
+            value = int(Path(self.counter_path).read_text().strip() or "0")
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError) as e:
+            raise SealError(f"ledger counter {self.counter_path} is unreadable ({e})") from None
+        if value < 0:
+            raise SealError("ledger counter is negative")
+        return value
+
+    def check(self, charges: Sequence[Sequence[object]], stored_mac: str | None) -> None:
+        """Refuse a ledger whose charges were altered or that is older than the counter says."""
+        count = self.counter()
+        if stored_mac is None:
+            if count:
+                raise SealError("the ledger has lost its seal")
+            return
+        if not hmac.compare_digest(stored_mac, self.mac(charges)):
+            raise SealError("the ledger's charges do not match their MAC")
+        if len(charges) < count:
+            raise SealError(f"the ledger holds {len(charges)} charges but {count} were made: rolled back")
+
+    def advance(self, count: int) -> None:
+        """Raise the counter to ``count`` (durably; never lowers it)."""
+        if count <= self.counter():
+            return
+        path = Path(self.counter_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(str(count))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
