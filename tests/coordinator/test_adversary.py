@@ -191,14 +191,14 @@ def test_device_errors_carry_a_code_and_a_word_never_exception_text(device):
 
 def test_the_emulated_latency_is_timed_on_synthetic_inputs(world):
     """It once was the wall time of the private-data run divided by n, which revealed n."""
-    from cuvil.coordinator import foreign
+    from cuvil.edge_runtime import runner as device_runner
     from cuvil.devices import resolve_profile
     from cuvil.edge_runtime.loader import load_bytes
     from cuvil.edge_runtime.trust import TrustStore
 
     root, _, ref, _ = world
     model = load_bytes(ref.data, TrustStore.from_dir(root / "keys"))
-    runner = foreign.prepare(model, resolve_profile("rpi5"), root / "emu-cache")
+    runner = device_runner.prepare(model, resolve_profile("rpi5"), root / "emu-cache")
     assert runner.emulated
     synthetic = {runner.input_name: np.zeros(runner.input_shape, np.float32)}
     before = runner.latency(synthetic, 0, 3, 1.0)  # no private run has happened: still a real timing
