@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from .tuning import Tuning, default_tuning
+
 
 class TargetKind(enum.Enum):
     CPU = "cpu"
@@ -22,16 +24,6 @@ class ConvChoice:
     vl: int
 
 
-@dataclass(frozen=True)
-class Tuning:
-    """Per-CPU-kind tuning data (a profile's ``[tuning]`` table)."""
-
-    autotune: bool = True  # time conv candidates on the device at compile time (cuvil compile --tune)
-    autotune_fraction: float = 0.5  # tuning may add at most this fraction of the untuned compile time
-    autotune_budget_s: float = 2.0  # and never more than this many seconds
-    half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
-
-
 Geometry = tuple  # (N, C, H, W, OC, KH, KW, strides, pads, dilations, group) of a 2-D conv
 
 
@@ -40,7 +32,8 @@ class Target:
     """A code-generation target.
 
     ``vector_bits`` is the native float vector width (128 NEON, 256 AVX2, 512 AVX-512); ``None``
-    means scalable (SVE/SVE2: vector-length agnostic code, never pinned to one length).
+    means scalable (SVE/SVE2: vector-length agnostic code, never pinned to one length). ``tuning``
+    defaults to :func:`~.tuning.default_tuning` of the triple, cpu and width.
     """
 
     name: str
@@ -50,7 +43,11 @@ class Target:
     vector_bits: int | None = 128
     kind: TargetKind = TargetKind.CPU
     gpu_arch: str | None = None
-    tuning: Tuning = Tuning()
+    tuning: Tuning = None  # type: ignore[assignment]  (filled in __post_init__ when not given)
+
+    def __post_init__(self) -> None:
+        if self.tuning is None:
+            object.__setattr__(self, "tuning", default_tuning(self.triple, self.cpu, self.vector_bits))
     conv_choices: tuple[tuple[Geometry, ConvChoice], ...] = ()  # measured on the device; else the cost model
 
     @property

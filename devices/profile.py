@@ -1,7 +1,8 @@
 """Device profiles: one TOML file per device class in ``profiles/``; adding a device is adding a file.
 
 A profile holds the facts lowering needs (LLVM triple, cpu, feature string, vector width, caches,
-memory budget, optional GPU architecture). Every field is validated on load, and so are the rules
+memory budget, optional GPU architecture) and an optional ``[tuning]`` table that overrides fields
+of the target's :class:`~cuvil.compiler.tuning.Tuning` (the cache sizes fill it always). Every field is validated on load, and so are the rules
 that keep generated code correct: SVE features if and only if the width is ``"scalable"`` (SVE code
 on a NEON-only core dies with SIGILL), and a 512-bit x86 width only with ``+avx512f`` and
 ``-prefer-256-bit`` (without it LLVM emits 256-bit code).
@@ -19,6 +20,7 @@ from typing import Any
 
 from ..compiler.errors import CuvilError
 from ..compiler.target import Target, TargetKind
+from ..compiler.tuning import check_overrides, default_tuning
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 SCALABLE = "scalable"
@@ -47,6 +49,7 @@ class DeviceProfile:
     clock_ghz: float | None = None  # sustained CPU clock: the latency cost model's time base
     cores: int = 1
     sve_vector_bits: int | None = None  # the SVE length of this class's cores, when one length is known
+    tuning: tuple[tuple[str, Any], ...] = ()  # the [tuning] table: (Tuning field, value), sorted
 
     @property
     def lanes_f32(self) -> int:
@@ -63,7 +66,10 @@ class DeviceProfile:
 
     def target(self) -> Target:
         """The code-generation target of this profile's CPU (``gpu_arch`` rides along)."""
-        return Target(self.name, self.triple, self.cpu, self.features, self.vector_bits, TargetKind.CPU, self.gpu_arch)
+        tuning = default_tuning(self.triple, self.cpu, self.vector_bits).replace(
+            l1d_bytes=self.l1d_kib * 1024, l2_bytes=self.l2_kib * 1024, l3_bytes=self.l3_kib * 1024, **dict(self.tuning))
+        return Target(self.name, self.triple, self.cpu, self.features, self.vector_bits, TargetKind.CPU, self.gpu_arch,
+                      tuning)
 
 
 # field validation ---------------------------------------------------------------------------------
@@ -127,6 +133,12 @@ def _sve_bits(v: Any) -> int:
     return v
 
 
+def _tuning(v: Any) -> tuple[tuple[str, Any], ...]:
+    if not isinstance(v, Mapping):
+        raise ValueError("must be a table of tuning fields")
+    return tuple(sorted(check_overrides(v).items()))
+
+
 def _gpu_arch(v: Any) -> str:
     if not isinstance(v, str) or not re.fullmatch(r"sm_\d{2,3}", v):
         raise ValueError("must be an NVIDIA architecture like 'sm_87'")
@@ -149,6 +161,7 @@ FIELDS: Mapping[str, tuple[Callable[[Any], Any], Any]] = {
     "clock_ghz": (_clock, None),
     "cores": (_count(1), 1),
     "sve_vector_bits": (_sve_bits, None),
+    "tuning": (_tuning, ()),
 }
 """Every field of a profile file: its validator and default (REQUIRED: no default)."""
 

@@ -152,6 +152,12 @@ def memset0(b: ir.IRBuilder, dst: ir.Value, nbytes: int) -> None:
     call_named(b, "llvm.memset.p0.i64", VOID, [b.bitcast(dst, I8P), ir.Constant(I8, 0), i64(nbytes), ir.Constant(I1, 0)])
 
 
+def prefetch(b: ir.IRBuilder, ptr: ir.Value, locality: int = 3) -> None:
+    """A read prefetch hint of the line at ``ptr`` (locality 3: keep in L1 ... 0: no reuse)."""
+    args = [ptr if ptr.type == I8P else b.bitcast(ptr, I8P), ir.Constant(I32, 0), ir.Constant(I32, locality), ir.Constant(I32, 1)]
+    call_named(b, "llvm.prefetch.p0", VOID, args)
+
+
 # ---------------------------------------------------------------------------------- intrinsics ---
 def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type]) -> ir.Function:
     """Declare (once) and return the function ``name``."""

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from cuvil.compiler.target import ConvChoice, Tuning
+from cuvil.compiler.target import ConvChoice
 from cuvil.edge_runtime.autotune import MARGIN, cpu_identity, pick, tune
 from cuvil.edge_runtime.compile import compile_graph
 
@@ -48,7 +48,7 @@ def cnn():
 
 def test_a_zero_budget_tunes_nothing(cnn):
     _, lowered_graph, _ = cnn
-    t = dataclasses.replace(HOST, tuning=Tuning(autotune_budget_s=0.0))
+    t = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=0.0))
     report = tune(lowered_graph, t)
     assert report.results == () and report.choices == {} and report.skipped >= 1
 

@@ -35,8 +35,8 @@ from ...target import Target
 from ..activations import apply_activation
 from ..irhelpers import F32, I64, for_range, i64
 from ..mathfns import fma
-from .tiles import L2_BUDGET_BYTES, gemm_tile
-from .vecops import F32P, broadcast, define_kernel, lane_mask, load_vec, scalar_tail_stores, store_vec, vec_type
+from .tiles import gemm_tile
+from .vecops import F32P, broadcast, define_kernel, lane_mask, load_vec, store_vec, vec_type
 from ..irhelpers import gep
 
 LOOPED_EPILOGUE = frozenset({"Sigmoid", "Tanh", "SiLU", "Gelu", "GeluTanh"})  # long polynomial bodies
@@ -87,7 +87,7 @@ class Out:
     act_beta: float = 0.0
     lane_stride: int = 0  # transposed: lane l of vector v is element (c_offs[v] + l) * lane_stride
     lanes: Sequence[int] = ()  # transposed: valid lanes per vector (all when empty)
-    scalar_tails: bool = False  # constant-mask stores as scalar stores (see scalar_tail_stores)
+    scalar_tails: bool = False  # constant-mask stores as scalar stores (Tuning.masked_stores off)
 
 
 def emit_tile(b: ir.IRBuilder, vl: int, mr: int, a_ptr: ir.Value, a_rs: int, b_ptrs: Sequence[ir.Value],
@@ -330,7 +330,7 @@ def emit_gemm(module: ir.Module, name: str, target: Target, M: int, N: int, K: i
         a_ptr = gep(b, A, b.mul(row0, i64(a_rs)))
         crow = b.mul(row0, i64(N))
         out = Out(gep(b, C, crow), N, [s[1] for s in slots], [s[2] for s in slots], activation=activation,
-                  act_alpha=act_alpha, act_beta=act_beta, scalar_tails=scalar_tail_stores(target))
+                  act_alpha=act_alpha, act_beta=act_beta, scalar_tails=not target.tuning.masked_stores)
         if bias:
             out.bias = {"n": "col", "m": "row", "mn": "full"}[bias]
             out.bias_ptr = {"n": bias_p, "m": gep(b, bias_p, row0), "mn": gep(b, bias_p, crow)}[bias]
@@ -339,15 +339,16 @@ def emit_gemm(module: ir.Module, name: str, target: Target, M: int, N: int, K: i
         emit_tile(b, vl, mr_eff, a_ptr, a_rs, [s[0] for s in slots], kp, out, None if packed else out.masks)
 
     a_bytes, b_bytes, n_slots = 4 * M * K, 4 * K * N, N // vl
-    chunk = max(nv, L2_BUDGET_BYTES // (4 * max(K, 1) * vl) // nv * nv)  # B slots per L2-resident chunk
-    if a_bytes > L2_BUDGET_BYTES and b_bytes > L2_BUDGET_BYTES and n_slots > chunk:
+    budget = target.tuning.l2_budget_bytes
+    chunk = max(nv, budget // (4 * max(K, 1) * vl) // nv * nv)  # B slots per L2-resident chunk
+    if a_bytes > budget and b_bytes > budget and n_slots > chunk:
         n_chunks, rest = divmod(n_slots, chunk)  # both big: N chunks of B stay in L2, rows outer
         with for_range(b, n_chunks, name="nc") as c:
             tile_grid(b, M, mr, chunk, False, nv, slot_fn, tile_fn, True, b.mul(c, i64(chunk)))
         if rest or N % vl:
             tile_grid(b, M, mr, rest, N % vl != 0, nv, slot_fn, tile_fn, True, i64(n_chunks * chunk))
     else:
-        rows_outer = a_bytes > L2_BUDGET_BYTES >= b_bytes
+        rows_outer = a_bytes > budget >= b_bytes
         tile_grid(b, M, mr, n_slots, N % vl != 0, nv, slot_fn, tile_fn, rows_outer)
     b.ret_void()
     return fn

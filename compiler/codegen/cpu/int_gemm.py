@@ -34,15 +34,11 @@ class GemmGeometry:
     vec_is_u: bool  # V holds the u operand (activations), B the s operand (weights); else the reverse
 
 
-def registers(target: Target) -> int:
-    return 32 if (target.vector_bits or 128) == 512 or not target.triple.startswith("x86_64") else 16
-
-
 def tile(dot: Dot, target: Target, cols_pad: int) -> tuple[int, int]:
     """(MR, NR): NR vectors of columns (no more than there are), MR rows filling the registers."""
     per_acc = 2 if dot.kind == "avx2-wd" else 1
-    nr = max(1, min(4 if registers(target) == 32 else 2, cols_pad // dot.vl))
-    spare = registers(target) - nr - 2 - (2 if dot.kind.startswith("avx2") else 0)
+    nr = max(1, min(4 if target.tuning.vector_registers == 32 else 2, cols_pad // dot.vl))
+    spare = target.tuning.vector_registers - nr - 2 - (2 if dot.kind.startswith("avx2") else 0)
     mr = max(1, min(8, spare // (nr * per_acc)))
     return mr, nr
 

@@ -15,24 +15,8 @@ import numpy as np
 
 from ...target import Target
 
-L2_BUDGET_BYTES = 768 * 1024  # weights up to this size stay cache resident across pixel tiles
-
-
 def vector_lanes(target: Target) -> int:
     return target.vector_floats
-
-
-def register_count(target: Target) -> int:
-    """Architectural vector registers: 16 ymm on AVX2, 32 zmm on AVX-512, 32 on AArch64."""
-    if target.triple.startswith(("x86_64", "i686", "i386")):
-        return 32 if target.vector_bits == 512 else 16
-    return 32
-
-
-def _reserved_registers(target: Target) -> int:
-    """Vector registers a tile leaves free: x86 FMAs take the B vector as a memory operand, so one
-    broadcast register is enough (4x3 tiles: 12 accumulators); AArch64 keeps B in registers."""
-    return 1 if target.triple.startswith(("x86_64", "i686", "i386")) else 2
 
 
 def step_cycles(mr: int, nv: int) -> float:
@@ -65,7 +49,7 @@ def tile_cost(target: Target, rows: int, slots: int, max_nv: int = 8, min_mr: in
     ``min_mr`` rows (where registers allow: one vector column always may)."""
     if rows <= 0 or slots <= 0:
         return 0.0, 1, 1
-    regs, reserved = register_count(target), _reserved_registers(target)
+    regs, reserved = target.tuning.vector_registers, target.tuning.reserved_registers
     best: tuple[float, int, int, int] | None = None
     for nv in range(1, min(max_nv, slots) + 1):
         mr_max = max(1, min(rows, (regs - nv - reserved) // nv, 16 if regs == 16 else 28))

@@ -31,12 +31,6 @@ def load_vec(b: ir.IRBuilder, p: ir.Value, vl: int, mask: ir.Value | None = None
     return call_named(b, f"llvm.masked.load.v{vl}f32.p0", vec_type(vl), args)
 
 
-def scalar_tail_stores(target: Target) -> bool:
-    """Store constant-mask tails lane by lane: AMD cores microcode VMASKMOVPS stores (over 10
-    cycles each; measured 1.4x on small-image depthwise convs), NEON has no masked store at all."""
-    return target.cpu.startswith(("znver", "bdver", "btver")) or not target.triple.startswith("x86_64")
-
-
 def store_vec(b: ir.IRBuilder, v: ir.Value, p: ir.Value, mask: ir.Value | None = None,
               scalar_tails: bool = False) -> None:
     vl = v.type.count

@@ -282,13 +282,13 @@ def test_packed_1x1_matches_numpy(packed_fns, i, rng):
 
 
 def test_packed_1x1_k_blocks():
-    """The panel stays within PANEL_BYTES; the K blocks cover C with a partial last one where C needs it
+    """The panel stays within Tuning.panel_bytes; the K blocks cover C with a partial last one where C needs it
     (the x86-avx2 profile's plans)."""
     blocks = set()
     for c in PACKED:
         p = conv_plan(AVX2, *_geom(c))
         if p.pack_b:
-            assert 4 * p.panel_floats <= p.PANEL_BYTES and p.panel_k % 4 == 0 or p.panel_k == p.Cg
+            assert 4 * p.panel_floats <= AVX2.tuning.panel_bytes and p.panel_k % 4 == 0 or p.panel_k == p.Cg
             blocks.add((-(-p.Cg // p.panel_k), p.Cg % p.panel_k != 0))
     assert {(1, False), (2, False), (2, True), (3, True)} <= blocks
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from llvmlite import ir
 from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
 from cuvil.compiler.codegen.cpu.conv.plan import conv_plan, conv_scratch_bytes
 from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights
+from cuvil.compiler.target import Target
 
 from ...hosts import executable
 from .kernel_jit import aligned, passes_in_child, ptr
@@ -35,47 +37,43 @@ ROWS = [
 ]
 
 
-def _rows_anywhere(vl, p) -> bool:
-    return p.group == 1 and p.T > 1
+def rows_anywhere(target: Target) -> Target:
+    """``target`` tuned to take the rows method for every group-1 square kernel of 2x2 to 11x11."""
+    tuning = target.tuning.replace(rows_widths=(target.vector_floats * 32,), rows_kernels=tuple(range(2, 12)),
+                                   rows_min_channels=0, rows_max_pixels=1 << 30)
+    return replace(target, tuning=tuning)
 
 
-@pytest.fixture
-def rows_anywhere(monkeypatch):
-    from cuvil.compiler.codegen.cpu.conv import plan
-
-    monkeypatch.setattr(plan, "rows_wins", _rows_anywhere)
+RHOST = rows_anywhere(HOST)
 
 
 @pytest.fixture(scope="module")
 def rows_fns():
-    from cuvil.compiler.codegen.cpu.conv import plan
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plan, "rows_wins", _rows_anywhere)
-        return _emit_all(HOST, ROWS)
+    return _emit_all(RHOST, ROWS)
 
 
 @pytest.mark.parametrize("i", range(len(ROWS)), ids=[_ids(c) for c in ROWS])
-def test_rows_matches_numpy(rows_fns, rows_anywhere, i, rng):
-    assert conv_plan(HOST, *_geom(ROWS[i])).method == "rows"
+def test_rows_matches_numpy(rows_fns, i, rng):
+    assert conv_plan(RHOST, *_geom(ROWS[i])).method == "rows"
     fn = rows_fns[f"c{i}"]
-    Y, ref = _run(fn, HOST, ROWS[i], rng)
+    Y, ref = _run(fn, RHOST, ROWS[i], rng)
     np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
     if ROWS[i][12]:
-        Y, ref = _run(fn, HOST, ROWS[i], rng, inplace=True)  # residual aliasing Y
+        Y, ref = _run(fn, RHOST, ROWS[i], rng, inplace=True)  # residual aliasing Y
         np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
 
     def check():  # X ending right before a PROT_NONE page (in a child: a fault fails the test)
-        Y, ref = _run(fn, HOST, ROWS[i], rng, x_guard=True)
+        Y, ref = _run(fn, RHOST, ROWS[i], rng, x_guard=True)
         return np.allclose(Y, ref, rtol=1e-4, atol=1e-5)
 
     assert passes_in_child(check)
 
 
 @pytest.mark.parametrize("target", [SSE, WIDE16], ids=["4-lane", "16-lane"])
-def test_rows_other_widths(target, rows_anywhere, rng):
+def test_rows_other_widths(target, rng):
     if target is WIDE16 and not HOST.has("avx2"):
         pytest.skip("16-lane plans are emulated with AVX2 halves")
+    target = rows_anywhere(target)
     cases = [ROWS[i] for i in (0, 1, 3, 5, 7, 8)]
     fns = _emit_all(target, cases)
     for i, case in enumerate(cases):
@@ -119,10 +117,9 @@ define {vec} @counted_fma({vec} %a, {vec} %b, {vec} %c) noinline {{
     return ctypes.c_int64.from_address(engine.get_global_value_address("fma_calls")).value
 
 
-def test_rows_skips_the_padding_products(monkeypatch):
+def test_rows_skips_the_padding_products():
     """ResNet-18's 512x4x4 3x3 pad-1 layers take the rows kernel, which multiplies no padding: 100 of
     im2col's 144 (pixel, tap) products, counted as executed vector FMAs."""
-    from cuvil.compiler.codegen.cpu.conv import plan as plan_mod
     from cuvil.compiler.codegen.cpu.conv import rows as rows_mod
 
     target = executable("x86-avx2")  # the rows kernel is chosen where it was measured: 256-bit vectors
@@ -131,7 +128,7 @@ def test_rows_skips_the_padding_products(monkeypatch):
     assert plan.method == "rows" and plan.mr * plan.nv == 12
     rows = _fmas_executed(target, geom)
     assert rows == rows_mod.fma_count(plan) == 512 * 64 * 100
-    monkeypatch.setattr(plan_mod, "ROWS_WIDTHS", set())
+    target = replace(target, tuning=target.tuning.replace(rows_widths=()))
     assert conv_plan(target, *geom).method == "im2col"
     im2col = _fmas_executed(target, geom)
     assert im2col >= 512 * 64 * 144 and rows < 0.7 * im2col

@@ -6,11 +6,13 @@ and for 4- and 16-lane targets with Winograd enabled at their widths.
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
+from cuvil.compiler.codegen.cpu.conv.plan import WinogradGeometry, conv_plan
+from cuvil.compiler.target import Target
 
 from ...hosts import HOST, executable
 from .kernel_jit import passes_in_child
@@ -40,18 +42,19 @@ def _wino_tol(ref, m):
 
 
 @pytest.fixture(params=[2, 4], ids=["F2", "F4"])
-def wino_m(request, monkeypatch):
-    from cuvil.compiler.codegen.cpu.conv import plan
-
-    monkeypatch.setattr(plan, "WINOGRAD", True)
-    monkeypatch.setattr(plan, "WINOGRAD_F4", request.param)
-    monkeypatch.setattr(plan, "WINOGRAD_F4_MIN_PIXELS", 0)
+def wino_m(request):
     return request.param
+
+
+def winograd_everywhere(target: Target, m: int, **tuning) -> Target:
+    """``target`` tuned to take Winograd F(m x m, 3x3) at its own width for every eligible shape."""
+    return replace(target, tuning=target.tuning.replace(winograd_widths=(target.vector_floats * 32,), winograd_f4=m,
+                                                        winograd_f4_min_pixels=0, **tuning))
 
 
 @pytest.mark.parametrize("i", range(len(WINO)), ids=[_ids(c) for c in WINO])
 def test_winograd_matches_numpy(wino_m, i, rng):
-    target = executable("x86-avx2")
+    target = winograd_everywhere(executable("x86-avx2"), wino_m)
     p = conv_plan(target, *_geom(WINO[i]))
     assert p.method == "winograd"
     fn = _emit_all(target, [WINO[i]])["c0"]
@@ -68,12 +71,10 @@ def test_winograd_matches_numpy(wino_m, i, rng):
 
 
 @pytest.mark.parametrize("target", [SSE, WIDE16], ids=["4-lane", "16-lane"])
-def test_winograd_other_widths(target, rng, monkeypatch, wino_m):
-    from cuvil.compiler.codegen.cpu.conv import plan
-
+def test_winograd_other_widths(target, rng, wino_m):
     if target is WIDE16 and not HOST.has("avx2"):
         pytest.skip("16-lane plans are emulated with AVX2 halves")
-    monkeypatch.setattr(plan, "WINOGRAD_WIDTHS", {target.vector_bits})
+    target = winograd_everywhere(target, wino_m)
     cases = [WINO[i] for i in (0, 1, 2, 3, 5, 6, 7)]
     fns = _emit_all(target, cases)
     for i, case in enumerate(cases):
@@ -82,7 +83,7 @@ def test_winograd_other_widths(target, rng, monkeypatch, wino_m):
         np.testing.assert_allclose(Y, ref, **_wino_tol(ref, wino_m), err_msg=str(case))
 
 
-# Blocks of tile rows (WINOGRAD_BLOCK_BYTES shrunk): partial last blocks of whole-row chunks (17x14 F4, 19x6 F4,
+# Blocks of tile rows (Tuning.winograd_block_bytes shrunk): partial last blocks of whole-row chunks (17x14 F4, 19x6 F4,
 # 13x7 F2) and of row segments.
 WINO_BLOCKS = [WINO[4], WINO[6],
                (1, 20, 17, 14, 16, 3, 3, (1, 1), (1, 0, 1, 2), (1, 1), 1, True, True, "Relu"),
@@ -91,16 +92,14 @@ WINO_BLOCKS = [WINO[4], WINO[6],
 
 
 @pytest.mark.parametrize("i", range(len(WINO_BLOCKS)), ids=[_ids(c) for c in WINO_BLOCKS])
-def test_winograd_tile_blocks(wino_m, i, rng, monkeypatch):
-    from cuvil.compiler.codegen.cpu.conv import plan
-
+def test_winograd_tile_blocks(wino_m, i, rng):
     case = WINO_BLOCKS[i]
     C, H, W, OC = case[1:5]
     seen = set()
-    target = executable("x86-avx2")
+    avx2 = executable("x86-avx2")
     for budget in (1, 2 ** 14, 2 ** 16, 2 ** 18):
-        monkeypatch.setattr(plan, "WINOGRAD_BLOCK_BYTES", budget)
-        g = plan.WinogradGeometry.of(target.vector_floats, C, H, W, OC, case[8], wino_m)
+        target = winograd_everywhere(avx2, wino_m, winograd_block_bytes=budget)
+        g = WinogradGeometry.of(target.vector_floats, C, H, W, OC, case[8], wino_m, budget)
         if g.nblk < 2 or (g.TRB, g.nblk) in seen:
             continue
         seen.add((g.TRB, g.nblk))

@@ -20,7 +20,7 @@ from ....target import ConvChoice, Geometry, Target
 from ..tiles import choose_tile
 from .emit import emit_conv2d
 from .pack import pack_conv_weights
-from .plan import IM2COL_MAX_PIECES, ROWS_MAX_PIXELS, ROWS_MIN_CHANNELS, ConvPlan, conv_plan, plan_for
+from .plan import IM2COL_MAX_PIECES, ConvPlan, conv_plan, plan_for
 
 MAX_CANDIDATES = 5
 
@@ -40,7 +40,7 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
     N, C, H, W, OC, KH, KW, strides, pads, dil, group = geom
     default = conv_plan(dataclasses.replace(target, conv_choices=()), *geom)
     base = {k: getattr(default, k) for k in ("N", "C", "H", "W", "OC", "KH", "KW", "sh", "sw", "pt", "pl",
-                                             "pb", "pr", "dh", "dw", "group")}
+                                             "pb", "pr", "dh", "dw", "group", "tuning")}
     base.update(N=N, C=C, H=H, W=W, dh=dil[0], dw=dil[1])
     vl = target.vector_floats
     out: list[ConvChoice] = [choice_of(default)]
@@ -69,7 +69,7 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
             c = ConvChoice("winograd", m, 1, vl)
             if c not in out:
                 out.append(c)
-    if three and min(C, OC) >= ROWS_MIN_CHANNELS and OH * OW <= ROWS_MAX_PIXELS:
+    if three and min(C, OC) >= target.tuning.rows_min_channels and OH * OW <= target.tuning.rows_max_pixels:
         add("rows", min_mr=4)
     if KH == KW == 1 and strides == (1, 1) and not any(pads):
         add("transposed")

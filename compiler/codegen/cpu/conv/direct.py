@@ -26,7 +26,7 @@ from llvmlite import ir
 from ....target import Target
 from ...irhelpers import for_range, gep, i64, memcpy, memset0
 from ..gemm import KPlan, Out, emit_tile, tap_table, tile_grid
-from ..vecops import lane_mask, load_vec, scalar_tail_stores, store_vec, vec_type
+from ..vecops import lane_mask, load_vec, store_vec, vec_type
 from .plan import ConvPlan
 
 IM2COL_UNROLLED_COPIES = 128  # per channel; above this the im2col fill loops over row periods
@@ -43,7 +43,7 @@ def emit_direct(fn: ir.Function, p: ConvPlan, target: Target, *, bias: bool, res
     P, HW = p.OH * p.OW, p.H * p.W
     if p.copy:
         memset0(b, scratch, 4 * p.copy_floats)  # borders stay zero: every channel rewrites the interior only
-    epi = dict(activation=activation, act_alpha=act_alpha, act_beta=act_beta, scalar_tails=scalar_tail_stores(target))
+    epi = dict(activation=activation, act_alpha=act_alpha, act_beta=act_beta, scalar_tails=not target.tuning.masked_stores)
     if p.method == "depthwise":
         with for_range(b, N * C, name="nc") as nc:
             xc = gep(b, X, b.mul(nc, i64(HW)))
@@ -120,7 +120,7 @@ def _packed_1x1(b, p: ConvPlan, x, w, y, bias_p, res_p, panel, epi) -> None:
     """1x1 direct conv, B packed: per column tile of NV pixel vectors and K block of channels, the
     vectors are copied into one contiguous panel that every row block then reads from L1.
 
-    K blocks keep the panel within ``PANEL_BYTES``; the first block stores acc + bias + residual,
+    K blocks keep the panel within ``Tuning.panel_bytes``; the first block stores acc + bias + residual,
     later ones add the partial sums already in Y, and only the last applies the activation.
     """
     vl, mr, P, HW, kc = p.vl, p.mr, p.OH * p.OW, p.H * p.W, p.panel_k

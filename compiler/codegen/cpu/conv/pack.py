@@ -31,7 +31,7 @@ def pack_winograd_weights(Wt: np.ndarray, target: Target, m: int, H: int, W: int
     """W[OC, C, 3, 3] -> U = G g G^T per transform point, as GEMM row panels [A, ceil(OC/MR), C, MR]."""
     OC, C = Wt.shape[:2]
     A = (m + 2) ** 2
-    mr, _ = winograd_gemm_tile(target, WinogradGeometry.of(target.vector_floats, C, H, W, OC, pads, m), OC)
+    mr, _ = winograd_gemm_tile(target, WinogradGeometry.of(target.vector_floats, C, H, W, OC, pads, m, target.tuning.winograd_block_bytes), OC)
     nb = -(-OC // mr)
     U = np.zeros((A, nb * mr, C))  # [point, output channel (padded to MR rows), input channel]
     U[:, :OC] = (np.kron(MATS[m][1], MATS[m][1]) @ np.asarray(Wt, dtype=np.float64).reshape(OC * C, 9).T).reshape(A, OC, C)

@@ -26,30 +26,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ....target import Target
-from ..tiles import L2_BUDGET_BYTES, choose_tile, grid_cost, register_count, vector_lanes
+from ....tuning import Tuning
+from ..tiles import choose_tile, grid_cost, vector_lanes
 
-WINOGRAD = True  # 3x3 stride-1 convs via Winograd where it was measured to win
-WINOGRAD_WIDTHS = {256, 512}  # vector widths it was measured to win on (AVX2 znver3, AVX-512 znver4)
-WINOGRAD_F4 = 4  # large-tile m; F(4x4) errs up to ~2e-5 x max|output| per layer, 2 keeps F(2x2) everywhere
-WINOGRAD_F4_MIN_PIXELS = 256  # F(4x4) from 16x16 outputs up; at 8x8 (4 tiles) F(2x2) is 1.4x faster
-WINOGRAD_BLOCK_BYTES = 4 << 20  # V + M of a block of tile rows: blocking ResNet's layers to L2 sizes gained
-# nothing (U is re-read per block); 64x112x112 (V + M 15 MB unblocked) gained 1.25x at this size
-WINOGRAD_MIN_PIXELS = 64  # 512x4x4 (4 tiles): the 16/9x larger transformed weights dominate, 0.8x
-ROWS_WIDTHS = {256, 512}  # vector widths it was measured on (AVX2 znver3, AVX-512 znver4)
-ROWS_MIN_CHANNELS = 64  # C and OC: measured on ResNet-18's 64..512-channel 3x3 layers
-ROWS_MAX_PIXELS = 64  # up to 8x8 outputs; 16x16 (its 64->128 stride-2 conv) only matched direct
 IM2COL_MAX_PIECES = 2048  # code-size bound on the unrolled im2col row copies (per channel)
 
 
 @dataclass(frozen=True)
 class ConvPlan:
     """Everything the conv emitter and packer must agree on (all sizes in elements)."""
-
-    PANEL_BYTES: ClassVar[int] = 16 * 1024  # packed B panel (K block x NV vectors): half of L1
-    PACK_MIN_ROW_BLOCKS: ClassVar[int] = 12  # fewer don't amortise the packing copy (MobileNetV2's 192->32)
 
     N: int
     C: int
@@ -72,6 +59,7 @@ class ConvPlan:
     mr: int
     nv: int
     copy: bool  # inputs go through a zero-padded, stride-phase-split copy in scratch
+    tuning: Tuning
 
     @property
     def OH(self) -> int:
@@ -130,17 +118,17 @@ class ConvPlan:
         K-blocked panel in scratch, so channel planes a multiple of 1-4 KiB apart (same L1 sets)
         don't evict the panel while every row block reuses it, as MLAS packs B. Measured (AVX2):
         cuvil/ORT 1.30 -> 0.85 on 256x64x64, 1.09 -> 0.68 on 64->256 32x32; only where the panel
-        outgrows half of L1 or its planes alias, and enough row blocks reuse it (else slower)."""
+        outgrows ``Tuning.panel_bytes`` or its planes alias, and enough row blocks reuse it (else slower)."""
         if not (self.method == "direct" and not self.copy and self.T == 1):
             return False
         panel = 4 * self.Cg * self.nv * self.vl
         aliased = (4 * self.chan_stride) % 1024 == 0 and panel >= 4096
-        return -(-self.OCg // self.mr) >= self.PACK_MIN_ROW_BLOCKS and (panel > self.PANEL_BYTES or aliased)
+        return -(-self.OCg // self.mr) >= self.tuning.pack_min_row_blocks and (panel > self.tuning.panel_bytes or aliased)
 
     @property
     def panel_k(self) -> int:
-        """Channels per K block of the packed panel: equal blocks, a multiple of 4, within PANEL_BYTES."""
-        kmax = max(4, self.PANEL_BYTES // (4 * self.nv * self.vl) // 4 * 4)
+        """Channels per K block of the packed panel: equal blocks, a multiple of 4, within panel_bytes."""
+        kmax = max(4, self.tuning.panel_bytes // (4 * self.nv * self.vl) // 4 * 4)
         per_block = -(-self.Cg // -(-self.Cg // kmax))
         return min(self.Cg, -(-per_block // 4) * 4)
 
@@ -182,7 +170,7 @@ class ConvPlan:
         """Loop order: row blocks outside column tiles when the weights, not the input, overflow L2."""
         a_bytes = 4 * self.OCg * self.K
         b_bytes = 4 * (self.im2col_floats if self.method == "im2col" else self.Cg * self.chan_stride)
-        return self.slots > self.nv and a_bytes > L2_BUDGET_BYTES >= b_bytes and not self.pack_b
+        return self.slots > self.nv and a_bytes > self.tuning.l2_budget_bytes >= b_bytes and not self.pack_b
 
     @property
     def im2col_offset(self) -> int:  # 64-byte aligned relative to scratch
@@ -191,7 +179,8 @@ class ConvPlan:
     @property
     def scratch_bytes(self) -> int:
         if self.method == "winograd":
-            return 4 * WinogradGeometry.of(self.vl, self.C, self.H, self.W, self.OC, self.pads, self.mr).floats
+            return 4 * WinogradGeometry.of(self.vl, self.C, self.H, self.W, self.OC, self.pads, self.mr,
+                                           self.tuning.winograd_block_bytes).floats
         return 4 * (self.im2col_offset + self.im2col_floats + self.panel_floats)
 
     @property
@@ -199,18 +188,18 @@ class ConvPlan:
         return self.pt, self.pl, self.pb, self.pr
 
 
-def winograd_tile(vl: int, C: int, H: int, W: int, OC: int, pads) -> int:
+def winograd_tile(t: Tuning, H: int, W: int, pads) -> int:
     """m of F(m x m, 3x3) for a Winograd conv."""
     pt, pl, pb, pr = pads
-    return WINOGRAD_F4 if (H + pt + pb - 2) * (W + pl + pr - 2) >= WINOGRAD_F4_MIN_PIXELS else 2
+    return t.winograd_f4 if (H + pt + pb - 2) * (W + pl + pr - 2) >= t.winograd_f4_min_pixels else 2
 
 
-def winograd_wins(vl: int, C: int, H: int, W: int, OC: int, pads) -> bool:
+def winograd_wins(t: Tuning, vl: int, C: int, H: int, W: int, OC: int, pads) -> bool:
     """Shapes where Winograd beats the direct kernel (measured, see winograd.py)."""
-    if not WINOGRAD or vl * 32 not in WINOGRAD_WIDTHS:
+    if vl * 32 not in t.winograd_widths:
         return False
     pt, pl, pb, pr = pads
-    return C >= 16 and OC >= 16 and (H + pt + pb - 2) * (W + pl + pr - 2) >= WINOGRAD_MIN_PIXELS
+    return C >= 16 and OC >= 16 and (H + pt + pb - 2) * (W + pl + pr - 2) >= t.winograd_min_pixels
 
 
 def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, KW: int,
@@ -221,7 +210,7 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     (padded copy of the) input, when whole output rows fill vectors well; im2col otherwise (small
     output rows), packing B panels so no lane is wasted; transposed: 1x1 convs over so few pixels
     that output channels fill vectors better (the input is read as A, transposed stores); rows
-    (``conv_rows.rows_wins``): 3x3 convs over many channels with small outputs, output channels
+    (:func:`rows_wins`): 3x3 convs over many channels with small outputs, output channels
     along the vectors and no product with padding computed (ResNet-18's 512x4x4: 1.2x).
     """
     vl = vector_lanes(target)
@@ -231,22 +220,22 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     if C % group or OC % group:
         raise ValueError(f"conv_plan: group {group} must divide C={C} and OC={OC}")
     base = dict(N=N, C=C, H=H, W=W, OC=OC, KH=KH, KW=KW, sh=sh, sw=sw, pt=pt, pl=pl, pb=pb, pr=pr,
-                dh=dh, dw=dw, group=group, vl=vl)
+                dh=dh, dw=dw, group=group, vl=vl, tuning=target.tuning)
     forced = target.conv_choice((N, C, H, W, OC, KH, KW, tuple(strides), tuple(pads), tuple(dilations), group))
     if forced is not None:
         return plan_for(base, forced.method, forced.mr, forced.nv, forced.vl)
     if (KH == KW == 3 and sh == sw == 1 and dh == dw == 1 and group == 1 and max(pads) <= 2 and min(H + pt + pb, W + pl + pr) >= 3
-            and winograd_wins(vl, C, H, W, OC, pads)):
-        m = winograd_tile(vl, C, H, W, OC, pads)
+            and winograd_wins(target.tuning, vl, C, H, W, OC, pads)):
+        m = winograd_tile(target.tuning, H, W, pads)
         return ConvPlan(**base, method="winograd", mr=m, nv=1, copy=False)  # mr: the output tile, F(m x m, 3x3)
     if group == C == OC and group > 1:
         if vl == 16 and (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 <= target.tuning.half_width_depthwise_max_ow:
             base["vl"] = 8  # narrow rows waste fewer lanes of a ymm (AVX-512VL) than of a zmm
         tmp = ConvPlan(**base, method="depthwise", mr=1, nv=1, copy=True)  # nv: vectors per tile,
-        nv = max(1, min(tmp.OH * tmp.vpr, register_count(target) // 2))  # whole rows where they fit
+        nv = max(1, min(tmp.OH * tmp.vpr, target.tuning.vector_registers // 2))  # whole rows where they fit
         return ConvPlan(**base, method="depthwise", mr=1, nv=nv, copy=True)
     tmp = ConvPlan(**base, method="rows", mr=1, nv=1, copy=False)
-    if rows_wins(vl, tmp):
+    if rows_wins(tmp):
         # pixels of one output row x channel vectors; at least 4 pixels per tile, as the weights stream
         # once per tile (512x4x4 on znver4: 2x8 1.15 ms, 4x4 0.56 ms)
         mr, nv = choose_tile(target, tmp.OW, tmp.slots, min_mr=min(tmp.OW, 4))
@@ -290,10 +279,11 @@ def conv_scratch_bytes(target: Target, N: int, C: int, H: int, W: int, OC: int, 
     return conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group).scratch_bytes
 
 
-def rows_wins(vl: int, p) -> bool:
-    """Shapes where the rows kernel beats direct / im2col (measured, see the module doc)."""
-    return (vl * 32 in ROWS_WIDTHS and p.group == 1 and p.KH == p.KW == 3 and min(p.C, p.OC) >= ROWS_MIN_CHANNELS
-            and p.OH * p.OW <= ROWS_MAX_PIXELS)
+def rows_wins(p: ConvPlan) -> bool:
+    """Shapes where the rows kernel beats direct / im2col (measured, see rows.py)."""
+    t = p.tuning
+    return (p.vl * 32 in t.rows_widths and p.group == 1 and p.KH == p.KW and p.KH in t.rows_kernels
+            and min(p.C, p.OC) >= t.rows_min_channels and p.OH * p.OW <= t.rows_max_pixels)
 
 
 def column_tiles(panels: int, nv: int) -> list[tuple[int, int, int]]:
@@ -348,7 +338,8 @@ class WinogradGeometry:
         return self.zlen + self.A * (self.vs + self.ms)
 
     @staticmethod
-    def of(vl: int, C: int, H: int, W: int, OC: int, pads, m: int) -> WinogradGeometry:
+    def of(vl: int, C: int, H: int, W: int, OC: int, pads, m: int, block_bytes: int) -> WinogradGeometry:
+        """``block_bytes``: V + M of a block of tile rows at most (``Tuning.winograd_block_bytes``)."""
         pt, pl, pb, pr = pads
         OH, OW = H + pt + pb - 2, W + pl + pr - 2
         TH, TW, a = -(-OH // m), -(-OW // m), m + 2
@@ -359,7 +350,7 @@ class WinogradGeometry:
             return rows * TW if R > 1 else _up((rows - 1) * TW + nch * vl, vl)
 
         rows = _up(TH, R)
-        while rows > R and 4 * A * (C + OC) * stride(rows) > WINOGRAD_BLOCK_BYTES:
+        while rows > R and 4 * A * (C + OC) * stride(rows) > block_bytes:
             rows -= R
         nblk = -(-TH // rows)
         TRB = _up(-(-TH // nblk), R)
@@ -376,7 +367,7 @@ def winograd_gemm_tile(target: Target, g: WinogradGeometry, OC: int) -> tuple[in
     best = None
     for nv in range(1, min(g.slots, 8) + 1):
         for mr in range(1, min(OC, 8) + 1):
-            if mr * nv + nv + 1 > register_count(target):
+            if mr * nv + nv + 1 > target.tuning.vector_registers:
                 continue
             cost = grid_cost(OC, g.slots, mr, nv)
             if best is None or (cost, -mr * nv) < best[:2]:

@@ -13,7 +13,7 @@ Weights (``pack.pack_conv_weights``): per column tile of nv panels, ``[C, KH*KW,
 tiles in order (``column_tiles``), output channels past OC zero: each tile is one contiguous
 stream. Loop order per tile: channel blocks outer, cells inner, so a block's weights are read
 from DRAM once (the model's 512x4x4 layers stream 9.4 MB each) and stay in L1 for every output
-row; the block PREFETCH_BLOCKS ahead is prefetched meanwhile (without it even L3-resident weights
+row; the block ``Tuning.rows_prefetch_blocks`` ahead is prefetched meanwhile (without it even L3-resident weights
 run at im2col's speed). Partial sums live in a stack tile; the epilogue adds bias and residual,
 applies the activation and stores NCHW.
 """
@@ -30,11 +30,8 @@ from ..gemm import acc_loop, tap_table
 from ...mathfns import fma
 from ..vecops import F32P, broadcast, load_vec, store_vec
 from .plan import column_tiles
-from ...irhelpers import F32, I8P, I32, call_named, for_range, gep, i64
+from ...irhelpers import F32, I8P, call_named, for_range, gep, i64, prefetch
 
-CHANNEL_BLOCK = 16  # channels per block: 13.8 KB of a 3-vector tile's 3x3 weights stay in L1
-PREFETCH_BLOCKS = 2  # how many blocks ahead the weights are prefetched (4: no better)
-PREFETCH_LOCALITY = 2  # prefetcht1 (t0: no different)
 UNROLL_FMAS = 300  # kernels whose unrolled bodies would hold more FMAs (8x8 outputs: 575) loop over
 TAP_LOOP = 6  # the taps that share their valid pixels, from this many on (8x8: 1.2x faster)
 LINE = 64  # bytes per cache line
@@ -76,9 +73,9 @@ def fma_count(p) -> int:
     return pairs * p.C * math.ceil(p.OC / p.vl)
 
 
-def channel_block(C: int) -> int:
-    """The largest divisor of C up to CHANNEL_BLOCK (all of C when that is below 8)."""
-    d = max(x for x in range(1, min(C, CHANNEL_BLOCK) + 1) if C % x == 0)
+def channel_block(C: int, most: int) -> int:
+    """The largest divisor of C up to ``most`` (``Tuning.rows_channel_block``; all of C when that is below 8)."""
+    d = max(x for x in range(1, min(C, most) + 1) if C % x == 0)
     return d if d >= 8 else C
 
 
@@ -89,7 +86,7 @@ def emit_conv_rows(fn: ir.Function, p, *, bias: bool, residual: bool, activation
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     vl, P, T, HW = p.vl, p.OH * p.OW, p.T, p.H * p.W
     panels, panel = math.ceil(p.OC / vl), p.C * T * vl
-    cb = channel_block(p.C)
+    cb = channel_block(p.C, p.tuning.rows_channel_block)
     nblk, cells = p.C // cb, p.OH * len(pixel_chunks(p.OW, p.mr))
     classes = cell_classes(p)
     unrolled = sum(nk * sum(map(len, cols)) for (nk, cols), _ in classes) * p.nv  # FMAs of all bodies unrolled
@@ -98,7 +95,7 @@ def emit_conv_rows(fn: ir.Function, p, *, bias: bool, residual: bool, activation
 
     def tile(s0: ir.Value, nv: int) -> None:
         """Column tile s0 .. s0+nv: per image, channel blocks outer, cells inner, then the epilogue.
-        Each block prefetches the one PREFETCH_BLOCKS on, counting into the next tile (the last
+        Each block prefetches the one rows_prefetch_blocks on, counting into the next tile (the last
         tile: its own start again)."""
         blk = cb * T * nv * vl
         w = gep(b, Wp, b.mul(s0, i64(panel)))
@@ -108,7 +105,7 @@ def emit_conv_rows(fn: ir.Function, p, *, bias: bool, residual: bool, activation
             xn = gep(b, X, b.mul(n, i64(p.C * HW)))
             _memset0(b, buf, P * nv * vl)
             with for_range(b, nblk, name="cb") as j:
-                g = b.add(j, i64(PREFETCH_BLOCKS))
+                g = b.add(j, i64(p.tuning.rows_prefetch_blocks))
                 pf = b.select(b.icmp_unsigned("<", g, i64(nblk)), b.gep(w, [b.mul(g, i64(blk))]),
                               b.gep(nxt, [b.mul(b.sub(g, i64(nblk)), i64(blk))]))
                 k = _Block(gep(b, w, b.mul(j, i64(blk))), nv, b.bitcast(pf, I8P), math.ceil(per_cell / cb),
@@ -169,7 +166,7 @@ def _cell(b, p, k: _Block, key, oh: ir.Value, kh0: ir.Value, ow0: ir.Value, idx:
     def per_channel(c, acc):
         line = _opaque(b, b.gep(pf, [b.mul(c, i64(k.per_step * LINE))]))
         for q in range(k.per_step):  # the last cells run past the block: harmless hints
-            _prefetch(b, b.gep(line, [i64(q * LINE)]))
+            prefetch(b, b.gep(line, [i64(q * LINE)]), p.tuning.rows_prefetch_locality)
         xc = _opaque(b, b.gep(xr, [b.mul(c, i64(p.H * p.W))]))
         wc = _opaque(b, b.gep(wr, [b.mul(c, i64(p.T * nv * vl))], inbounds=True))
         for pix, taps in groups.items():
@@ -244,10 +241,6 @@ def _memset0(b: ir.IRBuilder, dst: ir.Value, nfloats: int) -> None:
     args = [b.bitcast(dst, I8P), ir.Constant(ir.IntType(8), 0), i64(4 * nfloats), ir.Constant(ir.IntType(1), 0)]
     call_named(b, "llvm.memset.p0.i64", ir.VoidType(), args)
 
-
-def _prefetch(b: ir.IRBuilder, addr: ir.Value) -> None:
-    args = [addr, ir.Constant(I32, 0), ir.Constant(I32, PREFETCH_LOCALITY), ir.Constant(I32, 1)]
-    call_named(b, "llvm.prefetch.p0", ir.VoidType(), args)
 
 
 def _opaque(b: ir.IRBuilder, v: ir.Value, keep: bool = False) -> ir.Value:

@@ -38,28 +38,25 @@ from llvmlite import ir
 from ....target import Target
 from ...activations import apply_activation
 from ..gemm import UNROLL, Out, epilogue, tile_grid
-from ...irhelpers import I1, I8P, I32, I64, call_named, for_range, gep, i64, memset0, set_fn_attrs, target_attrs
+from ...irhelpers import I1, I64, for_range, gep, i64, memset0, prefetch as h_prefetch, set_fn_attrs, target_attrs
 from ...mathfns import fma
-from ..vecops import F32P, broadcast, load_vec, scalar_tail_stores, store_vec, vec_type
+from ..vecops import F32P, broadcast, load_vec, store_vec, vec_type
 from .plan import WinogradGeometry, winograd_gemm_tile
 from .winograd_math import MATS, sandwich, unzip_groups, unzip_lanes, zip_groups, zip_lanes
-PREFETCH_BYTES = 2048  # how far ahead the GEMM prefetches U (measured best of 1-8 KiB, znver3)
-
-
 def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: int, OC: int, pads, *,
                   bias: bool, residual: bool, activation: str, act_alpha: float, act_beta: float, m: int = 2) -> None:
     """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel, no blocks yet)."""
     vl = target.vector_floats
-    g = WinogradGeometry.of(vl, C, H, W, OC, pads, m)
+    g = WinogradGeometry.of(vl, C, H, W, OC, pads, m, target.tuning.winograd_block_bytes)
     mr, nv = winograd_gemm_tile(target, g, OC)
     X, Up, bias_p, res_p, Y, scratch = fn.args
     key = f"{C}x{H}x{W}_{OC}_p{'_'.join(map(str, pads))}_{target.vector_bits}_f{m}_{mr}x{nv}_b{g.TRB}"
     front = _helper(fn.module, f"winograd_front_{key}", target, [F32P, F32P, F32P, I64],
-                    lambda b, f: _front(b, f, vl, g, C, H, W, OC, pads, mr, nv))
+                    lambda b, f: _front(b, f, vl, g, C, H, W, OC, pads, mr, nv, target.tuning.winograd_prefetch_bytes))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     P = g.OH * g.OW
     ep = {"bias": bias_p if bias else None, "activation": activation, "alpha": act_alpha, "beta": act_beta,
-          "scalar_tails": scalar_tail_stores(target)}
+          "scalar_tails": not target.tuning.masked_stores}
     with for_range(b, N, name="n") as n:
         xn = gep(b, X, b.mul(n, i64(C * H * W)))
         yn = gep(b, Y, b.mul(n, i64(OC * P)))
@@ -117,7 +114,7 @@ def _chunks(g, interior) -> list:
     return edges + ([(inner[0], len(inner))] if len(inner) > 1 else inner)
 
 
-def _front(b, fn, vl, g, C, H, W, OC, pads, mr, nv) -> None:
+def _front(b, fn, vl, g, C, H, W, OC, pads, mr, nv, prefetch) -> None:
     """Block ``blk`` of tile rows: input transform of one image into V, then the A GEMMs into M."""
     X, Up, scratch, blk = fn.args
     m, a, TW, St, pt, pl = g.m, g.a, g.TW, g.St, pads[0], pads[1]
@@ -173,10 +170,10 @@ def _front(b, fn, vl, g, C, H, W, OC, pads, mr, nv) -> None:
                         chunk(xc, tis, tj0, gep(b, vrow, tj0))
                 else:
                     chunk(xc, tis, j * vl, gep(b, vrow, j * vl))
-    _gemms(b, vl, g, C, OC, mr, nv, Up, V, M)
+    _gemms(b, vl, g, C, OC, mr, nv, Up, V, M, prefetch)
 
 
-def _gemms(b, vl, g, C, OC, mr, nv, Up, V, M) -> None:
+def _gemms(b, vl, g, C, OC, mr, nv, Up, V, M, prefetch) -> None:
     """M[xi] = U[xi]^T V[xi] for every point, rows (output channels) outer: each MR x C panel of U is
     loaded once per block and reused from L1 across the tile columns (columns outer measured the
     same on 64-channel layers up to 112x112, where U is the smaller operand)."""
@@ -191,13 +188,13 @@ def _gemms(b, vl, g, C, OC, mr, nv, Up, V, M) -> None:
 
         def tile_fn(b, row0, mr_eff, slots):
             out = Out(gep(b, Cx, b.mul(row0, i64(St))), St, [s[1] for s in slots], [None] * len(slots))
-            _tile(b, vl, mr_eff, mr, gep(b, Ax, b.mul(row0, i64(C))), [s[0] for s in slots], C, St, out)
+            _tile(b, vl, mr_eff, mr, gep(b, Ax, b.mul(row0, i64(C))), [s[0] for s in slots], C, St, out, prefetch)
         tile_grid(b, OC, mr, g.slots, False, nv, slot_fn, tile_fn, rows_outer=True)
 
 
-def _tile(b, vl, rows, MR, a_ptr, b_ptrs, K, ldb, out) -> None:
+def _tile(b, vl, rows, MR, a_ptr, b_ptrs, K, ldb, out, prefetch) -> None:
     """``gemm.emit_tile``'s k loop on a packed [K, MR] panel of U, plus a software prefetch of the
-    panel PREFETCH_BYTES ahead: U streams from DRAM in the model, and the hardware prefetcher alone
+    panel ``prefetch`` bytes ahead (``Tuning.winograd_prefetch_bytes``): U streams from DRAM in the model, and the hardware prefetcher alone
     left 15-25% of a 128- or 256-channel layer's GEMM time waiting on it (znver3)."""
     zero = ir.Constant(vec_type(vl), None)
 
@@ -224,7 +221,7 @@ def _tile(b, vl, rows, MR, a_ptr, b_ptrs, K, ldb, out) -> None:
         a_base = gep(b, a_ptr, b.mul(i, i64(UNROLL * MR)))
         b_bases = [gep(b, bb, b.mul(i, i64(UNROLL * ldb))) for bb in b_ptrs]
         for off in range(0, UNROLL * MR * 4, 64):
-            _prefetch(b, gep(b, a_base, (PREFETCH_BYTES + off) // 4))
+            h_prefetch(b, gep(b, a_base, (prefetch + off) // 4))
         cur = phis
         for k in range(UNROLL):
             cur = step(cur, a_base, b_bases, k)
@@ -240,10 +237,6 @@ def _tile(b, vl, rows, MR, a_ptr, b_ptrs, K, ldb, out) -> None:
         acc = step(acc, a_ptr, b_ptrs, k)
     epilogue(b, vl, acc, out)
 
-
-def _prefetch(b, p) -> None:
-    args = [b.bitcast(p, I8P), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)]
-    call_named(b, "llvm.prefetch.p0", ir.VoidType(), args)
 
 
 def _output(b, vl, g, OC, M, blk, yn, rn, ep) -> None:

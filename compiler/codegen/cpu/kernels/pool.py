@@ -339,7 +339,7 @@ def _vector_pool(ctx: KernelContext, kind: str) -> None:
     b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
     n, c = ctx.shape(0)[:2]
     common = {"kind": kind, "vl": ctx.target.vector_floats, "include_pad": bool(ctx.attrs.get("count_include_pad", 0)),
-              "scalar_tails": vecops.scalar_tail_stores(ctx.target)}
+              "scalar_tails": not ctx.target.tuning.masked_stores}
     if not _separable(ctx.key):
         with h.for_range(b, n * c, name="nc") as nc:
             _sweep(b, _Pass(rows=rows, cols=cols, div_rows=True, div_cols=True, **common),

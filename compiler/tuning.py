@@ -1,0 +1,107 @@
+"""Tuning: the machine facts and measured choices code generation reads, as one frozen record.
+
+Every value the emitters used to keep in module constants lives here, on the :class:`~.target.Target`,
+so a profile (its ``[tuning]`` table), host detection or an autotuner can set it, tests build
+targets instead of patching the compiler, and the compile-cache key (which hashes the target)
+covers it. Defaults are the values measured on AMD Zen 3 (AVX2, one thread); a field's comment says
+what it decides (512-bit choices: AMD Zen 4). :func:`default_tuning` fills the ISA facts (registers,
+masked-store policy); an on-device tuner adds measured conv choices beside it (``Target.conv_choices``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+KIB = 1024
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What code generation may tune per target. Sizes in bytes, widths in bits."""
+
+    vector_registers: int = 16  # architectural vector registers (16 ymm, 32 zmm, 32 on AArch64)
+    reserved_registers: int = 1  # left free by a GEMM tile: x86 FMAs read B from memory, AArch64 keeps it
+    masked_stores: bool = True  # False: constant-mask tail stores go lane by lane (microcoded VMASKMOVPS, NEON)
+    l1d_bytes: int = 32 * KIB
+    l2_bytes: int = 512 * KIB
+    l3_bytes: int = 0
+    l2_budget_bytes: int = 768 * KIB  # weights up to this size stay cache resident across pixel tiles
+    panel_bytes: int = 16 * KIB  # packed 1x1-conv B panel (K block x NV vectors): half of L1
+    pack_min_row_blocks: int = 12  # fewer row blocks don't amortise the panel copy (MobileNetV2's 192->32)
+    winograd_widths: tuple[int, ...] = (256, 512)  # vector widths where Winograd was measured to win (znver3, znver4)
+    winograd_min_pixels: int = 64  # 512x4x4 (4 tiles): the 16/9x larger transformed weights dominate, 0.8x
+    winograd_f4: int = 4  # large-tile m; F(4x4) errs up to ~2e-5 x max|output| per layer, 2 keeps F(2x2)
+    winograd_f4_min_pixels: int = 256  # F(4x4) from 16x16 outputs up; at 8x8 (4 tiles) F(2x2) is 1.4x faster
+    winograd_block_bytes: int = 4 << 20  # V + M of a block of tile rows (64x112x112 blocked: 1.25x)
+    winograd_prefetch_bytes: int = 2048  # how far ahead the point GEMMs prefetch U (best of 1-8 KiB)
+    rows_widths: tuple[int, ...] = (256, 512)  # vector widths where the 'rows' conv was measured to win
+    rows_kernels: tuple[int, ...] = (3,)  # square kernel sizes it applies to
+    rows_min_channels: int = 64  # C and OC: measured on ResNet-18's 64..512-channel 3x3 layers
+    rows_max_pixels: int = 64  # up to 8x8 outputs; 16x16 (a 64->128 stride-2 conv) only matched direct
+    rows_channel_block: int = 16  # channels per block: 13.8 KB of a 3-vector tile's 3x3 weights stay in L1
+    rows_prefetch_blocks: int = 2  # how many blocks ahead the weights are prefetched (4: no better)
+    rows_prefetch_locality: int = 2  # prefetcht1 (t0: no different)
+    half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
+    autotune: bool = True  # time conv candidates on the device at compile time (cuvil compile --tune)
+    autotune_fraction: float = 0.5  # tuning may add at most this fraction of the untuned compile time
+    autotune_budget_s: float = 2.0  # and never more than this many seconds
+
+    def replace(self, **changes: Any) -> Tuning:
+        return dataclasses.replace(self, **changes)
+
+
+FIELDS: Mapping[str, type] = {f.name: f.type for f in dataclasses.fields(Tuning)}  # type: ignore[misc]
+
+BOUNDS: Mapping[str, tuple[int, int]] = {
+    "vector_registers": (8, 64), "reserved_registers": (0, 4), "winograd_f4": (2, 4), "rows_channel_block": (1, 4096),
+    "rows_prefetch_locality": (0, 3), "rows_prefetch_blocks": (0, 64), "pack_min_row_blocks": (0, 1 << 20),
+}
+"""Integer fields with a narrower range than 0..2^40 (code generation needs them there)."""
+CHOICES: Mapping[str, tuple[int, ...]] = {"winograd_f4": (2, 4)}
+
+_X86 = ("x86_64", "i686", "i386")
+MICROCODED_MASKED_STORES = ("znver", "bdver", "btver")
+"""CPU-name prefixes whose masked vector stores are microcoded (AMD: over 10 cycles each; measured
+1.4x on small-image depthwise convs when stored lane by lane instead)."""
+
+
+def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
+    """The ISA facts of a target, other fields at their defaults."""
+    x86 = triple.startswith(_X86)
+    return Tuning(
+        vector_registers=(32 if vector_bits == 512 else 16) if x86 else 32,
+        reserved_registers=1 if x86 else 2,
+        masked_stores=triple.startswith("x86_64") and not cpu.startswith(MICROCODED_MASKED_STORES),
+    )
+
+
+def check_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a ``[tuning]`` table: known fields, right types, sizes not negative; ValueError names the field."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        kind = FIELDS.get(key)
+        if kind is None:
+            raise ValueError(f"unknown tuning field {key!r} (known: {', '.join(FIELDS)})")
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise ValueError(f"tuning field {key!r} must be true or false")
+        elif kind == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 3600:
+                raise ValueError(f"tuning field {key!r} must be a number from 0 to 3600")
+            value = float(value)
+        elif kind == "int":
+            lo, hi = BOUNDS.get(key, (0, 1 << 40))
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise ValueError(f"tuning field {key!r} must be a whole number from {lo} to {hi}")
+            if key in CHOICES and value not in CHOICES[key]:
+                raise ValueError(f"tuning field {key!r} must be one of {', '.join(map(str, CHOICES[key]))}")
+        else:  # tuple of ints
+            if not isinstance(value, (list, tuple)) or len(value) > 16 or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 4096 for v in value):
+                raise ValueError(f"tuning field {key!r} must be a list of up to 16 whole numbers from 1 to 4096")
+            value = tuple(value)
+        out[key] = value
+    return out
