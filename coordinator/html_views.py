@@ -19,6 +19,7 @@ from . import figures
 from . import formatting as fmt
 from . import results_view as rv
 from .aggregate import OVERALL, ClassAggregate
+from .rollout_view import ROLLOUT_HEADERS, VERSION_HEADERS, rollout_rows, version_rows
 from .store import ResultsStore
 
 
@@ -173,6 +174,11 @@ def run_content(store: ResultsStore, run_id: int, base: str | None = None) -> Sa
              "is measured on natively running devices only; emulated devices get a <em>predicted</em> latency "
              "from a cost model of their compiled code, shown apart and labelled.</p>",
              "<h2>Rounds</h2>", rounds_table(run), ab_section(rv.ab_verdicts(store, run))]
+    for title, headers, rows, ident in (
+            ("Fine-tuned versions", VERSION_HEADERS, version_rows(store, run_id), "versions"),
+            ("Rollout decisions", ROLLOUT_HEADERS, rollout_rows(store, run_id), "rollouts")):
+        if rows:
+            parts += [f"<h2>{title}</h2>", table(headers, rows, ident)]
     charts = [figures.estimates_figure(details) if details else "",
               _latency_chart(store, details, predictions),
               figures.compile_figure(details)]

@@ -20,6 +20,7 @@ from . import formatting as fmt
 from . import html_views
 from . import results_view as rv
 from .aggregate import OVERALL, ClassAggregate, aggregate_round
+from .rollout_view import ROLLOUT_HEADERS, VERSION_HEADERS, as_records, rollout_rows, version_rows
 from .store import ResultsStore
 
 COLUMNS = ("class", "devices", "accuracy", "loss", "p50", "p90", "p99", "compile", "cache hits",
@@ -101,6 +102,10 @@ def history_text(store: ResultsStore, run_id: int | None = None) -> str:
         parts.append(_indent(text_table(("class", "round", "devices", "A", "B", "B - A", "verdict"), [
             [v.device_class, str(v.round_number), str(v.devices), f"{v.a:.3f}", f"{v.b:.3f}",
              f"{v.diff:+.3f} ± {v.se:.3f}", v.verdict] for v in verdicts])))
+    for title, headers, rows in (("fine-tuned versions (lineage)", VERSION_HEADERS, version_rows(store, run_id)),
+                                 ("rollout decisions per class", ROLLOUT_HEADERS, rollout_rows(store, run_id))):
+        if rows:
+            parts += [f"  {title}:", _indent(text_table(headers, rows))]
     fails = rv.failures(store, run)
     parts.append("  failures: " + ("none" if not fails else ""))
     if fails:
@@ -144,7 +149,9 @@ def history_json(store: ResultsStore, run_id: int | None = None) -> str:
               "ab": _record(rv.ab_verdicts(store, run)), "failures": _record(rv.failures(store, run)),
               "epsilon": _record(rv.epsilon_rows(store, run)),
               "epsilon_budget": dict(zip(("epsilon", "device_default"), rv.epsilon_budget(run.config))),
-              "latency_predicted_ms": rv.latency_predictions(store, run)}
+              "latency_predicted_ms": rv.latency_predictions(store, run),
+              "versions": as_records(VERSION_HEADERS, version_rows(store, run_id)),
+              "rollouts": as_records(ROLLOUT_HEADERS, rollout_rows(store, run_id))}
     return json.dumps(detail, indent=2, allow_nan=False, default=str)
 
 

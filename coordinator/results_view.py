@@ -226,12 +226,15 @@ def ab_verdicts(store: ResultsStore, summary: RunSummary) -> list[AbVerdict]:
 
 
 def epsilon_rows(store: ResultsStore, summary: RunSummary) -> list[EpsilonRow]:
-    """Every device that reported (the most ε it reported) or refused for budget in this run."""
+    """Every device that reported or trained (the most ε it reported) or refused for budget in this run."""
     spent: dict[tuple[str, str], float | None] = {}
     for r in summary.rounds:
         for rep in store.reports(r.round_id):
             key = (rep["device_id"], r.dataset)
             spent[key] = max(spent.get(key) or 0.0, float(rep["metrics"]["dp_epsilon_spent"]))
+        for up in store.updates(r.round_id):  # training rounds charge the same ledger and budget
+            key = (up["device_id"], r.dataset)
+            spent[key] = max(spent.get(key) or 0.0, float(up["epsilon_spent"]))
         for f in store.failures(r.round_id):
             if f["kind"] == "budget_exhausted":
                 spent.setdefault((f["device_id"], r.dataset), None)

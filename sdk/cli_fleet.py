@@ -1,4 +1,4 @@
-"""Fleet commands for the `cuvil` CLI: ``demo``, ``device-provision``, ``fleet ...``.
+"""Fleet commands for the `cuvil` CLI: ``demo``, ``rollout``, ``device-provision``, ``fleet ...``.
 
 The result commands (``results``, ``report``, ``dashboard``) are in :mod:`.cli_results`.
 
@@ -23,15 +23,64 @@ _DB = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path)
               help="Where keys, bundles, the simulated fleet, the database and the report go "
                    "(default: a new temp dir).")
 @click.option("--devices", default=12, show_default=True, type=click.IntRange(4, 1000), help="Simulated devices.")
-@click.option("--rounds", default=2, show_default=True, type=click.IntRange(1, 10),
-              help="Evaluation rounds before the A/B round.")
-@click.option("--int8", is_flag=True, help="A/B of the model against its int8 version: accuracy cost, latency "
-                                           "and bundle-size gain per device class.")
-def demo(workdir: Path | None, devices: int, rounds: int, int8: bool) -> None:
-    """Federated evaluation of a small CNN on a simulated fleet (Flower simulation), with an A/B round."""
-    from .demo import run_demo
+@click.option("--rounds", default=1, show_default=True, type=click.IntRange(1, 10),
+              help="Evaluation rounds of v1 first.")
+@click.option("--train-rounds", default=3, show_default=True, type=click.IntRange(1, 3),
+              help="DP fine-tuning rounds (more would pass the devices' privacy budget).")
+@click.option("--int8", is_flag=True, help="Instead of the loop: an A/B of the model against its int8 version "
+                                           "(accuracy cost, latency and bundle-size gain per device class).")
+def demo(workdir: Path | None, devices: int, rounds: int, train_rounds: int, int8: bool) -> None:
+    """The loop on a simulated fleet: evaluate v1, DP fine-tuning, v2 signed, canary rollout, evaluate again."""
+    if int8:
+        from .demo import run_demo
 
-    run_demo(workdir, echo=click.echo, devices=devices, rounds=rounds, int8=int8)
+        run_demo(workdir, echo=click.echo, devices=devices, rounds=rounds, int8=True)
+        return
+    from .demo_loop import run_loop_demo
+
+    run_loop_demo(workdir, echo=click.echo, devices=devices, rounds=rounds, train_rounds=train_rounds)
+
+
+@click.command()
+@click.argument("bundle_a", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("bundle_b", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--trust", "trust", multiple=True, required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Public key the simulated devices trust (repeatable; both bundles' signers).")
+@click.option("--devices", default=8, show_default=True, type=click.IntRange(1, 1000), help="Simulated devices.")
+@click.option("--fleet-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the simulated devices keep their state (default: beside the database).")
+@click.option("--canary-fraction", default=RunConfig.canary_fraction, show_default=True,
+              type=click.FloatRange(0, 1, min_open=True), help="Share of each class that gets B first.")
+@click.option("--alpha", default=RunConfig.rollout_alpha, show_default=True,
+              type=click.FloatRange(0, 0.5, min_open=True, max_open=True),
+              help="Chance of rolling back a B that is not worse.")
+@click.option("--margin", default=RunConfig.rollout_margin, show_default=True, type=click.FloatRange(0, 1, max_open=True),
+              help="Accuracy B may lose against A and still be promoted.")
+@_DB
+def rollout(bundle_a: Path, bundle_b: Path, trust: tuple[Path, ...], devices: int, fleet_dir: Path | None,
+            canary_fraction: float, alpha: float, margin: float, db: Path) -> None:
+    """Canary rollout of BUNDLE_B over BUNDLE_A per device class on a simulated fleet (Flower simulation).
+
+    On a real fleet the same ServerApp mode runs with
+    flwr run . --run-config "bundle='A.cuvil' bundle-b='B.cuvil' rollout=true".
+    """
+    from .coordinator.simulation import run_fleet_simulation
+    from .coordinator.store import ResultsStore
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    rc = {"db-path": str(db), "bundle": str(bundle_a.resolve()), "bundle-b": str(bundle_b.resolve()),
+          "rollout": True, "canary-fraction": canary_fraction, "rollout-alpha": alpha, "rollout-margin": margin,
+          "min-nodes": devices, "round-timeout": 300.0, "inventory-timeout": 300.0, "node-wait": 120.0}
+    run_fleet_simulation(devices, rc, fleet_dir or db.parent / "fleet", list(trust))
+    store = ResultsStore.open_read_only(db)
+    try:
+        run_id = store.runs()[-1]["id"]
+        for r in store.rollouts(run_id):
+            click.echo(f"{r['device_class']}: {r['decision']} ({r['reason']}); {r['applied']} of "
+                       f"{r['class_devices']} devices switched")
+        click.echo(f"run {run_id}: cuvil results --db {db} --run {run_id}")
+    finally:
+        store.close()
 
 
 @click.command("device-provision")
@@ -112,5 +161,5 @@ def fleet_example(key: Path, out_dir: Path, devices: int) -> None:
 
 def register(group: click.Group) -> None:
     """Add the fleet commands to ``group`` (``demo`` replaces any earlier command of that name)."""
-    for cmd in (demo, device_provision, fleet):
+    for cmd in (demo, rollout, device_provision, fleet):
         group.add_command(cmd)

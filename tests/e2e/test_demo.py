@@ -1,4 +1,4 @@
-"""`cuvil demo` end to end: trains, signs, simulates 12 devices over 4 classes, A/B, report (a few minutes)."""
+"""`cuvil demo` end to end: v1 evaluated, DP fine-tuning rounds, v2 signed, canary rollout, fleet-wide evaluation."""
 
 from __future__ import annotations
 
@@ -6,27 +6,39 @@ import pytest
 
 pytest.importorskip("flwr")
 pytest.importorskip("torch")
+pytest.importorskip("opacus")
 pytest.importorskip("sklearn")
 
 pytestmark = pytest.mark.slow
 
 
-def test_demo_runs_the_federated_evaluation_and_writes_results(tmp_path):
+def test_demo_runs_the_loop_and_the_fine_tuned_version_is_better(tmp_path):
+    from cuvil.compiler.bundle import read_bundle
+    from cuvil.coordinator.device import DeviceState
     from cuvil.coordinator.store import ResultsStore
-    from cuvil.demo import run_demo
+    from cuvil.demo_loop import run_loop_demo
 
     lines: list[str] = []
-    result = run_demo(tmp_path, echo=lines.append)
+    result = run_loop_demo(tmp_path, echo=lines.append)
     text = "\n".join(lines)
     assert result.bundle.exists() and result.bundle_b.exists() and result.report.exists()
     assert abs(result.estimate - result.accuracy) < 0.05  # the private estimate tracks the truth
-    assert "true accuracy beside the private estimate" in text and "A/B on the same devices" in text
+    assert result.accuracy_b - result.accuracy > result.estimate_se  # the goal: better beyond the noise
+    assert "canary rollout, per class" in text and "fleet-wide evaluation of what is active" in text
     store = ResultsStore(result.db)
     rounds = store.rounds(result.run_id)
-    assert [r["kind"] for r in rounds] == ["eval", "eval", "ab:A", "ab:B"]
-    assert rounds[1]["bundle_bytes_sent"] == 0
-    assert all(r["metrics"]["cache_hit"] == 1 for r in store.reports(rounds[1]["id"]))
-    assert len(store.devices()) == 12 and len({d["profile"] for d in store.devices()}) >= 4
+    assert [r["kind"] for r in rounds][:6] == ["eval", "train", "train", "train", "ab:A", "ab:B"]
+    assert {r["kind"] for r in rounds[6:]} == {"active"}
+    train = [r for r in rounds if r["kind"] == "train"]
+    assert all(len(store.updates(r["id"])) == 9 for r in train)  # the rpi5 class cannot train
+    lineage = read_bundle(result.bundle_b.read_bytes(), (), require_trust=False).manifest.lineage
+    assert lineage.parent == read_bundle(result.bundle.read_bytes(), (), require_trust=False).content_hash
+    assert lineage.rounds == 3 and lineage.devices == 9
+    assert len(store.rollouts(result.run_id)) == 4  # a decision per class
+    trainer = next(u["device_id"] for u in store.updates(train[0]["id"]))
+    ledger = DeviceState.open(result.workdir / "fleet" / trainer).ledger()
+    assert ledger.releases("local") >= 5 and ledger.spent("local") <= 3.0  # training charged with evaluation
+    ledger.close()
     store.close()
 
 

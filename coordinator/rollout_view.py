@@ -1,0 +1,30 @@
+"""Read-only views of a run's fine-tuned versions and rollout decisions, shared by text, JSON and HTML."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .store import ResultsStore
+
+ROLLOUT_HEADERS = ("class", "A", "B", "canaries", "reported both", "class devices", "B - A", "upper bound",
+                   "decision", "devices switched", "reason")
+VERSION_HEADERS = ("version", "content hash", "parent", "rounds", "devices", "largest ε", "δ", "method", "file")
+
+
+def rollout_rows(store: ResultsStore, run_id: int) -> list[list[str]]:
+    return [[r["device_class"], r["model_a"], r["model_b"], str(r["canaries"]), str(r["reported"]),
+             str(r["class_devices"]), "-" if r["diff"] is None else f"{r['diff']:+.3f} ± {r['se']:.3f}",
+             "-" if r["bound"] is None else f"{r['bound']:+.3f}", r["decision"], str(r["applied"]), r["reason"]]
+            for r in store.rollouts(run_id)]
+
+
+def version_rows(store: ResultsStore, run_id: int) -> list[list[str]]:
+    """Versions this run made (intermediate rounds' weights included)."""
+    return [[f"{v['name']}@{v['version']}", v["content_hash"][:12], (v["parent"] or "-")[:12], str(v["rounds"]),
+             str(v["devices"]), "-" if v["epsilon"] is None else f"{v['epsilon']:.3f}",
+             "-" if v["delta"] is None else f"{v['delta']:g}", v["method"], v["path"] or "-"]
+            for v in store.versions() if v["run_id"] == run_id]
+
+
+def as_records(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[dict[str, str]]:
+    return [dict(zip(headers, r)) for r in rows]
