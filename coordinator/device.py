@@ -249,8 +249,10 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
         if ticket.cached is None:
             x, y = state.dataset()
             n = min(len(x), params.max_examples)
-            correct, losses = outcomes(_rows(compiled, x[:n], params.max_examples, synthetic), y[:n])
-            sums, _ = encode_sums(correct, losses, params)
+            rows = _rows(compiled, x[:n], params.max_examples, synthetic)  # n rows, then padding rows
+            labels = np.concatenate([y[:n], np.zeros(len(rows) - n, np.int64)])
+            correct, losses = outcomes(rows, labels)  # over the padding too: the same work whatever n is
+            sums, _ = encode_sums(correct[:n], losses[:n], params)
         noisy, spent = release(ledger, ticket, sums)
     finally:
         ledger.close()
@@ -260,17 +262,16 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
 
 
 def _rows(compiled: runner.Runner, x: np.ndarray, runs: int, pad: np.ndarray) -> list[np.ndarray | None]:
-    """One output row per example; an example the model fails on gets None (it counts as incorrect),
-    so a failure caused by one record never becomes an error reply that depends on the data. The
-    model always runs ``runs`` times (the examples, then synthetic padding), so the time a release
-    takes does not tell how many examples the device holds."""
+    """``runs`` output rows: one per example, then the synthetic padding's (so the time a release
+    takes does not tell how many examples the device holds). An example the model fails on gets None
+    (it counts as incorrect), so a failure caused by one record never becomes an error reply."""
     samples = [{compiled.input_name: x[i].reshape(compiled.input_shape)} for i in range(len(x))]
     samples += [{compiled.input_name: pad}] * (runs - len(samples))
     try:
-        return [next(iter(o.values())) for o in compiled.run_many(samples)][:len(x)]
+        return [next(iter(o.values())) for o in compiled.run_many(samples)]
     except Exception:  # noqa: BLE001 - contained per example below
         rows: list[np.ndarray | None] = []
-        for s in samples[:len(x)]:
+        for s in samples:
             try:
                 rows.append(next(iter(compiled.run_many([s])[0].values())))
             except Exception:  # noqa: BLE001
