@@ -50,13 +50,18 @@ def _by_kind(flt: Scalar, sint: Scalar, uint: Scalar | None = None) -> Scalar:
 
 
 def _safe_sdiv(b, x, y):
-    zero = ir.Constant(y.type, 0)
-    return b.sdiv(x, b.select(b.icmp_signed("==", y, zero), ir.Constant(y.type, 1), y))
+    """The reference's x / y: 0 when y is 0, and MIN / -1 wraps to MIN (LLVM's sdiv would trap)."""
+    zero, one = ir.Constant(y.type, 0), ir.Constant(y.type, 1)
+    by_zero, by_minus_one = b.icmp_signed("==", y, zero), b.icmp_signed("==", y, ir.Constant(y.type, -1))
+    q = b.sdiv(x, b.select(b.or_(by_zero, by_minus_one), one, y))
+    return b.select(by_zero, zero, b.select(by_minus_one, b.sub(zero, x), q))
 
 
 def _safe_udiv(b, x, y):
+    """The reference's x / y: 0 when y is 0."""
     zero = ir.Constant(y.type, 0)
-    return b.udiv(x, b.select(b.icmp_unsigned("==", y, zero), ir.Constant(y.type, 1), y))
+    by_zero = b.icmp_unsigned("==", y, zero)
+    return b.select(by_zero, zero, b.udiv(x, b.select(by_zero, ir.Constant(y.type, 1), y)))
 
 
 def _int_pow(b, x, y, signed: bool):

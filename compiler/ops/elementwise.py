@@ -100,10 +100,11 @@ def _int_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _int_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Integer power; a negative exponent truncates 1/x**|y| toward zero (NumPy would raise)."""
+    """Integer power, wrapping; a negative exponent truncates 1/x**|y| toward zero (NumPy would
+    raise), which is 0 unless |x| is 1, when x**y == x**(y & 1)."""
     x, y = np.broadcast_arrays(x, y)
-    whole = np.power(x, np.abs(y))
-    return np.where((y >= 0) | (np.abs(x) == 1), whole, 0).astype(x.dtype)
+    whole = np.power(x, np.where(y >= 0, y, y & 1))
+    return np.where((y >= 0) | (x == 1) | (x == -1), whole, 0).astype(x.dtype)
 
 
 def _where_infer(ts, a):

@@ -52,8 +52,9 @@ def _pack_gemm(key: KernelKey, i: int, arr: np.ndarray, target):
             return PANELS, pack_gemm_b(arr, target, trans_b=bool(a["transB"]), alpha=a["alpha"])
         if i == _bias_index(key):
             mode = _bias_mode(arr.shape)
-            full = np.broadcast_to(arr.astype(np.float64) * a["beta"], (m, n))
-            packed = {"n": full[0], "m": full[:, 0], "mn": full}[mode]
+            c = (arr.astype(np.float64) * a["beta"]).reshape(((1, 1) + arr.shape)[-2:])  # its axis of 1 kept (M or N may be 0)
+            packed = {"n": lambda: np.broadcast_to(c[0], (n,)), "m": lambda: np.broadcast_to(c[:, 0], (m,)),
+                      "mn": lambda: np.broadcast_to(c, (m, n))}[mode]()
             return BIAS + mode, np.ascontiguousarray(packed, dtype=np.float32)
         return None
     if i == 1 and a.get("transB"):

@@ -13,20 +13,29 @@ from ...irhelpers import broadcast_strides, collapse
 
 @kernel("BatchNormalization")
 def emit_batch_norm(ctx: KernelContext) -> None:
-    """y = x * a[c] + s[c] with a = scale / sqrt(var + eps), s = B - mean * a (per channel, once)."""
+    """y = x * a[c] + s[c] with a = scale / sqrt(var + eps), s = B - mean * a (per channel, once).
+
+    f16 is computed in f32 (an f16 fma would need a library call for its exact rounding)."""
     shape = ctx.shape(0)
     n, c, inner = shape[0], shape[1], math.prod(shape[2:])
     b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
     ty = h.LLTYPE[ctx.in_types[0].dtype]
+    half = ty == h.F16
+    ty = h.F32 if half else ty
+
+    def up(v):
+        return b.fpext(v, h.F32) if half else v
+
     eps = h.const(ty, ctx.attrs["epsilon"])
     with h.loop_nest(b, (n, c)) as (i, ch):
-        var = ctx.read(4, ch)
-        a = b.fdiv(ctx.read(1, ch), h.call_intrinsic(b, "llvm.sqrt", b.fadd(var, eps)))
-        s = b.fsub(ctx.read(2, ch), b.fmul(ctx.read(3, ch), a))
+        var = up(ctx.read(4, ch))
+        a = b.fdiv(up(ctx.read(1, ch)), h.call_intrinsic(b, "llvm.sqrt", b.fadd(var, eps)))
+        s = b.fsub(up(ctx.read(2, ch)), b.fmul(up(ctx.read(3, ch)), a))
         base = b.mul(b.add(b.mul(i, h.i64(c)), ch), h.i64(inner))
         with h.for_range(b, inner, name="p") as p:
             k = b.add(base, p)
-            h.store(b, h.call_intrinsic(b, "llvm.fma", h.load(b, x, k), a, s), y, k)
+            v = h.call_intrinsic(b, "llvm.fma", up(h.load(b, x, k)), a, s)
+            h.store(b, b.fptrunc(v, h.F16) if half else v, y, k)
 
 
 @kernel("LayerNormalization")

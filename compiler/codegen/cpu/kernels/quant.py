@@ -162,9 +162,10 @@ def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
     if i == 1 and _conv_gemm_ok(key):
         m, c = arr.shape[:2]
         c4 = -(-c // 4)
-        taps = np.zeros((m, math.prod(arr.shape[2:]), 4 * c4), np.int8)
-        taps[:, :, :c] = arr.reshape(m, c, -1).transpose(0, 2, 1)
-        rows = taps.reshape(m, -1)
+        k = math.prod(arr.shape[2:])
+        taps = np.zeros((m, k, 4 * c4), np.int8)
+        taps[:, :, :c] = arr.reshape(m, c, k).transpose(0, 2, 1)  # sizes spelled out: C or M may be 0
+        rows = taps.reshape(m, k * 4 * c4)
         return _pack_broadcast_rows(rows, choose_dot(target, pairs_bounded(rows)))
     return None
 
@@ -311,6 +312,8 @@ def emit_qconv(ctx: KernelContext) -> None:
 # --- QMatMul --------------------------------------------------------------------------------------
 def _pack_qmatmul(key: KernelKey, i: int, arr: np.ndarray, target: Target):
     k, n = key.in_types[1].shape
+    if len(key.in_types) == 3 and key.packed[2] != "const":
+        return None  # a bias computed at run time takes the direct loops, which read plain weights
     if i == 1:
         dot = choose_dot(target, pairs_bounded(arr.T))
         k4, cols_pad = -(-k // 4), -(-n // dot.vl) * dot.vl

@@ -78,14 +78,18 @@ def emit_reduce_max(ctx: KernelContext) -> None:
 @kernel("ReduceMean")
 def emit_reduce_mean(ctx: KernelContext) -> None:
     axes = _axes(ctx)
-    n = _count(ctx, axes)
-    reduce_into(ctx, "sum", axes, 1.0 / n if n else float("nan"))
+    reduce_into(ctx, "sum", axes, _mean_scale(_count(ctx, axes)))
 
 
 @kernel("GlobalAveragePool")
 def emit_global_avg(ctx: KernelContext) -> None:
     axes = tuple(range(2, len(ctx.shape(0))))
-    reduce_into(ctx, "sum", axes, 1.0 / max(_count(ctx, axes), 1))
+    reduce_into(ctx, "sum", axes, _mean_scale(_count(ctx, axes)))
+
+
+def _mean_scale(n: int) -> float:
+    """The mean of no elements is NaN (0/0), as the reference's."""
+    return 1.0 / n if n else float("nan")
 
 
 def _softmax(ctx: KernelContext, log: bool) -> None:
