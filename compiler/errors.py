@@ -25,6 +25,13 @@ class InterpreterError(CuvilError):
     """The reference interpreter was given inputs that do not match the graph."""
 
 
+class RunTimeCheckError(InterpreterError):
+    """Compiled code met operand values the op refuses (OpDef.run_time_check), having read nothing outside its tensors."""
+
+    def __init__(self) -> None:
+        super().__init__("an index is out of range for the axis it selects from (Gather); the model refuses these inputs")
+
+
 class UnsupportedModelError(CuvilError):
     """A model uses ops or features Cuvil cannot import; names all of them at once."""
 

@@ -27,10 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from ..compiler.codegen.lower import IOSpec, LoweredModel
-from ..compiler.errors import CuvilError
+from ..compiler.errors import CuvilError, RunTimeCheckError
 from ..compiler.target import Target
 
-HARNESS_VERSION = "2"
+HARNESS_VERSION = "3"
+FAULT_EXIT = 4  # the harness's status when the model set its fault word (LoweredModel.fault_offset)
 INSTALL_HINT = "apt-get install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
 SVE_LENGTHS = (128, 256, 512, 1024, 2048)
 
@@ -166,6 +167,7 @@ int main(int argc, char **argv) {{
         for (size_t i = 0; i < sizeof IN / sizeof IN[0]; i++)
             if (IN[i].len && fread(arena + IN[i].off, 1, IN[i].len, fi) != IN[i].len) return die("short read", argv[2]);
         {entry}(arena, weights);
+        {check_fault}
         for (size_t i = 0; i < sizeof OUT / sizeof OUT[0]; i++)
             if (OUT[i].len && fwrite(arena + OUT[i].off, 1, OUT[i].len, fo) != OUT[i].len) return die("short write", argv[3]);
     }}
@@ -180,9 +182,11 @@ def harness_source(lowered: LoweredModel) -> str:
     def spans(specs: Sequence[IOSpec]) -> str:
         return ", ".join(f"{{{s.offset}u, {s.nbytes}u}}" for s in specs) or "{0u, 0u}"
 
+    check = "" if lowered.fault_offset is None else \
+        f"if (*(volatile int32_t *)(arena + {lowered.fault_offset}u)) return {FAULT_EXIT};"
     return _C_TEMPLATE.format(version=HARNESS_VERSION, entry=lowered.entry, ins=spans(lowered.inputs),
                               outs=spans(lowered.outputs), arena=lowered.arena_bytes,
-                              wbytes=len(lowered.weights))
+                              wbytes=len(lowered.weights), check_fault=check)
 
 
 def link_harness(lowered: LoweredModel, obj: bytes, out_dir: Path) -> Path:
@@ -248,6 +252,8 @@ def run_harness(exe: Path, lowered: LoweredModel, examples: Sequence[Mapping[str
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise EmulationError(f"emulated run ({cpu}) did not finish within {timeout:.0f} s") from None
+        if done.returncode == FAULT_EXIT:
+            raise RunTimeCheckError()
         if done.returncode != 0:
             raise EmulationError(_failure(done.returncode, done.stderr, lowered.target, cpu))
         return _unpack_outputs(lowered.outputs, outs.read_bytes(), len(examples))

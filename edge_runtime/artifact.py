@@ -22,7 +22,7 @@ from ..compiler.memory.plan import MemoryPlan
 from ..compiler.target import Target
 from .sealed import Sealer, SealError
 
-FORMAT = "cuvil artifact 2"
+FORMAT = "cuvil artifact 3"
 
 
 class ArtifactError(SealError):
@@ -50,7 +50,7 @@ def _meta(lw: LoweredModel) -> dict:
         "entry": lw.entry, "arena_bytes": lw.arena_bytes, "batch": lw.batch,
         "inputs": [_spec_json(s) for s in lw.inputs], "outputs": [_spec_json(s) for s in lw.outputs],
         "kernel_count": lw.kernel_count, "node_count": lw.node_count,
-        "profile_offset": lw.profile_offset, "profile_nodes": list(lw.profile_nodes),
+        "profile_offset": lw.profile_offset, "profile_nodes": list(lw.profile_nodes), "fault_offset": lw.fault_offset,
         "plan": {"batch": p.batch, "offsets": dict(p.offsets), "sizes": dict(p.sizes), "arena_bytes": p.arena_bytes,
                  "lower_bound": p.lower_bound, "naive_bytes": p.naive_bytes, "alignment": p.alignment,
                  "aliases": dict(p.aliases)},
@@ -65,8 +65,12 @@ def _lowered(meta: dict, target: Target) -> LoweredModel:
         llvm_ir="", entry=str(meta["entry"]), weights=b"", plan=plan, arena_bytes=int(meta["arena_bytes"]),
         inputs=tuple(map(_spec, meta["inputs"])), outputs=tuple(map(_spec, meta["outputs"])),
         kernel_count=int(meta["kernel_count"]), target=target, batch=int(meta["batch"]),
-        node_count=int(meta["node_count"]), profile_offset=meta["profile_offset"],
-        profile_nodes=tuple(meta["profile_nodes"]))
+        node_count=int(meta["node_count"]), profile_offset=_offset(meta["profile_offset"]),
+        profile_nodes=tuple(meta["profile_nodes"]), fault_offset=_offset(meta["fault_offset"]))
+
+
+def _offset(v) -> int | None:
+    return None if v is None else int(v)
 
 
 def write_artifact(sealer: Sealer, path: str | os.PathLike, name: str, lowered: LoweredModel,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..compiler.codegen.nvptx import GpuProgram, gpu_target, lower_ptx
-from ..compiler.errors import CuvilError, InterpreterError
+from ..compiler.errors import CuvilError, InterpreterError, RunTimeCheckError
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target, TargetKind
 from . import jit
@@ -208,12 +208,24 @@ class CudaModel:
                 raise InterpreterError(f"input {spec.name!r} has shape {x.shape}, the model wants {spec.shape}")
             self.drv.cuMemcpyHtoD_v2(self.arena + spec.offset, x.ctypes.data, spec.nbytes)
         self.run_raw()
+        self._check_fault()
         outputs = {}
         for spec in self.program.outputs:
             y = np.empty(spec.shape, spec.dtype.numpy)
             self.drv.cuMemcpyDtoH_v2(y.ctypes.data, self.arena + spec.offset, spec.nbytes)
             outputs[spec.name] = y
         return outputs
+
+    def _check_fault(self) -> None:
+        """Raise (and clear the word) when a run-time check of the model refused its inputs."""
+        at = self.program.fault_offset
+        if at is None:
+            return
+        word = np.zeros(1, np.int32)
+        self.drv.cuMemcpyDtoH_v2(word.ctypes.data, self.arena + at, 4)
+        if word[0]:
+            self.drv.cuMemsetD8_v2(self.arena + at, 0, 4)
+            raise RunTimeCheckError()
 
     def latency_ms(self, iterations: int = 50, warmup: int = 5) -> list[float]:
         """Wall time of ``run_raw`` per iteration, after ``warmup`` runs."""

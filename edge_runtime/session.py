@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compiler.codegen.lower import IOSpec, LoweredModel
-from ..compiler.errors import InterpreterError, LimitError
+from ..compiler.errors import InterpreterError, LimitError, RunTimeCheckError
 from ..compiler.memory.plan import MemoryPlan
 from .guard import guarded, make_read_only
 from .jit import LoadedCode
@@ -90,6 +90,10 @@ class Session:
         _BIND(code.bind)(self._arena_ptr, self._weights_ptr)
         self._fn = _BOUND(code.bound)
         self._lock = threading.Lock()
+        fault = lowered.fault_offset
+        if fault is not None and not 0 <= fault <= len(self._arena) - 4:
+            raise ValueError(f"the fault word at {fault} is outside the arena")
+        self._fault = None if fault is None else ctypes.c_int32.from_address(self._arena_ptr + fault)
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -116,6 +120,9 @@ class Session:
             except KeyError as e:
                 raise InterpreterError(f"missing input {e.args[0]!r}; the model takes {list(self.input_names)}") from None
             self._fn()
+            if self._fault is not None and self._fault.value:
+                self._fault.value = 0
+                raise RunTimeCheckError()
             return {name: view.copy() for name, view in self._outputs}
 
     @staticmethod

@@ -58,6 +58,7 @@ class LoweredModel:
     node_count: int
     profile_offset: int | None = None  # arena offset of one u64 cycle counter per profiled node
     profile_nodes: tuple[str, ...] = ()
+    fault_offset: int | None = None  # arena offset of the i32 a run-time check sets (OpDef.run_time_check)
 
 
 class WeightBlock:
@@ -93,6 +94,9 @@ class _Lowering:
         self.weights = WeightBlock()
         self.kernels: dict[KernelKey, ir.Function] = {}
         self.scratch_offset = -(-plan.arena_bytes // h.ALIGN) * h.ALIGN
+        self.fault_offset: int | None = None
+        if any(get_op(n.op).run_time_check for n in graph.nodes):
+            self.fault_offset, self.scratch_offset = self.scratch_offset, self.scratch_offset + h.ALIGN
         self.scratch_bytes = 0
 
     def new_function(self, name: str, args: list[ir.Type], internal: bool) -> ir.Function:
@@ -196,6 +200,8 @@ class _Lowering:
         if kd.scratch is not None:
             self.scratch_bytes = max(self.scratch_bytes, kd.scratch(key, self.target))
             extra.append(h.byte_ptr(b, arena, self.scratch_offset, h.I8))
+        if get_op(node.op).run_time_check:
+            extra.append(h.byte_ptr(b, arena, self.fault_offset, h.I32))
         if self.profile:
             t0 = h.cycle_counter(b)
         b.call(fn, outs + [a for a in args if a is not None] + extra)
@@ -213,7 +219,8 @@ class _Lowering:
         out_tys = [h.LLTYPE[t.dtype].as_pointer() for t in key.out_types]
         passed = [i for i in range(len(key.in_types)) if key.alias[i] is None and i not in dict(key.scalars)]
         in_tys = [h.LLTYPE[key.in_types[i].dtype].as_pointer() for i in passed]
-        extra = [h.I8P] if kd.scratch is not None else []
+        checks = get_op(key.op).run_time_check
+        extra = ([h.I8P] if kd.scratch is not None else []) + ([h.I32.as_pointer()] if checks else [])
         fn = self.new_function(f"k{len(self.kernels)}_{key.op}", out_tys + in_tys + extra, internal=True)
         self.kernels[key] = fn
         if not self.emit:
@@ -227,8 +234,10 @@ class _Lowering:
             if j is not None:
                 want = h.LLTYPE[key.in_types[i].dtype].as_pointer()
                 ins[i] = outs[j] if outs[j].type == want else b.bitcast(outs[j], want)
-        scratch = fn.args[-1] if extra else None
-        kd.emit(KernelContext(b, self.target, key, ins, outs, scratch))
+        rest = list(fn.args[len(out_tys) + len(in_tys):])
+        scratch = rest.pop(0) if kd.scratch is not None else None
+        fault = rest.pop(0) if checks else None
+        kd.emit(KernelContext(b, self.target, key, ins, outs, scratch, fault))
         b.ret_void()
         return fn
 
@@ -265,11 +274,13 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
         arena_bytes=_arena_end(low),
         inputs=tuple(spec(v) for v in g.inputs), outputs=tuple(spec(v) for v in g.outputs),
         kernel_count=len(low.kernels), target=target, batch=batch, node_count=len(g.nodes),
-        profile_offset=low.profile_offset, profile_nodes=tuple(low.profiled),
+        profile_offset=low.profile_offset, profile_nodes=tuple(low.profiled), fault_offset=low.fault_offset,
     )
 
 
 def _arena_end(low: _Lowering) -> int:
     if low.profile_offset is not None:
         return low.profile_offset + 8 * len(low.profiled)
-    return low.scratch_offset + low.scratch_bytes if low.scratch_bytes else low.plan.arena_bytes
+    if low.scratch_bytes or low.fault_offset is not None:
+        return low.scratch_offset + low.scratch_bytes
+    return low.plan.arena_bytes

@@ -80,6 +80,9 @@ class OpDef:
       DequantizeLinear: folded, int8 weights would be stored as the float32 they stand for).
     * ``same_as_onnx``: the ONNX op of this name has exactly these inputs, attributes and defaults,
       so the ONNX frontend imports it as it is.
+    * ``run_time_check``: the reference refuses some operand *values* (Gather: an index out of
+      range), which only a run can see. Native code then touches nothing outside its tensors,
+      sets the model's fault word (``LoweredModel.fault_offset``), and the runtime raises.
     """
 
     name: str
@@ -97,6 +100,7 @@ class OpDef:
     flops: FlopRule = per_output_element
     foldable: bool = True
     same_as_onnx: bool = False
+    run_time_check: bool = False
 
     def infer(self, ts: Sequence[TensorType], attrs: Attrs) -> Sequence[TensorType]:
         """The result types: the float-only trait first, then the shape rule."""

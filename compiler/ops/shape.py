@@ -237,5 +237,5 @@ register(
           attrs={"axis": AttrSpec(INT)}, max_inputs=None, same_as_onnx=True, **MOVES),
     OpDef("Split", _split_infer, _split_ref, attrs={"axis": AttrSpec(INT, 0), "split": AttrSpec(INTS)}, **MOVES),
     OpDef("Gather", _gather_infer, _gather_ref, attrs={"axis": AttrSpec(INT, 0)}, min_inputs=2, max_inputs=2,
-          same_as_onnx=True, **MOVES),
+          same_as_onnx=True, run_time_check=True, **MOVES),
 )

@@ -49,7 +49,8 @@ def shape(rng: Rng, lo: int = 0, hi: int = 4, dhi: int = 5) -> tuple[int, ...]:
     return tuple(dim(rng, dhi) for _ in range(int(rng.integers(lo, hi + 1))))
 
 
-def values(rng: Rng, shp, dtype) -> np.ndarray:
+def values(rng: Rng, shp, dtype, specials: bool = True) -> np.ndarray:
+    """Random values; floats get an infinity, NaN or signed zero now and then unless ``specials`` is off."""
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return rng.random(shp) < 0.5
@@ -57,7 +58,7 @@ def values(rng: Rng, shp, dtype) -> np.ndarray:
         lo = 0 if dtype.kind == "u" else -6
         return rng.integers(lo, 7, shp).astype(dtype)
     x = rng.standard_normal(shp) * 2.0
-    if rng.random() < 0.1 and x.size:  # specials
+    if specials and rng.random() < 0.1 and x.size:
         x.flat[rng.integers(0, x.size)] = rng.choice([np.inf, -np.inf, np.nan, 0.0, -0.0])
     return x.astype(dtype)
 
@@ -163,6 +164,9 @@ def geometry(rng: Rng, nd: int) -> dict:
 
 
 def conv(rng: Rng) -> Case:
+    """Finite values only: where a window covers padding the reference adds 0 * w (NaN for an
+    infinite w) while native code skips the tap, and Winograd's transforms add inputs together
+    before multiplying, so a non-finite value spreads differently. Neither is memory safety."""
     nd = int(rng.integers(1, 3))
     shp = spatial(rng, nd)
     group = pick(rng, [1, 1, 1, 2, shp[1] or 1])
@@ -170,10 +174,11 @@ def conv(rng: Rng) -> Case:
     if group > 1 and cin % group:
         group = 1
     oc = int(rng.integers(1, 4)) * group
-    w = values(rng, (oc, cin // group if group else cin) + tuple(int(rng.integers(1, 4)) for _ in range(nd)), np.float32)
-    ops = [("x", values(rng, shp, np.float32), False), operand(w, rng, 0.8)]
+    kernel = tuple(int(rng.integers(1, 4)) for _ in range(nd))
+    w = values(rng, (oc, cin // group if group else cin) + kernel, np.float32, specials=False)
+    ops = [("x", values(rng, shp, np.float32, specials=False), False), operand(w, rng, 0.8)]
     if rng.random() < 0.5:
-        ops.append(operand(values(rng, (oc,), np.float32), rng, 0.8))
+        ops.append(operand(values(rng, (oc,), np.float32, specials=False), rng, 0.8))
     return Case("Conv", ops, {**geometry(rng, nd), "group": group})
 
 

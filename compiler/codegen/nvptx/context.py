@@ -32,6 +32,7 @@ class OpContext:
     out_types: tuple[TensorType, ...]
     ins: list[ir.Value]
     outs: list[ir.Value]
+    fault: ir.Value | None = None  # i32*, the fault word, for ops with OpDef.run_time_check
 
     def shape(self, i: int) -> tuple[int, ...]:
         return tuple(self.in_types[i].shape)  # type: ignore[arg-type]

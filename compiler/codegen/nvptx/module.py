@@ -80,6 +80,7 @@ class GpuProgram:
     inputs: tuple[IOSpec, ...]
     outputs: tuple[IOSpec, ...]
     batch: int
+    fault_offset: int | None = None  # arena offset of the i32 a run-time check sets (OpDef.run_time_check)
 
 
 def _sreg(b: ir.IRBuilder, name: str) -> ir.Value:
@@ -131,6 +132,8 @@ class _PtxLowering:
         self.weights = WeightBlock()
         self.kernels: dict[tuple, tuple[str, int]] = {}
         self.launches: list[Launch] = []
+        checks = any(get_op(n.op).run_time_check for n in graph.nodes)
+        self.fault_offset = -(-plan.arena_bytes // h.ALIGN) * h.ALIGN if checks else None
 
     def arg(self, name: str) -> Arg:
         if name in self.g.constants:
@@ -181,10 +184,15 @@ class _PtxLowering:
             self.kernels[key] = self.emit_kernel(node, emit, in_types, out_types, shared)
         fname, grid = self.kernels[key]
         args = tuple(self.arg(v) for v in list(node.outputs) + list(node.inputs))
+        if op.run_time_check:
+            args += (Arg("arena", self.fault_offset),)
         self.launches.append(Launch(fname, grid, BLOCK, args, node.name))
 
     def emit_kernel(self, node, emit, in_types, out_types, shared) -> tuple[str, int]:
         tys = [h.LLTYPE[t.dtype].as_pointer() for t in list(out_types) + list(in_types)]
+        checks = get_op(node.op).run_time_check
+        if checks:
+            tys.append(h.I32.as_pointer())
         name = f"k{len(self.kernels)}_{node.op}"
         fn = ir.Function(self.module, ir.FunctionType(h.VOID, tys), name=name)
         fn.calling_convention = "ptx_kernel"
@@ -195,7 +203,9 @@ class _PtxLowering:
                 arg.add_attribute("noalias")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         n_out = len(out_types)
-        ctx = OpContext(b, node.op, dict(node.attrs), in_types, out_types, list(fn.args[n_out:]), list(fn.args[:n_out]))
+        n_in = len(in_types)
+        ctx = OpContext(b, node.op, dict(node.attrs), in_types, out_types, list(fn.args[n_out:n_out + n_in]),
+                        list(fn.args[:n_out]), fn.args[-1] if checks else None)
         loops = emit(ctx)
         emit_grid_stride(b, loops)
         b.ret_void()
@@ -218,6 +228,7 @@ def lower_ptx(graph: Graph, target: Target, batch: int = 1, optimize: bool = Tru
     return GpuProgram(
         llvm_ir=str(low.module), target=target, launches=tuple(low.launches),
         kernels=tuple(n for n, _ in low.kernels.values()), weights=low.weights.tobytes(),
-        arena_bytes=max(plan.arena_bytes, h.ALIGN), inputs=tuple(spec(v) for v in g.inputs),
-        outputs=tuple(spec(v) for v in g.outputs), batch=batch,
+        arena_bytes=max(plan.arena_bytes, h.ALIGN) if low.fault_offset is None else low.fault_offset + h.ALIGN,
+        inputs=tuple(spec(v) for v in g.inputs), outputs=tuple(spec(v) for v in g.outputs), batch=batch,
+        fault_offset=low.fault_offset,
     )

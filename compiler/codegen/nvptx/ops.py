@@ -18,7 +18,7 @@ from ...ops.shape import slice_bounds
 from .. import irhelpers as h
 from ..gathers import PER_ELEMENT
 from ..scalar_ops import ELEMENT_EMITTERS, cast_value, scalar_fn
-from .common import all_of, lin, masked_load, store_at
+from .common import all_of, in_range, lin, masked_load, store_at
 from .context import Loop, OpContext
 from .quant import EMITTERS as QUANT_EMITTERS
 from .windows import pool, conv, gemm, global_avg, layernorm, lrn, matmul, reduce, softmax
@@ -135,12 +135,23 @@ def gather(ctx: OpContext) -> list[Loop]:
     k = len(ind)
 
     def value(b, idx):
+        """An index outside the axis reads nothing: it sets the fault word (OpDef.run_time_check), gives 0."""
         j = ctx.load(1, lin(b, idx[axis:axis + k], ist))
         j = b.sext(j, h.I64) if j.type != h.I64 else j
         j = b.select(b.icmp_signed("<", j, h.i64(0)), b.add(j, h.i64(data[axis])), j)
         rest = list(idx[:axis]) + list(idx[axis + k:])
         rest_st = list(st[:axis]) + list(st[axis + 1:])
-        return ctx.load(0, b.add(lin(b, rest, rest_st), b.mul(j, h.i64(st[axis]))))
+        with b.if_else(in_range(b, j, data[axis])) as (then, otherwise):
+            with then:
+                got = ctx.load(0, b.add(lin(b, rest, rest_st), b.mul(j, h.i64(st[axis]))))
+                got_at = b.block
+            with otherwise:
+                h.store(b, ir.Constant(h.I32, 1), ctx.fault, 0)
+                none_at = b.block
+        v = b.phi(got.type)
+        v.add_incoming(got, got_at)
+        v.add_incoming(h.const(got.type, 0), none_at)
+        return v
 
     return [store_at(ctx, 0, value)]
 

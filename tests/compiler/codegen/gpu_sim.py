@@ -17,6 +17,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from cuvil.compiler.codegen.nvptx import GpuProgram
+from cuvil.compiler.errors import RunTimeCheckError
 from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.session import aligned_empty
 
@@ -87,4 +88,8 @@ class SimulatedGpu:
         base = {"arena": self.arena.ctypes.data, "weights": self.weights.ctypes.data}
         for launch in self.program.launches:
             self.launch(launch.kernel, [base[a.space] + a.offset for a in launch.args])
+        at = self.program.fault_offset
+        if at is not None and self.arena[at:at + 4].view(np.int32)[0]:  # as the CUDA runtime checks it
+            self.arena[at:at + 4] = 0
+            raise RunTimeCheckError()
         return {spec.name: self._view(spec).copy() for spec in self.program.outputs}

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 from cuvil.compiler import DType, TensorType, run_reference
+from cuvil.compiler.errors import RunTimeCheckError
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.compiler.memory.planner import plan_memory
 from cuvil.edge_runtime.compile import compile_graph
@@ -211,6 +212,24 @@ def test_gather(axis):
     run_op("Gather", [x, np.array([[0, d - 1], [-1, 1]], I64)], axis=axis)
     run_op("Gather", [x], consts=[np.array([2, -d], I32)], axis=axis)
     run_op("Gather", [x], consts=[np.array(1, I64)], axis=axis)
+
+
+def test_gather_refuses_indices_outside_the_axis():
+    """Outside [-d, d) the reference refuses, so the compiled model does: a typed error, nothing read
+    outside the data (an empty axis included: every index is outside it), and the next run is clean."""
+    x = rnd(2, 3, 4)
+    sess = run_op("Gather", [x, np.array([0, -3, 2], I64)], axis=1)
+    for bad in ([0, 3, 1], [-4, 0, 0], [2**40, 0, 0]):
+        with pytest.raises(RunTimeCheckError):
+            sess.run({"x0": x, "x1": np.array(bad, I64)})
+    got = sess.run({"x0": x, "x1": np.array([2, 1, -1], I64)})
+    np.testing.assert_array_equal(next(iter(got.values())), x[:, [2, 1, 2]])
+    gb = GraphBuilder("empty_axis")
+    data = gb.input("data", TensorType(DType.F32, (3, 0, 1 << 20)))
+    idx = gb.input("idx", TensorType(DType.I64, (2,)))
+    empty = compile_graph(gb.build(gb.add("Gather", [data, idx], axis=1)), optimize=False)
+    with pytest.raises(RunTimeCheckError):
+        empty.run({"data": np.zeros((3, 0, 1 << 20), np.float32), "idx": np.zeros(2, I64)})
 
 
 def test_shape_op():

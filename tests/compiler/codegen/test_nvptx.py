@@ -32,7 +32,8 @@ from tests.compiler.codegen.test_kernels_resample import (  # noqa: F401  (re-ru
 )
 from tests.compiler.codegen.test_kernels import (  # noqa: F401  (re-run here on the simulated GPU)
     test_avg_pool, test_batch_norm, test_binary, test_binary_int, test_cast, test_compare, test_concat_split, test_conv,
-    test_fused_conv, test_fused_elementwise, test_fused_gemm, test_gather, test_gelu_tanh_and_wide_ranges, test_gemm,
+    test_fused_conv, test_fused_elementwise, test_fused_gemm, test_gather,
+    test_gather_refuses_indices_outside_the_axis, test_gelu_tanh_and_wide_ranges, test_gemm,
     test_in_place, test_layer_norm, test_lrn, test_matmul, test_matmul_int, test_max_pool, test_pad, test_pad_crop,
     test_pool_1d_and_global, test_pow, test_reduce, test_reduce_int, test_shape_op, test_shape_ops, test_slice,
     test_softmax, test_unary, test_unary_int, test_unary_positive, test_variadic, test_where,

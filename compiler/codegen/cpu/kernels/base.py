@@ -43,6 +43,7 @@ class KernelContext:
     ins: list[ir.Value | None]
     outs: list[ir.Value]
     scratch: ir.Value | None = None  # i8*, KernelDef.scratch(key, target) bytes, 64-byte aligned
+    fault: ir.Value | None = None  # i32*, the model's fault word (OpDef.run_time_check)
 
     @property
     def module(self) -> ir.Module:
@@ -76,6 +77,10 @@ class KernelContext:
             if idx == i:
                 return h.const(h.LLTYPE[self.in_types[i].dtype], v)
         return None
+
+    def set_fault(self) -> None:
+        """Record that this run's operands were invalid (the runtime raises after the run)."""
+        h.store(self.b, ir.Constant(h.I32, 1), self.fault, 0)
 
     def read(self, i: int, index: ir.Value | int) -> ir.Value:
         """Element ``index`` of input ``i`` (a folded constant scalar needs no load)."""

@@ -141,22 +141,31 @@ def emit_pad(ctx: KernelContext) -> None:
 
 @kernel("Gather")
 def emit_gather(ctx: KernelContext) -> None:
-    """out[outer, j, inner] = data[outer, idx[j], inner]; indices are wrapped and clamped (memory safe)."""
+    """out[outer, j, inner] = data[outer, idx[j], inner], a negative index counting from the end.
+
+    An index outside [-dim, dim) (any index of an empty axis) is refused as the reference refuses
+    it: the kernel sets the fault word and writes zeros instead of reading outside ``data``."""
     data, idx_t = ctx.shape(0), ctx.shape(1)
     axis = norm_axis("Gather", ctx.attrs["axis"], len(data))
     outer, dim, inner = math.prod(data[:axis]), data[axis], math.prod(data[axis + 1:])
     count = math.prod(idx_t)
     b = ctx.b
+    zero = h.const(h.LLTYPE[ctx.out_types[0].dtype], 0)
     with h.for_range(b, outer, name="o") as o, h.for_range(b, count, name="j") as j:
         raw = ctx.read(1, j)
         k = b.sext(raw, h.I64) if raw.type != h.I64 else raw
         k = b.select(b.icmp_signed("<", k, h.i64(0)), b.add(k, h.i64(dim)), k)
-        k = b.select(b.icmp_signed("<", k, h.i64(0)), h.i64(0), k)
-        k = b.select(b.icmp_signed(">=", k, h.i64(dim)), h.i64(max(dim - 1, 0)), k)
+        inside = b.and_(b.icmp_signed(">=", k, h.i64(0)), b.icmp_signed("<", k, h.i64(dim)))
         src = b.add(b.mul(o, h.i64(dim * inner)), b.mul(k, h.i64(inner)))
         dst = b.add(b.mul(o, h.i64(count * inner)), b.mul(j, h.i64(inner)))
-        with h.for_range(b, inner, name="e") as e:
-            h.store(b, h.load(b, ctx.ins[0], b.add(src, e)), ctx.outs[0], b.add(dst, e))
+        with b.if_else(inside) as (then, otherwise):
+            with then:
+                with h.for_range(b, inner, name="e") as e:
+                    h.store(b, h.load(b, ctx.ins[0], b.add(src, e)), ctx.outs[0], b.add(dst, e))
+            with otherwise:
+                ctx.set_fault()
+                with h.for_range(b, inner, name="z") as e:
+                    h.store(b, zero, ctx.outs[0], b.add(dst, e))
 
 
 @kernel("Shape")

@@ -1,0 +1,116 @@
+"""The native-vs-reference op fuzzer (``op_fuzz.py``) with a seeded budget, natively and under qemu,
+and the cases it once found, each with values written out by hand.
+
+Every admitted case must end in the reference's values or, where the reference refuses, a typed
+refusal at run time; a crash, an untyped error or a difference is a finding that fails the test.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from cuvil.compiler import DType
+from cuvil.compiler.errors import RunTimeCheckError
+
+from tests.compiler import op_fuzz as fz
+
+NATIVE_CASES = 1500  # about a minute on one core
+QEMU_CASES = 150  # one qemu process per 40 cases
+
+
+def _report(findings) -> str:
+    return "\n".join(f"{b.case.describe()}: {why}"[:400] for b, why in findings[:20])
+
+
+def test_seeded_fuzz_native_matches_the_reference(tmp_path):
+    findings, cases, _ = fz.fuzz(np.random.default_rng(20261201), NATIVE_CASES, fz.native_runner(tmp_path))
+    assert len(cases) == NATIVE_CASES
+    assert {b.case.op for b in cases} == set(fz.GENERATORS)
+    assert not findings, f"{len(findings)} findings:\n{_report(findings)}"
+
+
+@pytest.mark.skipif(not (shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc")),
+                    reason="needs qemu-user, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross")
+def test_seeded_fuzz_under_qemu_matches_the_reference(tmp_path):
+    findings, cases, _ = fz.fuzz(np.random.default_rng(7), QEMU_CASES, fz.emulated_runner(tmp_path, "rpi5"))
+    assert len(cases) == QEMU_CASES
+    assert not findings, f"{len(findings)} findings:\n{_report(findings)}"
+
+
+def _native(case: fz.Case, feeds=None) -> dict[str, np.ndarray]:
+    built = fz.build(case, "r")
+    assert built is not None, "the verifier refuses the case"
+    kind, detail = fz.native_runner(None)([built])
+    assert kind == "outputs", detail
+    return next(iter(detail.values()))
+
+
+def _i(values, dtype):
+    return ("x", np.array(values, dtype), False)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+def test_integer_division_by_zero_and_the_one_overflow(dtype):
+    lo = np.iinfo(dtype).min
+    got = _native(fz.Case("Div", [_i([7, -7, 7, -7, 5, lo, lo], dtype), _i([2, 2, -2, 0, 0, -1, 1], dtype)]))
+    np.testing.assert_array_equal(got, np.array([3, -3, -3, 0, 0, lo, lo], dtype))
+    got = _native(fz.Case("Div", [_i([200, 7], np.uint8), _i([0, 2], np.uint8)]))
+    np.testing.assert_array_equal(got, np.array([0, 3], np.uint8))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+def test_integer_pow_wraps_and_truncates_negative_exponents(dtype):
+    lo = np.iinfo(dtype).min
+    got = _native(fz.Case("Pow", [_i([3, -2, 2, 1, -1, -1, 5, 0, 2], dtype), _i([4, 3, -1, -7, -3, lo, 0, 0, 7], dtype)]))
+    np.testing.assert_array_equal(got, np.array([81, -8, 0, 1, -1, 1, 1, 1, 128 if dtype is not np.int8 else -128],
+                                                dtype))
+    got = _native(fz.Case("Pow", [_i([2, 3], np.uint8), _i([9, 5], np.uint8)]))
+    np.testing.assert_array_equal(got, np.array([0, 243], np.uint8))  # 512 and 243 modulo 256
+
+
+def test_global_average_pool_of_an_empty_plane_is_nan():
+    got = _native(fz.Case("GlobalAveragePool", [("x", np.ones((1, 2, 3, 0), np.float32), False)]))
+    assert got.shape == (1, 2, 1, 1) and np.isnan(got).all()
+
+
+def test_batch_norm_in_half_precision():
+    x = np.array([[1.0, 2.0], [3.0, -4.0]], np.float16)
+    ones, zeros = np.ones(2, np.float16), np.zeros(2, np.float16)
+    case = fz.Case("BatchNormalization", [("x", x, False), ("s", np.array([2, 1], np.float16), True),
+                                          ("b", np.array([0.5, 0], np.float16), True), ("m", zeros, True),
+                                          ("v", ones, True)])
+    np.testing.assert_allclose(_native(case), np.array([[2.5, 2.0], [6.5, -4.0]], np.float16), rtol=2e-3)
+
+
+def test_gemm_and_qconv_with_empty_dims():
+    got = _native(fz.Case("Gemm", [("a", np.ones((0, 2), np.float32), False), ("b", np.ones((1, 2), np.float32), True),
+                                   ("c", np.ones(1, np.float32), True)], {"transB": 1}))
+    assert got.shape == (0, 1)
+    qconv = fz.Case("QConv", [("x", np.ones((1, 0, 1, 3), np.int8), False), ("w", np.ones((3, 0, 1, 2), np.int8), True),
+                              ("b", np.array([1, 2, 3], np.int32), True)],
+                    {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1, "x_scale": 1.0,
+                     "x_zero_point": 0, "w_scale": (1.0,), "y_scale": 1.0, "y_zero_point": 0, "to": DType.I8,
+                     "clamp": ()})
+    np.testing.assert_array_equal(_native(qconv), np.array([1, 2, 3], np.int8).reshape(1, 3, 1, 1) * np.ones((1, 1, 1, 2),
+                                                                                                          np.int8))
+
+
+def test_qmatmul_with_a_bias_computed_at_run_time():
+    a = np.array([[1, 2], [3, 4]], np.int8)
+    w = np.array([[1, 0, 2], [0, 1, -1]], np.int8)
+    case = fz.Case("QMatMul", [("a", a, False), ("w", w, True), ("b", np.array([10, 20, 30], np.int32), False)],
+                   {"a_scale": 1.0, "a_zero_point": 0, "b_scale": (1.0, 0.5, 1.0), "y_scale": 1.0, "y_zero_point": 0,
+                    "to": DType.I8, "clamp": ()})
+    # (a @ w + bias) * (a_scale * b_scale / y_scale), rounded half to even
+    np.testing.assert_array_equal(_native(case), np.array([[11, 11, 30], [13, 12, 32]], np.int8))
+
+
+def test_gather_outside_its_axis_is_refused_as_the_reference_refuses():
+    case = fz.Case("Gather", [("x", np.zeros((3, 0, 1 << 20), np.float32), False), ("i", np.array([0]), True)],
+                   {"axis": 1})
+    built = fz.build(case, "g")
+    assert built.ref is None and "out of range" in built.ref_error
+    kind, detail = fz.native_runner(None)([built])
+    assert kind == "refused" and RunTimeCheckError.__name__ in detail
