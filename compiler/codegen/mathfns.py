@@ -202,9 +202,14 @@ def pow_(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     is_int = b.fcmp_ordered("==", call_intrinsic(b, "llvm.rint", y), y)
     half = b.fmul(y, fconst(x, 0.5))
     odd = b.and_(is_int, b.fcmp_unordered("!=", call_intrinsic(b, "llvm.rint", half), half))
-    neg_val = b.select(is_int, b.select(odd, b.fneg(mag), mag), fconst(x, float("nan")))
+    minus_inf = b.fcmp_ordered("==", x, fconst(x, float("-inf")))
+    neg_val = b.select(is_int, b.select(odd, b.fneg(mag), mag), b.select(minus_inf, mag, fconst(x, float("nan"))))
     res = b.select(b.fcmp_ordered("<", x, fconst(x, 0.0)), neg_val, mag)
-    return b.select(b.fcmp_ordered("==", y, fconst(x, 0.0)), fconst(x, 1.0), res)
+    # C's pow: 1 ** y == 1 for every y (NaN too), (-1) ** ±inf == 1; y * log|x| is NaN there
+    unit = b.or_(b.fcmp_ordered("==", x, fconst(x, 1.0)),
+                 b.and_(b.fcmp_ordered("==", x, fconst(x, -1.0)),
+                        b.fcmp_ordered("==", call_intrinsic(b, "llvm.fabs", y), fconst(x, float("inf")))))
+    return b.select(b.or_(unit, b.fcmp_ordered("==", y, fconst(x, 0.0))), fconst(x, 1.0), res)
 
 
 # --- activations (Relu's integer forms are in scalar_ops) -----------------------------------------

@@ -104,6 +104,21 @@ def variadic(op: str) -> Callable[[Rng], Case]:
     return gen
 
 
+def shift(rng: Rng) -> Case:
+    """Counts from -3 to 70: negative, within and past every operand width."""
+    out, dt = shape(rng), pick(rng, (np.int8, np.uint8, np.int32, np.int64))
+    x = values(rng, broadcastable(rng, out), dt)
+    counts = rng.integers(-3, 71, broadcastable(rng, out)).astype(dt) if np.dtype(dt).kind == "i" else \
+        rng.integers(0, 71, broadcastable(rng, out)).astype(dt)
+    return Case("BitShift", [operand(x, rng, 0.1), operand(counts, rng)], {"direction": pick(rng, ["LEFT", "RIGHT"])})
+
+
+def mod(rng: Rng) -> Case:
+    case = binary("Mod", NUMBERS)(rng)
+    fmod = 1 if case.operands[0][1].dtype.kind == "f" else int(rng.integers(0, 2))  # ONNX: floats need fmod=1
+    return Case("Mod", case.operands, {"fmod": fmod})
+
+
 def where(rng: Rng) -> Case:
     out, dt = shape(rng), pick(rng, ANY)
     return Case("Where", [operand(values(rng, broadcastable(rng, out), np.bool_), rng, 0.1),
@@ -410,16 +425,24 @@ def qconv(rng: Rng) -> Case:
 
 
 FLOAT_UNARY = ["Abs", "Erf", "Exp", "Log", "Neg", "Reciprocal", "Relu", "Sigmoid", "SiLU", "Sqrt", "Tanh",
-               "HardSwish", "Identity"]
+               "HardSwish", "Identity", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cos", "Cosh", "Sin",
+               "Sinh", "Tan", "Ceil", "Floor", "Round", "Sign", "IsNaN"]
+INTS = (np.int8, np.uint8, np.int32, np.int64)
 GENERATORS: dict[str, Callable[[Rng], Case]] = {
-    **{op: unary(op, NUMBERS if op in ("Abs", "Neg", "Relu", "Identity") else FLOATS) for op in FLOAT_UNARY},
+    **{op: unary(op, NUMBERS if op in ("Abs", "Neg", "Relu", "Identity", "Sign") else FLOATS) for op in FLOAT_UNARY},
+    "IsInf": unary("IsInf", detect_negative=lambda r: int(r.integers(0, 2)), detect_positive=lambda r: int(r.integers(0, 2))),
+    "Not": unary("Not", (np.bool_,)), "BitwiseNot": unary("BitwiseNot", INTS),
+    **{op: binary(op, (np.bool_,)) for op in ("And", "Or", "Xor")},
+    **{op: binary(op, INTS) for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor")},
+    "BitShift": shift, "Mod": mod,
     "Gelu": unary("Gelu", approximate=lambda r: pick(r, ["none", "tanh"])),
     "HardSigmoid": unary("HardSigmoid", alpha=lambda r: float(pick(r, [0.2, 0.5])), beta=lambda r: 0.5),
     "LeakyRelu": unary("LeakyRelu", alpha=lambda r: float(pick(r, [0.01, 0.3]))),
     "Clip": unary("Clip", min=lambda r: float(pick(r, [-np.inf, -1.0, 0.0])), max=lambda r: float(pick(r, [np.inf, 1.0, 6.0]))),
     "Dropout": unary("Dropout"),
-    **{op: binary(op) for op in ("Add", "Sub", "Mul", "Div", "Pow", "Equal", "Greater", "Less")},
-    **{op: variadic(op) for op in ("Max", "Min", "Sum")},
+    **{op: binary(op) for op in ("Add", "Sub", "Mul", "Div", "Pow", "Equal", "Greater", "Less", "GreaterOrEqual",
+                                 "LessOrEqual")},
+    **{op: variadic(op) for op in ("Max", "Min", "Sum", "Mean")},
     "Where": where, "Cast": cast,
     **{op: reduce(op) for op in ("ReduceMax", "ReduceMean", "ReduceSum")},
     "Softmax": axis_op("Softmax"), "LogSoftmax": axis_op("LogSoftmax"),

@@ -70,6 +70,17 @@ def test_integer_pow_wraps_and_truncates_negative_exponents(dtype):
     np.testing.assert_array_equal(got, np.array([0, 243], np.uint8))  # 512 and 243 modulo 256
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_float_pow_special_values_are_c_pow(dtype):
+    inf, nan = np.inf, np.nan
+    x = [1, 1, -1, -inf, -inf, -inf, -inf, 0, -2, -2, 2, 0.5]
+    y = [nan, inf, -inf, 0.5, -0.5, 3, -3, -1, 0.5, 2, -inf, -inf]
+    got = _native(fz.Case("Pow", [_i(x, dtype), _i(y, dtype)]))
+    want = np.array([1, 1, 1, inf, 0, -inf, -0.0, inf, nan, 4, 0, inf], dtype)
+    np.testing.assert_array_equal(got, want)
+    assert np.signbit(got[6])
+
+
 def test_global_average_pool_of_an_empty_plane_is_nan():
     got = _native(fz.Case("GlobalAveragePool", [("x", np.ones((1, 2, 3, 0), np.float32), False)]))
     assert got.shape == (1, 2, 1, 1) and np.isnan(got).all()
