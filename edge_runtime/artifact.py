@@ -69,6 +69,16 @@ def _lowered(meta: dict, target: Target) -> LoweredModel:
         profile_nodes=tuple(meta["profile_nodes"]), fault_offset=_offset(meta["fault_offset"]))
 
 
+def _check_layout(lw: LoweredModel) -> None:
+    """Every region the runtime reads or writes lies inside the arena (the code's own offsets are
+    compiled in; these are the Session's views of inputs, outputs and counters)."""
+    regions = [(s.offset, s.nbytes) for s in lw.inputs + lw.outputs]
+    regions += [(lw.fault_offset, 4)] if lw.fault_offset is not None else []
+    regions += [(lw.profile_offset, 8 * len(lw.profile_nodes))] if lw.profile_offset is not None else []
+    if lw.arena_bytes < 0 or any(at < 0 or at + n > lw.arena_bytes for at, n in regions):
+        raise ArtifactError("a region lies outside the arena")
+
+
 def _offset(v) -> int | None:
     return None if v is None else int(v)
 
@@ -96,6 +106,7 @@ def read_artifact(sealer: Sealer, path: str | os.PathLike, name: str, target: Ta
         lowered = _lowered(meta, target)
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError, RecursionError) as e:
         raise ArtifactError(f"bad metadata: {type(e).__name__}") from None
+    _check_layout(lowered)
     if not lengths or min(lengths) < 0 or sum(lengths) != len(opened.body):
         raise ArtifactError("object lengths do not add up to the body")
     objects, pos = [], 0

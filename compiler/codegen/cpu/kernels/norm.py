@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ....ir.dtypes import DType
 from ....ops.common import norm_axis
 from ... import irhelpers as h
 from ... import mathfns as m
@@ -13,19 +14,11 @@ from ...irhelpers import broadcast_strides, collapse
 
 @kernel("BatchNormalization")
 def emit_batch_norm(ctx: KernelContext) -> None:
-    """y = x * a[c] + s[c] with a = scale / sqrt(var + eps), s = B - mean * a (per channel, once).
-
-    f16 is computed in f32 (an f16 fma would need a library call for its exact rounding)."""
+    """y = x * a[c] + s[c] with a = scale / sqrt(var + eps), s = B - mean * a (per channel, once)."""
     shape = ctx.shape(0)
     n, c, inner = shape[0], shape[1], math.prod(shape[2:])
     b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
-    ty = h.LLTYPE[ctx.in_types[0].dtype]
-    half = ty == h.F16
-    ty = h.F32 if half else ty
-
-    def up(v):
-        return b.fpext(v, h.F32) if half else v
-
+    ty, up, down = _arithmetic(ctx)
     eps = h.const(ty, ctx.attrs["epsilon"])
     with h.loop_nest(b, (n, c)) as (i, ch):
         var = up(ctx.read(4, ch))
@@ -34,8 +27,16 @@ def emit_batch_norm(ctx: KernelContext) -> None:
         base = b.mul(b.add(b.mul(i, h.i64(c)), ch), h.i64(inner))
         with h.for_range(b, inner, name="p") as p:
             k = b.add(base, p)
-            v = h.call_intrinsic(b, "llvm.fma", up(h.load(b, x, k)), a, s)
-            h.store(b, b.fptrunc(v, h.F16) if half else v, y, k)
+            h.store(b, down(h.call_intrinsic(b, "llvm.fma", up(h.load(b, x, k)), a, s)), y, k)
+
+
+def _arithmetic(ctx: KernelContext):
+    """(type computed in, widen, narrow): f16 is computed in f32, as an f16 fma would need a library
+    call for its exact rounding and f16 sums lose the mean; other types in themselves."""
+    b, dtype = ctx.b, ctx.in_types[0].dtype
+    if dtype is not DType.F16:
+        return h.LLTYPE[dtype], (lambda v: v), (lambda v: v)
+    return h.F32, (lambda v: b.fpext(v, h.F32)), (lambda v: b.fptrunc(v, h.F16))
 
 
 @kernel("LayerNormalization")
@@ -46,7 +47,7 @@ def emit_layer_norm(ctx: KernelContext) -> None:
     normed = shape[axis:]
     rows, d = math.prod(shape[:axis]), math.prod(normed)
     b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
-    ty = h.LLTYPE[ctx.in_types[0].dtype]
+    ty, up, down = _arithmetic(ctx)
     if rows * d == 0:
         return
     params = [broadcast_strides(ctx.shape(i), normed) for i in range(1, len(ctx.in_types))]
@@ -54,21 +55,25 @@ def emit_layer_norm(ctx: KernelContext) -> None:
     inv_d = h.const(ty, 1.0 / d)
     with h.for_range(b, rows, name="row") as r:
         base = b.mul(r, h.i64(d))
-        total = h.reduce_range(b, d, h.const(ty, 0.0), lambda acc, j: b.fadd(acc, h.load(b, x, b.add(base, j)), flags=h.FAST), "s")
+
+        def at(j):
+            return up(h.load(b, x, b.add(base, j)))
+
+        total = h.reduce_range(b, d, h.const(ty, 0.0), lambda acc, j: b.fadd(acc, at(j), flags=h.FAST), "s")
         mean = b.fmul(total, inv_d)
 
         def sq(acc, j):
-            c = b.fsub(h.load(b, x, b.add(base, j)), mean)
+            c = b.fsub(at(j), mean)
             return b.fadd(acc, b.fmul(c, c), flags=h.FAST)
 
         var = b.fmul(h.reduce_range(b, d, h.const(ty, 0.0), sq, "v"), inv_d)
         inv = b.fdiv(h.const(ty, 1.0), h.call_intrinsic(b, "llvm.sqrt", b.fadd(var, h.const(ty, ctx.attrs["epsilon"]))))
         with h.loop_nest(b, dims) as idx:
             k = b.add(base, h.linear(b, idx, cols[0]))
-            v = b.fmul(b.fmul(b.fsub(h.load(b, x, k), mean), inv), ctx.read(1, h.linear(b, idx, cols[1])))
+            v = b.fmul(b.fmul(b.fsub(up(h.load(b, x, k)), mean), inv), up(ctx.read(1, h.linear(b, idx, cols[1]))))
             if len(ctx.in_types) == 3:
-                v = b.fadd(v, ctx.read(2, h.linear(b, idx, cols[2])))
-            h.store(b, v, y, k)
+                v = b.fadd(v, up(ctx.read(2, h.linear(b, idx, cols[2]))))
+            h.store(b, down(v), y, k)
 
 
 @kernel("LRN")
