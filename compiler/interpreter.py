@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import ops
-from .errors import InterpreterError
+from .errors import InterpreterError, LimitError
 from .ir.dtypes import DType
 from .ir.graph import Graph
 from .ir.types import Batch, TensorType
@@ -47,7 +47,11 @@ def run_reference(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, n
     keep = set(graph.outputs)
     for i, node in enumerate(graph.nodes):
         opdef = ops.get_op(node.op)
-        results = opdef.reference([env[n] for n in node.inputs], node.attr)
+        try:
+            results = opdef.reference([env[n] for n in node.inputs], node.attr)
+        except MemoryError:  # under the activation limit, but past this process's memory
+            raise LimitError(f"node {node.name[:80]!r} ({node.op}): its values do not fit in this process's "
+                             "memory") from None
         for name, value in zip(node.outputs, results):
             env[name] = np.asarray(value)
         for name in node.inputs:

@@ -21,6 +21,7 @@ pytest.importorskip("torch")
 from cuvil.compiler import run_reference  # noqa: E402
 from cuvil.compiler.bundle.writer import bundle_bytes  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
+from tests.guarded import run_in_child  # noqa: E402
 from tests.int8_zoo import CNN_AND_MLP, int8_model  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
@@ -34,9 +35,11 @@ MAX_BUNDLE_RATIO = {"small_cnn": 0.31, "mobilenet_v2": 0.31}  # the goal, 0.27, 
 @pytest.mark.parametrize("name", MODELS)
 def test_top1_agrees_with_fp32_and_output_equals_the_reference(name):
     m = int8_model(name)
-    s32 = compile_graph(m.fp32, batch=BATCH, use_cache=False)
-    s8 = compile_graph(m.int8, batch=BATCH, use_cache=False)
+    s32 = compile_graph(m.fp32, batch=BATCH, use_cache=False, guard_pages=True)
+    s8 = compile_graph(m.int8, batch=BATCH, use_cache=False, guard_pages=True)  # arena and weights between guard pages
     xs = m.inputs(EVALUATED, seed=7)
+    for sess, graph in ((s32, m.fp32), (s8, m.int8)):
+        run_in_child(sess, {graph.inputs[0]: xs[:BATCH]})  # a memory fault fails here, not the test runner
     agree = 0
     for start in range(0, EVALUATED, BATCH):
         x = xs[start:start + BATCH]

@@ -14,6 +14,8 @@ from cuvil.compiler.frontends.onnx import import_onnx
 from cuvil.compiler.passes.pipeline import optimize
 from cuvil.compiler.quantize import QuantizationError, quantize
 from cuvil.edge_runtime.compile import compile_graph
+
+from tests.guarded import run_in_child
 from tests.qdq import draws
 from tests.zoo import export_onnx
 
@@ -67,10 +69,10 @@ def test_quantized_graph_runs_on_integer_ops_and_matches_float(float_graph):
 
 def test_compiled_int8_equals_the_int8_reference(float_graph):
     graph = optimize(quantize(float_graph, _calib()).graph)
-    sess = compile_graph(graph, optimize=False, use_cache=False, jobs=1)
+    sess = compile_graph(graph, optimize=False, use_cache=False, jobs=1, guard_pages=True)
     x = _calib(3, seed=9)["input"]
     for i in range(3):
-        assert np.array_equal(sess.run({"input": x[i:i + 1]})["output"],
+        assert np.array_equal(run_in_child(sess, {"input": x[i:i + 1]})["output"],
                               run_reference(graph, {"input": x[i:i + 1]})["output"])
 
 

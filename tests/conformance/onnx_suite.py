@@ -318,7 +318,7 @@ def run_native(graph, feed_sets: Sequence[Mapping[str, np.ndarray]]) -> list[dic
     from cuvil.edge_runtime.compile import compile_graph
 
     batch = bind_inputs(graph, feed_sets[0])[1] or 1
-    session = compile_graph(graph, batch=batch, use_cache=False, jobs=1)
+    session = compile_graph(graph, batch=batch, use_cache=False, jobs=1, guard_pages=True)  # a stray access faults
     return [session.run(f) for f in feed_sets]
 
 
