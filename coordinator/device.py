@@ -18,6 +18,7 @@ Metrics leave through :func:`cuvil.edge_runtime.privacy.release.release` only.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -33,7 +34,7 @@ from ..compiler.errors import CuvilError
 from ..edge_runtime import runner
 from ..edge_runtime.loader import Model, load, load_bytes
 from ..edge_runtime.privacy.ledger import PrivacyFloors, PrivacyLedger
-from ..edge_runtime.private import device_secret, private_dir
+from ..edge_runtime.private import device_secret, private_dir, read_regular
 from ..edge_runtime.privacy.seal import LedgerSeal
 from ..edge_runtime.report import EvalReport
 from ..edge_runtime.training import TrainingCapability, training_capability
@@ -145,7 +146,7 @@ class DeviceState:
     def open(cls, root: str | os.PathLike) -> DeviceState:
         root = Path(root)
         try:
-            ident = json.loads((root / "device.json").read_text())
+            ident = json.loads(read_regular(root / "device.json"))  # a FIFO there must not hang the device
             return cls(root, str(ident["device_id"]), str(ident["profile"]),
                        Path(ident["data_path"]) if ident.get("data_path") else None,
                        str(ident.get("dataset_name") or "local"),
@@ -200,7 +201,7 @@ class DeviceState:
     def dataset(self) -> tuple[np.ndarray, np.ndarray]:
         path = self.data_path or self.root / "data.npz"
         try:
-            with np.load(path, allow_pickle=False) as z:
+            with np.load(io.BytesIO(read_regular(path)), allow_pickle=False) as z:
                 return z["x"].astype(np.float32), z["y"].astype(np.int64)
         except (OSError, KeyError, ValueError) as e:
             raise DeviceError(f"cannot read the local dataset {path}: {e}") from None
@@ -300,8 +301,6 @@ def _free_memory() -> int:
 
 
 def _npz_bytes(**arrays: np.ndarray) -> bytes:
-    import io
-
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()

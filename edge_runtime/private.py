@@ -84,6 +84,16 @@ def read_exactly(fd: int, n: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def read_regular(path: str | os.PathLike) -> bytes:
+    """The whole regular file at ``path`` in private memory (fewer bytes where it shrank meanwhile);
+    OSError for anything else, never blocking on a FIFO."""
+    fd, st = open_regular(path)
+    try:
+        return read_exactly(fd, st.st_size)
+    finally:
+        os.close(fd)
+
+
 def device_secret(path: str | os.PathLike | None = None) -> bytes:
     """The device's secret (32 random bytes), created on first use; default ``state_dir()/device.key``.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -37,6 +39,17 @@ def test_provisioning_happens_once_and_open_finds_it(world):
         _device(world, "once")
     with pytest.raises(DeviceError, match="no provisioned device"):
         DeviceState.open(world[0] / "nothing-here")
+
+
+@pytest.mark.parametrize("name", ["device.json", "data.npz"])
+def test_a_fifo_or_directory_in_the_state_dir_is_an_error_not_a_hang(world, name):
+    dev = _device(world, f"odd-{name}")
+    path = dev.root / name
+    for make_odd in (os.mkfifo, os.mkdir):
+        path.rmdir() if path.is_dir() else path.unlink()
+        make_odd(path)
+        with pytest.raises(DeviceError):
+            DeviceState.open(dev.root).dataset()
 
 
 def test_unknown_profile_fails_at_provisioning(world):

@@ -9,6 +9,7 @@ no thread diverges on a bounds branch. Concat and Split get one loop per operand
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 from llvmlite import ir
@@ -153,7 +154,17 @@ def gather(ctx: OpContext) -> list[Loop]:
         v.add_incoming(h.const(got.type, 0), none_at)
         return v
 
-    return [store_at(ctx, 0, value)]
+    if math.prod(ctx.out_shape):
+        return [store_at(ctx, 0, value)]
+
+    def check(b, idx, i):  # no output elements: the indices are still checked, as the reference does
+        j = ctx.load(1, i)
+        j = b.sext(j, h.I64) if j.type != h.I64 else j
+        j = b.select(b.icmp_signed("<", j, h.i64(0)), b.add(j, h.i64(data[axis])), j)
+        with b.if_then(b.not_(in_range(b, j, data[axis]))):
+            h.store(b, ir.Constant(h.I32, 1), ctx.fault, 0)
+
+    return [Loop(tuple(ind), check)]
 
 
 def expand(ctx: OpContext) -> list[Loop]:

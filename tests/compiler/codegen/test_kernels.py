@@ -230,6 +230,13 @@ def test_gather_refuses_indices_outside_the_axis():
     empty = compile_graph(gb.build(gb.add("Gather", [data, idx], axis=1)), optimize=False)
     with pytest.raises(RunTimeCheckError):
         empty.run({"data": np.zeros((3, 0, 1 << 20), np.float32), "idx": np.zeros(2, I64)})
+    gb = GraphBuilder("no_rows")  # an empty output: the indices are checked all the same
+    data = gb.input("data", TensorType(DType.F32, (0, 5)))
+    idx = gb.input("idx", TensorType(DType.I32, (2,)))
+    rows = compile_graph(gb.build(gb.add("Gather", [data, idx], axis=1)), optimize=False)
+    assert rows.run({"data": np.zeros((0, 5), np.float32), "idx": np.array([4, -5], I32)})
+    with pytest.raises(RunTimeCheckError):
+        rows.run({"data": np.zeros((0, 5), np.float32), "idx": np.array([5, 0], I32)})
 
 
 def test_shape_op():

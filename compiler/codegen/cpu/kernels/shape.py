@@ -144,18 +144,28 @@ def emit_gather(ctx: KernelContext) -> None:
     """out[outer, j, inner] = data[outer, idx[j], inner], a negative index counting from the end.
 
     An index outside [-dim, dim) (any index of an empty axis) is refused as the reference refuses
-    it: the kernel sets the fault word and writes zeros instead of reading outside ``data``."""
+    it: the kernel sets the fault word and writes zeros instead of reading outside ``data``. With
+    no outer rows the indices are still checked, as the reference checks them."""
     data, idx_t = ctx.shape(0), ctx.shape(1)
     axis = norm_axis("Gather", ctx.attrs["axis"], len(data))
     outer, dim, inner = math.prod(data[:axis]), data[axis], math.prod(data[axis + 1:])
     count = math.prod(idx_t)
     b = ctx.b
     zero = h.const(h.LLTYPE[ctx.out_types[0].dtype], 0)
-    with h.for_range(b, outer, name="o") as o, h.for_range(b, count, name="j") as j:
+
+    def index(j):
         raw = ctx.read(1, j)
         k = b.sext(raw, h.I64) if raw.type != h.I64 else raw
         k = b.select(b.icmp_signed("<", k, h.i64(0)), b.add(k, h.i64(dim)), k)
-        inside = b.and_(b.icmp_signed(">=", k, h.i64(0)), b.icmp_signed("<", k, h.i64(dim)))
+        return k, b.and_(b.icmp_signed(">=", k, h.i64(0)), b.icmp_signed("<", k, h.i64(dim)))
+
+    if outer == 0:
+        with h.for_range(b, count, name="j") as j:
+            with b.if_then(b.not_(index(j)[1])):
+                ctx.set_fault()
+        return
+    with h.for_range(b, outer, name="o") as o, h.for_range(b, count, name="j") as j:
+        k, inside = index(j)
         src = b.add(b.mul(o, h.i64(dim * inner)), b.mul(k, h.i64(inner)))
         dst = b.add(b.mul(o, h.i64(count * inner)), b.mul(j, h.i64(inner)))
         with b.if_else(inside) as (then, otherwise):
