@@ -26,7 +26,7 @@ class Reason(enum.Enum):
     OUT_OF_RANGE = "out_of_range"  # negative, zero where positive is needed, or beyond a hard cap
     BELOW_FLOOR = "below_floor"  # less noise than this device's floor
     ABOVE_BUDGET = "above_budget"  # a larger ε or δ than this device's budget
-    BAD_RELEASE_ID = "bad_release_id"  # empty, too long, or characters outside [A-Za-z0-9_.:@+-]
+    BAD_RELEASE_ID = "bad_release_id"  # empty, too long, or with control characters
     RELEASE_REBOUND = "release_rebound"  # a charged release-id asked again with other parameters or bundle
     RELEASE_LOST = "release_lost"  # charged, but its reply was never stored (crash): never re-noised
     BUDGET_SPENT = "budget_spent"  # this release would push ε past the budget

@@ -8,7 +8,6 @@ with a typed reason. 0 for σ or ε means "the device's own floor" (the only def
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import replace
 
 from .errors import PrivacyRefusal, Reason, RefusalCode
@@ -17,7 +16,7 @@ from .mechanism import DEFAULT_PARAMS, PrivacyParams
 
 MAX_SIGMA = 1e6  # examples; beyond it a report is pure noise, and the integer variance stays small
 MAX_EPSILON = 1e6
-_RELEASE_ID = re.compile(r"[A-Za-z0-9_.:@+-]{1,200}")
+MAX_RELEASE_ID = 400
 
 
 def _reject(reason: Reason, detail: str) -> PrivacyRefusal:
@@ -47,10 +46,11 @@ def integer(name: str, value: object, lo: int, hi: int) -> int:
 
 
 def release_id(value: object) -> str:
+    """1-400 printable characters (it carries the coordinator's name for the device, whatever that is)."""
     if not isinstance(value, str):
         raise _reject(Reason.WRONG_TYPE if value is not None else Reason.MISSING, "release-id must be a string")
-    if not _RELEASE_ID.fullmatch(value):
-        raise _reject(Reason.BAD_RELEASE_ID, "release-id must be 1-200 characters of [A-Za-z0-9_.:@+-]")
+    if not 1 <= len(value) <= MAX_RELEASE_ID or not value.isprintable():
+        raise _reject(Reason.BAD_RELEASE_ID, f"release-id must be 1-{MAX_RELEASE_ID} printable characters")
     return value
 
 

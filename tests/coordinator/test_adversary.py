@@ -116,12 +116,17 @@ def test_hostile_parameters_are_refused_with_a_typed_reason_and_charge_nothing(d
     assert device.releases() == 0
 
 
-@pytest.mark.parametrize("release", ["", "x" * 201, "a/b", "rel\n", "r\u00e9l", 5, b"rel", None, 1.5])
+@pytest.mark.parametrize("release", ["", "x" * 401, "rel\n", "r\x00l", "r\u202el", 5, b"rel", None, 1.5])
 def test_hostile_release_ids_are_refused(device, release):
+    """Bounded and printable (a device's name may be anything printable: "lab pc/2 é" is accepted)."""
     reply = device.ask(release)
     word = "missing" if release is None else "wrong_type" if not isinstance(release, str) else "bad_release_id"
     assert refused(reply, Code.PARAMS_REJECTED, word), reply.error
     assert device.releases() == 0
+
+
+def test_a_release_id_with_any_printable_device_name_is_served(device):
+    assert not device.ask("run-r1-eval-lab pc/2 é@0123456789abcdef").has_error()
 
 
 # 2. retries after a failure, and changed parameters on a charged release-id ----------------------------
