@@ -1,5 +1,5 @@
 """Per-output-element code both backends share, for ops whose output element reads a computed set of
-input elements (ConvTranspose's taps, Resize's interpolation taps).
+input elements (ConvTranspose's taps, Resize's interpolation taps, a line of a reduction or scan).
 
 Each entry of :data:`PER_ELEMENT` turns (attributes, input types, output types) into
 ``value(builder, output index per dimension, input pointers) -> element``: the CPU kernel runs it in
@@ -11,6 +11,7 @@ at compile time (Resize's indices and weights) are internal constant globals of 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -151,6 +152,151 @@ def _any(b: ir.IRBuilder, conds: Sequence[ir.Value]) -> ir.Value:
     return out
 
 
-PER_ELEMENT: Mapping[str, Factory] = {"ConvTranspose": conv_transpose, "Resize": resize}
+# --- Trilu, GatherElements, CumSum ----------------------------------------------------------------
+def trilu(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> Value:
+    shape = tuple(ins[0].shape)
+    st = h.contiguous_strides(shape)
+    ty = h.LLTYPE[ins[0].dtype]
+    zero = h.const(ty, 0.0) if ins[0].dtype.is_float else ir.Constant(ty, 0)
+
+    def value(b, idx, ptrs):
+        diag = b.sub(idx[-1], idx[-2])  # j - i
+        keep = b.icmp_signed(">=" if a["upper"] else "<=", diag, h.i64(a["k"]))
+        return b.select(keep, h.load(b, ptrs[0], h.linear(b, idx, st)), zero)
+
+    return value
+
+
+def gather_elements(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> Value:
+    """An index outside [-n, n) reads element 0 of its line (the reference refuses it)."""
+    data, ind = tuple(ins[0].shape), tuple(ins[1].shape)
+    axis = a["axis"] % len(data)
+    dst, ist = h.contiguous_strides(data), h.contiguous_strides(ind)
+    n = data[axis]
+
+    def value(b, idx, ptrs):
+        j = h.load(b, ptrs[1], h.linear(b, idx, ist))
+        j = b.sext(j, h.I64) if j.type != h.I64 else j
+        j = b.select(b.icmp_signed("<", j, h.i64(0)), b.add(j, h.i64(n)), j)
+        j = b.select(b.icmp_unsigned("<", j, h.i64(n)), j, h.i64(0))
+        pos = [j if d == axis else idx[d] for d in range(len(data))]
+        return h.load(b, ptrs[0], h.linear(b, pos, dst))
+
+    return value
+
+
+def cumsum(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> Value:
+    """The sum along the axis of the elements before (reverse: after) this one, itself included
+    unless exclusive; floats accumulate in f64, as the reference does, and are rounded once."""
+    shape, dtype = tuple(ins[0].shape), ins[0].dtype
+    axis = a["axis"] % len(shape)
+    st = h.contiguous_strides(shape)
+    ty = h.LLTYPE[dtype]
+    acc_ty = h.F64 if dtype.is_float else ty
+    pred = {(0, 0): "<=", (1, 0): "<", (0, 1): ">=", (1, 1): ">"}[(a["exclusive"], a["reverse"])]
+
+    def value(b, idx, ptrs):
+        zero = h.const(acc_ty, 0.0) if dtype.is_float else ir.Constant(ty, 0)
+
+        def step(acc, j):
+            pos = [j if d == axis else idx[d] for d in range(len(shape))]
+            x = h.load(b, ptrs[0], h.linear(b, pos, st))
+            x = float_convert(b, x, acc_ty) if dtype.is_float else x
+            x = b.select(b.icmp_signed(pred, j, idx[axis]), x, zero)
+            return b.fadd(acc, x) if dtype.is_float else b.add(acc, x)
+
+        total = h.reduce_range(b, shape[axis], zero, step, "k")
+        return float_convert(b, total, ty) if dtype.is_float else total
+
+    return value
+
+
+# --- ReduceMin, ReduceProd, ArgMax, ArgMin ---------------------------------------------------------
+def _reduced(a: Mapping, shape: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """(reduced axes, kept axes) of a Reduce* node."""
+    rank = len(shape)
+    axes = sorted({ax % rank for ax in a["axes"]}) if a["axes"] else list(range(rank))
+    return axes, [d for d in range(rank) if d not in axes]
+
+
+def _positions(b: ir.IRBuilder, r: ir.Value, dims: Sequence[int]) -> list[ir.Value]:
+    """Linear index ``r`` over ``dims`` as one index per dimension."""
+    return [b.urem(b.udiv(r, h.i64(math.prod(dims[j + 1:]))), h.i64(dims[j])) for j in range(len(dims))]
+
+
+def reduce_min_prod(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType], prod: bool) -> Value:
+    """ReduceMin (NaN wins, as in NumPy; an empty one is the dtype's highest) and ReduceProd (floats
+    multiply in f64 as the reference does); the output index holds the kept axes, reduced ones too
+    under keepdims."""
+    shape, dtype = tuple(ins[0].shape), ins[0].dtype
+    axes, kept = _reduced(a, shape)
+    st = h.contiguous_strides(shape)
+    ty = h.LLTYPE[dtype]
+    acc_ty = h.F64 if prod and dtype.is_float else ty
+    signed = dtype in h.SIGNED
+    red = [shape[d] for d in axes]
+
+    def value(b, idx, ptrs):
+        kidx = [idx[d] for d in kept] if a["keepdims"] else list(idx)
+        base = h.linear(b, kidx, [st[d] for d in kept])
+
+        def step(acc, r):
+            x = h.load(b, ptrs[0], b.add(base, h.linear(b, _positions(b, r, red), [st[d] for d in axes])))
+            if prod:
+                x = float_convert(b, x, acc_ty) if dtype.is_float else x
+                return b.fmul(acc, x) if dtype.is_float else b.mul(acc, x)
+            if dtype.is_float:
+                return h.call_intrinsic(b, "llvm.minimum", acc, x)
+            return b.select((b.icmp_signed if signed else b.icmp_unsigned)("<", x, acc), x, acc)
+
+        if prod:
+            init = h.const(acc_ty, 1.0) if dtype.is_float else ir.Constant(ty, 1)
+        elif dtype.is_float:
+            init = h.const(ty, float("inf"))
+        else:
+            init = ir.Constant(ty, (1 << (ty.width - 1)) - 1 if signed else 1 if dtype is DType.BOOL else (1 << ty.width) - 1)
+        total = h.reduce_range(b, math.prod(red), init, step, "r")
+        return float_convert(b, total, ty) if prod and dtype.is_float else total
+
+    return value
+
+
+def arg_extreme(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType], largest: bool) -> Value:
+    """ArgMax/ArgMin: the first (select_last_index: last) position of the extreme along the axis."""
+    shape, dtype = tuple(ins[0].shape), ins[0].dtype
+    axis = a["axis"] % len(shape)
+    st = h.contiguous_strides(shape)
+    pred = (">" if largest else "<") + ("=" if a["select_last_index"] else "")
+    signed = dtype in h.SIGNED
+
+    def value(b, idx, ptrs):
+        pos = list(idx) if a["keepdims"] else list(idx[:axis]) + [h.i64(0)] + list(idx[axis:])
+        base = h.linear(b, [p for d, p in enumerate(pos) if d != axis], [s for d, s in enumerate(st) if d != axis])
+        at = h.i64(0)
+        best = h.load(b, ptrs[0], base)
+        best_slot, at_slot = h.entry_alloca(b, best.type, "best"), h.entry_alloca(b, h.I64, "at")
+        b.store(best, best_slot)
+        b.store(at, at_slot)
+        with h.for_range(b, shape[axis], start=1, name="j") as j:
+            x = h.load(b, ptrs[0], b.add(base, b.mul(j, h.i64(st[axis]))))
+            cur = b.load(best_slot)
+            if dtype.is_float:
+                better = b.fcmp_ordered(pred, x, cur)
+            else:
+                better = (b.icmp_signed if signed else b.icmp_unsigned)(pred, x, cur)
+            b.store(b.select(better, x, cur), best_slot)
+            b.store(b.select(better, j, b.load(at_slot)), at_slot)
+        return b.load(at_slot)
+
+    return value
+
+
+PER_ELEMENT: Mapping[str, Factory] = {
+    "ReduceMin": lambda a, i, o: reduce_min_prod(a, i, o, prod=False),
+    "ReduceProd": lambda a, i, o: reduce_min_prod(a, i, o, prod=True),
+    "ArgMax": lambda a, i, o: arg_extreme(a, i, o, largest=True),
+    "ArgMin": lambda a, i, o: arg_extreme(a, i, o, largest=False),
+"ConvTranspose": conv_transpose, "Resize": resize, "Trilu": trilu,
+                                      "GatherElements": gather_elements, "CumSum": cumsum}
 """op -> per-element code; both backends give every op listed a kernel built on it."""
 

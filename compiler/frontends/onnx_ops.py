@@ -101,8 +101,8 @@ DIRECT_VERSIONS = {
     "Flatten": (1, 9, 11, 13, 21, 23, 24, 25), "Concat": (4, 11, 13), "Gather": (1, 11, 13),
     "And": (7,), "Or": (7,), "Xor": (7,), "Not": (1,), "BitwiseAnd": (18,), "BitwiseOr": (18,),
     "BitwiseXor": (18,), "BitwiseNot": (18,), "BitShift": (11, 28), "GreaterOrEqual": (12, 16),
-    "LessOrEqual": (12, 16), "IsNaN": (9, 13, 20), "IsInf": (10, 20), "Floor": _UNARY, "Ceil": _UNARY,
-    "Round": (11, 22), "Sign": (9, 13), "Mod": (10, 13, 28), "Mean": (8, 13),
+    "LessOrEqual": (12, 16), "ArgMax": (1, 11, 12, 13), "ArgMin": (1, 11, 12, 13), "IsNaN": (9, 13, 20), "IsInf": (10, 20), "Floor": _UNARY, "Ceil": _UNARY,
+    "Round": (11, 22), "Sign": (9, 13), "Mod": (10, 13, 28), "Mean": (8, 13), "GatherElements": (11, 13),
     **{op: (7, 22) for op in ("Sin", "Cos", "Tan", "Asin", "Acos", "Atan")},
     **{op: (9, 22) for op in ("Sinh", "Cosh", "Asinh", "Acosh", "Atanh")},
 }
@@ -118,12 +118,23 @@ def _direct(ctx: NodeCtx) -> list:
 
 
 @translates(**{op: every_version(op) for op in (
-    "ReduceProd", "ReduceMin", "ArgMax", "ArgMin", "Range", "CumSum", "NonZero", "Tile", "Trilu")})
+    "Range", "NonZero", "Tile")})
 def evaluated(ctx: NodeCtx) -> list:
     """ONNX ops outside op set v1 that exporters use for shape arithmetic: the importer evaluates them
     (:func:`evaluate_foreign`) when every input is known, and reports them unsupported otherwise;
     it never calls this translator."""
     raise Unsupported("not evaluated over known inputs")
+
+
+@translates(Trilu=(14,))
+def _trilu(ctx: NodeCtx) -> list:
+    return [ctx.emit("Trilu", [ctx.x(0)], upper=ctx.attr("upper", 1), k=int(ctx.scalar(1, 0)))]
+
+
+@translates(CumSum=(11, 14))
+def _cumsum(ctx: NodeCtx) -> list:
+    return [ctx.emit("CumSum", [ctx.x(0)], axis=int(ctx.scalar(1, 0)), exclusive=ctx.attr("exclusive", 0),
+                     reverse=ctx.attr("reverse", 0))]
 
 
 @translates(Pow=(7, 12, 13, 15))
@@ -256,10 +267,11 @@ def _softmax(ctx: NodeCtx) -> list:
 
 # --- reductions ----------------------------------------------------------------------------------
 
-_AXES_INPUT_FROM = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18}
+_AXES_INPUT_FROM = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18, "ReduceMin": 18, "ReduceProd": 18}
 
 
-@translates(ReduceSum=(1, 11, 13), ReduceMean=(1, 11, 13, 18), ReduceMax=(1, 11, 12, 13, 18, 20))
+@translates(ReduceSum=(1, 11, 13), ReduceMean=(1, 11, 13, 18), ReduceMax=(1, 11, 12, 13, 18, 20),
+            ReduceMin=(1, 11, 12, 13, 18, 20), ReduceProd=(1, 11, 13, 18))
 def _reduce(ctx: NodeCtx) -> list:
     if ctx.opset >= _AXES_INPUT_FROM[ctx.op]:
         axes = [int(a) for a in ctx.const(1).reshape(-1)] if ctx.has(1) else []

@@ -35,6 +35,19 @@ def _mean(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         return _sum(x, axes) / count
 
 
+def _highest(dtype: np.dtype):
+    return np.inf if dtype.kind == "f" else True if dtype.kind == "b" else np.iinfo(dtype).max
+
+
+def _min(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """Exact in the input dtype; an empty reduction gives inf (ints: the dtype's maximum), as ONNX."""
+    return x.min(axis=axes, keepdims=True, initial=_highest(x.dtype))
+
+
+def _prod(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    return x.astype(np.float64 if x.dtype.kind == "f" else np.int64).prod(axis=axes, keepdims=True)
+
+
 def _max(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """Exact in the input dtype; an empty reduction gives -inf (ints: the dtype's minimum), as ONNX."""
     return x.max(axis=axes, keepdims=True, initial=_lowest(x.dtype))
@@ -51,6 +64,8 @@ REDUCTIONS = (
     Reduction("ReduceMean", _mean, FLOATS),
     Reduction("ReduceSum", _sum, FLOATS | {DType.I32, DType.I64}),
     Reduction("ReduceMax", _max, FLOATS | INTS | {DType.BOOL}),
+    Reduction("ReduceMin", _min, FLOATS | INTS | {DType.BOOL}),
+    Reduction("ReduceProd", _prod, FLOATS | {DType.I32, DType.I64}),
 )
 
 
@@ -86,3 +101,40 @@ def _reduction(r: Reduction) -> OpDef:
 
 
 register(*(_reduction(r) for r in REDUCTIONS))
+
+
+def _arg_infer(op: str):
+    def infer(ts, a):
+        x = ts[0]
+        require(x.dtype is not DType.BOOL, f"{op}: bool operands are not supported")
+        axis = norm_axis(op, a["axis"], x.rank)
+        require(x.shape[axis] > 0, f"{op}: axis {axis} of {x} is empty")
+        require(a["keepdims"] in (0, 1) and a["select_last_index"] in (0, 1), f"{op}: keepdims and select_last_index are 0 or 1")
+        shape = [1 if i == axis else d for i, d in enumerate(x.shape)] if a["keepdims"] else \
+            [d for i, d in enumerate(x.shape) if i != axis]
+        return [TensorType(DType.I64, tuple(shape))]
+
+    return infer
+
+
+def _arg(fn):
+    """The first (select_last_index: the last) position of the extreme value along the axis."""
+
+    def ref(xs, a):
+        x = xs[0]
+        axis = norm_axis("ArgMax", a["axis"], x.ndim)
+        if a["select_last_index"]:
+            i = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis)
+        else:
+            i = fn(x, axis=axis)
+        return [np.asarray(np.expand_dims(i, axis) if a["keepdims"] else i, dtype=np.int64)]
+
+    return ref
+
+
+_ARG_ATTRS = {"axis": AttrSpec(AttrKind.INT, 0), "keepdims": AttrSpec(AttrKind.INT, 1),
+              "select_last_index": AttrSpec(AttrKind.INT, 0)}
+register(
+    OpDef("ArgMax", _arg_infer("ArgMax"), _arg(np.argmax), attrs=_ARG_ATTRS, flops=per_input_element, same_as_onnx=True),
+    OpDef("ArgMin", _arg_infer("ArgMin"), _arg(np.argmin), attrs=_ARG_ATTRS, flops=per_input_element, same_as_onnx=True),
+)

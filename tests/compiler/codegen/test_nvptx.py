@@ -27,6 +27,10 @@ from tests.compiler.codegen.test_kernels_math import (  # noqa: F401  (re-run he
     test_bitshift, test_float_unary_math, test_logic, test_math_near_zero_keeps_relative_accuracy, test_mean_and_integer_pow,
     test_mod, test_not_isnan_isinf_and_inclusive_comparisons, test_sign_and_bitwise_on_integers,
 )
+from tests.compiler.codegen.test_kernels_indexing import (  # noqa: F401  (re-run here on the simulated GPU)
+    test_arg_extremes, test_cumsum, test_gather_elements, test_reduce_min_of_bools_and_unsigned, test_reduce_min_prod,
+    test_trilu,
+)
 from tests.compiler.codegen.test_kernels_resample import (  # noqa: F401  (re-run here on the simulated GPU)
     test_conv_transpose, test_conv_transpose_f16_and_f64, test_resize, test_resize_dtypes,
 )
@@ -193,6 +197,12 @@ def test_new_ops_assemble_with_ptxas(tmp_path):
     image = gb.input("image", TensorType(DType.F32, (1, 4, 6, 5)))
     outs += gb.add("ConvTranspose", [image, gb.constant(np.ones((4, 2, 3, 3), np.float32), "w")], strides=[2, 2],
                    pads=[1, 1, 0, 0], dilations=[1, 1], output_padding=[1, 0], group=2)
+    outs += gb.add("Trilu", [image], upper=0, k=1) + gb.add("CumSum", [image], axis=2, exclusive=1, reverse=0)
+    outs += gb.add("GatherElements", [image, gb.constant(np.ones((1, 4, 2, 5), np.int64), "gi")], axis=2)
+    for op in ("ReduceMin", "ReduceProd"):
+        outs += gb.add(op, [image], axes=(1, 3), keepdims=0)
+    for op in ("ArgMax", "ArgMin"):
+        outs += gb.add(op, [image], axis=1, keepdims=1, select_last_index=1)
     for mode in ("nearest", "linear", "cubic"):
         outs += gb.add("Resize", [image], sizes=[-1, -1, 12, 7], scales=[1.0, 1.0, 2.0, 1.4], mode=mode,
                        coordinate_transformation_mode="tf_crop_and_resize", roi=(0, 0, 0.1, 0, 1, 1, 1.2, 1))

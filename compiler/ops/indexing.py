@@ -1,0 +1,72 @@
+"""Op family: indexing — Trilu, GatherElements, CumSum: ops whose output element reads input elements
+found from its own position (see docs/ir.md). Each imports from ONNX with its constant inputs as
+attributes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from ..ir.types import TensorType
+from .common import norm_axis
+from .registry import AttrKind, AttrSpec, OpDef, no_flops, register, require
+
+I = AttrKind.INT
+INDICES = (DType.I32, DType.I64)
+
+
+def _trilu_infer(ts, a):
+    require(ts[0].rank >= 2, f"Trilu: X {ts[0]} needs rank >= 2")
+    require(a["upper"] in (0, 1), f"Trilu: upper must be 0 or 1, got {a['upper']}")
+    return [ts[0]]
+
+
+def _trilu(xs, a):
+    x = xs[0]
+    return [(np.triu if a["upper"] else np.tril)(x, a["k"]).astype(x.dtype)]
+
+
+def _gather_elements_infer(ts, a):
+    data, idx = ts
+    require(idx.dtype in INDICES, f"GatherElements: indices must be i32 or i64, got {idx.dtype.value}")
+    require(data.rank == idx.rank and data.rank >= 1, f"GatherElements: data {data} and indices {idx} need one rank >= 1")
+    axis = norm_axis("GatherElements", a["axis"], data.rank)
+    require(all(i <= d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis),
+            f"GatherElements: indices {idx} larger than data {data} off the axis")
+    return [TensorType(data.dtype, idx.shape)]
+
+
+def _gather_elements(xs, a):
+    data, idx = xs
+    axis = norm_axis("GatherElements", a["axis"], data.ndim)
+    n = data.shape[axis]
+    require(bool(np.all((idx >= -n) & (idx < n))), f"GatherElements: an index is outside [-{n}, {n})")
+    return [np.take_along_axis(data, np.where(idx < 0, idx + n, idx).astype(np.int64), axis=axis)]
+
+
+def _cumsum_infer(ts, a):
+    x = ts[0]
+    require(x.dtype not in (DType.BOOL,), "CumSum: bool operands are not supported")
+    require(a["exclusive"] in (0, 1) and a["reverse"] in (0, 1), "CumSum: exclusive and reverse are 0 or 1")
+    norm_axis("CumSum", a["axis"], max(x.rank, 1))
+    return [x]
+
+
+def _cumsum(xs, a):
+    x = xs[0]
+    axis = norm_axis("CumSum", a["axis"], x.ndim)
+    y = np.flip(x, axis) if a["reverse"] else x
+    acc = np.cumsum(y.astype(np.float64 if x.dtype.kind == "f" else np.int64), axis=axis)
+    if a["exclusive"]:
+        acc = acc - y
+    return [(np.flip(acc, axis) if a["reverse"] else acc).astype(x.dtype)]
+
+
+register(
+    OpDef("Trilu", _trilu_infer, _trilu, attrs={"upper": AttrSpec(I, 1), "k": AttrSpec(I, 0)}, flops=no_flops,
+          doc="the upper (or lower) triangle of the last two dims from diagonal k; the rest 0"),
+    OpDef("GatherElements", _gather_elements_infer, _gather_elements, attrs={"axis": AttrSpec(I, 0)},
+          min_inputs=2, max_inputs=2, flops=no_flops, same_as_onnx=True),
+    OpDef("CumSum", _cumsum_infer, _cumsum, attrs={"axis": AttrSpec(I), "exclusive": AttrSpec(I, 0),
+                                                   "reverse": AttrSpec(I, 0)}),
+)

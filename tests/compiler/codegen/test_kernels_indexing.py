@@ -1,0 +1,50 @@
+"""Native Trilu, GatherElements, CumSum, ReduceMin/Prod and ArgMax/Min against the reference
+(``test_nvptx`` re-runs them on the simulated GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.compiler.codegen.test_kernels import rnd, run_op
+
+
+@pytest.mark.parametrize("upper, k", [(1, 0), (0, 0), (1, -2), (0, 3)])
+def test_trilu(upper, k):
+    run_op("Trilu", [rnd(2, 5, 7, seed=1)], upper=upper, k=k)
+    run_op("Trilu", [rnd(4, 3, dtype=np.int64, seed=2)], upper=upper, k=k)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_gather_elements(axis):
+    x = rnd(3, 4, 5, seed=3)
+    idx = np.random.default_rng(axis).integers(-x.shape[axis], x.shape[axis], size=(3, 4, 5)).astype(np.int64)
+    run_op("GatherElements", [x, idx], axis=axis)
+    run_op("GatherElements", [x.astype(np.float16), idx.astype(np.int32)], axis=axis)
+
+
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_cumsum(exclusive, reverse, dtype):
+    run_op("CumSum", [rnd(3, 6, 4, dtype=dtype, seed=4)], axis=1, exclusive=exclusive, reverse=reverse)
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceProd"])
+@pytest.mark.parametrize("axes, keepdims", [((), 1), ((1,), 0), ((0, 2), 1), ((-1,), 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16])
+def test_reduce_min_prod(op, axes, keepdims, dtype):
+    lo, hi = (0.5, 1.5) if op == "ReduceProd" else (-3, 3)
+    run_op(op, [rnd(3, 4, 5, dtype=dtype, lo=lo, hi=hi, seed=5)], axes=axes, keepdims=keepdims)
+
+
+def test_reduce_min_of_bools_and_unsigned():
+    run_op("ReduceMin", [rnd(4, 6, dtype=np.bool_, seed=6)], axes=(1,), keepdims=0)
+    run_op("ReduceMin", [rnd(4, 6, dtype=np.uint8, lo=0, hi=9, seed=7)], axes=(0,), keepdims=1)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis, keepdims, last", [(0, 1, 0), (1, 0, 1), (2, 1, 1), (-1, 0, 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+def test_arg_extremes(op, axis, keepdims, last, dtype):
+    x = rnd(3, 5, 4, dtype=dtype, lo=0, hi=2, seed=8)  # few distinct values: ties
+    run_op(op, [x], axis=axis, keepdims=keepdims, select_last_index=last)

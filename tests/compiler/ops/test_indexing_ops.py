@@ -1,0 +1,70 @@
+"""Trilu, GatherElements, CumSum, ReduceMin, ReduceProd, ArgMax and ArgMin against ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cuvil.compiler.errors import ShapeError
+
+from .ort_check import Const, assert_close, infer, randn, run_cuvil, run_ort
+
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [-2, 0, 3])
+def test_trilu(rng, upper, k):
+    x = randn(rng, (2, 4, 5))
+    assert_close(run_cuvil("Trilu", [x], upper=upper, k=k),
+                 run_ort("Trilu", [x, Const(np.array(k, np.int64))], {"upper": upper}, opset=14), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements_takes_negative_indices(rng, axis):
+    x = randn(rng, (3, 4))
+    idx = rng.integers(-3, 3, size=(2, 4) if axis == 0 else (3, 2)).astype(np.int64)
+    assert_close(run_cuvil("GatherElements", [x, idx], axis=axis),
+                 run_ort("GatherElements", [x, idx], {"axis": axis}, opset=13), rtol=0, atol=0)
+
+
+def test_gather_elements_refuses_out_of_range_indices():
+    with pytest.raises(ShapeError, match="outside"):
+        run_cuvil("GatherElements", [np.zeros((2, 2), np.float32), np.array([[0, 2]], np.int64)], axis=1)
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_cumsum(rng, exclusive, reverse, dtype):
+    x = (randn(rng, (3, 5)) * 10).astype(dtype)
+    assert_close(run_cuvil("CumSum", [x], axis=1, exclusive=exclusive, reverse=reverse),
+                 run_ort("CumSum", [x, Const(np.array(1, np.int64))], {"exclusive": exclusive, "reverse": reverse},
+                         opset=14), rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceProd"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce_min_and_prod(rng, op, keepdims):
+    x = randn(rng, (3, 4, 5))
+    assert_close(run_cuvil(op, [x], axes=(0, 2), keepdims=keepdims),
+                 run_ort(op, [x, Const(np.array([0, 2], np.int64))], {"keepdims": keepdims}, opset=18), rtol=1e-6, atol=1e-7)
+
+
+def test_empty_min_and_prod_are_their_identities():
+    x = np.zeros((2, 0), np.float32)
+    assert run_cuvil("ReduceMin", [x], axes=(1,), keepdims=0)[0].tolist() == [np.inf, np.inf]
+    assert run_cuvil("ReduceProd", [x], axes=(1,), keepdims=0)[0].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_extremes_pick_the_first_or_last_tie(op, last):
+    x = np.array([[1, 3, 3, 0], [2, 2, 0, 0]], np.int32)
+    got, = run_cuvil(op, [x], axis=1, keepdims=0, select_last_index=last)
+    want = {("ArgMax", 0): [1, 0], ("ArgMax", 1): [2, 1], ("ArgMin", 0): [3, 2], ("ArgMin", 1): [3, 3]}[op, last]
+    assert got.tolist() == want
+    assert_close([got], run_ort(op, [x], {"axis": 1, "keepdims": 0, "select_last_index": last}, opset=13), rtol=0, atol=0)
+
+
+def test_arg_of_an_empty_axis_is_refused():
+    with pytest.raises(ShapeError, match="empty"):
+        infer("ArgMax", [(2, 0)], axis=1)
