@@ -1,6 +1,6 @@
 """The zoo in int8 under qemu: compiled int8 output equals the int8 reference interpreter exactly
-(integer arithmetic is exact) on SVE2 at 128 and 512 bits, on NEON-only CPU models with dotprod
-(``sdot`` present in the object code) and without it (Jetson Xavier: widened multiply-adds)."""
+(integer arithmetic is exact) on SVE2 at 128 and 512 bits and on NEON-only CPU models with dotprod
+(``sdot`` present in the object code of both) and without it (Jetson Xavier: widened multiply-adds)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ pytestmark = [
 SLOW = {"resnet18", "mobilenet_v2"}
 MODELS = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CNN_AND_MLP]
 PROFILES = {"arm64-sve2": (128, 512), "rpi5": (None,), "jetson-orin": (None,), "jetson-xavier": (None,)}
-DOTPROD = {"rpi5", "jetson-orin"}
+DOTPROD = {"arm64-sve2", "rpi5", "jetson-orin"}
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -58,7 +58,7 @@ def _int8_graph():
     return gb.build([gb.add1("DequantizeLinear", [c], scale=[0.3], zero_point=[0])])
 
 
-@pytest.mark.parametrize("profile,has_dot", [("rpi5", True), ("jetson-orin", True), ("graviton4", True),
+@pytest.mark.parametrize("profile,has_dot", [("rpi5", True), ("jetson-orin", True), ("graviton4", True), ("arm64-sve2", True),
                                              ("x86-avx2", True), ("x86-amx", True), ("jetson-xavier", False)])
 def test_int8_builds_use_integer_dot_products(profile, has_dot):
     """dotprod profiles compile int8 convs to sdot, AVX2 to vpmadd*; Xavier (no dotprod) has none."""
