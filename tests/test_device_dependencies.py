@@ -41,19 +41,25 @@ DEVICE = textwrap.dedent("""
 @pytest.mark.slow
 def test_a_fresh_venv_with_only_the_base_dependencies_evaluates_and_releases(tmp_path):
     base = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    # nothing of this process's environment may leak in (Ray, for one, sets PYTHONPATH)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300, env=env)
     py = str(venv / "bin" / "python")
-    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    pip = [py, "-m", "pip", "install", "--disable-pip-version-check"]
+    log = ""
     for args in ([*base, "-c", str(ROOT / "constraints.txt")], ["--no-deps", "-e", str(ROOT)]):
-        proc = subprocess.run([*pip, *args], capture_output=True, text=True, timeout=900)
+        proc = subprocess.run([*pip, *args], capture_output=True, text=True, timeout=900, env=env)
+        log += proc.stdout[-1500:]
         assert proc.returncode == 0, proc.stderr[-2000:]
+    check = subprocess.run([py, "-c", "import numpy, llvmlite, cryptography"], capture_output=True, text=True,
+                           timeout=120, env=env, cwd=tmp_path)
+    assert check.returncode == 0, f"the base dependencies did not install: {check.stderr[-500:]}\n{log}"
 
     keys = make_keys(tmp_path)
     bundle = make_bundle(tmp_path, keys)
     x, y = device_data(0, 4)
     np.savez(tmp_path / "data.npz", x=x, y=y)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     proc = subprocess.run([py, "-c", DEVICE, str(tmp_path / "dev"), str(bundle), str(keys.public_path),
                            str(tmp_path / "data.npz"), "x86-avx2", ",".join(HEAVY)],
                           capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
