@@ -15,6 +15,7 @@ import numpy as np
 
 from ..ir.dtypes import DType
 from ..ops.quant import QUANT_DTYPES
+from ..ops.registry import get_op
 from .builder import Unsupported
 from .onnx_node import NodeCtx, onnx_dtype
 from .onnx_ops import conv_window, translates
@@ -59,8 +60,11 @@ def _dequantize(ctx: NodeCtx) -> list:
     if ctx.attr("output_dtype", 0) not in (0, 1):  # 1: FLOAT
         raise Unsupported("a dequantized result other than float32")
     scale = _floats(ctx, 1)
-    return [ctx.emit("DequantizeLinear", [ctx.x(0)], scale=scale, zero_point=_ints(ctx, 2, len(scale)),
-                     axis=ctx.attr("axis", 1))]
+    attrs = dict(scale=scale, zero_point=_ints(ctx, 2, len(scale)), axis=ctx.attr("axis", 1))
+    value = ctx.b.value_of(ctx.x(0))
+    if value is not None and value.size == 1:  # a quantized scalar (Pad's value): ops need it constant
+        return [ctx.b.constant(get_op("DequantizeLinear").reference([value], attrs)[0], "dequantized")]
+    return [ctx.emit("DequantizeLinear", [ctx.x(0)], **attrs)]
 
 
 def _one(ctx: NodeCtx, i: int) -> float | int:

@@ -119,7 +119,7 @@ def _int_bias(ctx: _Ctx, value: str, x_scale: float, w_scale: np.ndarray, m: int
 
 def _fuse_conv(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
     x, w = ctx.activation_in(node.inputs[0]), ctx.const_weight(node.inputs[1])
-    if x is None or w is None or (len(w[1]) > 1 and w[2] != 0):
+    if x is None or w is None or (len(w[1]) > 1 and w[2] != 0) or w[0].ndim != 4:  # QConv: 2-D only
         return None
     q, _, clamp = tail
     (xq, (xs, xz, _)), (wv, ws, _) = x, w

@@ -112,3 +112,24 @@ def test_scales_must_be_constants():
 
     with pytest.raises(CuvilError, match="QuantizeLinear"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("net,shape,float_convs", [
+    (nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.ZeroPad2d((0, 1, 0, 1)), nn.MaxPool2d(2, 1),
+                   nn.Conv2d(8, 4, 1)), (1, 3, 6, 6), 0),  # ORT quantizes Pad's value: a DequantizeLinear'd scalar
+    (nn.Sequential(nn.Conv1d(2, 6, 5, padding=2), nn.ReLU(), nn.Conv1d(6, 4, 3)), (1, 2, 40), 2),  # 1-D: float
+])
+def test_qdq_models_beyond_the_zoo_compile_exactly_within_one_quantum(net, shape, float_convs):
+    from cuvil.edge_runtime.compile import compile_graph
+
+    torch.manual_seed(0)
+    _, qdq = qdq_model(net.eval(), (torch.randn(*shape),))
+    graph = optimize(import_onnx(qdq))
+    assert Counter(n.op for n in graph.nodes)["Conv"] == float_convs
+    out = graph.outputs[0]
+    out_scale = graph.producers()[out].attr["scale"][0]
+    sess, ort = compile_graph(graph, use_cache=False), ort_session(qdq)
+    for x in draws(shape, 2, seed=3):
+        got = sess.run({graph.inputs[0]: x})[out]
+        assert np.array_equal(got, run_reference(graph, {graph.inputs[0]: x})[out])
+        assert _quanta(got, ort.run(None, {qdq.graph.input[0].name: x})[0], out_scale) <= 1.0001
