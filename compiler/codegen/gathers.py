@@ -92,6 +92,42 @@ def conv_transpose(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorT
     return value
 
 
+# --- Conv beyond two spatial dims ------------------------------------------------------------------
+def conv_nd(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType], bias: bool) -> Value:
+    """Direct N-d convolution: per output element, the group's channels times the unrolled taps, a
+    tap over the padding masked (f16 accumulates in f32)."""
+    xs, ws = tuple(ins[0].shape), tuple(ins[1].shape)
+    nd, cg, mg = len(xs) - 2, ws[1], ws[0] // a["group"]
+    kernel = ws[2:]
+    xst, wst = h.contiguous_strides(xs), h.contiguous_strides(ws)
+    strides, dil, pads = a["strides"], a["dilations"], a["pads"][:nd]
+    ty = h.LLTYPE[outs[0].dtype]
+    acc_ty = h.F64 if outs[0].dtype is DType.F64 else h.F32
+
+    def value(b, idx, ptrs):
+        n, m, sp = idx[0], idx[1], idx[2:]
+        ch0 = b.mul(b.udiv(m, h.i64(mg)), h.i64(cg))
+        taps = []
+        for t in itertools.product(*(range(k) for k in kernel)):
+            pos = [b.add(b.mul(sp[d], h.i64(strides[d])), h.i64(t[d] * dil[d] - pads[d])) for d in range(nd)]
+            ok = _all(b, [b.icmp_unsigned("<", p, h.i64(xs[2 + d])) for d, p in enumerate(pos)])
+            taps.append((ok, h.linear(b, pos, xst[2:]), sum(tt * s for tt, s in zip(t, wst[2:]))))
+
+        def per_channel(acc, c):
+            xbase = h.linear(b, [n, b.add(ch0, c)], xst[:2])
+            wbase = h.linear(b, [m, c], wst[:2])
+            for ok, xoff, woff in taps:
+                xv = float_convert(b, _masked(b, ptrs[0], b.add(xbase, xoff), ok, h.const(ty, 0.0)), acc_ty)
+                wv = float_convert(b, h.load(b, ptrs[1], b.add(wbase, h.i64(woff))), acc_ty)
+                acc = h.call_intrinsic(b, "llvm.fma", xv, wv, acc)
+            return acc
+
+        init = float_convert(b, h.load(b, ptrs[2], m), acc_ty) if bias else h.const(acc_ty, 0.0)
+        return float_convert(b, h.reduce_range(b, cg, init, per_channel, "c") if cg else init, ty)
+
+    return value
+
+
 # --- Resize ----------------------------------------------------------------------------------------
 def resize(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> Value:
     """A sum over the product of the resized axes' taps (one tap each for nearest: a plain load);

@@ -27,6 +27,7 @@ from tests.compiler.codegen.test_kernels_math import (  # noqa: F401  (re-run he
     test_bitshift, test_float_unary_math, test_logic, test_math_near_zero_keeps_relative_accuracy, test_mean_and_integer_pow,
     test_mod, test_not_isnan_isinf_and_inclusive_comparisons, test_sign_and_bitwise_on_integers,
 )
+from tests.compiler.codegen.test_kernels_conv3d import test_conv_3d  # noqa: F401  (re-run on the simulated GPU)
 from tests.compiler.codegen.test_kernels_indexing import (  # noqa: F401  (re-run here on the simulated GPU)
     test_arg_extremes, test_cumsum, test_gather_elements, test_reduce_min_of_bools_and_unsigned, test_reduce_min_prod,
     test_trilu,

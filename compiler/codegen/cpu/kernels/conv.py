@@ -1,4 +1,5 @@
-"""Conv and FusedConv (1-D and 2-D, groups, strides, dilations, pads).
+"""Conv and FusedConv (groups, strides, dilations, pads; 3-D and beyond through the direct N-d code
+both backends share, ``codegen/gathers``).
 
 f32 with constant weights: the implicit-GEMM / depthwise micro-kernels of ``codegen/conv.py`` on
 weights packed for the geometry (1-D runs as 2-D with a height of one). Otherwise a direct
@@ -14,6 +15,7 @@ from llvmlite import ir
 
 from ....ir.dtypes import DType
 from ... import irhelpers as h
+from ...gathers import conv_nd
 from ..conv.emit import emit_conv2d
 from ..conv.plan import conv_scratch_bytes
 from ..conv.pack import pack_conv_weights
@@ -35,8 +37,11 @@ def _valid(b: ir.IRBuilder, out: int, size: int, stride: int, offset: ir.Value) 
 
 def _conv(ctx: KernelContext) -> None:
     xs, ws, ys = ctx.shape(0), ctx.shape(1), ctx.out_shape
-    if len(xs) not in (3, 4):
-        raise unsupported(ctx.key.op, f"only 1-D and 2-D convolutions are supported, got input rank {len(xs)}")
+    if len(xs) < 3:
+        raise unsupported(ctx.key.op, f"a convolution needs a spatial dimension, got input rank {len(xs)}")
+    if len(xs) > 4:
+        _conv_nd(ctx)
+        return
     a = ctx.attrs
     nd = len(xs) - 2
     # Treat 1-D as 2-D with a height of one.
@@ -83,6 +88,22 @@ def _conv(ctx: KernelContext) -> None:
                             h.store(b, acc, y, yi)
         if ctx.key.op == "FusedConv":
             apply_epilogue(b, ctx, ybase, plane)
+
+
+def _conv_nd(ctx: KernelContext) -> None:
+    """One output element at a time; a residual sharing the output is read before it is overwritten."""
+    fused = ctx.key.op == "FusedConv"
+    bias = bool(ctx.attrs["has_bias"]) if fused else len(ctx.in_types) == 3
+    value = conv_nd(ctx.attrs, ctx.in_types, ctx.out_types, bias)
+    shape = ctx.out_shape
+    b, y = ctx.b, ctx.outs[0]
+    shared = fused and residual_shared(ctx)
+    with h.loop_nest(b, shape) as idx:
+        i = h.linear(b, idx, h.contiguous_strides(shape))
+        v = value(b, list(idx), ctx.ins)
+        h.store(b, b.fadd(v, h.load(b, y, i)) if shared else v, y, i)
+    if fused:
+        apply_epilogue(b, ctx, h.i64(0), int(np.prod(shape)))
 
 
 PACKED = "conv"
