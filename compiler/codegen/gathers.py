@@ -48,6 +48,22 @@ def table(b: ir.IRBuilder, prefix: str, values: np.ndarray, ty: ir.Type) -> ir.V
     return b.bitcast(g, ty.as_pointer())
 
 
+def _tap_sum(b: ir.IRBuilder, ptrs, taps, channels: int, bases, bias_at, ty: ir.Type, acc_ty: ir.Type) -> ir.Value:
+    """bias + sum over ``channels`` and the masked ``taps`` (ok, x offset, w offset) of x * w, in
+    ``acc_ty``; ``bases(c)`` gives channel c's x and w base indices."""
+
+    def per_channel(acc, c):
+        xbase, wbase = bases(c)
+        for ok, xoff, woff in taps:
+            xv = float_convert(b, _masked(b, ptrs[0], b.add(xbase, xoff), ok, h.const(ty, 0.0)), acc_ty)
+            wv = float_convert(b, h.load(b, ptrs[1], b.add(wbase, h.i64(woff))), acc_ty)
+            acc = h.call_intrinsic(b, "llvm.fma", xv, wv, acc)
+        return acc
+
+    init = float_convert(b, h.load(b, ptrs[2], bias_at), acc_ty) if bias_at is not None else h.const(acc_ty, 0.0)
+    return float_convert(b, h.reduce_range(b, channels, init, per_channel, "c") if channels else init, ty)
+
+
 # --- ConvTranspose ---------------------------------------------------------------------------------
 def conv_transpose(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> Value:
     """y[n, m, o] = b[m] + sum over the group's channels c and taps t with o + pad - t*dil = i*stride
@@ -76,18 +92,11 @@ def conv_transpose(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorT
                 pos.append(i)
             taps.append((_all(b, oks), h.linear(b, pos, xst[2:]), sum(tt * s for tt, s in zip(t, wst[2:]))))
 
-        def per_channel(acc, c):
+        def bases(c):
             ch = b.add(b.mul(group, h.i64(cg)), c)
-            xbase = h.linear(b, [n, ch], xst[:2])
-            wbase = h.linear(b, [ch, ml], wst[:2])
-            for ok, xoff, woff in taps:
-                xv = float_convert(b, _masked(b, ptrs[0], b.add(xbase, xoff), ok, h.const(ty, 0.0)), acc_ty)
-                wv = float_convert(b, h.load(b, ptrs[1], b.add(wbase, h.i64(woff))), acc_ty)
-                acc = h.call_intrinsic(b, "llvm.fma", xv, wv, acc)
-            return acc
+            return h.linear(b, [n, ch], xst[:2]), h.linear(b, [ch, ml], wst[:2])
 
-        init = float_convert(b, h.load(b, ptrs[2], m), acc_ty) if bias else h.const(acc_ty, 0.0)
-        return float_convert(b, h.reduce_range(b, cg, init, per_channel, "c") if cg else init, ty)
+        return _tap_sum(b, ptrs, taps, cg, bases, m if bias else None, ty, acc_ty)
 
     return value
 
@@ -113,17 +122,10 @@ def conv_nd(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType], b
             ok = _all(b, [b.icmp_unsigned("<", p, h.i64(xs[2 + d])) for d, p in enumerate(pos)])
             taps.append((ok, h.linear(b, pos, xst[2:]), sum(tt * s for tt, s in zip(t, wst[2:]))))
 
-        def per_channel(acc, c):
-            xbase = h.linear(b, [n, b.add(ch0, c)], xst[:2])
-            wbase = h.linear(b, [m, c], wst[:2])
-            for ok, xoff, woff in taps:
-                xv = float_convert(b, _masked(b, ptrs[0], b.add(xbase, xoff), ok, h.const(ty, 0.0)), acc_ty)
-                wv = float_convert(b, h.load(b, ptrs[1], b.add(wbase, h.i64(woff))), acc_ty)
-                acc = h.call_intrinsic(b, "llvm.fma", xv, wv, acc)
-            return acc
+        def bases(c):
+            return h.linear(b, [n, b.add(ch0, c)], xst[:2]), h.linear(b, [m, c], wst[:2])
 
-        init = float_convert(b, h.load(b, ptrs[2], m), acc_ty) if bias else h.const(acc_ty, 0.0)
-        return float_convert(b, h.reduce_range(b, cg, init, per_channel, "c") if cg else init, ty)
+        return _tap_sum(b, ptrs, taps, cg, bases, m if bias else None, ty, acc_ty)
 
     return value
 
