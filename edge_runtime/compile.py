@@ -52,7 +52,7 @@ def auto_jobs(graph: Graph) -> int:
 def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                   cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
                   content_hash: str | None = None, optimize: bool = True, profile: bool = False,
-                  jobs: int | None = None, guard_pages: bool = False, tune: bool = False) -> Session:
+                  jobs: int | None = None, guard_pages: bool = False, tune: bool | None = None) -> Session:
     """Compile ``graph`` natively for this machine at ``batch``; the whole artifact is cached on disk.
 
     ``content_hash`` (a bundle's hash) is the cache key's content, so a warm start hashes nothing
@@ -62,10 +62,12 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     only; default: :func:`auto_jobs`); the helpers are spawned before lowering, so their start-up
     overlaps it. ``guard_pages=True``: the session's arena and weights lie between inaccessible pages
     (:mod:`.guard`), so an access outside them faults (a testing mode: the weights are copied).
-    ``tune=True``: time each conv layer's candidate kernels here and keep the fastest (:mod:`.autotune`);
-    a tuned artifact is cached under this exact CPU.
+    ``tune=True``: time each conv layer's candidate kernels here and keep the fastest (:mod:`.autotune`),
+    within the profile's budget; a tuned artifact is cached under this exact CPU. Default: the
+    profile's ``tuning.autotune`` (on for a detected host), so a device tunes itself unasked.
     """
     tgt = resolve(target)
+    tune = tgt.tuning.autotune if tune is None else tune
     if not runnable_here(tgt):
         raise CompileError(f"target {tgt.name!r} ({tgt.triple}, {tgt.cpu}) cannot run on this host; "
                            f"'cuvil compile --target {tgt.name} -o FILE' writes its object file, "

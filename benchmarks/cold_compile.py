@@ -1,0 +1,158 @@
+"""Cold compile, warm start and peak memory of a device process, beside ONNX Runtime's.
+
+Why: a device compiles the model for itself, so the first start must not make it wait (goals:
+ResNet-18 <= 1 s, every ``tests/archs.py`` model <= 3 s cold on 2 cores, warm start <= 10 ms) and
+its process must fit where ONNX Runtime's fits (peak RSS <= ORT's, cold and warm). Each model is
+exported as a signed bundle and as ONNX; every measurement runs in a fresh process that loads the
+bundle (no torch), so the numbers are what a device sees:
+
+- cold: empty cache, ``compile_graph`` by the bundle's hash; wall time and CPU time (this process
+  plus its LLVM helpers: on a loaded machine CPU time is the steadier figure), then 100 inferences;
+- warm: the cache that cold run left, ``compile_graph`` + the first result (median of ``--repeats``
+  processes), then 100 inferences;
+- ort: ``InferenceSession`` (1 thread) of the ONNX export and 100 inferences.
+
+Peak RSS is each process's own high-water mark (``VmHWM``; ``ru_maxrss`` would carry this
+parent's over the fork). The first line names the host CPU and vector ISA.
+
+    python benchmarks/cold_compile.py [--models resnet18,resnet50] [--repeats 3] [--no-tune] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CHILD = r"""
+import json, resource, sys, time
+mode, bundle, pub, npz, cache, onnx_path, tune = sys.argv[1:8]
+def cpu_s():
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+import numpy as np
+feeds = dict(np.load(npz))
+out = {}
+if mode == "ort":
+    import onnxruntime as ort
+    so = ort.SessionOptions(); so.intra_op_num_threads = 1; so.inter_op_num_threads = 1
+    w0, c0 = time.perf_counter(), cpu_s()
+    sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    feeds = dict(zip([i.name for i in sess.get_inputs()], feeds.values()))
+    sess.run(None, feeds)
+    out["start_ms"], out["start_cpu_ms"] = (time.perf_counter() - w0) * 1e3, (cpu_s() - c0) * 1e3
+    run = lambda: sess.run(None, feeds)
+else:
+    from cuvil.edge_runtime.compile import compile_graph
+    from cuvil.edge_runtime.loader import load
+    model = load(bundle, [pub])
+    w0, c0 = time.perf_counter(), cpu_s()
+    sess = compile_graph(model.graph, cache_dir=cache, content_hash=model.content_hash, tune=tune == "1")
+    sess.run(feeds)
+    out["start_ms"], out["start_cpu_ms"] = (time.perf_counter() - w0) * 1e3, (cpu_s() - c0) * 1e3
+    s = sess.stats
+    out.update(hit=s.cache_hit, lower_ms=s.lower_ms, llvm_ms=s.llvm_ms, tune_ms=s.tune_ms, kernels=s.kernel_count,
+               nodes=s.node_count)
+    run = lambda: sess.run(feeds)
+for _ in range(100):
+    run()
+hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:")]
+out["peak_rss_mib"] = int(hwm[0].split()[1]) / 1024 if hwm else float("nan")
+print(json.dumps(out))
+"""
+
+COLD_GOAL_S = {"resnet18": 1.0}
+SWEEP_GOAL_S, WARM_GOAL_MS = 3.0, 10.0
+
+
+def child(mode: str, files: dict[str, Path], tune: bool) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), OMP_NUM_THREADS="1")
+    args = [str(files[k]) for k in ("bundle", "pub", "npz", "cache", "onnx")]
+    done = subprocess.run([sys.executable, "-c", CHILD, mode, *args, str(int(tune))], capture_output=True, text=True,
+                          env=env)
+    if done.returncode:
+        raise RuntimeError((done.stderr.strip().splitlines() or ["no output"])[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def build(name: str):
+    """(torch module, example inputs) of a zoo or ``tests/archs.py`` model."""
+    from tests.archs import ARCHS
+    from tests.zoo import ZOO
+
+    return ZOO[name]() if name in ZOO else ARCHS[name]()[:2]
+
+
+def measure(name: str, work: Path, repeats: int, tune: bool) -> dict:
+    from cuvil import api
+    from cuvil.compiler.frontends.torch import import_torch
+    from tests.zoo import export_onnx
+
+    module, example = build(name)
+    graph = import_torch(module, example)
+    keys = api.keygen(work / "keys", "bench")
+    files = {"bundle": work / "model.cuvil", "pub": keys.public_path, "npz": work / "feeds.npz",
+             "cache": work / "cache", "onnx": work / "model.onnx"}
+    api.export(graph, files["bundle"], keys.private_path)
+    np.savez(files["npz"], **{n: t.numpy() for n, t in zip(graph.inputs, example)})
+    files["onnx"].write_bytes(export_onnx(module, example).SerializeToString())
+    cold = child("cold", files, tune)
+    warm = [child("warm", files, tune) for _ in range(repeats)]
+    if not all(w["hit"] for w in warm):
+        raise RuntimeError("warm start missed the cache")
+    ort = child("ort", files, tune)
+    return {"model": name, "cold": cold, "warm_ms": float(np.median([w["start_ms"] for w in warm])),
+            "warm_cpu_ms": float(np.median([w["start_cpu_ms"] for w in warm])),
+            "warm_rss_mib": max(w["peak_rss_mib"] for w in warm), "ort": ort}
+
+
+def verdict(r: dict) -> str:
+    goal = COLD_GOAL_S.get(r["model"], SWEEP_GOAL_S)
+    fails = [f"cold > {goal:g} s"] if r["cold"]["start_ms"] > goal * 1e3 else []
+    fails += [f"warm > {WARM_GOAL_MS:g} ms"] if r["warm_ms"] > WARM_GOAL_MS else []
+    fails += ["RSS > ORT"] if max(r["cold"]["peak_rss_mib"], r["warm_rss_mib"]) > r["ort"]["peak_rss_mib"] else []
+    return "; ".join(fails) or "ok"
+
+
+def main() -> None:
+    from tests.archs import ARCHS
+    from tests.hosts import describe_host
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet18," + ",".join(ARCHS))
+    ap.add_argument("--repeats", type=int, default=3, help="warm-start processes per model (median)")
+    ap.add_argument("--no-tune", action="store_true", help="compile without on-device autotuning")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    print(f"{describe_host()}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; "
+          f"tuning {'off' if args.no_tune else 'on'}", flush=True)
+    print(f"{'model':18s} {'cold s':>7s} {'cpu s':>6s} {'lower':>6s} {'llvm':>6s} {'tune':>5s} {'kern/node':>9s} "
+          f"{'warm ms':>7s} {'cpu ms':>6s} | {'RSS MiB cold':>12s} {'warm':>5s} {'ORT':>5s} | verdict", flush=True)
+    results = []
+    for name in args.models.split(","):
+        with tempfile.TemporaryDirectory(prefix="cuvil-cold-") as tmp:
+            try:
+                r = measure(name, Path(tmp), args.repeats, not args.no_tune)
+            except Exception as e:  # noqa: BLE001 — one row per model, the sweep goes on
+                print(f"{name:18s} FAIL {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+                continue
+        c = r["cold"]
+        print(f"{name:18s} {c['start_ms'] / 1e3:7.2f} {c['start_cpu_ms'] / 1e3:6.2f} {c['lower_ms'] / 1e3:6.2f} "
+              f"{c['llvm_ms'] / 1e3:6.2f} {c['tune_ms'] / 1e3:5.2f} {c['kernels']:4d}/{c['nodes']:<4d} "
+              f"{r['warm_ms']:7.1f} {r['warm_cpu_ms']:6.1f} | {c['peak_rss_mib']:12.0f} {r['warm_rss_mib']:5.0f} "
+              f"{r['ort']['peak_rss_mib']:5.0f} | {verdict(r)}", flush=True)
+        results.append(r)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
