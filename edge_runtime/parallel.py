@@ -16,11 +16,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import threading
 
 from ..compiler.target import Target
-from .llvm_worker import target_to_json
+from .llvm_worker import command, target_to_json
 
 _DEFINE = re.compile(r'^define (internal )?(.*?)@"([^"]+)"\((.*)\)(.*)$')
 _GROUP = re.compile(r"^(k\d+)_")
@@ -133,11 +132,10 @@ def workers() -> int:
 
 
 class Helpers:
-    """LLVM helper processes, started before lowering so their start-up (importing Cuvil, ~0.5 s)
-    overlaps the Python lowering instead of adding to the cold compile."""
+    """LLVM helper processes, started before lowering so their start-up (llvmlite, ~0.1 s) overlaps the Python lowering instead of adding to the cold compile."""
 
     def __init__(self, count: int):
-        cmd = [sys.executable, "-m", "cuvil.edge_runtime.llvm_worker"]
+        cmd = command()
         self.procs: list[subprocess.Popen] = []
         for _ in range(max(0, count)):
             try:
