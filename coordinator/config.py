@@ -11,6 +11,10 @@ Each field's ``scope`` says what a resumed run does with it: ``run`` keys define
 (they are taken from the run being resumed, so every device is asked exactly the same question
 again), ``ops`` keys say how this coordinator process behaves (the new invocation's value wins),
 ``sim`` keys matter only in simulation.
+
+Every record is checked whole when it is built (:meth:`RunConfig.__post_init__`): the DP-SGD
+parameters, the rollout's rule and the keys that need each other are refused before a run is
+recorded, never after its evaluation and training rounds have run.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from typing import Any
 
 from ..compiler.errors import CuvilError
 from ..edge_runtime.training.config import DpSgdConfig
+from ..edge_runtime.training.errors import TrainingError
+from .rollout_rule import DecisionRule, RolloutError
 
 SCOPES = ("run", "ops", "sim")
 
@@ -119,6 +125,17 @@ class RunConfig:
                                                                 "sim"))
     sim_seed: int = field(default=0, metadata=_key("seed of the simulated devices' local data", "sim", minimum=0))
 
+    def __post_init__(self) -> None:
+        """Ranges that span keys, and keys that need each other (see the module docstring)."""
+        try:
+            _ = (self.dp_sgd, self.rule)  # each checks its values when built
+        except (TrainingError, RolloutError) as e:
+            raise RunConfigError(f"run config: {e}") from None
+        if self.canary_fraction > 1:
+            raise RunConfigError(f"run-config 'canary-fraction' must be in (0, 1], got {self.canary_fraction!r}")
+        if self.train_rounds and not self.signing_key:
+            raise RunConfigError("run config 'train-rounds' signs its result: set 'signing-key'")
+
     # reading ---------------------------------------------------------------------------------------
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunConfig:
@@ -157,6 +174,11 @@ class RunConfig:
         return DpSgdConfig(self.train_sample_rate, self.train_noise_multiplier, self.train_steps,
                            self.train_max_grad_norm, self.train_learning_rate, self.train_batch_size,
                            self.train_update_clip, DpSgdConfig.max_examples, self.train_layers)
+
+    @property
+    def rule(self) -> DecisionRule:
+        """The canary rollout's decision rule (DecisionRule checks alpha and margin)."""
+        return DecisionRule(float(self.rollout_alpha), float(self.rollout_margin))
 
     @property
     def classes(self) -> list[str]:

@@ -15,7 +15,6 @@ from .config import RunConfig, RunConfigError
 from .exchange import Transport
 from .fine_tuning import fine_tune
 from .rollout import active_versions, rollout
-from .rollout_rule import DecisionRule
 from .rounds import BundleRef, Coordinator, Event
 from .store import ResultsStore, StoreError
 
@@ -58,7 +57,7 @@ def drive_run(transport: Transport, cfg: RunConfig, on_event: Event | None = Non
         if bundle_b is not None and cfg.rollout:
             coord.refresh()
             decisions = rollout(coord, bundle, bundle_b, number, cfg.canary_fraction,
-                                DecisionRule(cfg.rollout_alpha, cfg.rollout_margin))
+                                cfg.rule)
             for i, (version, devices) in enumerate(active_versions(coord, bundle, bundle_b, decisions).items()):
                 if devices:
                     coord.evaluate_round(bundle if version == bundle.content_hash else bundle_b, number + 1 + i,

@@ -46,3 +46,15 @@ def test_resume_keeps_what_the_run_measures_and_takes_new_operational_knobs():
     got = now.resumed_from(stored)
     assert (got.bundle, got.num_rounds, got.dp_sigma) == ("a.cuvil", 3, 12.0)
     assert (got.round_timeout, got.poll_interval) == (5.0, 0.2)
+
+
+def test_the_whole_config_is_checked_when_built_not_when_a_stage_starts():
+    for bad, word in (({"rollout-alpha": 0.7}, "alpha"), ({"rollout-margin": 1.0}, "margin"),
+                      ({"train-sample-rate": 1.5}, "sample_rate"), ({"train-noise-multiplier": 0.1}, "noise_multiplier"),
+                      ({"canary-fraction": 1.5}, "canary-fraction"), ({"train-rounds": 2}, "signing-key")):
+        with pytest.raises(RunConfigError, match=word):
+            RunConfig.from_mapping({"bundle": "m.cuvil", **bad})
+    ok = RunConfig.from_mapping({"train-rounds": 2, "signing-key": "k.pem", "rollout-alpha": 0.1, "canary-fraction": 1})
+    assert (ok.rule.alpha, ok.dp_sgd.steps) == (0.1, RunConfig.train_steps)
+    with pytest.raises(RunConfigError, match="alpha"):
+        ok.replace(rollout_alpha=0.5)
