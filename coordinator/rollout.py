@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,11 +43,12 @@ def canaries(coord: Coordinator, number: int, fraction: float) -> dict[str, list
 
 
 def switch(coord: Coordinator, device_ids: Sequence[str], bundle: BundleRef, action: str,
-           base: BundleRef | None = None) -> list[str]:
+           base: BundleRef | None = None) -> dict[str, str]:
     """Send ``activate`` (bundle pushed where not held; ``base`` becomes previous) or ``revert`` (to
-    ``bundle``, which the device holds); the device ids that switched."""
+    ``bundle``, which the device holds); the active version each device that answered says it runs
+    (one that refused or did not answer is absent: it runs what it ran before)."""
     node_of = coord.node_of
-    done: list[str] = []
+    active: dict[str, str] = {}
     config = {"bundle-hash": bundle.content_hash, "model": bundle.name, "action": action,
               "base-hash": base.content_hash if base else ""}
     deadline = time.monotonic() + coord.cfg.round_timeout
@@ -61,24 +63,45 @@ def switch(coord: Coordinator, device_ids: Sequence[str], bundle: BundleRef, act
 
     def on_reply(req: Request, rep: Reply) -> Request | None:
         device_id = device_of[req.node_id]
-        if rep.ok and rep.payload.get("active") == bundle.content_hash:
-            coord.devices[req.node_id].held.add(bundle.content_hash)
-            done.append(device_id)
+        if rep.ok and _is_hash(rep.payload.get("active")):
+            active[device_id] = rep.payload["active"]
+            if active[device_id] == bundle.content_hash:
+                coord.devices[req.node_id].held.add(bundle.content_hash)
+                return None
         elif not rep.ok and rep.code == Code.BUNDLE_MISSING and not req.bundle and action == "activate":
             return request(device_id, True)
-        else:
-            coord.emit("switch_error", device=device_id, action=action, reason=rep.reason or "unexpected reply")
+        coord.emit("switch_error", device=device_id, action=action, reason=rep.reason or "unexpected reply")
         return None
 
     exchange(coord.t, reqs, deadline, coord.cfg.poll_interval, on_reply, lambda: None, coord.cfg.max_in_flight)
-    return sorted(done)
+    return active
+
+
+def _is_hash(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    decisions: dict[str, Decision]  # device class -> its decision
+    active: dict[str, str]  # device id -> the version it reported running last (A where it never switched)
+
+    def running(self) -> dict[str, list[str]]:
+        """Content hash -> the device ids that run it."""
+        out: dict[str, list[str]] = {}
+        for device_id, version in sorted(self.active.items()):
+            out.setdefault(version, []).append(device_id)
+        return out
 
 
 def rollout(coord: Coordinator, a: BundleRef, b: BundleRef, number: int, fraction: float,
-            rule: DecisionRule) -> dict[str, Decision]:
-    """Canary B on each class, A/B on the canaries (rounds ``number`` ab:A / ab:B), then promote or roll back."""
+            rule: DecisionRule) -> RolloutOutcome:
+    """Canary B on each class, A/B on the canaries (rounds ``number`` ab:A / ab:B), then promote or roll back;
+    what each device runs after it is what its last reply said (a device that failed to switch keeps its version)."""
     groups = canaries(coord, number, fraction)
-    switched = switch(coord, [d for devs in groups.values() for d in devs], b, "activate", base=a)
+    active = {v.device_id: a.content_hash for v in coord.devices.values()}
+    active.update(switch(coord, [d for devs in groups.values() for d in devs], b, "activate", base=a))
+    switched = sorted(d for d, h in active.items() if h == b.content_hash)
     ra = coord.evaluate_round(a, number, "ab:A", switched)
     rb = coord.evaluate_round(b, number, "ab:B", [r["device_id"] for r in coord.store.requests(ra.round_id)])
     comparison = compare(ra.reports, rb.reports)
@@ -97,19 +120,12 @@ def rollout(coord: Coordinator, a: BundleRef, b: BundleRef, number: int, fractio
         mine = [x for x in switched if x in set(canary)]
         if d.decision == PROMOTE:
             rest = [x for x in sorted(sizes.get(cls, [])) if x not in set(canary)]
-            applied = len(mine) + len(switch(coord, rest, b, "activate", base=a))
+            active.update(switch(coord, rest, b, "activate", base=a))
         else:
-            applied = len(switch(coord, mine, a, "revert"))
+            active.update(switch(coord, mine, a, "revert"))
+        target = b.content_hash if d.decision == PROMOTE else a.content_hash
+        applied = sum(active.get(x) == target for x in (sizes.get(cls, []) if d.decision == PROMOTE else mine))
         coord.store.set_rollout_applied(coord.run_id, cls, applied)
         coord.emit("rollout", device_class=cls, decision=d, applied=applied)
         decisions[cls] = d
-    return decisions
-
-
-def active_versions(coord: Coordinator, a: BundleRef, b: BundleRef, decisions: Mapping[str, Decision]) -> dict[str, list[str]]:
-    """Content hash -> device ids that run it after the rollout (promoted classes B, the rest A)."""
-    out: dict[str, list[str]] = {a.content_hash: [], b.content_hash: []}
-    for v in sorted(coord.devices.values(), key=lambda v: v.device_id):
-        d = decisions.get(v.profile)
-        out[b.content_hash if d is not None and d.decision == PROMOTE else a.content_hash].append(v.device_id)
-    return out
+    return RolloutOutcome(decisions, active)

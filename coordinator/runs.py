@@ -14,7 +14,7 @@ from pathlib import Path
 from .config import RunConfig, RunConfigError
 from .exchange import Transport
 from .fine_tuning import fine_tune
-from .rollout import active_versions, rollout
+from .rollout import rollout
 from .rounds import BundleRef, Coordinator, Event
 from .store import ResultsStore, StoreError
 
@@ -56,12 +56,13 @@ def drive_run(transport: Transport, cfg: RunConfig, on_event: Event | None = Non
             number += cfg.train_rounds
         if bundle_b is not None and cfg.rollout:
             coord.refresh()
-            decisions = rollout(coord, bundle, bundle_b, number, cfg.canary_fraction,
-                                cfg.rule)
-            for i, (version, devices) in enumerate(active_versions(coord, bundle, bundle_b, decisions).items()):
-                if devices:
-                    coord.evaluate_round(bundle if version == bundle.content_hash else bundle_b, number + 1 + i,
-                                         "active", devices)
+            running = rollout(coord, bundle, bundle_b, number, cfg.canary_fraction, cfg.rule).running()
+            for i, version in enumerate((bundle, bundle_b)):  # what each device said it runs, evaluated
+                if running.get(version.content_hash):
+                    coord.evaluate_round(version, number + 1 + i, "active", running[version.content_hash])
+            other = sum(len(d) for h, d in running.items() if h not in (bundle.content_hash, bundle_b.content_hash))
+            if other:
+                emit("unknown_versions", devices=other)
         elif bundle_b is not None:
             coord.refresh()
             coord.ab_round(bundle, bundle_b, number)

@@ -27,7 +27,8 @@ class Killed(BaseException):
 class FakeDevice:
     device_id: str
     profile: str
-    behaviour: str = "ok"  # ok | silent | crash | refuse | exhausted | forgetful | inflate (accuracy 999)
+    behaviour: str = "ok"  # ok | silent | crash | refuse | exhausted | forgetful | inflate (accuracy 999) | stuck
+    # (stuck: evaluates, refuses to switch versions)
     held: set = field(default_factory=set)
     accuracy: float = 0.9
     received_bytes: int = 0
@@ -73,6 +74,8 @@ class FakeTransport:
             dev.received_bytes += len(r.bundle or b"")
             code = {"crash": Code.DEVICE_ERROR, "refuse": Code.SIGNATURE_REJECTED,
                     "exhausted": Code.BUDGET_EXHAUSTED}.get(dev.behaviour)
+            if dev.behaviour == "stuck" and r.kind == "activate":
+                code = Code.DEVICE_ERROR
             if dev.behaviour == "forgetful" and r.bundle is None:
                 dev.behaviour = "ok"
                 code = Code.BUNDLE_MISSING

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from cuvil.coordinator.config import RunConfig
-from cuvil.coordinator.rollout import active_versions, canaries, rollout
+from cuvil.coordinator.rollout import canaries, rollout
 from cuvil.coordinator.rollout_rule import DecisionRule, RolloutError
 from cuvil.coordinator.rounds import Coordinator
 from cuvil.coordinator.store import ResultsStore
 
-from .fakes import A, B, FakeTransport, make_fleet
+from .fakes import NODE, A, B, FakeTransport, make_fleet
 
 
 @pytest.fixture
@@ -32,7 +32,8 @@ def _coord(store, accuracy_of):
 
 def test_a_damaged_candidate_is_rolled_back_on_its_canaries_and_reaches_no_other_device(store):
     coord, devs = _coord(store, {A.content_hash: 0.9, B.content_hash: 0.2})
-    decisions = rollout(coord, A, B, 1, 0.3, DecisionRule())
+    outcome = rollout(coord, A, B, 1, 0.3, DecisionRule())
+    decisions = outcome.decisions
     assert {c: d.decision for c, d in decisions.items()} == {"orin": "rollback", "rpi5": "rollback", "x86": "rollback"}
     rows = store.rollouts(coord.run_id)
     assert [(r["device_class"], r["decision"], r["canaries"], r["class_devices"]) for r in rows] == [
@@ -43,17 +44,17 @@ def test_a_damaged_candidate_is_rolled_back_on_its_canaries_and_reaches_no_other
     for dev in devs.values():
         assert dev.active in (None, A.content_hash)  # ... and every device runs A again
         assert (B.content_hash in dev.held) == (dev.device_id in canary)  # B went to the canaries only
-    assert set(active_versions(coord, A, B, decisions)[A.content_hash]) == {d.device_id for d in devs.values()}
+    assert outcome.running() == {A.content_hash: sorted(d.device_id for d in devs.values())}
 
 
 def test_a_better_candidate_is_promoted_to_the_whole_class(store):
     coord, devs = _coord(store, {A.content_hash: 0.6, B.content_hash: 0.9})
-    decisions = rollout(coord, A, B, 1, 0.3, DecisionRule())
-    assert all(d.decision == "promote" and d.diff > 0.2 for d in decisions.values())
+    outcome = rollout(coord, A, B, 1, 0.3, DecisionRule())
+    assert all(d.decision == "promote" and d.diff > 0.2 for d in outcome.decisions.values())
     for dev in devs.values():
         assert dev.active == B.content_hash and dev.previous == A.content_hash  # can revert without a download
     assert [r["applied"] for r in store.rollouts(coord.run_id)] == [1, 2, 3]
-    assert active_versions(coord, A, B, decisions)[A.content_hash] == []
+    assert outcome.running() == {B.content_hash: sorted(d.device_id for d in devs.values())}
 
 
 def test_a_class_whose_canaries_did_not_report_is_rolled_back(store):
@@ -61,9 +62,36 @@ def test_a_class_whose_canaries_did_not_report_is_rolled_back(store):
     for dev in devs.values():
         if dev.profile == "orin":
             dev.behaviour = "crash"
-    decisions = rollout(coord, A, B, 1, 0.5, DecisionRule())
+    decisions = rollout(coord, A, B, 1, 0.5, DecisionRule()).decisions
     assert decisions["orin"].decision == "rollback" and "no canary" in decisions["orin"].reason
     assert decisions["x86"].decision == "promote"
+
+
+def test_a_device_that_fails_to_switch_is_counted_as_running_what_it_reported(store):
+    coord, devs = _coord(store, {A.content_hash: 0.6, B.content_hash: 0.9})
+    devs[NODE + 2].behaviour = "stuck"  # d2 (x86) evaluates but refuses every activate/revert
+    outcome = rollout(coord, A, B, 1, 0.3, DecisionRule())
+    assert outcome.decisions["x86"].decision == "promote"
+    assert outcome.running()[A.content_hash] == ["d2"]  # not counted as running B
+    assert outcome.active["d0"] == B.content_hash and devs[NODE + 2].active is None
+    assert {r["device_class"]: r["applied"] for r in store.rollouts(coord.run_id)}["x86"] == 2
+
+
+def test_a_canary_that_fails_to_revert_still_runs_the_candidate(store):
+    coord, devs = _coord(store, {A.content_hash: 0.9, B.content_hash: 0.2})
+    orin = next(n for n, d in devs.items() if d.profile == "orin")
+    transport_send = coord.t.send
+
+    def send(requests):  # the orin device switches to B, then refuses the revert
+        if any(r.kind == "activate" and r.config["action"] == "revert" for r in requests):
+            devs[orin].behaviour = "stuck"
+        return transport_send(requests)
+
+    coord.t.send = send
+    outcome = rollout(coord, A, B, 1, 0.3, DecisionRule())
+    assert outcome.decisions["orin"].decision == "rollback"
+    assert outcome.running()[B.content_hash] == [devs[orin].device_id]
+    assert {r["device_class"]: r["applied"] for r in store.rollouts(coord.run_id)}["orin"] == 0
 
 
 def test_canaries_are_a_fraction_of_each_class_at_least_one(store):

@@ -51,6 +51,21 @@ def test_a_run_ends_finished_with_its_ab_verdict_stored_and_shown(tmp_path, bund
     assert lines[-1] == f"cuvil run {run_id} finished"
 
 
+def test_a_rollout_run_evaluates_each_device_on_the_version_it_reported_running(tmp_path, bundles):
+    devs = make_fleet(d0="stuck")  # d0 (x86) evaluates but refuses to switch
+    b_hash = BundleRef.from_file(bundles[1]).content_hash
+    transport = FakeTransport(devs, bundles[2], accuracy_of={bundles[2]: 0.6, b_hash: 0.95})
+    cfg = _cfg(tmp_path, bundles, bundle_b=str(bundles[1]), rollout=True, canary_fraction=1.0)
+    run_id = drive_run(transport, cfg)
+    store = ResultsStore(cfg.db_file)
+    assert {r["device_class"]: r["decision"] for r in store.rollouts(run_id)} == {
+        "orin": "promote", "rpi5": "promote", "x86": "promote"}
+    active = {r["kind"] + r["model"][-2:]: sorted(q["device_id"] for q in store.requests(r["id"]))
+              for r in store.rounds(run_id) if r["kind"] == "active"}
+    assert active == {"active@1": ["d0"], "active@2": ["d1", "d2", "d3", "d4", "d5"]}
+    store.close()
+
+
 def test_a_killed_run_keeps_every_reply_pulled_and_resumes_without_a_second_charge(tmp_path, bundles):
     devs = make_fleet()
     cfg = _cfg(tmp_path, bundles, num_rounds=2)
