@@ -177,3 +177,42 @@ def test_a_schema_1_ledger_is_migrated_and_its_noise_key_deleted(tmp_path):
     assert led.releases("digits") == 1 and led.binding("old") == ""
     assert "secret" not in dict(led._conn.execute("SELECT key, value FROM meta"))
     led.close()
+
+
+def test_a_ledger_from_before_the_events_column_opens_and_composes_training_after_its_old_charges(tmp_path):
+    """Its old rows are plain Gaussians; a DP-SGD charge after them composes in the same accountant."""
+    import sqlite3
+
+    import dp_accounting
+
+    from cuvil.edge_runtime.privacy.accounting import ChargeEvent
+
+    path = tmp_path / "pre-training.db"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE charges (release_id TEXT PRIMARY KEY, dataset TEXT NOT NULL,
+                              noise_multiplier REAL NOT NULL, charged_at INTEGER NOT NULL);
+        CREATE TABLE replies (release_id TEXT PRIMARY KEY, payload TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema', '1'), ('floors', '{"delta": 1e-06, "epsilon": 30.0, "min_sigma": 10.0}');
+        INSERT INTO charges VALUES ('e1', 'digits', 5.0, 0), ('e2', 'digits', 8.0, 0);
+    """)
+    conn.close()
+
+    def reference(events):
+        acc = dp_accounting.rdp.RdpAccountant()
+        for e in events:
+            acc.compose(e)
+        return acc.get_epsilon(1e-6)
+
+    gauss = [dp_accounting.GaussianDpEvent(5.0), dp_accounting.GaussianDpEvent(8.0)]
+    led = PrivacyLedger.open(path)
+    assert "events" in {r[1] for r in led._conn.execute("PRAGMA table_info(charges)")}
+    assert led.spent("digits") == pytest.approx(reference(gauss), rel=1e-9)
+    after = led.charge("digits", "t1", 2.0, 30.0, 1e-6, [ChargeEvent(2.0, 0.1, 20), ChargeEvent(10.0)])
+    sgd = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(2.0)), 20)
+    assert after == pytest.approx(reference([*gauss, sgd, dp_accounting.GaussianDpEvent(10.0)]), rel=1e-9)
+    led.close()
+    reopened = PrivacyLedger.open(path)  # migrated once: opens as the current schema
+    assert reopened.releases("digits") == 3 and reopened.spent("digits") == pytest.approx(after, rel=1e-12)
+    reopened.close()
