@@ -28,7 +28,7 @@ from .identity import device_identity
 from .messages import Code, classify
 from .schema import ReportBounds, check_report
 from ..edge_runtime.report import ReportError
-from .update_check import UPDATE_CLIP_KEY, check_update
+from .update_check import UpdateBounds, check_update
 from .store import DeviceRecord, ResultsStore, StoreError
 
 MAX_HELD = 1000  # bundle hashes read from one device's info, at most
@@ -268,7 +268,7 @@ class Coordinator:
             reason = rep.reason
             if rep.ok and message == "train":
                 failure, reason = self._accept_update(round_id, device_id, view, bundle, rep, reports,
-                                                      float(base.get(UPDATE_CLIP_KEY, 0.0)))
+                                                      UpdateBounds.of_request(base))
             elif rep.ok:
                 try:
                     metrics = check_report(rep.payload, bounds).as_metrics()
@@ -352,10 +352,10 @@ class Coordinator:
         return [_report_dict(r) for r in self.store.reports(round_id)]
 
     def _accept_update(self, round_id: int, device_id: str, view: DeviceView, bundle: BundleRef, rep: Reply,
-                       updates: list[dict[str, Any]], clip: float) -> tuple[str | None, str]:
+                       updates: list[dict[str, Any]], bounds: UpdateBounds) -> tuple[str | None, str]:
         """Store a training reply (the update, its noisy count and the device's ε); (failure kind, reason)."""
         try:
-            metrics = check_update(rep.payload, rep.arrays, self._graph(bundle), clip)
+            metrics = check_update(rep.payload, rep.arrays, self._graph(bundle), bounds)
         except (ValueError, TypeError, KeyError) as e:
             return "failure", f"bad update: {e}"
         view.held.add(bundle.content_hash)

@@ -1,31 +1,66 @@
-"""What a training reply must be before the coordinator stores it: the fixed keys, and an update that
-fits the model it was computed from (every array a float32 weight of that name and shape, finite, its
-total L2 norm within the round's update clip). A device is hostile until its reply checks out."""
+"""What a training reply must be before the coordinator stores it: the fixed keys, an update that fits
+the model it was computed from (every array a float32 weight of that name and shape, finite, its total
+L2 norm within the round's update clip) and a noisy count an honest device could have sent. A device is
+hostile until its reply checks out.
+
+The count is FedAvg's weight, so it is the lever of a device that wants to outweigh the rest: it must
+lie within ``[0, max_examples]`` (the round's cap on the examples a device trains on) widened by
+:data:`~.schema.MARGIN_SD` standard deviations of the noise the device declares, and that noise must
+be positive and at most :data:`~.schema.MAX_SIGMA` examples, as for evaluation reports
+(:mod:`.schema`). An honest device falls outside with probability about 1e-9.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..compiler.ir.graph import Graph
+from ..edge_runtime.training import DpSgdConfig
 from .device_train import config_key
+from .schema import MARGIN_SD, MAX_SIGMA
 
-UPDATE_CLIP_KEY = config_key("update_clip")  # the request config key of the round's update clip
 UPDATE_KEYS: dict[str, type] = {"dp_count": int, "dp_count_sigma": float, "dp_epsilon_spent": float,
                                 "dp_delta": float, "bundle_was_cached": int}
 
 
+@dataclass(frozen=True)
+class UpdateBounds:
+    """What the round asked: the update clip and the cap on the examples a device trains on."""
+
+    clip: float = DpSgdConfig.update_clip
+    max_examples: int = DpSgdConfig.max_examples
+
+    @classmethod
+    def of_request(cls, config: Mapping[str, Any]) -> UpdateBounds:
+        """The bounds of a train request's config (its ``dp-sgd-*`` keys; defaults where absent)."""
+        return cls(float(config.get(config_key("update_clip"), cls.clip)),
+                   int(config.get(config_key("max_examples"), cls.max_examples)))
+
+
 def check_update(metrics: Mapping[str, Any], arrays: Mapping[str, Any], graph: Graph,
-                 bound: float) -> dict[str, Any]:
+                 bounds: UpdateBounds) -> dict[str, Any]:
     """The reply's metrics, typed; ValueError naming what is wrong (nothing private is in the message)."""
     if set(metrics) != set(UPDATE_KEYS):
         raise ValueError(f"update keys differ from the schema: got {sorted(metrics)[:8]}")
-    out = {k: kind(metrics[k]) for k, kind in UPDATE_KEYS.items()}
+    try:
+        out = {k: kind(metrics[k]) for k, kind in UPDATE_KEYS.items()}
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError("update metrics must be finite numbers") from None
     if not all(math.isfinite(v) for v in out.values()) or out["dp_epsilon_spent"] < 0:
         raise ValueError("update metrics must be finite (and ε not negative)")
+    if not 0 < out["dp_delta"] < 1 or out["bundle_was_cached"] not in (0, 1):
+        raise ValueError("δ must be in (0, 1) and bundle_was_cached 0 or 1")
+    sigma = out["dp_count_sigma"]
+    if not 0 < sigma <= MAX_SIGMA:
+        raise ValueError(f"declared count noise {sigma:g} is outside (0, {MAX_SIGMA:g}] examples")
+    margin = MARGIN_SD * sigma
+    if not -margin <= out["dp_count"] <= bounds.max_examples + margin:
+        raise ValueError(f"noisy count {out['dp_count']} is outside [{-margin:.0f}, {bounds.max_examples + margin:.0f}]")
     if not arrays:
         raise ValueError("the reply carries no update")
     total = 0.0
@@ -35,6 +70,6 @@ def check_update(metrics: Mapping[str, Any], arrays: Mapping[str, Any], graph: G
         if ref is None or ref.dtype != np.float32 or arr.dtype != np.float32 or arr.shape != ref.shape:
             raise ValueError(f"update array {str(name)[:64]!r} is not a float32 weight of the model of that shape")
         total += float(np.sum(np.square(arr, dtype=np.float64)))
-    if not math.isfinite(total) or math.sqrt(total) > bound * (1 + 1e-5):
-        raise ValueError(f"the update is not finite or longer than the round's clip {bound:g}")
+    if not math.isfinite(total) or math.sqrt(total) > bounds.clip * (1 + 1e-5):
+        raise ValueError(f"the update is not finite or longer than the round's clip {bounds.clip:g}")
     return out

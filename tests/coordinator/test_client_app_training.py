@@ -20,7 +20,7 @@ from cuvil.coordinator.device_train import config_keys  # noqa: E402
 from cuvil.coordinator.fleet import device_data, host_class  # noqa: E402
 from cuvil.coordinator.messages import Code  # noqa: E402
 from cuvil.coordinator.rounds import BundleRef  # noqa: E402
-from cuvil.coordinator.update_check import check_update  # noqa: E402
+from cuvil.coordinator.update_check import UpdateBounds, check_update  # noqa: E402
 from cuvil.edge_runtime.training import DpSgdConfig  # noqa: E402
 from cuvil.fleet_example import digits_mlp  # noqa: E402
 
@@ -76,7 +76,8 @@ def test_a_round_returns_an_update_the_coordinator_accepts(world, device):
     v1 = world[2]
     reply = _train(device, v1)
     assert not reply.has_error()
-    metrics = check_update(messages.reply_payload(reply), messages.reply_arrays(reply), v1.graph(), DP.update_clip)
+    metrics = check_update(messages.reply_payload(reply), messages.reply_arrays(reply), v1.graph(),
+                           UpdateBounds(DP.update_clip, DP.max_examples))
     assert metrics["dp_epsilon_spent"] > 0 and metrics["bundle_was_cached"] == 0
 
 
