@@ -8,8 +8,12 @@ measured), then ``--rounds`` training rounds with the demo's DP-SGD parameters. 
 round: its wall time (from the results store: the first request out to the last update stored, FedAvg
 and signing of the next weights after it), the updates it got, and the device side measured in Ray's
 workers by a Flower mod around every train message: wall and CPU time per message (median, and the
-slowest, which includes a worker's first import of torch and Opacus). Simulated devices keep their
-state on tmpfs by default: a real device's ledger writes go to its own storage.
+slowest), and the coordinator process's CPU time over the round (the ServerApp, FedAvg, signing, and
+Flower's simulation engine, which share that process). Each Ray worker imports torch and Opacus on its
+first message, the inventory's (:func:`cuvil.coordinator.simulation.warm_training_mod`), not in the
+round. Simulated devices keep their state on tmpfs by default: a real device's ledger writes go to its
+own storage. The host's load average is printed at the start and the end: on a shared host, wall time
+follows the load, CPU time much less.
 """
 
 from __future__ import annotations
@@ -78,19 +82,28 @@ def main() -> None:
     rc = {"db-path": str(work / "r.db"), "bundle": str(bundle), "num-rounds": 1, "train-rounds": args.rounds,
           "signing-key": str(keys.private_path), "min-nodes": args.devices, "latency-runs": 1,
           "latency-warmup": 0, "round-timeout": 600.0, "inventory-timeout": 600.0, "node-wait": 300.0, **DP_SGD}
+    load0 = os.getloadavg()[0]
+    coordinator_cpu: dict[int, float] = {}
+
+    def on_event(kind: str, **data) -> None:  # the coordinator process's CPU time per training round
+        if data.get("round_kind") == "train" or (kind == "round_end" and data["outcome"].kind == "train"):
+            number = data["number"] if kind == "round_start" else data["outcome"].number
+            coordinator_cpu[number] = time.process_time() - coordinator_cpu.get(number, 0.0)
+
     t0 = time.perf_counter()
     run_fleet_simulation(args.devices, rc, work / "fleet", [keys.public_path], [host_class()], num_cpus=args.cpus,
-                         shared_cache=True, client_mods=[TrainClock(clock)])
+                         shared_cache=True, client_mods=[TrainClock(clock)], on_event=on_event)
     total = time.perf_counter() - t0
     store = ResultsStore(work / "r.db")
     run = store.runs()[-1]
     print(f"CPU: {cpu_name()}, {os.cpu_count()} logical CPUs, {args.cpus} Ray workers; load average "
-          f"{os.getloadavg()[0]:.1f}")
+          f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     print(f"{args.devices} simulated devices ({host_class()}), run {run['status']}, whole simulation {total:.0f}s")
     for r in store.rounds(run["id"]):
         if r["kind"] == "train":
             print(f"training round {r['number']}: {r['finished_at'] - r['started_at']:.1f}s wall, "
-                  f"{len(store.updates(r['id']))} updates of {r['sampled']} asked")
+                  f"{len(store.updates(r['id']))} updates of {r['sampled']} asked; coordinator process "
+                  f"{coordinator_cpu.get(r['number'], float('nan')):.1f} CPU-s")
     times = [json.loads(ln) for p in clock.glob("*.jsonl") for ln in p.read_text().splitlines()]
     if times:
         wall, cpu = sorted(t["wall"] for t in times), sorted(t["cpu"] for t in times)

@@ -17,6 +17,7 @@ from . import fleet
 from .config import RunConfig
 from .rounds import Event
 
+_WARM: list[bool] = []  # this process warmed torch and Opacus (a Ray worker serves many simulated devices)
 IN_FLIGHT_PER_WORKER = 4  # messages out per Ray worker: enough to keep it busy, few enough for Flower's store
 BACKEND_CONFIG: dict[str, Any] = {
     "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
@@ -50,6 +51,7 @@ def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_
         sim_trusted_key=",".join(str(k) for k in trusted_keys), sim_shared_cache=bool(shared_cache))
     _provision(fleet_dir, num_devices, trusted_keys, cfg, on_event)
     rc = cfg.as_run_config()
+    mods = [*client_mods, *([warm_training_mod] if cfg.train_rounds else [])]
     init_args = {**BACKEND_CONFIG["init_args"], "num_cpus": num_cpus, "log_to_driver": not quiet}
     backend = {**BACKEND_CONFIG, "init_args": init_args}
     loggers = {name: logging.getLogger(name) for name in ("flwr", "ray")}
@@ -60,11 +62,25 @@ def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_
     if on_event is not None:
         on_event("simulation_start", devices=num_devices, workers=num_cpus)
     try:
-        run_simulation(server_app=make_server_app(rc, on_event), client_app=make_client_app(rc, client_mods),
+        run_simulation(server_app=make_server_app(rc, on_event), client_app=make_client_app(rc, mods),
                        num_supernodes=num_devices, backend_config=backend, verbose_logging=False)
     finally:
         for name, lg in loggers.items():
             lg.setLevel(levels[name])
+
+
+def warm_training_mod(msg: Any, context: Any, call_next: Any) -> Any:
+    """A Flower mod (runs that train): a Ray worker's first message, the inventory's, imports torch and
+    Opacus and takes a toy DP-SGD step, so a training round does not wait on each worker's first import."""
+    if not _WARM:
+        _WARM.append(True)
+        from ..edge_runtime.training.dpsgd import warm_up
+
+        try:
+            warm_up()
+        except ImportError:  # no torch here: the device says it cannot train, and the round skips it
+            pass
+    return call_next(msg, context)
 
 
 def _provision(fleet_dir: Path, num_devices: int, trusted_keys: Sequence[str | os.PathLike], cfg: RunConfig,

@@ -99,3 +99,20 @@ def test_the_round_rdp_is_the_subsampled_gaussian_that_dp_accounting_composes():
 def test_a_config_out_of_range_is_refused(field, value):
     with pytest.raises(TrainingError, match=field):
         DpSgdConfig(**{field: value})
+
+
+def test_a_round_runs_on_one_torch_thread_and_leaves_the_process_setting_alone():
+    import torch
+
+    from cuvil.edge_runtime.training.dpsgd import one_thread, warm_up
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with one_thread():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        warm_up()  # a toy DP-SGD step: imports and lazy set-up, and the setting is restored
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
