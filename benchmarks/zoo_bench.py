@@ -1,7 +1,9 @@
 """Cuvil vs ONNX Runtime vs PyTorch eager on the model zoo: batch 1, fp32, one thread, interleaved.
 
-Each runtime runs ``--block`` inferences in turn (A B C A B C ...) for ``--rounds`` rounds, so noise
-from the shared machine hits all three alike; medians and p99 are over every timed inference.
+The Cuvil session is the one a device builds (tuned on this CPU, the profile's default); the same
+model compiled untuned (the cost model's choices) runs beside it, so "tuning never makes a model
+slower" is read off the tuned/untuned column. Each runtime runs ``--block`` inferences in turn (A B C A B C ...) for ``--rounds`` rounds, so noise
+from the shared machine hits all of them alike; medians and p99 are over every timed inference.
 Also printed: cold compile time (empty cache), warm start (cache hit to first result, median of 3
 fresh processes: see ``warm_start.py``), arena vs its lower bound, achieved GFLOP/s and the
 largest difference from the reference interpreter, and resident-memory growth over 10,000 inferences.
@@ -28,6 +30,8 @@ import torch  # noqa: E402
 from cuvil.compiler.analysis import summarize  # noqa: E402
 from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
 from cuvil.compiler.interpreter import run_reference  # noqa: E402
+from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
+from tests.hosts import describe_host  # noqa: E402
 from tests.zoo import ZOO, export_onnx  # noqa: E402
 from warm_start import measure as measure_starts  # noqa: E402  (this folder is on sys.path)
 
@@ -92,7 +96,8 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int) -> dict:
         with torch.no_grad():
             module(*example)
 
-    runners = {"cuvil": lambda: sess.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds), "torch": run_torch}
+    untuned = compile_graph(graph, use_cache=False, tune=False)
+    runners = {"cuvil": lambda: sess.run(feeds), "untuned": lambda: untuned.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds), "torch": run_torch}
     samples = time_interleaved(runners, rounds, block)
     rss = rss_growth_kib(lambda: sess.run(feeds), rss_runs) if rss_runs else 0
     flops = summarize(graph).flops
@@ -106,17 +111,18 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int) -> dict:
     res["cuvil_gflops"] = flops / (res["cuvil_median_ms"] * 1e6)
     res["ratio_vs_ort"] = res["cuvil_median_ms"] / res["onnxruntime_median_ms"]
     res["ratio_vs_torch"] = res["cuvil_median_ms"] / res["torch_median_ms"]
+    res["tuned_vs_untuned"] = res["cuvil_median_ms"] / res["untuned_median_ms"]
     return res
 
 
 def table(results: list[dict]) -> str:
-    head = ("model", "cuvil p50/p99 ms", "ORT p50/p99 ms", "torch p50/p99 ms", "cuvil/ORT", "cuvil/torch",
+    head = ("model", "cuvil p50/p99 ms", "ORT p50/p99 ms", "torch p50/p99 ms", "cuvil/ORT", "cuvil/torch", "tuned/untuned",
             "GFLOP/s", "cold s", "warm ms", "arena/LB", "max err", "RSS growth")
     rows = [[r["model"],
              f"{r['cuvil_median_ms']:.3f}/{r['cuvil_p99_ms']:.3f}",
              f"{r['onnxruntime_median_ms']:.3f}/{r['onnxruntime_p99_ms']:.3f}",
              f"{r['torch_median_ms']:.3f}/{r['torch_p99_ms']:.3f}",
-             f"{r['ratio_vs_ort']:.2f}", f"{r['ratio_vs_torch']:.2f}", f"{r['cuvil_gflops']:.1f}",
+             f"{r['ratio_vs_ort']:.2f}", f"{r['ratio_vs_torch']:.2f}", f"{r['tuned_vs_untuned']:.2f}", f"{r['cuvil_gflops']:.1f}",
              f"{r['cold_compile_s']:.2f}", f"{r['warm_start_ms']:.1f}",
              f"{r['arena_bytes'] / max(r['lower_bound_bytes'], 1):.3f}", f"{r['max_abs_err']:.1e}",
              f"{r['rss_growth_kib']} KiB/{r['rss_runs']}"] for r in results]
@@ -133,6 +139,7 @@ def main() -> None:
     ap.add_argument("--rss-runs", type=int, default=10_000, help="Cuvil inferences for the RSS-growth check (0: skip).")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    print(f"{describe_host()}; ONNX Runtime {ort.__version__}; torch {torch.__version__}; 1 thread, batch 1", flush=True)
     results = []
     for name in args.models.split(","):
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
