@@ -44,8 +44,6 @@ def evaluate_foreign(node, opset: int, values: dict[str, np.ndarray]) -> list[np
     if node.op_type == "Range":
         start, limit, delta = (float(values[i].reshape(-1)[0]) for i in node.input[:3])
         count = math.ceil((limit - start) / delta) if delta else math.inf
-    elif node.op_type == "Tile":
-        count = values[node.input[0]].size * math.prod(int(r) for r in values[node.input[1]].reshape(-1))
     if count > MAX_FOLDED_ELEMENTS:
         raise OnnxImportError(f"node {node.name!r} ({node.op_type}) would build {count} elements")
     outs = [np.asarray(o) for o in ReferenceEvaluator(node, opsets={"": opset}).run(None, values)]
@@ -118,7 +116,7 @@ def _direct(ctx: NodeCtx) -> list:
 
 
 @translates(**{op: every_version(op) for op in (
-    "Range", "NonZero", "Tile")})
+    "Range", "NonZero")})
 def evaluated(ctx: NodeCtx) -> list:
     """ONNX ops outside op set v1 that exporters use for shape arithmetic: the importer evaluates them
     (:func:`evaluate_foreign`) when every input is known, and reports them unsupported otherwise;

@@ -1,13 +1,16 @@
-"""ONNX translators of ConvTranspose and Resize: every size, scale and pad resolved to static attributes."""
+"""ONNX translators of ConvTranspose, Resize, Upsample and Tile: every size, scale and pad resolved
+to static attributes."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..ir.types import Batch
 from .builder import Unsupported
 from .onnx_node import NodeCtx, OnnxImportError
-from .onnx_ops import translates
+from .onnx_ops import check_size, translates
 
 
 @translates(ConvTranspose=(1, 11, 22))
@@ -96,3 +99,39 @@ def _resize(ctx: NodeCtx) -> list:
                      nearest_mode=ctx.attr("nearest_mode", "round_prefer_floor"),
                      cubic_coeff_a=ctx.attr("cubic_coeff_a", -0.75), exclude_outside=ctx.attr("exclude_outside", 0),
                      extrapolation_value=ctx.attr("extrapolation_value", 0.0), antialias=ctx.attr("antialias", 0))]
+
+
+@translates(Upsample=(7, 9, 10))
+def _upsample(ctx: NodeCtx) -> list:
+    """Resize's forerunner: output i reads input i / scale (asymmetric), nearest rounding down."""
+    t = ctx.type(0)
+    scales = [float(v) for v in (ctx.attr("scales") if ctx.opset < 9 else ctx.const(1).reshape(-1))]
+    if len(scales) != t.rank or any(not math.isfinite(s) or s < 1 for s in scales):
+        raise OnnxImportError(f"node {ctx.name!r} (Upsample): scales {scales} must be >= 1, one per dimension")
+    if any(isinstance(d, Batch) and s != 1.0 for d, s in zip(t.shape, scales)):
+        ctx.batch_dependent("upsampling the batch dimension")
+    sizes = [-1 if s == 1.0 else math.floor(s * d) for s, d in zip(scales, t.shape)]
+    mode = ctx.attr("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise Unsupported(f"mode={mode}")
+    return [ctx.emit("Resize", [ctx.x(0)], sizes=sizes, scales=scales, mode=mode,
+                     coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
+
+
+@translates(Tile=(6, 13))
+def _tile(ctx: NodeCtx) -> list:
+    """x viewed as (1, d0, 1, d1, ...), expanded to (r0, d0, r1, d1, ...), merged to (r0 d0, r1 d1, ...)."""
+    t = ctx.type(0)
+    repeats = [int(r) for r in ctx.const(1).reshape(-1)]
+    if len(repeats) != t.rank or any(r < 0 for r in repeats):
+        raise OnnxImportError(f"node {ctx.name!r} (Tile): repeats {repeats} must be {t.rank} values >= 0")
+    if not t.is_static:
+        ctx.batch_dependent("tiling a batch-sized tensor")
+    dims = list(t.shape)
+    shape = [r * d for r, d in zip(repeats, dims)]
+    check_size(ctx, shape)
+    if 0 in shape:  # nothing to tile (Reshape would read a 0 as "keep this dimension")
+        return [ctx.constant(np.zeros(shape, t.dtype.numpy), ctx.outputs[0])]
+    spread = ctx.tmp("Reshape", [ctx.x(0)], "spread", shape=[v for d in dims for v in (1, d)])
+    wide = ctx.tmp("Expand", [spread], "wide", shape=[v for r, d in zip(repeats, dims) for v in (r, d)])
+    return [ctx.emit("Reshape", [wide], shape=shape)]
