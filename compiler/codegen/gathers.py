@@ -139,7 +139,7 @@ def resize(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) ->
     taps = {axis: t for axis, n in enumerate(shape) if (t := resize_taps(full, axis, n)) is not None}
     dtype = outs[0].dtype
     ty = h.LLTYPE[dtype]
-    acc_ty = h.F64 if dtype is DType.F64 else h.F32
+    acc_ty = h.F32 if dtype in (DType.F32, DType.F16) else h.F64  # integers too: f32 holds 24 bits
     st = h.contiguous_strides(shape)
     gather = all(t.index.shape[1] == 1 for t in taps.values())
     outside = any(t.outside.any() for t in taps.values())
@@ -165,15 +165,35 @@ def resize(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) ->
                 w = combo[0][1]
                 for _, wk in combo[1:]:
                     w = b.fmul(w, wk)
-                x = float_convert(b, h.load(b, ptrs[0], b.add(base, _sum(b, [c[0] for c in combo]))), acc_ty)
+                x = _to_acc(b, h.load(b, ptrs[0], b.add(base, _sum(b, [c[0] for c in combo]))), dtype, acc_ty)
                 acc = h.call_intrinsic(b, "llvm.fma", x, w, acc)
-            v = float_convert(b, acc, ty)
+            v = _from_acc(b, acc, dtype)
         if outside:
             fill = h.const(ty, a["extrapolation_value"]) if dtype.is_float else ir.Constant(ty, int(a["extrapolation_value"]))
             v = b.select(_any(b, out), fill, v)
         return v
 
     return value
+
+
+def _to_acc(b: ir.IRBuilder, x: ir.Value, dtype: DType, acc_ty: ir.Type) -> ir.Value:
+    """An element as the accumulator's float (integers reach here in nearest mode when
+    exclude_outside zeroes a row's weights)."""
+    if dtype.is_float:
+        return float_convert(b, x, acc_ty)
+    return (b.sitofp if dtype in h.SIGNED else b.uitofp)(x, acc_ty)
+
+
+def _from_acc(b: ir.IRBuilder, acc: ir.Value, dtype: DType) -> ir.Value:
+    """The accumulator in ``dtype``; integers rounded to nearest even and saturated, as the reference."""
+    ty = h.LLTYPE[dtype]
+    if dtype.is_float:
+        return float_convert(b, acc, ty)
+    info = np.iinfo(dtype.numpy)
+    r = h.call_intrinsic(b, "llvm.rint", acc)
+    r = h.call_intrinsic(b, "llvm.minnum", h.call_intrinsic(b, "llvm.maxnum", r, h.const(acc.type, info.min)),
+                         h.const(acc.type, info.max))
+    return (b.fptosi if dtype in h.SIGNED else b.fptoui)(r, ty)
 
 
 def _sum(b: ir.IRBuilder, xs: Sequence[ir.Value]) -> ir.Value:

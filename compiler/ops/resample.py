@@ -31,6 +31,8 @@ def _convt_geometry(x: TensorType, w: TensorType, a) -> tuple[int, ...]:
             f"ConvTranspose: {nd} spatial dims need {nd} strides, dilations, output_padding and {2 * nd} pads")
     require(all(s >= 1 for s in strides) and all(d >= 1 for d in dil) and all(p >= 0 for p in (*pads, *extra)),
             "ConvTranspose: strides and dilations must be >= 1, pads and output_padding >= 0")
+    require(all(n >= 1 for n in x.shape[2:]), f"ConvTranspose: X {x} needs non-empty spatial dims (its output "
+                                              "size counts from the last input position)")
     out = tuple(s * (n - 1) + e + (kk - 1) * d + 1 - pb - pe
                 for n, kk, s, d, e, pb, pe in zip(x.shape[2:], k, strides, dil, extra, pads[:nd], pads[nd:]))
     require(all(o >= 0 for o in out), f"ConvTranspose: pads {list(pads)} crop more than the output {list(out)}")
@@ -140,13 +142,20 @@ def _coeffs(a, ratio: float, scale: float) -> np.ndarray:
                      ((A * (2 - r) - 5 * A) * (2 - r) + 8 * A) * (2 - r) - 4 * A])
 
 
+def _roi(a, axis: int) -> tuple[float, ...]:
+    return tuple(a["roi"][axis::len(a["scales"])]) if a["roi"] else (0.0, 1.0)
+
+
+def _resized(a, axis: int, n_in: int) -> bool:
+    """Does the axis need taps (any change of size, scale or region of interest)?"""
+    return not (a["sizes"][axis] == n_in and math.isclose(a["scales"][axis], 1.0) and (
+        a["coordinate_transformation_mode"] != "tf_crop_and_resize" or _roi(a, axis) == (0.0, 1.0)))
+
+
 def resize_taps(a, axis: int, n_in: int) -> Taps | None:
     """The taps of one axis, or None where the axis is not resized."""
-    rank = len(a["scales"])
-    n_out, scale = a["sizes"][axis], a["scales"][axis]
-    roi = tuple(a["roi"][axis::rank]) if a["roi"] else (0.0, 1.0)
-    if n_out == n_in and math.isclose(scale, 1.0) and (
-            a["coordinate_transformation_mode"] != "tf_crop_and_resize" or roi == (0.0, 1.0)):
+    n_out, scale, roi = a["sizes"][axis], a["scales"][axis], _roi(a, axis)
+    if not _resized(a, axis, n_in):
         return None
     x = _source(a["coordinate_transformation_mode"], np.arange(n_out, dtype=np.float64), scale, n_in, n_out, roi)
     base = np.floor(x)
@@ -187,6 +196,9 @@ def _resize_infer(ts, a):
     require(a["antialias"] in (0, 1) and a["exclude_outside"] in (0, 1), "Resize: antialias and exclude_outside are 0 or 1")
     require(a["mode"] == "nearest" or x.dtype.is_float, f"Resize: {a['mode']} mode needs floats, got {x.dtype.value}")
     sizes = tuple(n if s < 0 else s for n, s in zip(x.shape, a["sizes"]))
+    full = {**a, "sizes": sizes}
+    require(all(n > 0 and m > 0 for axis, (n, m) in enumerate(zip(x.shape, sizes)) if _resized(full, axis, n)),
+            f"Resize: an axis resized from {list(x.shape)} to {list(sizes)} must be non-empty on both sides")
     return [TensorType(x.dtype, sizes)]
 
 

@@ -197,6 +197,41 @@ def conv(rng: Rng) -> Case:
     return Case("Conv", ops, {**geometry(rng, nd), "group": group})
 
 
+def conv_transpose(rng: Rng) -> Case:
+    """Finite values, as for Conv; output_padding below the stride or the dilation, as ONNX asks."""
+    nd = int(rng.integers(1, 3))
+    shp = spatial(rng, nd)
+    cin = shp[1]
+    group = pick(rng, [1, 1, 2]) if cin and cin % 2 == 0 else 1
+    mg = int(rng.integers(1, 4))
+    kernel = tuple(int(rng.integers(1, 4)) for _ in range(nd))
+    g = geometry(rng, nd)
+    extra = tuple(int(rng.integers(0, max(s, d))) for s, d in zip(g["strides"], g["dilations"]))
+    ops = [("x", values(rng, shp, np.float32, specials=False), False),
+           operand(values(rng, (cin, mg) + kernel, np.float32, specials=False), rng, 0.8)]
+    if rng.random() < 0.5:
+        ops.append(operand(values(rng, (mg * group,), np.float32, specials=False), rng, 0.8))
+    return Case("ConvTranspose", ops, {**g, "output_padding": extra, "group": group})
+
+
+def resize(rng: Rng) -> Case:
+    xin = x(rng, FLOATS + (np.uint8, np.int8, np.int32), 1, 4)
+    shp = xin[1].shape
+    mode = pick(rng, ["nearest", "linear", "cubic"]) if xin[1].dtype.kind == "f" else "nearest"
+    sizes = tuple(-1 if rng.random() < 0.4 else dim(rng, 7) for _ in shp)
+    scales = tuple(float((s if s >= 0 else n) / n) if n and (s if s >= 0 else n) else float(pick(rng, [0.5, 2.0, 1.5]))
+                   for n, s in zip(shp, sizes))
+    coord = pick(rng, ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize",
+                       "half_pixel_symmetric"])
+    roi = tuple(float(v) for v in rng.uniform(0, 0.4, len(shp))) + tuple(float(v) for v in rng.uniform(0.6, 1, len(shp))) \
+        if coord == "tf_crop_and_resize" else ()
+    return Case("Resize", [xin], {"sizes": sizes, "scales": scales, "roi": roi, "mode": mode,
+                                  "coordinate_transformation_mode": coord,
+                                  "nearest_mode": pick(rng, ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]),
+                                  "exclude_outside": int(rng.integers(0, 2)), "antialias": int(rng.integers(0, 2)) if mode != "nearest" else 0,
+                                  "extrapolation_value": float(pick(rng, [0.0, -1.5]))})
+
+
 def pool(op: str) -> Callable[[Rng], Case]:
     def gen(rng: Rng) -> Case:
         nd = int(rng.integers(1, 3))
@@ -447,7 +482,7 @@ GENERATORS: dict[str, Callable[[Rng], Case]] = {
     **{op: reduce(op) for op in ("ReduceMax", "ReduceMean", "ReduceSum")},
     "Softmax": axis_op("Softmax"), "LogSoftmax": axis_op("LogSoftmax"),
     "LayerNormalization": layer_norm, "BatchNormalization": batch_norm, "LRN": lrn,
-    "Conv": conv, "MaxPool": pool("MaxPool"), "AveragePool": pool("AveragePool"), "GlobalAveragePool": global_pool,
+    "Conv": conv, "ConvTranspose": conv_transpose, "Resize": resize, "MaxPool": pool("MaxPool"), "AveragePool": pool("AveragePool"), "GlobalAveragePool": global_pool,
     "Gemm": gemm, "MatMul": matmul,
     "Reshape": reshape, "Flatten": flatten, "Squeeze": squeeze, "Unsqueeze": unsqueeze, "Transpose": transpose,
     "Expand": expand, "Slice": slice_, "Pad": pad, "Concat": concat, "Split": split, "Gather": gather,

@@ -125,3 +125,25 @@ def test_gather_outside_its_axis_is_refused_as_the_reference_refuses():
     assert built.ref is None and "out of range" in built.ref_error
     kind, detail = fz.native_runner(None)([built])
     assert kind == "refused" and RunTimeCheckError.__name__ in detail
+
+
+def test_integer_resize_whose_nearest_tap_is_excluded_matches_the_reference():
+    case = fz.Case("Resize", [("x", np.arange(64, dtype=np.uint8).reshape(2, 4, 2, 4), False)],
+                   {"sizes": (5, -1, -1, 5), "scales": (2.5, 1.0, 1.0, 1.25), "roi": (), "mode": "nearest",
+                    "coordinate_transformation_mode": "half_pixel_symmetric", "nearest_mode": "ceil",
+                    "exclude_outside": 1, "antialias": 0, "extrapolation_value": -1.5})
+    built = fz.build(case, "r")
+    kind, detail = fz.native_runner(None)([built])
+    assert kind == "outputs", detail
+    np.testing.assert_array_equal(next(iter(detail.values())), built.ref[0])
+
+
+@pytest.mark.parametrize("case", [
+    fz.Case("Resize", [("x", np.zeros((0, 3), np.float32), False)], {"sizes": (4, -1), "scales": (2.0, 1.0)}),
+    fz.Case("Resize", [("x", np.zeros((4, 3), np.float32), False)], {"sizes": (0, -1), "scales": (0.5, 1.0)}),
+    fz.Case("ConvTranspose", [("x", np.zeros((1, 2, 0), np.float32), False), ("w", np.zeros((2, 1, 3), np.float32), True)],
+            {"strides": (2,), "pads": (0, 0), "dilations": (1,), "output_padding": (1,)}),
+], ids=["resize_from_empty", "resize_to_empty", "conv_transpose_of_empty"])
+def test_resampling_an_empty_axis_is_refused_by_the_verifier(case):
+    """The reference's taps and ConvTranspose's output size count from an input position that does not exist."""
+    assert fz.build(case, "e") is None
