@@ -2,7 +2,8 @@
 input elements (ConvTranspose's taps, Resize's interpolation taps, a line of a reduction or scan).
 
 Each entry of :data:`PER_ELEMENT` turns (attributes, input types, output types) into
-``value(builder, output index per dimension, input pointers) -> element``: the CPU kernel runs it in
+``value(builder, output index per dimension, input pointers) -> element`` (an op with
+``OpDef.run_time_check`` gets the model's fault word after its inputs): the CPU kernel runs it in
 a loop nest over the output, the NVPTX kernel once per thread. Taps that fall outside the input
 read a clamped index and are masked with ``select``, so no branch depends on the data. Tables known
 at compile time (Resize's indices and weights) are internal constant globals of the module.
@@ -226,19 +227,25 @@ def trilu(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> 
 
 
 def gather_elements(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> Value:
-    """An index outside [-n, n) reads element 0 of its line (the reference refuses it)."""
+    """An index outside [-n, n) is refused as the reference refuses it (OpDef.run_time_check): the
+    element reads nothing, is 0, and sets the fault word (``ptrs[2]``)."""
     data, ind = tuple(ins[0].shape), tuple(ins[1].shape)
     axis = a["axis"] % len(data)
     dst, ist = h.contiguous_strides(data), h.contiguous_strides(ind)
     n = data[axis]
+    zero = h.const(h.LLTYPE[outs[0].dtype], 0)
 
     def value(b, idx, ptrs):
         j = h.load(b, ptrs[1], h.linear(b, idx, ist))
         j = b.sext(j, h.I64) if j.type != h.I64 else j
         j = b.select(b.icmp_signed("<", j, h.i64(0)), b.add(j, h.i64(n)), j)
-        j = b.select(b.icmp_unsigned("<", j, h.i64(n)), j, h.i64(0))
-        pos = [j if d == axis else idx[d] for d in range(len(data))]
-        return h.load(b, ptrs[0], h.linear(b, pos, dst))
+        inside = b.icmp_unsigned("<", j, h.i64(n))
+        with b.if_then(b.not_(inside)):
+            h.store(b, ir.Constant(h.I32, 1), ptrs[2], 0)
+        if n == 0:
+            return zero  # an empty axis: every index is outside it, and there is nothing to read
+        pos = [b.select(inside, j, h.i64(0)) if d == axis else idx[d] for d in range(len(data))]
+        return b.select(inside, h.load(b, ptrs[0], h.linear(b, pos, dst)), zero)
 
     return value
 
@@ -338,8 +345,12 @@ def arg_extreme(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType
         with h.for_range(b, shape[axis], start=1, name="j") as j:
             x = h.load(b, ptrs[0], b.add(base, b.mul(j, h.i64(st[axis]))))
             cur = b.load(best_slot)
-            if dtype.is_float:
-                better = b.fcmp_ordered(pred, x, cur)
+            if dtype.is_float:  # NaN is the extreme, as in the reference (NumPy): first or last NaN wins
+                x_nan, cur_nan = b.fcmp_unordered("uno", x, x), b.fcmp_unordered("uno", cur, cur)
+                if a["select_last_index"]:
+                    better = b.or_(x_nan, b.and_(b.not_(cur_nan), b.fcmp_ordered(pred, x, cur)))
+                else:
+                    better = b.and_(b.not_(cur_nan), b.or_(x_nan, b.fcmp_ordered(pred, x, cur)))
             else:
                 better = (b.icmp_signed if signed else b.icmp_unsigned)(pred, x, cur)
             b.store(b.select(better, x, cur), best_slot)

@@ -253,8 +253,14 @@ def mark_pointer_args(fn: ir.Function, noalias: Sequence[bool], align: int = ALI
 
 # ------------------------------------------------------------------------------- accumulators ---
 def entry_alloca(b: ir.IRBuilder, ty: ir.Type, name: str = "acc") -> ir.Value:
-    """A stack slot in the entry block (where SROA promotes it to a register)."""
+    """A stack slot in the entry block (where SROA promotes it to a register).
+
+    When ``b`` is itself in the entry block the slot goes where ``b`` stands: an instruction put
+    at the block's start by another builder would shift ``b``'s insertion point (llvmlite keeps
+    it as an index), and ``b``'s next instructions would land out of order."""
     entry = b.function.entry_basic_block
+    if b.block is entry:
+        return b.alloca(ty, name=name)
     tmp = ir.IRBuilder(entry)
     tmp.position_at_start(entry)
     return tmp.alloca(ty, name=name)

@@ -41,6 +41,8 @@ def _gather_elements(xs, a):
     axis = norm_axis("GatherElements", a["axis"], data.ndim)
     n = data.shape[axis]
     require(bool(np.all((idx >= -n) & (idx < n))), f"GatherElements: an index is outside [-{n}, {n})")
+    # indices may be smaller than data off the axis (ONNX); take_along_axis would broadcast them instead
+    data = data[tuple(slice(None) if k == axis else slice(0, m) for k, m in enumerate(idx.shape))]
     return [np.take_along_axis(data, np.where(idx < 0, idx + n, idx).astype(np.int64), axis=axis)]
 
 
@@ -56,9 +58,10 @@ def _cumsum(xs, a):
     x = xs[0]
     axis = norm_axis("CumSum", a["axis"], x.ndim)
     y = np.flip(x, axis) if a["reverse"] else x
+    if a["exclusive"]:  # the sum of the elements before: shifted in, not subtracted (inf - inf is NaN)
+        widths = [(1, 0) if k == axis else (0, 0) for k in range(y.ndim)]
+        y = np.pad(y, widths)[tuple(slice(0, -1) if k == axis else slice(None) for k in range(y.ndim))]
     acc = np.cumsum(y.astype(np.float64 if x.dtype.kind == "f" else np.int64), axis=axis)
-    if a["exclusive"]:
-        acc = acc - y
     return [(np.flip(acc, axis) if a["reverse"] else acc).astype(x.dtype)]
 
 
@@ -66,7 +69,7 @@ register(
     OpDef("Trilu", _trilu_infer, _trilu, attrs={"upper": AttrSpec(I, 1), "k": AttrSpec(I, 0)}, flops=no_flops,
           doc="the upper (or lower) triangle of the last two dims from diagonal k; the rest 0"),
     OpDef("GatherElements", _gather_elements_infer, _gather_elements, attrs={"axis": AttrSpec(I, 0)},
-          min_inputs=2, max_inputs=2, flops=no_flops, same_as_onnx=True),
+          min_inputs=2, max_inputs=2, flops=no_flops, same_as_onnx=True, run_time_check=True),
     OpDef("CumSum", _cumsum_infer, _cumsum, attrs={"axis": AttrSpec(I), "exclusive": AttrSpec(I, 0),
                                                    "reverse": AttrSpec(I, 0)}),
 )

@@ -376,6 +376,37 @@ def gather(rng: Rng) -> Case:
     return Case("Gather", [xin, operand(idx.astype(pick(rng, [np.int64, np.int32])), rng, 0.3)], {"axis": axis})
 
 
+def gather_elements(rng: Rng) -> Case:
+    xin = x(rng, ANY, 1)
+    shp = xin[1].shape
+    axis = int(rng.integers(-len(shp), len(shp)))
+    d = shp[axis]
+    ishape = tuple(int(rng.integers(0, n + 1)) if k != axis % len(shp) else dim(rng) for k, n in enumerate(shp))
+    lo, hi = (-d, d) if rng.random() < 0.85 else (-d - 2, d + 2)
+    idx = rng.integers(lo, hi, ishape) if hi > lo else np.zeros(ishape, np.int64)
+    return Case("GatherElements", [xin, operand(idx.astype(pick(rng, [np.int64, np.int32])), rng, 0.3)], {"axis": axis})
+
+
+def arg(op: str) -> Callable[[Rng], Case]:
+    def gen(rng: Rng) -> Case:
+        xin = x(rng, NUMBERS, 1, 4)
+        r = xin[1].ndim
+        return Case(op, [xin], {"axis": int(rng.integers(-r, r)), "keepdims": int(rng.integers(0, 2)),
+                                "select_last_index": int(rng.integers(0, 2))})
+    return gen
+
+
+def cumsum(rng: Rng) -> Case:
+    xin = x(rng, NUMBERS, 1, 4)
+    r = xin[1].ndim
+    return Case("CumSum", [xin], {"axis": int(rng.integers(-r, r)), "exclusive": int(rng.integers(0, 2)),
+                                  "reverse": int(rng.integers(0, 2))})
+
+
+def trilu(rng: Rng) -> Case:
+    return Case("Trilu", [x(rng, ANY, 2, 4)], {"upper": int(rng.integers(0, 2)), "k": int(rng.integers(-4, 5))})
+
+
 def shape_op(rng: Rng) -> Case:
     return Case("Shape", [x(rng, ANY)])
 
@@ -479,7 +510,9 @@ GENERATORS: dict[str, Callable[[Rng], Case]] = {
                                  "LessOrEqual")},
     **{op: variadic(op) for op in ("Max", "Min", "Sum", "Mean")},
     "Where": where, "Cast": cast,
-    **{op: reduce(op) for op in ("ReduceMax", "ReduceMean", "ReduceSum")},
+    **{op: reduce(op) for op in ("ReduceMax", "ReduceMean", "ReduceSum", "ReduceMin", "ReduceProd")},
+    "ArgMax": arg("ArgMax"), "ArgMin": arg("ArgMin"), "CumSum": cumsum, "Trilu": trilu,
+    "GatherElements": gather_elements,
     "Softmax": axis_op("Softmax"), "LogSoftmax": axis_op("LogSoftmax"),
     "LayerNormalization": layer_norm, "BatchNormalization": batch_norm, "LRN": lrn,
     "Conv": conv, "ConvTranspose": conv_transpose, "Resize": resize, "MaxPool": pool("MaxPool"), "AveragePool": pool("AveragePool"), "GlobalAveragePool": global_pool,

@@ -147,3 +147,31 @@ def test_integer_resize_whose_nearest_tap_is_excluded_matches_the_reference():
 def test_resampling_an_empty_axis_is_refused_by_the_verifier(case):
     """The reference's taps and ConvTranspose's output size count from an input position that does not exist."""
     assert fz.build(case, "e") is None
+
+
+def test_gather_elements_refuses_indices_outside_the_axis_and_reads_a_smaller_index_box():
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    case = fz.Case("GatherElements", [("x", data, False), ("i", np.array([[2, -1], [0, 1]]), False)], {"axis": 0})
+    np.testing.assert_array_equal(_native(case), np.array([[8, 9], [0, 5]], np.float32))  # data[idx[i, j], j]
+    for bad, shape, axis in (([[3, 0]], (3, 4), 0), ([[0]], (3, 0), 1)):
+        built = fz.build(fz.Case("GatherElements", [("x", np.zeros(shape, np.float32), False),
+                                                    ("i", np.array(bad), False)], {"axis": axis}), "g")
+        assert built.ref is None
+        kind, detail = fz.native_runner(None)([built])
+        assert kind == "refused" and RunTimeCheckError.__name__ in detail
+
+
+def test_exclusive_cumsum_past_an_infinity_and_argmax_of_nan():
+    x = np.array([np.inf, 1.0, 2.0], np.float32)
+    got = _native(fz.Case("CumSum", [("x", x, False)], {"axis": 0, "exclusive": 1}))
+    np.testing.assert_array_equal(got, np.array([0, np.inf, np.inf], np.float32))
+    y = np.array([[1.0, np.nan, 3.0, np.nan]], np.float32)
+    for last, want in ((0, 1), (1, 3)):
+        got = _native(fz.Case("ArgMax", [("x", y, False)], {"axis": 1, "keepdims": 0, "select_last_index": last}))
+        assert got.tolist() == [want]
+
+
+def test_a_reduction_to_a_scalar_compiles():
+    """Its accumulator slot was put at the entry block's start, which shifted the builder: invalid IR."""
+    got = _native(fz.Case("ReduceMin", [("x", np.array([[3], [1], [2]], np.uint8), False)], {"axes": (0, 1), "keepdims": 0}))
+    assert got.tolist() == 1

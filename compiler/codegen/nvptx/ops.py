@@ -211,7 +211,8 @@ def shape_op(ctx: OpContext) -> list[Loop]:
 def per_element(ctx: OpContext) -> list[Loop]:
     """The element code both backends share (``codegen/gathers``), one thread per output element."""
     value = PER_ELEMENT[ctx.node_op](ctx.attrs, ctx.in_types, ctx.out_types)
-    return [store_at(ctx, 0, lambda b, idx: value(b, idx, ctx.ins))]
+    ptrs = list(ctx.ins) + ([ctx.fault] if ctx.fault is not None else [])
+    return [store_at(ctx, 0, lambda b, idx: value(b, idx, ptrs))]
 
 
 EMITTERS: Mapping[str, Emit] = {

@@ -14,4 +14,5 @@ def emit_per_element(ctx: KernelContext) -> None:
     shape = ctx.out_shape
     strides = h.contiguous_strides(shape)
     with h.loop_nest(ctx.b, shape) as idx:
-        h.store(ctx.b, value(ctx.b, list(idx), ctx.ins), ctx.outs[0], h.linear(ctx.b, idx, strides))
+        ptrs = list(ctx.ins) + ([ctx.fault] if ctx.fault is not None else [])
+        h.store(ctx.b, value(ctx.b, list(idx), ptrs), ctx.outs[0], h.linear(ctx.b, idx, strides))
