@@ -6,7 +6,10 @@
     }
     data fc.weight "<base64 of the little-endian bytes>"
 
-Floats print with ``repr`` (shortest exact round-trip). ``print_graph(g, data=False)`` omits the
+Floats print with ``repr`` (shortest exact round-trip), except a float that is exactly a float32 (a
+quantization scale, an ONNX attribute) whose float32 shortest form is shorter: that form marked
+``f`` (``0.002430162f`` rather than ``0.00243016192689538``); the reader rounds it to float32,
+which gives back the same bits. ``print_graph(g, data=False)`` omits the
 data section; ``parse_graph(text, constants=...)`` then takes the arrays from elsewhere (a bundle).
 """
 
@@ -30,6 +33,7 @@ from .types import Batch, TensorType
 
 _BARE = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./\-]*$")
 _KEYWORDS = {"graph", "const", "data", "inf", "nan", "N"}
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _name(s: str) -> str:
@@ -37,7 +41,20 @@ def _name(s: str) -> str:
 
 
 def _float(x: float) -> str:
-    return "nan" if math.isnan(x) else repr(x)
+    if math.isnan(x):
+        return "nan"
+    text = repr(x)
+    if abs(x) <= _F32_MAX and float(np.float32(x)) == x:
+        short = str(np.float32(x)) + "f"
+        if len(short) < len(text) and _number(short) == x:
+            return short
+    return text
+
+
+def _number(token: str) -> float:
+    """A float token's value: one marked ``f`` is the float32 nearest its decimal."""
+    marked = token.endswith("f") and not token.endswith("inf")
+    return float(np.float32(float(token[:-1]))) if marked else float(token)
 
 
 def _attr(kind: AttrKind, value) -> str:
@@ -78,7 +95,7 @@ def print_graph(graph: Graph, data: bool = True) -> str:
 _TOKEN = re.compile(
     r"""\s*(?:
     (?P<str>"[^"\\]*(?:\\.[^"\\]*)*")
-  | (?P<num>-?(?:(?:inf|nan)(?![A-Za-z0-9_./\-])|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?))
+  | (?P<num>-?(?:(?:inf|nan)(?![A-Za-z0-9_./\-])|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?f?))
   | (?P<name>[A-Za-z_/][A-Za-z0-9_./\-]*)
   | (?P<punct>->|[()\[\]{},:=@])
   )""",
@@ -178,7 +195,7 @@ class _Tokens:
             if not re.fullmatch(r"-?\d+", val):
                 raise ParseError(f"line {line}: expected an integer, got {val!r}")
             return int(val)
-        return float(val)
+        return _number(val)
 
     def attr_value(self, kind: AttrKind):
         if kind in (AttrKind.INTS, AttrKind.FLOATS):

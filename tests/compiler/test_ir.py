@@ -279,6 +279,33 @@ def test_float_list_attributes_round_trip():
     assert math.isnan(parsed[0])
 
 
+def test_float32_values_print_short_and_read_back_bit_exactly():
+    """Per-channel scales are float32: their shortest float32 form, marked f, not 17 double digits."""
+    scale = float(np.float32(0.0024301619))
+    assert _attr(AttrKind.FLOATS, (scale, 0.5, 0.1)) == "[0.002430162f,0.5,0.1]"
+    assert _Tokens("0.002430162f").attr_value(AttrKind.FLOAT) == scale == 0.00243016192689538
+    assert _Tokens("0.002430162").attr_value(AttrKind.FLOAT) == 0.002430162 != scale
+    assert _attr(AttrKind.FLOAT, float(np.float32(0.1))) == "0.1f"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=8))
+def test_any_float32_list_round_trips_bit_exactly(values):
+    values = tuple(values)
+    text = _attr(AttrKind.FLOATS, values)
+    back = _Tokens(text).attr_value(AttrKind.FLOATS)
+    assert np.array_equal(np.array(back).view(np.uint64), np.array(values).view(np.uint64))
+    assert all(len(v) <= 16 for v in text.strip("[]").split(","))
+
+
+@pytest.mark.parametrize("text", ["Flatten @y (x) {axis=1f}", "Flatten @y (x) {axis=-1f}"])
+def test_float32_mark_is_not_an_integer(text):
+    with pytest.raises(ParseError):
+        parse_graph(HEAD + f"  y: f32[N,3] = {text}\n}}")
+    with pytest.raises(ParseError):
+        parse_graph('graph "g" (x: f32[3f]) -> (x) {}')
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.text(min_size=1, max_size=12), st.text(min_size=1, max_size=12), st.floats(), st.integers(1, 9))
 def test_any_name_and_float_round_trip(a, b, alpha, factor):
