@@ -91,6 +91,35 @@ def test_driver_path_on_a_fake_libcuda(fake_libcuda, monkeypatch):
     assert lib.fake_live_allocations() == 0
 
 
+def test_an_index_outside_its_axis_is_refused_on_a_fake_libcuda(fake_libcuda, monkeypatch):
+    """The fault word the Gather kernel sets is read back after the run (and cleared)."""
+    from cuvil.compiler import DType, TensorType
+    from cuvil.compiler.errors import RunTimeCheckError
+    from cuvil.compiler.frontends.builder import GraphBuilder
+    from tests.compiler.codegen.gpu_sim import SimulatedGpu
+
+    monkeypatch.setattr(cuda, "LIBCUDA_NAMES", (str(fake_libcuda),))
+    lib = ctypes.CDLL(str(fake_libcuda))
+    gb = GraphBuilder("g")
+    data, idx = gb.input("data", TensorType(DType.F32, (2, 3))), gb.input("idx", TensorType(DType.I64, (2,)))
+    model = CudaModel(gb.build([gb.add1("Gather", [data, idx], axis=1)]), "jetson-orin")
+    sim = SimulatedGpu(model.program)
+    nargs = {la.kernel: len(la.args) for la in model.program.launches}
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p))
+    def on_launch(name, grid, block, params):
+        kernel = name.decode()
+        sim.launch(kernel, [ctypes.c_uint64.from_address(params[i]).value for i in range(nargs[kernel])])
+
+    lib.fake_set_callback(on_launch)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with pytest.raises(RunTimeCheckError):
+        model.run({"data": x, "idx": np.array([0, 3])})
+    (got,) = model.run({"data": x, "idx": np.array([-1, 0])}).values()
+    np.testing.assert_array_equal(got, np.array([[2, 0], [5, 3]], np.float32))
+    model.close()
+
+
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
