@@ -35,7 +35,10 @@ class TrainRequest:
         names = {f.name for f in fields(DpSgdConfig)}
         dp = DpSgdConfig(**{k[len(PREFIX):].replace("-", "_"): v for k, v in cfg.items()
                             if k.startswith(PREFIX) and k[len(PREFIX):].replace("-", "_") in names})
-        return cls(str(cfg["bundle-hash"]), str(cfg["release-id"]), dp, float(cfg.get("dp-epsilon", 0.0)))
+        try:
+            return cls(str(cfg["bundle-hash"]), str(cfg["release-id"]), dp, float(cfg.get("dp-epsilon", 0.0)))
+        except (KeyError, TypeError, ValueError):
+            raise TrainingError("a train request needs bundle-hash, release-id and a numeric dp-epsilon") from None
 
 
 def config_key(name: str) -> str:

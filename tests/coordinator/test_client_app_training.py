@@ -89,6 +89,16 @@ def test_hostile_dp_sgd_parameters_are_refused_before_anything_is_charged(world,
     assert device[2].ledger().releases(device[2].dataset_name) == 0
 
 
+def test_a_malformed_train_request_is_a_typed_refusal_not_an_internal_error(world, device):
+    app, ctx, state = device
+    v1 = world[2]
+    for cfg in ({"bundle-hash": v1.content_hash, **config_keys(DP)},  # no release-id
+                {"bundle-hash": v1.content_hash, "release-id": "t-e", "dp-epsilon": "lots", **config_keys(DP)}):
+        reply = app(Message(messages.train_request(cfg, v1.data), 7, messages.TRAIN), ctx)
+        assert _refusal(reply) == (Code.CANNOT_TRAIN, "CANNOT_TRAIN: cannot_train")
+    assert state.ledger().releases(state.dataset_name) == 0
+
+
 def test_a_bundle_from_an_untrusted_signer_or_under_another_hash_is_refused(world, device):
     v1, v2, forged = world[2], world[3], world[4]
     assert _refusal(_train(device, forged))[0] == Code.SIGNATURE_REJECTED
