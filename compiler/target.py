@@ -49,6 +49,7 @@ class Target:
         if self.tuning is None:
             object.__setattr__(self, "tuning", default_tuning(self.triple, self.cpu, self.vector_bits))
     conv_choices: tuple[tuple[Geometry, ConvChoice], ...] = ()  # measured on the device; else the cost model
+    threads: int = 1  # threads one inference runs on (the code's split is decided per layer at compile time)
 
     @property
     def feature_string(self) -> str:

@@ -48,6 +48,9 @@ class Tuning:
     autotune: bool = True  # time conv candidates on the device at compile time (cuvil compile --tune)
     autotune_fraction: float = 0.5  # tuning may add at most this fraction of the untuned compile time
     autotune_budget_s: float = 2.0  # and never more than this many seconds
+    max_threads: int = 8  # the default thread count: the device's cores, at most this many
+    parallel_min_macs: int = 400_000  # a layer is split over threads only from this many multiply-adds per part
+    pool_spin: int = 4096  # pause rounds a waiting worker or caller spins before it sleeps on a futex
 
     def replace(self, **changes: Any) -> Tuning:
         return dataclasses.replace(self, **changes)
@@ -58,6 +61,7 @@ FIELDS: Mapping[str, type] = {f.name: f.type for f in dataclasses.fields(Tuning)
 BOUNDS: Mapping[str, tuple[int, int]] = {
     "vector_registers": (8, 64), "reserved_registers": (0, 4), "winograd_f4": (2, 4), "rows_channel_block": (1, 4096),
     "rows_prefetch_locality": (0, 3), "rows_prefetch_blocks": (0, 64), "pack_min_row_blocks": (0, 1 << 20),
+    "max_threads": (1, 64), "pool_spin": (0, 1 << 24),
 }
 """Integer fields with a narrower range than 0..2^40 (code generation needs them there)."""
 CHOICES: Mapping[str, tuple[int, ...]] = {"winograd_f4": (2, 4)}

@@ -118,6 +118,9 @@ class LoadedCode:
     address: int  # void entry(i8* arena, i8* weights)
     bind: int  # void entry_bind(i8* arena, i8* weights)
     bound: int  # void entry_bound(void)
+    start: int = 0  # void entry_start(void): create the worker threads (none at one thread)
+    stop: int = 0  # void entry_stop(void): join them
+    detach: int = 0  # void entry_detach(void): forget them (a forked child)
 
 
 def global_symbols(obj: bytes) -> tuple[set[str], set[str]]:
@@ -168,7 +171,7 @@ def request_amx() -> None:
 def load_object(obj: bytes | list[bytes], entry: str, target: Target) -> LoadedCode:
     """Load host object file(s) into an MCJIT engine of its own (it links them); return the entry points."""
     objs = [obj] if isinstance(obj, bytes) else obj
-    got = load_functions(objs, [entry, f"{entry}_bind", f"{entry}_bound"], target)
+    got = load_functions(objs, [entry] + [f"{entry}_{n}" for n in ("bind", "bound", "start", "stop", "detach")], target)
     if not all(got.addresses):
         raise CompileError(f"entry point {entry!r} not found in the compiled object")
     return LoadedCode(got.engine, *got.addresses)

@@ -7,13 +7,17 @@ and outputs are returned as copies. The arena and weights pointers are handed to
 (``_bind``), so each inference is one argument-free native call, which releases the GIL.
 One arena means one ``run`` at a time: a lock serializes threads that share a session (unguarded,
 two threads gave wrong outputs), and distinct sessions still run in parallel.
+Code compiled for several threads gets its workers here, once: the session starts them after
+binding and joins them when it is closed or collected (a forked child forgets its parent's).
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -42,6 +46,25 @@ class CompileStats:
     cache_ms: float = 0.0  # computing the key and reading (and checking) the cache entry
     tune_ms: float = 0.0  # on-device autotuning (part of lower_ms)
     tuned_layers: int = 0  # conv layers whose measured choice replaced the cost model's
+
+
+def _join(stop, *keep_alive) -> None:
+    """Join a session's workers; ``keep_alive``: the code and memory they use, held until then."""
+    stop()
+
+
+_THREADED: weakref.WeakSet = weakref.WeakSet()
+
+
+def _forget_workers() -> None:
+    """In a forked child: the parent's workers do not exist here, so the parts run on this thread."""
+    for session in list(_THREADED):
+        session._detach()
+        session._stop.detach()
+        session._lock = threading.Lock()  # the parent may have held it while forking
+
+
+os.register_at_fork(after_in_child=_forget_workers)
 
 
 def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:
@@ -94,6 +117,19 @@ class Session:
         if fault is not None and not 0 <= fault <= len(self._arena) - 4:
             raise ValueError(f"the fault word at {fault} is outside the arena")
         self._fault = None if fault is None else ctypes.c_int32.from_address(self._arena_ptr + fault)
+        self.threads = lowered.target.threads
+        self._stop: weakref.finalize | None = None
+        if self.threads > 1 and code.start:
+            _BOUND(code.start)()
+            self._stop = weakref.finalize(self, _join, _BOUND(code.stop), code, self._arena, self._weights)
+            self._detach = _BOUND(code.detach)
+            _THREADED.add(self)
+
+    def close(self) -> None:
+        """Join the worker threads now (a later ``run`` runs every part on the calling thread)."""
+        if self._stop is not None:
+            with self._lock:
+                self._stop()
 
     @property
     def memory_plan(self) -> MemoryPlan:

@@ -8,6 +8,7 @@ once. Everything here is pure Python (``llvmlite.ir``); native compilation is th
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import re
@@ -30,6 +31,8 @@ from ..passes.pipeline import optimize as optimize_graph
 from ..target import Target
 from . import irhelpers as h
 from .cpu.kernels import KERNELS, KernelContext, KernelDef, KernelKey
+from .cpu.kernels.split import SPLITTERS, Part, slice_constant
+from .cpu.pool import Pool, check_threads
 
 @dataclass(frozen=True)
 class IOSpec:
@@ -61,6 +64,12 @@ class LoweredModel:
     profile_offset: int | None = None  # arena offset of one u64 cycle counter per profiled node
     profile_nodes: tuple[str, ...] = ()
     fault_offset: int | None = None  # arena offset of the i32 a run-time check sets (OpDef.run_time_check)
+    worker_scratch: tuple[tuple[str, int, int, int], ...] = ()  # (node, part, first byte, end) of split layers
+    split_nodes: int = 0  # layers whose work is shared by the threads
+
+    @property
+    def threads(self) -> int:
+        return self.target.threads
 
 
 class WeightBlock:
@@ -100,6 +109,9 @@ class _Lowering:
         if any(get_op(n.op).run_time_check for n in graph.nodes):
             self.fault_offset, self.scratch_offset = self.scratch_offset, self.scratch_offset + h.ALIGN
         self.scratch_bytes = 0
+        self.worker_scratch: list[tuple[str, int, int, int]] = []
+        self.split_nodes = 0
+        self.pool: Pool | None = None
 
     def new_function(self, name: str, args: list[ir.Type], internal: bool) -> ir.Function:
         fn = ir.Function(self.module, ir.FunctionType(h.VOID, args), name=name)
@@ -130,7 +142,9 @@ class _Lowering:
 
     def run(self, entry_name: str) -> None:
         entry = self.new_function(entry_name, [h.I8P, h.I8P], internal=False)
+        self.entry_name = entry_name
         self.bound_entry(entry)
+        self.pool = Pool(self.module, entry_name, self.target, self.attrs)
         b = ir.IRBuilder(entry.append_basic_block("entry"))
         arena, weights = entry.args
         missing: dict[str, list[str]] = {}
@@ -164,8 +178,13 @@ class _Lowering:
         packed: list[str | None] = [None] * len(node.inputs)
         args: list[ir.Value | None] = []
         out_ranges = [self._range(o) for o in node.outputs]
+        splitter = SPLITTERS.get(node.op)
+        parts = splitter(self.pack_key(node, in_types, out_types), self.target) if splitter else None
         for i, name in enumerate(node.inputs):
             t = in_types[i]
+            if name in g.constants and parts:
+                args.append(None)  # each part packs its own slice
+                continue
             if name in g.constants:
                 arr = g.constants[name]
                 if kd.scalars and arr.size == 1:
@@ -195,6 +214,9 @@ class _Lowering:
                 args.append(None)
                 continue
             args.append(h.byte_ptr(b, arena, lo, h.LLTYPE[t.dtype]))
+        if parts:
+            self.lower_parts(b, node, kd, parts, tuple(alias), out_ranges[0][0], arena, weights)
+            return
         key = KernelKey(node.op, node.attrs, in_types, out_types, tuple(alias), tuple(scalars), tuple(packed))
         fn = self.kernels.get(key) or self.emit_kernel(key, kd)
         outs = [h.byte_ptr(b, arena, lo, h.LLTYPE[t.dtype]) for (lo, _), t in zip(out_ranges, out_types)]
@@ -212,19 +234,71 @@ class _Lowering:
             self.profiled.append(node.name)
             self.pending.append((slot, t0, h.cycle_counter(b)))
 
+    def lower_parts(self, b: ir.IRBuilder, node: Node, kd: KernelDef, parts: list[Part], alias: tuple,
+                    out_at: int, arena: ir.Value, weights: ir.Value) -> None:
+        """One job for the pool: part p's kernel on its slices, each part with scratch of its own."""
+        # external, named after the entry: the parallel native compiler keeps it with the entry points
+        job = self.new_function(f"{self.entry_name}_j{self.split_nodes}", [h.I8P, h.I8P, h.I32], internal=False)
+        self.split_nodes += 1
+        jb = ir.IRBuilder(job.append_basic_block("entry"))
+        j_arena, j_weights, which = job.args
+        done = job.append_basic_block("done")
+        switch = jb.switch(which, done)
+        oc = self.g.types[node.outputs[0]].shape[1]
+        for p, part in enumerate(parts):
+            blk = job.append_basic_block(f"part{p}")
+            switch.add_case(ir.Constant(h.I32, p), blk)
+            jb.position_at_end(blk)
+            key = dataclasses.replace(part.key, alias=alias)
+            args, packed = [], list(key.packed)
+            for i, name in enumerate(node.inputs):
+                t = key.in_types[i]
+                if name in self.g.constants:
+                    layout, arr = None, slice_constant(self.g.constants[name], part, oc)
+                    got = kd.pack(part.key, i, arr, part.target) if kd.pack is not None else None
+                    if got is not None:
+                        layout, arr = got
+                    packed[i] = layout
+                    at = self.weights.add((f"{name}#{part.rows[0]}:{part.rows[1]}", layout), arr)
+                    args.append(h.byte_ptr(jb, j_weights, at, h.LLTYPE[t.dtype]))
+                elif alias[i] is None:
+                    args.append(h.byte_ptr(jb, j_arena, self._range(name)[0] + part.byte_offsets[i], h.LLTYPE[t.dtype]))
+            key = dataclasses.replace(key, packed=tuple(packed))
+            choice = part.target.conv_choices
+            fn = self.kernels.get((key, choice)) or self.emit_kernel(key, kd, part.target, cache=(key, choice))
+            out = h.byte_ptr(jb, j_arena, out_at + part.out_offset, h.LLTYPE[key.out_types[0].dtype])
+            extra = []
+            if kd.scratch is not None:
+                size = -(-kd.scratch(key, part.target) // h.ALIGN) * h.ALIGN
+                self.scratch_bytes = max(self.scratch_bytes, size * len(parts))
+                lo = self.scratch_offset + p * size
+                self.worker_scratch.append((node.name, p, lo, lo + size))
+                extra.append(h.byte_ptr(jb, j_arena, lo, h.I8))
+            if get_op(key.op).run_time_check:
+                extra.append(h.byte_ptr(jb, j_arena, self.fault_offset, h.I32))
+            jb.call(fn, [out] + args + extra)
+            jb.branch(done)
+        jb.position_at_end(done)
+        jb.ret_void()
+        t0 = h.cycle_counter(b) if self.profile else None
+        b.call(self.pool.par, [job, arena, weights, ir.Constant(h.I32, len(parts))])
+        if self.profile:
+            self.pending.append((len(self.profiled), t0, h.cycle_counter(b)))
+            self.profiled.append(node.name)
+
     def pack_key(self, node: Node, in_types, out_types) -> KernelKey:
         """The key packers see: ``packed[i] == "const"`` marks every constant input."""
         consts = tuple("const" if n in self.g.constants else None for n in node.inputs)
         return KernelKey(node.op, node.attrs, in_types, out_types, (), (), consts)
 
-    def emit_kernel(self, key: KernelKey, kd: KernelDef) -> ir.Function:
+    def emit_kernel(self, key: KernelKey, kd: KernelDef, target: Target | None = None, cache=None) -> ir.Function:
         out_tys = [h.LLTYPE[t.dtype].as_pointer() for t in key.out_types]
         passed = [i for i in range(len(key.in_types)) if key.alias[i] is None and i not in dict(key.scalars)]
         in_tys = [h.LLTYPE[key.in_types[i].dtype].as_pointer() for i in passed]
         checks = get_op(key.op).run_time_check
         extra = ([h.I8P] if kd.scratch is not None else []) + ([h.I32.as_pointer()] if checks else [])
         fn = self.new_function(f"k{len(self.kernels)}_{key.op}", out_tys + in_tys + extra, internal=True)
-        self.kernels[key] = fn
+        self.kernels[key if cache is None else cache] = fn
         if not self.emit:
             return fn  # a declaration is enough when only weights, plan and sizes are wanted
         b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -239,7 +313,7 @@ class _Lowering:
         rest = list(fn.args[len(out_tys) + len(in_tys):])
         scratch = rest.pop(0) if kd.scratch is not None else None
         fault = rest.pop(0) if checks else None
-        kd.emit(KernelContext(b, self.target, key, ins, outs, scratch, fault))
+        kd.emit(KernelContext(b, target or self.target, key, ins, outs, scratch, fault))
         b.ret_void()
         return fn
 
@@ -259,6 +333,7 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
     lower it for (an on-device tuner fixes conv choices there).
     """
     check_graph(graph, batch)  # a LimitError before any work the graph asks for
+    check_threads(target)
     with _no_cycle_collection():
         return _lower(graph, target, batch, optimize, emit, profile, retarget)
 
@@ -296,6 +371,7 @@ def _lower(graph: Graph, target: Target, batch: int, optimize: bool, emit: bool,
         inputs=tuple(spec(v) for v in g.inputs), outputs=tuple(spec(v) for v in g.outputs),
         kernel_count=len(low.kernels), target=target, batch=batch, node_count=len(g.nodes),
         profile_offset=low.profile_offset, profile_nodes=tuple(low.profiled), fault_offset=low.fault_offset,
+        worker_scratch=tuple(low.worker_scratch), split_nodes=low.split_nodes,
     )
 
 

@@ -1,0 +1,110 @@
+"""How a layer is split over threads, decided at compile time from its size.
+
+A packed f32 convolution of batch one is cut into output-channel ranges (whole groups for grouped
+and depthwise convs), each a convolution of its own over the same input: its weights and bias are
+the slice's, its output and residual start at the slice's first channel. Every part keeps the
+method and tile the whole layer got (cost model or tuner), so each output element is computed by
+the same instructions in the same order as at one thread: the answer does not depend on the
+thread count. Ranges are whole vectors of channels, so no part adds a tail the whole layer lacks.
+A layer below ``Tuning.parallel_min_macs`` per part stays on one thread.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ....ir.types import TensorType
+from ....target import Target
+from ..conv.choices import choice_of, with_choices
+from ..conv.plan import conv_plan
+from .conv import geometry
+from .base import KernelKey
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a split layer: its kernel and how its operands are found in the whole layer's."""
+
+    key: KernelKey  # the part's kernel (``packed`` holds "const" for constant inputs)
+    target: Target  # the whole layer's conv choice fixed for the part's geometry
+    byte_offsets: tuple[int, ...]  # per input: added to the arena pointer (constants: unused)
+    out_offset: int  # bytes into the output
+    rows: tuple[int, int]  # the output-channel range of the constant slices
+
+
+def _ranges(units: int, parts: int, unit: int) -> list[tuple[int, int]]:
+    """``parts`` ranges of whole units, sizes differing by at most one unit, in channels."""
+    out, lo = [], 0
+    for p in range(parts):
+        n = units // parts + (p < units % parts)
+        out.append((lo * unit, (lo + n) * unit))
+        lo += n
+    return out
+
+
+def conv_parts(key: KernelKey, target: Target) -> list[Part] | None:
+    """The parts of a conv (``key`` as packers see it), or None when it stays on one thread."""
+    if target.threads < 2 or key.packed[1:2] != ("const",):
+        return None
+    g = geometry(key)
+    if g is None or g["in_shape"][0] != 1:
+        return None
+    n, c, hh, ww = g["in_shape"]
+    oc, cg, kh, kw = g["w_shape"]
+    group = g["group"]
+    geom = (n, c, hh, ww, oc, kh, kw, g["strides"], g["pads"], g["dilations"], group)
+    plan = conv_plan(target, *geom)
+    macs = oc * plan.OH * plan.OW * cg * kh * kw
+    if group == 1:
+        unit = plan.vl
+        units = oc // unit
+        if oc % unit:
+            return None
+    else:
+        unit, units = oc // group, group
+    parts = min(target.threads, units, macs // max(1, target.tuning.parallel_min_macs))
+    if parts < 2:
+        return None
+    choice = choice_of(plan)
+    x_t, out_t = key.in_types[0], key.out_types[0]
+    plane_out = math.prod(out_t.shape[2:]) * out_t.dtype.itemsize
+    plane_in = math.prod(x_t.shape[2:]) * x_t.dtype.itemsize
+    found = []
+    for lo, hi in _ranges(units, parts, unit):
+        m = hi - lo
+        sub_group = 1 if group == 1 else m // unit
+        sub_c = c if group == 1 else sub_group * cg
+        x_off = 0 if group == 1 else (lo // unit) * cg * plane_in
+        attrs = tuple((k, sub_group if k == "group" else v) for k, v in key.attrs)
+        ins, offs = [], []
+        for i, t in enumerate(key.in_types):
+            if i == 0:
+                ins.append(TensorType(t.dtype, (1, sub_c, *t.shape[2:])))
+                offs.append(x_off)
+            elif tuple(t.shape) == tuple(out_t.shape):  # a residual: sliced as the output
+                ins.append(TensorType(t.dtype, (1, m, *t.shape[2:])))
+                offs.append(lo * plane_out)
+            elif key.packed[i] == "const" and t.shape and t.shape[0] == oc:  # weights, bias
+                ins.append(TensorType(t.dtype, (m, *t.shape[1:])))
+                offs.append(0)
+            else:
+                return None
+        outs = (TensorType(out_t.dtype, (1, m, *out_t.shape[2:])),)
+        sub = KernelKey(key.op, attrs, tuple(ins), outs, key.alias, key.scalars, key.packed)
+        sub_geom = (n, sub_c, hh, ww, m, kh, kw, g["strides"], g["pads"], g["dilations"], sub_group)
+        found.append(Part(sub, with_choices(target, {sub_geom: choice}), tuple(offs), lo * plane_out, (lo, hi)))
+    return found
+
+
+def slice_constant(arr: np.ndarray, part: Part, rows_of: int) -> np.ndarray:
+    """The part's rows of a constant whose first dimension is the layer's ``rows_of`` output channels."""
+    lo, hi = part.rows
+    return arr[lo:hi] if arr.ndim and arr.shape[0] == rows_of else arr
+
+
+
+SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts}
+"""op -> how its layers split (ops not named here always run on one thread)."""

@@ -1,0 +1,273 @@
+"""The worker pool, emitted into the model's own module: fixed threads, one static control block.
+
+``<entry>_start()`` creates ``threads - 1`` workers with ``pthread_create`` (the C library the
+process or the emulation harness already links) and ``<entry>_stop()`` joins them; nothing is
+created or allocated per inference. A split layer is one *job* ``void job(i8* arena, i8* weights,
+i32 part)``; ``<entry>_par`` publishes it, runs its own share of the parts and waits for the
+workers. Participant ``i`` of ``live + 1`` runs parts ``i, i + live + 1, ...``: each part's code is
+fixed at compile time, so the answer is the same whoever runs a part (and with no workers at all,
+when the pool was never started, the caller runs every part itself).
+
+Waiting spins (``pause`` / ``yield``) for ``Tuning.pool_spin`` rounds, then sleeps on a futex;
+a sleeper count on each word lets the other side skip the wake-up system call when nobody sleeps.
+Every handshake is a sequentially consistent read-modify-write followed by a load on one side and
+a store or RMW followed by a load on the other, so one of them always sees the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from llvmlite import ir
+
+from ...errors import CompileError
+from ...target import Target
+from ..irhelpers import I8P, I32, I64, VOID, call_named, set_fn_attrs
+
+MAX_THREADS = 64
+FUTEX_SYSCALL: Mapping[str, int] = {"x86_64": 202, "aarch64": 98}
+"""Linux ``SYS_futex`` by architecture (the triple's first part)."""
+_WAIT, _WAKE = 128, 129  # FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE
+_SPIN_HINT: Mapping[str, tuple[str, tuple]] = {"x86_64": ("llvm.x86.sse2.pause", ()), "aarch64": ("llvm.aarch64.hint", (1,))}
+# control block slots (i64 each); the hot words sit on cache lines of their own
+GEN, PENDING, SLEEPERS, MAIN_SLEEPS, STOP, LIVE, JOB, ARENA, WEIGHTS, PARTS, TIDS = 0, 8, 16, 17, 18, 19, 20, 21, 22, 23, 24
+JOB_TYPE = ir.FunctionType(VOID, [I8P, I8P, I32])
+SEQ = "seq_cst"
+
+
+def check_threads(target: Target) -> None:
+    """Refuse a thread count this target's code cannot have (typed, before any lowering)."""
+    n = target.threads
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_THREADS:
+        raise CompileError(f"threads must be an integer from 1 to {MAX_THREADS}, got {n!r}")
+    if n > 1 and target.triple.split("-")[0] not in FUTEX_SYSCALL:
+        raise CompileError(f"multi-threaded code is not available for {target.triple!r}; use threads=1")
+
+
+class Pool:
+    """Emits the control block and the pool's functions for one entry point."""
+
+    def __init__(self, module: ir.Module, entry: str, target: Target, attrs: dict[str, str]):
+        self.module, self.target, self.attrs = module, target, attrs
+        self.arch = target.triple.split("-")[0]
+        self.block = ir.GlobalVariable(module, ir.ArrayType(I64, TIDS + MAX_THREADS), f"{entry}_pool")
+        self.block.linkage = "internal"
+        self.block.align = 64
+        self.block.initializer = ir.Constant(self.block.type.pointee, None)
+        self.par = self._fn(f"{entry}_par", VOID, [JOB_TYPE.as_pointer(), I8P, I8P, I32])
+        if target.threads > 1:
+            self._emit_par()
+            worker = self._worker(f"{entry}_worker")
+        else:
+            self._emit_serial()
+            worker = None
+        self._start(f"{entry}_start", worker)
+        self._stop(f"{entry}_stop", worker is not None)
+        self._detach(f"{entry}_detach")
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _fn(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """External, as the entry points: the parallel native compiler keeps them in the entry's part."""
+        fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+        set_fn_attrs(fn, ["nounwind", "noinline"], self.attrs)
+        return fn
+
+    def _slot(self, b: ir.IRBuilder, i: int, ty: ir.Type = I64) -> ir.Value:
+        p = b.gep(self.block, [ir.Constant(I32, 0), ir.Constant(I32, i)])
+        return p if ty is I64 else b.bitcast(p, ty.as_pointer())
+
+    def _futex(self, b: ir.IRBuilder, word: ir.Value, op: int, val: ir.Value) -> None:
+        fn = self.module.globals.get("syscall") or ir.Function(self.module, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
+        b.call(fn, [ir.Constant(I64, FUTEX_SYSCALL[self.arch]), b.ptrtoint(word, I64), ir.Constant(I64, op),
+                    b.sext(val, I64), ir.Constant(I64, 0)])
+
+    def _hint(self, b: ir.IRBuilder) -> None:
+        name, args = _SPIN_HINT[self.arch]
+        call_named(b, name, VOID, [ir.Constant(I32, a) for a in args])
+
+    def _run_parts(self, b: ir.IRBuilder, first: ir.Value, step: ir.Value, job, arena, weights, parts) -> None:
+        """for (p = first; p < parts; p += step) job(arena, weights, p)"""
+        pre = b.block
+        head, body, done = (b.append_basic_block(n) for n in ("parts.head", "parts.body", "parts.end"))
+        b.branch(head)
+        b.position_at_end(head)
+        p = b.phi(I32)
+        p.add_incoming(first, pre)
+        b.cbranch(b.icmp_signed("<", p, parts), body, done)
+        b.position_at_end(body)
+        b.call(job, [arena, weights, p])
+        p.add_incoming(b.add(p, step), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def _wait(self, b: ir.IRBuilder, word: ir.Value, flag: ir.Value, until_zero: bool, old: ir.Value | None = None) -> ir.Value:
+        """Spin, then sleep, until ``*word`` is 0 (``until_zero``) or differs from ``old``; returns it."""
+        def ready(v):
+            return b.icmp_signed("==", v, ir.Constant(I32, 0)) if until_zero else b.icmp_signed("!=", v, old)
+        pre = b.block
+        spin, hint, sleep, check, nap, out = (b.append_basic_block(n) for n in ("w.spin", "w.hint", "w.sleep", "w.check",
+                                                                                  "w.nap", "w.out"))
+        b.branch(spin)
+        b.position_at_end(spin)
+        i = b.phi(I32)
+        i.add_incoming(ir.Constant(I32, 0), pre)
+        v1 = b.load_atomic(word, "acquire", 4)
+        b.cbranch(ready(v1), out, hint)
+        b.position_at_end(hint)
+        self._hint(b)
+        i.add_incoming(b.add(i, ir.Constant(I32, 1)), hint)
+        b.cbranch(b.icmp_signed("<", i, ir.Constant(I32, self.target.tuning.pool_spin)), spin, sleep)
+        b.position_at_end(sleep)
+        b.atomic_rmw("add", flag, ir.Constant(I32, 1), SEQ)
+        b.branch(check)
+        b.position_at_end(check)
+        v2 = b.load_atomic(word, SEQ, 4)
+        woke = b.append_basic_block("w.woke")
+        b.cbranch(ready(v2), woke, nap)
+        b.position_at_end(nap)
+        self._futex(b, word, _WAIT, v2 if until_zero else old)
+        b.branch(check)
+        b.position_at_end(woke)
+        b.atomic_rmw("sub", flag, ir.Constant(I32, 1), SEQ)
+        b.branch(out)
+        b.position_at_end(out)
+        v = b.phi(I32)
+        v.add_incoming(v1, spin)
+        v.add_incoming(v2, woke)
+        return v
+
+    # -- functions ------------------------------------------------------------------------------
+    def _emit_serial(self) -> None:
+        b = ir.IRBuilder(self.par.append_basic_block("entry"))
+        job, arena, weights, parts = self.par.args
+        self._run_parts(b, ir.Constant(I32, 0), ir.Constant(I32, 1), job, arena, weights, parts)
+        b.ret_void()
+
+    def _emit_par(self) -> None:
+        b = ir.IRBuilder(self.par.append_basic_block("entry"))
+        job, arena, weights, parts = self.par.args
+        live = b.load(self._slot(b, LIVE, I32))
+        step = b.add(live, ir.Constant(I32, 1))
+        solo, shared = b.append_basic_block("solo"), b.append_basic_block("shared")
+        b.cbranch(b.icmp_signed("==", live, ir.Constant(I32, 0)), solo, shared)
+        b.position_at_end(solo)
+        self._run_parts(b, ir.Constant(I32, 0), ir.Constant(I32, 1), job, arena, weights, parts)
+        b.ret_void()
+        b.position_at_end(shared)
+        b.store(b.ptrtoint(job, I64), self._slot(b, JOB))
+        b.store(b.ptrtoint(arena, I64), self._slot(b, ARENA))
+        b.store(b.ptrtoint(weights, I64), self._slot(b, WEIGHTS))
+        b.store(parts, self._slot(b, PARTS, I32))
+        b.store_atomic(live, self._slot(b, PENDING, I32), "monotonic", 4)
+        gen = self._slot(b, GEN, I32)
+        b.atomic_rmw("add", gen, ir.Constant(I32, 1), SEQ)
+        sleepers = b.load_atomic(self._slot(b, SLEEPERS, I32), SEQ, 4)
+        wake, go = b.append_basic_block("wake"), b.append_basic_block("go")
+        b.cbranch(b.icmp_signed(">", sleepers, ir.Constant(I32, 0)), wake, go)
+        b.position_at_end(wake)
+        self._futex(b, gen, _WAKE, ir.Constant(I32, MAX_THREADS))
+        b.branch(go)
+        b.position_at_end(go)
+        self._run_parts(b, ir.Constant(I32, 0), step, job, arena, weights, parts)
+        self._wait(b, self._slot(b, PENDING, I32), self._slot(b, MAIN_SLEEPS, I32), until_zero=True)
+        b.ret_void()
+
+    def _worker(self, name: str) -> ir.Function:
+        fn = self._fn(name, I8P, [I8P])
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        me = b.trunc(b.ptrtoint(fn.args[0], I64), I32)
+        pre = b.block
+        loop = b.append_basic_block("loop")
+        b.branch(loop)
+        b.position_at_end(loop)
+        seen = b.phi(I32)
+        seen.add_incoming(ir.Constant(I32, 0), pre)
+        now = self._wait(b, self._slot(b, GEN, I32), self._slot(b, SLEEPERS, I32), until_zero=False, old=seen)
+        quit_, work = b.append_basic_block("quit"), b.append_basic_block("work")
+        b.cbranch(b.icmp_signed("!=", b.load(self._slot(b, STOP, I32)), ir.Constant(I32, 0)), quit_, work)
+        b.position_at_end(quit_)
+        b.ret(ir.Constant(I8P, None))
+        b.position_at_end(work)
+        job = b.inttoptr(b.load(self._slot(b, JOB)), JOB_TYPE.as_pointer())
+        arena = b.inttoptr(b.load(self._slot(b, ARENA)), I8P)
+        weights = b.inttoptr(b.load(self._slot(b, WEIGHTS)), I8P)
+        parts = b.load(self._slot(b, PARTS, I32))
+        step = b.add(b.load(self._slot(b, LIVE, I32)), ir.Constant(I32, 1))
+        self._run_parts(b, me, step, job, arena, weights, parts)
+        old = b.atomic_rmw("sub", self._slot(b, PENDING, I32), ir.Constant(I32, 1), SEQ)
+        last, wake, back = (b.append_basic_block(n) for n in ("last", "wake", "back"))
+        b.cbranch(b.icmp_signed("==", old, ir.Constant(I32, 1)), last, back)
+        b.position_at_end(last)
+        sleeping = b.load_atomic(self._slot(b, MAIN_SLEEPS, I32), SEQ, 4)
+        b.cbranch(b.icmp_signed("!=", sleeping, ir.Constant(I32, 0)), wake, back)
+        b.position_at_end(wake)
+        self._futex(b, self._slot(b, PENDING, I32), _WAKE, ir.Constant(I32, 1))
+        b.branch(back)
+        b.position_at_end(back)
+        seen.add_incoming(now, back)
+        b.branch(loop)
+        return fn
+
+    def _start(self, name: str, worker: ir.Function | None) -> None:
+        """Create the workers once (idempotent); a failed pthread_create leaves fewer, never a gap."""
+        fn = self._fn(name, VOID, [])
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        live = self._slot(b, LIVE, I32)
+        if worker is None:
+            b.ret_void()
+            return
+        fresh, done = b.append_basic_block("fresh"), b.append_basic_block("done")
+        b.cbranch(b.icmp_signed("==", b.load(live), ir.Constant(I32, 0)), fresh, done)
+        b.position_at_end(fresh)
+        for slot in (GEN, PENDING, SLEEPERS, MAIN_SLEEPS, STOP):
+            b.store(ir.Constant(I32, 0), self._slot(b, slot, I32))
+        create = ir.Function(self.module, ir.FunctionType(I32, [I64.as_pointer(), I8P, worker.type, I8P]), "pthread_create")
+        made = ir.Constant(I32, 0)
+        for i in range(1, self.target.threads):
+            ok, fail = b.append_basic_block(f"made{i}"), b.append_basic_block(f"fail{i}")
+            rc = b.call(create, [self._slot(b, TIDS + i), ir.Constant(I8P, None), worker, b.inttoptr(ir.Constant(I64, i), I8P)])
+            b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok, fail)
+            b.position_at_end(fail)
+            b.store(made, live)
+            b.ret_void()
+            b.position_at_end(ok)
+            made = ir.Constant(I32, i)
+        b.store(made, live)
+        b.branch(done)
+        b.position_at_end(done)
+        b.ret_void()
+
+    def _stop(self, name: str, threaded: bool) -> None:
+        fn = self._fn(name, VOID, [])
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        if not threaded:
+            b.ret_void()
+            return
+        live = b.load(self._slot(b, LIVE, I32))
+        b.store(ir.Constant(I32, 1), self._slot(b, STOP, I32))
+        gen = self._slot(b, GEN, I32)
+        b.atomic_rmw("add", gen, ir.Constant(I32, 1), SEQ)
+        self._futex(b, gen, _WAKE, ir.Constant(I32, MAX_THREADS))
+        join = ir.Function(self.module, ir.FunctionType(I32, [I64, I8P.as_pointer()]), "pthread_join")
+        pre = b.block
+        head, body, done = (b.append_basic_block(n) for n in ("j.head", "j.body", "j.end"))
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I32)
+        i.add_incoming(ir.Constant(I32, 1), pre)
+        b.cbranch(b.icmp_signed("<=", i, live), body, done)
+        b.position_at_end(body)
+        tid_p = b.gep(self.block, [ir.Constant(I32, 0), b.add(i, ir.Constant(I32, TIDS))])
+        b.call(join, [b.load(tid_p), ir.Constant(I8P.as_pointer(), None)])
+        i.add_incoming(b.add(i, ir.Constant(I32, 1)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        b.store(ir.Constant(I32, 0), self._slot(b, LIVE, I32))
+        b.ret_void()
+
+    def _detach(self, name: str) -> None:
+        """Forget the workers without joining them (a forked child has none: they stayed in the parent)."""
+        fn = self._fn(name, VOID, [])
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        b.store(ir.Constant(I32, 0), self._slot(b, LIVE, I32))
+        b.ret_void()
