@@ -46,7 +46,7 @@ from ..edge_runtime.privacy.errors import PrivacyRefusal, Reason, RefusalCode
 from ..edge_runtime.privacy.request import MAX_EPSILON, MAX_SIGMA, integer, number, resolve
 from ..edge_runtime.privacy.request import release_id as request_id
 from ..edge_runtime.trust import TrustStore
-from .device_class import device_class, isa, threads
+from .device_class import device_class, isa
 
 _HASH_CHARS = set("0123456789abcdef")
 
@@ -215,7 +215,7 @@ class DeviceState:
         can = self.training_capability()
         return {
             "device_id": self.device_id, "profile": device_class(self.profile), "arch": prof.arch, "cpu": prof.cpu,
-            "features": ",".join(prof.features), "isa": isa(prof), "threads": threads(),
+            "features": ",".join(prof.features), "isa": isa(prof), "threads": runner.inference_threads(prof),
             "runtime_version": runtime_version(),
             "emulated": int(emulated), "emulator": runner.emulator_name(prof),
             "held_bundles": self.held_hashes(), "free_memory_bytes": _free_memory(),
@@ -259,7 +259,7 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
         ledger.close()
     return EvalReport.build(noisy, spent, lat, emulated=compiled.emulated, compile_ms=compiled.compile_ms,
                             cache_hit=compiled.cache_hit, arena_bytes=compiled.arena_bytes,
-                            bundle_was_cached=bundle_was_cached)
+                            bundle_was_cached=bundle_was_cached, threads=compiled.threads)
 
 
 def _rows(compiled: runner.Runner, x: np.ndarray, runs: int, pad: np.ndarray) -> list[np.ndarray | None]:

@@ -2,14 +2,13 @@
 
 A device provisioned with ``--profile host`` compiles for whatever CPU it finds, but it is grouped
 with the shipped profile that names its hardware (``x86-avx512`` on an AVX-512 server), so a fleet's
-classes say what the devices are. Its CPU name, ISA and threads travel beside the class in the
+classes say what the devices are. Its CPU name, ISA and inference threads travel beside the class in the
 inventory (``query.device_info``).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 
 from ..devices import load_profile
 from ..devices.detect import HOST
@@ -36,12 +35,3 @@ def isa(profile: DeviceProfile) -> str:
     """The instruction set a device's code is built for: architecture and vector width."""
     bits = profile.vector_bits
     return f"{profile.arch}/{bits}-bit" if bits else f"{profile.arch}/scalable"
-
-
-def threads() -> int:
-    """CPUs this process may run on (its affinity where the OS tells, else the CPU count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-

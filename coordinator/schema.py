@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..compiler.codegen.cpu.pool import MAX_THREADS
 from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS
 from ..edge_runtime.report import KEYS, EvalReport, ReportError
 
@@ -81,3 +82,5 @@ def _measurements(r: EvalReport, b: ReportBounds) -> None:
         raise ReportError("compile time is out of range")
     if not 0 <= r.arena_bytes <= MAX_ARENA_BYTES:
         raise ReportError("arena bytes are out of range")
+    if not 1 <= r.threads <= MAX_THREADS:
+        raise ReportError("thread count is out of range")

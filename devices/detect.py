@@ -9,6 +9,7 @@ really uses 512-bit registers.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def vector_bits_for(arch: str, enabled: set[str]) -> int | None:
 
 
 def profile_from_host(triple: str, cpu: str, features: Mapping[str, bool],
-                      cache_kib: Mapping[str, int] | None = None, budget_mib: int | None = None) -> DeviceProfile:
+                      cache_kib: Mapping[str, int] | None = None, budget_mib: int | None = None,
+                      cores: int | None = None) -> DeviceProfile:
     """Build the host profile from what LLVM reports (pure, so tests can feed other hosts)."""
     triple = _normalize_triple(triple)
     arch = triple.split("-", 1)[0]
@@ -54,7 +56,7 @@ def profile_from_host(triple: str, cpu: str, features: Mapping[str, bool],
         name=HOST, triple=triple, cpu=cpu or "generic", features=tuple(flags),
         vector_bits=vector_bits_for(arch, enabled), l1d_kib=caches["l1d"], l2_kib=caches["l2"],
         l3_kib=caches["l3"], memory_budget_mib=budget_mib or _DEFAULT_BUDGET_MIB,
-        description=f"this machine ({cpu}, detected)",
+        description=f"this machine ({cpu}, detected)", cores=cores or 1,
     )
     check_consistent(profile, "host")
     return profile
@@ -66,7 +68,15 @@ def host_profile() -> DeviceProfile:
     import llvmlite.binding as llvm
 
     return profile_from_host(llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                             dict(llvm.get_host_cpu_features()), _host_caches(), _host_budget_mib())
+                             dict(llvm.get_host_cpu_features()), _host_caches(), _host_budget_mib(), _host_cores())
+
+
+def _host_cores() -> int:
+    """The cores this process may run on (its affinity mask, which a container or taskset narrows)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def resolve_profile(name_or_host: str) -> DeviceProfile:

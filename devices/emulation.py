@@ -30,7 +30,7 @@ from ..compiler.codegen.lower import IOSpec, LoweredModel
 from ..compiler.errors import CuvilError, RunTimeCheckError
 from ..compiler.target import Target
 
-HARNESS_VERSION = "3"
+HARNESS_VERSION = "4"
 FAULT_EXIT = 4  # the harness's status when the model set its fault word (LoweredModel.fault_offset)
 INSTALL_HINT = "apt-get install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
 SVE_LENGTHS = (128, 256, 512, 1024, 2048)
@@ -123,6 +123,8 @@ _C_TEMPLATE = r"""/* Cuvil emulation harness (generated, v{version}): {entry} */
 #include <unistd.h>
 
 extern void {entry}(uint8_t *arena, const uint8_t *weights);
+extern void {entry}_start(void);  /* the model's worker threads (none when compiled for one) */
+extern void {entry}_stop(void);
 
 typedef struct {{ size_t off, len; }} span;
 static const span IN[] = {{ {ins} }};
@@ -163,6 +165,7 @@ int main(int argc, char **argv) {{
     FILE *fi = fopen(argv[2], "rb"), *fo = fopen(argv[3], "wb");
     if (!fi) return die("cannot read", argv[2]);
     if (!fo) return die("cannot write", argv[3]);
+    {entry}_start();
     for (long e = 0; e < count; e++) {{
         for (size_t i = 0; i < sizeof IN / sizeof IN[0]; i++)
             if (IN[i].len && fread(arena + IN[i].off, 1, IN[i].len, fi) != IN[i].len) return die("short read", argv[2]);
@@ -171,6 +174,7 @@ int main(int argc, char **argv) {{
         for (size_t i = 0; i < sizeof OUT / sizeof OUT[0]; i++)
             if (OUT[i].len && fwrite(arena + OUT[i].off, 1, OUT[i].len, fo) != OUT[i].len) return die("short write", argv[3]);
     }}
+    {entry}_stop();
     return fclose(fo) ? die("cannot close", argv[3]) : 0;
 }}
 """
@@ -198,7 +202,7 @@ def link_harness(lowered: LoweredModel, obj: bytes, out_dir: Path) -> Path:
     (out_dir / "model.o").write_bytes(obj)
     (out_dir / "weights.bin").write_bytes(lowered.weights)
     exe = out_dir / "harness"
-    cmd = [cc, "-O2", "-static", "-o", str(exe), str(out_dir / "harness.c"), str(out_dir / "model.o"), "-lm"]
+    cmd = [cc, "-O2", "-static", "-pthread", "-o", str(exe), str(out_dir / "harness.c"), str(out_dir / "model.o"), "-lm"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise EmulationError(f"linking the harness with {tc.cc} failed: {done.stderr.strip()[-2000:]}")

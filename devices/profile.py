@@ -64,6 +64,11 @@ class DeviceProfile:
     def memory_budget_bytes(self) -> int:
         return self.memory_budget_mib * 1024 * 1024
 
+    @property
+    def default_threads(self) -> int:
+        """Threads an inference uses unless told: the cores, at most the tuning's ``max_threads``."""
+        return max(1, min(self.cores, self.target().tuning.max_threads))
+
     def target(self) -> Target:
         """The code-generation target of this profile's CPU (``gpu_arch`` rides along)."""
         tuning = default_tuning(self.triple, self.cpu, self.vector_bits).replace(

@@ -6,9 +6,11 @@ model (packing weights, planning memory) costs hundreds of milliseconds of Pytho
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
+from ..compiler.codegen.cpu.pool import check_threads
 from ..compiler.codegen.lower import LoweredModel, lower
 from ..compiler.errors import CompileError
 from ..compiler.ir.graph import Graph
@@ -52,7 +54,8 @@ def auto_jobs(graph: Graph) -> int:
 def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                   cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
                   content_hash: str | None = None, optimize: bool = True, profile: bool = False,
-                  jobs: int | None = None, guard_pages: bool = False, tune: bool | None = None) -> Session:
+                  jobs: int | None = None, guard_pages: bool = False, tune: bool | None = None,
+                  threads: int | None = None) -> Session:
     """Compile ``graph`` natively for this machine at ``batch``; the whole artifact is cached on disk.
 
     ``content_hash`` (a bundle's hash) is the cache key's content, so a warm start hashes nothing
@@ -65,9 +68,14 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     ``tune=True``: time each conv layer's candidate kernels here and keep the fastest (:mod:`.autotune`),
     within the profile's budget; a tuned artifact is cached under this exact CPU. Default: the
     profile's ``tuning.autotune`` (on for a detected host), so a device tunes itself unasked.
+    ``threads``: threads one inference runs on (default: the Target's own count); the session starts
+    its workers once, and the answer is the same for any count.
     """
     tgt = resolve(target)
     tune = tgt.tuning.autotune if tune is None else tune
+    if threads is not None:
+        tgt = dataclasses.replace(tgt, threads=threads)
+    check_threads(tgt)
     if not runnable_here(tgt):
         raise CompileError(f"target {tgt.name!r} ({tgt.triple}, {tgt.cpu}) cannot run on this host; "
                            f"'cuvil compile --target {tgt.name} -o FILE' writes its object file, "

@@ -44,16 +44,18 @@ class EvalReport:
     cache_hit: bool
     arena_bytes: int
     bundle_was_cached: bool
+    threads: int = 1  # threads one inference ran on: the latency is for this count
 
     @classmethod
     def build(cls, noisy: NoisyReport, epsilon_spent: float, latency: LatencyReport, *, emulated: bool,
-              compile_ms: float, cache_hit: bool, arena_bytes: int, bundle_was_cached: bool) -> EvalReport:
+              compile_ms: float, cache_hit: bool, arena_bytes: int, bundle_was_cached: bool,
+              threads: int = 1) -> EvalReport:
         """The report of a private release plus the device's measurements."""
         p = noisy.params
         return cls(int(noisy.sums["correct"]), int(noisy.sums["loss"]), int(noisy.sums["count"]), float(p.sigma),
                    int(p.quantum), float(p.loss_clip), float(epsilon_spent), tuple(int(v) for v in latency.histogram),
                    float(latency.p50_ms), float(latency.p90_ms), float(latency.p99_ms), bool(emulated),
-                   float(compile_ms), bool(cache_hit), int(arena_bytes), bool(bundle_was_cached))
+                   float(compile_ms), bool(cache_hit), int(arena_bytes), bool(bundle_was_cached), int(threads))
 
     def as_metrics(self) -> dict[str, int | float | list[int]]:
         """The ``MetricRecord`` values (flags as 0/1, the histogram as a list)."""

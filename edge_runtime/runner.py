@@ -38,6 +38,7 @@ class Runner:
     arena_bytes: int
     run_many: Callable[[Sequence[Inputs]], list[dict[str, np.ndarray]]]
     latency: Callable[[Inputs, int, int, float], LatencyReport]
+    threads: int = 1  # threads one inference runs on
 
 
 def native(profile: DeviceProfile) -> bool:
@@ -59,19 +60,31 @@ def emulator_name(profile: DeviceProfile) -> str:
     return "native" if native(profile) else "qemu" if _emulation_ready(profile) else "host-fallback"
 
 
+def inference_threads(profile: DeviceProfile) -> int:
+    """Threads this device's inferences run on: its class's default, within the cores it really has
+    (emulated code runs on one: its wall time is no latency)."""
+    from ..devices import host_profile
+
+    if native(profile):
+        return max(1, min(profile.default_threads, host_profile().cores))
+    return host_profile().default_threads if not _emulation_ready(profile) else 1
+
+
 def prepare(model: Model, profile: DeviceProfile, cache_dir: str | os.PathLike) -> Runner:
     graph = model.graph
     (in_name,) = graph.inputs[:1]
     in_shape = tuple(int(d) for d in bind_batch(graph, 1).input_types[in_name].shape)
     if native(profile):
-        return _native_runner(model, profile.target(), cache_dir, in_name, in_shape, emulated=False)
+        return _native_runner(model, profile.target(), cache_dir, in_name, in_shape, False, inference_threads(profile))
     if not _emulation_ready(profile):
-        return _native_runner(model, "host", cache_dir, in_name, in_shape, emulated=True)
+        return _native_runner(model, "host", cache_dir, in_name, in_shape, True, inference_threads(profile))
     return _emulated_runner(model, profile, Path(cache_dir), in_name, in_shape)
 
 
-def _native_runner(model: Model, target, cache_dir, in_name: str, in_shape: tuple[int, ...], emulated: bool) -> Runner:
-    session = compile_graph(model.graph, target=target, batch=1, cache_dir=cache_dir, content_hash=model.content_hash)
+def _native_runner(model: Model, target, cache_dir, in_name: str, in_shape: tuple[int, ...], emulated: bool,
+                   threads: int) -> Runner:
+    session = compile_graph(model.graph, target=target, batch=1, cache_dir=cache_dir, content_hash=model.content_hash,
+                            threads=threads)
     st = session.stats
 
     def run_many(samples: Sequence[Inputs]) -> list[dict[str, np.ndarray]]:
@@ -82,7 +95,7 @@ def _native_runner(model: Model, target, cache_dir, in_name: str, in_shape: tupl
         return measure(session.run_raw, warmup=warmup, runs=runs, budget_s=budget_s)
 
     return Runner(in_name, in_shape, emulated, st.lower_ms + st.llvm_ms + st.load_ms, st.cache_hit,
-                  session.memory_plan.arena_bytes, run_many, latency)
+                  session.memory_plan.arena_bytes, run_many, latency, session.threads)
 
 
 def _emulated_runner(model: Model, profile: DeviceProfile, cache_dir: Path, in_name: str,

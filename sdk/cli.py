@@ -14,9 +14,11 @@ import click
 from . import __version__, api, native
 from .compiler.errors import CuvilError
 from .compiler.printable import printable
+from .compiler.codegen.cpu.pool import MAX_THREADS
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
 _EXISTING = click.Path(dir_okay=False, path_type=Path)  # a missing file is an OSError: one line, exit 1
+_THREADS = click.IntRange(1, MAX_THREADS)
 
 
 def _one_line(e: BaseException) -> str:
@@ -162,8 +164,10 @@ def verify(path: Path, trust: tuple[Path, ...]) -> None:
 @click.option("--device", default=None, help="Run as this device class would (a profile name, or host); "
               "foreign CPUs are emulated with qemu-user, and the output says so.")
 @click.option("--sve-bits", type=int, default=None, help="SVE vector length for an emulated SVE device.")
+@click.option("--threads", type=_THREADS, default=None,
+              help="Threads one inference runs on (default: this machine's cores, capped by its tuning).")
 def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None, output: Path | None,
-        reference: bool, device: str | None, sve_bits: int | None) -> None:
+        reference: bool, device: str | None, sve_bits: int | None, threads: int | None) -> None:
     """Verify a bundle and run it on inputs: native code for this machine by default."""
     if (npy is None) == (npz is None):
         raise click.UsageError("give exactly one of --input X.npy or --inputs IN.npz")
@@ -174,7 +178,7 @@ def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None,
     if reference:
         outputs = api.run_reference(model, inputs)
     elif device is None:
-        outputs = native.run_native(model, inputs)
+        outputs = native.run_native(model, inputs, threads=threads)
     else:
         from .preflight import run_as_device
 
@@ -230,17 +234,20 @@ def compile_(path: Path, trust: tuple[Path, ...], target: str, batch: int, outpu
 @click.option("--warmup", type=int, default=20, show_default=True)
 @click.option("--batch", type=int, default=1, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def bench(path: Path, trust: tuple[Path, ...], runs: int, warmup: int, batch: int, as_json: bool) -> None:
+@click.option("--threads", type=_THREADS, default=None,
+              help="Threads one inference runs on (default: this machine's cores, capped by its tuning).")
+def bench(path: Path, trust: tuple[Path, ...], runs: int, warmup: int, batch: int, as_json: bool,
+          threads: int | None) -> None:
     """Compile a bundle natively and measure cold compile, warm start and latency percentiles."""
     if runs < 5 or warmup < 0 or batch < 1:
         raise click.UsageError("--runs must be >= 5, --warmup >= 0 and --batch >= 1")
-    r = native.bench(api.load(path, trust or None), runs=runs, warmup=warmup, batch=batch)
+    r = native.bench(api.load(path, trust or None), runs=runs, warmup=warmup, batch=batch, threads=threads)
     if as_json:
         click.echo(json.dumps(r.as_dict(), indent=2))
         return
     lat = r.latency
     click.echo(f"latency:      p50 {lat.p50_ms:.4f} ms  p90 {lat.p90_ms:.4f} ms  p99 {lat.p99_ms:.4f} ms "
-               f"({lat.runs} runs after {lat.warmup} warm-up, batch {batch}, synthetic inputs)")
+               f"({lat.runs} runs after {lat.warmup} warm-up, batch {batch}, {r.threads} thread(s), synthetic inputs)")
     click.echo(f"cold compile: {r.cold_compile_s:.2f} s ({r.kernels} kernels)")
     click.echo(f"warm start:   {r.warm_start_ms:.1f} ms (compile cache hit to first result)")
     click.echo(f"arena:        {r.arena_bytes} bytes (lower bound {r.lower_bound_bytes})")
@@ -250,12 +257,12 @@ def bench(path: Path, trust: tuple[Path, ...], runs: int, warmup: int, batch: in
 def devices() -> None:
     """List the device profiles (and this machine's own) that Cuvil compiles for."""
     rows = [(p.name, p.triple, p.cpu, "scalable (SVE)" if p.vector_bits is None else f"{p.vector_bits}-bit",
-             p.gpu_arch or "-", p.description) for p in native.device_profiles()]
-    widths = [max(len(r[i]) for r in rows + [("profile", "triple", "cpu", "vectors", "gpu", "")]) for i in range(5)]
-    head = ("profile", "triple", "cpu", "vectors", "gpu")
+             p.gpu_arch or "-", str(p.default_threads), p.description) for p in native.device_profiles()]
+    head = ("profile", "triple", "cpu", "vectors", "gpu", "threads")
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     click.echo("  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  description")
     for r in rows:
-        click.echo(printable("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5]))
+        click.echo(printable("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1]))
 
 
 from .cli_fleet import register as _register_fleet  # noqa: E402  (fleet commands: demo, device-provision)

@@ -17,7 +17,7 @@ from .compiler.interpreter import bind_inputs
 from .compiler.ir.graph import Graph
 from .compiler.ir.limits import check_graph
 from .compiler.ir.types import Batch
-from .devices import DeviceProfile, host_profile, list_profiles, load_profile
+from .devices import DeviceProfile, host_profile, list_profiles, load_profile, resolve_profile
 from .edge_runtime.compile import compile_graph
 from .edge_runtime.latency import LatencyReport, measure
 from .edge_runtime.loader import Model
@@ -30,22 +30,33 @@ def _parts(model: Graph | Model) -> tuple[Graph, str | None]:
     return (model.graph, model.content_hash) if isinstance(model, Model) else (model, None)
 
 
+def default_threads(target: str = "host") -> int:
+    """The thread count a compile for ``target`` uses unless told: its cores, capped by the tuning."""
+    return resolve_profile(target).default_threads
+
+
 def compile(model: Graph | Model, target: str = "host", batch: int = 1,  # noqa: A001 (the API's verb)
-            cache_dir: PathLike | None = None, guard_pages: bool = False) -> Session:
+            cache_dir: PathLike | None = None, guard_pages: bool = False, threads: int | None = None) -> Session:
     """Compile a Graph or a verified Model to native code for this machine (cached on disk).
 
     ``guard_pages=True`` puts the session's arena and weights between inaccessible pages, so code that
     reads or writes outside them faults at once (for testing; the weights are then copied, not mapped).
+    ``threads``: threads one inference runs on (default: :func:`default_threads`); outputs are the same
+    bits for any count.
     """
     graph, content = _parts(model)
-    return compile_graph(graph, target, batch=batch, cache_dir=cache_dir, content_hash=content, guard_pages=guard_pages)
+    if threads is None:
+        threads = default_threads(target)
+    return compile_graph(graph, target, batch=batch, cache_dir=cache_dir, content_hash=content, guard_pages=guard_pages,
+                         threads=threads)
 
 
-def run_native(model: Graph | Model, inputs: Mapping[str, np.ndarray], cache_dir: PathLike | None = None) -> dict[str, np.ndarray]:
+def run_native(model: Graph | Model, inputs: Mapping[str, np.ndarray], cache_dir: PathLike | None = None,
+               threads: int | None = None) -> dict[str, np.ndarray]:
     """Compile for the batch size the inputs carry, then run once natively."""
     graph, _ = _parts(model)
     _, batch = bind_inputs(graph, inputs)
-    return compile(model, "host", batch or 1, cache_dir).run(inputs)
+    return compile(model, "host", batch or 1, cache_dir, threads=threads).run(inputs)
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,7 @@ class BenchResult:
     arena_bytes: int
     lower_bound_bytes: int
     kernels: int
+    threads: int = 1  # the latency is for this many threads
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -74,22 +86,25 @@ def synthetic_inputs(graph: Graph, batch: int = 1, seed: int = 0) -> dict[str, n
     return out
 
 
-def bench(model: Graph | Model, runs: int = 200, warmup: int = 20, batch: int = 1) -> BenchResult:
+def bench(model: Graph | Model, runs: int = 200, warmup: int = 20, batch: int = 1,
+          threads: int | None = None) -> BenchResult:
     """Cold compile (empty cache), warm start (cache hit to first result), then latency after warm-up."""
+    threads = default_threads() if threads is None else threads
     graph, _ = _parts(model)
     check_graph(graph, batch)  # before the synthetic inputs, which are as large as the batch asks
     feeds = synthetic_inputs(graph, batch)
     with tempfile.TemporaryDirectory(prefix="cuvil-bench-") as cache:
         t0 = time.perf_counter()
-        compile(model, "host", batch, cache).run(feeds)
+        compile(model, "host", batch, cache, threads=threads).run(feeds)
         cold = time.perf_counter() - t0
         t0 = time.perf_counter()
-        session = compile(model, "host", batch, cache)
+        session = compile(model, "host", batch, cache, threads=threads)
         session.run(feeds)
         warm_ms = (time.perf_counter() - t0) * 1e3
     plan = session.memory_plan
     report = measure(lambda: session.run(feeds), warmup=warmup, runs=runs)
-    return BenchResult(report, cold, warm_ms, plan.arena_bytes, plan.lower_bound, session.stats.kernel_count)
+    return BenchResult(report, cold, warm_ms, plan.arena_bytes, plan.lower_bound, session.stats.kernel_count,
+                       session.threads)
 
 
 def device_profiles() -> list[DeviceProfile]:

@@ -25,6 +25,7 @@ from ..ir.graph import Graph, Node
 from ..ir.infer import bind_batch
 from ..ir.limits import check_graph
 from ..memory.plan import MemoryPlan
+from ..memory.scratch import check_worker_scratch
 from ..memory.planner import plan_memory
 from ..ops import get_op
 from ..passes.pipeline import optimize as optimize_graph
@@ -245,6 +246,7 @@ class _Lowering:
         done = job.append_basic_block("done")
         switch = jb.switch(which, done)
         oc = self.g.types[node.outputs[0]].shape[1]
+        ready = []
         for p, part in enumerate(parts):
             blk = job.append_basic_block(f"part{p}")
             switch.add_case(ir.Constant(h.I32, p), blk)
@@ -263,16 +265,20 @@ class _Lowering:
                     args.append(h.byte_ptr(jb, j_weights, at, h.LLTYPE[t.dtype]))
                 elif alias[i] is None:
                     args.append(h.byte_ptr(jb, j_arena, self._range(name)[0] + part.byte_offsets[i], h.LLTYPE[t.dtype]))
-            key = dataclasses.replace(key, packed=tuple(packed))
+            ready.append((blk, dataclasses.replace(key, packed=tuple(packed)), args, part))
+        stride = 0
+        if kd.scratch is not None:  # one stride for all parts: the largest part's need
+            stride = max(-(-kd.scratch(key, part.target) // h.ALIGN) * h.ALIGN for _, key, _, part in ready)
+            self.scratch_bytes = max(self.scratch_bytes, stride * len(parts))
+        for p, (blk, key, args, part) in enumerate(ready):
+            jb.position_at_end(blk)
             choice = part.target.conv_choices
             fn = self.kernels.get((key, choice)) or self.emit_kernel(key, kd, part.target, cache=(key, choice))
             out = h.byte_ptr(jb, j_arena, out_at + part.out_offset, h.LLTYPE[key.out_types[0].dtype])
             extra = []
             if kd.scratch is not None:
-                size = -(-kd.scratch(key, part.target) // h.ALIGN) * h.ALIGN
-                self.scratch_bytes = max(self.scratch_bytes, size * len(parts))
-                lo = self.scratch_offset + p * size
-                self.worker_scratch.append((node.name, p, lo, lo + size))
+                lo = self.scratch_offset + p * stride
+                self.worker_scratch.append((node.name, p, lo, lo + stride))
                 extra.append(h.byte_ptr(jb, j_arena, lo, h.I8))
             if get_op(key.op).run_time_check:
                 extra.append(h.byte_ptr(jb, j_arena, self.fault_offset, h.I32))
@@ -360,6 +366,8 @@ def _lower(graph: Graph, target: Target, batch: int, optimize: bool, emit: bool,
     low = _Lowering(g, target, plan, emit, profile)
     name = entry_name(graph, batch)
     low.run(name)
+
+    check_worker_scratch(low.worker_scratch, plan.arena_bytes, _arena_end(low))
 
     def spec(v: str) -> IOSpec:
         t = g.types[v]

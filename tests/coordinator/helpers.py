@@ -22,6 +22,7 @@ def device_report(seed: int, accuracy: float, n: int = 400, latency_ms: float = 
         "latency_p50_ms": float(np.median(lat)), "latency_p90_ms": float(np.percentile(lat, 90)),
         "latency_p99_ms": float(np.percentile(lat, 99)), "latency_emulated": int(emulated),
         "compile_ms": 12.0, "cache_hit": 1, "arena_bytes": 4096, "bundle_was_cached": 1,
+        "threads": 1,
     }).as_metrics(), correct.sum() / n
 
 

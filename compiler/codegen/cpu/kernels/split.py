@@ -65,9 +65,23 @@ def conv_parts(key: KernelKey, target: Target) -> list[Part] | None:
             return None
     else:
         unit, units = oc // group, group
-    parts = min(target.threads, units, macs // max(1, target.tuning.parallel_min_macs))
-    if parts < 2:
-        return None
+    most = min(target.threads, units, macs // max(1, target.tuning.parallel_min_macs))
+    for parts in range(most, 1, -1):  # the most parts whose plans sum in the whole layer's order
+        found = _split(key, target, plan, geom, units, unit, parts)
+        if found is not None:
+            return found
+    return None
+
+
+def _arithmetic(plan) -> tuple:
+    """What decides the order a plan sums in, beyond its method and tile: a K-blocked packed panel
+    stores partial sums between blocks (the direct 1x1 kernel packs only with enough row blocks)."""
+    return (plan.pack_b, plan.panel_k if plan.pack_b else 0)
+
+
+def _split(key: KernelKey, target: Target, plan, geom, units: int, unit: int, parts: int) -> list[Part] | None:
+    n, c, hh, ww, oc, kh, kw, strides, pads, dilations, group = geom
+    cg = c // group
     choice = choice_of(plan)
     x_t, out_t = key.in_types[0], key.out_types[0]
     plane_out = math.prod(out_t.shape[2:]) * out_t.dtype.itemsize
@@ -94,8 +108,11 @@ def conv_parts(key: KernelKey, target: Target) -> list[Part] | None:
                 return None
         outs = (TensorType(out_t.dtype, (1, m, *out_t.shape[2:])),)
         sub = KernelKey(key.op, attrs, tuple(ins), outs, key.alias, key.scalars, key.packed)
-        sub_geom = (n, sub_c, hh, ww, m, kh, kw, g["strides"], g["pads"], g["dilations"], sub_group)
-        found.append(Part(sub, with_choices(target, {sub_geom: choice}), tuple(offs), lo * plane_out, (lo, hi)))
+        sub_geom = (n, sub_c, hh, ww, m, kh, kw, strides, pads, dilations, sub_group)
+        sub_target = with_choices(target, {sub_geom: choice})
+        if _arithmetic(conv_plan(sub_target, *sub_geom)) != _arithmetic(plan):
+            return None
+        found.append(Part(sub, sub_target, tuple(offs), lo * plane_out, (lo, hi)))
     return found
 
 
@@ -103,7 +120,6 @@ def slice_constant(arr: np.ndarray, part: Part, rows_of: int) -> np.ndarray:
     """The part's rows of a constant whose first dimension is the layer's ``rows_of`` output channels."""
     lo, hi = part.rows
     return arr[lo:hi] if arr.ndim and arr.shape[0] == rows_of else arr
-
 
 
 SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts}

@@ -1,0 +1,127 @@
+"""Multi-threaded inference: the same bits at any thread count, no deadlock, sessions apart.
+
+Compiled for a named profile (x86-avx2 runs on every build host) with ``parallel_min_macs`` at 1,
+so every packed convolution is split, small layers included: the strongest test of the split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
+from cuvil.compiler.target import Tuning  # noqa: E402
+from cuvil.devices import resolve_target  # noqa: E402
+from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
+from tests.archs import ARCHS, UNSUPPORTED  # noqa: E402
+from tests.zoo import ZOO  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
+SPLIT_ALL = dataclasses.replace(resolve_target("x86-avx2"), tuning=Tuning(parallel_min_macs=1))
+SMALLER = {"lstm_kws": {"frames": 8}, "gru_kws": {"frames": 8}, "squeezenet": {"size": 64}, "tiny_yolo": {"size": 64},
+           "mobilenet_v1": {"size": 64}, "resnet50": {"size": 64}, "shufflenet_v2": {"size": 96}}
+TORCH_IMPORTABLE = [n for n in ARCHS if n not in UNSUPPORTED or UNSUPPORTED[n][1] is None]
+
+
+def _graph(builder, **kw):
+    model, example = builder(**kw)
+    return import_torch(model, example), [x.numpy() for x in example]
+
+
+def _outputs(graph, inputs, threads: int, tmp_path) -> tuple[dict[str, np.ndarray], int]:
+    session = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, threads=threads)
+    assert session.threads == threads
+    out = session.run(dict(zip(graph.inputs, inputs)))
+    split = session.lowered.split_nodes
+    session.close()
+    return out, split
+
+
+def _same_bits_at_1_2_3(graph, inputs, tmp_path) -> int:
+    one, _ = _outputs(graph, inputs, 1, tmp_path)
+    splits = 0
+    for threads in (2, 3):
+        out, split = _outputs(graph, inputs, threads, tmp_path)
+        splits += split
+        for name in one:
+            assert one[name].tobytes() == out[name].tobytes(), f"{name} differs at {threads} threads"
+    return splits
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_outputs_are_the_same_bits_at_1_2_and_3_threads(name, tmp_path):
+    graph, inputs = _graph(ZOO[name])
+    splits = _same_bits_at_1_2_3(graph, inputs, tmp_path)
+    if name in ("small_cnn", "resnet18", "mobilenet_v2"):
+        assert splits > 0  # the conv layers really ran split
+
+
+@pytest.mark.parametrize("name", TORCH_IMPORTABLE)
+def test_architectures_are_the_same_bits_at_1_2_and_3_threads(name, tmp_path):
+    graph, inputs = _graph(ARCHS[name], **SMALLER.get(name, {}))
+    _same_bits_at_1_2_3(graph, inputs, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def small_cnn():
+    return _graph(ZOO["small_cnn"])
+
+
+def test_ten_thousand_inferences_on_two_threads_neither_hang_nor_drift(small_cnn, tmp_path):
+    graph, inputs = small_cnn
+    session = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, threads=2)
+    assert session.lowered.split_nodes >= 2
+    feeds = dict(zip(graph.inputs, inputs))
+    (name,) = graph.outputs
+    first = session.run(feeds)[name].tobytes()
+    drifted = [i for i in range(10_000) if session.run(feeds)[name].tobytes() != first]
+    assert not drifted, f"{len(drifted)} inferences drifted, the first {drifted[0]}"
+
+
+def test_two_sessions_in_one_process_keep_their_own_workers(small_cnn, tmp_path):
+    graph, inputs = small_cnn
+    feeds = dict(zip(graph.inputs, inputs))
+    (name,) = graph.outputs
+    a = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, threads=2)
+    b = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, threads=2)  # a cache hit: the same object code
+    want = a.run(feeds)[name]
+    bad: list[str] = []
+
+    def hammer(session, runs: int) -> None:
+        for _ in range(runs):
+            if session.run(feeds)[name].tobytes() != want.tobytes():
+                bad.append("wrong output")
+
+    workers = [threading.Thread(target=hammer, args=(s, 300)) for s in (a, b)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+    assert not any(w.is_alive() for w in workers) and not bad
+    a.close()  # joining a's workers leaves b's running
+    assert b.run(feeds)[name].tobytes() == want.tobytes()
+    assert a.run(feeds)[name].tobytes() == want.tobytes()  # a closed session runs every part itself
+
+
+def test_a_forked_child_runs_without_its_parents_workers(small_cnn, tmp_path):
+    graph, inputs = small_cnn
+    feeds = dict(zip(graph.inputs, inputs))
+    (name,) = graph.outputs
+    session = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, threads=2)
+    want = session.run(feeds)[name]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the workers stayed in the parent
+        ok = session.run(feeds)[name].tobytes() == want.tobytes()
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    got = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert got == b"1"
