@@ -1,4 +1,4 @@
-"""Cuvil vs ONNX Runtime vs PyTorch eager on the model zoo: batch 1, fp32, one thread, interleaved.
+"""Cuvil vs ONNX Runtime vs PyTorch eager on the model zoo: batch 1, fp32, interleaved, N threads (default 1).
 
 The Cuvil session is the one a device builds (tuned on this CPU, the profile's default); the same
 model compiled untuned (the cost model's choices) runs beside it, so "tuning never makes a model
@@ -8,7 +8,11 @@ Also printed: cold compile time (empty cache), warm start (cache hit to first re
 fresh processes: see ``warm_start.py``), arena vs its lower bound, achieved GFLOP/s and the
 largest difference from the reference interpreter, and resident-memory growth over 10,000 inferences.
 
-    python benchmarks/zoo_bench.py [--models mlp,resnet18] [--rounds 30] [--block 20] [--json out.json]
+With ``--threads N`` every runtime uses N threads (ORT's intra-op pool, torch's, Cuvil's workers) and
+Cuvil at one thread runs in the same interleaving: the table adds its speed-up over one thread and
+p99/p50 at N threads.
+
+    python benchmarks/zoo_bench.py [--models mlp,resnet18] [--rounds 30] [--block 20] [--threads 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ def rss_growth_kib(run, n: int) -> int:
     return rss_kib() - before
 
 
-def bench_model(name: str, rounds: int, block: int, rss_runs: int) -> dict:
+def bench_model(name: str, rounds: int, block: int, rss_runs: int, threads: int = 1) -> dict:
     torch.manual_seed(0)
     module, example = ZOO[name]()
     module.eval()
@@ -85,26 +89,34 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int) -> dict:
     max_err = max(float(np.max(np.abs(got[k] - ref[k]))) for k in ref)
 
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     onnx_model = export_onnx(module, example, None)
     ort_sess = ort.InferenceSession(onnx_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     ort_feeds = {i.name: t.numpy() for i, t in zip(ort_sess.get_inputs(), example)}
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
+    one = sess
+    if threads > 1:
+        sess = compile_graph(graph, threads=threads)
+        got = sess.run(feeds)
+        max_err = max(max_err, *(float(np.max(np.abs(got[k] - ref[k]))) for k in ref))
 
     def run_torch():
         with torch.no_grad():
             module(*example)
 
-    untuned = compile_graph(graph, use_cache=False, tune=False)
+    untuned = compile_graph(graph, use_cache=False, tune=False, threads=threads)
     runners = {"cuvil": lambda: sess.run(feeds), "untuned": lambda: untuned.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds), "torch": run_torch}
+    if threads > 1:
+        runners["cuvil_1t"] = lambda: one.run(feeds)
     samples = time_interleaved(runners, rounds, block)
     rss = rss_growth_kib(lambda: sess.run(feeds), rss_runs) if rss_runs else 0
     flops = summarize(graph).flops
     plan = sess.memory_plan
     res = {"model": name, "flops": flops, "cold_compile_s": starts["cold_compile_s"], "warm_start_ms": starts["warm_ms"],
            "arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound, "naive_bytes": plan.naive_bytes,
-           "max_abs_err": max_err, "rss_runs": rss_runs, "rss_growth_kib": rss}
+           "max_abs_err": max_err, "rss_runs": rss_runs, "rss_growth_kib": rss, "threads": threads,
+           "split_layers": sess.lowered.split_nodes}
     for key, xs in samples.items():
         res[f"{key}_median_ms"] = float(np.median(xs))
         res[f"{key}_p99_ms"] = float(np.percentile(xs, 99))
@@ -112,6 +124,9 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int) -> dict:
     res["ratio_vs_ort"] = res["cuvil_median_ms"] / res["onnxruntime_median_ms"]
     res["ratio_vs_torch"] = res["cuvil_median_ms"] / res["torch_median_ms"]
     res["tuned_vs_untuned"] = res["cuvil_median_ms"] / res["untuned_median_ms"]
+    res["p99_over_p50"] = res["cuvil_p99_ms"] / res["cuvil_median_ms"]
+    if threads > 1:
+        res["speedup_vs_1t"] = res["cuvil_1t_median_ms"] / res["cuvil_median_ms"]
     return res
 
 
@@ -126,6 +141,11 @@ def table(results: list[dict]) -> str:
              f"{r['cold_compile_s']:.2f}", f"{r['warm_start_ms']:.1f}",
              f"{r['arena_bytes'] / max(r['lower_bound_bytes'], 1):.3f}", f"{r['max_abs_err']:.1e}",
              f"{r['rss_growth_kib']} KiB/{r['rss_runs']}"] for r in results]
+    if results and results[0]["threads"] > 1:
+        head += ("threads", "split", "cuvil 1t p50 ms", "speed-up vs 1t", "p99/p50")
+        for row, r in zip(rows, results):
+            row += [str(r["threads"]), str(r["split_layers"]), f"{r['cuvil_1t_median_ms']:.3f}",
+                    f"{r['speedup_vs_1t']:.2f}", f"{r['p99_over_p50']:.2f}"]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     fmt = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     return "\n".join([fmt(head), "-+-".join("-" * w for w in widths), *(fmt(r) for r in rows)])
@@ -137,13 +157,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--block", type=int, default=20)
     ap.add_argument("--rss-runs", type=int, default=10_000, help="Cuvil inferences for the RSS-growth check (0: skip).")
+    ap.add_argument("--threads", type=int, default=1, help="Threads for every runtime (Cuvil also runs at 1).")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    print(f"{describe_host()}; ONNX Runtime {ort.__version__}; torch {torch.__version__}; 1 thread, batch 1", flush=True)
+    print(f"{describe_host()}; ONNX Runtime {ort.__version__}; torch {torch.__version__}; {args.threads} thread(s), batch 1", flush=True)
     results = []
     for name in args.models.split(","):
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
-        results.append(bench_model(name, args.rounds, args.block, args.rss_runs))
+        results.append(bench_model(name, args.rounds, args.block, args.rss_runs, args.threads))
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -10,7 +10,7 @@ import dataclasses
 import os
 import time
 
-from ..compiler.codegen.cpu.pool import check_threads
+from ..compiler.codegen.cpu.workers import check_threads
 from ..compiler.codegen.lower import LoweredModel, lower
 from ..compiler.errors import CompileError
 from ..compiler.ir.graph import Graph

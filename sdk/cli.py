@@ -14,7 +14,7 @@ import click
 from . import __version__, api, native
 from .compiler.errors import CuvilError
 from .compiler.printable import printable
-from .compiler.codegen.cpu.pool import MAX_THREADS
+from .compiler.codegen.cpu.workers import MAX_THREADS
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
 _EXISTING = click.Path(dir_okay=False, path_type=Path)  # a missing file is an OSError: one line, exit 1

@@ -33,7 +33,7 @@ from ..target import Target
 from . import irhelpers as h
 from .cpu.kernels import KERNELS, KernelContext, KernelDef, KernelKey
 from .cpu.kernels.split import SPLITTERS, Part, slice_constant
-from .cpu.pool import Pool, check_threads
+from .cpu.workers import Pool, check_threads
 
 @dataclass(frozen=True)
 class IOSpec:

@@ -84,3 +84,26 @@ def test_cli_bench_json_and_devices(signed):
     for name in ("rpi5", "jetson-orin", "graviton4", "x86-avx512", "host"):
         assert f"\n{name} " in res.output
     assert "scalable (SVE)" in res.output and "sm_87" in res.output
+
+
+def test_threads_reach_the_session_and_the_cli(tmp_path, signed):
+    x = np.random.default_rng(2).standard_normal((1, 8)).astype(np.float32)
+    outs = [cuvil.compile(mlp_graph(), cache_dir=tmp_path, threads=t).run({"x": x})["y"] for t in (1, 3)]
+    assert outs[0].tobytes() == outs[1].tobytes()
+    assert cuvil.compile(mlp_graph(), cache_dir=tmp_path, threads=3).threads == 3
+    bundle, pub = signed
+    runner = CliRunner()
+    res = runner.invoke(main, ["bench", str(bundle), "--trust", str(pub), "--runs", "10", "--warmup", "1",
+                               "--threads", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["threads"] == 2
+    np.save(tmp_path / "x.npy", x)
+    res = runner.invoke(main, ["run", str(bundle), "--trust", str(pub), "--input", str(tmp_path / "x.npy"),
+                               "--threads", "2"])
+    assert res.exit_code == 0, res.output
+    for bad in ("0", "65", "two"):
+        res = runner.invoke(main, ["bench", str(bundle), "--trust", str(pub), "--threads", bad])
+        assert res.exit_code == 2
+    res = runner.invoke(main, ["devices"])
+    rpi5 = next(line for line in res.output.splitlines() if line.startswith("rpi5 "))
+    assert "threads" in res.output.splitlines()[0] and " 4 " in rpi5  # the Pi's 4 cores

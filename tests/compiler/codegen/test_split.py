@@ -1,0 +1,54 @@
+"""How layers split over threads: output-channel ranges of whole vectors or groups, big layers only."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
+from cuvil.compiler.codegen.cpu.kernels.split import conv_parts
+from cuvil.compiler.ir.dtypes import DType
+from cuvil.compiler.ir.types import TensorType
+from cuvil.compiler.target import Tuning
+from cuvil.devices import resolve_target
+
+AVX2 = resolve_target("x86-avx2")  # 8 lanes
+
+
+def _key(c: int, oc: int, hw: int, k: int = 3, group: int = 1) -> KernelKey:
+    attrs = (("dilations", (1, 1)), ("group", group), ("pads", (k // 2,) * 4), ("strides", (1, 1)))
+    ins = (TensorType(DType.F32, (1, c, hw, hw)), TensorType(DType.F32, (oc, c // group, k, k)),
+           TensorType(DType.F32, (oc,)))
+    return KernelKey("Conv", attrs, ins, (TensorType(DType.F32, (1, oc, hw, hw)),), (), (), (None, "const", "const"))
+
+
+def _target(threads: int, min_macs: int = 1):
+    return dataclasses.replace(AVX2, threads=threads, tuning=Tuning(parallel_min_macs=min_macs))
+
+
+def test_channel_ranges_are_whole_vectors_and_cover_the_layer():
+    parts = conv_parts(_key(32, 40, 16), _target(2))  # 5 vectors of 8 channels over 2 threads
+    assert [p.rows for p in parts] == [(0, 24), (24, 40)]
+    assert [p.out_offset for p in parts] == [0, 24 * 16 * 16 * 4]
+    assert [p.key.out_types[0].shape for p in parts] == [(1, 24, 16, 16), (1, 16, 16, 16)]
+    assert all(p.key.in_types[0].shape == (1, 32, 16, 16) for p in parts)  # every part reads all input channels
+
+
+def test_depthwise_splits_by_groups_and_moves_the_input():
+    parts = conv_parts(_key(48, 48, 16, group=48), _target(3))
+    assert [p.rows for p in parts] == [(0, 16), (16, 32), (32, 48)]
+    assert [p.byte_offsets[0] for p in parts] == [0, 16 * 16 * 16 * 4, 32 * 16 * 16 * 4]
+    assert all(dict(p.key.attrs)["group"] == 16 for p in parts)
+
+
+def test_small_layers_one_thread_and_batch_one_only():
+    assert conv_parts(_key(32, 40, 16), _target(1)) is None  # one thread
+    assert conv_parts(_key(32, 40, 16), _target(2, min_macs=10**9)) is None  # too small to pay
+    assert conv_parts(_key(32, 4, 16), _target(2)) is None  # less than one vector of channels per part
+    key = _key(32, 40, 16)
+    batch2 = dataclasses.replace(key, in_types=(TensorType(DType.F32, (2, 32, 16, 16)),) + key.in_types[1:])
+    assert conv_parts(batch2, _target(2)) is None
+
+
+def test_parts_keep_the_whole_layers_choice():
+    whole = conv_parts(_key(64, 64, 32), _target(2))
+    assert len({tuple(c for _, c in p.target.conv_choices) for p in whole}) == 1
