@@ -16,14 +16,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
-from cuvil.compiler.target import Tuning  # noqa: E402
 from cuvil.devices import resolve_target  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.archs import ARCHS, UNSUPPORTED  # noqa: E402
 from tests.zoo import ZOO  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
-SPLIT_ALL = dataclasses.replace(resolve_target("x86-avx2"), tuning=Tuning(parallel_min_macs=1))
+AVX2 = resolve_target("x86-avx2")
+SPLIT_ALL = dataclasses.replace(AVX2, tuning=AVX2.tuning.replace(parallel_min_macs=1))
 SMALLER = {"lstm_kws": {"frames": 8}, "gru_kws": {"frames": 8}, "squeezenet": {"size": 64}, "tiny_yolo": {"size": 64},
            "mobilenet_v1": {"size": 64}, "resnet50": {"size": 64}, "shufflenet_v2": {"size": 96}}
 TORCH_IMPORTABLE = [n for n in ARCHS if n not in UNSUPPORTED or UNSUPPORTED[n][1] is None]

@@ -8,7 +8,6 @@ from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
 from cuvil.compiler.codegen.cpu.kernels.split import conv_parts
 from cuvil.compiler.ir.dtypes import DType
 from cuvil.compiler.ir.types import TensorType
-from cuvil.compiler.target import Tuning
 from cuvil.devices import resolve_target
 
 AVX2 = resolve_target("x86-avx2")  # 8 lanes
@@ -22,7 +21,7 @@ def _key(c: int, oc: int, hw: int, k: int = 3, group: int = 1) -> KernelKey:
 
 
 def _target(threads: int, min_macs: int = 1):
-    return dataclasses.replace(AVX2, threads=threads, tuning=Tuning(parallel_min_macs=min_macs))
+    return dataclasses.replace(AVX2, threads=threads, tuning=AVX2.tuning.replace(parallel_min_macs=min_macs))
 
 
 def test_channel_ranges_are_whole_vectors_and_cover_the_layer():
