@@ -7,22 +7,32 @@ module text. Exit status 0 with the object bytes, or 1 with a one-line reason on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
-from ..compiler.target import Target, TargetKind
+from ..compiler.target import ConvChoice, Target, TargetKind
+from ..compiler.tuning import Tuning
 
 
 def target_to_json(target: Target) -> str:
+    """The whole Target (LLVM needs triple, cpu and features; the rest travels so it round-trips)."""
     return json.dumps({"name": target.name, "triple": target.triple, "cpu": target.cpu,
                        "features": list(target.features), "vector_bits": target.vector_bits,
-                       "kind": target.kind.value, "gpu_arch": target.gpu_arch})
+                       "kind": target.kind.value, "gpu_arch": target.gpu_arch,
+                       "tuning": dataclasses.asdict(target.tuning),
+                       "conv_choices": [[g, dataclasses.astuple(c)] for g, c in target.conv_choices]})
+
+
+def _tuples(v):
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
 
 
 def target_from_json(text: str) -> Target:
     d = json.loads(text)
     return Target(d["name"], d["triple"], d["cpu"], tuple(d["features"]), d["vector_bits"], TargetKind(d["kind"]),
-                  d["gpu_arch"])
+                  d["gpu_arch"], Tuning(**{k: _tuples(v) for k, v in d["tuning"].items()}),
+                  tuple((_tuples(g), ConvChoice(*c)) for g, c in d["conv_choices"]))
 
 
 BOOT = """import importlib, sys, types

@@ -10,7 +10,7 @@ import pytest
 from cuvil.compiler import DType, TensorType
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.frontends.builder import GraphBuilder
-from cuvil.edge_runtime import parallel
+from cuvil.edge_runtime import llvm_worker, parallel
 from cuvil.edge_runtime.compile import auto_jobs, compile_graph, resolve
 from cuvil.edge_runtime.jit import init_llvm
 from cuvil.edge_runtime.llvm_worker import target_from_json, target_to_json
@@ -72,7 +72,7 @@ def test_helpers_give_the_same_code_as_one_process(split_everything):
 def test_a_helper_that_fails_or_cannot_start_leaves_the_work_here(split_everything, monkeypatch, executable):
     graph = _conv_graph(convs=2, seed=4)
     expected = _run(compile_graph(graph, use_cache=False, jobs=1))
-    monkeypatch.setattr(parallel.sys, "executable", executable)
+    monkeypatch.setattr(llvm_worker.sys, "executable", executable)  # the helper command line is built there
     got = _run(compile_graph(graph, use_cache=False, jobs=2))
     for k, v in expected.items():
         np.testing.assert_array_equal(got[k], v)
