@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -68,6 +69,7 @@ def cpu_name() -> str:
 
 
 def main() -> None:
+    """Run the benchmark in a fresh work directory (on tmpfs: 100 devices' state), removed afterwards."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", type=int, default=100)
     ap.add_argument("--cpus", type=int, default=2)
@@ -75,6 +77,13 @@ def main() -> None:
     ap.add_argument("--fleet-dir", default="/dev/shm" if Path("/dev/shm").is_dir() else None)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cuvil-train-bench-", dir=args.fleet_dir))
+    try:
+        measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, work: Path) -> None:
     keys = api.keygen(work / "keys", "bench", force=True)
     bundle = api.export(cnn_graph(seed=3), work / "cnn-v1.cuvil", keys.private_path, name="cnn", version="1").path
     clock = work / "clock"
