@@ -3,7 +3,8 @@
     [0, 72)      header      magic, format version, flags, manifest length, data offset,
                              file length, signer's raw Ed25519 public key (all little-endian)
     [72, 136)    signature   Ed25519 over header || manifest
-    [136, ...)   manifest    canonical JSON (sorted keys, no spaces, ASCII), at most 64 MiB
+    [136, ...)   manifest    canonical JSON (sorted keys, no spaces, ASCII), at most 64 MiB, stored
+                             zlib-compressed when the header's flag DEFLATE is set
     zero padding up to data_offset (a multiple of 64)
     data region  weight segments at 64-aligned offsets (relative to data_offset), zero padded
 
@@ -18,6 +19,7 @@ import hashlib
 import json
 import re
 import struct
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +36,7 @@ HEADER = struct.Struct("<8sIIQQQ32s")
 SIGNATURE_OFFSET = HEADER.size
 MANIFEST_OFFSET = HEADER.size + SIGNATURE_SIZE
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+DEFLATE = 1  # header flag: the manifest is stored zlib-compressed (a graph text is mostly names)
 MAX_RANK = 32
 MAX_ELEMENTS = 1 << 48  # bound on the product of dimensions (zeros counted as one)
 MAX_NAME_CHARS = 1024
@@ -79,7 +82,7 @@ class Header:
 
     def check_layout(self, file_size: int) -> None:
         """After the signature holds: the signed sizes must describe exactly this file."""
-        if self.flags != 0:
+        if self.flags & ~DEFLATE:
             raise BundleError(f"unknown header flags {self.flags:#x}")
         if self.data_offset != align(MANIFEST_OFFSET + self.manifest_length):
             raise BundleError(f"data offset {self.data_offset} does not follow the manifest")
@@ -89,6 +92,28 @@ class Header:
             raise BundleError(f"bundle is truncated: {file_size} bytes, the header says {self.file_length}")
         if file_size > self.file_length:
             raise BundleError(f"bundle has {file_size - self.file_length} unexpected trailing bytes")
+
+
+def store_manifest(manifest: bytes) -> tuple[bytes, int]:
+    """The manifest's bytes as the file stores them, and the header flags that say how."""
+    return zlib.compress(manifest, 9), DEFLATE
+
+
+def load_manifest(stored: bytes, flags: int) -> bytes:
+    """The manifest's canonical JSON from its stored bytes (signed ones: the signature is checked
+    first); inflating stops past MAX_MANIFEST_BYTES."""
+    if not flags & DEFLATE:
+        return stored
+    inflate = zlib.decompressobj()
+    try:
+        out = inflate.decompress(stored, MAX_MANIFEST_BYTES)
+    except zlib.error:
+        raise BundleError("the compressed manifest is corrupt") from None
+    if inflate.unconsumed_tail:
+        raise BundleError(f"the manifest inflates to more than {MAX_MANIFEST_BYTES} bytes")
+    if not inflate.eof or inflate.unused_data:
+        raise BundleError("the compressed manifest is truncated or has trailing bytes")
+    return out
 
 
 @dataclass(frozen=True)

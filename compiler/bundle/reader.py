@@ -24,7 +24,7 @@ from ..ir.graph import Graph
 from ..ir.limits import DEFAULT_LIMITS, Limits, check_graph
 from ..ir.text import parse_graph, print_graph
 from ..ir.verify import verify
-from .format import HEADER, MANIFEST_OFFSET, SIGNATURE_OFFSET, Header, Manifest, WeightEntry
+from .format import HEADER, MANIFEST_OFFSET, SIGNATURE_OFFSET, Header, Manifest, WeightEntry, load_manifest
 from .signing import SIGNATURE_SIZE, fingerprint, raw_public_bytes
 
 # What a hostile-but-signed graph text can make the IR parser and verifier raise.
@@ -90,7 +90,8 @@ def read_bundle(buf: Any, trusted_keys: Iterable[Ed25519PublicKey], *, require_t
 
 def read_signed_head(view: Any, size: int, trusted_keys: Iterable[Ed25519PublicKey],
                      require_trust: bool = True) -> tuple[Header, bytes, bool]:
-    """Header, manifest bytes and whether the signer is trusted: what the signature covers, checked.
+    """Header, manifest bytes (inflated, once the signature holds) and whether the signer is trusted:
+    what the signature covers, checked.
 
     ``view`` needs to hold only the header and manifest (``cuvil inspect`` reads no more of an
     untrusted bundle); ``size`` is the whole file's.
@@ -100,7 +101,7 @@ def read_signed_head(view: Any, size: int, trusted_keys: Iterable[Ed25519PublicK
         raise BundleError("bundle is truncated inside its manifest")
     manifest_bytes = bytes(view[MANIFEST_OFFSET:MANIFEST_OFFSET + header.manifest_length])
     trusted = _verify_signature(view, header, manifest_bytes, trusted_keys, require_trust)
-    return header, manifest_bytes, trusted
+    return header, load_manifest(manifest_bytes, header.flags), trusted
 
 
 def _verify_signature(view: memoryview, header: Header, manifest_bytes: bytes,

@@ -22,7 +22,7 @@ from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..ir.text import print_graph
 from ..ir.verify import verify
-from .format import MANIFEST_OFFSET, Header, Manifest, WeightEntry, align, MAX_MANIFEST_BYTES
+from .format import MANIFEST_OFFSET, Header, Manifest, WeightEntry, align, MAX_MANIFEST_BYTES, store_manifest
 from .lineage import Lineage
 from .signing import raw_public_bytes
 
@@ -55,19 +55,25 @@ def build_manifest(graph: Graph, name: str, version: str, producer: str,
     return manifest, segments
 
 
-def frame(manifest: bytes, data_length: int, key: Ed25519PrivateKey) -> bytes:
-    """Header, signature and manifest, padded up to the data region (signs header || manifest)."""
+def frame(manifest: bytes, data_length: int, key: Ed25519PrivateKey, flags: int = 0) -> bytes:
+    """Header, signature and the manifest's stored bytes (as ``flags`` say), padded up to the data
+    region (signs header || stored manifest)."""
     if len(manifest) > MAX_MANIFEST_BYTES:
         raise BundleError(f"manifest is {len(manifest)} bytes, more than the {MAX_MANIFEST_BYTES} a reader accepts")
     data_offset = align(MANIFEST_OFFSET + len(manifest))
-    header = Header(len(manifest), data_offset, data_offset + data_length, raw_public_bytes(key.public_key())).pack()
+    header = Header(len(manifest), data_offset, data_offset + data_length, raw_public_bytes(key.public_key()),
+                    flags=flags).pack()
     signature = key.sign(header + manifest)
     head = header + signature + manifest
     return head + bytes(data_offset - len(head))
 
 
 def _chunks(manifest: Manifest, segments: list[np.ndarray], key: Ed25519PrivateKey) -> Iterator[bytes | np.ndarray]:
-    yield frame(manifest.encode(), manifest.data_length, key)
+    encoded = manifest.encode()
+    if len(encoded) > MAX_MANIFEST_BYTES:
+        raise BundleError(f"manifest is {len(encoded)} bytes, more than the {MAX_MANIFEST_BYTES} a reader accepts")
+    stored, flags = store_manifest(encoded)
+    yield frame(stored, manifest.data_length, key, flags)
     pos = 0
     for entry, raw in zip(manifest.weights, segments):
         yield bytes(entry.offset - pos)

@@ -48,13 +48,17 @@ def new_key() -> Ed25519PrivateKey:
 
 
 def resign(manifest: bytes, data: bytes, key: Ed25519PrivateKey) -> bytes:
-    """A bundle around arbitrary manifest bytes, validly signed: reaches the parser behind the signature."""
-    return frame(manifest, len(data), key) + data
+    """A bundle around arbitrary manifest bytes, stored as the writer stores them and validly signed:
+    reaches the parser behind the signature."""
+    from cuvil.compiler.bundle.format import store_manifest
+
+    stored, flags = store_manifest(manifest)
+    return frame(stored, len(data), key, flags) + data
 
 
 def split(bundle: bytes) -> tuple[bytes, bytes]:
-    """(manifest bytes, data region) of a well-formed bundle."""
-    from cuvil.compiler.bundle.format import HEADER, MANIFEST_OFFSET
+    """(manifest bytes, inflated, and data region) of a well-formed bundle."""
+    from cuvil.compiler.bundle.format import HEADER, MANIFEST_OFFSET, load_manifest
 
-    _, _, _, mlen, data_offset, _, _ = HEADER.unpack_from(bundle, 0)
-    return bundle[MANIFEST_OFFSET:MANIFEST_OFFSET + mlen], bundle[data_offset:]
+    _, _, flags, mlen, data_offset, _, _ = HEADER.unpack_from(bundle, 0)
+    return load_manifest(bundle[MANIFEST_OFFSET:MANIFEST_OFFSET + mlen], flags), bundle[data_offset:]

@@ -6,16 +6,18 @@ import hashlib
 import json
 import os
 import struct
+import zlib
 
 import pytest
 
 from cuvil.compiler import print_graph
 from cuvil.compiler import atomic_file
 from cuvil.compiler.bundle import ALIGN, MAGIC, bundle_bytes, read_bundle, save_bundle
-from cuvil.compiler.bundle.format import HEADER, MANIFEST_OFFSET, MAX_MANIFEST_BYTES, canonical_json
+from cuvil.compiler.bundle.format import HEADER, MANIFEST_OFFSET, MAX_MANIFEST_BYTES, canonical_json, load_manifest
 from cuvil.compiler.errors import BundleError
 
 from .helpers import big_graph, new_key, resign, small_graph, split
+from cuvil.compiler.bundle import frame
 
 
 @pytest.fixture(scope="module")
@@ -98,10 +100,11 @@ def test_other_key_or_metadata_change_the_bytes(graph, key, data):
 
 def test_layout(graph, key, data):
     magic, version, flags, mlen, data_offset, file_length, signer = HEADER.unpack_from(data, 0)
-    assert magic == MAGIC and version == 1 and flags == 0
+    assert magic == MAGIC and version == 1 and flags == 1  # DEFLATE: the manifest is zlib-compressed
     assert data_offset % ALIGN == 0 and data_offset >= MANIFEST_OFFSET + mlen and file_length == len(data)
-    manifest = json.loads(data[MANIFEST_OFFSET:MANIFEST_OFFSET + mlen])
-    assert canonical_json(manifest) == data[MANIFEST_OFFSET:MANIFEST_OFFSET + mlen]
+    text = zlib.decompress(data[MANIFEST_OFFSET:MANIFEST_OFFSET + mlen])
+    manifest = json.loads(text)
+    assert canonical_json(manifest) == text
     assert [w["name"] for w in manifest["weights"]] == list(graph.constants)
     for w in manifest["weights"]:
         start = data_offset + w["offset"]
@@ -153,11 +156,13 @@ def test_oversized_manifest_length_is_refused_before_reading_it(data, key):
     refused(bytes(bad), key, "manifest length")
 
 
-def test_nonzero_padding_is_refused(data, key):
-    manifest, _ = split(data)
-    end = MANIFEST_OFFSET + len(manifest)
-    _, _, _, _, data_offset, _, _ = HEADER.unpack_from(data, 0)
-    assert data_offset > end  # the test bundle has manifest padding to flip
+def test_nonzero_padding_is_refused(graph, key):
+    for version in ("1", "1.2", "1.23"):  # one of them leaves manifest padding to flip
+        data = bundle_bytes(graph, key, name="small-model", version=version)
+        _, _, _, mlen, data_offset, _, _ = HEADER.unpack_from(data, 0)
+        if data_offset > MANIFEST_OFFSET + mlen:
+            break
+    assert data_offset > MANIFEST_OFFSET + mlen
     bad = bytearray(data)
     bad[data_offset - 1] = 1
     refused(bytes(bad), key, "padding")
@@ -183,3 +188,27 @@ def test_big_bundle_round_trip(key):
 
 def test_resign_helper_reproduces_the_writer(data, key):
     assert resign(*split(data), key) == data
+
+
+def test_uncompressed_manifest_still_reads(graph, data, key):
+    """Flag 0: the manifest's JSON as it is (bundles written before DEFLATE)."""
+    manifest, weights = split(data)
+    plain = frame(manifest, len(weights), key) + weights
+    assert len(plain) > len(data) and read_bundle(plain, [key.public_key()]).graph == graph
+
+
+@pytest.mark.parametrize("stored, reason", [
+    (b"not zlib at all", "corrupt"),
+    (zlib.compress(b"{}" * 100)[:-5], "truncated"),
+    (zlib.compress(b"{}") + b"x", "trailing"),
+])
+def test_bad_compressed_manifest_is_refused(data, key, stored, reason):
+    _, weights = split(data)
+    refused(frame(stored, len(weights), key, 1) + weights, key, reason)
+
+
+def test_inflating_stops_at_the_manifest_limit():
+    bomb = zlib.compress(bytes(MAX_MANIFEST_BYTES + 1), 9)
+    assert len(bomb) < 100_000
+    with pytest.raises(BundleError, match="inflates to more than"):
+        load_manifest(bomb, 1)
