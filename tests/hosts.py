@@ -19,6 +19,7 @@ HOST = resolve_target("host")
 RUN_ON: dict[str, str] = {
     "x86-avx2": "an x86-64 host with AVX2 and FMA (AMD Zen, Intel Haswell or newer)",
     "x86-avx512": "an AVX-512 host (Intel Xeon Skylake-SP or newer, AMD Zen 4)",
+    "x86-avx512-vnni": "an AVX-512 VNNI host (Intel Xeon Cascade Lake or newer, AMD Zen 4)",
 }
 """Per executed profile: the build machines whose CPUs run its code (named in skip reasons)."""
 

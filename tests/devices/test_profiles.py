@@ -18,6 +18,7 @@ from .llvm_asm import compile_loop, uses_sve
 EXPECTED = {
     "x86-avx2": ("haswell", 256, None),
     "x86-avx512": ("skylake-avx512", 512, None),
+    "x86-avx512-vnni": ("cascadelake", 512, None),
     "rpi5": ("cortex-a76", 128, None),
     "graviton3": ("neoverse-v1", None, None),
     "graviton4": ("neoverse-v2", None, None),
