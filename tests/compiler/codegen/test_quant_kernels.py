@@ -73,6 +73,8 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.I8, 127, 1, 2, [0, 1, 1, 0], (1, 8, 9, 8), 16),
     (DType.U8, 64, 1, 1, [0, 0, 0, 0], (1, 12, 6, 6), 24),  # bounded pairs: vpmaddubsw on AVX2
     (DType.U8, 127, 4, 1, [1, 1, 1, 1], (1, 8, 5, 5), 8),  # grouped: direct loops
+    (DType.U8, 127, 8, 2, [1, 1, 1, 1], (1, 8, 9, 11), 8),  # depthwise, stride 2: taps summed in registers
+    (DType.I8, 127, 4, 1, [1, 0, 0, 1], (2, 4, 6, 7), 8),  # depthwise with two outputs per input channel
 ]
 
 
