@@ -211,7 +211,7 @@ def _any(b: ir.IRBuilder, conds: Sequence[ir.Value]) -> ir.Value:
     return out
 
 
-# --- Trilu, GatherElements, CumSum ----------------------------------------------------------------
+# --- Trilu, GatherElements, CumSum, CumProd ----------------------------------------------------------------
 def trilu(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> Value:
     shape = tuple(ins[0].shape)
     st = h.contiguous_strides(shape)
@@ -250,9 +250,9 @@ def gather_elements(a: Mapping, ins: Sequence[TensorType], outs: Sequence[Tensor
     return value
 
 
-def cumsum(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> Value:
-    """The sum along the axis of the elements before (reverse: after) this one, itself included
-    unless exclusive; floats accumulate in f64, as the reference does, and are rounded once."""
+def cumulative(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType], prod: bool) -> Value:
+    """The sum (product) along the axis of the elements before (reverse: after) this one, itself
+    included unless exclusive; floats accumulate in f64, as the reference does, and are rounded once."""
     shape, dtype = tuple(ins[0].shape), ins[0].dtype
     axis = a["axis"] % len(shape)
     st = h.contiguous_strides(shape)
@@ -261,16 +261,19 @@ def cumsum(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) ->
     pred = {(0, 0): "<=", (1, 0): "<", (0, 1): ">=", (1, 1): ">"}[(a["exclusive"], a["reverse"])]
 
     def value(b, idx, ptrs):
-        zero = h.const(acc_ty, 0.0) if dtype.is_float else ir.Constant(ty, 0)
+        unit = int(prod)
+        start = h.const(acc_ty, float(unit)) if dtype.is_float else ir.Constant(ty, unit)
 
         def step(acc, j):
             pos = [j if d == axis else idx[d] for d in range(len(shape))]
             x = h.load(b, ptrs[0], h.linear(b, pos, st))
             x = float_convert(b, x, acc_ty) if dtype.is_float else x
-            x = b.select(b.icmp_signed(pred, j, idx[axis]), x, zero)
+            x = b.select(b.icmp_signed(pred, j, idx[axis]), x, start)
+            if prod:
+                return b.fmul(acc, x) if dtype.is_float else b.mul(acc, x)
             return b.fadd(acc, x) if dtype.is_float else b.add(acc, x)
 
-        total = h.reduce_range(b, shape[axis], zero, step, "k")
+        total = h.reduce_range(b, shape[axis], start, step, "k")
         return float_convert(b, total, ty) if dtype.is_float else total
 
     return value
@@ -365,7 +368,9 @@ PER_ELEMENT: Mapping[str, Factory] = {
     "ReduceProd": lambda a, i, o: reduce_min_prod(a, i, o, prod=True),
     "ArgMax": lambda a, i, o: arg_extreme(a, i, o, largest=True),
     "ArgMin": lambda a, i, o: arg_extreme(a, i, o, largest=False),
-"ConvTranspose": conv_transpose, "Resize": resize, "Trilu": trilu,
-                                      "GatherElements": gather_elements, "CumSum": cumsum}
+    "ConvTranspose": conv_transpose, "Resize": resize, "Trilu": trilu, "GatherElements": gather_elements,
+    "CumSum": lambda a, i, o: cumulative(a, i, o, prod=False),
+    "CumProd": lambda a, i, o: cumulative(a, i, o, prod=True),
+}
 """op -> per-element code; both backends give every op listed a kernel built on it."""
 

@@ -129,9 +129,9 @@ def _trilu(ctx: NodeCtx) -> list:
     return [ctx.emit("Trilu", [ctx.x(0)], upper=ctx.attr("upper", 1), k=int(ctx.scalar(1, 0)))]
 
 
-@translates(CumSum=(11, 14))
-def _cumsum(ctx: NodeCtx) -> list:
-    return [ctx.emit("CumSum", [ctx.x(0)], axis=int(ctx.scalar(1, 0)), exclusive=ctx.attr("exclusive", 0),
+@translates(CumSum=(11, 14), CumProd=(26,))
+def _cumulative(ctx: NodeCtx) -> list:
+    return [ctx.emit(ctx.op, [ctx.x(0)], axis=int(ctx.scalar(1, 0)), exclusive=ctx.attr("exclusive", 0),
                      reverse=ctx.attr("reverse", 0))]
 
 
@@ -165,6 +165,12 @@ def _cast(ctx: NodeCtx) -> list:
 def _clip(ctx: NodeCtx) -> list:
     if ctx.opset < 11:
         lo, hi = ctx.attr("min", -math.inf), ctx.attr("max", math.inf)
+    elif not ctx.type(0).dtype.is_float:  # Cuvil's Clip is float-only; integer bounds are Max then Min
+        y = ctx.x(0)
+        for i, op in ((1, "Max"), (2, "Min")):
+            if ctx.has(i):
+                y = ctx.tmp(op, [y, ctx.x(i)], op.lower())
+        return [ctx.emit("Identity", [y])]
     else:
         lo, hi = ctx.scalar(1, -math.inf), ctx.scalar(2, math.inf)
     return [ctx.emit("Clip", [ctx.x(0)], min=lo, max=hi)]

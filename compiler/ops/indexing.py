@@ -1,4 +1,4 @@
-"""Op family: indexing — Trilu, GatherElements, CumSum: ops whose output element reads input elements
+"""Op family: indexing — Trilu, GatherElements, CumSum, CumProd: ops whose output element reads input elements
 found from its own position (see docs/ir.md). Each imports from ONNX with its constant inputs as
 attributes."""
 
@@ -46,23 +46,35 @@ def _gather_elements(xs, a):
     return [np.take_along_axis(data, np.where(idx < 0, idx + n, idx).astype(np.int64), axis=axis)]
 
 
-def _cumsum_infer(ts, a):
-    x = ts[0]
-    require(x.dtype not in (DType.BOOL,), "CumSum: bool operands are not supported")
-    require(a["exclusive"] in (0, 1) and a["reverse"] in (0, 1), "CumSum: exclusive and reverse are 0 or 1")
-    norm_axis("CumSum", a["axis"], max(x.rank, 1))
-    return [x]
+def _scan_infer(op: str):
+    def infer(ts, a):
+        x = ts[0]
+        require(x.dtype not in (DType.BOOL,), f"{op}: bool operands are not supported")
+        require(a["exclusive"] in (0, 1) and a["reverse"] in (0, 1), f"{op}: exclusive and reverse are 0 or 1")
+        norm_axis(op, a["axis"], max(x.rank, 1))
+        return [x]
+
+    return infer
 
 
-def _cumsum(xs, a):
-    x = xs[0]
-    axis = norm_axis("CumSum", a["axis"], x.ndim)
-    y = np.flip(x, axis) if a["reverse"] else x
-    if a["exclusive"]:  # the sum of the elements before: shifted in, not subtracted (inf - inf is NaN)
-        widths = [(1, 0) if k == axis else (0, 0) for k in range(y.ndim)]
-        y = np.pad(y, widths)[tuple(slice(0, -1) if k == axis else slice(None) for k in range(y.ndim))]
-    acc = np.cumsum(y.astype(np.float64 if x.dtype.kind == "f" else np.int64), axis=axis)
-    return [(np.flip(acc, axis) if a["reverse"] else acc).astype(x.dtype)]
+def _scan(op: str, fn, identity: int):
+    """CumSum / CumProd: floats accumulate in f64, ints in i64, rounded once to the input dtype."""
+
+    def ref(xs, a):
+        x = xs[0]
+        axis = norm_axis(op, a["axis"], x.ndim)
+        y = np.flip(x, axis) if a["reverse"] else x
+        if a["exclusive"]:  # the elements before: the identity shifted in, nothing undone (inf - inf is NaN)
+            widths = [(1, 0) if k == axis else (0, 0) for k in range(y.ndim)]
+            y = np.pad(y, widths, constant_values=identity)
+            y = y[tuple(slice(0, -1) if k == axis else slice(None) for k in range(y.ndim))]
+        acc = fn(y.astype(np.float64 if x.dtype.kind == "f" else np.int64), axis=axis)
+        return [(np.flip(acc, axis) if a["reverse"] else acc).astype(x.dtype)]
+
+    return ref
+
+
+_SCAN_ATTRS = {"axis": AttrSpec(I), "exclusive": AttrSpec(I, 0), "reverse": AttrSpec(I, 0)}
 
 
 register(
@@ -70,6 +82,6 @@ register(
           doc="the upper (or lower) triangle of the last two dims from diagonal k; the rest 0"),
     OpDef("GatherElements", _gather_elements_infer, _gather_elements, attrs={"axis": AttrSpec(I, 0)},
           min_inputs=2, max_inputs=2, flops=no_flops, same_as_onnx=True, run_time_check=True),
-    OpDef("CumSum", _cumsum_infer, _cumsum, attrs={"axis": AttrSpec(I), "exclusive": AttrSpec(I, 0),
-                                                   "reverse": AttrSpec(I, 0)}),
+    OpDef("CumSum", _scan_infer("CumSum"), _scan("CumSum", np.cumsum, 0), attrs=_SCAN_ATTRS),
+    OpDef("CumProd", _scan_infer("CumProd"), _scan("CumProd", np.cumprod, 1), attrs=_SCAN_ATTRS),
 )

@@ -1,4 +1,4 @@
-"""Native Trilu, GatherElements, CumSum, ReduceMin/Prod and ArgMax/Min against the reference
+"""Native Trilu, GatherElements, CumSum/Prod, ReduceMin/Prod and ArgMax/Min against the reference
 (``test_nvptx`` re-runs them on the simulated GPU)."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def test_gather_elements(axis):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
 def test_cumsum(exclusive, reverse, dtype):
     run_op("CumSum", [rnd(3, 6, 4, dtype=dtype, seed=4)], axis=1, exclusive=exclusive, reverse=reverse)
+    run_op("CumProd", [rnd(3, 6, 4, dtype=dtype, seed=5)], axis=1, exclusive=exclusive, reverse=reverse)
 
 
 @pytest.mark.parametrize("op", ["ReduceMin", "ReduceProd"])

@@ -199,6 +199,7 @@ def test_new_ops_assemble_with_ptxas(tmp_path):
     outs += gb.add("ConvTranspose", [image, gb.constant(np.ones((4, 2, 3, 3), np.float32), "w")], strides=[2, 2],
                    pads=[1, 1, 0, 0], dilations=[1, 1], output_padding=[1, 0], group=2)
     outs += gb.add("Trilu", [image], upper=0, k=1) + gb.add("CumSum", [image], axis=2, exclusive=1, reverse=0)
+    outs += gb.add("CumProd", [image], axis=3, exclusive=0, reverse=1)
     outs += gb.add("GatherElements", [image, gb.constant(np.ones((1, 4, 2, 5), np.int64), "gi")], axis=2)
     for op in ("ReduceMin", "ReduceProd"):
         outs += gb.add(op, [image], axes=(1, 3), keepdims=0)

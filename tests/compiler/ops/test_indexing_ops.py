@@ -1,4 +1,4 @@
-"""Trilu, GatherElements, CumSum, ReduceMin, ReduceProd, ArgMax and ArgMin against ONNX Runtime."""
+"""Trilu, GatherElements, CumSum (CumProd by hand), ReduceMin, ReduceProd, ArgMax and ArgMin against ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -39,6 +39,17 @@ def test_cumsum(rng, exclusive, reverse, dtype):
     assert_close(run_cuvil("CumSum", [x], axis=1, exclusive=exclusive, reverse=reverse),
                  run_ort("CumSum", [x, Const(np.array(1, np.int64))], {"exclusive": exclusive, "reverse": reverse},
                          opset=14), rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("exclusive, reverse, want", [
+    (0, 0, [[2, 6, -24, -120]]), (1, 0, [[1, 2, 6, -24]]), (0, 1, [[-120, -60, -20, 5]]), (1, 1, [[-60, -20, 5, 1]])])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_cumprod_by_hand(exclusive, reverse, want, dtype):
+    """ONNX Runtime 1.32 has no CumProd (opset 26): products worked out by hand; the identity 1 is
+    shifted in when exclusive."""
+    x = np.array([[2, 3, -4, 5]], dtype)
+    got = run_cuvil("CumProd", [x], axis=-1, exclusive=exclusive, reverse=reverse)
+    np.testing.assert_array_equal(got[0], np.array(want, dtype))
 
 
 @pytest.mark.parametrize("op", ["ReduceMin", "ReduceProd"])

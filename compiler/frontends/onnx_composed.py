@@ -1,0 +1,109 @@
+"""ONNX ops that are a few ops of the op table: Hardmax, OneHot, LpNormalization.
+
+Each keeps ONNX's meaning exactly (ties, negative indices, the opset's axis rule) by composing ops
+that already have references and native kernels on every backend, so no new kernel is needed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from .builder import Unsupported
+from .onnx_node import NodeCtx, OnnxImportError
+from .onnx_ops import check_size, translates
+
+
+def _axis(ctx: NodeCtx, rank: int, default: int) -> int:
+    axis = ctx.attr("axis", default)
+    if not -rank <= axis < rank:
+        raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}): axis {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def _positions(ctx: NodeCtx, n: int, axis: int, rank: int, dtype) -> str:
+    """The constant 0..n-1 laid along ``axis`` of a rank-``rank`` tensor (1 elsewhere)."""
+    check_size(ctx, [n])
+    shape = [1] * rank
+    shape[axis] = n
+    return ctx.constant(np.arange(n, dtype=dtype).reshape(shape), f"{ctx.name}/positions")
+
+
+@translates(Hardmax=(1, 11, 13))
+def _hardmax(ctx: NodeCtx) -> list:
+    """1 at the first largest element along the axis, 0 elsewhere: ArgMax compared with positions."""
+    t = ctx.type(0)
+    if not t.dtype.is_float:
+        raise Unsupported(f"Hardmax of {t.dtype.value}")
+    shape = list(t.shape)
+    if any(not isinstance(d, int) for d in shape):
+        ctx.batch_dependent("Hardmax's shape")
+    x = ctx.x(0)
+    if ctx.opset < 13:  # the input is coerced to 2-D at the axis (default 1)
+        axis = _axis(ctx, max(t.rank, 1), 1)
+        x = ctx.tmp("Reshape", [x], "2d", shape=[math.prod(shape[:axis]), math.prod(shape[axis:])])
+        rank, axis, n = 2, 1, math.prod(shape[axis:])
+    else:
+        rank = t.rank
+        axis = _axis(ctx, rank, -1)
+        n = shape[axis]
+    best = ctx.tmp("ArgMax", [x], "argmax", axis=axis, keepdims=1, select_last_index=0)
+    hit = ctx.tmp("Equal", [best, _positions(ctx, n, axis, rank, np.int64)], "hit")
+    y = ctx.tmp("Cast", [hit], "cast", to=t.dtype)
+    return [ctx.emit("Reshape", [y], shape=shape)]
+
+
+@translates(OneHot=(9, 11, 28))
+def _one_hot(ctx: NodeCtx) -> list:
+    """values[1] where the (wrapped) index equals the position along the new axis, values[0] elsewhere."""
+    t = ctx.type(0)
+    depth = ctx.scalar(1, None)
+    if not isinstance(depth, (int, float)) or not math.isfinite(depth) or depth < 1:
+        raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}): depth must be a positive number")
+    depth = int(depth)
+    check_size(ctx, [*(d if isinstance(d, int) else 1 for d in t.shape), depth])
+    rank = t.rank + 1
+    axis = _axis(ctx, rank, -1)
+    idx = ctx.x(0)
+    if t.dtype != DType.I64:  # ONNX casts the indices to int64 (floats truncate)
+        idx = ctx.tmp("Cast", [idx], "i64", to=DType.I64)
+    if ctx.opset >= 11:  # negative indices count from the end
+        wrapped = ctx.tmp("Add", [idx, ctx.constant(np.array(depth, np.int64), f"{ctx.name}/depth")], "wrapped")
+        negative = ctx.tmp("Less", [idx, ctx.constant(np.array(0, np.int64), f"{ctx.name}/zero")], "negative")
+        idx = ctx.tmp("Where", [negative, wrapped, idx], "index")
+    idx = ctx.tmp("Reshape", [idx], "unsqueezed", shape=_unsqueezed(t.shape, axis))
+    hit = ctx.tmp("Equal", [idx, _positions(ctx, depth, axis, rank, np.int64)], "hit")
+    values = ctx.const(2).reshape(-1)
+    if values.size != 2:
+        raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}): values must hold [off, on]")
+    off = ctx.constant(values[0], f"{ctx.name}/off")
+    on = ctx.constant(values[1], f"{ctx.name}/on")
+    return [ctx.emit("Where", [hit, on, off])]
+
+
+def _unsqueezed(shape, axis: int) -> list[int]:
+    dims = [d if isinstance(d, int) else -1 for d in shape]
+    return dims[:axis] + [1] + dims[axis:]
+
+
+@translates(LpNormalization=(1, 22))
+def _lp_normalization(ctx: NodeCtx) -> list:
+    """x / ||x||_p along the axis, p in {1, 2}; a line of zeros stays zeros."""
+    t = ctx.type(0)
+    if not t.dtype.is_float:
+        raise Unsupported(f"LpNormalization of {t.dtype.value}")
+    p = ctx.attr("p", 2)
+    if p not in (1, 2):
+        raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}): p must be 1 or 2, not {p}")
+    axis = _axis(ctx, t.rank, -1)
+    x = ctx.x(0)
+    mag = ctx.tmp("Abs", [x], "abs") if p == 1 else ctx.tmp("Mul", [x, x], "square")
+    norm = ctx.tmp("ReduceSum", [mag], "sum", axes=[axis], keepdims=1)
+    if p == 2:
+        norm = ctx.tmp("Sqrt", [norm], "norm")
+    # a zero norm means a zero line, which stays 0 (ONNX's own case): divide it by 1, not by 0
+    zero = ctx.tmp("Equal", [norm, ctx.constant(np.zeros((), t.dtype.numpy), f"{ctx.name}/zero")], "zero")
+    norm = ctx.tmp("Where", [zero, ctx.constant(np.ones((), t.dtype.numpy), f"{ctx.name}/one"), norm], "safe")
+    return [ctx.emit("Div", [x, norm])]

@@ -1,0 +1,68 @@
+"""ONNX import of Hardmax, OneHot, LpNormalization and integer Clip (composed of op-table ops), run by
+the reference interpreter against ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from cuvil.compiler import run_reference
+from cuvil.compiler.frontends.onnx import OnnxImportError, import_onnx
+
+from .test_onnx_frontend import make_model, run_ort
+
+F = TensorProto.FLOAT
+
+
+def check(model, feeds):
+    graph = import_onnx(model)
+    got = run_reference(graph, dict(zip(graph.inputs, feeds.values())))
+    want = run_ort(model, feeds).values()
+    for name, w in zip(graph.outputs, want):
+        assert got[name].dtype == w.dtype
+        np.testing.assert_allclose(got[name], w, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("opset, axis", [(11, 0), (11, 1), (11, 2), (13, 0), (13, -1), (13, 1)])
+def test_hardmax_picks_the_first_largest(opset, axis):
+    x = np.array([[[1, 3, 3], [2, 2, 0]], [[5, 5, 5], [0, -1, 7]]], np.float32)  # ties: the first wins
+    node = helper.make_node("Hardmax", ["x"], ["y"], axis=axis)
+    check(make_model([node], {"x": (F, [2, 2, 3])}, ["y"], opset=opset), {"x": x})
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("itype, idx", [(TensorProto.INT64, [[0, -1, 2], [-3, 1, 5]]),
+                                        (F, [[0.0, 1.7, 2.0], [1.0, -1.0, 3.0]])])
+def test_one_hot_wraps_negative_indices_and_drops_outside_ones(opset, axis, itype, idx):
+    kind = np.int64 if itype == TensorProto.INT64 else np.float32  # type pairs ONNX Runtime implements
+    idx = np.array(idx, kind)
+    node = helper.make_node("OneHot", ["i", "depth", "values"], ["y"], axis=axis)
+    inits = {"depth": np.array(3, kind), "values": np.array([-2, 9], np.float32)}
+    check(make_model([node], {"i": (itype, [2, 3])}, ["y"], inits, opset=opset), {"i": idx})
+
+
+def test_one_hot_refuses_a_non_positive_depth():
+    node = helper.make_node("OneHot", ["i", "depth", "values"], ["y"])
+    inits = {"depth": np.array(0, np.int64), "values": np.array([0, 1], np.float32)}
+    with pytest.raises(OnnxImportError, match="depth"):
+        import_onnx(make_model([node], {"i": (TensorProto.INT64, [2])}, ["y"], inits, opset=11))
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("axis", [0, -1])
+def test_lp_normalization_keeps_zero_lines_zero(rng, p, axis):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    x[1, :] = 0
+    x[:, 2] = 0
+    node = helper.make_node("LpNormalization", ["x"], ["y"], p=p, axis=axis)
+    check(make_model([node], {"x": (F, [3, 4])}, ["y"], opset=17), {"x": x})
+
+
+@pytest.mark.parametrize("bounds", [("lo", "hi"), ("lo", ""), ("", "hi")])
+def test_clip_of_integers(bounds):
+    x = np.array([-128, -5, 0, 3, 127], np.int8)
+    node = helper.make_node("Clip", ["x", *bounds], ["y"])
+    inits = {k: np.array(v, np.int8) for k, v in (("lo", -4), ("hi", 2)) if k in bounds}
+    check(make_model([node], {"x": (TensorProto.INT8, [5])}, ["y"], inits, opset=13), {"x": x})
