@@ -1,4 +1,5 @@
-"""ONNX ops that are a few ops of the op table: Hardmax, OneHot, LpNormalization.
+"""ONNX ops that are a few ops of the op table: Hardmax, OneHot, LpNormalization, Instance- and
+GroupNormalization.
 
 Each keeps ONNX's meaning exactly (ties, negative indices, the opset's axis rule) by composing ops
 that already have references and native kernels on every backend, so no new kernel is needed.
@@ -107,3 +108,57 @@ def _lp_normalization(ctx: NodeCtx) -> list:
     zero = ctx.tmp("Equal", [norm, ctx.constant(np.zeros((), t.dtype.numpy), f"{ctx.name}/zero")], "zero")
     norm = ctx.tmp("Where", [zero, ctx.constant(np.ones((), t.dtype.numpy), f"{ctx.name}/one"), norm], "safe")
     return [ctx.emit("Div", [x, norm])]
+
+
+def _channel_shape(t, n: int) -> list[int]:
+    """A per-channel operand of length ``n`` laid along axis 1 of ``t``."""
+    return [n] + [1] * (t.rank - 2)
+
+
+def _normalize(ctx: NodeCtx, x: str, axis: int, dtype) -> str:
+    """(x - mean) / sqrt(var + epsilon) over the axes from ``axis`` on: LayerNormalization with scale 1."""
+    one = ctx.constant(np.ones(1, dtype.numpy), f"{ctx.name}/unit")
+    return ctx.tmp("LayerNormalization", [x, one], "normalized", axis=axis, epsilon=ctx.attr("epsilon", 1e-5))
+
+
+def _static_channels(ctx: NodeCtx, what: str) -> list:
+    t = ctx.type(0)
+    if t.rank < 3 or not t.dtype.is_float:
+        raise Unsupported(f"{ctx.op} of a rank-{t.rank} {t.dtype.value} tensor")
+    if any(not isinstance(d, int) for d in t.shape[1:]):
+        ctx.batch_dependent(what)
+    return list(t.shape)
+
+
+@translates(InstanceNormalization=(6, 22))
+def _instance_norm(ctx: NodeCtx) -> list:
+    """Normalized over each sample's channel plane, then scale and B per channel."""
+    t = ctx.type(0)
+    shape = _static_channels(ctx, "InstanceNormalization's channels")
+    y = _normalize(ctx, ctx.x(0), 2, t.dtype)
+    scale = ctx.tmp("Reshape", [ctx.x(1)], "scale", shape=_channel_shape(t, shape[1]))
+    bias = ctx.tmp("Reshape", [ctx.x(2)], "bias", shape=_channel_shape(t, shape[1]))
+    return [ctx.emit("Add", [ctx.tmp("Mul", [y, scale], "scaled"), bias])]
+
+
+@translates(GroupNormalization=(18, 21))
+def _group_norm(ctx: NodeCtx) -> list:
+    """Normalized over each sample's group of channels; scale and bias per channel (version 21) or
+    per group (version 18, which ONNX deprecated for that reason)."""
+    t = ctx.type(0)
+    shape = _static_channels(ctx, "GroupNormalization's groups")
+    groups = ctx.attr("num_groups")
+    if groups < 1 or shape[1] % groups:
+        raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}): {shape[1]} channels do not split into {groups} groups")
+    batch = shape[0] if isinstance(shape[0], int) else -1
+    grouped = ctx.tmp("Reshape", [ctx.x(0)], "grouped", shape=[batch, groups, math.prod(shape[1:]) // groups])
+    y = _normalize(ctx, grouped, 2, t.dtype)
+    if ctx.opset < 21:
+        scale = ctx.tmp("Reshape", [ctx.x(1)], "scale", shape=[groups, 1])
+        bias = ctx.tmp("Reshape", [ctx.x(2)], "bias", shape=[groups, 1])
+        y = ctx.tmp("Add", [ctx.tmp("Mul", [y, scale], "scaled"), bias], "affine")
+        return [ctx.emit("Reshape", [y], shape=[batch, *shape[1:]])]
+    y = ctx.tmp("Reshape", [y], "ungrouped", shape=[batch, *shape[1:]])
+    scale = ctx.tmp("Reshape", [ctx.x(1)], "scale", shape=_channel_shape(t, shape[1]))
+    bias = ctx.tmp("Reshape", [ctx.x(2)], "bias", shape=_channel_shape(t, shape[1]))
+    return [ctx.emit("Add", [ctx.tmp("Mul", [y, scale], "scaled"), bias])]

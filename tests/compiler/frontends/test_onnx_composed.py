@@ -1,4 +1,4 @@
-"""ONNX import of Hardmax, OneHot, LpNormalization and integer Clip (composed of op-table ops), run by
+"""ONNX import of Hardmax, OneHot, LpNormalization, Instance/GroupNormalization and integer Clip (composed of op-table ops), run by
 the reference interpreter against ONNX Runtime."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from .test_onnx_frontend import make_model, run_ort
 F = TensorProto.FLOAT
 
 
-def check(model, feeds):
+def check(model, feeds, rtol=1e-6, atol=1e-7):
     graph = import_onnx(model)
     got = run_reference(graph, dict(zip(graph.inputs, feeds.values())))
     want = run_ort(model, feeds).values()
     for name, w in zip(graph.outputs, want):
         assert got[name].dtype == w.dtype
-        np.testing.assert_allclose(got[name], w, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("opset, axis", [(11, 0), (11, 1), (11, 2), (13, 0), (13, -1), (13, 1)])
@@ -66,3 +66,29 @@ def test_clip_of_integers(bounds):
     node = helper.make_node("Clip", ["x", *bounds], ["y"])
     inits = {k: np.array(v, np.int8) for k, v in (("lo", -4), ("hi", 2)) if k in bounds}
     check(make_model([node], {"x": (TensorProto.INT8, [5])}, ["y"], inits, opset=13), {"x": x})
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 2, 7)])
+def test_instance_normalization(rng, shape):
+    c = shape[1]
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-3)
+    inits = {"s": rng.standard_normal(c).astype(np.float32), "b": rng.standard_normal(c).astype(np.float32)}
+    check(make_model([node], {"x": (F, list(shape))}, ["y"], inits, opset=17),
+          {"x": rng.standard_normal(shape).astype(np.float32)}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_group_normalization_per_group_then_per_channel_scale(rng, opset):
+    n, c, groups = 2, 6, 3
+    width = groups if opset < 21 else c  # version 18 scales per group, version 21 per channel
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=groups, epsilon=1e-4)
+    inits = {"s": rng.standard_normal(width).astype(np.float32), "b": rng.standard_normal(width).astype(np.float32)}
+    check(make_model([node], {"x": (F, [n, c, 4, 3])}, ["y"], inits, opset=opset),
+          {"x": rng.standard_normal((n, c, 4, 3)).astype(np.float32)}, rtol=1e-4, atol=1e-5)
+
+
+def test_group_normalization_refuses_uneven_groups():
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=4)
+    inits = {"s": np.ones(6, np.float32), "b": np.zeros(6, np.float32)}
+    with pytest.raises(OnnxImportError, match="groups"):
+        import_onnx(make_model([node], {"x": (F, [1, 6, 2])}, ["y"], inits, opset=21))
