@@ -1,5 +1,5 @@
 """ONNX ops that are a few ops of the op table: Hardmax, OneHot, LpNormalization, Instance- and
-GroupNormalization.
+GroupNormalization, Einsum.
 
 Each keeps ONNX's meaning exactly (ties, negative indices, the opset's axis rule) by composing ops
 that already have references and native kernels on every backend, so no new kernel is needed.
@@ -162,3 +162,52 @@ def _group_norm(ctx: NodeCtx) -> list:
     scale = ctx.tmp("Reshape", [ctx.x(1)], "scale", shape=_channel_shape(t, shape[1]))
     bias = ctx.tmp("Reshape", [ctx.x(2)], "bias", shape=_channel_shape(t, shape[1]))
     return [ctx.emit("Add", [ctx.tmp("Mul", [y, scale], "scaled"), bias])]
+
+
+def _einsum_terms(ctx: NodeCtx, ranks: list[int]) -> tuple[list[str], str]:
+    """The equation's operand terms and output term, '...' spelled out as digits (right-aligned)."""
+    eq = ctx.attr("equation").replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise OnnxImportError(f"node {ctx.name!r} (Einsum): {len(terms)} terms for {len(ranks)} inputs")
+    spans = [rank - len(term.replace("...", "")) for term, rank in zip(terms, ranks)]
+    width = max([s for s, term in zip(spans, terms) if "..." in term], default=0)
+    dots = "".join(str(k) for k in range(width))
+    spelled = [term.replace("...", dots[width - s:]) for term, s in zip(terms, spans)]
+    for term, rank in zip(spelled, ranks):
+        if len(term) != rank or not all(c.isalpha() or c.isdigit() for c in term):
+            raise OnnxImportError(f"node {ctx.name!r} (Einsum): a term does not match its input's rank")
+        if len(set(term)) != len(term):
+            raise Unsupported("Einsum with a repeated index in one term (a diagonal)")
+    if arrow:
+        out = out.replace("...", dots)
+    else:  # implicit output: the broadcast dims, then the letters seen once, alphabetically
+        letters = "".join(spelled)
+        out = dots + "".join(sorted(c for c in set(letters) if c.isalpha() and letters.count(c) == 1))
+    if len(set(out)) != len(out) or any(c not in "".join(spelled) for c in out):
+        raise OnnxImportError(f"node {ctx.name!r} (Einsum): bad output term")
+    return spelled, out
+
+
+@translates(Einsum=(12, 28))  # 28 adds bfloat16 only
+def _einsum(ctx: NodeCtx) -> list:
+    """Every operand laid along all indices (output ones first), multiplied, summed over the rest."""
+    types = [ctx.type(i) for i in range(len(ctx.xs()))]
+    if any(not isinstance(d, int) for t in types for d in t.shape):
+        ctx.batch_dependent("Einsum's shape")
+    terms, out = _einsum_terms(ctx, [t.rank for t in types])
+    order = out + "".join(sorted({c for term in terms for c in term} - set(out)))
+    sizes = {c: d for term, t in zip(terms, types) for c, d in zip(term, t.shape) if d != 1}
+    check_size(ctx, [sizes.get(c, 1) for c in order])
+    product = None
+    for i, (term, t) in enumerate(zip(terms, types)):
+        x = ctx.x(i)
+        perm = sorted(range(len(term)), key=lambda k: order.index(term[k]))
+        if perm != sorted(perm):
+            x = ctx.tmp("Transpose", [x], f"t{i}", perm=perm)
+        x = ctx.tmp("Reshape", [x], f"r{i}", shape=[t.shape[term.index(c)] if c in term else 1 for c in order])
+        product = x if product is None else ctx.tmp("Mul", [product, x], f"m{i}")
+    if len(order) > len(out):
+        product = ctx.tmp("ReduceSum", [product], "sum", axes=list(range(len(out), len(order))), keepdims=0)
+    return [ctx.emit("Identity", [product])]

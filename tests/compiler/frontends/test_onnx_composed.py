@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from cuvil.compiler import run_reference
+from cuvil.compiler.errors import UnsupportedModelError
 from cuvil.compiler.frontends.onnx import OnnxImportError, import_onnx
 
 from .test_onnx_frontend import make_model, run_ort
@@ -92,3 +93,20 @@ def test_group_normalization_refuses_uneven_groups():
     inits = {"s": np.ones(6, np.float32), "b": np.zeros(6, np.float32)}
     with pytest.raises(OnnxImportError, match="groups"):
         import_onnx(make_model([node], {"x": (F, [1, 6, 2])}, ["y"], inits, opset=21))
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("ij->ji", [(3, 4)]), ("ij->i", [(3, 4)]), ("i,i", [(5,), (5,)]), ("bij, bjk -> bik", [(5, 2, 3), (5, 3, 4)]),
+    ("ij,jk", [(2, 3), (3, 4)]), ("...ij,...jk->...ik", [(2, 1, 2, 3), (2, 4, 3, 2)]), ("i,j->ij", [(2,), (3,)]),
+    ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)])])
+def test_einsum(rng, equation, shapes):
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], equation=equation)
+    check(make_model([node], {n: (F, list(s)) for n, s in zip(names, shapes)}, ["y"], opset=17),
+          {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes)}, rtol=1e-5, atol=1e-6)
+
+
+def test_einsum_refuses_a_diagonal():
+    node = helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")
+    with pytest.raises(UnsupportedModelError, match="diagonal"):
+        import_onnx(make_model([node], {"x": (F, [3, 3])}, ["y"], opset=17))
