@@ -16,16 +16,16 @@ from ..ir.dtypes import DType
 from ..target import Target, TargetKind
 
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 VOID = ir.VoidType()
 I8P = I8.as_pointer()
 
 # Storage type of each IR dtype (bool is one byte holding 0 or 1, as NumPy stores it).
 LLTYPE: Mapping[DType, ir.Type] = {
-    DType.F32: F32, DType.F64: F64, DType.F16: F16, DType.I8: I8, DType.U8: I8,
-    DType.I32: I32, DType.I64: I64, DType.BOOL: I8,
+    DType.F32: F32, DType.F64: F64, DType.F16: F16, DType.I8: I8, DType.U8: I8, DType.I16: I16,
+    DType.U16: I16, DType.I32: I32, DType.U32: I32, DType.I64: I64, DType.U64: I64, DType.BOOL: I8,
 }
-SIGNED = frozenset({DType.I8, DType.I32, DType.I64})
+SIGNED = frozenset({DType.I8, DType.I16, DType.I32, DType.I64})
 ALIGN = 64  # bytes: every arena tensor, weight block and scratch region starts on a cache line
 FAST = ("reassoc", "nsz", "contract")  # flags that let the vectorizer reorder float reductions
 

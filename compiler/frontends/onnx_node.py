@@ -41,7 +41,8 @@ class Probe:
 ONNX_DTYPES = {
     TensorProto.FLOAT: DType.F32, TensorProto.DOUBLE: DType.F64, TensorProto.FLOAT16: DType.F16,
     TensorProto.INT8: DType.I8, TensorProto.UINT8: DType.U8, TensorProto.INT32: DType.I32,
-    TensorProto.INT64: DType.I64, TensorProto.BOOL: DType.BOOL,
+    TensorProto.INT64: DType.I64, TensorProto.BOOL: DType.BOOL, TensorProto.INT16: DType.I16,
+    TensorProto.UINT16: DType.U16, TensorProto.UINT32: DType.U32, TensorProto.UINT64: DType.U64,
 }
 
 

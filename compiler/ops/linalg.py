@@ -15,7 +15,7 @@ from ..ir.types import TensorType
 from .common import broadcast_shapes, same_dtype
 from .registry import AttrKind, AttrSpec, OpDef, register, require
 
-_MATMUL_DTYPES = {DType.F16, DType.F32, DType.F64, DType.I32, DType.I64}
+_MATMUL_DTYPES = {DType.F16, DType.F32, DType.F64, DType.I32, DType.U32, DType.I64, DType.U64}
 
 
 def _wide(x: np.ndarray) -> np.ndarray:

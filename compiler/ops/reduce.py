@@ -18,7 +18,8 @@ from .common import norm_axis, per_input_element
 from .registry import AttrKind, AttrSpec, OpDef, register, require
 
 FLOATS = frozenset({DType.F16, DType.F32, DType.F64})
-INTS = frozenset({DType.I8, DType.U8, DType.I32, DType.I64})
+WIDE_INTS = frozenset({DType.I32, DType.U32, DType.I64, DType.U64})  # ONNX's sums and products
+INTS = frozenset(d for d in DType if not d.is_float and d is not DType.BOOL)
 
 
 def _lowest(dtype: np.dtype):
@@ -62,10 +63,10 @@ class Reduction:
 
 REDUCTIONS = (
     Reduction("ReduceMean", _mean, FLOATS),
-    Reduction("ReduceSum", _sum, FLOATS | {DType.I32, DType.I64}),
+    Reduction("ReduceSum", _sum, FLOATS | WIDE_INTS),
     Reduction("ReduceMax", _max, FLOATS | INTS | {DType.BOOL}),
     Reduction("ReduceMin", _min, FLOATS | INTS | {DType.BOOL}),
-    Reduction("ReduceProd", _prod, FLOATS | {DType.I32, DType.I64}),
+    Reduction("ReduceProd", _prod, FLOATS | WIDE_INTS),
 )
 
 

@@ -431,3 +431,42 @@ def test_in_place(case):
     assert (plan_memory(graph).aliases.get(out) == names[at]) is aliased
     got, want = compile_graph(graph, optimize=False).run(feeds)[out], run_reference(graph, feeds)[out]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+NARROW_AND_UNSIGNED = [np.int16, np.uint16, np.uint32, np.uint64]
+
+
+def full_range(dtype, *shape, seed=0):
+    """Values across the whole range, so a signed compare or divide on an unsigned type shows."""
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed).integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+
+
+@pytest.mark.parametrize("dtype", NARROW_AND_UNSIGNED)
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min", "Equal", "Less", "Greater"])
+def test_binary_narrow_and_unsigned_ints(op, dtype):
+    a, b = full_range(dtype, 3, 19), full_range(dtype, 19, seed=1)
+    b[b == 0] = 3
+    run_op(op, [a, b])
+
+
+@pytest.mark.parametrize("dtype", NARROW_AND_UNSIGNED)
+def test_cast_and_reduce_narrow_and_unsigned_ints(dtype):
+    x = full_range(dtype, 3, 19)
+    for dst in (F32, I64, np.uint8, dtype):
+        run_op("Cast", [x], to=DType.from_numpy(dst))
+    run_op("ReduceMax", [x], axes=(1,))
+    run_op("ReduceMin", [x], axes=(0,))
+
+
+def test_unsigned_compare_is_unsigned():
+    got = compile_graph(_less_graph(np.uint32), optimize=False).run(
+        {"x0": np.array([0x80000000, 1], np.uint32), "x1": np.array([1, 0x80000000], np.uint32)})
+    assert got[next(iter(got))].tolist() == [False, True]
+
+
+def _less_graph(dtype):
+    gb = GraphBuilder("t_less")
+    a = gb.input("x0", TensorType(DType.from_numpy(dtype), (2,)))
+    b = gb.input("x1", TensorType(DType.from_numpy(dtype), (2,)))
+    return gb.build([gb.add("Less", [a, b])[0]])

@@ -24,7 +24,7 @@ def lowest(dtype: DType, ty: ir.Type) -> ir.Constant:
     if dtype.is_float:
         return h.const(ty, float("-inf"))
     bits = ty.width
-    return ir.Constant(ty, 0 if dtype in (DType.U8, DType.BOOL) else -(1 << (bits - 1)))
+    return ir.Constant(ty, 0 if dtype.is_unsigned else -(1 << (bits - 1)))
 
 
 def combine(b: ir.IRBuilder, kind: str, dtype: DType, acc: ir.Value, x: ir.Value) -> ir.Value:
