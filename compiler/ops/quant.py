@@ -34,6 +34,7 @@ from .registry import AttrKind, AttrSpec, OpDef, get_op, register, require
 
 F, I, FS, IS, DT = AttrKind.FLOAT, AttrKind.INT, AttrKind.FLOATS, AttrKind.INTS, AttrKind.DTYPE
 QUANT_DTYPES = (DType.I8, DType.U8)
+DEQUANT_DTYPES = QUANT_DTYPES + (DType.I16, DType.U16, DType.I32)
 _CONV = ("strides", "pads", "dilations", "group")
 
 
@@ -145,7 +146,7 @@ def _quantize(xs, a):
 
 def _dequantize_infer(ts, a):
     x = ts[0]
-    require(x.dtype in QUANT_DTYPES + (DType.I32,), f"DequantizeLinear: operand must be i8, u8 or i32, got {x.dtype.value}")
+    require(x.dtype in DEQUANT_DTYPES, f"DequantizeLinear: operand must be i8, u8, i16, u16 or i32, got {x.dtype.value}")
     _check_params("DequantizeLinear", x, a["scale"], a["zero_point"], a["axis"], x.dtype)
     return [TensorType(DType.F32, x.shape)]
 

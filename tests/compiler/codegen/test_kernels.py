@@ -470,3 +470,8 @@ def _less_graph(dtype):
     a = gb.input("x0", TensorType(DType.from_numpy(dtype), (2,)))
     b = gb.input("x1", TensorType(DType.from_numpy(dtype), (2,)))
     return gb.build([gb.add("Less", [a, b])[0]])
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.uint16])
+def test_dequantize_16_bit(dtype):
+    run_op("DequantizeLinear", [full_range(dtype, 3, 19)], scale=[0.01], zero_point=[-7 if dtype == np.int16 else 7])
