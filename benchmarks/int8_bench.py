@@ -46,8 +46,8 @@ def bench(name: str, target: str, rounds: int, block: int) -> dict:
     q8 = optimize(import_onnx(qdq))
     x = example[0].numpy()
     feeds = {f32.inputs[0]: x}
-    s32 = compile_graph(f32, target=target)
-    s8 = compile_graph(q8, target=target)
+    s32 = compile_graph(f32, target=target, threads=1)  # a profile's default is its cores: 8 for x86-avx2
+    s8 = compile_graph(q8, target=target, threads=1)
     exact = bool(np.array_equal(s8.run(feeds)[q8.outputs[0]], run_reference(q8, feeds)[q8.outputs[0]]))
     ort8 = ort_session(qdq)
     ort_feeds = {qdq.graph.input[0].name: x}
