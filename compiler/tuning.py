@@ -49,7 +49,7 @@ class Tuning:
     autotune_fraction: float = 0.5  # tuning may add at most this fraction of the untuned compile time
     autotune_budget_s: float = 2.0  # and never more than this many seconds
     max_threads: int = 8  # the default thread count: the device's cores, at most this many
-    parallel_min_macs: int = 400_000  # a layer is split over threads only from this many multiply-adds per part
+    parallel_min_macs: int = 1_000_000  # a layer is split over threads only from this many multiply-adds per part (~40 us)
     pool_spin: int = 4096  # pause rounds a waiting worker or caller spins before it sleeps on a futex
 
     def replace(self, **changes: Any) -> Tuning:
