@@ -1,25 +1,25 @@
-import dataclasses
 import os
 
 import numpy as np
 import pytest
 
-from cuvil.devices import detect
+from cuvil.compiler import target, tuning
+from cuvil.devices import detect, profile
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 
-_detected_profile = detect.profile_from_host
+_shipped_tuning = tuning.default_tuning
 
 
-def _untuned_host_profile(*args, **kwargs):
-    """The suite's host profile: the detected one with on-device autotuning off, so compiles here
-    take the cost model's choice and stay fast; tests of the tuner pass ``tune=True``."""
-    p = _detected_profile(*args, **kwargs)
-    return dataclasses.replace(p, tuning=tuple(sorted(dict(p.tuning, autotune=False).items())))
+def _untuned(*args, **kwargs):
+    """The suite's targets (host and named profiles) default to no on-device autotuning: compiles here
+    take the cost model's choice, so they stay fast and give the same code every time; tests of the
+    tuner pass ``tune=True``, and a profile's own ``[tuning]`` table still overrides this."""
+    return _shipped_tuning(*args, **kwargs).replace(autotune=False)
 
 
-detect.profile_from_host = _untuned_host_profile
+profile.default_tuning = target.default_tuning = _untuned
 detect.host_profile.cache_clear()
 
 
