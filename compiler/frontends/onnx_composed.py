@@ -166,7 +166,9 @@ def _group_norm(ctx: NodeCtx) -> list:
 
 def _einsum_terms(ctx: NodeCtx, ranks: list[int]) -> tuple[list[str], str]:
     """The equation's operand terms and output term, '...' spelled out as digits (right-aligned)."""
-    eq = ctx.attr("equation").replace(" ", "")
+    eq = str(ctx.attr("equation")).replace(" ", "")
+    if not all(c.isascii() and (c.isalpha() or c in ",.->") for c in eq):  # digits are ours, for '...'
+        raise OnnxImportError(f"node {ctx.name!r} (Einsum): the equation may hold letters, ',', '...' and '->' only")
     lhs, arrow, out = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(ranks):

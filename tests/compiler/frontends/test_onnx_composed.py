@@ -110,3 +110,10 @@ def test_einsum_refuses_a_diagonal():
     node = helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")
     with pytest.raises(UnsupportedModelError, match="diagonal"):
         import_onnx(make_model([node], {"x": (F, [3, 3])}, ["y"], opset=17))
+
+
+@pytest.mark.parametrize("equation", ["i0,i", "ij->j->i", "i,i->k", "ij,jk"])
+def test_einsum_refuses_malformed_equations(equation):
+    node = helper.make_node("Einsum", ["a", "b"], ["y"], equation=equation)
+    with pytest.raises(OnnxImportError, match="Einsum"):
+        import_onnx(make_model([node], {"a": (F, [2]), "b": (F, [2])}, ["y"], opset=17))
