@@ -38,14 +38,15 @@ def _like(v: ir.Value, elem: ir.Type) -> ir.Type:
     return ir.VectorType(elem, v.type.count) if isinstance(v.type, ir.VectorType) else elem
 
 
-def saturate(b: ir.IRBuilder, v: ir.Value, zero_point: ir.Value | float, lo: int, hi: int) -> ir.Value:
-    """``clamp(rint(v) + zero_point)`` of a float32 value, as i8 (bits of the i8/u8 result)."""
+def saturate(b: ir.IRBuilder, v: ir.Value, zero_point: ir.Value | float, lo: int, hi: int,
+             to: ir.IntType = h.I8) -> ir.Value:
+    """``clamp(rint(v) + zero_point)`` of a float32 value, as ``to`` (bits of the signed or unsigned result)."""
     f = v.type
     zp = zero_point if isinstance(zero_point, ir.Value) else splat(f, zero_point)
     q = b.fadd(h.call_intrinsic(b, "llvm.rint", v), zp)
     q = h.call_intrinsic(b, "llvm.maxnum", q, splat(f, lo))
     q = h.call_intrinsic(b, "llvm.minnum", q, splat(f, hi))
-    return b.trunc(b.fptosi(q, _like(v, h.I32)), _like(v, h.I8))
+    return b.trunc(b.fptosi(q, _like(v, h.I32)), _like(v, to))
 
 
 def requantize(b: ir.IRBuilder, acc: ir.Value, m: ir.Value, zero_point: int, lo: int, hi: int) -> ir.Value:

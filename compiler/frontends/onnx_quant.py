@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.dtypes import DType
-from ..ops.quant import QUANT_DTYPES
+from ..ops.quant import QUANT_DTYPES, QUANTIZE_TO
 from ..ops.registry import get_op
 from .builder import Unsupported
 from .onnx_node import NodeCtx, onnx_dtype
@@ -48,7 +48,7 @@ def _quantize(ctx: NodeCtx) -> list:
     else:
         code = ctx.attr("output_dtype", 0)
         to = onnx_dtype(code) if code else DType.U8
-    if to not in QUANT_DTYPES:
+    if to not in QUANTIZE_TO:
         raise Unsupported(f"quantization to {to.value}")
     return [ctx.emit("QuantizeLinear", [ctx.x(0)], scale=scale, zero_point=_ints(ctx, 2, len(scale)),
                      axis=ctx.attr("axis", 1), to=to)]

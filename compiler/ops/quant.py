@@ -34,7 +34,8 @@ from .registry import AttrKind, AttrSpec, OpDef, get_op, register, require
 
 F, I, FS, IS, DT = AttrKind.FLOAT, AttrKind.INT, AttrKind.FLOATS, AttrKind.INTS, AttrKind.DTYPE
 QUANT_DTYPES = (DType.I8, DType.U8)
-DEQUANT_DTYPES = QUANT_DTYPES + (DType.I16, DType.U16, DType.I32)
+QUANTIZE_TO = QUANT_DTYPES + (DType.I16, DType.U16)  # QuantizeLinear alone; the fused ops stay 8-bit
+DEQUANT_DTYPES = QUANTIZE_TO + (DType.I32,)
 _CONV = ("strides", "pads", "dilations", "group")
 
 
@@ -132,7 +133,7 @@ _QDQ_ATTRS = {"scale": AttrSpec(FS), "zero_point": AttrSpec(IS), "axis": AttrSpe
 def _quantize_infer(ts, a):
     x = ts[0]
     require(x.dtype is DType.F32, f"QuantizeLinear: needs a float32 operand (cast it first), got {x.dtype.value}")
-    require(a["to"] in QUANT_DTYPES, f"QuantizeLinear: result dtype must be i8 or u8, got {a['to'].value}")
+    require(a["to"] in QUANTIZE_TO, f"QuantizeLinear: result dtype must be i8, u8, i16 or u16, got {a['to'].value}")
     _check_params("QuantizeLinear", x, a["scale"], a["zero_point"], a["axis"], a["to"])
     return [TensorType(a["to"], x.shape)]
 

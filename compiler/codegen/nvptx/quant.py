@@ -67,7 +67,7 @@ def quantize(ctx: OpContext) -> list[Loop]:
         ch = _channel(ctx, p, idx)
         scale = qm.channel_value(b, np.float32(p.scale), h.F32, ch, "q.s")
         zp = qm.channel_value(b, np.float32(p.zero_point), h.F32, ch, "q.z")
-        return qm.saturate(b, b.fdiv(ctx.load(0, lin(b, idx, st)), scale), zp, lo, hi)
+        return qm.saturate(b, b.fdiv(ctx.load(0, lin(b, idx, st)), scale), zp, lo, hi, h.LLTYPE[p.dtype])
 
     return [store_at(ctx, 0, value)]
 

@@ -475,3 +475,14 @@ def _less_graph(dtype):
 @pytest.mark.parametrize("dtype", [np.int16, np.uint16])
 def test_dequantize_16_bit(dtype):
     run_op("DequantizeLinear", [full_range(dtype, 3, 19)], scale=[0.01], zero_point=[-7 if dtype == np.int16 else 7])
+
+
+@pytest.mark.parametrize("to", [DType.I16, DType.U16])
+def test_quantize_16_bit_saturates(to):
+    x = np.array([-1e6, -300.0, -0.5, 0.5, 1.5, 2.5, 300.0, 1e6], F32)
+    sess = run_op("QuantizeLinear", [x], scale=[0.01], zero_point=[3], to=to)
+    info = np.iinfo(to.numpy)
+    want = [info.min, max(info.min, -29997), 3 - 50 if to is DType.I16 else 0, 53, 153, 253,
+            min(info.max, 30003), info.max]
+    got = sess.run({"x0": x})
+    assert next(iter(got.values())).tolist() == want

@@ -42,6 +42,8 @@ from tests.compiler.codegen.test_kernels import (  # noqa: F401  (re-run here on
     test_in_place, test_layer_norm, test_lrn, test_matmul, test_matmul_int, test_max_pool, test_pad, test_pad_crop,
     test_pool_1d_and_global, test_pow, test_reduce, test_reduce_int, test_shape_op, test_shape_ops, test_slice,
     test_softmax, test_unary, test_unary_int, test_unary_positive, test_variadic, test_where,
+    test_binary_narrow_and_unsigned_ints, test_cast_and_reduce_narrow_and_unsigned_ints, test_dequantize_16_bit,
+    test_quantize_16_bit_saturates,
 )
 
 RTOL, ATOL = 1e-4, 1e-5

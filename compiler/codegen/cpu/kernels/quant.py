@@ -57,7 +57,7 @@ def emit_quantize(ctx: KernelContext) -> None:
     def fn(b, x, ch):
         scale = qm.channel_value(b, np.float32(p.scale), h.F32, ch, f"{ctx.name}.s")
         zp = qm.channel_value(b, np.float32(p.zero_point), h.F32, ch, f"{ctx.name}.z")
-        return qm.saturate(b, b.fdiv(x, scale), zp, lo, hi)
+        return qm.saturate(b, b.fdiv(x, scale), zp, lo, hi, h.LLTYPE[p.dtype])
 
     _per_channel_map(ctx, p, fn)
 
