@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..compiler.codegen.lower import IOSpec, LoweredModel
+from ..compiler.codegen.driver import IOSpec
+from ..compiler.codegen.lower import LoweredModel
 from ..compiler.errors import CuvilError, RunTimeCheckError
 from ..compiler.target import Target
 

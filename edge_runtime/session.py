@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compiler.codegen.lower import IOSpec, LoweredModel
+from ..compiler.codegen.driver import IOSpec
+from ..compiler.codegen.lower import LoweredModel
 from ..compiler.errors import InterpreterError, LimitError, RunTimeCheckError
 from ..compiler.memory.plan import MemoryPlan
 from .guard import guarded, make_read_only

@@ -97,9 +97,9 @@ def test_compile_work_counts_each_distinct_kernel_once():
 
 def test_lowering_refuses_before_it_starts(monkeypatch):
     g = _graph([Node.make("Relu", ["x"], ["y"])], {"x": TensorType(DType.F32, (N, 1 << 20))})
-    from cuvil.compiler.codegen import lower as lower_mod
+    from cuvil.compiler.codegen import driver
 
-    monkeypatch.setattr(lower_mod, "plan_memory", lambda *a, **k: pytest.fail("planned past a limit"))
+    monkeypatch.setattr(driver, "plan_memory", lambda *a, **k: pytest.fail("planned past a limit"))
     host = Target("t", "x86_64-unknown-linux-gnu", "x86-64", (), 128)
     with pytest.raises(LimitError, match="activations"):
         lower(g, host, batch=4096)

@@ -19,13 +19,10 @@ from llvmlite import ir
 
 from ...errors import CompileError
 from ...ir.graph import Graph, Node
-from ...ir.infer import bind_batch
-from ...target import Target, TargetKind
-from ...memory.planner import plan_memory
 from ...ops import get_op
-from ...passes.pipeline import optimize as optimize_graph
+from ...target import Target, TargetKind
 from .. import irhelpers as h
-from ..lower import IOSpec, WeightBlock
+from ..driver import IOSpec, Prepared, WeightBlock, placement, prepare
 from .context import Loop, OpContext
 from .ops import EMITTERS
 
@@ -123,17 +120,20 @@ def _launch_grid(loops: Sequence[Loop]) -> int:
     return max(1, min(MAX_GRID, -(-work // BLOCK)))
 
 
-class _PtxLowering:
-    def __init__(self, graph: Graph, target: Target, plan):
-        self.g, self.target, self.plan, self.ops = graph, target, plan, EMITTERS
+class PtxLowering:
+    """One NVPTX module for a prepared graph: one kernel per distinct node, launched in order."""
+
+    def __init__(self, prep: Prepared):
+        self.prep, self.ops = prep, EMITTERS
+        self.g, self.target, self.plan = prep.graph, prep.target, prep.plan
+        graph = self.g
         self.module = ir.Module(name=re.sub(r"\W", "_", graph.name) or "model")
         self.module.triple = TRIPLE
         self.module.data_layout = DATA_LAYOUT
         self.weights = WeightBlock()
         self.kernels: dict[tuple, tuple[str, int]] = {}
         self.launches: list[Launch] = []
-        checks = any(get_op(n.op).run_time_check for n in graph.nodes)
-        self.fault_offset = -(-plan.arena_bytes // h.ALIGN) * h.ALIGN if checks else None
+        self.fault_offset = prep.fault_offset
 
     def arg(self, name: str) -> Arg:
         if name in self.g.constants:
@@ -141,50 +141,22 @@ class _PtxLowering:
         return Arg("arena", self.plan.offsets[name])
 
     def run(self) -> None:
-        missing: dict[str, list[str]] = {}
         for node in self.g.nodes:
-            if node.op not in self.ops:
-                missing.setdefault(node.op, []).append(node.name)
-            elif not missing:
-                self.lower_node(node)
-        if missing:
-            names = "; ".join(f"{op} ({', '.join(ns[:5])})" for op, ns in sorted(missing.items()))
-            raise CompileError(f"no GPU kernel for {len(missing)} op(s): {names}")
-
-    def _overlap(self, node: Node) -> tuple[bool, ...]:
-        """Per input: does it share storage with an output (the planner's in-place reuse)?"""
-        def rng(v: str) -> tuple[int, int]:
-            lo = self.plan.offsets[v]
-            return lo, lo + self.g.types[v].nbytes(self.plan.batch)
-
-        outs = [rng(o) for o in node.outputs]
-        flags = []
-        for name in node.inputs:
-            if name in self.g.constants:
-                flags.append(False)
-                continue
-            lo, hi = rng(name)
-            flags.append(any(lo < ohi and olo < hi for olo, ohi in outs))
-        return tuple(flags)
+            self.lower_node(node)
 
     def lower_node(self, node: Node) -> None:
-        emit, op = self.ops[node.op], get_op(node.op)
-        shared = self._overlap(node)
-        if any(shared):
-            first = self.plan.offsets[node.inputs[shared.index(True)]]
-            if op.view and first == self.plan.offsets[node.outputs[0]]:
-                return  # the planner made the view share its input's bytes: nothing to copy
-            if not all(op.shares(node.attr, i) for i, s in enumerate(shared) if s):
-                raise CompileError(f"node {node.name!r} ({node.op}): an input shares the output's storage, "
-                                   "which this GPU kernel cannot do in place")
+        alias = placement(self.prep, node)
+        if alias is None:
+            return  # the planner made the view share its input's bytes: nothing to copy
+        shared = tuple(a is not None for a in alias)
         in_types = tuple(self.g.types[i] for i in node.inputs)
         out_types = tuple(self.g.types[o] for o in node.outputs)
         key = (node.op, node.attrs, in_types, out_types, shared)
         if key not in self.kernels:
-            self.kernels[key] = self.emit_kernel(node, emit, in_types, out_types, shared)
+            self.kernels[key] = self.emit_kernel(node, self.ops[node.op], in_types, out_types, shared)
         fname, grid = self.kernels[key]
         args = tuple(self.arg(v) for v in list(node.outputs) + list(node.inputs))
-        if op.run_time_check:
+        if get_op(node.op).run_time_check:
             args += (Arg("arena", self.fault_offset),)
         self.launches.append(Launch(fname, grid, BLOCK, args, node.name))
 
@@ -216,19 +188,13 @@ def lower_ptx(graph: Graph, target: Target, batch: int = 1, optimize: bool = Tru
     """Lower ``graph`` for an NVPTX ``target`` (see :func:`gpu_target`) at a fixed ``batch``."""
     if target.kind is not TargetKind.GPU or not target.triple.startswith("nvptx"):
         raise CompileError(f"lower_ptx needs an NVPTX GPU target, got {target.name} ({target.triple})")
-    g = bind_batch(optimize_graph(graph) if optimize else graph, batch)
-    plan = plan_memory(g, batch, alignment=h.ALIGN)
-    low = _PtxLowering(g, target, plan)
+    prep = prepare(graph, target, batch, optimize=optimize, kernels=EMITTERS, backend="GPU")
+    low = PtxLowering(prep)
     low.run()
-
-    def spec(v: str) -> IOSpec:
-        t = g.types[v]
-        return IOSpec(v, plan.offsets[v], t.dtype, tuple(t.shape))  # type: ignore[arg-type]
-
+    g = prep.graph
     return GpuProgram(
         llvm_ir=str(low.module), target=target, launches=tuple(low.launches),
         kernels=tuple(n for n, _ in low.kernels.values()), weights=low.weights.tobytes(),
-        arena_bytes=max(plan.arena_bytes, h.ALIGN) if low.fault_offset is None else low.fault_offset + h.ALIGN,
-        inputs=tuple(spec(v) for v in g.inputs), outputs=tuple(spec(v) for v in g.outputs), batch=batch,
-        fault_offset=low.fault_offset,
+        arena_bytes=max(prep.plan.arena_bytes, h.ALIGN) if low.fault_offset is None else low.fault_offset + h.ALIGN,
+        inputs=prep.io(g.inputs), outputs=prep.io(g.outputs), batch=batch, fault_offset=low.fault_offset,
     )

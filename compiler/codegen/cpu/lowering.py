@@ -1,0 +1,238 @@
+"""The CPU backend's module builder: one internal kernel per node (``kernels``), called from one entry.
+
+The entry ``void <entry>(i8* noalias arena, i8* noalias weights)`` calls one internal kernel per
+node with pointers at constant offsets (``<entry>_bind`` / ``<entry>_bound`` are the same call with
+the pointers stored once, for the runtime's hot path); identical kernels (same :class:`KernelKey`)
+are emitted once; layers a splitter cuts into parts run as one job of the worker pool. Everything
+before the first kernel is the shared driver's (``driver.prepare``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from llvmlite import ir
+
+from ...ir.graph import Node
+from ...ops import get_op
+from ...target import Target
+from .. import irhelpers as h
+from ..driver import Prepared, WeightBlock, placement
+from .kernels import KERNELS, KernelContext, KernelDef, KernelKey
+from .kernels.split import SPLITTERS, Part, slice_constant
+from .workers import Pool
+
+
+class CpuLowering:
+    """One LLVM module for a prepared graph: an entry that calls one kernel per node (see ``lower.py``)."""
+
+    def __init__(self, prep: Prepared, emit: bool = True, profile: bool = False):
+        self.prep, self.emit, self.profile = prep, emit, profile
+        self.g, self.target, self.plan = prep.graph, prep.target, prep.plan
+        graph, target, plan = self.g, self.target, self.plan
+        self.profiled: list[str] = []
+        self.pending: list = []
+        self.profile_offset: int | None = None
+        self.module = ir.Module(name=re.sub(r"\W", "_", graph.name) or "model")
+        self.module.triple = target.triple
+        self.attrs = h.target_attrs(target)
+        self.weights = WeightBlock()
+        self.kernels: dict[KernelKey, ir.Function] = {}
+        self.scratch_offset = -(-plan.arena_bytes // h.ALIGN) * h.ALIGN
+        self.fault_offset = prep.fault_offset
+        if self.fault_offset is not None:
+            self.scratch_offset = self.fault_offset + h.ALIGN
+        self.scratch_bytes = 0
+        self.worker_scratch: list[tuple[str, int, int, int]] = []
+        self.split_nodes = 0
+        self.pool: Pool | None = None
+
+    def new_function(self, name: str, args: list[ir.Type], internal: bool) -> ir.Function:
+        fn = ir.Function(self.module, ir.FunctionType(h.VOID, args), name=name)
+        if internal:
+            fn.linkage = "internal"
+        h.set_fn_attrs(fn, ["nounwind"] + (["noinline"] if internal else []), self.attrs)
+        h.mark_pointer_args(fn, [True] * len(args))
+        return fn
+
+    def bound_entry(self, entry: ir.Function) -> None:
+        """``<entry>_bind(arena, weights)`` stores the pointers once; ``<entry>_bound()`` runs with
+        them. A call without arguments is the cheapest crossing from Python (ctypes converts none)."""
+        slots = []
+        for suffix in ("arena", "weights"):
+            gv = ir.GlobalVariable(self.module, h.I8P, f"{entry.name}_{suffix}")
+            gv.linkage = "internal"
+            gv.initializer = ir.Constant(h.I8P, None)
+            slots.append(gv)
+        bind = self.new_function(f"{entry.name}_bind", [h.I8P, h.I8P], internal=False)
+        b = ir.IRBuilder(bind.append_basic_block("entry"))
+        for gv, arg in zip(slots, bind.args):
+            b.store(arg, gv)
+        b.ret_void()
+        bound = self.new_function(f"{entry.name}_bound", [], internal=False)
+        b = ir.IRBuilder(bound.append_basic_block("entry"))
+        b.call(entry, [b.load(gv) for gv in slots])
+        b.ret_void()
+
+    def run(self, entry_name: str) -> None:
+        entry = self.new_function(entry_name, [h.I8P, h.I8P], internal=False)
+        self.entry_name = entry_name
+        self.bound_entry(entry)
+        self.pool = Pool(self.module, entry_name, self.target, self.attrs)
+        b = ir.IRBuilder(entry.append_basic_block("entry"))
+        arena, weights = entry.args
+        for node in self.g.nodes:
+            self.lower_node(b, node, KERNELS[node.op], arena, weights)
+        if self.profile:
+            base = self.scratch_offset + -(-self.scratch_bytes // h.ALIGN) * h.ALIGN
+            self.profile_offset = base
+            counters = h.byte_ptr(b, arena, base, h.I64)
+            for slot, t0, t1 in self.pending:
+                cell = h.gep(b, counters, slot)
+                b.store(b.add(b.load(cell), b.sub(t1, t0)), cell)
+        b.ret_void()
+
+    def lower_node(self, b: ir.IRBuilder, node: Node, kd: KernelDef, arena: ir.Value, weights: ir.Value) -> None:
+        g = self.g
+        in_types = tuple(g.types[i] for i in node.inputs)
+        out_types = tuple(g.types[o] for o in node.outputs)
+        alias = placement(self.prep, node)
+        if alias is None:
+            return  # the planner made the view share its input's bytes: nothing to do
+        scalars: list[tuple[int, float | int]] = []
+        packed: list[str | None] = [None] * len(node.inputs)
+        args: list[ir.Value | None] = []
+        out_ranges = [self.prep.span(o) for o in node.outputs]
+        splitter = SPLITTERS.get(node.op)
+        parts = splitter(self.pack_key(node, in_types, out_types), self.target) if splitter else None
+        for i, name in enumerate(node.inputs):
+            t = in_types[i]
+            if name in g.constants and parts:
+                args.append(None)  # each part packs its own slice
+                continue
+            if name in g.constants:
+                arr = g.constants[name]
+                if kd.scalars and arr.size == 1:
+                    v = arr.reshape(-1)[0]
+                    scalars.append((i, float(v) if t.dtype.is_float else int(v)))
+                    args.append(None)
+                    continue
+                layout = None
+                if kd.pack is not None:
+                    got = kd.pack(self.pack_key(node, in_types, out_types), i, arr, self.target)
+                    if got is not None:
+                        layout, arr = got
+                packed[i] = layout
+                args.append(h.byte_ptr(b, weights, self.weights.add((name, layout), arr), h.LLTYPE[t.dtype]))
+            elif alias[i] is not None:
+                args.append(None)  # read through the output it shares
+            else:
+                args.append(h.byte_ptr(b, arena, self.prep.span(name)[0], h.LLTYPE[t.dtype]))
+        if parts:
+            self.lower_parts(b, node, kd, parts, alias, out_ranges[0][0], arena, weights)
+            return
+        key = KernelKey(node.op, node.attrs, in_types, out_types, alias, tuple(scalars), tuple(packed))
+        fn = self.kernels.get(key) or self.emit_kernel(key, kd)
+        outs = [h.byte_ptr(b, arena, lo, h.LLTYPE[t.dtype]) for (lo, _), t in zip(out_ranges, out_types)]
+        extra = []
+        if kd.scratch is not None:
+            self.scratch_bytes = max(self.scratch_bytes, kd.scratch(key, self.target))
+            extra.append(h.byte_ptr(b, arena, self.scratch_offset, h.I8))
+        if get_op(node.op).run_time_check:
+            extra.append(h.byte_ptr(b, arena, self.fault_offset, h.I32))
+        if self.profile:
+            t0 = h.cycle_counter(b)
+        b.call(fn, outs + [a for a in args if a is not None] + extra)
+        if self.profile:
+            slot = len(self.profiled)
+            self.profiled.append(node.name)
+            self.pending.append((slot, t0, h.cycle_counter(b)))
+
+    def lower_parts(self, b: ir.IRBuilder, node: Node, kd: KernelDef, parts: list[Part], alias: tuple,
+                    out_at: int, arena: ir.Value, weights: ir.Value) -> None:
+        """One job for the pool: part p's kernel on its slices, each part with scratch of its own."""
+        # external, named after the entry: the parallel native compiler keeps it with the entry points
+        job = self.new_function(f"{self.entry_name}_j{self.split_nodes}", [h.I8P, h.I8P, h.I32], internal=False)
+        self.split_nodes += 1
+        jb = ir.IRBuilder(job.append_basic_block("entry"))
+        j_arena, j_weights, which = job.args
+        done = job.append_basic_block("done")
+        switch = jb.switch(which, done)
+        oc = self.g.types[node.outputs[0]].shape[1]
+        ready = []
+        for p, part in enumerate(parts):
+            blk = job.append_basic_block(f"part{p}")
+            switch.add_case(ir.Constant(h.I32, p), blk)
+            jb.position_at_end(blk)
+            key = dataclasses.replace(part.key, alias=alias)
+            args, packed = [], list(key.packed)
+            for i, name in enumerate(node.inputs):
+                t = key.in_types[i]
+                if name in self.g.constants:
+                    layout, arr = None, slice_constant(self.g.constants[name], part, oc)
+                    got = kd.pack(part.key, i, arr, part.target) if kd.pack is not None else None
+                    if got is not None:
+                        layout, arr = got
+                    packed[i] = layout
+                    at = self.weights.add((f"{name}#{part.rows[0]}:{part.rows[1]}", layout), arr)
+                    args.append(h.byte_ptr(jb, j_weights, at, h.LLTYPE[t.dtype]))
+                elif alias[i] is None:
+                    args.append(h.byte_ptr(jb, j_arena, self.prep.span(name)[0] + part.byte_offsets[i], h.LLTYPE[t.dtype]))
+            ready.append((blk, dataclasses.replace(key, packed=tuple(packed)), args, part))
+        stride = 0
+        if kd.scratch is not None:  # one stride for all parts: the largest part's need
+            stride = max(-(-kd.scratch(key, part.target) // h.ALIGN) * h.ALIGN for _, key, _, part in ready)
+            self.scratch_bytes = max(self.scratch_bytes, stride * len(parts))
+        for p, (blk, key, args, part) in enumerate(ready):
+            jb.position_at_end(blk)
+            choice = part.target.conv_choices
+            fn = self.kernels.get((key, choice)) or self.emit_kernel(key, kd, part.target, cache=(key, choice))
+            out = h.byte_ptr(jb, j_arena, out_at + part.out_offset, h.LLTYPE[key.out_types[0].dtype])
+            extra = []
+            if kd.scratch is not None:
+                lo = self.scratch_offset + p * stride
+                self.worker_scratch.append((node.name, p, lo, lo + stride))
+                extra.append(h.byte_ptr(jb, j_arena, lo, h.I8))
+            if get_op(key.op).run_time_check:
+                extra.append(h.byte_ptr(jb, j_arena, self.fault_offset, h.I32))
+            jb.call(fn, [out] + args + extra)
+            jb.branch(done)
+        jb.position_at_end(done)
+        jb.ret_void()
+        t0 = h.cycle_counter(b) if self.profile else None
+        b.call(self.pool.par, [job, arena, weights, ir.Constant(h.I32, len(parts))])
+        if self.profile:
+            self.pending.append((len(self.profiled), t0, h.cycle_counter(b)))
+            self.profiled.append(node.name)
+
+    def pack_key(self, node: Node, in_types, out_types) -> KernelKey:
+        """The key packers see: ``packed[i] == "const"`` marks every constant input."""
+        consts = tuple("const" if n in self.g.constants else None for n in node.inputs)
+        return KernelKey(node.op, node.attrs, in_types, out_types, (), (), consts)
+
+    def emit_kernel(self, key: KernelKey, kd: KernelDef, target: Target | None = None, cache=None) -> ir.Function:
+        out_tys = [h.LLTYPE[t.dtype].as_pointer() for t in key.out_types]
+        passed = [i for i in range(len(key.in_types)) if key.alias[i] is None and i not in dict(key.scalars)]
+        in_tys = [h.LLTYPE[key.in_types[i].dtype].as_pointer() for i in passed]
+        checks = get_op(key.op).run_time_check
+        extra = ([h.I8P] if kd.scratch is not None else []) + ([h.I32.as_pointer()] if checks else [])
+        fn = self.new_function(f"k{len(self.kernels)}_{key.op}", out_tys + in_tys + extra, internal=True)
+        self.kernels[key if cache is None else cache] = fn
+        if not self.emit:
+            return fn  # a declaration is enough when only weights, plan and sizes are wanted
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        outs = list(fn.args[: len(out_tys)])
+        ins: list[ir.Value | None] = [None] * len(key.in_types)
+        for i, arg in zip(passed, fn.args[len(out_tys):]):
+            ins[i] = arg
+        for i, j in enumerate(key.alias):
+            if j is not None:
+                want = h.LLTYPE[key.in_types[i].dtype].as_pointer()
+                ins[i] = outs[j] if outs[j].type == want else b.bitcast(outs[j], want)
+        rest = list(fn.args[len(out_tys) + len(in_tys):])
+        scratch = rest.pop(0) if kd.scratch is not None else None
+        fault = rest.pop(0) if checks else None
+        kd.emit(KernelContext(b, target or self.target, key, ins, outs, scratch, fault))
+        b.ret_void()
+        return fn

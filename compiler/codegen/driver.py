@@ -1,0 +1,137 @@
+"""The lowering driver both backends share, up to the first kernel.
+
+:func:`prepare` checks the graph against its limits, optimizes it, binds the batch, verifies the
+result, collects every op the backend has no kernel for (all of them, in one error), lets a tuner
+retarget, plans the arena and proves the plan safe with :func:`~..memory.check_plan`.
+:func:`placement` says, per node, which inputs the plan put on an output (an in-place handover) and
+whether a view needs no code at all; :class:`WeightBlock` holds the constants; a backend caches its
+kernels by a key of everything that decides their code, so identical nodes share one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Container
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CompileError
+from ..ir.dtypes import DType
+from ..ir.graph import Graph, Node
+from ..ir.infer import bind_batch
+from ..ir.limits import check_graph
+from ..ir.verify import verify
+from ..memory.checker import check_plan
+from ..memory.plan import MemoryPlan
+from ..memory.planner import plan_memory
+from ..ops import get_op
+from ..passes.pipeline import optimize as optimize_graph
+from ..target import Target
+from .irhelpers import ALIGN
+
+Retarget = Callable[[Graph, Target], Target]
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """Where a graph input or output lives in the arena."""
+
+    name: str
+    offset: int
+    dtype: DType
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An optimized, batch-bound, verified graph with its checked memory plan and final target."""
+
+    graph: Graph
+    plan: MemoryPlan
+    target: Target
+
+    def io(self, names: tuple[str, ...]) -> tuple[IOSpec, ...]:
+        return tuple(IOSpec(v, self.plan.offsets[v], self.graph.types[v].dtype, tuple(self.graph.types[v].shape))
+                     for v in names)
+
+    @property
+    def fault_offset(self) -> int | None:
+        """Arena offset of the i32 fault word run-time checks set (``OpDef.run_time_check``), right
+        after the plan's arena; None when no node checks anything."""
+        if not any(get_op(n.op).run_time_check for n in self.graph.nodes):
+            return None
+        return -(-self.plan.arena_bytes // ALIGN) * ALIGN
+
+    def span(self, name: str) -> tuple[int, int]:
+        """The arena bytes [lo, hi) of value ``name``."""
+        lo = self.plan.offsets[name]
+        return lo, lo + self.graph.types[name].nbytes(self.plan.batch)
+
+
+def prepare(graph: Graph, target: Target, batch: int, *, optimize: bool, kernels: Container[str], backend: str,
+            retarget: Retarget | None = None) -> Prepared:
+    """Everything before code: see the module doc. ``kernels``: the ops the backend can lower."""
+    check_graph(graph, batch)  # a LimitError before any work the graph asks for
+    g = verify(bind_batch(optimize_graph(graph) if optimize else graph, batch))
+    missing: dict[str, list[str]] = {}
+    for node in g.nodes:
+        if node.op not in kernels:
+            missing.setdefault(node.op, []).append(node.name)
+    if missing:
+        names = "; ".join(f"{op} ({', '.join(ns[:5])})" for op, ns in sorted(missing.items()))
+        raise CompileError(f"no {backend} kernel for {len(missing)} op(s): {names}")
+    if retarget is not None:
+        target = retarget(g, target)
+    plan = plan_memory(g, batch, alignment=ALIGN)
+    check_plan(g, plan)
+    return Prepared(g, plan, target)
+
+
+def placement(p: Prepared, node: Node) -> tuple[int | None, ...] | None:
+    """Per input: the output whose bytes the plan gave it (read through that output), else None.
+    None for a view the planner placed on its input's bytes: it needs no code."""
+    outs = [p.span(o) for o in node.outputs]
+    alias: list[int | None] = []
+    for i, name in enumerate(node.inputs):
+        if name in p.graph.constants:
+            alias.append(None)
+            continue
+        lo, hi = p.span(name)
+        hit = [j for j, (olo, ohi) in enumerate(outs) if lo < ohi and olo < hi]
+        if not hit:
+            alias.append(None)
+            continue
+        same = (lo, hi) == outs[hit[0]]
+        if get_op(node.op).view and same:
+            return None
+        if not (same and len(hit) == 1 and get_op(node.op).shares(node.attr, i)):
+            raise CompileError(f"node {node.name!r} ({node.op}): input {name!r} overlaps output "
+                               f"{node.outputs[hit[0]]!r} in the memory plan, which the kernel cannot do in place")
+        alias.append(hit[0])
+    return tuple(alias)
+
+
+class WeightBlock:
+    """One read-only block; every tensor starts at a 64-byte boundary, each (name, layout) once."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.offsets: dict[tuple[str, str | None], int] = {}
+
+    def add(self, key: tuple[str, str | None], arr: np.ndarray) -> int:
+        if key not in self.offsets:
+            self.offsets[key] = self.size
+            data = np.ascontiguousarray(arr).tobytes()
+            pad = -len(data) % ALIGN
+            self.parts.append(data + b"\0" * pad)
+            self.size += len(data) + pad
+        return self.offsets[key]
+
+    def tobytes(self) -> bytes:
+        return b"".join(self.parts)

@@ -1,0 +1,70 @@
+"""The lowering driver both backends share: missing ops all named at once, the plan checked before
+code, in-place placements read off the plan, and identical nodes sharing one kernel."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from cuvil.compiler import parse_graph
+from cuvil.compiler.codegen import driver
+from cuvil.compiler.codegen.lower import lower
+from cuvil.compiler.codegen.nvptx import gpu_target, lower_ptx
+from cuvil.compiler.errors import CompileError
+from cuvil.compiler.memory import PlanError
+from cuvil.compiler.target import Target
+
+CPU = Target("t", "x86_64-unknown-linux-gnu", "x86-64", (), 128)
+GPU = gpu_target("t", "sm_87", ("+ptx78",))
+CHAIN = """graph "chain" (x: f32[N,64]) -> (y) {
+  a: f32[N,64] = Sigmoid @a (x)
+  b: f32[N,64] = Tanh @b (a)
+  c: f32[N,64] = Sigmoid @c (b)
+  d: f32[N,64] = Tanh @d (c)
+  y: f32[N,64] = Add @y (b, d)
+}
+"""
+RELUS = """graph "relus" (x: f32[N,64]) -> (y) {
+  a: f32[N,64] = Relu @a (x)
+  b: f32[N,64] = Relu @b (a)
+  y: f32[N,64] = Relu @y (b)
+}
+"""
+
+
+def test_every_missing_op_is_named_in_one_error():
+    g = parse_graph(CHAIN)
+    with pytest.raises(CompileError, match=r"no test kernel for 2 op\(s\): Sigmoid \(a, c\); Tanh \(b, d\)"):
+        driver.prepare(g, CPU, 1, optimize=False, kernels={"Add"}, backend="test")
+
+
+@pytest.mark.parametrize("lowering, target", [(lower, CPU), (lower_ptx, GPU)], ids=["cpu", "ptx"])
+def test_both_backends_check_the_plan(lowering, target, monkeypatch):
+    real = driver.plan_memory
+
+    def overlapping(graph, batch, alignment=64):  # a and b both live at Tanh(a) -> b, and share bytes
+        plan = real(graph, batch, alignment)
+        offsets = dict(plan.offsets)
+        offsets["c"] = offsets["b"]
+        return dataclasses.replace(plan, offsets=offsets)
+
+    monkeypatch.setattr(driver, "plan_memory", overlapping)
+    with pytest.raises(PlanError):
+        lowering(parse_graph(CHAIN), target, optimize=False)
+
+
+def test_placement_reads_in_place_handovers_off_the_plan():
+    g = parse_graph(CHAIN)
+    prep = driver.prepare(g, CPU, 1, optimize=False, kernels={"Add", "Sigmoid", "Tanh"}, backend="test")
+    for node in prep.graph.nodes:
+        alias = driver.placement(prep, node)
+        for i, j in enumerate(alias):
+            same = prep.plan.offsets[node.inputs[i]] == prep.plan.offsets[node.outputs[0]]
+            assert (j == 0) == same
+
+
+@pytest.mark.parametrize("lowering, target", [(lower, CPU), (lower_ptx, GPU)], ids=["cpu", "ptx"])
+def test_identical_nodes_share_one_kernel(lowering, target):
+    low = lowering(parse_graph(RELUS), target, optimize=False)
+    kernels = low.kernel_count if hasattr(low, "kernel_count") else len(low.kernels)
+    assert kernels <= 2  # in place or not: at most one kernel per distinct aliasing pattern
