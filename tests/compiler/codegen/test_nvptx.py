@@ -146,17 +146,12 @@ def test_cpu_targets_old_ptx_and_unknown_ops_are_refused():
         gpu_target("thor", "sm_110", ("+ptx78",))  # LLVM would abort the whole process
     with pytest.raises(CompileError, match="NVPTX"):
         lower_ptx(graph, resolve_target("rpi5"))
-    from cuvil.compiler.codegen.nvptx import module
-
-    class NoOps(module._PtxLowering):
-        def __init__(self, *a):
-            super().__init__(*a)
-            self.ops = {}
-
-    from cuvil.compiler.memory.planner import plan_memory
+    from cuvil.compiler.codegen.driver import prepare
+    from cuvil.compiler.codegen.nvptx.ops import EMITTERS
 
     with pytest.raises(CompileError, match="no GPU kernel for 2 op.*Gemm .*Relu"):
-        NoOps(graph, gpu_target("t", "sm_87"), plan_memory(graph, 1)).run()
+        prepare(graph, gpu_target("t", "sm_87"), 1, optimize=False, kernels=set(EMITTERS) - {"Gemm", "Relu"},
+                backend="GPU")
 
 
 def test_symbolic_batch_on_the_simulated_gpu():
