@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .compiler import interpreter
 from .compiler.analysis import ModelSummary, summarize
-from . import __version__
+from .version import __version__
 from .compiler.bundle import MAGIC, BundleHead, KeyPair, Lineage, fingerprint, generate_keypair, load_private_key, save_bundle
 from .compiler.errors import CuvilError
 from .compiler.ir.graph import Graph

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from . import __version__, api, native
+from . import api, native
+from .version import __version__
 from .compiler.errors import CuvilError
 from .compiler.printable import printable
 from .compiler.codegen.cpu.workers import MAX_THREADS

@@ -124,8 +124,8 @@ def _clipped(b: ir.IRBuilder, start: ir.Value, k: int, lo: int, hi: int) -> ir.V
 
 # Stride 2 on 8 lanes: two in-lane ``vshufps`` halves each keep columns 0 1 4 5 2 3 6 7 (lane order),
 # so every tap is one shuffle instead of two, and one ``vpermpd`` per output vector undoes it.
-_INLANE = [0, 2, 8, 10, 4, 6, 12, 14]
-_UNDO_INLANE = [0, 1, 4, 5, 2, 3, 6, 7]
+_INLANE = (0, 2, 8, 10, 4, 6, 12, 14)
+_UNDO_INLANE = (0, 1, 4, 5, 2, 3, 6, 7)
 
 
 def _gather(b: ir.IRBuilder, vs: list[ir.Value], s: int, phases: list[int]) -> list[ir.Value]:
@@ -295,7 +295,7 @@ def _row(b: ir.IRBuilder, p: _Pass, xp: ir.Value, yp: ir.Value, oh: ir.Value, ta
     def finish(vals, ty, div, gathered=False):
         acc = _reduce(b, p.kind, vals, ty)
         if gathered and cols.stride == 2 and vl == 8:
-            undo = ir.Constant(ir.VectorType(h.I32, 8), _UNDO_INLANE)
+            undo = ir.Constant(ir.VectorType(h.I32, 8), list(_UNDO_INLANE))
             acc = b.shuffle_vector(acc, ir.Constant(ty, ir.Undefined), undo)
         if p.kind != "sum" or (div == 1.0 and rdiv is None):
             return acc
