@@ -29,7 +29,7 @@ from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
 
 # (name, N, C, H, W, OC, K, stride, pad, group, times in the model). "r18": the CIFAR ResNet-18 of
-# performance.md (3x32x32, 1.11 GFLOP), every conv of it; "mbv2": MobileNetV2 3x96x96 samples.
+# docs/performance.md (3x32x32, 1.11 GFLOP), every conv of it; "mbv2": MobileNetV2 3x96x96 samples.
 CONVS = [
     ("r18 conv1 3->64 32x32", 1, 3, 32, 32, 64, 3, 1, 1, 1, 1),
     ("r18 64x32x32 3x3", 1, 64, 32, 32, 64, 3, 1, 1, 1, 4),

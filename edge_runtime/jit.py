@@ -16,6 +16,7 @@ import llvmlite.binding as llvm
 
 from ..compiler.errors import CompileError
 from ..compiler.target import Target
+from ..devices.detect import resolve_target
 
 _LOCK = threading.Lock()
 _READY = False
@@ -39,23 +40,8 @@ def init_llvm() -> None:
 
 
 def host_target() -> Target:
-    """The host as a Target: from the device layer when present, else straight from LLVM."""
-    try:
-        from ..devices import resolve_target
-    except ImportError:
-        resolve_target = None
-    if resolve_target is not None:
-        return resolve_target("host")
-    return detect_host()
-
-
-def detect_host() -> Target:
-    init_llvm()
-    feats = llvm.get_host_cpu_features()
-    on = sorted(k for k, v in feats.items() if v)
-    bits = 512 if "avx512f" in on else 256 if "avx2" in on else 128
-    return Target("host", llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                  tuple(f"+{f}" for f in on), bits)
+    """The host as a Target (the device layer's detection: features, caches, tuning)."""
+    return resolve_target("host")
 
 
 def target_machine(target: Target, jit: bool = False) -> llvm.TargetMachine:

@@ -192,7 +192,7 @@ ZOO: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
 def export_onnx(model: nn.Module, example_inputs: tuple[torch.Tensor, ...], path: str | Path | None = None,
                 opset: int = 17, dynamic_batch: bool = False):
     """Export with the TorchScript exporter (``dynamo=False``): the dynamo exporter of torch 2.13
-    cannot bring ResNet-18 and MobileNetV2 down to opset 17 (docs: performance.md).
+    cannot bring ResNet-18 and MobileNetV2 down to opset 17 (docs/performance.md).
 
     The MHA fast path is switched off while exporting: under ``no_grad`` an eval-mode
     TransformerEncoderLayer would otherwise trace into ``aten::_transformer_encoder_layer_fwd``,

@@ -4,8 +4,8 @@
 each activation name is; the code is that op's entry in ``scalar_ops.ELEMENT_EMITTERS``, so a fused
 activation and the standalone op compute alike. ``x`` may be a float or a vector of floats: the f32
 math is polynomial / select only (``mathfns``: no libm calls), so it stays in vector registers on
-every target. The GEMM/Conv micro-kernels apply it in registers (``gemm.py``, ``conv_rows.py``,
-``winograd.py``), the generic fused kernels per element (``kernels/epilogue.py``), the GPU kernels per
+every target. The GEMM/Conv micro-kernels apply it in registers (``cpu/gemm.py``, ``cpu/conv/rows.py``,
+``cpu/conv/winograd.py``), the generic fused kernels per element (``cpu/kernels/epilogue.py``), the GPU kernels per
 thread (``nvptx/common.py``).
 """
 

@@ -2,7 +2,7 @@
 
 An emitter ``fn(builder, operands, attrs, dtype) -> value`` builds the IR for one output element
 from one element of each operand (``dtype`` is the operands' dtype). The CPU kernels run it inside a
-vectorizable loop nest (``kernels/elementwise.py``), the NVPTX kernels once per thread, the fused
+vectorizable loop nest (``cpu/kernels/elementwise.py``), the NVPTX kernels once per thread, the fused
 epilogues through ``activations.py``. Which ops are elementwise, fusable or float-only is the op
 table's business; this table holds only the code, plus one backend fact per emitter: those built on
 the polynomial math of ``mathfns`` (:func:`_fl`) exist for f32 and f64 only.

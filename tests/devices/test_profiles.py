@@ -14,7 +14,7 @@ from cuvil.devices.profile import PROFILE_DIR
 
 from .llvm_asm import compile_loop, uses_sve
 
-# targets.md: the device classes the fleet must cover, with the facts that decide correct code.
+# docs/devices.md: the device classes the fleet must cover, with the facts that decide correct code.
 EXPECTED = {
     "x86-avx2": ("haswell", 256, None),
     "x86-avx512": ("skylake-avx512", 512, None),
@@ -69,7 +69,7 @@ def test_llvm_knows_every_cpu_and_feature(name, capfd):
     assert "not a recognized" not in err, err
     if name in NEON_ONLY:
         assert not uses_sve(asm)
-    if name in ("graviton3", "arm64-sve2"):  # graviton4 prefers NEON for plain loops (targets.md)
+    if name in ("graviton3", "arm64-sve2"):  # graviton4 prefers NEON for plain loops (docs/devices.md)
         assert uses_sve(asm)
 
 

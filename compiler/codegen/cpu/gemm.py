@@ -3,7 +3,7 @@
 Pure ``llvmlite.ir``. The micro-kernel keeps an MR x NV tile of C in vector registers (VL =
 ``target.vector_floats`` lanes each), broadcasts one A element per row and loads one B vector per
 column block every k step, then adds bias and residual and applies the activation in registers
-before one store per vector. ``conv.py`` reuses :func:`emit_tile` and :func:`tile_grid` with the
+before one store per vector. ``conv/direct.py`` reuses :func:`emit_tile` and :func:`tile_grid` with the
 packed weights as A and pixel vectors as B.
 
 ``emit_gemm(module, name, target, M, N, K, *, a_layout="row", b_layout="packed", bias=None,
@@ -13,7 +13,7 @@ residual=False, activation="none", act_alpha=0.0, act_beta=0.0) -> ir.Function``
               float* residual_or_null, float* C, float* noalias scratch_unused)
 
 * A: ``a_layout="row"``: [M, K] row-major; ``"col"``: stored [K, M] (ONNX transA=1).
-* Bpacked: ``packing.pack_gemm_b(W, target)`` (alpha and transB are folded in there); with
+* Bpacked: ``tiles.pack_gemm_b(W, target)`` (alpha and transB are folded in there); with
   ``b_layout="row"`` instead a plain row-major [K, N] B (an activation, as in attention's MatMul).
 * bias: None (pass null), ``"n"`` [N], ``"m"`` [M], ``"mn"`` [M, N] (fold beta and any scalar or
   other broadcast into this array at pack time).

@@ -232,7 +232,7 @@ def test_zoo_runs_in_its_arena(zoo_graphs, name):
 
 @pytest.mark.slow
 def test_mobilenet_v2_imagenet_figure():
-    """architecture.md: MobileNetV2 fp32 at 3x224x224, 28.2 MB naive -> 6.02 MB, equal to the lower bound.
+    """MobileNetV2 fp32 at 3x224x224: 28.2 MB naive -> 6.02 MB, equal to the lower bound (docs/performance.md).
 
     6.02 MB is the 96x112x112 expansion plus the 96x56x56 depthwise result it feeds. 28.2 MB counts one
     buffer per conv and per residual Add; our fuse also absorbs the 10 residual Adds (0.87 MB).

@@ -1,27 +1,13 @@
-"""Tile plans and NumPy weight packers for the GEMM / Conv emitters (``gemm.py``, ``conv.py``).
+"""The conv plan: which method and register tile a 2-D convolution gets on a Target (plain Python).
 
-Pure NumPy and plain Python, so the coordinator's pre-flight lowering and the device produce the
-same bytes. Every packer returns a C-contiguous float32 array; the caller places it 64-byte aligned.
-
-Layouts (VL = ``target.vector_floats``):
-
-* ``pack_gemm_b(W[K,N], target, trans_b=False, alpha=1.0) -> [ceil(N/VL), K, VL]``: one panel per
-  vector of output columns, zero-padded. It does not depend on M, so a Gemm/MatMul with a constant
-  B packs it once. ``trans_b`` takes W as [N,K] (ONNX Gemm transB); ``alpha`` is folded in.
-* ``pack_conv_weights(W[OC,C/g,KH,KW], target, in_shape=(N,C,H,W), strides, pads, dilations,
-  group) -> [group, ceil(OCg/MR), C/g*KH*KW, MR]`` for the GEMM-style paths (MR from
-  :func:`conv_plan`, rows past OCg zero), ``[OC, KH*KW]`` for the depthwise path, or
-  ``[group, ceil(OCg/VL), C/g, VL]`` for 1x1 convs over few pixels ("transposed": output channels
-  along the vectors). K runs over (channel, kh, kw), the order the kernels walk. Rows plans (3x3
-  over many channels, small outputs: ``conv_rows.py``): per tile of nv panels of ``conv_rows.column_tiles``,
-  ``[C, KH*KW, nv, VL]``, the tiles one after another (a flat array). Winograd plans
-  (3x3 stride 1, AVX2): ``winograd.pack_winograd_weights`` -> ``[(m+2)^2, ceil(OC/MR), C, MR]``.
-
-:func:`conv_plan` is the single place that picks the conv method and register tile; the emitter
-and the packer both call it, so they cannot disagree. :func:`conv_scratch_bytes` is what the
-memory planner reserves for the conv's ``scratch`` argument.
+:func:`conv_plan` is the single place that picks the method (``direct``, ``im2col``,
+``transposed``, ``depthwise``, ``rows``, ``winograd``: see ``direct.py``, ``rows.py``,
+``winograd.py``) and the tile; the emitter (``emit.py``) and the packer (``pack.py``) both call it,
+so they cannot disagree. The thresholds are the target's ``Tuning``; an on-device tuner's measured
+choice (``Target.conv_choices``) overrides the model. :func:`conv_scratch_bytes` is what the memory
+planner reserves for the conv's ``scratch`` argument. Also here: :class:`WinogradGeometry` (sizes
+and scratch layout of a Winograd conv) and the ``rows`` method's column tiles.
 """
-
 from __future__ import annotations
 
 import math

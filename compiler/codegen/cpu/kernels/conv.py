@@ -1,7 +1,7 @@
 """Conv and FusedConv (groups, strides, dilations, pads; 3-D and beyond through the direct N-d code
 both backends share, ``codegen/gathers``).
 
-f32 with constant weights: the implicit-GEMM / depthwise micro-kernels of ``codegen/conv.py`` on
+f32 with constant weights: the implicit-GEMM / depthwise micro-kernels of ``cpu/conv/`` on
 weights packed for the geometry (1-D runs as 2-D with a height of one). Otherwise a direct
 convolution: for each output channel and tap (kh, kw) the output row and column ranges that stay
 inside the input are computed once, so the innermost loop ``out[oh, ow] += w * x[ih, ow*s + off]``

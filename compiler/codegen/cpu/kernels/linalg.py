@@ -23,7 +23,7 @@ from ...irhelpers import broadcast_strides
 from .epilogue import apply_epilogue, residual_index, residual_shared
 
 KN = "kn"  # [K, N] row-major (transB applied)
-PANELS = "panels"  # packing.pack_gemm_b
+PANELS = "panels"  # tiles.pack_gemm_b
 BIAS = "bias_"  # + "n" | "m" | "mn": C times beta, broadcast to the micro-kernel's bias form
 
 
