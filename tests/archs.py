@@ -402,12 +402,13 @@ ARCHS: dict[str, Callable[..., Built]] = {f.__name__: f for f in (
     "gru_kws": functools.partial(lstm_kws, cell=nn.GRU), "unet": unet,
     "unet_nearest": functools.partial(unet, up="nearest"), "alexnet_lrn": alexnet_lrn, "groupnorm_cnn": groupnorm_cnn}
 
-# name -> (op the ONNX import error names, ATen op the torch import error names or None: torch imports it).
-UNSUPPORTED: dict[str, tuple[str, str | None]] = {
+# name -> (op the ONNX import error names or None: the ONNX frontend imports it,
+#          ATen op the torch import error names or None: torch imports it).
+UNSUPPORTED: dict[str, tuple[str | None, str | None]] = {
     "lstm_kws": ("LSTM", None),
     "gru_kws": ("GRU", None),
-    "unet": ("ConvTranspose", "transposed convolution"),
-    "unet_nearest": ("Resize", "upsample_nearest2d"),
+    "unet": (None, "transposed convolution"),
+    "unet_nearest": (None, "upsample_nearest2d"),
     "alexnet_lrn": ("If", "avg_pool3d"),  # torch exports LocalResponseNorm as If + 3-D pooling, never as LRN
-    "groupnorm_cnn": ("InstanceNormalization", "native_group_norm"),
+    "groupnorm_cnn": (None, "native_group_norm"),
 }
