@@ -168,6 +168,29 @@ def _fleet_dir(bundle: Path) -> Path:
     return bundle.parent / "fleet"
 
 
+def plan_demo_fleet(b1: Path, work: Path, devices: int, classes, echo: Echo):
+    """Where a demo's fleet and database live and which device holds which slice; says so to the user."""
+    plan = fleet.plan_fleet(devices, classes)
+    names = ", ".join(c if i == 0 else f"{c} (emulated)" for i, c in enumerate(classes))
+    echo(f"fleet: {devices} simulated devices over {len(classes)} classes ({names}); "
+         "each device holds a non-IID slice of the held-out digits")
+    return _fleet_dir(b1), work / "results.db", plan
+
+
+def finish_demo(store: ResultsStore, run_id: int, work: Path, db: Path, echo: Echo, t_start: float,
+                eps_label: str) -> Path:
+    """The closing lines every demo prints: ε per device, the report, where the results are; closes the store."""
+    eps = epsilon_by_device(store, run_id)
+    echo(f"\n{eps_label} (budget ε = 3 per dataset): " +
+         printable(", ".join(f"{d} {e:.2f}" for (d, _), e in sorted(eps.items()))))
+    report = write_html(store, run_id, work / "report.html")
+    store.close()
+    echo(f"\nresults in {db} (run {run_id}): cuvil results --db {db} --run {run_id}")
+    echo(f"HTML report: {report}")
+    echo(f"demo finished in {time.perf_counter() - t_start:.0f}s")
+    return report
+
+
 class Progress:
     """One line per round plus a live count of replies (redrawn in place on a terminal)."""
 
@@ -206,12 +229,7 @@ def run_demo(workdir: str | Path | None = None, echo: Echo = print, devices: int
 
     from .coordinator.simulation import run_fleet_simulation
 
-    fleet_dir = _fleet_dir(b1)
-    db = work / "results.db"
-    plan = fleet.plan_fleet(devices, classes)
-    names = ", ".join(c if i == 0 else f"{c} (emulated)" for i, c in enumerate(classes))
-    echo(f"fleet: {devices} simulated devices over {len(classes)} classes ({names}); "
-         "each device holds a non-IID slice of the held-out digits")
+    fleet_dir, db, plan = plan_demo_fleet(b1, work, devices, classes, echo)
     rc = {"db-path": str(db), "bundle": str(b1), "bundle-b": str(b2), "num-rounds": rounds, "round-timeout": 300.0,
           "inventory-timeout": 300.0, "min-nodes": devices, "node-wait": 120.0, "poll-interval": 0.05}
     run_fleet_simulation(devices, rc, fleet_dir, [pub], classes, on_event=Progress(echo))
@@ -251,13 +269,6 @@ def run_demo(workdir: str | Path | None = None, echo: Echo = print, devices: int
             echo("\nint8 (B) against fp32 (A) per device class:")
             echo(int8_gain(store, ab, cmp, (b1.stat().st_size, b2.stat().st_size), hashes, true_diff))
 
-    eps = epsilon_by_device(store, run_id)
-    echo("\nε spent per device (budget ε = 3 per dataset): " +
-         printable(", ".join(f"{d} {e:.2f}" for (d, _), e in sorted(eps.items()))))
-    report = write_html(store, run_id, work / "report.html")
-    store.close()
-    echo(f"\nresults in {db} (run {run_id}): cuvil results --db {db} --run {run_id}")
-    echo(f"HTML report: {report}")
-    echo(f"demo finished in {time.perf_counter() - t_start:.0f}s")
+    report = finish_demo(store, run_id, work, db, echo, t_start, "ε spent per device")
     total = truth[OVERALL]
     return DemoResult(work, b1, b2, total[0] / total[1], aggs[OVERALL].accuracy or float("nan"), db, report, run_id)

@@ -27,9 +27,9 @@ from . import api
 from .compiler.printable import printable
 from .coordinator import fleet
 from .coordinator.aggregate import OVERALL
-from .coordinator.report import epsilon_by_device, round_aggregates, text_table, write_html
+from .coordinator.report import round_aggregates, text_table
 from .coordinator.store import ResultsStore
-from .demo import DemoResult, Echo, Progress, _fleet_dir, train_cnn, true_accuracy
+from .demo import DemoResult, Echo, Progress, finish_demo, plan_demo_fleet, train_cnn, true_accuracy
 
 
 @dataclass(frozen=True)
@@ -97,12 +97,7 @@ def run_loop_demo(workdir: str | Path | None = None, echo: Echo = print, devices
 
     from .coordinator.simulation import run_fleet_simulation
 
-    fleet_dir = _fleet_dir(b1)
-    db = work / "results.db"
-    plan = fleet.plan_fleet(devices, classes)
-    names = ", ".join(c if i == 0 else f"{c} (emulated)" for i, c in enumerate(classes))
-    echo(f"fleet: {devices} simulated devices over {len(classes)} classes ({names}); "
-         "each device holds a non-IID slice of the held-out digits")
+    fleet_dir, db, plan = plan_demo_fleet(b1, work, devices, classes, echo)
     rc = {"db-path": str(db), "bundle": str(b1), "num-rounds": rounds, "round-timeout": 300.0,
           "inventory-timeout": 300.0, "min-nodes": devices, "node-wait": 120.0, "poll-interval": 0.05,
           "train-rounds": train_rounds, "signing-key": str(keys.private_path), "rollout": True,
@@ -145,14 +140,7 @@ def run_loop_demo(workdir: str | Path | None = None, echo: Echo = print, devices
          f"fine-tuned {truth2[OVERALL][0] / truth2[OVERALL][1]:.3f} ({gain:+.3f}; the fleet's private estimate has "
          f"s.e. {se:.3f})")
 
-    eps = epsilon_by_device(store, run_id)
-    echo("\nε spent per device, evaluation and training together (budget ε = 3 per dataset): " +
-         printable(", ".join(f"{d} {e:.2f}" for (d, _), e in sorted(eps.items()))))
-    report = write_html(store, run_id, work / "report.html")
-    store.close()
-    echo(f"\nresults in {db} (run {run_id}): cuvil results --db {db} --run {run_id}")
-    echo(f"HTML report: {report}")
-    echo(f"demo finished in {time.perf_counter() - t_start:.0f}s")
+    report = finish_demo(store, run_id, work, db, echo, t_start, "ε spent per device, evaluation and training together")
     total = truth[OVERALL]
     return LoopResult(work, b1, b2, total[0] / total[1], aggs[OVERALL].accuracy or float("nan"), db, report, run_id,
                       truth2[OVERALL][0] / truth2[OVERALL][1], se)
