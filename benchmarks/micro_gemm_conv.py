@@ -27,6 +27,7 @@ from cuvil.compiler.codegen.cpu.conv.plan import conv_plan  # noqa: E402
 from cuvil.compiler.codegen.cpu.tiles import gemm_tile, pack_gemm_b  # noqa: E402
 from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
+from cuvil.edge_runtime.autotune import interleaved_seconds  # noqa: E402
 
 # (name, N, C, H, W, OC, K, stride, pad, group, times in the model). "r18": the CIFAR ResNet-18 of
 # docs/performance.md (3x32x32, 1.11 GFLOP), every conv of it; "mbv2": MobileNetV2 3x96x96 samples.
@@ -116,25 +117,9 @@ def ort_session(nodes, inits, x_shape):
 
 
 def timeit(fns: dict, flops: float, repeat: int, budget_s: float = 0.15) -> dict:
-    """Interleaved rounds: each round times every fn (median of a batch); median over rounds."""
-    for f in fns.values():
-        f()
-    per = {}
-    for k, f in fns.items():
-        t0 = time.perf_counter()
-        f()
-        per[k] = max(1, int(budget_s / repeat / max(time.perf_counter() - t0, 1e-7)))
-    res = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, f in fns.items():
-            ts = []
-            for _ in range(per[k]):
-                t0 = time.perf_counter()
-                f()
-                ts.append(time.perf_counter() - t0)
-            res[k].append(statistics.median(ts))
-    return {k: statistics.median(v) for k, v in res.items()}
-
+    """Interleaved rounds on the wall clock (the autotuner's loop): median of a batch, median over rounds."""
+    return interleaved_seconds(fns, rounds=repeat, round_s=budget_s / repeat, clock=time.perf_counter,
+                               combine=statistics.median)
 
 def report(name, times, flops, extra=""):
     cu = times["cuvil"]

@@ -87,7 +87,7 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
             built.append(_Built(target, geom, c, clock))
         if len(built) < 2:
             break
-        seconds = _time({b.choice: b.call for b in built})
+        seconds = interleaved_seconds({b.choice: b.call for b in built})
         results.append(LayerResult(geom, pick(cands[0], seconds), cands[0], seconds))
     return TuneReport(tuple(results), len(layers) - len(results), clock() - t0, budget)
 
@@ -116,27 +116,28 @@ def cpu_identity() -> str:
     return "; ".join(fields.get(k, "") for k in keys)
 
 
-def _time(calls: dict[ConvChoice, Callable[[], None]]) -> dict[ConvChoice, float]:
-    """Seconds per call of each: the median within a round, the least over ROUNDS interleaved rounds of
-    about ROUND_S each (another process's burst only ever adds time). Timed on this thread's CPU clock:
-    on a shared device, time spent descheduled is not the kernel's and must not decide."""
+def interleaved_seconds(calls: dict, rounds: int = ROUNDS, round_s: float = ROUND_S,
+                        clock: Callable[[], float] = time.thread_time,
+                        combine: Callable[[list[float]], float] = min) -> dict:
+    """Seconds per call of each: the median within a round of about `round_s`, combined over `rounds`
+    interleaved rounds (the least by default: another process's burst only ever adds time). Timed on this
+    thread's CPU clock by default: on a shared device, time spent descheduled is not the kernel's."""
     reps = {}
     for c, call in calls.items():
         call()
-        t = time.thread_time()
+        t = clock()
         call()
-        reps[c] = max(1, int(ROUND_S / max(time.thread_time() - t, 1e-7)))
-    rounds: dict[ConvChoice, list[float]] = {c: [] for c in calls}
-    for _ in range(ROUNDS):
+        reps[c] = max(1, int(round_s / max(clock() - t, 1e-7)))
+    per_round: dict = {c: [] for c in calls}
+    for _ in range(rounds):
         for c, call in calls.items():
             ts = []
             for _ in range(reps[c]):
-                t = time.thread_time()
+                t = clock()
                 call()
-                ts.append(time.thread_time() - t)
-            rounds[c].append(statistics.median(ts))
-    return {c: min(v) for c, v in rounds.items()}
-
+                ts.append(clock() - t)
+            per_round[c].append(statistics.median(ts))
+    return {c: combine(v) for c, v in per_round.items()}
 
 class _Built:
     """One candidate kernel built alone and loaded, with its packed weights and buffers."""
