@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from ..edge_runtime.loader import Model
+from ..edge_runtime.privacy.errors import PrivacyRefusal, Reason, RefusalCode
+from ..edge_runtime.privacy.request import MAX_EPSILON, number, release_id
 from ..edge_runtime.training import DpSgdConfig, TrainingError
 from ..edge_runtime.training.release import release_update
 from .device import DeviceState
@@ -31,15 +33,21 @@ class TrainRequest:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> TrainRequest:
-        """Parse a train message's config; DpSgdConfig refuses any parameter out of its range."""
+        """Parse a train message's config, every field checked as the evaluation request's are: a missing,
+        mistyped or out-of-range value is a PrivacyRefusal PARAMS_REJECTED (the device could train; the
+        request is what is wrong)."""
         names = {f.name for f in fields(DpSgdConfig)}
-        dp = DpSgdConfig(**{k[len(PREFIX):].replace("-", "_"): v for k, v in cfg.items()
-                            if k.startswith(PREFIX) and k[len(PREFIX):].replace("-", "_") in names})
         try:
-            return cls(str(cfg["bundle-hash"]), str(cfg["release-id"]), dp, float(cfg.get("dp-epsilon", 0.0)))
-        except (KeyError, TypeError, ValueError):
-            raise TrainingError("a train request needs bundle-hash, release-id and a numeric dp-epsilon") from None
-
+            dp = DpSgdConfig(**{k[len(PREFIX):].replace("-", "_"): v for k, v in cfg.items()
+                                if k.startswith(PREFIX) and k[len(PREFIX):].replace("-", "_") in names})
+        except TrainingError as e:
+            raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED, Reason.OUT_OF_RANGE, str(e)) from None
+        bundle_hash = cfg.get("bundle-hash")
+        if not isinstance(bundle_hash, str):
+            raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED, Reason.MISSING if bundle_hash is None else
+                                 Reason.WRONG_TYPE, "bundle-hash must be a string")
+        return cls(bundle_hash, release_id(cfg.get("release-id")), dp,
+                   number("dp-epsilon", cfg.get("dp-epsilon", 0.0), 0.0, MAX_EPSILON))
 
 def config_key(name: str) -> str:
     """The message config key of DpSgdConfig field ``name``."""

@@ -85,17 +85,20 @@ def test_a_round_returns_an_update_the_coordinator_accepts(world, device):
                                         ("dp-sgd-sample-rate", 2.0), ("dp-sgd-steps", 1e9), ("dp-sgd-steps", 1.5)])
 def test_hostile_dp_sgd_parameters_are_refused_before_anything_is_charged(world, device, key, value):
     code, word = _refusal(_train(device, world[2], **{key: value}))
-    assert (code, word) == (Code.CANNOT_TRAIN, "CANNOT_TRAIN: cannot_train")
+    assert (code, word) == (Code.PARAMS_REJECTED, "DP_PARAMS_REJECTED: out_of_range")
     assert device[2].ledger().releases(device[2].dataset_name) == 0
 
 
 def test_a_malformed_train_request_is_a_typed_refusal_not_an_internal_error(world, device):
     app, ctx, state = device
     v1 = world[2]
-    for cfg in ({"bundle-hash": v1.content_hash, **config_keys(DP)},  # no release-id
-                {"bundle-hash": v1.content_hash, "release-id": "t-e", "dp-epsilon": "lots", **config_keys(DP)}):
+    for cfg, reason in (({"bundle-hash": v1.content_hash, **config_keys(DP)}, "missing"),  # no release-id
+                        ({"bundle-hash": v1.content_hash, "release-id": "t-e", "dp-epsilon": "lots", **config_keys(DP)},
+                         "wrong_type"),
+                        ({"bundle-hash": v1.content_hash, "release-id": "t-e", "dp-epsilon": "1e400", **config_keys(DP)},
+                         "wrong_type")):
         reply = app(Message(messages.train_request(cfg, v1.data), 7, messages.TRAIN), ctx)
-        assert _refusal(reply) == (Code.CANNOT_TRAIN, "CANNOT_TRAIN: cannot_train")
+        assert _refusal(reply) == (Code.PARAMS_REJECTED, f"DP_PARAMS_REJECTED: {reason}")
     assert state.ledger().releases(state.dataset_name) == 0
 
 
