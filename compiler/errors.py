@@ -68,3 +68,12 @@ class LimitError(CuvilError):
 
 class BundleLimitError(BundleError, LimitError):
     """A bundle's graph exceeds the device's resource limits: refused at load, before the work starts."""
+
+
+class DeltaError(BundleError):
+    """A signed delta is malformed, tampered with, too large, not signed by a trusted key, or does not
+    make the version it names: nothing it would make is installed."""
+
+
+class DeltaParentError(DeltaError):
+    """A signed delta applies to another parent than the bundle it was given (the exact bytes differ)."""

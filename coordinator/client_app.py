@@ -20,12 +20,13 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
 
-from ..compiler.errors import BundleError, CuvilError
+from ..compiler.errors import BundleError, CuvilError, DeltaError, DeltaParentError
 from ..edge_runtime.loader import Model
 from ..edge_runtime.privacy.errors import PrivacyRefusal, RefusalCode
 from ..edge_runtime.training import TrainingError
-from . import device_train, device_versions, fleet, messages
+from . import device_delta, device_train, device_versions, fleet, messages
 from .device import BundleMissing, DeviceError, DeviceState, EvalRequest, evaluate
+from .device_delta import DeltaParentMissing, DeltaReplayed
 from .device_train import TrainRequest
 from .messages import Code
 
@@ -67,7 +68,8 @@ def _device(context: Context, overrides: Mapping[str, Any]) -> DeviceState:
 
 # The word a reply carries for an error that is not a privacy refusal (first matching class wins).
 _ERROR_WORDS: tuple[tuple[type[BaseException], str], ...] = (
-    (BundleMissing, "bundle_missing"), (BundleError, "bundle_rejected"), (TrainingError, "cannot_train"),
+    (DeltaParentMissing, "delta_parent_missing"), (DeltaReplayed, "delta_replayed"),
+    (DeltaParentError, "delta_wrong_parent"), (DeltaError, "delta_rejected"), (BundleMissing, "bundle_missing"), (BundleError, "bundle_rejected"), (TrainingError, "cannot_train"),
     (DeviceError, "device_state"), (BaseException, "internal"))
 
 
@@ -85,11 +87,22 @@ def make_verify_mod(overrides: Mapping[str, Any] | None = None) -> Mod:
     overrides = dict(overrides or {})
 
     def verify_bundle_mod(msg: Message, context: Context, call_next) -> Message:
-        """Refuse any evaluate, train or activate message whose bundle does not verify against this device's trusted keys."""
+        """Refuse any evaluate, train or activate message whose bundle (or delta) does not verify against
+        this device's trusted keys."""
         try:
             state = _device(context, overrides)
             cfg = messages.request_config(msg)
-            model, held = state.accept_bundle(messages.request_bundle(msg), str(cfg.get("bundle-hash", "")))
+            announced = str(cfg.get("bundle-hash", ""))
+            data, delta = messages.request_bundle(msg), messages.request_bundle(msg, "delta")
+            if delta is not None:
+                if data is not None:
+                    raise DeltaError("a message carries a bundle or a delta, not both")
+                data = device_delta.rebuild(state, delta, announced)
+            model, held = state.accept_bundle(data, announced)
+        except DeltaParentMissing as e:
+            return _refuse(msg, Code.DELTA_PARENT_MISSING, e)
+        except DeltaError as e:
+            return _refuse(msg, Code.DELTA_REJECTED, e)
         except BundleMissing as e:
             return _refuse(msg, Code.BUNDLE_MISSING, e)
         except BundleError as e:

@@ -25,6 +25,12 @@ class Request:
     config: Mapping[str, Any] = field(default_factory=dict)
     bundle: bytes | None = None
     ttl: float = 60.0
+    delta: bytes | None = None  # instead of ``bundle``: a signed delta from a version the device holds
+
+    @property
+    def pushed(self) -> int:
+        """Bytes of bundle or delta this request carries."""
+        return len(self.bundle or b"") + len(self.delta or b"")
 
 
 @dataclass(frozen=True)

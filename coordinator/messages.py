@@ -3,7 +3,8 @@
 - ``query.device_info``: empty request; reply ``ConfigRecord "info"``.
 - ``evaluate``: ``ConfigRecord "config"`` (round config) and, only for devices that do not hold it,
   ``ArrayRecord "bundle"`` with the bundle as one uint8 array (ArrayRecords are chunked and
-  content-addressed; ConfigRecord bytes are not). Reply: ``MetricRecord "metrics"`` in the fixed
+  content-addressed; ConfigRecord bytes are not), or instead ``ArrayRecord "delta"``: a signed delta
+  from a version the device holds (:mod:`cuvil.compiler.bundle.delta`). Reply: ``MetricRecord "metrics"`` in the fixed
   report schema, or an error with one of :class:`Code`.
 - ``train``: as ``evaluate`` (the bundle is the weights to start from) with the round's DP-SGD
   parameters in the config. Reply: ``ArrayRecord "update"`` (the clipped update) and ``MetricRecord
@@ -36,18 +37,22 @@ class Code:
     SIGNATURE_REJECTED = 4010
     BUNDLE_MISSING = 4011
     DEVICE_ERROR = 4020
+    DELTA_PARENT_MISSING = 4012  # the device lacks the version a delta applies to: send the full bundle
+    DELTA_REJECTED = 4013  # a delta did not verify, was for another parent or version, or was replayed
     CANNOT_TRAIN = 4021
 
     NAMES = {4001: "DP_BUDGET_EXHAUSTED", 4002: "DP_PARAMS_REJECTED", 4003: "DP_LEDGER_UNAVAILABLE",
-             4010: "SIGNATURE_REJECTED", 4011: "BUNDLE_MISSING", 4020: "DEVICE_ERROR",
-             4021: "CANNOT_TRAIN"}
+             4010: "SIGNATURE_REJECTED", 4011: "BUNDLE_MISSING", 4012: "DELTA_PARENT_MISSING",
+             4013: "DELTA_REJECTED", 4020: "DEVICE_ERROR", 4021: "CANNOT_TRAIN"}
+    DELTA_FALLBACK = (4012, 4013)  # codes after which the coordinator sends the full bundle instead
 
 
 def classify(code: int) -> str:
     """The store's failure kind for an error code."""
     if code == Code.BUDGET_EXHAUSTED:
         return "budget_exhausted"
-    if code in (Code.PARAMS_REJECTED, Code.LEDGER_UNAVAILABLE, Code.SIGNATURE_REJECTED, Code.CANNOT_TRAIN):
+    if code in (Code.PARAMS_REJECTED, Code.LEDGER_UNAVAILABLE, Code.SIGNATURE_REJECTED, Code.CANNOT_TRAIN,
+                Code.DELTA_REJECTED):
         return "refused"
     return "failure"
 
@@ -57,28 +62,30 @@ def device_info_request() -> RecordDict:
     return RecordDict({"config": ConfigRecord({})})
 
 
-def evaluate_request(config: Mapping[str, Any], bundle: bytes | None) -> RecordDict:
+def evaluate_request(config: Mapping[str, Any], bundle: bytes | None, delta: bytes | None = None) -> RecordDict:
     content = RecordDict({"config": ConfigRecord(dict(config))})
-    if bundle is not None:
-        content["bundle"] = ArrayRecord({"bundle": Array(np.frombuffer(bundle, dtype=np.uint8))})
+    for key, data in (("bundle", bundle), ("delta", delta)):
+        if data is not None:
+            content[key] = ArrayRecord({key: Array(np.frombuffer(data, dtype=np.uint8))})
     return content
 
 
-def train_request(config: Mapping[str, Any], bundle: bytes | None) -> RecordDict:
-    return evaluate_request(config, bundle)
+def train_request(config: Mapping[str, Any], bundle: bytes | None, delta: bytes | None = None) -> RecordDict:
+    return evaluate_request(config, bundle, delta)
 
 
 def request_config(msg: Message) -> dict[str, Any]:
     return dict(msg.content.config_records.get("config", ConfigRecord({})))
 
 
-def request_bundle(msg: Message) -> bytes | None:
-    rec = msg.content.array_records.get("bundle")
-    if rec is None or "bundle" not in rec:
+def request_bundle(msg: Message, key: str = "bundle") -> bytes | None:
+    """The pushed bundle (``key="delta"``: the pushed delta), or None."""
+    rec = msg.content.array_records.get(key)
+    if rec is None or key not in rec:
         return None
-    arr = rec["bundle"].numpy()
+    arr = rec[key].numpy()
     if arr.dtype != np.uint8 or arr.ndim != 1:
-        raise ValueError(f"bundle must be a 1-D uint8 array, got {arr.dtype}{list(arr.shape)}")
+        raise ValueError(f"{key} must be a 1-D uint8 array, got {arr.dtype}{list(arr.shape)}")
     return arr.tobytes()
 
 

@@ -53,9 +53,10 @@ def switch(coord: Coordinator, device_ids: Sequence[str], bundle: BundleRef, act
               "base-hash": base.content_hash if base else ""}
     deadline = time.monotonic() + coord.cfg.round_timeout
 
-    def request(device_id: str, push: bool) -> Request:
-        return Request(node_of[device_id], "activate", config, bundle.data if push else None,
-                       ttl=max(1.0, deadline - time.monotonic()))
+    def request(device_id: str, push: bool, full: bool = False) -> Request:
+        data, delta = coord.deltas.payload(bundle, coord.devices[node_of[device_id]].held, full) if push else (None, None)
+        return Request(node_of[device_id], "activate", config, data, ttl=max(1.0, deadline - time.monotonic()),
+                       delta=delta)
 
     device_of = {node_of[d]: d for d in device_ids if d in node_of}
     reqs = [request(d, action == "activate" and bundle.content_hash not in coord.devices[node_of[d]].held)
@@ -68,8 +69,10 @@ def switch(coord: Coordinator, device_ids: Sequence[str], bundle: BundleRef, act
             if active[device_id] == bundle.content_hash:
                 coord.devices[req.node_id].held.add(bundle.content_hash)
                 return None
-        elif not rep.ok and rep.code == Code.BUNDLE_MISSING and not req.bundle and action == "activate":
+        elif not rep.ok and rep.code == Code.BUNDLE_MISSING and not req.pushed and action == "activate":
             return request(device_id, True)
+        elif not rep.ok and rep.code in Code.DELTA_FALLBACK and req.delta:  # refused the delta: the bundle
+            return request(device_id, True, full=True)
         coord.emit("switch_error", device=device_id, action=action, reason=rep.reason or "unexpected reply")
         return None
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from .aggregate import ClassAggregate, aggregate_round, compare
 from .config import RunConfig
+from .deltas import DeltaBook
 from .exchange import Reply, Request, Transport, exchange
 from .identity import device_identity
 from .messages import Code, classify
@@ -111,6 +112,7 @@ class Coordinator:
         self.run_key = run_key or uuid.uuid4().hex[:16]
         self.devices: dict[int, DeviceView] = {}
         self._graphs: dict[str, Any] = {}
+        self.deltas = DeltaBook(config.signing_key)  # versions pushed as signed deltas where devices hold a parent
         self._beat = self._shown = time.monotonic()
 
     @property
@@ -204,6 +206,7 @@ class Coordinator:
         ``message``: ``"evaluate"``, or ``"train"`` (replies are updates, stored by :meth:`_accept_update`);
         ``extra``: config keys added to every request (a training round's DP-SGD parameters)."""
         start, written = time.monotonic(), self.store.write_s
+        self.deltas.know(bundle)  # a parent for the versions that follow it
         row = self.store.find_round(self.run_id, number, kind)
         if row is not None and row["bundle_hash"] != bundle.content_hash:
             raise StoreError(f"round {number} [{kind}] of run {self.run_id} evaluated bundle {row['bundle_hash'][:12]}, "
@@ -250,13 +253,16 @@ class Coordinator:
                 fail(d, "timeout", "the device was not connected when the round started")
         device_of = {node_of[d]: d for d in targets}
 
-        def requests(device_ids: Sequence[str], push: Callable[[str], bool]) -> list[Request]:
-            """Messages for ``device_ids``, counted in the store (asks, bundle bytes) before they go out."""
-            out = [Request(node_of[d], message, {**base, "release-id": self.release_id(number, kind, d)},
-                           bundle.data if push(d) else None, ttl=max(1.0, deadline - time.monotonic()))
-                   for d in device_ids]
+        def requests(device_ids: Sequence[str], push: Callable[[str], bool], full: bool = False) -> list[Request]:
+            """Messages for ``device_ids``, counted in the store (asks, bytes pushed) before they go out; a
+            device that lacks the bundle gets it, or a delta from a version it holds (not when ``full``)."""
+            out = []
+            for d in device_ids:
+                data, delta = self.deltas.payload(bundle, self.devices[node_of[d]].held, full) if push(d) else (None, None)
+                out.append(Request(node_of[d], message, {**base, "release-id": self.release_id(number, kind, d)},
+                                   data, ttl=max(1.0, deadline - time.monotonic()), delta=delta))
             self.store.add_requests(round_id, [(device_of[r.node_id], r.node_id, r.config["release-id"]) for r in out])
-            pushed = sum(len(r.bundle) for r in out if r.bundle)
+            pushed = sum(r.pushed for r in out)
             if pushed:
                 self.store.add_bundle_bytes(round_id, pushed)
             return out
@@ -279,9 +285,11 @@ class Coordinator:
                     if self.store.add_report(round_id, device_id, view.profile, view.emulated, metrics):
                         reports.append({"device_id": device_id, "profile": view.profile, "emulated": view.emulated,
                                         "metrics": metrics})
-            elif rep.code == Code.BUNDLE_MISSING and not req.bundle:
+            elif rep.code == Code.BUNDLE_MISSING and not req.pushed:
                 view.held.discard(bundle.content_hash)
                 return requests([device_id], lambda _: True)[0]
+            elif rep.code in Code.DELTA_FALLBACK and req.delta:  # the device refused the delta: the bundle
+                return requests([device_id], lambda _: True, full=True)[0]
             if failure is not None:
                 fail(device_id, failure, reason)
             else:

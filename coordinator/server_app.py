@@ -21,8 +21,8 @@ from .rounds import Event
 from .runs import drive_run
 
 
-CONTENT = {  # request kind -> (message content from config and bundle, Flower message type)
-    "info": (lambda config, bundle: messages.device_info_request(), messages.DEVICE_INFO),
+CONTENT = {  # request kind -> (message content from config, bundle and delta, Flower message type)
+    "info": (lambda config, bundle, delta: messages.device_info_request(), messages.DEVICE_INFO),
     "evaluate": (messages.evaluate_request, messages.EVALUATE),
     "train": (messages.train_request, messages.TRAIN),
     "activate": (messages.evaluate_request, messages.ACTIVATE),
@@ -48,7 +48,7 @@ class GridTransport:
         msgs = []
         for r in requests:
             build, mtype = CONTENT[r.kind]
-            msgs.append(Message(build(r.config, r.bundle), r.node_id, mtype, ttl=r.ttl,
+            msgs.append(Message(build(r.config, r.bundle, r.delta), r.node_id, mtype, ttl=r.ttl,
                                 group_id=str(r.config.get("round", 0))))
         return [i or None for i in self.grid.push_messages(msgs)]
 

@@ -59,26 +59,27 @@ class Header:
     signer_key: bytes
     version: int = FORMAT_VERSION
     flags: int = 0
+    magic: bytes = MAGIC  # a signed delta (:mod:`.delta`) has the same header under its own magic
 
     def pack(self) -> bytes:
-        return HEADER.pack(MAGIC, self.version, self.flags, self.manifest_length, self.data_offset,
+        return HEADER.pack(self.magic, self.version, self.flags, self.manifest_length, self.data_offset,
                            self.file_length, self.signer_key)
 
     @classmethod
-    def unpack(cls, buf: Any, file_size: int) -> Header:
+    def unpack(cls, buf: Any, file_size: int, magic: bytes = MAGIC, what: str = "bundle") -> Header:
         """Read the header from ``buf``; check only what locating the signed bytes needs."""
         if file_size < MANIFEST_OFFSET:
-            raise BundleError(f"file is too short to be a Cuvil bundle ({file_size} bytes)")
-        magic, version, flags, mlen, data_offset, file_length, key = HEADER.unpack_from(buf, 0)
-        if magic != MAGIC:
-            raise BundleError("not a Cuvil bundle (bad magic bytes)")
+            raise BundleError(f"file is too short to be a Cuvil {what} ({file_size} bytes)")
+        found, version, flags, mlen, data_offset, file_length, key = HEADER.unpack_from(buf, 0)
+        if found != magic:
+            raise BundleError(f"not a Cuvil {what} (bad magic bytes)")
         if version != FORMAT_VERSION:
             raise BundleError(f"unsupported bundle format version {version} (this Cuvil reads {FORMAT_VERSION})")
         if not 2 <= mlen <= MAX_MANIFEST_BYTES:
             raise BundleError(f"manifest length {mlen} is out of bounds")
         if MANIFEST_OFFSET + mlen > file_size:
             raise BundleError(f"bundle is truncated: the manifest ends past the end of the file ({file_size} bytes)")
-        return cls(mlen, data_offset, file_length, bytes(key), version, flags)
+        return cls(mlen, data_offset, file_length, bytes(key), version, flags, magic)
 
     def check_layout(self, file_size: int) -> None:
         """After the signature holds: the signed sizes must describe exactly this file."""

@@ -24,7 +24,7 @@ from ..ir.graph import Graph
 from ..ir.limits import DEFAULT_LIMITS, Limits, check_graph
 from ..ir.text import parse_graph, print_graph
 from ..ir.verify import verify
-from .format import HEADER, MANIFEST_OFFSET, SIGNATURE_OFFSET, Header, Manifest, WeightEntry, load_manifest
+from .format import HEADER, MAGIC, MANIFEST_OFFSET, SIGNATURE_OFFSET, Header, Manifest, WeightEntry, load_manifest
 from .signing import SIGNATURE_SIZE, fingerprint, raw_public_bytes
 
 # What a hostile-but-signed graph text can make the IR parser and verifier raise.
@@ -89,16 +89,17 @@ def read_bundle(buf: Any, trusted_keys: Iterable[Ed25519PublicKey], *, require_t
 
 
 def read_signed_head(view: Any, size: int, trusted_keys: Iterable[Ed25519PublicKey],
-                     require_trust: bool = True) -> tuple[Header, bytes, bool]:
+                     require_trust: bool = True, magic: bytes = MAGIC,
+                     what: str = "bundle") -> tuple[Header, bytes, bool]:
     """Header, manifest bytes (inflated, once the signature holds) and whether the signer is trusted:
     what the signature covers, checked.
 
     ``view`` needs to hold only the header and manifest (``cuvil inspect`` reads no more of an
     untrusted bundle); ``size`` is the whole file's.
     """
-    header = Header.unpack(view, size)
+    header = Header.unpack(view, size, magic, what)
     if MANIFEST_OFFSET + header.manifest_length > len(view):
-        raise BundleError("bundle is truncated inside its manifest")
+        raise BundleError(f"{what} is truncated inside its manifest")
     manifest_bytes = bytes(view[MANIFEST_OFFSET:MANIFEST_OFFSET + header.manifest_length])
     trusted = _verify_signature(view, header, manifest_bytes, trusted_keys, require_trust)
     return header, load_manifest(manifest_bytes, header.flags), trusted

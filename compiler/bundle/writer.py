@@ -22,7 +22,7 @@ from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..ir.text import print_graph
 from ..ir.verify import verify
-from .format import MANIFEST_OFFSET, Header, Manifest, WeightEntry, align, MAX_MANIFEST_BYTES, store_manifest
+from .format import MAGIC, MANIFEST_OFFSET, Header, Manifest, WeightEntry, align, MAX_MANIFEST_BYTES, store_manifest
 from .lineage import Lineage
 from .signing import raw_public_bytes
 
@@ -55,14 +55,14 @@ def build_manifest(graph: Graph, name: str, version: str, producer: str,
     return manifest, segments
 
 
-def frame(manifest: bytes, data_length: int, key: Ed25519PrivateKey, flags: int = 0) -> bytes:
+def frame(manifest: bytes, data_length: int, key: Ed25519PrivateKey, flags: int = 0, magic: bytes = MAGIC) -> bytes:
     """Header, signature and the manifest's stored bytes (as ``flags`` say), padded up to the data
-    region (signs header || stored manifest)."""
+    region (signs header || stored manifest); ``magic``: a delta's, for a signed delta."""
     if len(manifest) > MAX_MANIFEST_BYTES:
         raise BundleError(f"manifest is {len(manifest)} bytes, more than the {MAX_MANIFEST_BYTES} a reader accepts")
     data_offset = align(MANIFEST_OFFSET + len(manifest))
     header = Header(len(manifest), data_offset, data_offset + data_length, raw_public_bytes(key.public_key()),
-                    flags=flags).pack()
+                    flags=flags, magic=magic).pack()
     signature = key.sign(header + manifest)
     head = header + signature + manifest
     return head + bytes(data_offset - len(head))
