@@ -22,6 +22,7 @@ from ..ir.dtypes import DType
 from ..ir.types import TensorType
 from ..ops.resample import resize_attrs, resize_taps
 from . import irhelpers as h
+from .grid_sample import grid_sample
 from .halfprec import float_convert
 
 Value = Callable[[ir.IRBuilder, Sequence[ir.Value], Sequence[ir.Value]], ir.Value]
@@ -371,6 +372,7 @@ PER_ELEMENT: Mapping[str, Factory] = {
     "ConvTranspose": conv_transpose, "Resize": resize, "Trilu": trilu, "GatherElements": gather_elements,
     "CumSum": lambda a, i, o: cumulative(a, i, o, prod=False),
     "CumProd": lambda a, i, o: cumulative(a, i, o, prod=True),
+    "GridSample": grid_sample,
 }
 """op -> per-element code; both backends give every op listed a kernel built on it."""
 

@@ -135,3 +135,12 @@ def _tile(ctx: NodeCtx) -> list:
     spread = ctx.tmp("Reshape", [ctx.x(0)], "spread", shape=[v for d in dims for v in (1, d)])
     wide = ctx.tmp("Expand", [spread], "wide", shape=[v for r, d in zip(repeats, dims) for v in (r, d)])
     return [ctx.emit("Reshape", [wide], shape=shape)]
+
+
+@translates(GridSample=(16, 20, 22))
+def _grid_sample(ctx: NodeCtx) -> list:
+    """Version 16's mode names (bilinear, bicubic) are version 20's linear and cubic."""
+    mode = ctx.attr("mode", "bilinear" if ctx.opset < 20 else "linear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    return [ctx.emit("GridSample", ctx.xs(), mode=mode, padding_mode=ctx.attr("padding_mode", "zeros"),
+                     align_corners=ctx.attr("align_corners", 0))]

@@ -1,4 +1,4 @@
-"""Op family: resample — ConvTranspose and Resize, the ops that grow a spatial output (see docs/ir.md).
+"""Op family: resample — ConvTranspose, Resize and GridSample, the ops that grow a spatial output (see docs/ir.md).
 
 Resize is separable: along each resized axis an output position reads a few input positions with
 weights (:func:`resize_taps`, ONNX's own rule for every mode and coordinate transformation). The
@@ -8,6 +8,7 @@ order of the additions differs.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -226,6 +227,104 @@ def _resize(xs, a):
     return [y.astype(x.dtype)]
 
 
+# --- GridSample ------------------------------------------------------------------------------------
+GRID_MODES = ("nearest", "linear", "cubic")
+GRID_PADDING = ("zeros", "border", "reflection")
+
+
+def _grid_infer(ts, a):
+    x, grid = ts
+    r = x.rank - 2
+    require(r >= 1 and grid.rank == r + 2 and grid.shape[0] == x.shape[0] and grid.shape[-1] == r,
+            f"GridSample: X {x} and grid {grid} must be (N, C, *spatial) and (N, *out, {max(r, 0)})")
+    require(grid.dtype.is_float, f"GridSample: grid must be a float tensor, got {grid.dtype.value}")
+    require(a["mode"] in GRID_MODES and a["padding_mode"] in GRID_PADDING and a["align_corners"] in (0, 1),
+            f"GridSample: mode {a['mode']!r} or padding_mode {a['padding_mode']!r} unknown, or align_corners not 0/1")
+    require(a["mode"] != "cubic" or r == 2, "GridSample: cubic mode samples 2-D images only")
+    require(all(n >= 1 for n in x.shape[2:]), f"GridSample: X {x} needs non-empty spatial dims")
+    return [TensorType(x.dtype, x.shape[:2] + grid.shape[1:-1])]
+
+
+def grid_border(n: int, align_corners: int) -> tuple[float, float]:
+    """The coordinate range of an axis of ``n`` pixels; reflection mirrors at its ends."""
+    return (0.0, n - 1.0) if align_corners else (-0.5, n - 0.5)
+
+
+def grid_reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Mirror ``x`` at ``lo`` and ``hi`` until it lies between them (ONNX's rule, as PyTorch's)."""
+    span = hi - lo
+    if span == 0:
+        return np.full_like(x, lo)
+    below, d = x < lo, np.where(x < lo, lo - x, x - hi)
+    k = np.trunc(d / span)
+    r = d - k * span
+    even = np.mod(k, 2) == 0
+    return np.where((x >= lo) & (x <= hi), x, np.where(below == even, lo + r, hi - r))
+
+
+def cubic_weights(t: np.ndarray, a: float = -0.75) -> list[np.ndarray]:
+    """Keys' cubic convolution weights of the taps at -1, 0, 1, 2 for a fraction ``t``."""
+    return [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+
+
+def _grid_axis(a, g: np.ndarray, n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(inside, index, weight) of each tap along one axis for normalized coordinates ``g``."""
+    lo, hi = grid_border(n, a["align_corners"])
+    x = (g + 1) / 2 * (n - 1) if a["align_corners"] else ((g + 1) * n - 1) / 2
+    if a["mode"] == "nearest":
+        x = np.rint(x)
+    # cubic clamps each tap, not the coordinate, as ONNX Runtime and PyTorch do (ONNX's reference
+    # clamps the coordinate first; no conformance case tells them apart)
+    if a["padding_mode"] == "border" and a["mode"] != "cubic":
+        x = np.where((x < lo) | (x > hi), np.clip(x, 0, n - 1), x)
+    elif a["padding_mode"] == "reflection":
+        x = grid_reflect(x, lo, hi)
+    x = np.clip(np.nan_to_num(x, nan=-8.0), -8.0, n + 8.0)  # far outside stays outside; NaN is outside
+    if a["mode"] == "nearest":
+        taps = [(np.trunc(x), np.ones_like(x))]
+    else:
+        f = np.floor(x)
+        t = x - f
+        weights = [1 - t, t] if a["mode"] == "linear" else cubic_weights(t)
+        first = 0 if a["mode"] == "linear" else -1
+        taps = [(f + first + k, w) for k, w in enumerate(weights)]
+    out = []
+    for i, w in taps:
+        if a["padding_mode"] == "border":
+            i = np.clip(i, 0, n - 1)
+        elif a["padding_mode"] == "reflection":
+            i = np.trunc(grid_reflect(i, lo, hi))
+        inside = (i >= 0) & (i < n)
+        out.append((inside, np.clip(i, 0, n - 1).astype(np.int64), w))
+    return out
+
+
+def _grid_sample(xs, a):
+    """Each output position reads the product of its axes' taps, in float64 (ONNX's reference
+    loops over positions; this is the same arithmetic per axis)."""
+    x, grid = xs[0].astype(np.float64), xs[1].astype(np.float64)
+    spatial = x.shape[2:]
+    r = len(spatial)
+    with np.errstate(invalid="ignore", over="ignore"):  # infinities reflect to NaN, which is outside
+        per_axis = [_grid_axis(a, grid[..., r - 1 - d], spatial[d]) for d in range(r)]
+    xt = np.moveaxis(x, 1, -1)  # (N, *spatial, C)
+    nidx = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
+    y = np.zeros(grid.shape[:-1] + (x.shape[1],))
+    for combo in itertools.product(*per_axis):
+        inside = np.logical_and.reduce([c[0] for c in combo])[..., None]
+        weight = np.prod([c[2] for c in combo], axis=0)[..., None]
+        y += np.where(inside, xt[(nidx, *(c[1] for c in combo))] * weight, 0.0)
+    return [np.moveaxis(y, -1, 1).astype(xs[0].dtype)]
+
+
+def _grid_flops(a, ins, outs) -> int:
+    taps = {"nearest": 1, "linear": 2, "cubic": 4}[a["mode"]] ** (ins[0].rank - 2)
+    return 2 * taps * math.prod(outs[0].shape)
+
+
 register(
     OpDef("ConvTranspose", _convt_infer, _conv_transpose,
           attrs={"strides": AttrSpec(INTS), "pads": AttrSpec(INTS), "dilations": AttrSpec(INTS),
@@ -239,4 +338,8 @@ register(
                  "exclude_outside": AttrSpec(I, 0), "extrapolation_value": AttrSpec(F, 0.0),
                  "antialias": AttrSpec(I, 0)},
           doc="ONNX Resize with sizes (-1: unchanged) and scales resolved per axis"),
+    OpDef("GridSample", _grid_infer, _grid_sample,
+          attrs={"mode": AttrSpec(S, "linear"), "padding_mode": AttrSpec(S, "zeros"), "align_corners": AttrSpec(I, 0)},
+          min_inputs=2, max_inputs=2, float_only=True, flops=_grid_flops,
+          doc="X sampled at grid's normalized coordinates (last axis reversed: x, y[, z]); ONNX GridSample 20"),
 )

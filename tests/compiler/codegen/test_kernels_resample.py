@@ -55,3 +55,25 @@ def test_resize_dtypes(dtype):
     x = rnd(1, 2, 3, 4, dtype=dtype, seed=7, lo=0, hi=9)
     mode = "linear" if np.dtype(dtype).kind == "f" else "nearest"
     run_op("Resize", [x], sizes=[-1, -1, 5, 9], scales=[1.0, 1.0, 5 / 3, 9 / 4], mode=mode)
+
+
+GRID = [dict(mode=m, padding_mode=p, align_corners=c)
+        for m in ("nearest", "linear", "cubic") for p in ("zeros", "border", "reflection") for c in (0, 1)]
+
+
+@pytest.mark.parametrize("attrs", GRID, ids=str)
+def test_grid_sample(attrs):
+    """Coordinates well outside [-1, 1] (every padding rule), a NaN and infinities in the grid."""
+    x = rnd(2, 3, 5, 4, seed=8)
+    grid = rnd(2, 6, 7, 2, seed=9, lo=-2.5, hi=2.5)
+    grid[0, 0, 0] = [np.nan, 0.3]
+    grid[1, 2, 3] = [np.inf, -np.inf]
+    run_op("GridSample", [x, grid], **attrs)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_grid_sample_volumetric(mode, dtype):
+    x = rnd(1, 2, 3, 4, 5, dtype=dtype, seed=10)
+    run_op("GridSample", [x, rnd(1, 2, 3, 4, 3, dtype=dtype, seed=11, lo=-1.2, hi=1.2)], mode=mode,
+           padding_mode="reflection", align_corners=0)

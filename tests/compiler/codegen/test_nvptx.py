@@ -33,7 +33,8 @@ from tests.compiler.codegen.test_kernels_indexing import (  # noqa: F401  (re-ru
     test_trilu,
 )
 from tests.compiler.codegen.test_kernels_resample import (  # noqa: F401  (re-run here on the simulated GPU)
-    test_conv_transpose, test_conv_transpose_f16_and_f64, test_resize, test_resize_dtypes,
+    test_conv_transpose, test_conv_transpose_f16_and_f64, test_grid_sample, test_grid_sample_volumetric, test_resize,
+    test_resize_dtypes,
 )
 from tests.compiler.codegen.test_kernels import (  # noqa: F401  (re-run here on the simulated GPU)
     test_avg_pool, test_batch_norm, test_binary, test_binary_int, test_cast, test_compare, test_concat_split, test_conv,
@@ -182,7 +183,7 @@ ELEMENTWISE_PTX = {  # op -> operand dtypes of one node each (f32 and f16 math, 
 
 @pytest.mark.skipif(not shutil.which("ptxas"), reason="ptxas (CUDA toolkit) not installed")
 def test_new_ops_assemble_with_ptxas(tmp_path):
-    """Math and logic elementwise ops, ConvTranspose and Resize (constant tables in global memory)."""
+    """Math and logic elementwise ops, ConvTranspose, Resize (constant tables in global memory) and GridSample."""
     from cuvil.compiler import DType, TensorType
     from cuvil.compiler.frontends.builder import GraphBuilder
 
@@ -205,6 +206,9 @@ def test_new_ops_assemble_with_ptxas(tmp_path):
     for mode in ("nearest", "linear", "cubic"):
         outs += gb.add("Resize", [image], sizes=[-1, -1, 12, 7], scales=[1.0, 1.0, 2.0, 1.4], mode=mode,
                        coordinate_transformation_mode="tf_crop_and_resize", roi=(0, 0, 0.1, 0, 1, 1, 1.2, 1))
+    for mode in ("nearest", "linear", "cubic"):
+        grid = gb.input(f"grid_{mode}", TensorType(DType.F32, (1, 3, 8, 2)))
+        outs += gb.add("GridSample", [image, grid], mode=mode, padding_mode="reflection", align_corners=0)
     program = lower_ptx(gb.build(outs), gpu_target("ops", "sm_87"))
     done = ptxas(jit.emit_assembly(program.llvm_ir, program.target), "sm_87", tmp_path)
     assert done.returncode == 0, done.stderr[:2000]

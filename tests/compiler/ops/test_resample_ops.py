@@ -66,3 +66,26 @@ def test_resize_nearest_gathers_integers_exactly():
 def test_resize_rejects_unknown_modes():
     with pytest.raises(ShapeError, match="mode"):
         infer("Resize", [(1, 1, 2, 2)], sizes=[-1, -1, 4, 4], scales=[1.0, 1.0, 2.0, 2.0], mode="bilinear")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_grid_sample_matches_onnxruntime(rng, mode, padding_mode, align_corners):
+    x, grid = randn(rng, (2, 3, 5, 4)), rng.uniform(-2.5, 2.5, (2, 6, 7, 2)).astype(np.float32)
+    attrs = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    assert_close(run_cuvil("GridSample", [x, grid], **attrs), run_ort("GridSample", [x, grid], attrs, opset=20),
+                 rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_volumetric_grid_sample_matches_onnxruntime(rng, mode):
+    x, grid = randn(rng, (1, 2, 3, 4, 5)), rng.uniform(-1.3, 1.3, (1, 2, 3, 4, 3)).astype(np.float32)
+    attrs = dict(mode=mode, padding_mode="border", align_corners=0)
+    assert_close(run_cuvil("GridSample", [x, grid], **attrs), run_ort("GridSample", [x, grid], attrs, opset=20),
+                 rtol=1e-4, atol=1e-5)
+
+
+def test_grid_sample_refuses_a_grid_of_the_wrong_rank():
+    with pytest.raises(ShapeError, match="GridSample"):
+        infer("GridSample", [(1, 1, 4, 4), (1, 3, 3, 3)])
