@@ -79,6 +79,15 @@ def _ab(kw: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def wire_line(kw: Mapping[str, Any]) -> str | None:
+    """Versions pushed: how many went as signed deltas, and their bytes against the full bundles'."""
+    if not kw["deltas"] and not kw["full"]:
+        return None
+    ratio = f" ({kw['delta'] / kw['replaced']:.2f}x)" if kw["replaced"] else ""
+    return (f"pushed versions: {kw['deltas']} as signed deltas, {kw['delta']} bytes in place of {kw['replaced']} "
+            f"bytes of full bundles{ratio}; {kw['full']} bytes of bundles sent whole")
+
+
 FORMATS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
     "run_start": _run_start,
     "aborted_runs": lambda kw: f"marked run(s) {', '.join(map(str, kw['runs']))} aborted: their coordinator is gone",
@@ -93,6 +102,7 @@ FORMATS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
     "progress": _progress,
     "round_end": _round_end,
     "ab": _ab,
+    "wire": lambda kw: wire_line(kw),
     "run_end": lambda kw: f"cuvil run {kw['run_id']} {kw['status']}" + (f": {kw['reason']}" if kw.get("reason") else ""),
 }
 

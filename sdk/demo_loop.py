@@ -27,6 +27,7 @@ from . import api
 from .compiler.printable import printable
 from .coordinator import fleet
 from .coordinator.aggregate import OVERALL
+from .coordinator.progress import wire_line
 from .coordinator.report import round_aggregates, text_table
 from .coordinator.store import ResultsStore
 from .demo import DemoResult, Echo, Progress, finish_demo, plan_demo_fleet, train_cnn, true_accuracy
@@ -66,11 +67,15 @@ class LoopProgress(Progress):
             o = kw["outcome"]
             eps = max((r["metrics"]["dp_epsilon_spent"] for r in o.reports), default=0.0)
             self.echo(f"{t} round {o.number} [train] done in {o.seconds:.1f}s: {len(o.reports)} DP-SGD updates "
-                      f"(largest ε spent so far {eps:.2f}), {o.bundle_bytes_sent} bundle bytes sent, "
+                      f"(largest ε spent so far {eps:.2f}), {o.bundle_bytes_sent} bytes of weights pushed, "
                       f"failures {o.failure_counts() or 'none'}")
         elif event == "version":
             self.echo(f"{t} signed {kw['model']}: FedAvg of {kw['updates']} updates"
                       + (f", written to {Path(kw['path']).name}" if kw["final"] else " (next round's weights)"))
+        elif event == "wire":
+            line = wire_line(kw)
+            if line:
+                self.echo(f"{t} {line}")
         elif event == "rollout":
             d = kw["decision"]
             self.echo(f"{t} rollout {printable(kw['device_class'])}: {d.decision} ({printable(d.reason)}); "
