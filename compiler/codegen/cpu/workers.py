@@ -3,15 +3,18 @@
 ``<entry>_start()`` creates ``threads - 1`` workers with ``pthread_create`` (the C library the
 process or the emulation harness already links) and ``<entry>_stop()`` joins them; nothing is
 created or allocated per inference. A split layer is one *job* ``void job(i8* arena, i8* weights,
-i32 part)``; ``<entry>_par`` publishes it, runs its own share of the parts and waits for the
-workers. Participant ``i`` of ``live + 1`` runs parts ``i, i + live + 1, ...``: each part's code is
-fixed at compile time, so the answer is the same whoever runs a part (and with no workers at all,
-when the pool was never started, the caller runs every part itself).
+i32 part)``; ``<entry>_par`` publishes it and then, like every awake worker, *claims* parts one at
+a time from a shared counter until none is left, and waits only for parts already claimed. Each
+part's code is fixed at compile time, so the answer is the same whoever runs a part; and a worker
+the scheduler has not run yet (a busy CPU) delays nothing: the caller runs its parts itself
+(with no workers at all, when the pool was never started, it runs every part).
 
-Waiting spins (``pause`` / ``yield``) for ``Tuning.pool_spin`` rounds, then sleeps on a futex;
-a sleeper count on each word lets the other side skip the wake-up system call when nobody sleeps.
-Every handshake is a sequentially consistent read-modify-write followed by a load on one side and
-a store or RMW followed by a load on the other, so one of them always sees the other.
+The claim word holds (generation << 32 | parts << 16 | next part): a compare-and-swap on it can
+only take a part of the job it was read from, so a worker that wakes late never runs a part of the
+next job. Waiting spins (``pause`` / ``yield``) for ``Tuning.pool_spin`` rounds, then sleeps on a
+futex; a sleeper count on each word lets the other side skip the wake-up system call when nobody
+sleeps. Every handshake is a sequentially consistent read-modify-write followed by a load on one
+side and a store or RMW followed by a load on the other, so one of them always sees the other.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ FUTEX_SYSCALL: Mapping[str, int] = {"x86_64": 202, "aarch64": 98}
 _WAIT, _WAKE = 128, 129  # FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE
 _SPIN_HINT: Mapping[str, tuple[str, tuple]] = {"x86_64": ("llvm.x86.sse2.pause", ()), "aarch64": ("llvm.aarch64.hint", (1,))}
 # control block slots (i64 each); the hot words sit on cache lines of their own
-GEN, PENDING, SLEEPERS, MAIN_SLEEPS, STOP, LIVE, JOB, ARENA, WEIGHTS, PARTS, TIDS = 0, 8, 16, 17, 18, 19, 20, 21, 22, 23, 24
+GEN, CLAIM, REMAIN, SLEEPERS, MAIN_SLEEPS, STOP, LIVE, JOB, ARENA, WEIGHTS, TIDS = 0, 8, 16, 24, 25, 26, 27, 28, 29, 30, 32
 JOB_TYPE = ir.FunctionType(VOID, [I8P, I8P, I32])
 SEQ = "seq_cst"
 
@@ -143,11 +146,35 @@ class Pool:
         self._run_parts(b, ir.Constant(I32, 0), ir.Constant(I32, 1), job, arena, weights, parts)
         b.ret_void()
 
+    def _claim_parts(self, b: ir.IRBuilder) -> ir.Value:
+        """Take parts of the current job until none is left, running each; returns how many (i32)."""
+        claim = self._slot(b, CLAIM)
+        pre = b.block
+        head, try_, body, done = (b.append_basic_block(n) for n in ("c.head", "c.try", "c.body", "c.end"))
+        b.branch(head)
+        b.position_at_end(head)
+        mine = b.phi(I32)
+        mine.add_incoming(ir.Constant(I32, 0), pre)
+        w = b.load_atomic(claim, SEQ, 8)
+        nxt = b.trunc(b.and_(w, ir.Constant(I64, 0xFFFF)), I32)
+        parts = b.trunc(b.and_(b.lshr(w, ir.Constant(I64, 16)), ir.Constant(I64, 0xFFFF)), I32)
+        b.cbranch(b.icmp_signed("<", nxt, parts), try_, done)
+        b.position_at_end(try_)
+        got = b.extract_value(b.cmpxchg(claim, w, b.add(w, ir.Constant(I64, 1)), SEQ, SEQ), 1)
+        mine.add_incoming(mine, try_)
+        b.cbranch(got, body, head)
+        b.position_at_end(body)
+        job = b.inttoptr(b.load(self._slot(b, JOB)), JOB_TYPE.as_pointer())  # the claimed job's: it cannot end before this part
+        b.call(job, [b.inttoptr(b.load(self._slot(b, ARENA)), I8P), b.inttoptr(b.load(self._slot(b, WEIGHTS)), I8P), nxt])
+        mine.add_incoming(b.add(mine, ir.Constant(I32, 1)), body)
+        b.branch(head)
+        b.position_at_end(done)
+        return mine
+
     def _emit_par(self) -> None:
         b = ir.IRBuilder(self.par.append_basic_block("entry"))
         job, arena, weights, parts = self.par.args
         live = b.load(self._slot(b, LIVE, I32))
-        step = b.add(live, ir.Constant(I32, 1))
         solo, shared = b.append_basic_block("solo"), b.append_basic_block("shared")
         b.cbranch(b.icmp_signed("==", live, ir.Constant(I32, 0)), solo, shared)
         b.position_at_end(solo)
@@ -157,9 +184,12 @@ class Pool:
         b.store(b.ptrtoint(job, I64), self._slot(b, JOB))
         b.store(b.ptrtoint(arena, I64), self._slot(b, ARENA))
         b.store(b.ptrtoint(weights, I64), self._slot(b, WEIGHTS))
-        b.store(parts, self._slot(b, PARTS, I32))
-        b.store_atomic(live, self._slot(b, PENDING, I32), "monotonic", 4)
+        remain = self._slot(b, REMAIN, I32)
+        b.store_atomic(parts, remain, "monotonic", 4)
         gen = self._slot(b, GEN, I32)
+        nxt_gen = b.zext(b.add(b.load(gen), ir.Constant(I32, 1)), I64)  # only this thread writes GEN
+        word = b.or_(b.shl(nxt_gen, ir.Constant(I64, 32)), b.shl(b.zext(parts, I64), ir.Constant(I64, 16)))
+        b.store_atomic(word, self._slot(b, CLAIM), SEQ, 8)
         b.atomic_rmw("add", gen, ir.Constant(I32, 1), SEQ)
         sleepers = b.load_atomic(self._slot(b, SLEEPERS, I32), SEQ, 4)
         wake, go = b.append_basic_block("wake"), b.append_basic_block("go")
@@ -168,14 +198,19 @@ class Pool:
         self._futex(b, gen, _WAKE, ir.Constant(I32, MAX_THREADS))
         b.branch(go)
         b.position_at_end(go)
-        self._run_parts(b, ir.Constant(I32, 0), step, job, arena, weights, parts)
-        self._wait(b, self._slot(b, PENDING, I32), self._slot(b, MAIN_SLEEPS, I32), until_zero=True)
+        mine = self._claim_parts(b)
+        old = b.atomic_rmw("sub", remain, mine, SEQ)
+        wait, out = b.append_basic_block("wait"), b.append_basic_block("out")
+        b.cbranch(b.icmp_signed("==", old, mine), out, wait)
+        b.position_at_end(wait)
+        self._wait(b, remain, self._slot(b, MAIN_SLEEPS, I32), until_zero=True)
+        b.branch(out)
+        b.position_at_end(out)
         b.ret_void()
 
     def _worker(self, name: str) -> ir.Function:
         fn = self._fn(name, I8P, [I8P])
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        me = b.trunc(b.ptrtoint(fn.args[0], I64), I32)
         pre = b.block
         loop = b.append_basic_block("loop")
         b.branch(loop)
@@ -188,20 +223,18 @@ class Pool:
         b.position_at_end(quit_)
         b.ret(ir.Constant(I8P, None))
         b.position_at_end(work)
-        job = b.inttoptr(b.load(self._slot(b, JOB)), JOB_TYPE.as_pointer())
-        arena = b.inttoptr(b.load(self._slot(b, ARENA)), I8P)
-        weights = b.inttoptr(b.load(self._slot(b, WEIGHTS)), I8P)
-        parts = b.load(self._slot(b, PARTS, I32))
-        step = b.add(b.load(self._slot(b, LIVE, I32)), ir.Constant(I32, 1))
-        self._run_parts(b, me, step, job, arena, weights, parts)
-        old = b.atomic_rmw("sub", self._slot(b, PENDING, I32), ir.Constant(I32, 1), SEQ)
-        last, wake, back = (b.append_basic_block(n) for n in ("last", "wake", "back"))
-        b.cbranch(b.icmp_signed("==", old, ir.Constant(I32, 1)), last, back)
+        mine = self._claim_parts(b)
+        remain = self._slot(b, REMAIN, I32)
+        count, last, wake, back = (b.append_basic_block(n) for n in ("count", "last", "wake", "back"))
+        b.cbranch(b.icmp_signed("==", mine, ir.Constant(I32, 0)), back, count)
+        b.position_at_end(count)
+        old = b.atomic_rmw("sub", remain, mine, SEQ)
+        b.cbranch(b.icmp_signed("==", old, mine), last, back)
         b.position_at_end(last)
         sleeping = b.load_atomic(self._slot(b, MAIN_SLEEPS, I32), SEQ, 4)
         b.cbranch(b.icmp_signed("!=", sleeping, ir.Constant(I32, 0)), wake, back)
         b.position_at_end(wake)
-        self._futex(b, self._slot(b, PENDING, I32), _WAKE, ir.Constant(I32, 1))
+        self._futex(b, remain, _WAKE, ir.Constant(I32, 1))
         b.branch(back)
         b.position_at_end(back)
         seen.add_incoming(now, back)
@@ -219,8 +252,8 @@ class Pool:
         fresh, done = b.append_basic_block("fresh"), b.append_basic_block("done")
         b.cbranch(b.icmp_signed("==", b.load(live), ir.Constant(I32, 0)), fresh, done)
         b.position_at_end(fresh)
-        for slot in (GEN, PENDING, SLEEPERS, MAIN_SLEEPS, STOP):
-            b.store(ir.Constant(I32, 0), self._slot(b, slot, I32))
+        for slot in (GEN, CLAIM, REMAIN, SLEEPERS, MAIN_SLEEPS, STOP):
+            b.store(ir.Constant(I64, 0), self._slot(b, slot))
         create = ir.Function(self.module, ir.FunctionType(I32, [I64.as_pointer(), I8P, worker.type, I8P]), "pthread_create")
         made = ir.Constant(I32, 0)
         for i in range(1, self.target.threads):
