@@ -72,7 +72,8 @@ def train(state: DeviceState, model: Model, request: TrainRequest) -> tuple[dict
 
     ledger = state.ledger()
     try:
-        out = release_update(ledger, state.dataset_name, request.release_id, request.dp, run, request.epsilon)
+        out = release_update(ledger, state.dataset_name, request.release_id, request.dp, run, request.epsilon,
+                             request.bundle_hash)
     finally:
         ledger.close()
     metrics = {"dp_count": int(out.dp_count), "dp_count_sigma": float(out.count_sigma),

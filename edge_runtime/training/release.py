@@ -14,7 +14,10 @@ but has no stored reply (the device died mid-round) is refused, never run again 
 from __future__ import annotations
 
 import base64
+import dataclasses
+import hashlib
 import io
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,11 +50,20 @@ def round_events(cfg: DpSgdConfig, count_sigma: float) -> list[ChargeEvent]:
     return [ChargeEvent(cfg.noise_multiplier, cfg.sample_rate, cfg.steps), ChargeEvent(count_sigma)]
 
 
+def training_binding(dataset: str, cfg: DpSgdConfig, epsilon: float, bundle_hash: str) -> str:
+    """What a training release-id is charged for: the dataset, the exact DP-SGD round, the budget, the weights."""
+    text = json.dumps({"kind": "train", "dataset": dataset, "dp_sgd": dataclasses.asdict(cfg), "epsilon": epsilon,
+                       "bundle": bundle_hash}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def release_update(ledger: PrivacyLedger, dataset: str, release_id: str, cfg: DpSgdConfig,
-                   train: Callable[[], LocalUpdate], epsilon: float = 0.0) -> ReleasedUpdate:
+                   train: Callable[[], LocalUpdate], epsilon: float = 0.0, bundle_hash: str = "") -> ReleasedUpdate:
     """Charge the round, then run ``train`` and noise its count; or raise PrivacyRefusal having run nothing.
 
     ``epsilon``: the budget the coordinator asks for (0: the device's own; more than that is refused).
+    A release-id already charged for anything else (other parameters, weights, dataset, an evaluation)
+    is refused as rebound, never answered with a reply that was released for something else.
     """
     floors = ledger.floors
     epsilon = number("dp-epsilon", epsilon, 0.0, MAX_EPSILON) or floors.epsilon
@@ -59,20 +71,24 @@ def release_update(ledger: PrivacyLedger, dataset: str, release_id: str, cfg: Dp
         raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED, Reason.ABOVE_BUDGET,
                              f"budget ε={epsilon} is above this device's {floors.epsilon}")
     count_sigma = floors.min_sigma
-    cached = ledger.cached_reply(release_id)
-    if cached is not None:
+    binding = training_binding(dataset, cfg, epsilon, bundle_hash)
+    charged = ledger.binding(release_id)
+    if charged is not None:
+        if charged and charged != binding:  # '' : charged before release-ids were bound
+            raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED, Reason.RELEASE_REBOUND,
+                                 "this release-id was charged for another round")
+        cached = ledger.cached_reply(release_id)
+        if cached is None:
+            raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED, Reason.RELEASE_LOST,
+                                 "this training round was charged but its reply was lost; it is not run twice")
         return _from_payload(cached, ledger.spent(dataset, floors.delta), floors.delta)
-    if ledger.is_charged(release_id):
-        raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED, Reason.RELEASE_LOST,
-                             "this training round was charged but its reply was lost; it is not run twice")
     spent = ledger.charge(dataset, release_id, cfg.noise_multiplier, epsilon, floors.delta,
-                          round_events(cfg, count_sigma))
+                          round_events(cfg, count_sigma), binding=binding)
     local = train()
     noise = discrete_gaussian(math.ceil(count_sigma**2), ChaChaRandom.fresh())  # a repeat reads the stored reply
     out = ReleasedUpdate(dict(local.update), local.examples + noise, spent, count_sigma, floors.delta)
     ledger.store_reply(release_id, _to_payload(out))
     return out
-
 
 def _to_payload(r: ReleasedUpdate) -> dict:
     buf = io.BytesIO()

@@ -93,3 +93,14 @@ def test_a_budget_beyond_the_device_or_not_a_number_is_refused(ledger, epsilon):
     with pytest.raises(PrivacyRefusal, match="DP_PARAMS_REJECTED"):
         release_update(ledger, "local", "t1", CFG, train, epsilon=epsilon)
     assert train.calls == 0 and ledger.releases("local") == 0
+
+
+def test_a_release_id_charged_for_anything_else_is_refused_as_rebound_and_nothing_runs(ledger):
+    train = Trainer()
+    release_update(ledger, "local", "t1", CFG, train, bundle_hash="v1")
+    release_report(ledger, "local", "e1", np.ones(50, bool), np.zeros(50), replace(DEFAULT_PARAMS, epsilon=2.0))
+    for rid, cfg, bundle in (("t1", replace(CFG, steps=31), "v1"), ("t1", CFG, "v2"), ("e1", CFG, "v1")):
+        with pytest.raises(PrivacyRefusal) as e:
+            release_update(ledger, "local", rid, cfg, train, bundle_hash=bundle)
+        assert e.value.reason is Reason.RELEASE_REBOUND
+    assert train.calls == 1 and ledger.releases("local") == 2
