@@ -50,13 +50,13 @@ def _target(kind: str) -> Target:
     return executable(kind)
 
 
-def _qconv_graph(x_dtype, w, bias, group, stride, pads, x_shape):
+def _qconv_graph(x_dtype, w, bias, group, stride, pads, x_shape, dilation=1):
     gb = GraphBuilder("qconv")
     x = gb.input("x", TensorType(x_dtype, x_shape))
     inputs = [x, gb.constant(w, "w")] + ([gb.constant(bias, "b")] if bias is not None else [])
     m = w.shape[0]
     ws = np.linspace(0.004, 0.02, m).astype(np.float32)
-    y = gb.add1("QConv", inputs, strides=[stride, stride], pads=pads, dilations=[1, 1], group=group, x_scale=0.05,
+    y = gb.add1("QConv", inputs, strides=[stride, stride], pads=pads, dilations=[dilation, dilation], group=group, x_scale=0.05,
                 x_zero_point=9 if x_dtype is DType.U8 else -3, w_scale=ws, y_scale=0.3,
                 y_zero_point=100 if x_dtype is DType.U8 else 4, to=x_dtype, clamp=[2, 120])
     return gb.build([y])
@@ -92,6 +92,19 @@ def test_qconv_is_exact(kind, case):
         x = _random_x(dtype, shape, seed)
         got, want = sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]]
         assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["host", "x86-avx2"])
+@pytest.mark.parametrize("stride,dilation,pads", [(1, 2, [2, 3, 0, 4]), (3, 1, [2, 0, 1, 5]), (2, 3, [0, 4, 3, 0])])
+def test_qconv_im2col_edges(kind, stride, dilation, pads):
+    """Taps whose columns lie partly or wholly in the padding (the im2col's in-bounds spans)."""
+    rng = np.random.default_rng(stride)
+    shape = (1, 5, 6, 4)
+    w = rng.integers(-127, 128, (6, 5, 3, 3)).astype(np.int8)
+    graph = _qconv_graph(DType.U8, w, None, 1, stride, pads, shape, dilation)
+    sess = compile_graph(graph, target=_target(kind), optimize=False, use_cache=False, jobs=1)
+    x = _random_x(DType.U8, shape, 3)
+    assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
 
 
 @pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic", "x86-avx512-vnni", "amx"])

@@ -252,8 +252,18 @@ def _channel_quads(ctx: KernelContext, plan: _ConvPlan, n: ir.Value, flip: bool,
     return dst
 
 
+def _valid_span(out: int, stride: int, offset: int, size: int) -> tuple[int, int]:
+    """The outputs ``o`` in ``[lo, hi)`` whose input ``o * stride + offset`` lies in ``[0, size)``."""
+    lo = min(out, max(0, -(offset // stride)))
+    hi = max(lo, min(out, (size - 1 - offset) // stride + 1))
+    return lo, hi
+
+
 def _im2col_quads(ctx: KernelContext, plan: _ConvPlan, quads: ir.Value, fill: int) -> ir.Value:
-    """cols[tap * c4 + q][p] = the quad of channel quad q at pixel p's tap (zp quads in the padding)."""
+    """cols[tap * c4 + q][p] = the quad of channel quad q at pixel p's tap (zp quads in the padding).
+
+    Each tap's in-bounds output columns are known when compiling: a row is zp quads, a copy of the
+    input row (one memcpy at stride 1), zp quads; rows above or below the input are zp quads."""
     a, b = ctx.attrs, ctx.b
     _, _, hh, ww = ctx.shape(0)
     _, _, _, kw = ctx.shape(1)
@@ -261,21 +271,34 @@ def _im2col_quads(ctx: KernelContext, plan: _ConvPlan, quads: ir.Value, fill: in
     (sh, sw), (dh, dw), pads = a["strides"], a["dilations"], a["pads"]
     cols = b.bitcast(gep(b, ctx.scratch, plan.cols_offset), h.I32.as_pointer())
     zq = h.const(h.I32, fill * 0x01010101 - (1 << 32 if fill >= 128 else 0))
+
+    def zp_run(start: ir.Value, lo: int, hi: int) -> None:
+        if hi > lo:
+            with h.for_range(b, hi, start=lo, name="zx") as ox:
+                h.store(b, zq, cols, b.add(start, ox))
+
     for tap in range(plan.taps):
         ty, tx = divmod(tap, kw)
+        lo, hi = _valid_span(ow, sw, tx * dw - pads[1], ww)
         with h.for_range(b, plan.c4, name="q") as q:
             src0 = b.mul(q, h.i64(plan.plane))
             dst0 = b.mul(b.add(q, h.i64(tap * plan.c4)), h.i64(plan.geo.cols_pad))
             with h.for_range(b, oh, name="oy") as oy:
                 iy = b.add(b.mul(oy, h.i64(sh)), h.i64(ty * dh - pads[0]))
-                row_ok = b.icmp_unsigned("<", iy, h.i64(hh))
-                row = b.add(src0, b.mul(iy, h.i64(ww)))
                 out_row = b.add(dst0, b.mul(oy, h.i64(ow)))
-                with h.for_range(b, ow, name="ox") as ox:
-                    ix = b.add(b.mul(ox, h.i64(sw)), h.i64(tx * dw - pads[1]))
-                    ok = b.and_(row_ok, b.icmp_unsigned("<", ix, h.i64(ww)))
-                    v = h.load(b, quads, b.select(ok, b.add(row, ix), src0))
-                    h.store(b, b.select(ok, v, zq), cols, b.add(out_row, ox))
+                with b.if_else(b.icmp_unsigned("<", iy, h.i64(hh))) as (inside, outside):
+                    with inside:
+                        zp_run(out_row, 0, lo)
+                        src = b.add(b.add(src0, b.mul(iy, h.i64(ww))), h.i64(lo * sw + tx * dw - pads[1]))
+                        if sw == 1 and hi > lo:
+                            h.memcpy(b, gep(b, cols, b.add(out_row, h.i64(lo))), gep(b, quads, src), 4 * (hi - lo))
+                        elif hi > lo:
+                            with h.for_range(b, hi - lo, name="ox") as j:
+                                v = h.load(b, quads, b.add(src, b.mul(j, h.i64(sw))))
+                                h.store(b, v, cols, b.add(out_row, b.add(j, h.i64(lo))))
+                        zp_run(out_row, hi, ow)
+                    with outside:
+                        zp_run(out_row, 0, ow)
     return b.bitcast(cols, h.I8P)
 
 
