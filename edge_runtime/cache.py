@@ -59,7 +59,7 @@ def graph_digest(graph: Graph) -> str:
     """sha256 of the graph's canonical text form plus every weight's raw bytes (no copies)."""
     h = hashlib.sha256(print_graph(graph, data=False).encode())
     for name, arr in graph.constants.items():
-        h.update(f"{name} {arr.dtype.str} {arr.shape}".encode())
+        h.update(f"{name} {arr.dtype.name} {arr.dtype.str} {arr.shape}".encode())
         h.update(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
     return h.hexdigest()
 

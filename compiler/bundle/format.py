@@ -289,7 +289,7 @@ def _weight(value: Any, i: int) -> WeightEntry:
     where = f"weights[{i}]"
     f = _fields(value, where, ("name", "dtype", "shape", "offset", "length", "sha256"))
     name = _string(f["name"], f"{where}.name", MAX_NAME_CHARS)
-    dtype_text = _string(f["dtype"], f"{where}.dtype", 8)
+    dtype_text = _string(f["dtype"], f"{where}.dtype", 12)
     if dtype_text not in {d.value for d in DType}:
         raise BundleError(f"{where} has unknown dtype {dtype_text!r}")
     dtype = DType(dtype_text)

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
-from ..ir.dtypes import DType
+from ..ir.dtypes import NARROW, DType
 from ..target import Target, TargetKind
 
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
@@ -24,6 +24,7 @@ I8P = I8.as_pointer()
 LLTYPE: Mapping[DType, ir.Type] = {
     DType.F32: F32, DType.F64: F64, DType.F16: F16, DType.I8: I8, DType.U8: I8, DType.I16: I16,
     DType.U16: I16, DType.I32: I32, DType.U32: I32, DType.I64: I64, DType.U64: I64, DType.BOOL: I8,
+    **{d: I16 if d.itemsize == 2 else I8 for d in NARROW},  # raw bits, converted by codegen.narrow
 }
 SIGNED = frozenset({DType.I8, DType.I16, DType.I32, DType.I64})
 ALIGN = 64  # bytes: every arena tensor, weight block and scratch region starts on a cache line

@@ -19,6 +19,7 @@ from ..errors import CompileError
 from ..ir.dtypes import DType
 from . import irhelpers as h
 from . import mathfns as m
+from . import narrow
 from .halfprec import float_convert
 from . import trigfns as t
 
@@ -266,8 +267,13 @@ def scalar_fn(op: str, attrs: Mapping, dtype: DType) -> Callable[[ir.IRBuilder, 
     return lambda b, xs: fn(b, xs, attrs, dtype)
 
 
-def cast_value(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
-    """NumPy ``astype`` semantics (float->int truncates; anything->bool is != 0)."""
+def cast_value(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, saturate: bool = True) -> ir.Value:
+    """NumPy ``astype`` semantics (float->int truncates; anything->bool is != 0); the storage-only
+    dtypes go through f32 or a byte (``narrow``), ``saturate`` as ONNX Cast's for float8."""
+    if src.is_narrow:
+        x, src = narrow.decode(b, x, src)
+    if dst.is_narrow:
+        return narrow.encode(b, x, src, dst, saturate)
     st, dt = h.LLTYPE[src], h.LLTYPE[dst]
     if dst is DType.BOOL:
         nz = b.fcmp_unordered("!=", x, h.const(st, 0)) if src.is_float else b.icmp_unsigned("!=", x, ir.Constant(st, 0))

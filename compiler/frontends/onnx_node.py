@@ -43,6 +43,10 @@ ONNX_DTYPES = {
     TensorProto.INT8: DType.I8, TensorProto.UINT8: DType.U8, TensorProto.INT32: DType.I32,
     TensorProto.INT64: DType.I64, TensorProto.BOOL: DType.BOOL, TensorProto.INT16: DType.I16,
     TensorProto.UINT16: DType.U16, TensorProto.UINT32: DType.U32, TensorProto.UINT64: DType.U64,
+    TensorProto.BFLOAT16: DType.BF16, TensorProto.FLOAT8E4M3FN: DType.F8E4M3FN,
+    TensorProto.FLOAT8E4M3FNUZ: DType.F8E4M3FNUZ, TensorProto.FLOAT8E5M2: DType.F8E5M2,
+    TensorProto.FLOAT8E5M2FNUZ: DType.F8E5M2FNUZ, TensorProto.FLOAT4E2M1: DType.F4E2M1,
+    TensorProto.INT4: DType.I4, TensorProto.UINT4: DType.U4, TensorProto.INT2: DType.I2, TensorProto.UINT2: DType.U2,
 }
 
 

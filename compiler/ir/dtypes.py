@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 
+import ml_dtypes
 import numpy as np
 
 
@@ -22,6 +23,16 @@ class DType(enum.Enum):
     I64 = "i64"
     U64 = "u64"
     BOOL = "bool"
+    BF16 = "bf16"
+    F8E4M3FN = "f8e4m3fn"
+    F8E4M3FNUZ = "f8e4m3fnuz"
+    F8E5M2 = "f8e5m2"
+    F8E5M2FNUZ = "f8e5m2fnuz"
+    F4E2M1 = "f4e2m1"
+    I4 = "i4"
+    U4 = "u4"
+    I2 = "i2"
+    U2 = "u2"
 
     @property
     def numpy(self) -> np.dtype:
@@ -36,13 +47,20 @@ class DType(enum.Enum):
         return self in (DType.F32, DType.F64, DType.F16)
 
     @property
+    def is_narrow(self) -> bool:
+        """A storage-only type (bfloat16, float8, float4, int4, int2): held one element per
+        byte (bfloat16: two bytes), never computed in; Cast converts it to and from the others,
+        and ops marked ``narrow_ok`` in the op table move its bytes."""
+        return self in NARROW
+
+    @property
     def is_unsigned(self) -> bool:
         """Unsigned integers (bool counts: it is stored as a byte holding 0 or 1)."""
         return self.numpy.kind in "ub"
 
     @classmethod
     def from_numpy(cls, dtype: np.dtype | type) -> DType:
-        key = np.dtype(dtype).str.lstrip("<>=|")
+        key = np.dtype(dtype).name  # not ``.str``: every ml_dtypes type is 'V1' or 'V2' there
         try:
             return _FROM_NUMPY[key]
         except KeyError:
@@ -73,5 +91,19 @@ _TO_NUMPY = {
     DType.I64: "int64",
     DType.U64: "uint64",
     DType.BOOL: "bool",
+    DType.BF16: ml_dtypes.bfloat16,
+    DType.F8E4M3FN: ml_dtypes.float8_e4m3fn,
+    DType.F8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
+    DType.F8E5M2: ml_dtypes.float8_e5m2,
+    DType.F8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
+    DType.F4E2M1: ml_dtypes.float4_e2m1fn,
+    DType.I4: ml_dtypes.int4,
+    DType.U4: ml_dtypes.uint4,
+    DType.I2: ml_dtypes.int2,
+    DType.U2: ml_dtypes.uint2,
 }
-_FROM_NUMPY = {np.dtype(v).str.lstrip("<>=|"): k for k, v in _TO_NUMPY.items()}
+_FROM_NUMPY = {np.dtype(v).name: k for k, v in _TO_NUMPY.items()}
+NARROW = frozenset({DType.BF16, DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ, DType.F4E2M1,
+                    DType.I4, DType.U4, DType.I2, DType.U2})
+SATURABLE = frozenset({DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ})
+"""The types ONNX Cast's ``saturate`` attribute applies to (clamp to the largest finite value)."""

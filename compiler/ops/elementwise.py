@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import ml_dtypes
 import numpy as np
 
-from ..ir.dtypes import DType
+from ..ir.dtypes import SATURABLE, DType
 from ..ir.types import TensorType
 from .common import binary, broadcast_shapes, same_dtype, unary
 from .registry import AttrKind, AttrSpec, OpDef, no_flops, register, require
@@ -117,9 +118,20 @@ def _cast_infer(ts, a):
     return [TensorType(a["to"], ts[0].shape)]
 
 
+def _cast(xs, a):
+    """NumPy's (ml_dtypes') ``astype``; with ``saturate`` (ONNX's default, float8 targets only) values
+    beyond the target's largest finite one, infinities included, clamp to it first."""
+    x, to = xs[0], a["to"]
+    if a["saturate"] and to in SATURABLE:
+        top = float(ml_dtypes.finfo(to.numpy).max)
+        x = np.clip(x, -top, top)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN and overflow have defined results here
+        return [x.astype(to.numpy)]
+
+
 register(
     OpDef("Where", _where_infer, lambda xs, a: [np.where(xs[0], xs[1], xs[2]).astype(xs[1].dtype)],
           min_inputs=3, max_inputs=3, elementwise=True, **ONNX),
-    OpDef("Cast", _cast_infer, lambda xs, a: [xs[0].astype(a["to"].numpy)], attrs={"to": AttrSpec(AttrKind.DTYPE)},
-          elementwise=True, flops=no_flops),
+    OpDef("Cast", _cast_infer, _cast, attrs={"to": AttrSpec(AttrKind.DTYPE), "saturate": AttrSpec(AttrKind.INT, 1)},
+          elementwise=True, flops=no_flops, narrow_ok=True),
 )

@@ -74,6 +74,9 @@ class OpDef:
       the output's bytes; see :meth:`shares`.
     * ``fusable``: may be a step of a ``FusedElementwise`` program (elementwise, its result of its
       operands' dtype, its element code in every backend's element table).
+    * ``narrow_ok``: takes the storage-only dtypes (``DType.is_narrow``: bfloat16, float8, float4,
+      int4, int2), which it converts (Cast) or moves without arithmetic; :meth:`infer` refuses
+      them for every other op (views always take them: they only relabel bytes).
     * ``float_only``: input 0 (and every operand of its dtype) must be a float; :meth:`infer` checks it.
     * ``flops``: the :data:`FlopRule` of ``cuvil inspect`` (multiply-add = 2; default one per output element).
     * ``foldable``: a node whose inputs are all constants may be replaced by its result (false for
@@ -97,13 +100,17 @@ class OpDef:
     inplace: InPlaceRule | None = None
     fusable: bool = False
     float_only: bool = False
+    narrow_ok: bool = False
     flops: FlopRule = per_output_element
     foldable: bool = True
     same_as_onnx: bool = False
     run_time_check: bool = False
 
     def infer(self, ts: Sequence[TensorType], attrs: Attrs) -> Sequence[TensorType]:
-        """The result types: the float-only trait first, then the shape rule."""
+        """The result types: the dtype traits first, then the shape rule."""
+        if not (self.narrow_ok or self.view):
+            narrow = sorted({t.dtype.value for t in ts if t.dtype.is_narrow})
+            require(not narrow, f"{self.name}: no arithmetic on storage-only dtype(s) {', '.join(narrow)}")
         if self.float_only and ts:
             require(ts[0].dtype.is_float, f"{self.name}: needs a float operand, got {ts[0].dtype.value}")
         return self.shape_rule(ts, attrs)
