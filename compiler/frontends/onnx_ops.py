@@ -163,6 +163,11 @@ def _cast(ctx: NodeCtx) -> list:
     return [ctx.emit("Cast", [ctx.x(0)], to=to, saturate=ctx.attr("saturate", 1))]
 
 
+@translates(BitCast=(26,))
+def _bitcast(ctx: NodeCtx) -> list:
+    return [ctx.emit("BitCast", [ctx.x(0)], to=onnx_dtype(ctx.attr("to")))]
+
+
 @translates(Clip=(6, 11, 12, 13))
 def _clip(ctx: NodeCtx) -> list:
     if ctx.opset < 11:

@@ -43,6 +43,11 @@ class DType(enum.Enum):
         return self.numpy.itemsize
 
     @property
+    def bits(self) -> int:
+        """The width of one element's value (int4: 4, though held in a byte)."""
+        return _SUB_BYTE.get(self, 8 * self.itemsize)
+
+    @property
     def is_float(self) -> bool:
         return self in (DType.F32, DType.F64, DType.F16)
 
@@ -105,5 +110,6 @@ _TO_NUMPY = {
 _FROM_NUMPY = {np.dtype(v).name: k for k, v in _TO_NUMPY.items()}
 NARROW = frozenset({DType.BF16, DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ, DType.F4E2M1,
                     DType.I4, DType.U4, DType.I2, DType.U2})
+_SUB_BYTE = {DType.F4E2M1: 4, DType.I4: 4, DType.U4: 4, DType.I2: 2, DType.U2: 2}
 SATURABLE = frozenset({DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ})
 """The types ONNX Cast's ``saturate`` attribute applies to (clamp to the largest finite value)."""

@@ -66,7 +66,7 @@ class OpDef:
 
     Traits, each answered for every op:
 
-    * ``view``: the output is input 0's bytes under another shape (the planner aliases them; a
+    * ``view``: the output is input 0's bytes under another shape or dtype (the planner aliases them; a
       backend then emits nothing).
     * ``elementwise``: output element i is computed from element i of every operand broadcast to
       the output's shape, and from nothing else.

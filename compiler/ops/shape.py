@@ -212,6 +212,14 @@ def _gather_ref(xs, a):
     return [np.asarray(np.take(data, idx.astype(np.int64), axis=axis))]  # a 0-d index gives a scalar
 
 
+def _bitcast_infer(ts, a):
+    x, to = ts[0], a["to"]
+    require(x.dtype.bits == to.bits,
+            f"BitCast: {x.dtype.value} and {to.value} differ in width")
+    require(to is not DType.BOOL, "BitCast: to bool is refused (a byte other than 0 or 1 is no bool)")
+    return [TensorType(to, x.shape)]
+
+
 VIEW = {"view": True, "flops": no_flops}
 MOVES = {"flops": no_flops}
 
@@ -221,6 +229,8 @@ register(
           same_as_onnx=True),
     OpDef("Squeeze", _same(squeeze_shape), _reshaper(squeeze_shape), attrs={"axes": AttrSpec(INTS)}, **VIEW),
     OpDef("Unsqueeze", _same(unsqueeze_shape), _reshaper(unsqueeze_shape), attrs={"axes": AttrSpec(INTS)}, **VIEW),
+    OpDef("BitCast", _bitcast_infer, lambda xs, a: [xs[0].copy().view(a["to"].numpy)],
+          attrs={"to": AttrSpec(AttrKind.DTYPE)}, doc="the same bytes as another dtype of their width", **VIEW),
     OpDef("Transpose", _same(transpose_shape),
           lambda xs, a: [np.transpose(xs[0], a["perm"]).copy()],
           attrs={"perm": AttrSpec(INTS)}, **MOVES),

@@ -67,8 +67,14 @@ def fused_elementwise(ctx: OpContext) -> list[Loop]:
 
 
 def copy(ctx: OpContext) -> list[Loop]:
-    """Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout: the same bytes, relabelled."""
-    return [Loop(ctx.out_shape, lambda b, idx, i: h.store(b, ctx.load(0, i), ctx.outs[0], i))]
+    """Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout, BitCast: the same bytes, relabelled."""
+    to = h.LLTYPE[ctx.out_types[0].dtype]
+
+    def move(b, idx, i):
+        x = ctx.load(0, i)
+        h.store(b, x if x.type == to else b.bitcast(x, to), ctx.outs[0], i)
+
+    return [Loop(ctx.out_shape, move)]
 
 
 def batchnorm(ctx: OpContext) -> list[Loop]:
@@ -219,7 +225,7 @@ EMITTERS: Mapping[str, Emit] = {
     **{op: per_element for op in PER_ELEMENT},
     **{op: elementwise for op in ELEMENT_EMITTERS if op != "Expand"},
     "Where": where, "Cast": cast, "FusedElementwise": fused_elementwise,
-    **{op: copy for op in ("Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze")},
+    **{op: copy for op in ("Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "BitCast")},
     "Expand": expand, "Transpose": transpose, "Slice": slice_, "Pad": pad,
     "Gather": gather, "Concat": concat, "Split": split, "Shape": shape_op,
     "BatchNormalization": batchnorm,

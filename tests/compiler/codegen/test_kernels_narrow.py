@@ -114,3 +114,29 @@ def test_arithmetic_on_storage_only_dtypes_is_refused():
     x = gb.input("x", TensorType(DType.F8E4M3FN, (3,)))
     with pytest.raises(ShapeError, match="storage-only"):
         gb.build(gb.add("Add", [x, x]))
+
+
+@pytest.mark.parametrize("x,to", [
+    (np.array([1.5, -0.0, np.inf, np.nan], np.float32), DType.I32),
+    (np.array(3.25, np.float32), DType.U32),
+    (np.arange(-4, 4, dtype=np.int16).view(np.float16), DType.BF16),
+    (np.arange(0, 256, 5, dtype=np.uint8), DType.F8E4M3FN),
+    (np.arange(-8, 8, dtype=np.int8).astype(ml_dtypes.int4), DType.U4),
+    (np.array([True, False]), DType.U8),
+])
+def test_bitcast_keeps_the_bytes(x, to):
+    gb = GraphBuilder("bitcast")
+    name = gb.input("x", TensorType(DType.from_numpy(x.dtype), x.shape))
+    graph = gb.build(gb.add("BitCast", [name], to=to))
+    got = tk.compile_graph(graph, optimize=False).run({name: x})[graph.outputs[0]]
+    want = x.copy().view(to.numpy)
+    assert got.dtype == want.dtype and got.shape == x.shape
+    assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("src,to", [(DType.I32, DType.F16), (DType.I8, DType.I4), (DType.U8, DType.BOOL)])
+def test_bitcast_refuses_other_widths_and_bool(src, to):
+    gb = GraphBuilder("bitcast")
+    x = gb.input("x", TensorType(src, (3,)))
+    with pytest.raises(ShapeError, match="BitCast"):
+        gb.build(gb.add("BitCast", [x], to=to))

@@ -21,7 +21,7 @@ def _nbytes(t) -> int:
     return math.prod(t.shape) * t.dtype.itemsize
 
 
-@kernel("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
+@kernel("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "BitCast")
 def emit_copy(ctx: KernelContext) -> None:
     """Only reached when the planner gave the view its own storage."""
     if ctx.ins[0] is not ctx.outs[0]:
