@@ -37,6 +37,7 @@ class WireBytes:
     delta: int = 0  # delta bytes sent
     replaced: int = 0  # bundle bytes those deltas stood in for
     deltas: int = 0  # deltas sent
+    not_smaller: int = 0  # pushes to a device holding a parent whose delta was not smaller than the bundle
 
 
 class DeltaBook:
@@ -52,13 +53,17 @@ class DeltaBook:
         while len(self.known) > MAX_KNOWN:
             del self.known[next(iter(self.known))]
 
-    def delta_for(self, target: Version, held: Collection[str]) -> bytes | None:
-        """A signed delta to ``target`` from the latest known version of its model in ``held``, or None."""
+    def parent(self, target: Version, held: Collection[str]) -> Version | None:
+        """The latest known version of ``target``'s model in ``held`` (None without a key: no delta is signed)."""
         self.know(target)
         if not self.key_path:
             return None
-        parent = next((b for h, b in reversed(self.known.items())
-                       if h in held and h != target.content_hash and b.name == target.name), None)
+        return next((b for h, b in reversed(self.known.items())
+                     if h in held and h != target.content_hash and b.name == target.name), None)
+
+    def delta_for(self, target: Version, held: Collection[str]) -> bytes | None:
+        """A signed delta to ``target`` from :meth:`parent`, or None (no parent, or not smaller than the bundle)."""
+        parent = self.parent(target, held)
         if parent is None:
             return None
         pair = (parent.content_hash, target.content_hash)
@@ -81,6 +86,8 @@ class DeltaBook:
         ``full``: the bundle (after the device refused a delta)."""
         delta = None if full else self.delta_for(target, held)
         bundle = target.data if delta is None else None
+        if bundle is not None and not full and self.parent(target, held) is not None:
+            self.wire.not_smaller += 1
         self._count(bundle, delta, target)
         return bundle, delta
 

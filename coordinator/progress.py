@@ -84,8 +84,9 @@ def wire_line(kw: Mapping[str, Any]) -> str | None:
     if not kw["deltas"] and not kw["full"]:
         return None
     ratio = f" ({kw['delta'] / kw['replaced']:.2f}x)" if kw["replaced"] else ""
+    larger = f" ({kw['not_smaller']} to devices holding a parent: the delta was not smaller)" if kw["not_smaller"] else ""
     return (f"pushed versions: {kw['deltas']} as signed deltas, {kw['delta']} bytes in place of {kw['replaced']} "
-            f"bytes of full bundles{ratio}; {kw['full']} bytes of bundles sent whole")
+            f"bytes of full bundles{ratio}; {kw['full']} bytes of bundles sent whole{larger}")
 
 
 FORMATS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {

@@ -67,7 +67,7 @@ def drive_run(transport: Transport, cfg: RunConfig, on_event: Event | None = Non
             coord.refresh()
             coord.ab_round(bundle, bundle_b, number)
         w = coord.deltas.wire
-        emit("wire", full=w.full, delta=w.delta, replaced=w.replaced, deltas=w.deltas)
+        emit("wire", full=w.full, delta=w.delta, replaced=w.replaced, deltas=w.deltas, not_smaller=w.not_smaller)
         store.finish_run(run_id)
         emit("run_end", run_id=run_id, status="finished")
         return run_id

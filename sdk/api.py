@@ -129,6 +129,29 @@ def export(graph: Graph, path: PathLike, key: Ed25519PrivateKey | PathLike, *, n
                     manifest.content_hash, fingerprint(private))
 
 
+@dataclass(frozen=True)
+class DeltaMade:
+    path: Path
+    size: int  # the delta's bytes
+    target_size: int  # the bundle it stands in for
+    parent: str  # content hashes: the version it applies to, the one it makes
+    target: str
+
+
+def make_delta(parent: PathLike, target: PathLike, key: Ed25519PrivateKey | PathLike, out: PathLike) -> DeltaMade:
+    """Write the signed delta that makes bundle ``target`` from bundle ``parent`` (docs/bundle-format.md)."""
+    from .compiler.atomic_file import atomic_write
+    from .compiler.bundle import make_delta as _make_delta, read_delta
+    from .edge_runtime.loader import read_file
+
+    old, new, private = read_file(parent), read_file(target), _private_key(key)
+    data = _make_delta(old, new, private)
+    with atomic_write(out) as f:
+        f.write(data)
+    m = read_delta(data, [private.public_key()]).manifest
+    return DeltaMade(Path(out), len(data), len(new), m.parent, m.target)
+
+
 def load(path: PathLike, trusted_keys: Trusted = None) -> Model:
     """Verify the bundle against ``trusted_keys`` (key files, public keys; default: the trust directory), then load it."""
     return _load(path, trusted_keys)

@@ -144,6 +144,18 @@ def inspect(path: Path, trust: tuple[Path, ...], graph: bool) -> None:
 
 
 @main.command()
+@click.argument("parent", type=_EXISTING)
+@click.argument("target", type=_EXISTING)
+@click.option("-o", "--output", required=True, type=_FILE, help="Delta to write.")
+@click.option("--key", required=True, type=_EXISTING, help="Private key (PEM) to sign with; devices must trust it.")
+def delta(parent: Path, target: Path, output: Path, key: Path) -> None:
+    """Write a signed delta that makes bundle TARGET from bundle PARENT (what a device holding PARENT is sent)."""
+    d = api.make_delta(parent, target, key, output)
+    click.echo(f"delta {d.parent[:12]} -> {d.target[:12]}: {output}, {d.size} bytes "
+               f"({d.size / d.target_size:.2f}x the {d.target_size}-byte bundle)")
+
+
+@main.command()
 @click.argument("path", type=_EXISTING)
 @click.option("--trust", "trust", multiple=True, type=_EXISTING,
               help="Trusted public key (repeatable; default: the trust directory).")

@@ -110,6 +110,7 @@ def test_a_rollout_pushes_the_candidate_as_a_delta_to_devices_holding_its_parent
         assert states[n].bundle_path(v2.content_hash).read_bytes() == v2.data
     w = coord.deltas.wire
     assert (w.deltas, w.delta, w.replaced, w.full) == (2, 2 * len(by_node[1].delta), 2 * len(v2.data), len(v2.data))
+    assert w.not_smaller == 0
 
 
 def test_a_device_that_lost_the_parent_or_refuses_the_delta_gets_the_full_bundle(world):
@@ -151,5 +152,8 @@ def test_the_delta_book_picks_the_latest_held_version_of_the_same_model_and_only
     assert book.delta_for(v2, {v1.content_hash}) is not None
     assert book.delta_for(v1, {v2.content_hash}) is not None
     assert DeltaBook("").delta_for(v2, {v1.content_hash}) is None  # no key: full bundles
+    tiny = BundleRef("m", "0", "d" * 64, b"not a bundle")  # a delta that cannot be made or is no smaller: none
+    book.know(tiny)
+    assert book.payload(v2, {tiny.content_hash}) == (v2.data, None) and book.wire.not_smaller == 1
     shutil.rmtree(keys.private_path.parent)
     assert book.delta_for(v2, {v1.content_hash}) is not None  # made once per pair, the key read once

@@ -30,3 +30,13 @@ def test_device_strings_are_escaped_in_every_line():
 def test_plain_lines_are_unchanged():
     assert _lines("reply", number=1, device="d3", ok=True, failure=None, reason="", done=6, of=6) == [
         "  round 1: d3 reported (6/6)"]
+
+
+def test_the_wire_line_says_what_deltas_saved_and_why_none_were_sent():
+    from cuvil.coordinator.progress import wire_line
+
+    assert wire_line({"full": 0, "delta": 0, "replaced": 0, "deltas": 0, "not_smaller": 0}) is None
+    line = wire_line({"full": 500, "delta": 300, "replaced": 1200, "deltas": 2, "not_smaller": 0})
+    assert "2 as signed deltas, 300 bytes in place of 1200" in line and "(0.25x)" in line and "500 bytes" in line
+    assert "3 to devices holding a parent" in wire_line({"full": 9, "delta": 0, "replaced": 0, "deltas": 0,
+                                                          "not_smaller": 3})

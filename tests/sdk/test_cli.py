@@ -203,3 +203,22 @@ def test_control_characters_never_reach_the_terminal(tmp_path, cli):
     cuvil.export(g, tmp_path / "e.cuvil", tmp_path / "k" / "cuvil.key")
     out = cli("inspect", tmp_path / "e.cuvil").stdout
     assert "\x1b" not in out and "evil" in out
+
+
+def test_delta_writes_a_signed_delta_that_rebuilds_the_target(setup, cli):
+    from cuvil.compiler.bundle import apply_delta, load_public_key, read_delta
+    from ..compiler.bundle.helpers import big_graph
+
+    tmp, _, pub = setup
+    key = tmp / "keys" / "cuvil.key"
+    g = big_graph(1 << 18, 4)
+    v1, v2 = tmp / "v1.cuvil", tmp / "v2.cuvil"
+    cuvil.export(g, v1, key, name="big", version="1")
+    cuvil.export(g.replace(constants={**g.constants, "layer0.weight": g.constants["layer0.weight"] * 2}), v2, key,
+                 name="big", version="2")
+    out = cli("delta", v1, v2, "-o", tmp / "d.delta", "--key", key).stdout
+    assert out.count("\n") == 1 and "d.delta" in out and "x the" in out
+    trusted = [load_public_key(pub)]
+    rebuilt = apply_delta(read_delta((tmp / "d.delta").read_bytes(), trusted), v1.read_bytes(), trusted)
+    assert rebuilt == v2.read_bytes() and (tmp / "d.delta").stat().st_size < 0.5 * v2.stat().st_size
+    assert "Cuvil bundle" in one_line_error(cli("delta", pub, v2, "-o", tmp / "x", "--key", key, ok=False))
