@@ -24,6 +24,7 @@ from ..ops.resample import resize_attrs, resize_taps
 from . import irhelpers as h
 from .grid_sample import grid_sample
 from .halfprec import float_convert
+from .scatter import checked_index, scatter_elements, scatter_nd
 
 Value = Callable[[ir.IRBuilder, Sequence[ir.Value], Sequence[ir.Value]], ir.Value]
 Factory = Callable[[Mapping, Sequence[TensorType], Sequence[TensorType]], Value]
@@ -237,15 +238,10 @@ def gather_elements(a: Mapping, ins: Sequence[TensorType], outs: Sequence[Tensor
     zero = h.const(h.LLTYPE[outs[0].dtype], 0)
 
     def value(b, idx, ptrs):
-        j = h.load(b, ptrs[1], h.linear(b, idx, ist))
-        j = b.sext(j, h.I64) if j.type != h.I64 else j
-        j = b.select(b.icmp_signed("<", j, h.i64(0)), b.add(j, h.i64(n)), j)
-        inside = b.icmp_unsigned("<", j, h.i64(n))
-        with b.if_then(b.not_(inside)):
-            h.store(b, ir.Constant(h.I32, 1), ptrs[2], 0)
+        j, inside = checked_index(b, h.load(b, ptrs[1], h.linear(b, idx, ist)), n, ptrs[2])
         if n == 0:
             return zero  # an empty axis: every index is outside it, and there is nothing to read
-        pos = [b.select(inside, j, h.i64(0)) if d == axis else idx[d] for d in range(len(data))]
+        pos = [j if d == axis else idx[d] for d in range(len(data))]
         return b.select(inside, h.load(b, ptrs[0], h.linear(b, pos, dst)), zero)
 
     return value
@@ -372,7 +368,7 @@ PER_ELEMENT: Mapping[str, Factory] = {
     "ConvTranspose": conv_transpose, "Resize": resize, "Trilu": trilu, "GatherElements": gather_elements,
     "CumSum": lambda a, i, o: cumulative(a, i, o, prod=False),
     "CumProd": lambda a, i, o: cumulative(a, i, o, prod=True),
-    "GridSample": grid_sample,
+    "GridSample": grid_sample, "ScatterElements": scatter_elements, "ScatterND": scatter_nd,
 }
 """op -> per-element code; both backends give every op listed a kernel built on it."""
 

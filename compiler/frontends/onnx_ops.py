@@ -101,6 +101,7 @@ DIRECT_VERSIONS = {
     "BitwiseXor": (18,), "BitwiseNot": (18,), "BitShift": (11, 28), "GreaterOrEqual": (12, 16),
     "LessOrEqual": (12, 16), "ArgMax": (1, 11, 12, 13), "ArgMin": (1, 11, 12, 13), "IsNaN": (9, 13, 20), "IsInf": (10, 20), "Floor": _UNARY, "Ceil": _UNARY,
     "Round": (11, 22), "Sign": (9, 13), "Mod": (10, 13, 28), "Mean": (8, 13), "GatherElements": (11, 13),
+    "ScatterElements": (11, 13, 16, 18), "ScatterND": (11, 13, 16, 18),
     **{op: (7, 22) for op in ("Sin", "Cos", "Tan", "Asin", "Acos", "Atan")},
     **{op: (9, 22) for op in ("Sinh", "Cosh", "Asinh", "Acosh", "Atanh")},
 }
@@ -122,6 +123,12 @@ def evaluated(ctx: NodeCtx) -> list:
     (:func:`evaluate_foreign`) when every input is known, and reports them unsupported otherwise;
     it never calls this translator."""
     raise Unsupported("not evaluated over known inputs")
+
+
+@translates(Scatter=(9, 11))
+def _scatter(ctx: NodeCtx) -> list:
+    """Scatter is ScatterElements' name before opset 11."""
+    return [ctx.emit("ScatterElements", ctx.xs(), axis=ctx.attr("axis", 0))]
 
 
 @translates(Trilu=(14,))

@@ -1,8 +1,10 @@
-"""Op family: indexing — Trilu, GatherElements, CumSum, CumProd: ops whose output element reads input elements
+"""Op family: indexing — Trilu, GatherElements, CumSum, CumProd, ScatterElements, ScatterND: ops whose output element reads input elements
 found from its own position (see docs/ir.md). Each imports from ONNX with its constant inputs as
 attributes."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -11,7 +13,7 @@ from ..ir.types import TensorType
 from .common import norm_axis
 from .registry import AttrKind, AttrSpec, OpDef, no_flops, register, require
 
-I = AttrKind.INT
+I, S = AttrKind.INT, AttrKind.STRING
 INDICES = (DType.I32, DType.I64)
 
 
@@ -77,6 +79,75 @@ def _scan(op: str, fn, identity: int):
 _SCAN_ATTRS = {"axis": AttrSpec(I), "exclusive": AttrSpec(I, 0), "reverse": AttrSpec(I, 0)}
 
 
+# --- ScatterElements, ScatterND --------------------------------------------------------------------
+REDUCTIONS = {"none": None, "add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter_check(op: str, data: TensorType, idx: TensorType, upd: TensorType, a) -> None:
+    require(idx.dtype in INDICES, f"{op}: indices must be i32 or i64, got {idx.dtype.value}")
+    require(upd.dtype == data.dtype, f"{op}: updates ({upd.dtype.value}) must have data's dtype ({data.dtype.value})")
+    require(a["reduction"] in REDUCTIONS, f"{op}: reduction must be one of {', '.join(REDUCTIONS)}, got {a['reduction']!r}")
+    require(a["reduction"] == "none" or data.dtype is not DType.BOOL, f"{op}: bool data takes no reduction")
+    require(math.prod(data.shape) > 0 or math.prod(idx.shape) == 0,  # no element would check its indices
+            f"{op}: data {data} has no elements to scatter indices {idx} into")
+
+
+def _scatter_elements_infer(ts, a):
+    data, idx, upd = ts
+    _scatter_check("ScatterElements", data, idx, upd, a)
+    require(data.rank >= 1 and idx.rank == data.rank and upd.shape == idx.shape,
+            f"ScatterElements: data {data}, indices {idx} and updates {upd} need one rank, indices' shape updates'")
+    axis = norm_axis("ScatterElements", a["axis"], data.rank)
+    require(all(i <= d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis),
+            f"ScatterElements: indices {idx} larger than data {data} off the axis")
+    return [data]
+
+
+def _apply(out: np.ndarray, where: tuple, upd: np.ndarray, reduction: str) -> None:
+    """Updates applied in order, as ONNX's reference does (a repeated index: the last wins, or all
+    reduce)."""
+    if REDUCTIONS[reduction] is None:
+        for k in range(upd.shape[0]):
+            out[tuple(w[k] for w in where)] = upd[k]
+    else:
+        REDUCTIONS[reduction].at(out, where, upd)
+
+
+def _in_range(op: str, idx: np.ndarray, n) -> np.ndarray:
+    require(bool(np.all((idx >= -n) & (idx < n))), f"{op}: an index is outside the axis it selects")
+    return np.where(idx < 0, idx + n, idx).astype(np.int64)
+
+
+def _scatter_elements(xs, a):
+    data, idx, upd = xs
+    axis = norm_axis("ScatterElements", a["axis"], data.ndim)
+    idx = _in_range("ScatterElements", idx, data.shape[axis])
+    where = [np.broadcast_to(np.arange(m).reshape([-1 if d == k else 1 for d in range(idx.ndim)]), idx.shape)
+             for k, m in enumerate(idx.shape)]
+    where[axis] = idx
+    out = data.copy()
+    _apply(out, tuple(w.reshape(-1) for w in where), upd.reshape(-1), a["reduction"])
+    return [out]
+
+
+def _scatter_nd_infer(ts, a):
+    data, idx, upd = ts
+    _scatter_check("ScatterND", data, idx, upd, a)
+    k = idx.shape[-1] if idx.rank else 0
+    require(idx.rank >= 1 and 1 <= k <= data.rank and upd.shape == idx.shape[:-1] + data.shape[k:],
+            f"ScatterND: updates {upd} must be indices {idx} without its last axis, then data {data} from axis {k}")
+    return [data]
+
+
+def _scatter_nd(xs, a):
+    data, idx, upd = xs
+    k = idx.shape[-1]
+    idx = _in_range("ScatterND", idx.reshape(-1, k), np.array(data.shape[:k]))
+    out = data.copy()
+    _apply(out, tuple(idx.T), upd.reshape((-1,) + data.shape[k:]), a["reduction"])
+    return [out]
+
+
 register(
     OpDef("Trilu", _trilu_infer, _trilu, attrs={"upper": AttrSpec(I, 1), "k": AttrSpec(I, 0)}, flops=no_flops,
           doc="the upper (or lower) triangle of the last two dims from diagonal k; the rest 0"),
@@ -84,4 +155,11 @@ register(
           min_inputs=2, max_inputs=2, flops=no_flops, same_as_onnx=True, run_time_check=True),
     OpDef("CumSum", _scan_infer("CumSum"), _scan("CumSum", np.cumsum, 0), attrs=_SCAN_ATTRS),
     OpDef("CumProd", _scan_infer("CumProd"), _scan("CumProd", np.cumprod, 1), attrs=_SCAN_ATTRS),
+    OpDef("ScatterElements", _scatter_elements_infer, _scatter_elements,
+          attrs={"axis": AttrSpec(I, 0), "reduction": AttrSpec(S, "none")}, min_inputs=3, max_inputs=3,
+          flops=no_flops, same_as_onnx=True, run_time_check=True,
+          doc="data with updates[p] put (or reduced) at p with its axis coordinate replaced by indices[p]"),
+    OpDef("ScatterND", _scatter_nd_infer, _scatter_nd, attrs={"reduction": AttrSpec(S, "none")},
+          min_inputs=3, max_inputs=3, flops=no_flops, same_as_onnx=True, run_time_check=True,
+          doc="data with updates[m] put (or reduced) at the slice indices[m] addresses"),
 )

@@ -1,10 +1,12 @@
-"""Native Trilu, GatherElements, CumSum/Prod, ReduceMin/Prod and ArgMax/Min against the reference
+"""Native Trilu, GatherElements, CumSum/Prod, ReduceMin/Prod, ArgMax/Min and the scatters against the reference
 (``test_nvptx`` re-runs them on the simulated GPU)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from cuvil.compiler.errors import RunTimeCheckError
 
 from tests.compiler.codegen.test_kernels import rnd, run_op
 
@@ -49,3 +51,29 @@ def test_reduce_min_of_bools_and_unsigned():
 def test_arg_extremes(op, axis, keepdims, last, dtype):
     x = rnd(3, 5, 4, dtype=dtype, lo=0, hi=2, seed=8)  # few distinct values: ties
     run_op(op, [x], axis=axis, keepdims=keepdims, select_last_index=last)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8])
+def test_scatter(reduction, dtype):
+    """Repeated indices reduce in order; indices smaller than data off the axis."""
+    x, upd = rnd(4, 5, 3, dtype=dtype, lo=0, hi=9, seed=12), rnd(3, 2, 3, dtype=dtype, lo=0, hi=9, seed=13)
+    idx = np.array([[[0, 1, 1], [-1, 4, 0]], [[2, 2, 2], [1, -5, 0]], [[0, 0, 0], [3, 3, 3]]], np.int64)
+    run_op("ScatterElements", [x, idx, upd], axis=1, reduction=reduction)
+    nd = np.array([[1, -1], [0, 3], [1, 4]], np.int32)
+    run_op("ScatterND", [x, nd, rnd(3, 3, dtype=dtype, lo=0, hi=9, seed=14)], reduction=reduction)
+    run_op("ScatterND", [x, nd[:, :1], rnd(3, 5, 3, dtype=dtype, lo=0, hi=9, seed=15)], reduction=reduction)
+
+
+def test_scatter_refuses_indices_outside_the_axis():
+    x = rnd(3, 4, seed=16)
+    sess = run_op("ScatterElements", [x, np.array([[0, 1]], np.int64), np.ones((1, 2), np.float32)], axis=1)
+    with pytest.raises(RunTimeCheckError):
+        sess.run({"x0": x, "x1": np.array([[0, 4]], np.int64), "x2": np.ones((1, 2), np.float32)})
+    sess = run_op("ScatterND", [x, np.array([[2, -4]], np.int64), np.ones(1, np.float32)])
+    with pytest.raises(RunTimeCheckError):
+        sess.run({"x0": x, "x1": np.array([[-4, 0]], np.int64), "x2": np.ones(1, np.float32)})
+    got = sess.run({"x0": x, "x1": np.array([[-3, 3]], np.int64), "x2": np.full(1, 9, np.float32)})
+    want = x.copy()
+    want[0, 3] = 9
+    np.testing.assert_array_equal(next(iter(got.values())), want)

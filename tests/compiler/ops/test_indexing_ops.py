@@ -79,3 +79,35 @@ def test_arg_extremes_pick_the_first_or_last_tie(op, last):
 def test_arg_of_an_empty_axis_is_refused():
     with pytest.raises(ShapeError, match="empty"):
         infer("ArgMax", [(2, 0)], axis=1)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("axis", [0, -1])
+def test_scatter_elements_matches_onnxruntime(rng, reduction, axis):
+    x, upd = randn(rng, (3, 4)), randn(rng, (2, 3))
+    idx = rng.integers(-3 if axis == 0 else -4, 3 if axis == 0 else 4, size=(2, 3)).astype(np.int64)
+    if reduction == "none":  # ONNX leaves the order of a repeated index open
+        idx = np.array([[0, -1, 2], [1, 0, -2]], np.int64) if axis == 0 else np.array([[0, 3, -3], [1, 2, 0]], np.int64)
+    attrs = {"axis": axis, "reduction": reduction}
+    assert_close(run_cuvil("ScatterElements", [x, idx, upd], **attrs),
+                 run_ort("ScatterElements", [x, idx, upd], attrs, opset=18), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_nd_matches_onnxruntime(rng, reduction):
+    x, upd = randn(rng, (4, 3, 2)), randn(rng, (2, 2, 2))
+    idx = np.array([[[0, 1], [3, -1]], [[-4, 1], [2, 0]]] if reduction != "none" else [[[0, 1], [3, -1]], [[1, 1], [2, 0]]],
+                   np.int64)
+    attrs = {"reduction": reduction}
+    assert_close(run_cuvil("ScatterND", [x, idx, upd], **attrs),
+                 run_ort("ScatterND", [x, idx, upd], attrs, opset=18), rtol=1e-6, atol=1e-6)
+
+
+def test_scatter_refuses_indices_outside_the_axis_and_empty_data():
+    with pytest.raises(ShapeError, match="outside"):
+        run_cuvil("ScatterElements", [np.zeros((2, 2), np.float32), np.array([[0, 2]], np.int64),
+                                      np.ones((1, 2), np.float32)], axis=1)
+    with pytest.raises(ShapeError, match="outside"):
+        run_cuvil("ScatterND", [np.zeros((2, 2), np.float32), np.array([[0, -3]], np.int64), np.ones(1, np.float32)])
+    with pytest.raises(ShapeError, match="no elements"):
+        run_cuvil("ScatterND", [np.zeros((0, 2), np.float32), np.zeros((1, 1), np.int64), np.ones((1, 2), np.float32)])
