@@ -36,6 +36,7 @@ def _check_block_size(ctx: NodeCtx) -> None:
         raise Unsupported("a computation precision other than the scale's")
 
 
+INT_RANGES = {DType.I4: (-8, 7), DType.U4: (0, 15), DType.I2: (-2, 1), DType.U2: (0, 3)}
 _QDQ_VERSIONS = (10, 13, 19, 21, 23, 24, 25, 28)  # 13: per-axis; 19: float8; 21: blocks; 23+: types, precision
 
 
@@ -48,6 +49,8 @@ def _quantize(ctx: NodeCtx) -> list:
     else:
         code = ctx.attr("output_dtype", 0)
         to = onnx_dtype(code) if code else DType.U8
+    if to.is_narrow and to is not DType.BF16:
+        return [_quantize_narrow(ctx, to)]
     if to not in QUANTIZE_TO:
         raise Unsupported(f"quantization to {to.value}")
     return [ctx.emit("QuantizeLinear", [ctx.x(0)], scale=scale, zero_point=_ints(ctx, 2, len(scale)),
@@ -59,12 +62,57 @@ def _dequantize(ctx: NodeCtx) -> list:
     _check_block_size(ctx)
     if ctx.attr("output_dtype", 0) not in (0, 1):  # 1: FLOAT
         raise Unsupported("a dequantized result other than float32")
+    if ctx.type(0).dtype.is_narrow:
+        return [_dequantize_narrow(ctx)]
     scale = _floats(ctx, 1)
     attrs = dict(scale=scale, zero_point=_ints(ctx, 2, len(scale)), axis=ctx.attr("axis", 1))
     value = ctx.b.value_of(ctx.x(0))
     if value is not None and value.size == 1:  # a quantized scalar (Pad's value): ops need it constant
         return [ctx.b.constant(get_op("DequantizeLinear").reference([value], attrs)[0], "dequantized")]
     return [ctx.emit("DequantizeLinear", [ctx.x(0)], **attrs)]
+
+
+# --- the storage-only types (float8, float4, int4, int2): float ops around a Cast, as ONNX defines them
+def _per_axis(ctx: NodeCtx, i: int, dtype: DType) -> str:
+    """Constant input ``i`` (a scale or zero point) as a ``dtype`` constant that broadcasts along ``axis``."""
+    value, rank = ctx.const(i).astype(dtype.numpy), ctx.type(0).rank
+    if value.ndim == 1 and value.size > 1:
+        axis = ctx.attr("axis", 1) % rank
+        value = value.reshape([-1] + [1] * (rank - axis - 1))
+    return ctx.constant(value, f"{ctx.name}/{i}")
+
+
+def _quantize_narrow(ctx: NodeCtx, to: DType) -> str:
+    """ONNX's definition: integers ``clip(rint(x / scale) + zero_point)``, float8 ``x / scale`` cast
+    with ``saturate``, float4 ``x / scale + zero_point`` cast."""
+    dtype = ctx.type(0).dtype
+    y = ctx.tmp("Div", [ctx.x(0), _per_axis(ctx, 1, dtype)], "scaled")
+    if to in INT_RANGES:
+        y = ctx.tmp("Round", [y], "rounded")
+        if ctx.has(2):
+            y = ctx.tmp("Add", [y, _per_axis(ctx, 2, dtype)], "shifted")
+        lo, hi = INT_RANGES[to]
+        y = ctx.tmp("Clip", [y], "clipped", min=float(lo), max=float(hi))
+    elif to is DType.F4E2M1 and ctx.has(2):
+        y = ctx.tmp("Add", [y, _per_axis(ctx, 2, dtype)], "shifted")
+    return ctx.emit("Cast", [y], to=to, saturate=ctx.attr("saturate", 1))
+
+
+def _dequantize_narrow(ctx: NodeCtx) -> str:
+    """``(float32(x) - zero_point) * scale`` in float32 (float8 and float4 have no zero point), then
+    the scale's dtype (or ``output_dtype``)."""
+    src = ctx.type(0).dtype
+    code = ctx.attr("output_dtype", 0)
+    out = onnx_dtype(code) if code else ctx.type(1).dtype
+    y = ctx.tmp("Cast", [ctx.x(0)], "wide", to=DType.F32)
+    if ctx.has(2) and src in INT_RANGES:
+        y = ctx.tmp("Sub", [y, _per_axis(ctx, 2, DType.F32)], "centred")
+    elif ctx.has(2) and ctx.const(2).astype(np.float32).any():
+        raise Unsupported(f"a non-zero zero point for {src.value}")
+    if out is DType.F32:
+        return ctx.emit("Mul", [y, _per_axis(ctx, 1, DType.F32)])
+    y = ctx.tmp("Mul", [y, _per_axis(ctx, 1, DType.F32)], "scaled")
+    return ctx.emit("Cast", [y], to=out)
 
 
 def _one(ctx: NodeCtx, i: int) -> float | int:

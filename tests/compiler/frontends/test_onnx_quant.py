@@ -133,3 +133,31 @@ def test_qdq_models_beyond_the_zoo_compile_exactly_within_one_quantum(net, shape
         got = sess.run({graph.inputs[0]: x})[out]
         assert np.array_equal(got, run_reference(graph, {graph.inputs[0]: x})[out])
         assert _quanta(got, ort.run(None, {qdq.graph.input[0].name: x})[0], out_scale) <= 1.0001
+
+
+@pytest.mark.parametrize("to", [TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2, TensorProto.FLOAT8E4M3FN,
+                                TensorProto.FLOAT8E5M2FNUZ, TensorProto.FLOAT4E2M1])
+def test_qdq_to_storage_only_types_matches_onnx_reference(to):
+    """Per-axis QuantizeLinear to int4/int2/float8/float4 and back, natively and in the reference,
+    against ONNX's own reference evaluator."""
+    from onnx.reference import ReferenceEvaluator
+
+    from cuvil.edge_runtime.compile import compile_graph
+
+    is_int = to in (TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2)
+    zp = helper.make_tensor("zp", to, [3], [1, 0, 1] if is_int else [0, 0, 0])
+    scale = numpy_helper.from_array(np.array([0.5, 0.25, 2.0], np.float32), "scale")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["q"], axis=1),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("q", to, [2, 3, 4]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])], [scale, zp])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    x = np.random.default_rng(0).uniform(-40, 40, (2, 3, 4)).astype(np.float32)
+    q_want, y_want = ReferenceEvaluator(model).run(None, {"x": x})
+    cuvil = import_onnx(model)
+    q_name, y_name = cuvil.outputs
+    for got in (run_reference(cuvil, {cuvil.inputs[0]: x}), compile_graph(cuvil, optimize=False).run({cuvil.inputs[0]: x})):
+        assert got[q_name].dtype == q_want.dtype
+        np.testing.assert_array_equal(got[q_name].astype(np.float32), q_want.astype(np.float32))
+        np.testing.assert_array_equal(got[y_name], y_want)
