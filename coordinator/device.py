@@ -108,6 +108,7 @@ class DeviceState:
         self.data_path = data_path
         self.dataset_name = dataset_name  # the privacy ledger's key for this device's evaluation data
         self.cache_dir = root / "cache"  # a simulated fleet may point its devices at one shared cache
+        self.cores: int | None = None  # cores the device's inferences may use; None: all of this host's
 
     # provisioning ----------------------------------------------------------------------------------
     @classmethod
@@ -215,7 +216,7 @@ class DeviceState:
         can = self.training_capability()
         return {
             "device_id": self.device_id, "profile": device_class(self.profile), "arch": prof.arch, "cpu": prof.cpu,
-            "features": ",".join(prof.features), "isa": isa(prof), "threads": runner.inference_threads(prof),
+            "features": ",".join(prof.features), "isa": isa(prof), "threads": runner.inference_threads(prof, self.cores),
             "runtime_version": runtime_version(),
             "emulated": int(emulated), "emulator": runner.emulator_name(prof),
             "held_bundles": self.held_hashes(), "free_memory_bytes": _free_memory(),
@@ -241,7 +242,7 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
         params = resolve(request.sigma, request.epsilon, ledger.floors)
         ticket = prepare(ledger, state.dataset_name, request_id(request.release_id), params,
                          bundle_hash=model.content_hash)
-        compiled = runner.prepare(model, prof, state.cache_dir)
+        compiled = runner.prepare(model, prof, state.cache_dir, state.cores)
         # Latency on synthetic inputs of the static shape: no private information, no budget.
         synthetic = np.random.default_rng(0).standard_normal(compiled.input_shape).astype(np.float32)
         lat = compiled.latency({compiled.input_name: synthetic}, request.latency_warmup, request.latency_runs,
@@ -250,9 +251,9 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
         if ticket.cached is None:
             x, y = state.dataset()
             n = min(len(x), params.max_examples)
-            rows = _rows(compiled, x[:n], params.max_examples, synthetic)  # n rows, then padding rows
+            rows, ran = _rows(compiled, x[:n], params.max_examples, synthetic)  # n rows, then padding rows
             labels = np.concatenate([y[:n], np.zeros(len(rows) - n, np.int64)])
-            correct, losses = outcomes(rows, labels)  # over the padding too: the same work whatever n is
+            correct, losses = outcomes(rows, labels, ran)  # over the padding too: the same work whatever n is
             sums, _ = encode_sums(correct[:n], losses[:n], params)
         noisy, spent = release(ledger, ticket, sums)
     finally:
@@ -262,22 +263,18 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
                             bundle_was_cached=bundle_was_cached, threads=compiled.threads)
 
 
-def _rows(compiled: runner.Runner, x: np.ndarray, runs: int, pad: np.ndarray) -> list[np.ndarray | None]:
-    """``runs`` output rows: one per example, then the synthetic padding's (so the time a release
-    takes does not tell how many examples the device holds). An example the model fails on gets None
-    (it counts as incorrect), so a failure caused by one record never becomes an error reply."""
-    samples = [{compiled.input_name: x[i].reshape(compiled.input_shape)} for i in range(len(x))]
-    samples += [{compiled.input_name: pad}] * (runs - len(samples))
+def _rows(compiled: runner.Runner, x: np.ndarray, runs: int, pad: np.ndarray) -> runner.Rows:
+    """``runs`` output rows: one per example, then the synthetic padding's, all through one loop (so
+    the time a release takes does not tell how many examples the device holds). An example the model
+    fails on is marked as not run (it counts as incorrect), so a failure caused by one record never
+    becomes an error reply; a model that cannot run at all marks every example so."""
+    examples = np.empty((runs, *compiled.input_shape), np.float32)
+    examples[:len(x)] = x.reshape(len(x), *compiled.input_shape)
+    examples[len(x):] = pad
     try:
-        return [next(iter(o.values())) for o in compiled.run_many(samples)]
-    except Exception:  # noqa: BLE001 - contained per example below
-        rows: list[np.ndarray | None] = []
-        for s in samples:
-            try:
-                rows.append(next(iter(compiled.run_many([s])[0].values())))
-            except Exception:  # noqa: BLE001
-                rows.append(None)
-        return rows
+        return compiled.run_each(examples)
+    except Exception:  # noqa: BLE001 - the same for every example, whatever the data
+        return np.zeros((runs, 0), np.float32), np.zeros(runs, bool)
 
 
 def _seal(seal_dir: Path | None) -> LedgerSeal | None:

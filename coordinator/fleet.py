@@ -27,6 +27,7 @@ from .device import DeviceError, DeviceState
 from .device_class import host_class
 
 ARM_CLASSES = ("rpi5", "jetson-orin", "graviton3")
+SIM_DEVICE_CORES = 1  # a simulated device runs on one core: each simulation worker (one CPU) runs one at a time
 HOLDOUT_SEED = 0
 
 
@@ -130,6 +131,7 @@ def resolve_device(node_config: Mapping[str, Any], run_config: Mapping[str, Any]
             raise DeviceError(f"partition-id {partition} is outside 0..{partitions - 1}")
         dev = sim_device(partition, cfg.classes or None)
         state = provision_sim_device(cfg.sim_fleet_dir, dev, partitions, cfg.trusted_keys, cfg.sim_seed)
+        state.cores = SIM_DEVICE_CORES
         if cfg.sim_shared_cache:
             # Simulated devices share this host's disk: one compile cache per device class (content-keyed,
             # so a hit is exactly the code the device would have compiled), compiled once per class.

@@ -20,7 +20,7 @@ from .rounds import Event
 _WARM: list[bool] = []  # this process warmed torch and Opacus (a Ray worker serves many simulated devices)
 IN_FLIGHT_PER_WORKER = 4  # messages out per Ray worker: enough to keep it busy, few enough for Flower's store
 BACKEND_CONFIG: dict[str, Any] = {
-    "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+    "client_resources": {"num_cpus": fleet.SIM_DEVICE_CORES, "num_gpus": 0.0},
     "init_args": {"num_cpus": 2, "include_dashboard": False},
 }
 

@@ -25,6 +25,7 @@ from .latency import LatencyReport, histogram, measure
 from .loader import Model
 
 Inputs = Mapping[str, np.ndarray]
+Rows = tuple[np.ndarray, np.ndarray]  # (first output of each example, stacked; which examples ran)
 _EMULATED_TIMING_RUNS = 8  # synthetic examples per emulated timing (one qemu start)
 
 
@@ -36,7 +37,7 @@ class Runner:
     compile_ms: float
     cache_hit: bool
     arena_bytes: int
-    run_many: Callable[[Sequence[Inputs]], list[dict[str, np.ndarray]]]
+    run_each: Callable[[np.ndarray], Rows]  # examples stacked on a leading axis -> Rows
     latency: Callable[[Inputs, int, int, float], LatencyReport]
     threads: int = 1  # threads one inference runs on
 
@@ -60,24 +61,28 @@ def emulator_name(profile: DeviceProfile) -> str:
     return "native" if native(profile) else "qemu" if _emulation_ready(profile) else "host-fallback"
 
 
-def inference_threads(profile: DeviceProfile) -> int:
+def inference_threads(profile: DeviceProfile, cores: int | None = None) -> int:
     """Threads this device's inferences run on: its class's default, within the cores it really has
-    (emulated code runs on one: its wall time is no latency)."""
+    (``cores``: what the device is given, default this host's; emulated code runs on one: its wall
+    time is no latency)."""
     from ..devices import host_profile
 
+    have = host_profile().cores if cores is None else min(cores, host_profile().cores)
     if native(profile):
-        return max(1, min(profile.default_threads, host_profile().cores))
-    return host_profile().default_threads if not _emulation_ready(profile) else 1
+        return max(1, min(profile.default_threads, have))
+    return max(1, min(host_profile().default_threads, have)) if not _emulation_ready(profile) else 1
 
 
-def prepare(model: Model, profile: DeviceProfile, cache_dir: str | os.PathLike) -> Runner:
+def prepare(model: Model, profile: DeviceProfile, cache_dir: str | os.PathLike, cores: int | None = None) -> Runner:
+    """The model compiled (or read from ``cache_dir``) for ``profile``, running on at most ``cores``."""
     graph = model.graph
     (in_name,) = graph.inputs[:1]
     in_shape = tuple(int(d) for d in bind_batch(graph, 1).input_types[in_name].shape)
+    threads = inference_threads(profile, cores)
     if native(profile):
-        return _native_runner(model, profile.target(), cache_dir, in_name, in_shape, False, inference_threads(profile))
+        return _native_runner(model, profile.target(), cache_dir, in_name, in_shape, False, threads)
     if not _emulation_ready(profile):
-        return _native_runner(model, "host", cache_dir, in_name, in_shape, True, inference_threads(profile))
+        return _native_runner(model, "host", cache_dir, in_name, in_shape, True, threads)
     return _emulated_runner(model, profile, Path(cache_dir), in_name, in_shape)
 
 
@@ -87,15 +92,12 @@ def _native_runner(model: Model, target, cache_dir, in_name: str, in_shape: tupl
                             threads=threads)
     st = session.stats
 
-    def run_many(samples: Sequence[Inputs]) -> list[dict[str, np.ndarray]]:
-        return [session.run(s) for s in samples]
-
     def latency(inputs: Inputs, warmup: int, runs: int, budget_s: float) -> LatencyReport:
         session.run(inputs)
         return measure(session.run_raw, warmup=warmup, runs=runs, budget_s=budget_s)
 
     return Runner(in_name, in_shape, emulated, st.lower_ms + st.llvm_ms + st.load_ms, st.cache_hit,
-                  session.memory_plan.arena_bytes, run_many, latency, session.threads)
+                  session.memory_plan.arena_bytes, session.run_each, latency, session.threads)
 
 
 def _emulated_runner(model: Model, profile: DeviceProfile, cache_dir: Path, in_name: str,
@@ -107,8 +109,20 @@ def _emulated_runner(model: Model, profile: DeviceProfile, cache_dir: Path, in_n
     em = EmulatedModel(model.graph, profile.target(), 1, cache_dir=cache_dir, content_hash=model.content_hash)
     compile_ms = (time.perf_counter() - t0) * 1e3
 
-    def run_many(samples: Sequence[Inputs]) -> list[dict[str, np.ndarray]]:
-        return em.run(list(samples)) if samples else []
+    def run_each(examples: np.ndarray) -> Rows:
+        """One qemu start for every example; when that run fails, each example alone (one that fails
+        then is marked as not run, so one record's failure never decides another's outcome)."""
+        samples = [{in_name: np.asarray(x).reshape(in_shape)} for x in examples]
+        try:
+            rows: list[np.ndarray | None] = [next(iter(o.values())) for o in em.run(samples)] if samples else []
+        except Exception:  # noqa: BLE001 - contained per example below
+            rows = []
+            for s in samples:
+                try:
+                    rows.append(next(iter(em.run([s])[0].values())))
+                except Exception:  # noqa: BLE001
+                    rows.append(None)
+        return stack_rows(rows)
 
     def latency(inputs: Inputs, warmup: int, runs: int, budget_s: float) -> LatencyReport:
         # Emulation proves correctness, not speed: this is the emulated wall time per example (qemu
@@ -121,4 +135,15 @@ def _emulated_runner(model: Model, profile: DeviceProfile, cache_dir: Path, in_n
         per = (time.perf_counter() - t) * 1e3 / k
         return LatencyReport(per, per, per, per, 1, 0, histogram([per]))
 
-    return Runner(in_name, in_shape, True, compile_ms, em.cache_hit, em.lowered.plan.arena_bytes, run_many, latency)
+    return Runner(in_name, in_shape, True, compile_ms, em.cache_hit, em.lowered.plan.arena_bytes, run_each, latency)
+
+
+def stack_rows(rows: Sequence[np.ndarray | None]) -> Rows:
+    """Rows of one model (None: the example did not run) as :data:`Rows`; a missing row is zeros."""
+    ran = np.array([r is not None for r in rows], dtype=bool)
+    shape = next((np.shape(r) for r in rows if r is not None), (0,))
+    table = np.zeros((len(rows), *shape), np.float32)
+    for i, r in enumerate(rows):
+        if r is not None:
+            table[i] = r
+    return table, ran

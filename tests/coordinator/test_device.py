@@ -168,5 +168,6 @@ def test_resolve_device_from_node_config(world, tmp_path):
     sim = fleet.resolve_device({"partition-id": 1, "num-partitions": 8}, rc)
     assert sim.device_id == fleet.plan_fleet(8)[1].device_id
     assert sim.cache_dir == tmp_path / "_shared-cache" / sim.profile
+    assert sim.info()["threads"] == 1  # one simulation worker, one core, runs it: never the host's cores
     with pytest.raises(DeviceError, match="names no device"):
         fleet.resolve_device({}, {})

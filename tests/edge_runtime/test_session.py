@@ -251,3 +251,35 @@ def test_foreign_isa_emits_object_but_does_not_run(profile, cache_dir):
     assert obj[:4] == b"\x7fELF" and int.from_bytes(obj[18:20], "little") == 183  # EM_AARCH64
     with pytest.raises(CompileError, match=f"cuvil compile --target {profile} -o FILE"):
         compile_graph(mlp_graph(), target=profile, cache_dir=cache_dir)
+
+
+# ------------------------------------------------------------------------------------- run_each ---
+def test_run_each_gives_each_examples_first_output_as_run_does():
+    graph = mlp_graph(4)
+    sess = compile_graph(graph, target="x86-avx2", batch=1)
+    xs = np.random.default_rng(5).standard_normal((6, 1, 37), dtype=np.float32)
+    rows, ran = sess.run_each(xs)
+    assert rows.shape == (6, 1, 10) and ran.all()
+    for i, x in enumerate(xs):
+        want = run_reference(graph, {"x": x})[graph.outputs[0]]
+        np.testing.assert_allclose(rows[i], want, rtol=RTOL, atol=ATOL)
+
+
+def test_run_each_marks_a_faulted_example_and_runs_the_next_clean():
+    """A run-time check (Gather's index range) fails one example: that one is marked, the rest are exact."""
+    gb = GraphBuilder("gather_each")
+    idx = gb.input("idx", TensorType(DType.I64, (2,)))
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    sess = compile_graph(gb.build([gb.add1("Gather", [gb.constant(table), idx], axis=0)]), target="x86-avx2",
+                         optimize=False)
+    rows, ran = sess.run_each(np.array([[0, 3], [9, 0], [-1, 2]], np.int64))
+    assert ran.tolist() == [True, False, True]
+    np.testing.assert_array_equal(rows[0], table[[0, 3]])
+    np.testing.assert_array_equal(rows[1], np.zeros((2, 3)))
+    np.testing.assert_array_equal(rows[2], table[[3, 2]])
+
+
+def test_run_each_refuses_examples_of_another_size():
+    sess = compile_graph(mlp_graph(4), target="x86-avx2", batch=1)
+    with pytest.raises(InterpreterError, match="do not fit"):
+        sess.run_each(np.zeros((3, 36), np.float32))
