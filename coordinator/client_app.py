@@ -116,11 +116,24 @@ def make_verify_mod(overrides: Mapping[str, Any] | None = None) -> Mod:
     return verify_bundle_mod
 
 
+class _BuiltClientApp(ClientApp):
+    """A ClientApp that pickles as the call that builds it: Flower's simulation engine pickles the app
+    into Ray's workers with every message, and by value that was every handler's code (about 0.5 ms a
+    message in the coordinator's process); by reference it is the overrides and the mods."""
+
+    def __init__(self, overrides: dict[str, Any], mods: Sequence[Mod]):
+        super().__init__(mods=list(mods))
+        self._built_from = (overrides, tuple(mods))
+
+    def __reduce__(self):
+        return make_client_app, self._built_from
+
+
 def make_client_app(overrides: Mapping[str, Any] | None = None, mods: Sequence[Mod] = ()) -> ClientApp:
     """A ClientApp; ``overrides`` stand in for run config (simulation factories close over them); ``mods``
     wrap every handler (a benchmark's timing, for one)."""
     overrides = dict(overrides or {})
-    app = ClientApp(mods=list(mods))
+    app = _BuiltClientApp(overrides, mods)
 
     @app.query("device_info")
     def device_info(msg: Message, context: Context) -> Message:

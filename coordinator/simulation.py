@@ -16,6 +16,7 @@ from typing import Any
 from . import fleet
 from .config import RunConfig
 from .rounds import Event
+from .sim_delivery import pending_delivery
 
 _WARM: list[bool] = []  # this process warmed torch and Opacus (a Ray worker serves many simulated devices)
 IN_FLIGHT_PER_WORKER = 4  # messages out per Ray worker: enough to keep it busy, few enough for Flower's store
@@ -62,8 +63,9 @@ def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_
     if on_event is not None:
         on_event("simulation_start", devices=num_devices, workers=num_cpus)
     try:
-        run_simulation(server_app=make_server_app(rc, on_event), client_app=make_client_app(rc, mods),
-                       num_supernodes=num_devices, backend_config=backend, verbose_logging=False)
+        with pending_delivery():
+            run_simulation(server_app=make_server_app(rc, on_event), client_app=make_client_app(rc, mods),
+                           num_supernodes=num_devices, backend_config=backend, verbose_logging=False)
     finally:
         for name, lg in loggers.items():
             lg.setLevel(levels[name])
