@@ -1,7 +1,7 @@
 """Signed updates: a delta that turns the exact bytes of one version's bundle into the next one's.
 
 :func:`make_delta` (the coordinator, holding both versions) writes it, signed like a bundle;
-:func:`read_delta` checks the signature against the trusted keys, the layout and every payload's
+:func:`read_delta` checks the signature against the trusted keys, the layout and the payloads'
 SHA-256 before anything is inflated; :func:`apply_delta` then checks that it was given the exact
 parent the delta names, rebuilds the target bundle into a buffer of the signed, bounded length,
 and checks the result's SHA-256 against the signed one (the target's own signature and segment
@@ -21,8 +21,8 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ..errors import BundleError, DeltaError, DeltaParentError
-from .delta_format import DELTA_MAGIC, EMPTY_SHA256, DeltaManifest, Payload, Piece
-from .format import MANIFEST_OFFSET, Header, WeightEntry, store_manifest
+from .delta_format import DELTA_MAGIC, DeltaManifest, Payload, Piece
+from .format import DEFLATE, HEADER, MANIFEST_OFFSET, Header, WeightEntry, store_manifest
 from .reader import BundleHead, read_head, read_signed_head
 from .signing import fingerprint
 from .writer import frame
@@ -51,8 +51,8 @@ def make_delta(parent: bytes, target: bytes, key: Ed25519PrivateKey) -> bytes:
     ph, th = read_head(parent, len(parent), ()), read_head(target, len(target), ())
     old = {w.name: w for w in ph.manifest.weights}
     same = {w.sha256: w for w in ph.manifest.weights}
-    head = bytes(target[:MANIFEST_OFFSET + th.header.manifest_length])
-    payloads: list[bytes] = [zlib.compress(head, LEVEL)]
+    encoding, head = _encode_head(target, th, ph)
+    payloads: list[bytes] = [head]
     pieces: list[tuple[str, str, str]] = []
     for w in th.manifest.weights:
         seg = _segment(target, th, w)
@@ -70,21 +70,22 @@ def make_delta(parent: bytes, target: bytes, key: Ed25519PrivateKey) -> bytes:
         pieces.append((w.name, op, base))
         payloads.append(stored)
     offsets = np.cumsum([0, *map(len, payloads)]).tolist()
-    listed = [Payload(int(offsets[i]), len(p), hashlib.sha256(p).hexdigest() if p else EMPTY_SHA256)
-              for i, p in enumerate(payloads)]
+    listed = [Payload(int(offsets[i]), len(p)) for i, p in enumerate(payloads)]
+    data = b"".join(payloads)
     manifest = DeltaManifest(th.manifest.name, th.manifest.version, ph.content_hash,
                              hashlib.sha256(parent).hexdigest(), len(parent), th.content_hash,
-                             hashlib.sha256(target).hexdigest(), len(target), listed[0], len(head),
-                             tuple(Piece(n, op, base, p) for (n, op, base), p in zip(pieces, listed[1:])))
+                             hashlib.sha256(target).hexdigest(), len(target), listed[0], encoding[1],
+                             tuple(Piece(n, op, base, p) for (n, op, base), p in zip(pieces, listed[1:])),
+                             hashlib.sha256(data).hexdigest(), encoding[0])
     stored_manifest, flags = store_manifest(manifest.encode())
-    out = frame(stored_manifest, manifest.data_length, key, flags, DELTA_MAGIC) + b"".join(payloads)
+    out = frame(stored_manifest, manifest.data_length, key, flags, DELTA_MAGIC) + data
     read_delta(out, [key.public_key()])  # never write a delta a reader would refuse
     return out
 
 
 # reading and applying -------------------------------------------------------------------------------
 def read_delta(buf: Any, trusted_keys: Iterable[Ed25519PublicKey], max_bytes: int = DEFAULT_MAX_BYTES) -> Delta:
-    """Verify a delta's signature against ``trusted_keys``, its layout and every payload's hash."""
+    """Verify a delta's signature against ``trusted_keys``, its layout and its payloads' hash."""
     view = memoryview(buf).cast("B")
     if view.nbytes > max_bytes:
         raise DeltaError(f"the delta is {view.nbytes} bytes, more than this device's {max_bytes}")
@@ -100,11 +101,9 @@ def read_delta(buf: Any, trusted_keys: Iterable[Ed25519PublicKey], max_bytes: in
         raise DeltaError("the delta's payloads do not end where the file does")
     if any(view[MANIFEST_OFFSET + header.manifest_length:header.data_offset]):
         raise DeltaError("the delta's manifest padding is not zero")
-    delta = Delta(manifest, header, fingerprint(header.signer_key), view)
-    for where, p in (("head", manifest.head), *((f"piece {x.name!r}", x.payload) for x in manifest.pieces)):
-        if hashlib.sha256(delta.payload(p)).hexdigest() != p.sha256:
-            raise DeltaError(f"the delta's {where} does not match its SHA-256: the delta was modified")
-    return delta
+    if hashlib.sha256(view[header.data_offset:]).hexdigest() != manifest.data_sha256:
+        raise DeltaError("the delta's payloads do not match their SHA-256: the delta was modified")
+    return Delta(manifest, header, fingerprint(header.signer_key), view)
 
 
 def apply_delta(delta: Delta, parent: Any, trusted_keys: Iterable[Ed25519PublicKey],
@@ -117,10 +116,12 @@ def apply_delta(delta: Delta, parent: Any, trusted_keys: Iterable[Ed25519PublicK
     if m.target_length > max_target_bytes:
         raise DeltaError(f"the delta makes a bundle of {m.target_length} bytes, more than this device's "
                          f"{max_target_bytes}")
-    head = _inflate(delta.payload(m.head), m.head_size, "head")
     try:
-        th = read_head(head, m.target_length, trusted_keys)
         ph = read_head(parent, parent.nbytes, ())
+        head = _decode_head(delta, ph)
+        th = read_head(head, m.target_length, trusted_keys)
+    except DeltaError:
+        raise
     except BundleError as e:
         raise DeltaError(f"the delta's versions do not verify: {e}") from None
     if not th.trusted:
@@ -141,6 +142,32 @@ def apply_delta(delta: Delta, parent: Any, trusted_keys: Iterable[Ed25519PublicK
     if hashlib.sha256(out).hexdigest() != m.target_sha256:
         raise DeltaError(f"the delta does not make version {m.target[:12]}: the result's SHA-256 differs")
     return bytes(out)
+
+
+def _encode_head(target: Any, th: BundleHead, ph: BundleHead) -> tuple[tuple[str, int], bytes]:
+    """((encoding, inflated size), payload) of the target's head: its manifest deflated against the
+    parent's where storing it as the writer does gives back the signed bytes, else the head as it is."""
+    stored = bytes(target[MANIFEST_OFFSET:MANIFEST_OFFSET + th.header.manifest_length])
+    manifest = th.manifest.encode()
+    if _stored(manifest, th.header.flags) == stored:
+        body = bytes(target[:MANIFEST_OFFSET]) + manifest
+        c = zlib.compressobj(LEVEL, zdict=ph.manifest.encode())
+        return ("manifest", len(body)), c.compress(body) + c.flush()
+    head = bytes(target[:MANIFEST_OFFSET]) + stored
+    return ("zlib", len(head)), zlib.compress(head, LEVEL)
+
+
+def _decode_head(delta: Delta, ph: BundleHead) -> bytes:
+    m = delta.manifest
+    if m.head_encoding == "zlib":
+        return _inflate(delta.payload(m.head), m.head_size, "head")
+    body = _inflate(delta.payload(m.head), m.head_size, "head", zdict=ph.manifest.encode())
+    flags = HEADER.unpack_from(body)[2] if len(body) >= MANIFEST_OFFSET else 0  # checked with the signature next
+    return body[:MANIFEST_OFFSET] + _stored(body[MANIFEST_OFFSET:], flags)
+
+
+def _stored(manifest: bytes, flags: int) -> bytes:
+    return store_manifest(manifest)[0] if flags & DEFLATE else manifest
 
 
 def _make_segment(delta: Delta, piece: Piece, w: WeightEntry, old: dict[str, WeightEntry], parent: memoryview,
@@ -172,9 +199,9 @@ def _unshuffle(data: bytes, itemsize: int) -> np.ndarray:
     return np.frombuffer(data, np.uint8).reshape(itemsize, -1).T.reshape(-1)
 
 
-def _inflate(stored: memoryview, size: int, what: str) -> bytes:
+def _inflate(stored: memoryview, size: int, what: str, zdict: bytes = b"") -> bytes:
     """Exactly ``size`` bytes from a zlib stream; inflating stops there (a bomb costs no more)."""
-    inflate = zlib.decompressobj()
+    inflate = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
     try:
         out = inflate.decompress(stored, size or 1)  # max_length 0 would mean no limit
         if len(out) == size and not inflate.eof:  # stopped at the limit: the stream must end right there

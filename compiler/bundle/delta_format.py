@@ -8,7 +8,7 @@ A delta is framed like a bundle (see :mod:`.format`), under its own magic::
     [136, ...)   manifest    canonical JSON, zlib-compressed (flag DEFLATE), at most 64 MiB inflated
     zero padding up to data_offset (a multiple of 64)
     data region  the payloads, back to back, in manifest order: the target's head, then one per
-                 target weight; each zlib-compressed and listed with its SHA-256
+                 target weight; each zlib-compressed; the manifest holds the region's SHA-256
 
 The manifest names the parent (content hash, and the SHA-256 and length of its exact bytes) and the
 target (content hash, SHA-256 and length of the bundle the delta makes), so a delta applies to one
@@ -20,7 +20,6 @@ mostly repeat) or ``raw`` (the bytes themselves). See docs/bundle-format.md.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -32,10 +31,10 @@ from .format import (MANIFEST_OFFSET, MAX_MANIFEST_BYTES, MAX_NAME_CHARS, _field
 
 DELTA_MAGIC = b"\x89CUVDL\r\n"
 OPS = ("copy", "xor", "raw")
+HEAD_ENCODINGS = ("zlib", "manifest")
 MAX_PIECES = 1 << 16  # target weights a delta lists, at most (a bundle's manifest allows as many)
 MAX_LENGTH = 1 << 51  # bound on any length or offset field (a device's own size limits are far lower)
 MAX_HEAD = MANIFEST_OFFSET + MAX_MANIFEST_BYTES
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -43,10 +42,9 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 class Payload:
     offset: int  # in the delta's data region
     length: int  # stored (compressed) bytes
-    sha256: str  # of the stored bytes
 
     def to_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "length": self.length, "sha256": self.sha256}
+        return {"offset": self.offset, "length": self.length}
 
 
 @dataclass(frozen=True)
@@ -70,15 +68,20 @@ class DeltaManifest:
     target: str  # content hash of the version it makes
     target_sha256: str
     target_length: int
-    head: Payload  # the target's header, signature and stored manifest
-    head_size: int  # their length, inflated
+    head: Payload  # the target's header, signature and stored manifest (see head_encoding)
+    head_size: int  # the head payload's length, inflated
     pieces: tuple[Piece, ...]
+    data_sha256: str  # of the data region: every payload
+    head_encoding: str = "zlib"  # or "manifest": header, signature and the manifest's canonical JSON, deflated
+    # against the parent's manifest as zlib dictionary (the two differ in a few hashes); the device stores
+    # the manifest the way the writer does (:func:`.format.store_manifest`) to get the signed bytes back
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "parent": self.parent,
                 "parent_sha256": self.parent_sha256, "parent_length": self.parent_length, "target": self.target,
                 "target_sha256": self.target_sha256, "target_length": self.target_length,
-                "head": {**self.head.to_json(), "size": self.head_size},
+                "data_sha256": self.data_sha256,
+                "head": {**self.head.to_json(), "size": self.head_size, "encoding": self.head_encoding},
                 "pieces": [p.to_json() for p in self.pieces]}
 
     def encode(self) -> bytes:
@@ -100,8 +103,11 @@ class DeltaManifest:
         if canonical_json(obj, strict=False) != data:
             raise DeltaError("delta manifest is not in canonical form")
         top = _fields(obj, "delta manifest", ("name", "version", "parent", "parent_sha256", "parent_length",
-                                              "target", "target_sha256", "target_length", "head", "pieces"))
-        head = _fields(top["head"], "head", ("offset", "length", "sha256", "size"))
+                                              "target", "target_sha256", "target_length", "data_sha256", "head",
+                                              "pieces"))
+        head = _fields(top["head"], "head", ("offset", "length", "size", "encoding"))
+        if head["encoding"] not in HEAD_ENCODINGS:
+            raise DeltaError(f"delta head has unknown encoding {str(head['encoding'])[:20]!r}")
         manifest = cls(
             name=_text(top["name"], "name", MAX_NAME_CHARS), version=_text(top["version"], "version", MAX_NAME_CHARS),
             parent=_hex(top["parent"], "parent"), parent_sha256=_hex(top["parent_sha256"], "parent_sha256"),
@@ -110,6 +116,7 @@ class DeltaManifest:
             target_length=_int(top["target_length"], "target_length", 0, MAX_LENGTH),
             head=_payload(head, "head"), head_size=_int(head["size"], "head.size", MANIFEST_OFFSET, MAX_HEAD),
             pieces=tuple(_piece(p, i) for i, p in enumerate(_list(top["pieces"], "pieces"))),
+            data_sha256=_hex(top["data_sha256"], "data_sha256"), head_encoding=head["encoding"],
         )
         manifest._check_layout()
         return manifest
@@ -133,13 +140,12 @@ def _hex(value: Any, where: str) -> str:
 
 
 def _payload(f: Any, where: str) -> Payload:
-    return Payload(_int(f["offset"], f"{where}.offset", 0, MAX_LENGTH), _int(f["length"], f"{where}.length", 0, MAX_LENGTH),
-                   _hex(f["sha256"], f"{where}.sha256"))
+    return Payload(_int(f["offset"], f"{where}.offset", 0, MAX_LENGTH), _int(f["length"], f"{where}.length", 0, MAX_LENGTH))
 
 
 def _piece(value: Any, i: int) -> Piece:
     where = f"pieces[{i}]"
-    f = _fields(value, where, ("name", "op", "base", "offset", "length", "sha256"))
+    f = _fields(value, where, ("name", "op", "base", "offset", "length"))
     op = _string(f["op"], f"{where}.op", 8)
     if op not in OPS:
         raise DeltaError(f"{where} has unknown op {op!r}")
@@ -147,6 +153,6 @@ def _piece(value: Any, i: int) -> Piece:
                   _string(f["base"], f"{where}.base", MAX_NAME_CHARS), _payload(f, where))
     if (op == "raw") != (piece.base == ""):
         raise DeltaError(f"{where}: a raw piece names no base, a {op} piece needs one")
-    if op == "copy" and (piece.payload.length or piece.payload.sha256 != EMPTY_SHA256):
+    if op == "copy" and piece.payload.length:
         raise DeltaError(f"{where}: a copy piece carries no payload")
     return piece

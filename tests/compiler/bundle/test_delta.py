@@ -61,8 +61,9 @@ def _resign(delta: bytes, key, edit) -> bytes:
     edit(m, payloads)
     end = 0
     for entry, data in zip([m["head"], *m["pieces"]], payloads):
-        entry.update(offset=end, length=len(data), sha256=hashlib.sha256(data).hexdigest())
+        entry.update(offset=end, length=len(data))
         end += len(data)
+    m["data_sha256"] = hashlib.sha256(b"".join(payloads)).hexdigest()
     body = json.dumps(m, sort_keys=True, separators=(",", ":")).encode()
     stored, flags = store_manifest(body)
     return frame(stored, end, key, flags, DELTA_MAGIC) + b"".join(payloads)
