@@ -201,7 +201,7 @@ def _dropout(ctx: NodeCtx) -> list:
 # --- convolution, pooling, normalisation ---------------------------------------------------------
 
 
-def _window(ctx: NodeCtx, kernel: list[int], dilations: list[int]) -> tuple[list[int], list[int]]:
+def window(ctx: NodeCtx, kernel: list[int], dilations: list[int]) -> tuple[list[int], list[int]]:
     """Default strides, and auto_pad resolved into explicit pads (begins then ends)."""
     nd = len(kernel)
     strides = list(ctx.attr("strides", [1] * nd))
@@ -227,7 +227,7 @@ def conv_window(ctx: NodeCtx, weight_spatial) -> dict:
     """Conv's (and QLinearConv's) window attributes: strides, pads, dilations, group."""
     kernel = list(ctx.attr("kernel_shape", weight_spatial))
     dilations = list(ctx.attr("dilations", [1] * len(kernel)))
-    strides, pads = _window(ctx, kernel, dilations)
+    strides, pads = window(ctx, kernel, dilations)
     return dict(strides=strides, pads=pads, dilations=dilations, group=ctx.attr("group", 1))
 
 
@@ -236,21 +236,15 @@ def _conv(ctx: NodeCtx) -> list:
     return [ctx.emit("Conv", ctx.xs(), **conv_window(ctx, ctx.type(1).shape[2:]))]
 
 
-@translates(MaxPool=(8, 10, 11, 12, 22), AveragePool=(7, 10, 11, 19, 22))
-def _pool(ctx: NodeCtx) -> list:
+@translates(MaxPool=(8, 10, 11, 12, 22))
+def _max_pool(ctx: NodeCtx) -> list:
     kernel = list(ctx.attr("kernel_shape"))
     dilations = list(ctx.attr("dilations", [1] * len(kernel)))
-    strides, pads = _window(ctx, kernel, dilations)
-    attrs = dict(kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=ctx.attr("ceil_mode", 0))
-    if ctx.op == "MaxPool":
-        attrs["dilations"] = dilations
-        if ctx.attr("storage_order", 0):
-            raise Unsupported("storage_order=1")
-    elif any(d != 1 for d in dilations):
-        raise Unsupported("dilations")
-    else:
-        attrs["count_include_pad"] = ctx.attr("count_include_pad", 0)
-    return [ctx.emit(ctx.op, [ctx.x(0)], **attrs)]  # the Indices output stays unproduced
+    strides, pads = window(ctx, kernel, dilations)
+    if ctx.attr("storage_order", 0):
+        raise Unsupported("storage_order=1")
+    return [ctx.emit("MaxPool", [ctx.x(0)], kernel_shape=kernel, strides=strides, pads=pads, dilations=dilations,
+                     ceil_mode=ctx.attr("ceil_mode", 0))]  # the Indices output stays unproduced
 
 
 @translates(GlobalMaxPool=(1, 22))
