@@ -89,9 +89,12 @@ class GraphBuilder:
         """Append ``op`` (or fold it, when every input is a constant and the result would not swell
         the weights: see ``passes.fold_constants``); return its output names."""
         hint = name or op.lower()
+        opdef = ops.get_op(op)
+        if not (opdef.narrow_ok or opdef.view) and any(self.types[i].dtype is DType.BF16 for i in inputs):
+            return self._in_f32(op, inputs, hint, n_outputs, output_names, attrs)
         outs = [self.unique(o) for o in output_names] if output_names else [
             self.unique(hint if n_outputs == 1 else f"{hint}:{i}") for i in range(n_outputs)]
-        ops.get_op(op).check_arity(len(inputs))
+        opdef.check_arity(len(inputs))
         node = Node.make(op, inputs, outs, name=self.unique(hint, self._node_names), **attrs)
         out_types = infer_op(op, [self.types[i] for i in inputs], node.attr)
         if (inputs and ops.get_op(op).foldable and all(i in self.constants for i in inputs)
@@ -106,6 +109,17 @@ class GraphBuilder:
         self.nodes.append(node)
         self.types.update(zip(outs, out_types))
         return outs
+
+    def _in_f32(self, op: str, inputs: Sequence[str], hint: str, n_outputs: int,
+                output_names: Sequence[str] | None, attrs: dict[str, Any]) -> list[str]:
+        """bfloat16 is stored, not computed in: ``op`` runs on its operands widened to f32, and each
+        f32 result is rounded back (one rounding per op, as ONNX's reference does it)."""
+        wide = {i: self.add1("Cast", [i], name=f"{hint}/f32", to=DType.F32)
+                for i in dict.fromkeys(inputs) if self.types[i].dtype is DType.BF16}
+        outs = self.add(op, [wide.get(i, i) for i in inputs], name=f"{hint}/f32", n_outputs=n_outputs, **attrs)
+        names = list(output_names) if output_names else [hint if n_outputs == 1 else f"{hint}:{i}" for i in range(n_outputs)]
+        return [self.add1("Cast", [o], name=n, output_names=[n], to=DType.BF16) if self.types[o].dtype is DType.F32
+                else self.add1("Identity", [o], name=n, output_names=[n]) for o, n in zip(outs, names)]
 
     def add1(self, op: str, inputs: Sequence[str], name: str = "", **attrs: Any) -> str:
         return self.add(op, inputs, name=name, **attrs)[0]
