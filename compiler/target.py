@@ -50,6 +50,7 @@ class Target:
             object.__setattr__(self, "tuning", default_tuning(self.triple, self.cpu, self.vector_bits))
     conv_choices: tuple[tuple[Geometry, ConvChoice], ...] = ()  # measured on the device; else the cost model
     threads: int = 1  # threads one inference runs on (the code's split is decided per layer at compile time)
+    conv_parts: tuple[tuple[Geometry, int], ...] = ()  # parts per conv measured on the device; else the cost model
 
     @property
     def feature_string(self) -> str:
@@ -66,6 +67,9 @@ class Target:
 
     def conv_choice(self, geometry: Geometry) -> ConvChoice | None:
         return next((c for g, c in self.conv_choices if g == geometry), None)
+
+    def split_parts(self, geometry: Geometry) -> int | None:
+        return next((k for g, k in self.conv_parts if g == geometry), None)
 
     def has(self, feature: str) -> bool:
         return f"+{feature.lstrip('+')}" in self.features

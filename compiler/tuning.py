@@ -50,6 +50,7 @@ class Tuning:
     autotune_budget_s: float = 2.0  # and never more than this many seconds
     max_threads: int = 8  # the default thread count: the device's cores, at most this many
     parallel_min_macs: int = 1_000_000  # a layer is split over threads only from this many multiply-adds per part (~40 us)
+    parallel_sync_us: float = 5.0  # modelled cost of handing a layer's parts to the workers and waiting (the tuner adds it to a split's slowest part)
     pool_spin: int = 4096  # pause rounds a waiting worker or caller spins before it sleeps on a futex
 
     def replace(self, **changes: Any) -> Tuning:

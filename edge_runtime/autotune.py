@@ -8,6 +8,12 @@ replaces the cost model's choice only when it is at least ``MARGIN`` faster, so 
 never trades a measured tie for an untested kernel; ties go to the earlier candidate. The choice
 is therefore a pure function of the measurements.
 
+At more than one thread, each tuned layer's split is measured too: the slowest part of the split
+(the chosen kernel over its output-channel range) plus ``Tuning.parallel_sync_us`` against the
+whole layer, the cost model's split count being the default that the other must beat by ``MARGIN``.
+A part is timed alone, on one core: what two parts contend for (memory bandwidth, a busy CPU) is
+not measured, so a split is only as good as the machine's second core is free.
+
 The time spent is bounded by the profile's ``[tuning]``: at most ``autotune_fraction`` of an
 estimate of the untuned compile and never more than ``autotune_budget_s`` (see :func:`tune`). Layers left when the budget runs out keep the cost
 model's choice. The result is cached with the compiled artifact, keyed by the exact CPU.
@@ -16,6 +22,7 @@ model's choice. The result is cached with the compiled artifact, keyed by the ex
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import platform
 import statistics
 import time
@@ -27,6 +34,7 @@ from llvmlite import ir
 
 from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, with_choices
 from ..compiler.codegen.cpu.kernels.conv import tunable_convs
+from ..compiler.codegen.cpu.kernels.split import split_ranges
 from ..compiler.ir.graph import Graph
 from ..compiler.target import ConvChoice, Geometry, Target
 from . import jit
@@ -43,6 +51,9 @@ class LayerResult:
     choice: ConvChoice
     default: ConvChoice
     seconds: dict[ConvChoice, float]  # seconds per call of each candidate timed
+    parts: int = 1  # threads sharing the layer: the tuner's pick (one: whole)
+    default_parts: int = 1  # the cost model's
+    parts_seconds: tuple[tuple[int, float], ...] = ()  # (parts, predicted seconds) when the split was measured
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,10 @@ class TuneReport:
     @property
     def choices(self) -> dict[Geometry, ConvChoice]:
         return {r.geometry: r.choice for r in self.results if r.choice != r.default}
+
+    @property
+    def parts(self) -> dict[Geometry, int]:
+        return {r.geometry: r.parts for r in self.results if r.parts != r.default_parts}
 
 
 def pick(default: ConvChoice, seconds: dict[ConvChoice, float], margin: float = MARGIN) -> ConvChoice:
@@ -88,8 +103,31 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
         if len(built) < 2:
             break
         seconds = interleaved_seconds({b.choice: b.call for b in built})
-        results.append(LayerResult(geom, pick(cands[0], seconds), cands[0], seconds))
+        choice = pick(cands[0], seconds)
+        whole = next(b for b in built if b.choice == choice)
+        split = _split_seconds(target, geom, whole, clock) if clock() - t0 + mean_build <= budget else None
+        result = LayerResult(geom, choice, cands[0], seconds)
+        if split is not None:
+            default_parts, timed = split
+            result = dataclasses.replace(result, parts=pick(default_parts, timed), default_parts=default_parts,
+                                         parts_seconds=tuple(timed.items()))
+        results.append(result)
     return TuneReport(tuple(results), len(layers) - len(results), clock() - t0, budget)
+
+
+def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tuple[int, dict[int, float]] | None:
+    """(the cost model's parts, {1: the whole layer's seconds, k: the split's predicted seconds}), or
+    None when this layer cannot split at ``target.threads``."""
+    fixed = with_choices(target, {geom: whole.choice})
+    ranges = split_ranges(fixed, geom, parts=target.threads)
+    if ranges is None:
+        return None
+    model = split_ranges(fixed, geom)
+    largest = max(ranges, key=lambda r: r.rows[1] - r.rows[0])
+    part = _Built(largest.target, largest.geometry, whole.choice, clock)
+    timed = interleaved_seconds({1: whole.call, len(ranges): part.call})
+    timed[len(ranges)] += fixed.tuning.parallel_sync_us * 1e-6
+    return (len(model) if model else 1), timed
 
 
 class Retarget:
@@ -100,7 +138,8 @@ class Retarget:
 
     def __call__(self, graph: Graph, target: Target) -> Target:
         self.report = tune(graph, target)
-        return with_choices(target, self.report.choices)
+        tuned = with_choices(target, self.report.choices)
+        return dataclasses.replace(tuned, conv_parts=tuple(sorted(self.report.parts.items(), key=repr)))
 
 
 def cpu_identity() -> str:

@@ -21,7 +21,8 @@ def target_to_json(target: Target) -> str:
                        "features": list(target.features), "vector_bits": target.vector_bits,
                        "kind": target.kind.value, "gpu_arch": target.gpu_arch,
                        "tuning": dataclasses.asdict(target.tuning),
-                       "conv_choices": [[g, dataclasses.astuple(c)] for g, c in target.conv_choices]})
+                       "conv_choices": [[g, dataclasses.astuple(c)] for g, c in target.conv_choices],
+                       "threads": target.threads, "conv_parts": [[g, k] for g, k in target.conv_parts]})
 
 
 def _tuples(v):
@@ -32,7 +33,8 @@ def target_from_json(text: str) -> Target:
     d = json.loads(text)
     return Target(d["name"], d["triple"], d["cpu"], tuple(d["features"]), d["vector_bits"], TargetKind(d["kind"]),
                   d["gpu_arch"], Tuning(**{k: _tuples(v) for k, v in d["tuning"].items()}),
-                  tuple((_tuples(g), ConvChoice(*c)) for g, c in d["conv_choices"]))
+                  tuple((_tuples(g), ConvChoice(*c)) for g, c in d["conv_choices"]), d["threads"],
+                  tuple((_tuples(g), k) for g, k in d["conv_parts"]))
 
 
 BOOT = """import importlib, sys, types

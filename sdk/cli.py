@@ -232,7 +232,8 @@ def compile_(path: Path, trust: tuple[Path, ...], target: str, batch: int, outpu
     click.echo(f"{r.isa.summary()} [{r.isa_source}]")
     if r.tuning is not None:
         click.echo(f"tuning:      {len(r.tuning.choices)} of {len(r.tuning.results)} conv layers changed by "
-                   f"measurement in {r.tuning.spent_s * 1e3:.0f} ms ({r.tuning.skipped} left to the cost model)")
+                   f"measurement in {r.tuning.spent_s * 1e3:.0f} ms ({r.tuning.skipped} left to the cost model); "
+                   f"{len(r.tuning.parts)} thread splits changed")
     if r.object_path:
         click.echo(f"wrote {r.object_path}")
     if r.ptx_path:

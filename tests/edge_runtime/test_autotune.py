@@ -53,6 +53,20 @@ def test_a_zero_budget_tunes_nothing(cnn):
     assert report.results == () and report.choices == {} and report.skipped >= 1
 
 
+def test_at_two_threads_the_tuner_measures_each_split_against_the_whole_layer(cnn):
+    _, lowered_graph, _ = cnn
+    split_all = HOST.tuning.replace(parallel_min_macs=1, autotune_budget_s=60.0, autotune_fraction=100.0)
+    report = tune(lowered_graph, dataclasses.replace(HOST, threads=2, tuning=split_all))
+    measured = [r for r in report.results if r.parts_seconds]
+    assert measured  # the small CNN's convs have channels for two parts of whole vectors
+    for r in measured:
+        timed = dict(r.parts_seconds)
+        assert set(timed) == {1, 2} and r.default_parts == 2  # a split at one MAC per part is the cost model's
+        assert r.parts == pick(2, timed)
+    free_sync = tune(lowered_graph, dataclasses.replace(HOST, threads=2, tuning=split_all.replace(parallel_sync_us=1e6)))
+    assert all(free_sync.parts[r.geometry] == 1 for r in free_sync.results if r.parts_seconds)  # a second per handoff: never split
+
+
 def test_tuned_session_matches_untuned(cnn, tmp_path):
     graph, _, feeds = cnn
     plain = compile_graph(graph, use_cache=False, tune=False)

@@ -68,6 +68,10 @@ def test_profile_session_round_trips(cache_dir):
     assert warm.stats.cache_hit
     assert warm.lowered.profile_nodes == cold.lowered.profile_nodes and warm.lowered.profile_offset == cold.lowered.profile_offset
     assert abs(sum(warm.profile(runs=3).values()) - 1) < 1e-6
+    cycles = warm.node_cycles(runs=3)
+    assert list(cycles) == list(warm.lowered.profile_nodes) and all(c > 0 for c in cycles.values())
+    with pytest.raises(ValueError, match="profile=True"):
+        compile_graph(graph, cache_dir=cache_dir).node_cycles()
 
 
 def test_republished_entry_leaves_mapped_sessions_intact(cache_dir):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 
 import llvmlite.binding as llvm
@@ -89,6 +91,8 @@ def test_target_travels_to_the_helper_unchanged():
     for name in ("host", "x86-avx512", "rpi5", "jetson-orin"):
         t = resolve(name)
         assert target_from_json(target_to_json(t)) == t
+    split = dataclasses.replace(t, threads=3, conv_parts=(((1, 8, 4, 4, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1), 2),))
+    assert target_from_json(target_to_json(split)) == split
 
 
 def test_only_big_graphs_get_helpers(monkeypatch):

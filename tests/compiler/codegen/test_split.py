@@ -51,3 +51,12 @@ def test_small_layers_one_thread_and_batch_one_only():
 def test_parts_keep_the_whole_layers_choice():
     whole = conv_parts(_key(64, 64, 32), _target(2))
     assert len({tuple(c for _, c in p.target.conv_choices) for p in whole}) == 1
+
+
+def test_a_measured_part_count_overrides_the_cost_model():
+    geom = (1, 64, 32, 32, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    three = _target(3)
+    assert len(conv_parts(_key(64, 64, 32), three)) == 3  # the cost model: one part per thread
+    measured = dataclasses.replace(three, conv_parts=((geom, 1),))
+    assert conv_parts(_key(64, 64, 32), measured) is None
+    assert len(conv_parts(_key(64, 64, 32), dataclasses.replace(three, conv_parts=((geom, 2),)))) == 2

@@ -6,7 +6,9 @@ the slice's, its output and residual start at the slice's first channel. Every p
 method and tile the whole layer got (cost model or tuner), so each output element is computed by
 the same instructions in the same order as at one thread: the answer does not depend on the
 thread count. Ranges are whole vectors of channels, so no part adds a tail the whole layer lacks.
-A layer below ``Tuning.parallel_min_macs`` per part stays on one thread.
+How many parts is the cost model's choice (one per ``Tuning.parallel_min_macs`` multiply-adds, so
+a small layer stays on one thread) unless the on-device tuner measured the layer
+(``Target.conv_parts``: the split's slowest part plus ``Tuning.parallel_sync_us`` against the whole).
 """
 
 from __future__ import annotations
@@ -45,19 +47,24 @@ def _ranges(units: int, parts: int, unit: int) -> list[tuple[int, int]]:
     return out
 
 
-def conv_parts(key: KernelKey, target: Target) -> list[Part] | None:
-    """The parts of a conv (``key`` as packers see it), or None when it stays on one thread."""
-    if target.threads < 2 or key.packed[1:2] != ("const",):
+@dataclass(frozen=True)
+class Range:
+    """One part of a split conv, from its geometry alone (the tuner times these)."""
+
+    rows: tuple[int, int]  # output channels
+    geometry: tuple  # the part's conv_plan arguments
+    target: Target  # the whole layer's choice fixed for the part's geometry
+
+
+def split_ranges(target: Target, geom: tuple, parts: int | None = None) -> list[Range] | None:
+    """The parts of a batch-one conv of geometry ``geom`` (``conv_plan``'s arguments), or None when it
+    stays on one thread. ``parts``: at most this many (default: the tuner's measured count for this
+    geometry, else the cost model's: one per ``parallel_min_macs`` multiply-adds, at most ``threads``)."""
+    n, c, hh, ww, oc, kh, kw, strides, pads, dilations, group = geom
+    if target.threads < 2 or n != 1:
         return None
-    g = geometry(key)
-    if g is None or g["in_shape"][0] != 1:
-        return None
-    n, c, hh, ww = g["in_shape"]
-    oc, cg, kh, kw = g["w_shape"]
-    group = g["group"]
-    geom = (n, c, hh, ww, oc, kh, kw, g["strides"], g["pads"], g["dilations"], group)
     plan = conv_plan(target, *geom)
-    macs = oc * plan.OH * plan.OW * cg * kh * kw
+    macs = oc * plan.OH * plan.OW * (c // group) * kh * kw
     if group == 1:
         unit = plan.vl
         units = oc // unit
@@ -65,33 +72,39 @@ def conv_parts(key: KernelKey, target: Target) -> list[Part] | None:
             return None
     else:
         unit, units = oc // group, group
-    most = min(target.threads, units, macs // max(1, target.tuning.parallel_min_macs))
-    for parts in range(most, 1, -1):  # the most parts whose plans sum in the whole layer's order
-        found = _split(key, target, plan, geom, units, unit, parts)
+    if parts is None:
+        parts = target.split_parts(geom)
+    if parts is None:
+        parts = macs // max(1, target.tuning.parallel_min_macs)
+    for k in range(min(target.threads, units, parts), 1, -1):  # the most parts that sum in the whole layer's order
+        found = _split(target, plan, geom, units, unit, k)
         if found is not None:
             return found
     return None
 
 
-def _arithmetic(plan) -> tuple:
-    """What decides the order a plan sums in, beyond its method and tile: a K-blocked packed panel
-    stores partial sums between blocks (the direct 1x1 kernel packs only with enough row blocks)."""
-    return (plan.pack_b, plan.panel_k if plan.pack_b else 0)
-
-
-def _split(key: KernelKey, target: Target, plan, geom, units: int, unit: int, parts: int) -> list[Part] | None:
-    n, c, hh, ww, oc, kh, kw, strides, pads, dilations, group = geom
-    cg = c // group
-    choice = choice_of(plan)
+def conv_parts(key: KernelKey, target: Target) -> list[Part] | None:
+    """The parts of a conv (``key`` as packers see it), or None when it stays on one thread."""
+    if target.threads < 2 or key.packed[1:2] != ("const",):
+        return None
+    g = geometry(key)
+    if g is None:
+        return None
+    oc, group = g["w_shape"][0], g["group"]
+    geom = (*g["in_shape"], oc, *g["w_shape"][2:], g["strides"], g["pads"], g["dilations"], group)
+    ranges = split_ranges(target, geom)
+    if ranges is None:
+        return None
     x_t, out_t = key.in_types[0], key.out_types[0]
     plane_out = math.prod(out_t.shape[2:]) * out_t.dtype.itemsize
     plane_in = math.prod(x_t.shape[2:]) * x_t.dtype.itemsize
+    cg = g["in_shape"][1] // group
     found = []
-    for lo, hi in _ranges(units, parts, unit):
+    for r in ranges:
+        lo, hi = r.rows
         m = hi - lo
-        sub_group = 1 if group == 1 else m // unit
-        sub_c = c if group == 1 else sub_group * cg
-        x_off = 0 if group == 1 else (lo // unit) * cg * plane_in
+        sub_c, sub_group = r.geometry[1], r.geometry[10]
+        x_off = 0 if group == 1 else (lo // (oc // group)) * cg * plane_in
         attrs = tuple((k, sub_group if k == "group" else v) for k, v in key.attrs)
         ins, offs = [], []
         for i, t in enumerate(key.in_types):
@@ -108,11 +121,30 @@ def _split(key: KernelKey, target: Target, plan, geom, units: int, unit: int, pa
                 return None
         outs = (TensorType(out_t.dtype, (1, m, *out_t.shape[2:])),)
         sub = KernelKey(key.op, attrs, tuple(ins), outs, key.alias, key.scalars, key.packed)
+        found.append(Part(sub, r.target, tuple(offs), lo * plane_out, (lo, hi)))
+    return found
+
+
+def _arithmetic(plan) -> tuple:
+    """What decides the order a plan sums in, beyond its method and tile: a K-blocked packed panel
+    stores partial sums between blocks (the direct 1x1 kernel packs only with enough row blocks)."""
+    return (plan.pack_b, plan.panel_k if plan.pack_b else 0)
+
+
+def _split(target: Target, plan, geom, units: int, unit: int, parts: int) -> list[Range] | None:
+    n, c, hh, ww, oc, kh, kw, strides, pads, dilations, group = geom
+    cg = c // group
+    choice = choice_of(plan)
+    found = []
+    for lo, hi in _ranges(units, parts, unit):
+        m = hi - lo
+        sub_group = 1 if group == 1 else m // unit
+        sub_c = c if group == 1 else sub_group * cg
         sub_geom = (n, sub_c, hh, ww, m, kh, kw, strides, pads, dilations, sub_group)
         sub_target = with_choices(target, {sub_geom: choice})
         if _arithmetic(conv_plan(sub_target, *sub_geom)) != _arithmetic(plan):
             return None
-        found.append(Part(sub, sub_target, tuple(offs), lo * plane_out, (lo, hi)))
+        found.append(Range((lo, hi), sub_geom, sub_target))
     return found
 
 
