@@ -145,16 +145,20 @@ def apply_delta(delta: Delta, parent: Any, trusted_keys: Iterable[Ed25519PublicK
 
 
 def _encode_head(target: Any, th: BundleHead, ph: BundleHead) -> tuple[tuple[str, int], bytes]:
-    """((encoding, inflated size), payload) of the target's head: its manifest deflated against the
-    parent's where storing it as the writer does gives back the signed bytes, else the head as it is."""
+    """((encoding, inflated size), payload) of the target's head, the smaller of: its manifest deflated
+    against the parent's (only where storing it as the writer does gives back the signed bytes), the
+    head as it is, deflated."""
     stored = bytes(target[MANIFEST_OFFSET:MANIFEST_OFFSET + th.header.manifest_length])
+    head = bytes(target[:MANIFEST_OFFSET]) + stored
+    best = (("zlib", len(head)), zlib.compress(head, LEVEL))
     manifest = th.manifest.encode()
     if _stored(manifest, th.header.flags) == stored:
         body = bytes(target[:MANIFEST_OFFSET]) + manifest
         c = zlib.compressobj(LEVEL, zdict=ph.manifest.encode())
-        return ("manifest", len(body)), c.compress(body) + c.flush()
-    head = bytes(target[:MANIFEST_OFFSET]) + stored
-    return ("zlib", len(head)), zlib.compress(head, LEVEL)
+        diff = c.compress(body) + c.flush()
+        if len(diff) < len(best[1]):
+            best = (("manifest", len(body)), diff)
+    return best
 
 
 def _decode_head(delta: Delta, ph: BundleHead) -> bytes:

@@ -146,3 +146,17 @@ def test_a_bundle_is_not_a_delta_nor_a_delta_a_bundle(versions):
         read_bundle(make_delta(v1, v2, key), [key.public_key()])
     assert Header.unpack(make_delta(v1, v2, key), 10**6, DELTA_MAGIC, "delta").magic == DELTA_MAGIC
     assert isinstance(read_delta(make_delta(v1, v2, key), [key.public_key()]).manifest, DeltaManifest)
+
+
+def test_the_head_travels_as_a_manifest_diff_or_whole_and_rebuilds_either_way(versions):
+    from .helpers import split
+
+    key, v1, v2 = versions
+    assert read_delta(make_delta(v1, v2, key), [key.public_key()]).manifest.head_encoding == "manifest"
+    manifest, data = split(v2)
+    plain = frame(manifest, len(data), key) + data  # a bundle whose manifest is stored uncompressed (flag 0)
+    odd = frame(zlib.compress(manifest, 1), len(data), key, 1) + data  # stored otherwise than this writer stores
+    other = bundle_bytes(small_graph(), key)  # nothing in common with v1
+    for parent, target in ((v1, plain), (v1, odd), (other, v2), (v2, other)):
+        assert _apply(make_delta(parent, target, key), parent, key) == target
+    assert read_delta(make_delta(v1, odd, key), [key.public_key()]).manifest.head_encoding == "zlib"
