@@ -1,5 +1,5 @@
 """ONNX ops that are a few ops of the op table: Hardmax, OneHot, LpNormalization, Instance- and
-GroupNormalization, Einsum.
+GroupNormalization, Einsum, TopK.
 
 Each keeps ONNX's meaning exactly (ties, negative indices, the opset's axis rule) by composing ops
 that already have references and native kernels on every backend, so no new kernel is needed.
@@ -213,3 +213,37 @@ def _einsum(ctx: NodeCtx) -> list:
     if len(order) > len(out):
         product = ctx.tmp("ReduceSum", [product], "sum", axes=list(range(len(out), len(order))), keepdims=0)
     return [ctx.emit("Identity", [product])]
+
+
+@translates(TopK=(1, 10, 11, 24))
+def _top_k(ctx: NodeCtx) -> list:
+    """Each element's rank along the axis (how many beat it: larger, or equal at a lower index, so
+    ties keep index order as ONNX asks), the position of rank r for each r < k, then the values
+    gathered there. Costs n * n comparisons per line: n is bounded like any built constant."""
+    t = ctx.type(0)
+    if not all(isinstance(d, int) for d in t.shape):
+        ctx.batch_dependent("TopK's shape")
+    rank = t.rank
+    axis = _axis(ctx, rank, -1)
+    k = ctx.attr("k") if ctx.opset < 10 else int(ctx.scalar(1, 0))
+    n = t.shape[axis]
+    if not 0 <= k <= n:
+        raise OnnxImportError(f"node {ctx.name!r} (TopK): k={k} outside [0, {n}] along axis {axis}")
+    beats = "Less" if ctx.opset >= 11 and not ctx.attr("largest", 1) else "Greater"
+    check_size(ctx, [*t.shape, n])
+    x = ctx.x(0)
+    rival, me = ctx.tmp("Unsqueeze", [x], "rival", axes=[axis + 1]), ctx.tmp("Unsqueeze", [x], "me", axes=[axis])
+    before = np.arange(n)[:, None] < np.arange(n)[None, :]  # rival i precedes me j
+    shape = [1] * (rank + 1)
+    shape[axis] = shape[axis + 1] = n
+    tie = ctx.tmp("And", [ctx.tmp("Equal", [rival, me], "equal"),
+                          ctx.constant(before.reshape(shape), f"{ctx.name}/before")], "tie")
+    wins = ctx.tmp("Or", [ctx.tmp(beats, [rival, me], "beats"), tie], "wins")
+    place = ctx.tmp("ReduceSum", [ctx.tmp("Cast", [wins], "count", to=DType.I64)], "place", axes=[axis], keepdims=1)
+    slots = [1] * (rank + 1)
+    slots[axis] = k
+    hit = ctx.tmp("Equal", [place, ctx.constant(np.arange(k, dtype=np.int64).reshape(slots), f"{ctx.name}/ranks")], "hit")
+    named = (ctx.outputs + ["", ""])[1] or f"{ctx.name}:1"  # Indices keeps its ONNX name
+    index = ctx.b.add("ArgMax", [ctx.tmp("Cast", [hit], "hit_i32", to=DType.I32)], name=ctx.name, output_names=[named],
+                      axis=axis + 1, keepdims=0, select_last_index=0)[0]
+    return [ctx.emit("GatherElements", [x, index], axis=axis), index]

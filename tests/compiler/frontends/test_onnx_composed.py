@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 from cuvil.compiler import run_reference
 from cuvil.compiler.errors import UnsupportedModelError
 from cuvil.compiler.frontends.onnx import OnnxImportError, import_onnx
+from cuvil.edge_runtime.compile import compile_graph
 
 from .test_onnx_frontend import make_model, run_ort
 
@@ -117,3 +118,24 @@ def test_einsum_refuses_malformed_equations(equation):
     node = helper.make_node("Einsum", ["a", "b"], ["y"], equation=equation)
     with pytest.raises(OnnxImportError, match="Einsum"):
         import_onnx(make_model([node], {"a": (F, [2]), "b": (F, [2])}, ["y"], opset=17))
+
+
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("axis, k", [(-1, 3), (0, 2), (1, 3), (-1, 0)])
+@pytest.mark.parametrize("dtype", [F, TensorProto.INT64])
+def test_top_k_keeps_tied_elements_in_index_order(largest, axis, k, dtype):
+    x = np.array([[[3, 1, 3, 2], [0, 0, 5, 5], [2, 2, 2, 2]], [[1, 3, 3, 1], [4, 4, 0, 4], [7, 1, 7, 1]]])
+    x = x.astype(np.float32 if dtype == F else np.int64)
+    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=axis, largest=largest)
+    model = make_model([node], {"x": (dtype, [2, 3, 4])}, ["values", "indices"], {"k": np.array([k], np.int64)}, opset=11)
+    check(model, {"x": x})
+    graph = import_onnx(model)
+    native = compile_graph(graph, optimize=False).run({graph.inputs[0]: x})
+    for name, want in zip(graph.outputs, run_ort(model, {"x": x}).values()):
+        np.testing.assert_array_equal(native[name], want)
+
+
+def test_top_k_refuses_k_beyond_the_axis():
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=0)
+    with pytest.raises(OnnxImportError, match="TopK"):
+        import_onnx(make_model([node], {"x": (F, [3, 2])}, ["v", "i"], {"k": np.array([4], np.int64)}, opset=11))
