@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from ..compiler.bundle import load_private_key, make_delta
 from ..compiler.errors import BundleError
 
-MAX_KNOWN = 64  # versions remembered as parents, at most (the oldest are forgotten first)
+MAX_KNOWN = 8  # versions remembered as parents, at most (the oldest forgotten first): each is a whole bundle in memory
 
 
 class Version(Protocol):
