@@ -153,6 +153,9 @@ class _Importer:
         self.used = {i for n in self.graph.node for i in n.input if i} | {o.name for o in self.graph.output}
         self.graph_inputs = frozenset(vi.name for vi in self.graph.input)
         self.needs_constant: set[str] = set()
+        self.sources: dict[str, frozenset[str]] = {n: frozenset([n]) for n in self.graph_inputs}
+        """ONNX value -> the integer graph inputs its value depends on through integer values not known
+        at import (shape arithmetic: a crop size passed as an input); never data, through floats"""
         self.expansions = 0
 
     def run(self) -> Graph:
@@ -245,13 +248,17 @@ class _Importer:
         if undefined:
             raise OnnxImportError(f"node {name!r} ({node.op_type}) uses {undefined}, which nothing before it defines")
         known = all(i in self.probes or self.b.value_of(self.env[i]) is not None for i in inputs)
+        roots = frozenset().union(*(self.sources.get(i, frozenset()) for i in inputs if i not in self.probes
+                                    and self.b.value_of(self.env[i]) is None and not self.b.type_of(self.env[i]).dtype.is_float))
+        self.sources.update((o, roots) for o in node.output if o)
         if foreign and known and inputs:  # shape arithmetic outside op set v1
             results = self._fold(node, name, lambda values: self._evaluate(node, name, values, opset))
         elif translated and known and any(i in self.probes for i in inputs):
             results = self._fold(node, name, lambda values: self._translate_constants(node, name, fn, values, opset))
         elif translated:
             needed = set(self.needs_constant)
-            ctx = NodeCtx(node, name, opset, self.b, self.env, self.probes, self.graph_inputs, self.needs_constant)
+            ctx = NodeCtx(node, name, opset, self.b, self.env, self.probes, self.graph_inputs, self.needs_constant,
+                          self.sources)
             results = self._translate(ctx, fn, expandable)
             if results is _EXPAND or (expandable and results is not None and any(
                     out in self.used and (j >= len(results) or results[j] is None) for j, out in enumerate(node.output))):

@@ -6,7 +6,7 @@ module; neither imports the other's internals.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,14 +69,16 @@ class NodeCtx:
 
     def __init__(self, node: onnx.NodeProto, name: str, opset: int, builder: GraphBuilder,
                  env: dict[str, str], probes: dict[str, Probe], graph_inputs: frozenset[str] = frozenset(),
-                 needs_constant: set[str] | None = None):
-        """``needs_constant`` collects the ``graph_inputs`` that the node needed as constants."""
+                 needs_constant: set[str] | None = None, sources: Mapping[str, frozenset[str]] | None = None):
+        """``needs_constant`` collects the ``graph_inputs`` that the node needed as constants, directly
+        or through the values computed from them (``sources``: ONNX value -> those graph inputs)."""
         self.op, self.name, self.opset, self.b = node.op_type, name, opset, builder
         self.inputs, self.outputs = list(node.input), list(node.output)
         self._env, self._probes = env, probes
         self._attrs = {a.name: a for a in node.attribute}
         self._graph_inputs = graph_inputs
         self._needs_constant = set() if needs_constant is None else needs_constant
+        self._sources = sources or {}
 
     # attributes ---------------------------------------------------------------------------------
     def raw_attrs(self) -> dict[str, Any]:
@@ -125,6 +127,7 @@ class NodeCtx:
             if self.inputs[i] in self._graph_inputs:  # constant_inputs can fix it
                 self._needs_constant.add(self.inputs[i])
                 raise Unsupported(f"input {i} must be a constant")
+            self._needs_constant.update(self._sources.get(self.inputs[i], frozenset()) & self._graph_inputs)
             raise Unsupported(f"non-constant input {i}")
         return value
 

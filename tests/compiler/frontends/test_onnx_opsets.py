@@ -102,6 +102,29 @@ def test_a_graph_input_an_op_needs_constant_is_named_and_can_be_fixed(rng):
     np.testing.assert_array_equal(run_reference(graph, {"x": x})["y"], x.reshape(3, 4))
 
 
+def test_an_integer_input_behind_shape_arithmetic_is_named_and_can_be_fixed(rng):
+    """A crop size passed as an input reaches Pad and Slice through Max, Sub, Div, Concat: the
+    input is named; data reaching an op through float values (a computed scale) is never named."""
+    k2 = helper.make_tensor("k2", I64, [1], [2])
+    nodes = [helper.make_node("Shape", ["x"], ["xs"]), helper.make_node("Max", ["xs", "size"], ["big"]),
+             helper.make_node("Sub", ["big", "xs"], ["grow"]), helper.make_node("Div", ["grow", "k2"], ["lo"]),
+             helper.make_node("Sub", ["grow", "lo"], ["hi"]), helper.make_node("Concat", ["lo", "hi"], ["pads"], axis=0),
+             helper.make_node("Pad", ["x", "pads"], ["y"])]
+    model = make_model(nodes, {"x": (F, [3, 5]), "size": (I64, [2])}, ["y"], opset=18)
+    model.graph.initializer.append(k2)
+    with pytest.raises(UnsupportedModelError) as err:
+        import_onnx(model)
+    assert err.value.constant_inputs == ("size",)
+    graph = import_onnx(model, constant_inputs={"size": np.array([6, 4], np.int64)})
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(run_reference(graph, {"x": x})["y"], np.pad(x, [(1, 2), (0, 0)]))
+    scale = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+             helper.make_node("QuantizeLinear", ["x", "m"], ["q"])]
+    with pytest.raises(UnsupportedModelError) as err:
+        import_onnx(make_model(scale, {"x": (F, [3, 5])}, ["q"], opset=18))
+    assert err.value.constant_inputs == ()
+
+
 @pytest.mark.parametrize("given, match", [({"nope": np.zeros(2, np.int64)}, "not inputs"),
                                           ({"shape": np.zeros(2, np.int32)}, "int32"),
                                           ({"shape": np.zeros(3, np.int64)}, r"\[3\]")])
