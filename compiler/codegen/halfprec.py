@@ -47,3 +47,8 @@ def float_convert(b: ir.IRBuilder, x: ir.Value, to: ir.Type) -> ir.Value:
         return f16_to_f64(b, x)
     widths = {h.F16: 16, h.F32: 32, h.F64: 64}
     return b.fpext(x, to) if widths[src] < widths[to] else b.fptrunc(x, to)
+
+
+def half_round(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """An f32 value rounded to half and back: one f16 op's result, kept in f32 for the next."""
+    return b.fpext(b.fptrunc(x, h.F16), h.F32)

@@ -243,12 +243,25 @@ def _softmax_infer(op: str):
     return infer
 
 
+def _half_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    """f16 as ONNX's reference computes it: each step rounded to half (the shifted values, their
+    exponentials, their sum, the quotient), the arithmetic itself in f32."""
+    def r(v):
+        return v.astype(np.float16).astype(np.float32)
+
+    x32 = x.astype(np.float32)
+    e = r(np.exp(r(x32 - x32.max(axis=axis, keepdims=True, initial=-np.inf))))
+    return (e / r(e.sum(axis=axis, keepdims=True))).astype(np.float16)
+
+
 def _softmax(log: bool):
     """Shifted by the maximum along the axis, so large inputs cannot overflow exp."""
 
     def ref(xs, a):
         x = xs[0].astype(np.float64)
         axis = norm_axis("Softmax", a["axis"], x.ndim)
+        if xs[0].dtype == np.float16 and not log:
+            return [_half_softmax(xs[0], axis)]
         z = x - x.max(axis=axis, keepdims=True, initial=-np.inf)  # initial: an empty axis is no error
         total = np.exp(z).sum(axis=axis, keepdims=True)
         y = z - np.log(total) if log else np.exp(z) / total

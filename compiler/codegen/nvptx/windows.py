@@ -13,6 +13,7 @@ from llvmlite import ir
 
 from .. import irhelpers as h
 from .. import mathfns as m
+from ..halfprec import half_round
 from ..irhelpers import broadcast_strides
 from .common import acc_loop, all_of, fused_tail, has_bias, in_range, lin, mac, masked_load, store_at
 from .context import Loop, OpContext
@@ -28,11 +29,15 @@ def conv(ctx: OpContext) -> list[Loop]:
     xst, wst = h.contiguous_strides(xs), h.contiguous_strides(ws)
     bias = has_bias(ctx, 2)
     ty = h.LLTYPE[ctx.out_types[0].dtype]
+    half = ty == h.F16  # f16 sums in f32 and rounds once, as the reference
+
+    def wide(b, v):
+        return b.fpext(v, h.F32) if half else v
 
     def value(b, idx):
         n, mo, sp = idx[0], idx[1], idx[2:]
         ch0 = b.mul(b.udiv(mo, h.i64(ocg)), h.i64(cg))
-        acc = ctx.load(2, mo) if bias else h.const(ty, 0.0)
+        acc = wide(b, ctx.load(2, mo)) if bias else h.const(h.F32 if half else ty, 0.0)
 
         def per_channel(acc, ic):
             xbase = lin(b, [n, b.add(ch0, ic)], xst[:2])
@@ -43,10 +48,11 @@ def conv(ctx: OpContext) -> list[Loop]:
                 ok = all_of(b, [in_range(b, p, xs[2 + d]) for d, p in enumerate(pos)])
                 xv = masked_load(b, ctx.ins[0], lin(b, pos, xst[2:], xbase), ok, h.const(ty, 0.0))
                 wv = ctx.load(1, b.add(wbase, h.i64(sum(t[d] * wst[2 + d] for d in range(nd)))))
-                acc = mac(b, xv, wv, acc)
+                acc = mac(b, wide(b, xv), wide(b, wv), acc)
             return acc
 
         acc = acc_loop(b, cg, acc, per_channel)
+        acc = b.fptrunc(acc, ty) if half else acc
         return fused_tail(ctx, b, acc, lin(b, idx, h.contiguous_strides(ctx.out_shape)), 2 + bias)
 
     return [store_at(ctx, 0, value)]
@@ -191,6 +197,11 @@ def softmax(ctx: OpContext) -> list[Loop]:
             return b.select(b.fcmp_ordered(">", v, acc), v, acc)
 
         mx = acc_loop(b, L, h.const(ty, -math.inf), bigger)
+        if ty == h.F16 and not log:  # as the reference: shifted values, exponentials and sum rounded to half
+            mx32 = b.fpext(mx, h.F32)
+            e = lambda v: half_round(b, m.exp(b, half_round(b, b.fsub(b.fpext(v, h.F32), mx32))))  # noqa: E731
+            total = half_round(b, acc_loop(b, L, h.const(h.F32, 0.0), lambda acc, k: b.fadd(acc, e(at(k)))))
+            return b.fptrunc(b.fdiv(e(ctx.load(0, i)), total), h.F16)
         total = acc_loop(b, L, h.const(ty, 0.0), lambda acc, k: b.fadd(acc, m.exp(b, b.fsub(at(k), mx))))
         d = b.fsub(ctx.load(0, i), mx)
         return b.fsub(d, m.log(b, total)) if log else b.fdiv(m.exp(b, d), total)

@@ -276,4 +276,5 @@ def test_symbolic_batch_flows_through_shape_rules(op, in_shape, attrs, out_shape
 def test_every_shape_op_is_tested_here():
     source = open(shape.__file__).read()
     ops = {name for name in OP_TABLE if f'OpDef("{name}"' in source}
-    assert ops == {getattr(c, "values", (c,))[0].op for c in CASES} | {"Gather"}
+    # BitCast is ONNX opset 26, which ONNX Runtime lacks: test_kernels_narrow checks its bytes
+    assert ops == {getattr(c, "values", (c,))[0].op for c in CASES} | {"Gather", "BitCast"}

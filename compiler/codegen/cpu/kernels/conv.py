@@ -39,7 +39,7 @@ def _conv(ctx: KernelContext) -> None:
     xs, ws, ys = ctx.shape(0), ctx.shape(1), ctx.out_shape
     if len(xs) < 3:
         raise unsupported(ctx.key.op, f"a convolution needs a spatial dimension, got input rank {len(xs)}")
-    if len(xs) > 4:
+    if len(xs) > 4 or ctx.out_types[0].dtype is DType.F16:  # f16: summed in f32, rounded once per output
         _conv_nd(ctx)
         return
     a = ctx.attrs

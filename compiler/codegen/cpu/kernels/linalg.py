@@ -85,6 +85,9 @@ def matmul_rows(ctx: KernelContext, m: int, k: int, n: int, a_at, b_at, y_base: 
     """y[m, :] += alpha * sum_k A[m, k] * B[k, :] for every row; y must be initialised."""
     b, y = ctx.b, ctx.outs[0]
     ty = h.LLTYPE[ctx.out_types[0].dtype]
+    if ty == h.F16:
+        _half_rows(ctx, m, k, n, a_at, b_at, y_base, alpha)
+        return
     with h.for_range(b, m, name="m") as mi:
         row = b.add(y_base, b.mul(mi, h.i64(n)))
         with h.for_range(b, k, name="k") as ki:
@@ -94,6 +97,23 @@ def matmul_rows(ctx: KernelContext, m: int, k: int, n: int, a_at, b_at, y_base: 
             with h.for_range(b, n, name="n") as ni:
                 yk = b.add(row, ni)
                 h.store(b, _fma(b, av, b_at(ki, ni), h.load(b, y, yk)), y, yk)
+
+
+def _half_rows(ctx: KernelContext, m: int, k: int, n: int, a_at, b_at, y_base: ir.Value, alpha: float) -> None:
+    """matmul_rows for f16: each output's dot product summed in f32 and rounded once (as the
+    reference and NumPy do; summing into the f16 output rounded at every step)."""
+    b, y = ctx.b, ctx.outs[0]
+
+    def wide(v):
+        return b.fpext(v, h.F32)
+
+    with h.loop_nest(b, (m, n), name="mn") as (mi, ni):
+        yk = b.add(y_base, b.add(b.mul(mi, h.i64(n)), ni))
+        dot = h.reduce_range(b, k, h.const(h.F32, 0.0),
+                             lambda acc, ki: _fma(b, wide(a_at(mi, ki)), wide(b_at(ki, ni)), acc), name="k")
+        if alpha != 1.0:
+            dot = b.fmul(dot, h.const(h.F32, alpha))
+        h.store(b, b.fptrunc(b.fadd(wide(h.load(b, y, yk)), dot), h.F16), y, yk)
 
 
 def _gemm(ctx: KernelContext) -> None:

@@ -16,6 +16,7 @@ from ....ir.dtypes import DType
 from ....ops.common import norm_axis
 from ... import irhelpers as h
 from ... import mathfns as m
+from ...halfprec import half_round
 from .base import KernelContext, kernel
 from ...irhelpers import collapse
 
@@ -110,21 +111,43 @@ def _softmax(ctx: KernelContext, log: bool) -> None:
         mx = h.reduce_range(b, d, h.const(ty, float("-inf")),
                             lambda acc, j: h.call_intrinsic(b, "llvm.maximum", acc, h.load(b, x, at(j))), "mx")
 
-        def exp_step(acc, j):
-            e = m.exp(b, b.fsub(h.load(b, x, at(j)), mx))
-            if not log:
-                h.store(b, e, y, at(j))
-            return b.fadd(acc, e, flags=h.FAST)
-
-        total = h.reduce_range(b, d, h.const(ty, 0.0), exp_step, "sum")
-        if log:
-            shift = b.fadd(mx, m.log(b, total))
-            with h.for_range(b, d, name="w") as j:
-                h.store(b, b.fsub(h.load(b, x, at(j)), shift), y, at(j))
+        if ty == h.F16 and not log:
+            _half_softmax_line(b, x, y, at, d, mx)
         else:
-            inv = b.fdiv(h.const(ty, 1.0), total)
-            with h.for_range(b, d, name="w") as j:
-                h.store(b, b.fmul(h.load(b, y, at(j)), inv), y, at(j))
+            _softmax_line(b, x, y, at, d, mx, ty, log)
+
+
+def _softmax_line(b, x, y, at, d: int, mx, ty, log: bool) -> None:
+    def exp_step(acc, j):
+        e = m.exp(b, b.fsub(h.load(b, x, at(j)), mx))
+        if not log:
+            h.store(b, e, y, at(j))
+        return b.fadd(acc, e, flags=h.FAST)
+
+    total = h.reduce_range(b, d, h.const(ty, 0.0), exp_step, "sum")
+    if log:
+        shift = b.fadd(mx, m.log(b, total))
+        with h.for_range(b, d, name="w") as j:
+            h.store(b, b.fsub(h.load(b, x, at(j)), shift), y, at(j))
+    else:
+        inv = b.fdiv(h.const(ty, 1.0), total)
+        with h.for_range(b, d, name="w") as j:
+            h.store(b, b.fmul(h.load(b, y, at(j)), inv), y, at(j))
+
+
+def _half_softmax_line(b, x, y, at, d: int, mx) -> None:
+    """f16 Softmax as the reference defines it (ONNX's rounding): the shifted values, their
+    exponentials and the sum each rounded to half, the quotient rounded once."""
+    mx32 = b.fpext(mx, h.F32)
+
+    def exp_step(acc, j):
+        e = half_round(b, m.exp(b, half_round(b, b.fsub(b.fpext(h.load(b, x, at(j)), h.F32), mx32))))
+        h.store(b, b.fptrunc(e, h.F16), y, at(j))
+        return b.fadd(acc, e)
+
+    total = half_round(b, h.reduce_range(b, d, h.const(h.F32, 0.0), exp_step, "sum"))
+    with h.for_range(b, d, name="w") as j:
+        h.store(b, b.fptrunc(b.fdiv(b.fpext(h.load(b, y, at(j)), h.F32), total), h.F16), y, at(j))
 
 
 @kernel("Softmax")
