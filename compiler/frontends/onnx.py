@@ -54,6 +54,7 @@ from ..ir.types import N, Dim, TensorType
 from . import onnx_composed, onnx_pool, onnx_quant, onnx_resample, onnx_signal  # noqa: F401  (register their translators)
 from .builder import GraphBuilder, Unsupported
 from .onnx_functions import MAX_DEPTH, expand, function_body, has_function, schema_of
+from .onnx_subgraphs import CONTROL_OPS, SubgraphHost, all_nodes
 from .onnx_node import ONNX_DTYPES, BatchDependentError, NodeCtx, OnnxImportError, Probe, onnx_dtype, tensor_value
 from .onnx_ops import TABLE, VERSIONS, evaluate_foreign, evaluated
 
@@ -65,11 +66,11 @@ _TENSOR_TYPES = {d: code for code, d in ONNX_DTYPES.items()}
 _EXPAND = object()  # a translator's Unsupported on a node that ONNX defines as a function
 _RECURRENT = ("Recurrent layers import from PyTorch instead: cuvil.import_model(module, example_inputs) "
               "unrolls them into op-set-v1 ops")
+_CONTROL = ("Control flow imports by unrolling: trip counts and conditions known at import (a graph input "
+            "that holds one can be fixed with constant_inputs), or an If whose branches give outputs of one type")
 HINTS = {  # op -> what the user can do, appended to the unsupported-op error
     "LSTM": _RECURRENT, "GRU": _RECURRENT, "RNN": _RECURRENT,
-    "If": "ONNX control flow is outside the op set (PyTorch exports data-dependent branches, and "
-          "nn.LocalResponseNorm, this way)",
-    "Loop": "ONNX control flow is outside the op set", "Scan": "ONNX control flow is outside the op set",
+    "If": _CONTROL, "Loop": _CONTROL, "Scan": _CONTROL,
 }
 def import_onnx(model: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int | None = None,
                 constant_inputs: Mapping[str, Any] | None = None) -> Graph:
@@ -108,7 +109,7 @@ def _check_names(proto: onnx.ModelProto) -> None:
     for vi in (*g.input, *g.output):
         names.append(vi.name)
         names.extend(d.dim_param for d in vi.type.tensor_type.shape.dim)
-    for n in g.node:
+    for n in all_nodes(g):
         names.extend((n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute)))
     if not all(isinstance(name, str) for name in names):
         raise OnnxImportError("not a valid ONNX model: a name in it is not valid UTF-8")
@@ -130,8 +131,8 @@ def _opset(proto: onnx.ModelProto) -> int:
 def _lift(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """The model and its opset, converted to opset LIFTED_TO first when it is older."""
     version = _opset(proto)
-    if version >= LIFTED_TO:
-        return proto, version
+    if version >= LIFTED_TO or (version == 8 and any(n.op_type == "Scan" for n in all_nodes(proto.graph))):
+        return proto, version  # the converter's Scan 8 -> 9 drops the batch axis of graph inputs: Scan 8 imports as is
     from onnx import version_converter
 
     try:
@@ -142,7 +143,7 @@ def _lift(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     return lifted, _opset(lifted)
 
 
-class _Importer:
+class _Importer(SubgraphHost):
     def __init__(self, proto: onnx.ModelProto, batch_size: int | None, constant_inputs: dict[str, Any]):
         proto, self.opset = _lift(proto)
         self.graph, self.batch_size, self.constant_inputs = proto.graph, batch_size, constant_inputs
@@ -150,13 +151,16 @@ class _Importer:
         self.env: dict[str, str] = {}  # ONNX value name -> Cuvil value name
         self.probes: dict[str, Probe] = {}
         self.poisoned: set[str] = set()  # values downstream of something unsupported
-        self.used = {i for n in self.graph.node for i in n.input if i} | {o.name for o in self.graph.output}
+        self.used = {i for n in all_nodes(self.graph) for i in n.input if i} | {o.name for o in self.graph.output}
         self.graph_inputs = frozenset(vi.name for vi in self.graph.input)
         self.needs_constant: set[str] = set()
         self.sources: dict[str, frozenset[str]] = {n: frozenset([n]) for n in self.graph_inputs}
         """ONNX value -> the integer graph inputs its value depends on through integer values not known
         at import (shape arithmetic: a crop size passed as an input); never data, through floats"""
         self.expansions = 0
+        self.input_names: dict[str, str] = {}  # Cuvil graph input -> ONNX graph input
+        self.unrolled = 0
+        self._opsets: list[int] = []  # the opset of each control-flow node being imported  # sub-graph nodes imported (onnx_control.MAX_UNROLLED)
 
     def run(self) -> Graph:
         self._initializers()
@@ -166,10 +170,11 @@ class _Importer:
         return self._outputs()
 
     # graph inputs and weights -------------------------------------------------------------------
-    def _initializers(self) -> None:
-        for t in self.graph.sparse_initializer:
+    def _initializers(self, graph: onnx.GraphProto | None = None) -> None:
+        graph = self.graph if graph is None else graph
+        for t in graph.sparse_initializer:
             self._reject("sparse initializer", t.values.name, [t.values.name])
-        for t in self.graph.initializer:
+        for t in graph.initializer:
             try:
                 value = tensor_value(t)
             except Unsupported as u:
@@ -213,6 +218,7 @@ class _Importer:
                         f"graph input {vi.name!r}: dimension {i} is symbolic ({label}); Cuvil IR lets only the "
                         f"leading batch dimension vary (batch_size=<n> binds that one): export with static shapes")
             self.env[vi.name] = self.b.input(vi.name, TensorType(dtype, tuple(dims)))
+            self.input_names[self.env[vi.name]] = vi.name
 
     def _constant_input(self, name: str, dtype, tt) -> str:
         value = np.asarray(self.constant_inputs[name])
@@ -233,6 +239,8 @@ class _Importer:
         schema = schema_of(node.op_type, opset)
         if schema is None:
             return self._reject(node.op_type, name, node.output)
+        if node.op_type in CONTROL_OPS:
+            return self._control(node, name, schema.since_version, opset, depth)
         fn = TABLE.get(node.op_type)
         version = schema.since_version
         foreign = fn is evaluated  # outside op set v1, but ONNX's reference folds it over constants
