@@ -45,15 +45,23 @@ class GraphBuilder:
         self.nodes: list[Node] = []
         self._names: set[str] = set()
         self._node_names: set[str] = set()
+        self._counters: dict[str, int] = {}  # base name -> the next suffix to try (unique)
+        self._node_counters: dict[str, int] = {}
         self._unsupported: dict[str, list[str]] = {}
 
     # names --------------------------------------------------------------------------------------
     def unique(self, hint: str, taken: set[str] | None = None) -> str:
+        """``hint``, or ``hint_<i>`` with the first free i (counted on from the last one handed out: an
+        unrolled loop asks for one hint thousands of times)."""
         taken = self._names if taken is None else taken
         base = re.sub(r"\s+", "_", hint.strip()) or "v"
-        name, i = base, 1
-        while name in taken:
-            name, i = f"{base}_{i}", i + 1
+        name = base
+        if name in taken:
+            counters = self._node_counters if taken is self._node_names else self._counters
+            i = counters.get(base, 1)
+            while (name := f"{base}_{i}") in taken:
+                i += 1
+            counters[base] = i + 1
         taken.add(name)
         return name
 

@@ -268,8 +268,10 @@ def import_loop(host: Host, node: onnx.NodeProto, name: str, depth: int) -> list
         rows.append(outs[n + 1:])
         i += 1
     k = len(body.output) - n - 1
-    if k and not rows:
-        raise Unsupported("scan outputs of a loop that runs no iteration")
+    if not rows:
+        if any(node.output[n:]):
+            raise Unsupported("scan outputs of a loop that runs no iteration")
+        return carried
     return carried + [_stack(b, [_tensor(r[j], "a scan output") for r in rows], 0, name) for j in range(k)]
 
 

@@ -17,7 +17,8 @@ import onnx
 
 from ..errors import CuvilError, LimitError
 from .builder import Unsupported
-from .onnx_control import MAX_UNROLLED, TRANSLATORS, VERSIONS, Value
+from . import onnx_control
+from .onnx_control import TRANSLATORS, VERSIONS, Value
 from .onnx_functions import MAX_DEPTH
 from .onnx_node import OnnxImportError, Probe
 
@@ -99,8 +100,8 @@ class SubgraphHost:
         if depth + 1 >= MAX_DEPTH:
             raise LimitError(f"sub-graphs and functions nest more than {MAX_DEPTH} deep")
         self.unrolled += len(graph.node)
-        if self.unrolled > MAX_UNROLLED:
-            raise LimitError(f"control flow unrolls into more than {MAX_UNROLLED} nodes")
+        if self.unrolled > onnx_control.MAX_UNROLLED:
+            raise LimitError(f"control flow unrolls into more than {onnx_control.MAX_UNROLLED} nodes")
         outer = self.env, self.probes, self.poisoned
         self.env, self.probes, self.poisoned = ChainMap({}, self.env), ChainMap({}, self.probes), set(self.poisoned)
         try:

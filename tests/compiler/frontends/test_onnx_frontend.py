@@ -480,8 +480,7 @@ def test_a_constant_expanded_far_beyond_its_size_is_computed_not_stored(rng):
     assert sum(v.nbytes for v in graph.constants.values()) < 1024
 
 
-@pytest.mark.parametrize("op, advice", [("LSTM", "import from PyTorch"), ("GRU", "import from PyTorch"),
-                                        ("If", "control flow")])
+@pytest.mark.parametrize("op, advice", [("LSTM", "import from PyTorch"), ("GRU", "import from PyTorch")])
 def test_unsupported_op_errors_say_what_to_do_instead(op, advice):
     node = helper.make_node(op, ["x"], ["y"])
     model = make_model([node], {"x": (F, [1, 4])}, ["y"])
