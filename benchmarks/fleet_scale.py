@@ -116,6 +116,7 @@ class Monitor(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.peak, self.stop = 0, threading.Event()
+        self.own_cpu = 0.0  # CPU seconds this process spent sampling (it counts in this process's CPU)
         self.cpu: dict[int, tuple[str, float]] = {}  # pid -> (role, CPU seconds so far)
         self.lock = threading.Lock()
 
@@ -124,6 +125,7 @@ class Monitor(threading.Thread):
             self.sample()
 
     def sample(self) -> None:
+        began = time.thread_time()
         pids = [os.getpid(), *_descendants(os.getpid())]
         self.peak = max(self.peak, sum(_pss(p) for p in pids))
         with self.lock:
@@ -131,11 +133,12 @@ class Monitor(threading.Thread):
                 used = _cpu_seconds(p)
                 if used is not None:
                     self.cpu[p] = (_role(p), used)
+            self.own_cpu += time.thread_time() - began
 
     def snapshot(self) -> dict[int, tuple[str, float]]:
         self.sample()
         with self.lock:
-            return dict(self.cpu)
+            return {**self.cpu, -1: ("sampling", self.own_cpu)}
 
 
 def cpu_between(start: dict[int, tuple[str, float]], end: dict[int, tuple[str, float]]) -> dict[str, float]:
@@ -255,6 +258,8 @@ def main() -> None:
         (outcome,) = timeline.outcomes
         count, wall_per_message, cpu_per_message, split = device_work(root / "clock", timeline.round_started)
     cpu = cpu_between(timeline.cpu_at["start"], timeline.cpu_at["end"])
+    sampling = cpu.pop("sampling", 0.0)  # this benchmark's own, in this process: not the round's
+    cpu["this process"] = cpu.get("this process", 0.0) - sampling
     total_cpu = sum(cpu.values())
     print(f"\n{args.devices} devices ({', '.join(classes)}) on {args.cpus} Ray workers, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}: {len(outcome.reports)} reports, {len(outcome.failures)} failures")
@@ -274,7 +279,7 @@ def main() -> None:
     driver = cpu.get("this process", 0.0)
     print(f"  this process                 {driver:7.1f} s  (of it, the coordinator's results-store writes "
           f"{outcome.store_s:.1f} s wall; the rest is Flower's simulation engine, Ray's dispatch and the "
-          "coordinator's bookkeeping)")
+          f"coordinator's bookkeeping; this benchmark's own sampling, {sampling:.1f} s more, left out)")
     print(f"  Ray's own processes          {cpu.get('ray', 0.0):7.1f} s")
     print(f"peak memory, all processes (PSS): {monitor.peak / 2**30:.2f} GiB; longest silence between progress "
           f"lines once the coordinator ran: {timeline.longest_gap:.1f} s")

@@ -38,10 +38,12 @@ _log = logging.getLogger("cuvil.device")
 
 @dataclass(frozen=True)
 class Verified:
-    """What the verify mod hands a handler: the verified model, and whether the device held it."""
+    """What the verify mod hands a handler: the verified model, whether the device held it, and the
+    device (resolved once per message)."""
 
     model: Model
     held: bool
+    state: DeviceState
 
 
 # Set by the verify mod for the duration of one handler call, reset after it. Reached only through the
@@ -111,7 +113,7 @@ def make_verify_mod(overrides: Mapping[str, Any] | None = None) -> Mod:
             return _refuse(msg, Code.SIGNATURE_REJECTED, BundleError(str(e)))
         except CuvilError as e:
             return _refuse(msg, Code.DEVICE_ERROR, e)
-        return _call_with(Verified(model, held), lambda: call_next(msg, context))
+        return _call_with(Verified(model, held, state), lambda: call_next(msg, context))
 
     return verify_bundle_mod
 
@@ -151,7 +153,7 @@ def make_client_app(overrides: Mapping[str, Any] | None = None, mods: Sequence[M
             if bundle is None:  # fail closed: no handler ever runs a model the mod did not verify
                 return messages.error_reply(msg, Code.SIGNATURE_REJECTED, "not_verified")
             try:
-                return work(msg, _device(context, overrides), bundle.model, bundle.held, messages.request_config(msg))
+                return work(msg, bundle.state, bundle.model, bundle.held, messages.request_config(msg))
             except PrivacyRefusal as e:
                 return _refuse(msg, _REFUSAL_CODES[e.code], e)
             except TrainingError as e:

@@ -138,6 +138,7 @@ class Coordinator:
         nodes = [n for n in (self.wait_for_nodes() if nodes is None else nodes) if n not in self.devices]
         keys = self.t.node_keys() if nodes else None
         answered = [0]
+        node_of = self.node_of  # device id -> node id: one look-up per reply, not a pass over the fleet
 
         def on_reply(req: Request, rep: Reply) -> None:
             answered[0] += 1
@@ -156,9 +157,10 @@ class Coordinator:
             except (KeyError, TypeError, ValueError) as e:
                 self.emit("inventory_error", node_id=req.node_id, reason=f"bad device info: {e}")
                 return
-            for node, other in list(self.devices.items()):
-                if other.device_id == view.device_id:  # a SuperNode that came back under a new node id
-                    del self.devices[node]
+            earlier = node_of.get(view.device_id)
+            if earlier is not None and earlier != req.node_id:  # a SuperNode that came back under a new node id
+                self.devices.pop(earlier, None)
+            node_of[view.device_id] = req.node_id
             self.devices[req.node_id] = view
             self.store.upsert_device(record)
 

@@ -10,7 +10,7 @@ from cuvil.coordinator.config import RunConfig
 from cuvil.coordinator.rounds import Coordinator, compare
 from cuvil.coordinator.store import ResultsStore
 
-from .fakes import NODE, A, B, FakeTransport, make_fleet
+from .fakes import NODE, A, B, FakeDevice, FakeTransport, make_fleet
 from .helpers import device_report
 
 
@@ -134,3 +134,14 @@ def test_results_survive_a_killed_coordinator(tmp_path):
     s2 = ResultsStore(path)
     (run,) = s2.runs()
     assert run["status"] == "running" and len(s2.reports(s2.rounds(run["id"])[0]["id"])) == 6
+
+
+def test_a_device_back_under_a_new_node_id_replaces_its_old_entry(store):
+    devs = make_fleet()
+    coord = _coord(store, devs)
+    coord.inventory()
+    old = next(n for n, d in devs.items() if d.device_id == "d2")
+    devs[NODE + 7] = FakeDevice("d2", devs[old].profile)  # its old node is still listed: Flower has not noticed
+    coord.refresh()
+    assert [n for n, v in coord.devices.items() if v.device_id == "d2"] == [NODE + 7]
+    assert len(coord.devices) == len(devs) - 1
