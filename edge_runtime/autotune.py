@@ -38,6 +38,7 @@ from ..compiler.codegen.cpu.kernels.split import split_ranges
 from ..compiler.ir.graph import Graph
 from ..compiler.target import ConvChoice, Geometry, Target
 from . import jit
+from .parallel import LIGHT_LEVEL
 
 MARGIN = 0.10  # a candidate must beat the cost model's choice by this fraction to replace it
 ROUND_S = 0.002  # one timing round per candidate: about this long
@@ -189,7 +190,8 @@ class _Built:
         module = ir.Module(name="tune")
         module.triple = target.triple
         wp, scratch_bytes, out_shape = emit_choice(module, "k", target, geom, choice, rng)
-        self.code = jit.load_functions([jit.emit_object(str(module), target, jit=True)], ["k"], target)
+        obj = jit.emit_object(str(module), target, jit=True, speed_level=LIGHT_LEVEL)  # as the model's conv kernels
+        self.code = jit.load_functions([obj], ["k"], target)
         self.build_s = clock() - t0
         x, y, bias = (_aligned(rng.standard_normal((N, C, H, W))), _aligned(np.zeros(out_shape)),
                       _aligned(rng.standard_normal(OC)))

@@ -83,9 +83,9 @@ def optimize(ir_text: str, tm: llvm.TargetMachine, speed_level: int = SPEED_LEVE
     return mod
 
 
-def emit_object(ir_text: str, target: Target, jit: bool = False) -> bytes:
+def emit_object(ir_text: str, target: Target, jit: bool = False, speed_level: int = SPEED_LEVEL) -> bytes:
     tm = target_machine(target, jit=jit)
-    return tm.emit_object(optimize(ir_text, tm))
+    return tm.emit_object(optimize(ir_text, tm, speed_level))
 
 
 def emit_assembly(ir_text: str, target: Target) -> str:

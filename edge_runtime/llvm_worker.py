@@ -1,14 +1,17 @@
 """A helper process for parallel cold compiles: IR text in on stdin, a host object file out on stdout.
 
 Started by :func:`command` (spawned, never forked: safe in a process that runs gRPC or ONNX Runtime
-threads); ``python -m cuvil.edge_runtime.llvm_worker`` works too, but imports all of Cuvil first. Input: one JSON line describing the Target, then the
-module text. Exit status 0 with the object bytes, or 1 with a one-line reason on stderr.
+threads); ``python -m cuvil.edge_runtime.llvm_worker`` works too, but imports all of Cuvil first. Input
+(:func:`write_modules`): one JSON line describing the Target, then per module a line ``<speed level>
+<bytes>`` and its text. Exit status 0 with each object file after its 8-byte length
+(:func:`read_objects`), or 1 with a one-line reason on stderr.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import struct
 import sys
 
 from ..compiler.target import ConvChoice, Target, TargetKind
@@ -37,6 +40,38 @@ def target_from_json(text: str) -> Target:
                   tuple((_tuples(g), k) for g, k in d["conv_parts"]))
 
 
+def write_modules(target: Target, modules: list[tuple[int, str]]) -> bytes:
+    """A helper's whole input: the Target, then each (speed level, module text)."""
+    out = [(target_to_json(target) + "\n").encode()]
+    for level, text in modules:
+        data = text.encode()
+        out += [f"{level} {len(data)}\n".encode(), data]
+    return b"".join(out)
+
+
+def _read_modules(data: bytes) -> tuple[Target, list[tuple[int, str]]]:
+    head, _, rest = data.partition(b"\n")
+    modules, pos = [], 0
+    while pos < len(rest):
+        end = rest.index(b"\n", pos)
+        level, size = (int(v) for v in rest[pos:end].split())
+        modules.append((level, rest[end + 1:end + 1 + size].decode()))
+        pos = end + 1 + size
+    return target_from_json(head.decode()), modules
+
+
+def read_objects(data: bytes) -> list[bytes] | None:
+    """The object files of a helper's output, or None when it is cut short."""
+    objs, pos = [], 0
+    while pos + 8 <= len(data):
+        (size,) = struct.unpack_from("<Q", data, pos)
+        if pos + 8 + size > len(data):
+            return None
+        objs.append(data[pos + 8:pos + 8 + size])
+        pos += 8 + size
+    return objs if pos == len(data) else None
+
+
 BOOT = """import importlib, sys, types
 for name, path in zip(sys.argv[1:4], sys.argv[4:7]):
     sys.modules[name] = types.ModuleType(name)
@@ -61,12 +96,13 @@ def main() -> int:
     if not data:
         return 0  # not needed after all: the parent closed the pipe
     try:
-        head, _, ir_text = data.partition(b"\n")
-        obj = emit_object(ir_text.decode(), target_from_json(head.decode()), jit=True)
-    except Exception as e:  # noqa: BLE001 — reported to the parent, which compiles the part itself
+        target, modules = _read_modules(data)
+        objs = [emit_object(text, target, jit=True, speed_level=level) for level, text in modules]
+    except Exception as e:  # noqa: BLE001 — reported to the parent, which compiles the parts itself
         print(f"{type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
         return 1
-    sys.stdout.buffer.write(obj)
+    for obj in objs:
+        sys.stdout.buffer.write(struct.pack("<Q", len(obj)) + obj)
     sys.stdout.buffer.flush()
     return 0
 

@@ -17,14 +17,21 @@ import os
 import re
 import subprocess
 import threading
+from dataclasses import dataclass
 
+from ..compiler.codegen.irhelpers import PREVECTORIZED
 from ..compiler.target import Target
-from .llvm_worker import command, target_to_json
+from .jit import SPEED_LEVEL as FULL_LEVEL
+from .jit import emit_object
+from .llvm_worker import command, read_objects, target_to_json, write_modules
 
 _DEFINE = re.compile(r'^define (internal )?(.*?)@"([^"]+)"\((.*)\)(.*)$')
 _GROUP = re.compile(r"^(k\d+)_")
 _WRAPPER = re.compile(r"^k\d+_[A-Za-z0-9]+$")  # what the lowering calls from the entry point
 MIN_SPLIT_BYTES = 200_000  # below this a helper costs more than it saves
+_LIGHT_ATTR = f'"{PREVECTORIZED}"'
+LIGHT_LEVEL = 0  # prevectorized kernels: no module optimizer, code generation at full level (same speed, measured)
+LIGHT_COST = 0.4  # their LLVM time per byte of IR against the full pipeline's (ResNet-18, MobileNetV2: 0.35-0.45)
 HELPER_TIMEOUT_S = 600
 
 
@@ -81,8 +88,27 @@ def _clusters(groups: dict[str, list], helpers: dict[str, list[str]]) -> list[tu
     return clusters
 
 
-def split_module(ir_text: str, parts: int) -> list[str]:
-    """Cut the module text into at most ``parts`` self-contained modules (part 0: entry points)."""
+@dataclass(frozen=True)
+class Part:
+    """One self-contained module, the module optimizer level it gets, and the process that compiles it (0: this one)."""
+
+    text: str
+    speed_level: int
+    worker: int
+
+
+def _light(keys: list[str], groups: dict[str, list[tuple[str, list[str]]]]) -> bool:
+    """A cluster skips the module optimizer when every kernel group in it has a prevectorized function."""
+    return all(any(_LIGHT_ATTR in body[0] for _, body in groups[key]) for key in keys)
+
+
+def split_module(ir_text: str, parts: int) -> list[Part]:
+    """Cut the module text into self-contained modules for ``parts`` processes (part 0: entry points).
+
+    Clusters of prevectorized kernels (:data:`PREVECTORIZED`) go to modules of their own compiled
+    at ``LIGHT_LEVEL``; the rest at the full level. Each process gets at most one module of each
+    level, balanced by estimated LLVM time. The module is returned whole when there is nothing to cut.
+    """
     header, singles, funcs = _items(ir_text)
     groups: dict[str, list[tuple[str, list[str]]]] = {}
     entry_funcs, helpers = [], {}
@@ -95,32 +121,34 @@ def split_module(ir_text: str, parts: int) -> list[str]:
         else:
             entry_funcs.append((name, body))
     clusters = _clusters(groups, helpers)
-    if parts < 2 or len(clusters) < 2:
-        return [ir_text]
-    bins: list[list[tuple[str, list[str]]]] = [[] for _ in range(min(parts, len(clusters)))]
-    sizes = [sum(len(b) for _, b in entry_funcs)] + [0] * (len(bins) - 1)
-    bins[0].extend(entry_funcs)
 
     def members(cluster):
         return [m for key in cluster[0] for m in groups[key]] + [(n, helpers[n]) for n in sorted(cluster[1])]
 
-    for cluster in sorted(clusters, key=lambda c: -sum(len(b) for _, b in members(c))):  # largest first
-        target = min(range(len(bins)), key=lambda k: sizes[k])
-        bins[target].extend(members(cluster))
-        sizes[target] += sum(len(b) for _, b in members(cluster))
-    wrappers = {name: body[0] for members in groups.values() for name, body in members if _WRAPPER.match(name)}
+    light = [_light(c[0], groups) for c in clusters]
+    workers_ = max(1, min(parts, len(clusters)))
+    if not any(light) and (workers_ < 2 or len(clusters) < 2):
+        return [Part(ir_text, FULL_LEVEL, 0)]
+    bins: dict[tuple[int, bool], list[tuple[str, list[str]]]] = {(0, False): list(entry_funcs)}
+    cost = [sum(len(b) for _, b in entry_funcs)] + [0] * (workers_ - 1)
+    weighted = [(sum(len(b) for _, b in members(c)) * (LIGHT_COST if lt else 1.0), c, lt) for c, lt in zip(clusters, light)]
+    for w, cluster, lt in sorted(weighted, key=lambda x: -x[0]):  # largest first
+        k = min(range(workers_), key=lambda i: cost[i])
+        bins.setdefault((k, lt), []).extend(members(cluster))
+        cost[k] += w
+    wrappers = {name: body[0] for members_ in groups.values() for name, body in members_ if _WRAPPER.match(name)}
     out = []
-    for k, members in enumerate(bins):
-        text = "\n".join(line for _, body in members for line in body)
-        here = {name for name, _ in members}
+    for (k, lt), members_ in sorted(bins.items()):
+        text = "\n".join(line for _, body in members_ for line in body)
+        here = {name for name, _ in members_}
         lines = list(header)
         lines += [s for s in singles if s.startswith("declare ") or (s.split(" ", 1)[0] in text)]
-        if k == 0:
+        if (k, lt) == (0, False):
             lines += [_declaration(d) for name, d in wrappers.items() if name not in here]
-        for name, body in members:
+        for name, body in members_:
             first = body[0].replace("define internal ", "define ", 1) if name in wrappers else body[0]
             lines += [first] + body[1:]
-        out.append("\n".join(lines) + "\n")
+        out.append(Part("\n".join(lines) + "\n", LIGHT_LEVEL if lt else FULL_LEVEL, k))
     return out
 
 
@@ -144,33 +172,37 @@ class Helpers:
             except OSError:
                 break  # no helper: the parts are compiled here
 
-    def compile(self, parts: list[str], target: Target) -> list[bytes]:
-        """parts[0] here, parts[1:] in the helpers (a helper that fails: that part here too)."""
-        from .jit import emit_object
-
-        head = (target_to_json(target) + "\n").encode()
+    def compile(self, parts: list[Part], target: Target) -> list[bytes]:
+        """Worker 0's parts here, the others' in the helpers (a helper that fails: its parts here too)."""
         results: list[bytes | None] = [None] * len(parts)
         errors: list[str | None] = [None] * len(parts)
+        mine = {w: [i for i, p in enumerate(parts) if p.worker == w] for w in range(1 + len(self.procs))}
 
-        def remote(i: int, proc: subprocess.Popen) -> None:
+        def remote(w: int, proc: subprocess.Popen) -> None:
+            idx = mine[w]
             try:
-                out, err = proc.communicate(head + parts[i].encode(), timeout=HELPER_TIMEOUT_S)
-                if proc.returncode == 0 and out:
-                    results[i] = out
+                out, err = proc.communicate(write_modules(target, [(parts[i].speed_level, parts[i].text) for i in idx]),
+                                            timeout=HELPER_TIMEOUT_S)
+                objs = read_objects(out) if proc.returncode == 0 else None
+                if objs is not None and len(objs) == len(idx):
+                    for i, o in zip(idx, objs):
+                        results[i] = o
                 else:
-                    errors[i] = err.decode(errors="replace").strip()
+                    errors[idx[0]] = err.decode(errors="replace").strip()
             except (OSError, subprocess.TimeoutExpired) as e:
                 proc.kill()
-                errors[i] = str(e)
+                errors[idx[0]] = str(e)
 
-        threads = [threading.Thread(target=remote, args=(i, p), daemon=True)
-                   for i, p in zip(range(1, len(parts)), self.procs)]
+        threads = [threading.Thread(target=remote, args=(w, p), daemon=True)
+                   for w, p in enumerate(self.procs, start=1) if mine.get(w)]
         for t in threads:
             t.start()
-        results[0] = emit_object(parts[0], target, jit=True)
+        for i in mine[0]:
+            results[i] = emit_object(parts[i].text, target, jit=True, speed_level=parts[i].speed_level)
         for t in threads:
             t.join()
-        return [r if r is not None else emit_object(parts[i], target, jit=True) for i, r in enumerate(results)]
+        return [r if r is not None else emit_object(p.text, target, jit=True, speed_level=p.speed_level)
+                for r, p in zip(results, parts)]
 
     def close(self) -> None:
         for p in self.procs:
@@ -190,13 +222,10 @@ class Helpers:
 
 
 def emit_objects(ir_text: str, target: Target, helpers: Helpers | None = None) -> list[bytes]:
-    """Host objects for ``ir_text``: one, or one per part when helper processes are there to share it."""
-    from .jit import emit_object
-
-    n = 1 + len(helpers.procs) if helpers is not None else 1
-    if n < 2 or len(ir_text) < MIN_SPLIT_BYTES:
-        return [emit_object(ir_text, target, jit=True)]
+    """Host objects for ``ir_text``: prevectorized kernels apart (:data:`LIGHT_LEVEL`), and the work
+    shared with the helper processes when there are any and the module is big enough to gain."""
+    n = 1 + len(helpers.procs) if helpers is not None and len(ir_text) >= MIN_SPLIT_BYTES else 1
     parts = split_module(ir_text, n)
-    if len(parts) == 1:
-        return [emit_object(ir_text, target, jit=True)]
-    return helpers.compile(parts, target)
+    if n > 1 and helpers is not None:
+        return helpers.compile(parts, target)
+    return [emit_object(p.text, target, jit=True, speed_level=p.speed_level) for p in parts]

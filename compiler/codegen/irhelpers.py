@@ -220,6 +220,12 @@ def target_attrs(target: Target) -> dict[str, str]:
     return attrs
 
 
+PREVECTORIZED = "cuvil-prevectorized"
+"""String attribute of a function whose emitter already vectorized, unrolled and scheduled its IR
+(the conv micro-kernels): LLVM's module optimizer makes no faster code of it, only a slower compile
+(ResNet-18: 0.6 of its 1.1 CPU-s), so the edge runtime gives such kernels code generation alone."""
+
+
 class _StringFnAttrs(ir.values.FunctionAttributes):
     """FunctionAttributes that also accept ``"key"="value"`` string attributes."""
 

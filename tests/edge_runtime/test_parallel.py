@@ -40,7 +40,7 @@ def _defined_and_called(part: str) -> tuple[set[str], set[str]]:
 def test_every_part_is_a_valid_module_that_defines_what_it_calls():
     init_llvm()
     lowered = lower(_conv_graph(), resolve("x86-avx2"))  # a profile whose 3x3 convs share Winograd helpers
-    parts = parallel.split_module(lowered.llvm_ir, 3)
+    parts = [p.text for p in parallel.split_module(lowered.llvm_ir, 3)]
     assert len(parts) >= 2 and lowered.entry in parts[0]
     for part in parts:
         llvm.parse_assembly(part).verify()
@@ -50,6 +50,32 @@ def test_every_part_is_a_valid_module_that_defines_what_it_calls():
     assert helpers  # the Winograd stage and its GEMM
     for name in helpers:  # a shared helper is compiled once: in exactly one part
         assert sum(bool(re.search(rf'^define [^@]*@"{re.escape(name)}"', p, re.M)) for p in parts) == 1
+
+
+def test_prevectorized_conv_kernels_skip_the_module_optimizer_and_the_rest_does_not():
+    lowered = lower(_conv_graph(), resolve("x86-avx512"))
+    parts = parallel.split_module(lowered.llvm_ir, 1)
+    assert {p.worker for p in parts} == {0}
+    light = [p for p in parts if p.speed_level == parallel.LIGHT_LEVEL]
+    full = [p for p in parts if p.speed_level == parallel.FULL_LEVEL]
+    assert len(light) == 1 and len(full) == 1 and parallel.LIGHT_LEVEL < parallel.FULL_LEVEL
+    defines = [re.findall(r'^define [^@]*@"([^"]+)"', p.text, re.M) for p in (full[0], light[0])]
+    assert lowered.entry in defines[0] and "k1_MatMul" in defines[0] and not any("Conv" in n for n in defines[0])
+    assert {"k0_FusedConv", "k0_FusedConv_mk"} <= set(defines[1]) and not any("MatMul" in n for n in defines[1])
+
+
+def test_a_model_without_prevectorized_kernels_stays_one_module_in_one_process():
+    lowered = lower(_conv_graph(convs=0), resolve("x86-avx512"))
+    assert parallel.split_module(lowered.llvm_ir, 1) == [parallel.Part(lowered.llvm_ir, parallel.FULL_LEVEL, 0)]
+
+
+def test_helper_input_and_output_round_trip_and_a_cut_output_is_refused():
+    target = resolve("x86-avx2")
+    got_target, modules = llvm_worker._read_modules(llvm_worker.write_modules(target, [(0, "a\nb"), (2, "é")]))
+    assert got_target == target and modules == [(0, "a\nb"), (2, "é")]
+    out = b"".join(len(o).to_bytes(8, "little") + o for o in (b"obj1", b"", b"object 3"))
+    assert llvm_worker.read_objects(out) == [b"obj1", b"", b"object 3"]
+    assert llvm_worker.read_objects(out[:-1]) is None and llvm_worker.read_objects(out + b"\0") is None
 
 
 @pytest.fixture

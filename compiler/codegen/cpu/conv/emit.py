@@ -19,6 +19,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ....target import Target
+from ...irhelpers import PREVECTORIZED, set_fn_attrs
 from ..vecops import define_kernel
 from .direct import emit_direct
 from .plan import conv_plan
@@ -40,4 +41,5 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
         emit_conv_rows(fn, p, **epilogue)
     else:
         emit_direct(fn, p, target, **epilogue)
+    set_fn_attrs(fn, strings={PREVECTORIZED: "true"})
     return fn
