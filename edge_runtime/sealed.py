@@ -70,21 +70,24 @@ class Sealer:
             h.update(part)
         return h.digest()
 
-    def _tail_tag(self, name: str, nonce: bytes, region) -> bytes:
-        one_time_key = hmac.digest(self._tail_key, name.encode() + b"\0" + nonce, "sha256")
-        return Poly1305.generate_tag(one_time_key, region)
+    def _tail_tag(self, name: str, nonce: bytes, *regions) -> bytes:
+        mac = Poly1305(hmac.digest(self._tail_key, name.encode() + b"\0" + nonce, "sha256"))
+        for region in regions:
+            mac.update(region)
+        return mac.finalize()
 
-    def write(self, path: str | os.PathLike, name: str, meta: bytes, body: list[bytes], tail: bytes) -> None:
-        """Write a sealed file and publish it at ``path`` with one atomic ``os.replace``."""
+    def write(self, path: str | os.PathLike, name: str, meta: bytes, body: list[bytes], tail) -> None:
+        """Write a sealed file and publish it at ``path`` with one atomic ``os.replace``; ``tail`` is any
+        bytes-like object (a packed weight block: never copied)."""
         path = Path(path)
         body_len = sum(map(len, body))
         if len(meta) > MAX_META_BYTES or body_len > MAX_BODY_BYTES:
             raise SealError(f"{len(meta)} bytes of metadata and {body_len} of body are more than a sealed file holds")
         tail_off = _page_up(_FIXED.size + len(meta) + body_len)
-        padded = bytearray(_page_up(len(tail)))
-        padded[:len(tail)] = tail
+        tail = memoryview(tail).cast("B")
+        pad = bytes(_page_up(len(tail)) - len(tail))
         nonce = os.urandom(16)
-        tag = self._tail_tag(name, nonce, padded)
+        tag = self._tail_tag(name, nonce, tail, pad)
         rest = _FIXED.pack(MAGIC, bytes(32), nonce, len(meta), body_len, tail_off, len(tail), tag)[_AFTER_MAC:]
         mac = self._mac(name, rest, [meta, *body])
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:16]}.", suffix=".tmp", dir=path.parent)  # O_EXCL, 0600
@@ -94,7 +97,8 @@ class Sealer:
                 for part in body:
                     f.write(part)
                 f.write(bytes(tail_off - f.tell()))
-                f.write(padded)
+                f.write(tail)
+                f.write(pad)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compiler.codegen.driver import IOSpec
+from ..compiler.codegen.driver import IOSpec, aligned_empty
 from ..compiler.codegen.lower import LoweredModel
 from ..compiler.errors import InterpreterError, LimitError, RunTimeCheckError
 from ..compiler.memory.plan import MemoryPlan
@@ -68,14 +68,16 @@ def _forget_workers() -> None:
 os.register_at_fork(after_in_child=_forget_workers)
 
 
-def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:
-    """A zeroed uint8 buffer whose first byte sits on an ``align`` boundary (LimitError when it does not fit)."""
-    try:
-        raw = np.zeros(nbytes + align, dtype=np.uint8)
-    except MemoryError:
-        raise LimitError(f"{nbytes} bytes for the arena or weights do not fit in this process's memory") from None
-    start = -raw.ctypes.data % align
-    return raw[start:start + nbytes]
+def _read_only_aligned(block: np.ndarray | bytes) -> np.ndarray:
+    """``block`` itself when it already is a read-only, 64-byte aligned uint8 array (what ``lower``
+    returns: no second copy of the weights), else such a copy of it."""
+    if (isinstance(block, np.ndarray) and block.dtype == np.uint8 and block.ndim == 1 and len(block)
+            and not block.flags.writeable and block.ctypes.data % ALIGN == 0):
+        return block
+    out = aligned_empty(max(len(block), ALIGN))
+    out[:len(block)] = np.frombuffer(block, dtype=np.uint8)
+    out.flags.writeable = False
+    return out
 
 
 def _view(arena: np.ndarray, spec: IOSpec) -> np.ndarray:
@@ -86,7 +88,8 @@ class Session:
     def __init__(self, lowered: LoweredModel, code: LoadedCode, stats: CompileStats, weights: np.ndarray | None = None,
                  guard_pages: bool = False):
         """``weights``: the packed block already in memory (a cache hit maps it from the file, read-only,
-        64-byte aligned); without it the block is copied from ``lowered.weights``. ``guard_pages``: arena
+        64-byte aligned); without it the session runs on ``lowered.weights`` as it is when that is lower's
+        aligned read-only array, else on a copy. ``guard_pages``: arena
         and weights each between two inaccessible pages (:mod:`.guard`), so an access past either faults."""
         self.stats = stats
         self._code = code  # keeps the execution engine, hence the machine code, alive
@@ -96,14 +99,11 @@ class Session:
             weights = guarded(len(block) or ALIGN)
             weights[:len(block)] = np.frombuffer(block, dtype=np.uint8)
             make_read_only(weights)
-        elif weights is None or not len(weights):
-            self._arena = aligned_empty(max(lowered.arena_bytes, ALIGN))
-            weights = aligned_empty(max(len(block), ALIGN))
-            weights[:len(block)] = np.frombuffer(block, dtype=np.uint8)
-            weights.flags.writeable = False
         else:
             self._arena = aligned_empty(max(lowered.arena_bytes, ALIGN))
-            if weights.ctypes.data % ALIGN:
+            if weights is None or not len(weights):
+                weights = _read_only_aligned(block)
+            elif weights.ctypes.data % ALIGN:
                 raise ValueError("the weights block must be 64-byte aligned")
         self._weights = weights
         self.lowered = dataclasses.replace(lowered, weights=b"")  # the block lives once, in _weights

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CompileError
+from ..errors import CompileError, LimitError
 from ..ir.dtypes import DType
 from ..ir.graph import Graph, Node
 from ..ir.infer import bind_batch
@@ -120,18 +120,41 @@ class WeightBlock:
     """One read-only block; every tensor starts at a 64-byte boundary, each (name, layout) once."""
 
     def __init__(self) -> None:
-        self.parts: list[bytes] = []
+        self.parts: list[np.ndarray] = []  # uint8 views of the arrays added (no copy), each padded to ALIGN
         self.size = 0
         self.offsets: dict[tuple[str, str | None], int] = {}
 
     def add(self, key: tuple[str, str | None], arr: np.ndarray) -> int:
         if key not in self.offsets:
             self.offsets[key] = self.size
-            data = np.ascontiguousarray(arr).tobytes()
+            data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
             pad = -len(data) % ALIGN
-            self.parts.append(data + b"\0" * pad)
+            self.parts += [data, np.zeros(pad, np.uint8)] if pad else [data]
             self.size += len(data) + pad
         return self.offsets[key]
 
     def tobytes(self) -> bytes:
-        return b"".join(self.parts)
+        return b"".join(p.tobytes() for p in self.parts)
+
+    def array(self) -> np.ndarray:
+        """The block as one read-only, 64-byte aligned uint8 array, consuming the parts as it copies
+        them: the packed weights are never alive twice over (a session runs on this array as it is)."""
+        out = aligned_empty(self.size)
+        at = 0
+        self.parts.reverse()
+        while self.parts:
+            part = self.parts.pop()
+            out[at:at + len(part)] = part
+            at += len(part)
+        out.flags.writeable = False
+        return out
+
+
+def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:
+    """A zeroed uint8 buffer whose first byte sits on an ``align`` boundary (LimitError when it does not fit)."""
+    try:
+        raw = np.zeros(nbytes + align, dtype=np.uint8)
+    except MemoryError:
+        raise LimitError(f"{nbytes} bytes for the arena or weights do not fit in this process's memory") from None
+    start = -raw.ctypes.data % align
+    return raw[start:start + nbytes]

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..ir.graph import Graph
 from ..memory.plan import MemoryPlan
 from ..memory.scratch import check_worker_scratch
@@ -27,7 +29,7 @@ from .driver import IOSpec, prepare
 class LoweredModel:
     llvm_ir: str
     entry: str
-    weights: bytes
+    weights: np.ndarray | bytes  # lower(): read-only uint8, 64-byte aligned; b"" where the block lives elsewhere
     plan: MemoryPlan
     arena_bytes: int  # the plan's arena plus the kernels' shared scratch region
     inputs: tuple[IOSpec, ...]
@@ -70,7 +72,7 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
         check_worker_scratch(low.worker_scratch, prep.plan.arena_bytes, _arena_end(low))
         g = prep.graph
         return LoweredModel(
-            llvm_ir=str(low.module) if emit else "", entry=name, weights=low.weights.tobytes(), plan=prep.plan,
+            llvm_ir=str(low.module) if emit else "", entry=name, weights=low.weights.array(), plan=prep.plan,
             arena_bytes=_arena_end(low), inputs=prep.io(g.inputs), outputs=prep.io(g.outputs),
             kernel_count=len(low.kernels), target=prep.target, batch=batch, node_count=len(g.nodes),
             profile_offset=low.profile_offset, profile_nodes=tuple(low.profiled), fault_offset=low.fault_offset,

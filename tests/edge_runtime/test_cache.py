@@ -98,7 +98,7 @@ def test_artifact_round_trip_maps_aligned_read_only_weights(tmp_path):
     write_artifact(sealer, path, "a", lowered, [b"\x7fELF one", b"two"])
     art = read_artifact(sealer, path, "a", target)
     assert art.objects == [b"\x7fELF one", b"two"]
-    assert art.weights.tobytes() == lowered.weights and not art.weights.flags.writeable
+    assert art.weights.tobytes() == lowered.weights.tobytes() and not art.weights.flags.writeable
     assert art.weights.ctypes.data % 64 == 0 and path.stat().st_size % PAGE == 0
     assert art.lowered.plan == lowered.plan and art.lowered.entry == lowered.entry
     assert art.lowered.arena_bytes == lowered.arena_bytes and art.lowered.inputs == lowered.inputs

@@ -16,6 +16,7 @@ from cuvil.compiler.errors import CompileError, InterpreterError
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.compile import compile_graph, lower_for, resolve
+from cuvil.edge_runtime.session import Session
 
 from ..guarded import run_in_child
 
@@ -251,6 +252,16 @@ def test_foreign_isa_emits_object_but_does_not_run(profile, cache_dir):
     assert obj[:4] == b"\x7fELF" and int.from_bytes(obj[18:20], "little") == 183  # EM_AARCH64
     with pytest.raises(CompileError, match=f"cuvil compile --target {profile} -o FILE"):
         compile_graph(mlp_graph(), target=profile, cache_dir=cache_dir)
+
+
+def test_a_cold_session_runs_on_the_lowered_weights_without_a_copy():
+    lowered = lower(mlp_graph(), resolve("host"))
+    assert lowered.weights.ctypes.data % 64 == 0 and not lowered.weights.flags.writeable
+    session = compile_graph(mlp_graph(), use_cache=False)
+    assert session.lowered.weights == b""  # the block lives once, in the session
+    code = jit.load_object(jit.emit_object(lowered.llvm_ir, resolve("host"), jit=True), lowered.entry, resolve("host"))
+    again = Session(lowered, code, session.stats)
+    assert again._weights is lowered.weights
 
 
 # ------------------------------------------------------------------------------------- run_each ---

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 from cuvil.compiler import parse_graph
 from cuvil.compiler.codegen import driver
+from cuvil.compiler.codegen.driver import WeightBlock
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.codegen.nvptx import gpu_target, lower_ptx
 from cuvil.compiler.errors import CompileError
@@ -68,3 +70,15 @@ def test_identical_nodes_share_one_kernel(lowering, target):
     low = lowering(parse_graph(RELUS), target, optimize=False)
     kernels = low.kernel_count if hasattr(low, "kernel_count") else len(low.kernels)
     assert kernels <= 2  # in place or not: at most one kernel per distinct aliasing pattern
+
+
+def test_weight_block_array_is_aligned_read_only_and_holds_each_tensor_at_its_offset():
+    block = WeightBlock()
+    a, b = np.arange(5, dtype=np.float32), np.arange(7, dtype=np.int8).reshape(7, 1)
+    at_a, at_b = block.add(("a", None), a), block.add(("b", "packed"), b)
+    assert block.add(("a", None), a) == at_a == 0 and at_b == 64  # each (name, layout) once, 64-byte aligned
+    expected = block.tobytes()
+    out = block.array()
+    assert out.tobytes() == expected and len(out) == 128 and not block.parts
+    assert out.ctypes.data % 64 == 0 and not out.flags.writeable
+    assert out[:20].view(np.float32).tolist() == [0, 1, 2, 3, 4] and out[64:71].tolist() == list(range(7))
