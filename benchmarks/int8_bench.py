@@ -6,6 +6,11 @@ Printed first: the CPU, the target and ONNX Runtime's version; per model: median
 int8 / ORT int8, Cuvil fp32 / Cuvil int8), the bundle sizes (int8 / fp32), and whether Cuvil's
 int8 output equals its int8 reference interpreter exactly.
 
+Times are wall clock and the calling thread's CPU time (every runtime runs on the calling thread at
+one thread). On a loaded machine wall-clock medians move with the load from run to run (ratios
+near 1 flip); CPU time leaves out the time the thread was descheduled, so the ``cpu`` ratios are
+the ones to compare across runs.
+
     python benchmarks/int8_bench.py [--models mlp,small_cnn,resnet18,mobilenet_v2] [--target host|x86-avx2]
                                     [--rounds 20] [--block 20]
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -30,7 +36,22 @@ from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
 from tests.qdq import ort_session, qdq_model  # noqa: E402
 from tests.zoo import ZOO  # noqa: E402
-from zoo_bench import time_interleaved  # noqa: E402  (this folder is on sys.path)
+
+
+def time_interleaved(runners: dict, rounds: int, block: int) -> tuple[dict, dict]:
+    """Wall and thread-CPU ms per inference, one sample per block, runners in turn each round."""
+    wall: dict[str, list[float]] = {k: [] for k in runners}
+    cpu: dict[str, list[float]] = {k: [] for k in runners}
+    for fn in runners.values():
+        fn()
+    for _ in range(rounds):
+        for key, fn in runners.items():
+            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            for _ in range(block):
+                fn()
+            cpu[key].append((time.thread_time_ns() - c0) / 1e6 / block)
+            wall[key].append((time.perf_counter_ns() - w0) / 1e6 / block)
+    return wall, cpu
 
 
 def bundle_bytes(graph) -> int:
@@ -53,10 +74,13 @@ def bench(name: str, target: str, rounds: int, block: int) -> dict:
     ort_feeds = {qdq.graph.input[0].name: x}
     runners = {"cuvil_int8": lambda: s8.run(feeds), "ort_int8": lambda: ort8.run(None, ort_feeds),
                "cuvil_fp32": lambda: s32.run(feeds)}
-    med = {k: float(np.median(v)) for k, v in time_interleaved(runners, rounds, block).items()}
+    wall, cpu = time_interleaved(runners, rounds, block)
+    med = {k: float(np.median(v)) for k, v in wall.items()}
+    cmed = {k: float(np.median(v)) for k, v in cpu.items()}
     return {"model": name, **med, "int8/ort": med["cuvil_int8"] / med["ort_int8"],
-            "fp32/int8": med["cuvil_fp32"] / med["cuvil_int8"], "bundle int8/fp32": bundle_bytes(q8) / bundle_bytes(f32),
-            "exact": exact}
+            "fp32/int8": med["cuvil_fp32"] / med["cuvil_int8"], "cpu": cmed,
+            "cpu int8/ort": cmed["cuvil_int8"] / cmed["ort_int8"], "cpu fp32/int8": cmed["cuvil_fp32"] / cmed["cuvil_int8"],
+            "bundle int8/fp32": bundle_bytes(q8) / bundle_bytes(f32), "exact": exact}
 
 
 def main() -> None:
@@ -70,11 +94,12 @@ def main() -> None:
 
     print(f"{describe_host()}; target {args.target}; ONNX Runtime {onnxruntime.__version__}; 1 thread, batch 1")
     print(f"{'model':14} {'cuvil int8 ms':>13} {'ort int8 ms':>11} {'cuvil fp32 ms':>13} {'int8/ort':>8} "
-          f"{'fp32/int8':>9} {'bundle':>7} exact")
+          f"{'fp32/int8':>9} | {'cpu: int8':>9} {'ort':>6} {'fp32':>6} {'int8/ort':>8} {'fp32/int8':>9} | {'bundle':>7} exact")
     for name in args.models.split(","):
         r = bench(name, args.target, args.rounds, args.block)
         print(f"{name:14} {r['cuvil_int8']:13.3f} {r['ort_int8']:11.3f} {r['cuvil_fp32']:13.3f} {r['int8/ort']:8.2f} "
-              f"{r['fp32/int8']:9.2f} {r['bundle int8/fp32']:7.3f} {r['exact']}", flush=True)
+              f"{r['fp32/int8']:9.2f} | {r['cpu']['cuvil_int8']:9.3f} {r['cpu']['ort_int8']:6.3f} {r['cpu']['cuvil_fp32']:6.3f} "
+              f"{r['cpu int8/ort']:8.2f} {r['cpu fp32/int8']:9.2f} | {r['bundle int8/fp32']:7.3f} {r['exact']}", flush=True)
 
 
 if __name__ == "__main__":
