@@ -75,6 +75,8 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.U8, 127, 4, 1, [1, 1, 1, 1], (1, 8, 5, 5), 8),  # grouped: direct loops
     (DType.U8, 127, 8, 2, [1, 1, 1, 1], (1, 8, 9, 11), 8),  # depthwise, stride 2: taps summed in registers
     (DType.I8, 127, 4, 1, [1, 0, 0, 1], (2, 4, 6, 7), 8),  # depthwise with two outputs per input channel
+    (DType.I8, 127, 21, 1, [1, 0, 2, 1], (1, 21, 5, 6), 21),  # depthwise, small plane: channels in lanes, a tail
+    (DType.U8, 127, 40, 2, [1, 1, 1, 1], (2, 40, 7, 7), 40),  # depthwise, stride 2: channels in lanes
 ]
 
 

@@ -27,6 +27,7 @@ from ..int_gemm import GemmGeometry, emit_int_gemm, store_bytes
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
 from .elementwise import emit_map
+from .quant_depthwise import LANES, emit_lanes_qconv, lanes_ok, lanes_scratch, pack_lanes
 from .quant_grouped import emit_grouped_qconv, grouped_scratch
 
 QUADS = "quads:"  # + the Dot kind the packing was made for
@@ -167,7 +168,14 @@ def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
         taps[:, :, :c] = arr.reshape(m, c, k).transpose(0, 2, 1)  # sizes spelled out: C or M may be 0
         rows = taps.reshape(m, k * 4 * c4)
         return _pack_broadcast_rows(rows, choose_dot(target, pairs_bounded(rows)))
+    if lanes_ok(key, target):
+        return pack_lanes(key, i, arr, target)
     return None
+
+
+def _lanes_packed(key: KernelKey) -> bool:
+    """Depthwise with channels in lanes: weights (and the bias, if any) packed for it."""
+    return key.packed[1] == LANES and (len(key.packed) == 2 or key.packed[2] == LANES)
 
 
 def _pack_broadcast_rows(rows: np.ndarray, dot: Dot):
@@ -218,6 +226,8 @@ def _conv_plan(key: KernelKey, dot: Dot) -> _ConvPlan:
 
 def _qconv_scratch(key: KernelKey, target: Target) -> int:
     dot = _dot_of(key, target)
+    if _lanes_packed(key):
+        return lanes_scratch(key, target)
     if dot is None or not _conv_gemm_ok(key):
         return grouped_scratch(key)
     return _conv_plan(key, dot).scratch
@@ -328,6 +338,8 @@ def emit_qconv(ctx: KernelContext) -> None:
     dot = _dot_of(ctx.key, ctx.target)
     if dot is not None and _conv_gemm_ok(ctx.key):
         _qconv_gemm(ctx, dot)
+    elif _lanes_packed(ctx.key):
+        emit_lanes_qconv(ctx)
     else:
         emit_grouped_qconv(ctx)
 

@@ -1,0 +1,146 @@
+"""Depthwise QConv with channels in vector lanes, for planes too small or strided for pixel vectors.
+
+The per-channel loops of ``quant_grouped.py`` vectorize along an output row, which fills no vector
+when the row is short (MobileNetV2's 6x6 and 3x3 layers) and streams nothing at stride 2. Here the
+input is copied once into a zero-bordered int16 plane of centred values in channel-last order
+(``[row][col][channel]``, channels padded to whole vectors), so every tap of an output pixel is one
+vector load per lane group, summed in int32 registers and requantized there; the lanes are stored to
+their channel planes. Weights and bias are packed at compile time as int32 ``[tap][channel]`` and
+``[channel]`` rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from ....ops.quant import clamp_bounds, multiplier
+from ....target import Target
+from ... import irhelpers as h
+from ... import quant_math as qm
+from ...irhelpers import gep
+from .base import KernelContext, KernelKey
+
+LANES = "dw-lanes"
+I16 = ir.IntType(16)
+MAX_TAPS = 64  # taps summed by straight-line code
+MAX_PIXELS = 64  # output planes up to 8x8 (larger ones at stride 1 stream rows of pixels)
+MAX_STRIDED_INPUT = 24 * 24  # a strided conv over a larger input: the channel-last copy costs more than it saves
+
+
+def _lanes(target: Target) -> int:
+    return target.vector_floats
+
+
+def _channels_padded(c: int, target: Target) -> int:
+    return -(-c // _lanes(target)) * _lanes(target)
+
+
+def lanes_ok(key: KernelKey, target: Target) -> bool:
+    """A depthwise conv (one output per input channel) whose output plane is small or strided, with
+    constant weights and bias (``key`` as the packer sees it)."""
+    a = dict(key.attrs)
+    if len(key.in_types[0].shape) != 4 or target.scalable or "const" != key.packed[1]:
+        return False
+    if len(key.in_types) == 3 and key.packed[2] != "const":
+        return False
+    _, c, hh, ww = key.in_types[0].shape
+    m, cg, kh, kw = key.in_types[1].shape
+    oh, ow = key.out_types[0].shape[2:]
+    small = oh * ow <= MAX_PIXELS or (tuple(a["strides"]) != (1, 1) and hh * ww <= MAX_STRIDED_INPUT)
+    return cg == 1 and m == c == a["group"] and kh * kw <= MAX_TAPS and c > 0 and small
+
+
+def pack_lanes(key: KernelKey, i: int, arr: np.ndarray, target: Target) -> tuple[str, np.ndarray] | None:
+    """Weights as int32 ``[tap][channel]``, the bias as int32 ``[channel]``, channels padded."""
+    cp = _channels_padded(key.in_types[0].shape[1], target)
+    if i == 1:
+        m, taps = arr.shape[0], math.prod(arr.shape[2:])
+        out = np.zeros((taps, cp), np.int32)
+        out[:, :m] = arr.reshape(m, taps).T
+        return LANES, out
+    if i == 2:
+        out = np.zeros(cp, np.int32)
+        out[: arr.size] = arr
+        return LANES, out
+    return None
+
+
+def _dims(key: KernelKey) -> tuple[int, int, int, int]:
+    """(rows, cols, top pad, left pad) of the bordered plane: every tap of every output inside."""
+    a = dict(key.attrs)
+    _, _, hh, ww = key.in_types[0].shape
+    _, _, kh, kw = key.in_types[1].shape
+    oh, ow = key.out_types[0].shape[2:]
+    (sh, sw), (dh, dw), pads = a["strides"], a["dilations"], a["pads"]
+    rows = max(hh + pads[0], (oh - 1) * sh + (kh - 1) * dh + 1)
+    cols = max(ww + pads[1], (ow - 1) * sw + (kw - 1) * dw + 1)
+    return rows, cols, pads[0], pads[1]
+
+
+def lanes_scratch(key: KernelKey, target: Target) -> int:
+    rows, cols, _, _ = _dims(key)
+    return -(-2 * rows * cols * _channels_padded(key.in_types[0].shape[1], target) // 64) * 64 + 64
+
+
+def _fill(ctx: KernelContext, n: ir.Value, plane: ir.Value, cp: int) -> None:
+    """Image ``n``, centred, into the channel-last zero-bordered int16 plane."""
+    b = ctx.b
+    _, c, hh, ww = ctx.shape(0)
+    rows, cols, top, left = _dims(ctx.key)
+    h.memset0(b, plane, 2 * rows * cols * cp)
+    xz = h.const(h.I32, ctx.attrs["x_zero_point"])
+    src = b.mul(n, h.i64(c * hh * ww))
+    with h.loop_nest(b, (hh, ww, c), name="cp") as (iy, ix, ch):
+        v = qm.widen(b, h.load(b, ctx.ins[0], b.add(src, h.linear(b, (ch, iy, ix), (hh * ww, ww, 1)))),
+                     ctx.in_types[0].dtype)
+        h.store(b, b.trunc(b.sub(v, xz), I16), plane, h.linear(b, (iy, ix, ch), (cols * cp, cp, 1),
+                                                               base=(top * cols + left) * cp))
+
+
+def emit_lanes_qconv(ctx: KernelContext) -> None:
+    a, b = ctx.attrs, ctx.b
+    n_img, c, _, _ = ctx.shape(0)
+    _, _, kh, kw = ctx.shape(1)
+    oh, ow = ctx.out_shape[2:]
+    (sh, sw), (dh, dw) = a["strides"], a["dilations"]
+    _, cols, _, _ = _dims(ctx.key)
+    vl, cp = _lanes(ctx.target), _channels_padded(c, ctx.target)
+    vt, v16, ft = ir.VectorType(h.I32, vl), ir.VectorType(I16, vl), ir.VectorType(h.F32, vl)
+    lo, hi = clamp_bounds(a["to"], a["clamp"])
+    mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
+    mtab = qm.table(b, f"{ctx.name}.m", np.resize(mvals, cp), h.F32) if mvals.size > 1 else None
+    plane = b.bitcast(ctx.scratch, I16.as_pointer())
+    weights = b.bitcast(ctx.ins[1], h.I32.as_pointer())
+    bias = b.bitcast(ctx.ins[2], h.I32.as_pointer()) if len(ctx.in_types) == 3 else None
+    origins = [(ty * dh * cols + tx * dw) * cp for ty in range(kh) for tx in range(kw)]
+
+    def vload(ptr: ir.Value, index: ir.Value, t: ir.VectorType) -> ir.Value:
+        return b.load(b.bitcast(gep(b, ptr, index), t.as_pointer()), align=2)
+
+    def group(ch: ir.Value, at: ir.Value, out_px: ir.Value, valid: int) -> None:
+        """Channels ``ch .. ch + vl`` of one output pixel (the first ``valid`` of them stored)."""
+        acc = vload(bias, ch, vt) if bias is not None else ir.Constant(vt, None)
+        for t, origin in enumerate(origins):
+            x = b.sext(vload(plane, b.add(at, b.add(ch, h.i64(origin))), v16), vt)
+            acc = b.add(acc, b.mul(x, vload(weights, b.add(ch, h.i64(t * cp)), vt)))
+        mult = vload(mtab, ch, ft) if mtab is not None else h.const(ft, float(mvals[0]))
+        q = qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
+        for lane in range(valid):
+            dst = b.add(b.mul(b.add(ch, h.i64(lane)), h.i64(oh * ow)), out_px)
+            h.store(b, b.extract_element(q, ir.Constant(h.I32, lane)), ctx.outs[0], dst)
+
+    with h.for_range(b, n_img, name="n") as n:
+        _fill(ctx, n, plane, cp)
+        img = b.mul(n, h.i64(c * oh * ow))
+        with h.loop_nest(b, (oh, ow), name="px") as (oy, ox):
+            at = h.linear(b, (oy, ox), (sh * cols * cp, sw * cp))
+            out_px = b.add(img, h.linear(b, (oy, ox), (ow, 1)))
+            full = (c // vl) * vl
+            if full:
+                with h.for_range(b, full, step=vl, name="cv") as ch:
+                    group(ch, at, out_px, vl)
+            if c % vl:
+                group(h.i64(full), at, out_px, c % vl)
