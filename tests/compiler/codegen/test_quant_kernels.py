@@ -76,7 +76,9 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.U8, 127, 8, 2, [1, 1, 1, 1], (1, 8, 9, 11), 8),  # depthwise, stride 2: taps summed in registers
     (DType.I8, 127, 4, 1, [1, 0, 0, 1], (2, 4, 6, 7), 8),  # depthwise with two outputs per input channel
     (DType.I8, 127, 21, 1, [1, 0, 2, 1], (1, 21, 5, 6), 21),  # depthwise, small plane: channels in lanes, a tail
-    (DType.U8, 127, 40, 2, [1, 1, 1, 1], (2, 40, 7, 7), 40),  # depthwise, stride 2: channels in lanes
+    (DType.U8, 127, 40, 2, [1, 1, 1, 1], (2, 40, 7, 7), 40),  # depthwise, stride 2, small plane: channels in lanes
+    (DType.U8, 127, 3, 2, [1, 0, 1, 2], (1, 3, 27, 26), 3),  # depthwise, stride 2, large plane: column phases
+    (DType.I8, 127, 2, 3, [2, 1, 0, 1], (1, 4, 10, 11), 6),  # grouped, stride 3: column phases
 ]
 
 

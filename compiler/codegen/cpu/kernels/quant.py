@@ -28,7 +28,7 @@ from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
 from .elementwise import emit_map
 from .quant_depthwise import LANES, emit_lanes_qconv, lanes_ok, lanes_scratch, pack_lanes
-from .quant_grouped import emit_grouped_qconv, grouped_scratch
+from .quant_grouped import emit_grouped_qconv, grouped_scratch, valid_span
 
 QUADS = "quads:"  # + the Dot kind the packing was made for
 SUMS_BYTES_ALIGN = 64
@@ -262,13 +262,6 @@ def _channel_quads(ctx: KernelContext, plan: _ConvPlan, n: ir.Value, flip: bool,
     return dst
 
 
-def _valid_span(out: int, stride: int, offset: int, size: int) -> tuple[int, int]:
-    """The outputs ``o`` in ``[lo, hi)`` whose input ``o * stride + offset`` lies in ``[0, size)``."""
-    lo = min(out, max(0, -(offset // stride)))
-    hi = max(lo, min(out, (size - 1 - offset) // stride + 1))
-    return lo, hi
-
-
 def _im2col_quads(ctx: KernelContext, plan: _ConvPlan, quads: ir.Value, fill: int) -> ir.Value:
     """cols[tap * c4 + q][p] = the quad of channel quad q at pixel p's tap (zp quads in the padding).
 
@@ -289,7 +282,7 @@ def _im2col_quads(ctx: KernelContext, plan: _ConvPlan, quads: ir.Value, fill: in
 
     for tap in range(plan.taps):
         ty, tx = divmod(tap, kw)
-        lo, hi = _valid_span(ow, sw, tx * dw - pads[1], ww)
+        lo, hi = valid_span(ow, sw, tx * dw - pads[1], ww)
         with h.for_range(b, plan.c4, name="q") as q:
             src0 = b.mul(q, h.i64(plan.plane))
             dst0 = b.mul(b.add(q, h.i64(tap * plan.c4)), h.i64(plan.geo.cols_pad))

@@ -1,7 +1,7 @@
-"""Depthwise QConv with channels in vector lanes, for planes too small or strided for pixel vectors.
+"""Depthwise QConv with channels in vector lanes, for output planes too small for pixel vectors.
 
 The per-channel loops of ``quant_grouped.py`` vectorize along an output row, which fills no vector
-when the row is short (MobileNetV2's 6x6 and 3x3 layers) and streams nothing at stride 2. Here the
+when the plane is small (MobileNetV2's 6x6 and 3x3 layers) and pays a plane copy per channel. Here the
 input is copied once into a zero-bordered int16 plane of centred values in channel-last order
 (``[row][col][channel]``, channels padded to whole vectors), so every tap of an output pixel is one
 vector load per lane group, summed in int32 registers and requantized there; the lanes are stored to
@@ -22,12 +22,11 @@ from ... import irhelpers as h
 from ... import quant_math as qm
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey
+from .quant_grouped import MAX_UNROLLED_TAPS, padded_dims
 
 LANES = "dw-lanes"
 I16 = ir.IntType(16)
-MAX_TAPS = 64  # taps summed by straight-line code
-MAX_PIXELS = 64  # output planes up to 8x8 (larger ones at stride 1 stream rows of pixels)
-MAX_STRIDED_INPUT = 24 * 24  # a strided conv over a larger input: the channel-last copy costs more than it saves
+MAX_PIXELS = 64  # output planes up to 8x8 (larger ones stream rows of pixels)
 
 
 def _lanes(target: Target) -> int:
@@ -39,18 +38,17 @@ def _channels_padded(c: int, target: Target) -> int:
 
 
 def lanes_ok(key: KernelKey, target: Target) -> bool:
-    """A depthwise conv (one output per input channel) whose output plane is small or strided, with
+    """A depthwise conv (one output per input channel) whose output plane is small, with
     constant weights and bias (``key`` as the packer sees it)."""
     a = dict(key.attrs)
     if len(key.in_types[0].shape) != 4 or target.scalable or "const" != key.packed[1]:
         return False
     if len(key.in_types) == 3 and key.packed[2] != "const":
         return False
-    _, c, hh, ww = key.in_types[0].shape
+    _, c, _, _ = key.in_types[0].shape
     m, cg, kh, kw = key.in_types[1].shape
     oh, ow = key.out_types[0].shape[2:]
-    small = oh * ow <= MAX_PIXELS or (tuple(a["strides"]) != (1, 1) and hh * ww <= MAX_STRIDED_INPUT)
-    return cg == 1 and m == c == a["group"] and kh * kw <= MAX_TAPS and c > 0 and small
+    return cg == 1 and m == c == a["group"] and kh * kw <= MAX_UNROLLED_TAPS and c > 0 and oh * ow <= MAX_PIXELS
 
 
 def pack_lanes(key: KernelKey, i: int, arr: np.ndarray, target: Target) -> tuple[str, np.ndarray] | None:
@@ -68,20 +66,8 @@ def pack_lanes(key: KernelKey, i: int, arr: np.ndarray, target: Target) -> tuple
     return None
 
 
-def _dims(key: KernelKey) -> tuple[int, int, int, int]:
-    """(rows, cols, top pad, left pad) of the bordered plane: every tap of every output inside."""
-    a = dict(key.attrs)
-    _, _, hh, ww = key.in_types[0].shape
-    _, _, kh, kw = key.in_types[1].shape
-    oh, ow = key.out_types[0].shape[2:]
-    (sh, sw), (dh, dw), pads = a["strides"], a["dilations"], a["pads"]
-    rows = max(hh + pads[0], (oh - 1) * sh + (kh - 1) * dh + 1)
-    cols = max(ww + pads[1], (ow - 1) * sw + (kw - 1) * dw + 1)
-    return rows, cols, pads[0], pads[1]
-
-
 def lanes_scratch(key: KernelKey, target: Target) -> int:
-    rows, cols, _, _ = _dims(key)
+    rows, cols, _, _ = padded_dims(key)
     return -(-2 * rows * cols * _channels_padded(key.in_types[0].shape[1], target) // 64) * 64 + 64
 
 
@@ -89,7 +75,7 @@ def _fill(ctx: KernelContext, n: ir.Value, plane: ir.Value, cp: int) -> None:
     """Image ``n``, centred, into the channel-last zero-bordered int16 plane."""
     b = ctx.b
     _, c, hh, ww = ctx.shape(0)
-    rows, cols, top, left = _dims(ctx.key)
+    rows, cols, top, left = padded_dims(ctx.key)
     h.memset0(b, plane, 2 * rows * cols * cp)
     xz = h.const(h.I32, ctx.attrs["x_zero_point"])
     src = b.mul(n, h.i64(c * hh * ww))
@@ -106,7 +92,7 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
     _, _, kh, kw = ctx.shape(1)
     oh, ow = ctx.out_shape[2:]
     (sh, sw), (dh, dw) = a["strides"], a["dilations"]
-    _, cols, _, _ = _dims(ctx.key)
+    _, cols, _, _ = padded_dims(ctx.key)
     vl, cp = _lanes(ctx.target), _channels_padded(c, ctx.target)
     vt, v16, ft = ir.VectorType(h.I32, vl), ir.VectorType(I16, vl), ir.VectorType(h.F32, vl)
     lo, hi = clamp_bounds(a["to"], a["clamp"])

@@ -1,8 +1,9 @@
 """QConv without the GEMM: grouped and depthwise convs, and weights given at run time.
 
 Each input channel is first copied into a zero-bordered int16 plane of centred values ``x - zp``, so
-the tap loops need no bounds checks and the loop over output columns is a plain vector stream
-(contiguous at stride 1). A depthwise conv (one input channel per output) sums every tap of an
+the tap loops need no bounds checks and the loop over output columns is a plain vector stream: at
+column stride s the plane's columns are stored as s phases (column j at phase j % s, place j // s),
+so each tap reads consecutive places for consecutive output columns at any stride. A depthwise conv (one input channel per output) sums every tap of an
 output pixel in registers and requantizes it there; with more input channels per group, an int32
 plane accumulates channel by channel, tap by tap.
 """
@@ -20,7 +21,7 @@ I16 = ir.IntType(16)
 MAX_UNROLLED_TAPS = 64  # a depthwise window up to 8x8 is summed by straight-line code
 
 
-def _padded_dims(key: KernelKey) -> tuple[int, int, int, int]:
+def padded_dims(key: KernelKey) -> tuple[int, int, int, int]:
     """(rows, cols, top pad, left pad) of the bordered plane: every tap of every output inside."""
     a = dict(key.attrs)
     _, _, hh, ww = key.in_types[0].shape
@@ -32,9 +33,26 @@ def _padded_dims(key: KernelKey) -> tuple[int, int, int, int]:
     return rows, cols, pads[0], pads[1]
 
 
+def _phase_width(key: KernelKey) -> tuple[int, int]:
+    """(column stride = phases, places per phase row)."""
+    sw = dict(key.attrs)["strides"][1]
+    return sw, -(-padded_dims(key)[1] // sw)
+
+
 def _plane_bytes(key: KernelKey) -> int:
-    rows, cols, _, _ = _padded_dims(key)
-    return -(-2 * rows * cols // 64) * 64
+    rows = padded_dims(key)[0]
+    sw, pw = _phase_width(key)
+    return -(-2 * rows * sw * pw // 64) * 64
+
+
+def _tap_origin(key: KernelKey, ty: int | ir.Value, tx: int, b: ir.IRBuilder | None = None):
+    """Plane index of tap (ty, tx) for output (0, 0); output (oy, ox) adds oy * sh * row + ox."""
+    (dh, dw) = dict(key.attrs)["dilations"]
+    sw, pw = _phase_width(key)
+    col = (tx * dw) % sw * pw + (tx * dw) // sw
+    if isinstance(ty, int):
+        return ty * dh * sw * pw + col
+    return b.add(b.mul(ty, h.i64(dh * sw * pw)), h.i64(col))
 
 
 def grouped_scratch(key: KernelKey) -> int:
@@ -46,14 +64,29 @@ def _fill_plane(ctx: KernelContext, n: ir.Value, channel: ir.Value, plane: ir.Va
     """Input channel ``channel`` of image ``n``, centred, into the zero-bordered int16 plane."""
     b = ctx.b
     _, c, hh, ww = ctx.shape(0)
-    rows, cols, top, left = _padded_dims(ctx.key)
-    memset = h.intrinsic(b.module, "llvm.memset.p0i8.i64", h.VOID, [h.I8P, h.I8, h.I64, h.I1])
-    b.call(memset, [ctx.scratch, ir.Constant(h.I8, 0), h.i64(2 * rows * cols), ir.Constant(h.I1, 0)])
+    rows, _, top, left = padded_dims(ctx.key)
+    sw, pw = _phase_width(ctx.key)
+    h.memset0(b, ctx.scratch, 2 * rows * sw * pw)
     xz = h.const(h.I32, ctx.attrs["x_zero_point"])
     src = b.mul(b.add(b.mul(n, h.i64(c)), channel), h.i64(hh * ww))
-    with h.loop_nest(b, (hh, ww), name="cp") as (iy, ix):
-        v = qm.widen(b, h.load(b, ctx.ins[0], b.add(src, h.linear(b, (iy, ix), (ww, 1)))), ctx.in_types[0].dtype)
-        h.store(b, b.trunc(b.sub(v, xz), I16), plane, h.linear(b, (iy, ix), (cols, 1), base=top * cols + left))
+    with h.for_range(b, hh, name="cy") as iy:
+        src_row = b.add(src, b.mul(iy, h.i64(ww)))
+        dst_row = b.mul(b.add(iy, h.i64(top)), h.i64(sw * pw))
+        for phase in range(sw):  # place j of this phase is input column j * sw + phase - left
+            lo, hi = valid_span(pw, sw, phase - left, ww)
+            if hi <= lo:
+                continue
+            with h.for_range(b, hi, start=lo, name="cx") as j:
+                ix = b.add(b.mul(j, h.i64(sw)), h.i64(phase - left))
+                v = qm.widen(b, h.load(b, ctx.ins[0], b.add(src_row, ix)), ctx.in_types[0].dtype)
+                h.store(b, b.trunc(b.sub(v, xz), I16), plane, b.add(dst_row, b.add(j, h.i64(phase * pw))))
+
+
+def valid_span(out: int, stride: int, offset: int, size: int) -> tuple[int, int]:
+    """The outputs ``o`` in ``[lo, hi)`` whose input ``o * stride + offset`` lies in ``[0, size)``."""
+    lo = min(out, max(0, -(offset // stride)))
+    hi = max(lo, min(out, (size - 1 - offset) // stride + 1))
+    return lo, hi
 
 
 def emit_grouped_qconv(ctx: KernelContext) -> None:
@@ -61,8 +94,8 @@ def emit_grouped_qconv(ctx: KernelContext) -> None:
     n_img, _, _, _ = ctx.shape(0)
     m, cg, kh, kw = ctx.shape(1)
     oh, ow = ctx.out_shape[2:]
-    (sh, sw), (dh, dw), g = a["strides"], a["dilations"], a["group"]
-    _, cols, _, _ = _padded_dims(ctx.key)
+    sh, g = a["strides"][0], a["group"]
+    sw, pw = _phase_width(ctx.key)
     mg = m // g
     lo, hi = clamp_bounds(a["to"], a["clamp"])
     mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
@@ -77,10 +110,10 @@ def emit_grouped_qconv(ctx: KernelContext) -> None:
         if depthwise:
             _fill_plane(ctx, n, ch0, plane)
             wbase = b.mul(oc, h.i64(kh * kw))
-            taps = [(b.sext(h.load(b, ctx.ins[1], b.add(wbase, h.i64(ty * kw + tx))), h.I32), ty * dh * cols + tx * dw)
-                    for ty in range(kh) for tx in range(kw)]
+            taps = [(b.sext(h.load(b, ctx.ins[1], b.add(wbase, h.i64(ty * kw + tx))), h.I32),
+                     _tap_origin(ctx.key, ty, tx)) for ty in range(kh) for tx in range(kw)]
             with h.loop_nest(b, (oh, ow), name="t") as (oy, ox):
-                at = h.linear(b, (oy, ox), (sh * cols, sw))
+                at = h.linear(b, (oy, ox), (sh * sw * pw, 1))
                 total = init
                 for wv, origin in taps:
                     x = b.sext(h.load(b, plane, b.add(at, h.i64(origin))), h.I32)
@@ -99,17 +132,18 @@ def _accumulate_channels(ctx: KernelContext, n, oc, ch0, plane, acc, init) -> No
     a, b = ctx.attrs, ctx.b
     _, cg, kh, kw = ctx.shape(1)
     oh, ow = ctx.out_shape[2:]
-    (sh, sw), (dh, dw) = a["strides"], a["dilations"]
-    _, cols, _, _ = _padded_dims(ctx.key)
+    sh = a["strides"][0]
+    sw, pw = _phase_width(ctx.key)
     with h.for_range(b, oh * ow, name="z") as p:
         h.store(b, init, acc, p)
     with h.for_range(b, cg, name="ic") as ic:
         _fill_plane(ctx, n, b.add(ch0, ic), plane)
         wbase = b.mul(b.add(b.mul(oc, h.i64(cg)), ic), h.i64(kh * kw))
-        with h.loop_nest(b, (kh, kw), name="tap") as (ty, tx):  # one vector loop for every tap
-            wv = b.sext(h.load(b, ctx.ins[1], b.add(wbase, h.linear(b, (ty, tx), (kw, 1)))), h.I32)
-            origin = h.linear(b, (ty, tx), (dh * cols, dw))
-            with h.loop_nest(b, (oh, ow), name="t") as (oy, ox):
-                x = b.sext(h.load(b, plane, h.linear(b, (oy, ox), (sh * cols, sw), base=origin)), h.I32)
-                out = h.linear(b, (oy, ox), (ow, 1))
-                h.store(b, b.add(h.load(b, acc, out), b.mul(x, wv)), acc, out)
+        with h.for_range(b, kh, name="ty") as ty:
+            for tx in range(kw):  # one vector loop for every tap
+                wv = b.sext(h.load(b, ctx.ins[1], b.add(wbase, b.add(b.mul(ty, h.i64(kw)), h.i64(tx)))), h.I32)
+                origin = _tap_origin(ctx.key, ty, tx, b)
+                with h.loop_nest(b, (oh, ow), name="t") as (oy, ox):
+                    x = b.sext(h.load(b, plane, h.linear(b, (oy, ox), (sh * sw * pw, 1), base=origin)), h.I32)
+                    out = h.linear(b, (oy, ox), (ow, 1))
+                    h.store(b, b.add(h.load(b, acc, out), b.mul(x, wv)), acc, out)
