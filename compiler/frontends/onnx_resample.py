@@ -1,5 +1,5 @@
-"""ONNX translators of ConvTranspose, Resize, Upsample and Tile: every size, scale and pad resolved
-to static attributes."""
+"""ONNX translators of ConvTranspose, Resize, Upsample, Tile, GridSample, Col2Im and EyeLike: every size,
+scale and pad resolved to static attributes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from ..ir.types import Batch
 from .builder import Unsupported
-from .onnx_node import NodeCtx, OnnxImportError
+from .onnx_node import NodeCtx, OnnxImportError, onnx_dtype
 from .onnx_ops import check_size, translates
 
 
@@ -144,3 +144,42 @@ def _grid_sample(ctx: NodeCtx) -> list:
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     return [ctx.emit("GridSample", ctx.xs(), mode=mode, padding_mode=ctx.attr("padding_mode", "zeros"),
                      align_corners=ctx.attr("align_corners", 0))]
+
+
+@translates(Col2Im=(18,))
+def _col2im(ctx: NodeCtx) -> list:
+    """A ConvTranspose: column c * K + t of each block adds at tap t of channel c, so the weight is
+    one-hot per group of K = prod(block) columns; output_padding fills the image's remainder."""
+    t = ctx.type(0)
+    image, block = [int(v) for v in ctx.const(1).reshape(-1)], [int(v) for v in ctx.const(2).reshape(-1)]
+    nd = len(image)
+    strides = list(ctx.attr("strides", [1] * nd))
+    dil, pads = list(ctx.attr("dilations", [1] * nd)), list(ctx.attr("pads", [0] * 2 * nd))
+    k = math.prod(block)
+    if t.rank != 3 or not isinstance(t.shape[1], int) or not isinstance(t.shape[2], int) or len(block) != nd \
+            or len(strides) != nd or len(dil) != nd or len(pads) != 2 * nd or min(block + strides + dil, default=1) < 1 \
+            or k == 0 or t.shape[1] % k:
+        raise OnnxImportError(f"node {ctx.name!r} (Col2Im): input {t}, image_shape {image} and block_shape {block} "
+                              "do not agree with the strides, dilations and pads")
+    grid = [(n + pb + pe - d * (b - 1) - 1) // s + 1 for n, b, s, d, pb, pe in zip(image, block, strides, dil, pads, pads[nd:])]
+    extra = [n + pb + pe - (s * (g - 1) + (b - 1) * d + 1) for n, b, s, d, g, pb, pe in
+             zip(image, block, strides, dil, grid, pads, pads[nd:])]
+    if min(grid, default=1) < 1 or math.prod(grid) != t.shape[2] or min(extra, default=0) < 0:
+        raise OnnxImportError(f"node {ctx.name!r} (Col2Im): {t.shape[2]} blocks, but the image holds {grid}")
+    c = t.shape[1] // k
+    check_size(ctx, [c * k, k])
+    w = np.tile(np.eye(k, dtype=t.dtype.numpy), (c, 1)).reshape(c * k, 1, *block)
+    x = ctx.tmp("Reshape", [ctx.x(0)], "blocks", shape=[0 if isinstance(t.shape[0], Batch) else t.shape[0], c * k, *grid])
+    return [ctx.emit("ConvTranspose", [x, ctx.constant(w, f"{ctx.name}/taps")], strides=strides, dilations=dil,
+                     pads=pads, output_padding=extra, group=c)]
+
+
+@translates(EyeLike=(9, 22))
+def _eye_like(ctx: NodeCtx) -> list:
+    """A constant: only the input's shape matters."""
+    t = ctx.type(0)
+    if t.rank != 2 or not all(isinstance(d, int) for d in t.shape):
+        raise OnnxImportError(f"node {ctx.name!r} (EyeLike): input {t} must be 2-D and static")
+    dtype = onnx_dtype(ctx.attr("dtype")) if ctx.attr("dtype", None) is not None else t.dtype
+    check_size(ctx, list(t.shape))
+    return [ctx.emit("Identity", [ctx.constant(np.eye(*t.shape, k=ctx.attr("k", 0), dtype=dtype.numpy), ctx.name)])]

@@ -1,5 +1,5 @@
-"""ONNX import of ConvTranspose (auto_pad, output_shape), Resize (scales, sizes, axes), Upsample and
-Tile, run by the reference interpreter against ONNX Runtime."""
+"""ONNX import of ConvTranspose (auto_pad, output_shape), Resize (scales, sizes, axes), Upsample,
+Tile, Col2Im and EyeLike, run by the reference interpreter against ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from onnx import TensorProto, helper
 
 from cuvil.compiler import run_reference
 from cuvil.compiler.frontends.onnx import import_onnx
+from cuvil.edge_runtime.compile import compile_graph
 
 from .test_onnx_frontend import make_model, run_ort
 
@@ -21,6 +22,7 @@ def check(model, feeds, rtol=1e-5, atol=1e-6):
     want = run_ort(model, feeds).values()
     for name, w in zip(graph.outputs, want):
         np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol)
+    return graph
 
 
 @pytest.mark.parametrize("attrs", [dict(strides=[2, 2], auto_pad="SAME_UPPER"), dict(strides=[2, 2], auto_pad="SAME_LOWER"),
@@ -64,3 +66,27 @@ def test_tile(rng, repeats):
     node = helper.make_node("Tile", ["x", "r"], ["y"])
     model = make_model([node], {"x": (F, [2, 3])}, ["y"], {"r": np.array(repeats, np.int64)}, 13)
     check(model, {"x": rng.standard_normal((2, 3)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("image, block, attrs", [
+    ([5, 6], [2, 3], {}), ([7, 8], [3, 2], dict(strides=[2, 3], pads=[1, 0, 0, 2])),
+    ([6, 9], [2, 2], dict(dilations=[2, 3], pads=[0, 1, 1, 0])), ([4, 3, 5], [2, 1, 3], dict(strides=[1, 2, 1]))])
+def test_col2im(rng, image, block, attrs):
+    nd = len(image)
+    s, d, p = attrs.get("strides", [1] * nd), attrs.get("dilations", [1] * nd), attrs.get("pads", [0] * 2 * nd)
+    blocks = int(np.prod([(n + p[i] + p[nd + i] - d[i] * (b - 1) - 1) // s[i] + 1 for i, (n, b) in enumerate(zip(image, block))]))
+    shape = [2, 3 * int(np.prod(block)), blocks]
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], **attrs)
+    inits = {"image": np.array(image, np.int64), "block": np.array(block, np.int64)}
+    x = rng.standard_normal(shape).astype(np.float32)
+    graph = check(make_model([node], {"x": (F, shape)}, ["y"], inits, opset=18), {"x": x}, rtol=1e-5, atol=1e-5)
+    native = compile_graph(graph, optimize=False).run({graph.inputs[0]: x})[graph.outputs[0]]
+    np.testing.assert_allclose(native, run_reference(graph, {graph.inputs[0]: x})[graph.outputs[0]], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, k, dtype", [((3, 3), 0, None), ((3, 5), 2, TensorProto.INT32), ((4, 2), -1, F)])
+def test_eye_like(shape, k, dtype):
+    attrs = {"k": k} if dtype is None else {"k": k, "dtype": dtype}
+    node = helper.make_node("EyeLike", ["x"], ["y"], **attrs)
+    check(make_model([node], {"x": (TensorProto.INT64, list(shape))}, ["y"], opset=22),
+          {"x": np.zeros(shape, np.int64)})
