@@ -117,17 +117,18 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
 
 
 def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tuple[int, dict[int, float]] | None:
-    """(the cost model's parts, {1: the whole layer's seconds, k: the split's predicted seconds}), or
-    None when this layer cannot split at ``target.threads``."""
+    """(the cost model's parts, {1: the whole layer's seconds, k: each split's predicted seconds} for the
+    cost model's split and the split over every thread), or None when this layer cannot split."""
     fixed = with_choices(target, {geom: whole.choice})
-    ranges = split_ranges(fixed, geom, parts=target.threads)
-    if ranges is None:
+    splits = {len(r): r for r in (split_ranges(fixed, geom), split_ranges(fixed, geom, parts=target.threads)) if r}
+    if not splits:
         return None
     model = split_ranges(fixed, geom)
-    largest = max(ranges, key=lambda r: r.rows[1] - r.rows[0])
-    part = _Built(largest.target, largest.geometry, whole.choice, clock)
-    timed = interleaved_seconds({1: whole.call, len(ranges): part.call})
-    timed[len(ranges)] += fixed.tuning.parallel_sync_us * 1e-6
+    parts = {k: _Built(r.target, r.geometry, whole.choice, clock)  # held: its code and buffers live as long
+             for k, ranges in sorted(splits.items()) for r in [max(ranges, key=lambda r: r.rows[1] - r.rows[0])]}
+    timed = interleaved_seconds({1: whole.call} | {k: b.call for k, b in parts.items()})
+    for k in splits:
+        timed[k] += fixed.tuning.parallel_sync_us * 1e-6
     return (len(model) if model else 1), timed
 
 

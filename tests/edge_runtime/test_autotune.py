@@ -67,6 +67,25 @@ def test_at_two_threads_the_tuner_measures_each_split_against_the_whole_layer(cn
     assert all(free_sync.parts[r.geometry] == 1 for r in free_sync.results if r.parts_seconds)  # a second per handoff: never split
 
 
+def _one_conv(c: int, hw: int):
+    from cuvil.compiler.frontends.builder import GraphBuilder
+    from cuvil.compiler.ir.types import TensorType
+
+    b = GraphBuilder("conv")
+    x = b.input("x", TensorType.parse(f"f32[1,{c},{hw},{hw}]"))
+    w = b.constant(np.random.default_rng(0).standard_normal((c, c, 3, 3)).astype(np.float32), "w")
+    return b.build([b.add1("Conv", [x, w], pads=(1, 1, 1, 1), strides=(1, 1), dilations=(1, 1), group=1)])
+
+
+def test_at_three_threads_the_cost_models_split_is_timed_beside_the_widest():
+    graph = _one_conv(64, 16)  # 64 output channels: four vectors at 512 bits, eight at 256
+    macs = 64 * 16 * 16 * 64 * 9
+    model_two = HOST.tuning.replace(parallel_min_macs=macs // 2, autotune_budget_s=60.0, autotune_fraction=100.0)
+    report = tune(graph, dataclasses.replace(HOST, threads=3, tuning=model_two))
+    (r,) = report.results
+    assert r.default_parts == 2 and set(dict(r.parts_seconds)) == {1, 2, 3} and r.parts == pick(2, dict(r.parts_seconds))
+
+
 def test_tuned_session_matches_untuned(cnn, tmp_path):
     graph, _, feeds = cnn
     plain = compile_graph(graph, use_cache=False, tune=False)
