@@ -86,6 +86,10 @@ def decode_float(b: ir.IRBuilder, raw: ir.Value, dtype: DType) -> ir.Value:
     """The f32 value of a narrow float's bits (exact)."""
     if dtype is DType.BF16:
         return b.bitcast(b.shl(b.zext(raw, I32), _i32(16)), h.F32)
+    if dtype is DType.F8E8M0:  # 2**(c - 127); c = 0 is the f32 subnormal 2**-127; 0xFF is NaN
+        c = b.zext(raw, I32)
+        bits = b.select(b.icmp_unsigned("==", c, _i32(0)), _i32(0x400000), b.shl(c, _i32(23)))
+        return b.select(b.icmp_unsigned("==", c, _i32(0xFF)), h.const(h.F32, math.nan), b.bitcast(bits, h.F32))
     f = float_format(dtype)
     c = b.zext(raw, I32)
     mag = b.and_(c, _i32(f.sign - 1))
@@ -167,8 +171,28 @@ def decode(b: ir.IRBuilder, raw: ir.Value, dtype: DType) -> tuple[ir.Value, DTyp
     return decode_float(b, raw, dtype), DType.F32
 
 
-def encode(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, saturate: bool) -> ir.Value:
+def encode_e8m0(b: ir.IRBuilder, x: ir.Value, saturate: bool, mode: str) -> ir.Value:
+    """ONNX's float8e8m0 (the reference's ``_to_e8m0``): f32's exponent field, rounded by the mantissa."""
+    bits = b.bitcast(x, I32)
+    e = b.and_(b.lshr(bits, _i32(23)), _i32(0xFF))
+
+    def any_bits(mask: int) -> ir.Value:
+        return b.icmp_unsigned("!=", b.and_(bits, _i32(mask)), _i32(0))
+
+    inc = {"up": lambda: any_bits(0x7FFFFF),
+           "nearest": lambda: b.and_(any_bits(0x400000),
+                                     b.or_(any_bits(0x3FFFFF), b.icmp_unsigned("!=", e, _i32(0)))),
+           "down": lambda: ir.Constant(h.I1, 0)}[mode]()
+    if saturate:
+        inc = b.and_(inc, b.icmp_unsigned("!=", e, _i32(0xFE)))
+    code = b.select(b.icmp_unsigned("==", e, _i32(0xFF)), e, b.add(e, b.zext(inc, I32)))
+    return b.trunc(code, I8)
+
+
+def encode(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, saturate: bool, round_mode: str = "up") -> ir.Value:
     """A value of computable dtype ``src`` as the bits of narrow ``dst``."""
     if dst in NARROW_INTS:
         return encode_int(b, x, src, dst)
+    if dst is DType.F8E8M0:  # from f64 to nearest f32 first, as the reference's float32 conversion
+        return encode_e8m0(b, b.fptrunc(x, h.F32) if x.type == h.F64 else to_f32(b, x, src), saturate, round_mode)
     return encode_float(b, to_f32(b, x, src), dst, saturate)

@@ -267,13 +267,14 @@ def scalar_fn(op: str, attrs: Mapping, dtype: DType) -> Callable[[ir.IRBuilder, 
     return lambda b, xs: fn(b, xs, attrs, dtype)
 
 
-def cast_value(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, saturate: bool = True) -> ir.Value:
+def cast_value(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, saturate: bool = True,
+               round_mode: str = "up") -> ir.Value:
     """NumPy ``astype`` semantics (float->int truncates; anything->bool is != 0); the storage-only
-    dtypes go through f32 or a byte (``narrow``), ``saturate`` as ONNX Cast's for float8."""
+    dtypes go through f32 or a byte (``narrow``), ``saturate`` and ``round_mode`` as ONNX Cast's."""
     if src.is_narrow:
         x, src = narrow.decode(b, x, src)
     if dst.is_narrow:
-        return narrow.encode(b, x, src, dst, saturate)
+        return narrow.encode(b, x, src, dst, saturate, round_mode)
     st, dt = h.LLTYPE[src], h.LLTYPE[dst]
     if dst is DType.BOOL:
         nz = b.fcmp_unordered("!=", x, h.const(st, 0)) if src.is_float else b.icmp_unsigned("!=", x, ir.Constant(st, 0))

@@ -125,7 +125,8 @@ class GraphBuilder:
         wide = {i: self.add1("Cast", [i], name=f"{hint}/f32", to=DType.F32)
                 for i in dict.fromkeys(inputs) if self.types[i].dtype is DType.BF16}
         outs = self.add(op, [wide.get(i, i) for i in inputs], name=f"{hint}/f32", n_outputs=n_outputs, **attrs)
-        names = list(output_names) if output_names else [hint if n_outputs == 1 else f"{hint}:{i}" for i in range(n_outputs)]
+        names = list(output_names) if output_names else [
+            hint if n_outputs == 1 else f"{hint}:{i}" for i in range(n_outputs)]
         return [self.add1("Cast", [o], name=n, output_names=[n], to=DType.BF16) if self.types[o].dtype is DType.F32
                 else self.add1("Identity", [o], name=n, output_names=[n]) for o, n in zip(outs, names)]
 

@@ -45,7 +45,8 @@ ONNX_DTYPES = {
     TensorProto.UINT16: DType.U16, TensorProto.UINT32: DType.U32, TensorProto.UINT64: DType.U64,
     TensorProto.BFLOAT16: DType.BF16, TensorProto.FLOAT8E4M3FN: DType.F8E4M3FN,
     TensorProto.FLOAT8E4M3FNUZ: DType.F8E4M3FNUZ, TensorProto.FLOAT8E5M2: DType.F8E5M2,
-    TensorProto.FLOAT8E5M2FNUZ: DType.F8E5M2FNUZ, TensorProto.FLOAT4E2M1: DType.F4E2M1,
+    TensorProto.FLOAT8E5M2FNUZ: DType.F8E5M2FNUZ, TensorProto.FLOAT8E8M0: DType.F8E8M0,
+    TensorProto.FLOAT4E2M1: DType.F4E2M1,
     TensorProto.INT4: DType.I4, TensorProto.UINT4: DType.U4, TensorProto.INT2: DType.I2, TensorProto.UINT2: DType.U2,
 }
 

@@ -165,9 +165,8 @@ def _prelu(ctx: NodeCtx) -> list:
 @translates(Cast=(6, 9, 13, 19, 21, 23, 24, 25, 28), CastLike=(15, 19, 21, 23, 24, 25))
 def _cast(ctx: NodeCtx) -> list:
     to = ctx.type(1).dtype if ctx.op == "CastLike" else onnx_dtype(ctx.attr("to"))
-    if ctx.attr("round_mode", "up") != "up":
-        raise Unsupported(f"{ctx.op} round_mode={ctx.attr('round_mode')!r}")
-    return [ctx.emit("Cast", [ctx.x(0)], to=to, saturate=ctx.attr("saturate", 1))]
+    return [ctx.emit("Cast", [ctx.x(0)], to=to, saturate=ctx.attr("saturate", 1),
+                     round_mode=ctx.attr("round_mode", "up"))]
 
 
 @translates(BitCast=(26,))

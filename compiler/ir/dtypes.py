@@ -28,6 +28,7 @@ class DType(enum.Enum):
     F8E4M3FNUZ = "f8e4m3fnuz"
     F8E5M2 = "f8e5m2"
     F8E5M2FNUZ = "f8e5m2fnuz"
+    F8E8M0 = "f8e8m0"
     F4E2M1 = "f4e2m1"
     I4 = "i4"
     U4 = "u4"
@@ -101,6 +102,7 @@ _TO_NUMPY = {
     DType.F8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
     DType.F8E5M2: ml_dtypes.float8_e5m2,
     DType.F8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
+    DType.F8E8M0: ml_dtypes.float8_e8m0fnu,
     DType.F4E2M1: ml_dtypes.float4_e2m1fn,
     DType.I4: ml_dtypes.int4,
     DType.U4: ml_dtypes.uint4,
@@ -108,8 +110,11 @@ _TO_NUMPY = {
     DType.U2: ml_dtypes.uint2,
 }
 _FROM_NUMPY = {np.dtype(v).name: k for k, v in _TO_NUMPY.items()}
-NARROW = frozenset({DType.BF16, DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ, DType.F4E2M1,
+NARROW = frozenset({DType.BF16, DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ, DType.F8E8M0,
+                    DType.F4E2M1,
                     DType.I4, DType.U4, DType.I2, DType.U2})
 _SUB_BYTE = {DType.F4E2M1: 4, DType.I4: 4, DType.U4: 4, DType.I2: 2, DType.U2: 2}
 SATURABLE = frozenset({DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ})
-"""The types ONNX Cast's ``saturate`` attribute applies to (clamp to the largest finite value)."""
+"""The types ONNX Cast's ``saturate`` attribute clamps to their largest finite value (f8e8m0 has its
+own rule: a power of two, rounded by ``round_mode``, that ``saturate`` keeps below NaN)."""
+E8M0_ROUNDING = ("up", "down", "nearest")

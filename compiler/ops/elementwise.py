@@ -8,7 +8,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from ..ir.dtypes import SATURABLE, DType
+from ..ir.dtypes import E8M0_ROUNDING, SATURABLE, DType
 from ..ir.types import TensorType
 from .common import binary, broadcast_shapes, same_dtype, unary
 from .registry import AttrKind, AttrSpec, OpDef, no_flops, register, require
@@ -115,13 +115,33 @@ def _where_infer(ts, a):
 
 
 def _cast_infer(ts, a):
+    require(a["round_mode"] in E8M0_ROUNDING, f"Cast: round_mode {a['round_mode']!r} is not one of {E8M0_ROUNDING}")
     return [TensorType(a["to"], ts[0].shape)]
+
+
+def _to_e8m0(x: np.ndarray, saturate: bool, mode: str) -> np.ndarray:
+    """ONNX's float8e8m0: the f32 exponent (sign dropped), rounded up, down or to nearest by the
+    mantissa; NaN and infinity become NaN (0xFF); ``saturate`` stops a rounding at the largest."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    e = ((bits >> 23) & 0xFF).astype(np.uint16)
+    if mode == "up":
+        inc = (bits & 0x7FFFFF) > 0
+    elif mode == "nearest":
+        inc = ((bits & 0x400000) > 0) & (((bits & 0x3FFFFF) > 0) | (e > 0))
+    else:
+        inc = np.zeros(bits.shape, bool)
+    if saturate:
+        inc &= e != 0xFE
+    code = np.where(e == 0xFF, 0xFF, e + inc).astype(np.uint8)
+    return code.view(DType.F8E8M0.numpy)
 
 
 def _cast(xs, a):
     """NumPy's (ml_dtypes') ``astype``; with ``saturate`` (ONNX's default, float8 targets only) values
     beyond the target's largest finite one, infinities included, clamp to it first."""
     x, to = xs[0], a["to"]
+    if to is DType.F8E8M0:
+        return [_to_e8m0(x, bool(a["saturate"]), a["round_mode"])]
     if a["saturate"] and to in SATURABLE:
         top = float(ml_dtypes.finfo(to.numpy).max)
         x = np.clip(x, -top, top)
@@ -132,6 +152,7 @@ def _cast(xs, a):
 register(
     OpDef("Where", _where_infer, lambda xs, a: [np.where(xs[0], xs[1], xs[2]).astype(xs[1].dtype)],
           min_inputs=3, max_inputs=3, elementwise=True, **ONNX),
-    OpDef("Cast", _cast_infer, _cast, attrs={"to": AttrSpec(AttrKind.DTYPE), "saturate": AttrSpec(AttrKind.INT, 1)},
+    OpDef("Cast", _cast_infer, _cast, attrs={"to": AttrSpec(AttrKind.DTYPE), "saturate": AttrSpec(AttrKind.INT, 1),
+                                              "round_mode": AttrSpec(AttrKind.STRING, "up")},
           elementwise=True, flops=no_flops, narrow_ok=True),
 )

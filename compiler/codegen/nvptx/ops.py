@@ -50,7 +50,7 @@ def where(ctx: OpContext) -> list[Loop]:
 
 def cast(ctx: OpContext) -> list[Loop]:
     src, dst = ctx.in_types[0].dtype, ctx.out_types[0].dtype
-    return _map(ctx, lambda b, xs: cast_value(b, xs[0], src, dst, bool(ctx.attrs["saturate"])))
+    return _map(ctx, lambda b, xs: cast_value(b, xs[0], src, dst, bool(ctx.attrs["saturate"]), ctx.attrs["round_mode"]))
 
 
 def fused_elementwise(ctx: OpContext) -> list[Loop]:

@@ -140,3 +140,27 @@ def test_bitcast_refuses_other_widths_and_bool(src, to):
     x = gb.input("x", TensorType(src, (3,)))
     with pytest.raises(ShapeError, match="BitCast"):
         gb.build(gb.add("BitCast", [x], to=to))
+
+
+@pytest.mark.parametrize("mode", ["up", "down", "nearest"])
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_float8e8m0_rounds_the_exponent_as_onnx(mode, saturate):
+    from onnx.numpy_helper import to_float8e8m0
+
+    p = np.ldexp(np.float32(1), np.arange(-149, 128)).astype(np.float32)
+    x = np.concatenate([p, p * 1.25, p * 1.5, p * 1.75, np.nextafter(p, 0), -p * 1.5, [0.0, -0.0, np.inf, -np.inf, np.nan,
+                        np.finfo(np.float32).max]]).astype(np.float32)
+    got, ref = _cast(x, DType.F8E8M0, saturate=saturate, round_mode=mode)
+    want = to_float8e8m0(x, bool(saturate), mode)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    np.testing.assert_array_equal(ref.view(np.uint8), want.view(np.uint8))
+    half = x[np.abs(x) < 60000].astype(np.float16)
+    got, _ = _cast(half, DType.F8E8M0, saturate=saturate, round_mode=mode)
+    np.testing.assert_array_equal(got.view(np.uint8), to_float8e8m0(half, bool(saturate), mode).view(np.uint8))
+
+
+def test_float8e8m0_decodes_every_code():
+    codes = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    got, ref = _cast(codes, DType.F32)
+    np.testing.assert_array_equal(got, codes.astype(np.float32))
+    np.testing.assert_array_equal(ref, codes.astype(np.float32))

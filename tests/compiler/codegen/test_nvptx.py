@@ -34,7 +34,7 @@ from tests.compiler.codegen.test_kernels_indexing import (  # noqa: F401  (re-ru
 )
 from tests.compiler.codegen.test_kernels_narrow import (  # noqa: F401  (re-run here on the simulated GPU)
     test_bitcast_keeps_the_bytes, test_float_to_narrow_float_rounds_to_nearest_even, test_narrow_float_to_wide_is_exact,
-    test_narrow_ints_both_ways,
+    test_narrow_ints_both_ways, test_float8e8m0_rounds_the_exponent_as_onnx, test_float8e8m0_decodes_every_code,
 )
 from tests.compiler.codegen.test_kernels_resample import (  # noqa: F401  (re-run here on the simulated GPU)
     test_conv_transpose, test_conv_transpose_f16_and_f64, test_grid_sample, test_grid_sample_volumetric, test_resize,

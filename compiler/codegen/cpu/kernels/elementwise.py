@@ -59,4 +59,5 @@ def emit_fused_elementwise(ctx: KernelContext) -> None:
 @kernel("Cast", scalars=True)
 def emit_cast(ctx: KernelContext) -> None:
     src, dst = ctx.in_types[0].dtype, ctx.out_types[0].dtype
-    emit_map(ctx, lambda xs: cast_value(ctx.b, xs[0], src, dst, bool(ctx.attrs["saturate"])), [0])
+    saturate, mode = bool(ctx.attrs["saturate"]), ctx.attrs["round_mode"]
+    emit_map(ctx, lambda xs: cast_value(ctx.b, xs[0], src, dst, saturate, mode), [0])
