@@ -67,6 +67,7 @@ class IsaReport:
     counts: Mapping[str, int] = field(default_factory=dict)
     total: int = 0
     int_dot: int = 0  # integer dot-product instructions (each also counted in its ISA class)
+    dots: Mapping[str, int] = field(default_factory=dict)  # "<mnemonic> <class>" -> count, e.g. "sdot SVE"
 
     def __getitem__(self, name: str) -> int:
         return self.counts.get(name, 0)
@@ -81,7 +82,8 @@ class IsaReport:
 
     def summary(self) -> str:
         parts = ", ".join(f"{name} {self[name]}" for name, _ in ISA_CLASSES.get(self.arch, ()))
-        dots = f"; integer dot products {self.int_dot}" if self.int_dot else ""
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.dots.items()))
+        dots = f"; integer dot products {self.int_dot}" + (f" ({kinds})" if kinds else "") if self.int_dot else ""
         return f"vector ISA: {self.vector_isa} ({parts}; {self.total} instructions{dots})"
 
 
@@ -94,13 +96,16 @@ def classify(instructions: list[str], arch: str) -> IsaReport:
     classes = ISA_CLASSES.get(arch, ())
     counts = {name: 0 for name, _ in classes}
     dot = INT_DOT.get(arch)
-    int_dot = sum(1 for ins in instructions if dot.search(ins.strip())) if dot else 0
+    dots: dict[str, int] = {}
     for ins in instructions:
-        for name, pattern in classes:
-            if pattern.search(ins):
-                counts[name] += 1
-                break
-    return IsaReport(arch, counts, len(instructions), int_dot)
+        cls = next((name for name, pattern in classes if pattern.search(ins)), "scalar")
+        if cls in counts:
+            counts[cls] += 1
+        found = dot.search(ins.strip()) if dot else None
+        if found:
+            key = f"{found.group(0).split()[-1]} {cls}"  # an SVE sdot apart from a NEON one
+            dots[key] = dots.get(key, 0) + 1
+    return IsaReport(arch, counts, len(instructions), sum(dots.values()), dots)
 
 
 def from_objdump(text: str, arch: str) -> IsaReport:

@@ -40,11 +40,14 @@ def test_integer_dot_products_are_counted():
     a = classify(["sdot\tv0.4s, v1.16b, v2.16b", "smmla\tv3.4s, v4.16b, v5.16b", "sdot\tz0.s, z1.b, z2.b",
                   "fmla\tv0.4s, v1.4s, v2.4s", "add\tx0, x0, #1"], "aarch64")
     assert (a.int_dot, a["NEON"], a["SVE"]) == (3, 3, 1)
-    assert "integer dot products 3" in a.summary()
+    assert "integer dot products 3 (sdot NEON 1, sdot SVE 1, smmla NEON 1)" in a.summary()
+    assert a.dots == {"sdot NEON": 1, "smmla NEON": 1, "sdot SVE": 1}
     x = classify(["vpdpbusd\t%zmm2, %zmm1, %zmm0", "{vex}\tvpdpbusd\t%ymm2, %ymm1, %ymm0", "vpmaddubsw\t%ymm1, %ymm2, %ymm3",
                   "vpmaddwd\t%ymm1, %ymm2, %ymm3", "tdpbsud\t%tmm2, %tmm1, %tmm0", "vpaddd\t%ymm1, %ymm2, %ymm3"],
                  "x86_64")
     assert x.int_dot == 5
+    assert x.dots == {"vpdpbusd AVX-512": 1, "vpdpbusd AVX2": 1, "vpmaddubsw AVX2": 1, "vpmaddwd AVX2": 1,
+                      "tdpbsud scalar": 1}
     assert classify(["fmla\tv0.4s, v1.4s, v2.4s"], "aarch64").int_dot == 0
 
 
