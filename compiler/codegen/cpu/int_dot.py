@@ -13,6 +13,10 @@ Every variant is exact (int32 accumulation without saturation):
 * ``avx2-wd``: bytes widened to int16, ``vpmaddwd`` into pair sums kept in two accumulators, the
   pairs added once at the end: exact for any weights.
 * ``sdot``: ARM ``sdot`` (NEON dotprod), s8 x s8: u8 activations are shifted by -128 when packed.
+* ``sve-sdot``: the GEMMs on SVE ``sdot`` (:mod:`.sve_dot`, vector-length agnostic) for scalable
+  targets without i8mm, the ``sdot`` layouts and encoding; NEON ``sdot`` steps any other loop.
+* ``i8mm``: the GEMMs on ARM ``smmla`` 2x2 tiles (:mod:`.mmla`), the ``sdot`` layouts and encoding,
+  whose ``sdot`` steps any other loop (an odd last row).
 * ``generic``: widen to int32, multiply, add the quads (what any LLVM target can compile).
 
 ``Dot`` says which encoding the ``u`` operand needs (``u_signed``): the packers add 128 to (or
@@ -115,7 +119,8 @@ def _generic(d: Dot, b, acc, u, s):
     return total
 
 
-_STEPS = {"vnni": _vnni, "amx": _vnni, "avx2-ubsw": _avx2_ubsw, "avx2-wd": _avx2_wd, "sdot": _sdot, "generic": _generic}
+_STEPS = {"vnni": _vnni, "amx": _vnni, "avx2-ubsw": _avx2_ubsw, "avx2-wd": _avx2_wd, "sdot": _sdot, "i8mm": _sdot,
+          "sve-sdot": _sdot, "generic": _generic}
 
 
 def is_x86(target: Target) -> bool:
@@ -136,7 +141,9 @@ def choose_dot(target: Target, bounded_pairs: bool) -> Dot:
             return Dot("avx2-ubsw" if bounded_pairs else "avx2-wd", 8)
         return Dot("generic", 4)
     if target.triple.startswith("aarch64") and target.has("dotprod"):
-        return Dot("sdot", 4, u_signed=True)
+        if target.has("i8mm"):
+            return Dot("i8mm", 4, u_signed=True)
+        return Dot("sve-sdot" if target.scalable and target.has("sve") else "sdot", 4, u_signed=True)
     return Dot("generic", 4)
 
 

@@ -19,6 +19,8 @@ from ...target import Target
 from .. import irhelpers as h
 from .amx import emit_amx_gemm
 from .int_dot import Dot
+from .mmla import emit_mmla_gemm
+from .sve_dot import emit_sve_gemm
 from ..irhelpers import gep
 
 Epilogue = Callable[[ir.IRBuilder, ir.Value, "int | ir.Value", ir.Value, bool], None]
@@ -78,13 +80,23 @@ def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir
             epilogue(b, row, col, dot.finish(b, b.load(slots[i * nr + j])), partial_last and j == nr - 1)
 
 
+_WHOLE = {"amx": emit_amx_gemm, "sve-sdot": emit_sve_gemm}
+"""Kinds whose module emits all of C."""
+
+
 def emit_int_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, bptr: ir.Value, vptr: ir.Value,
                   epilogue: Epilogue) -> None:
     """All of C, tile by tile: full row blocks, then single rows; full column blocks, then the rest
-    (on AMX tiles: :mod:`.amx`)."""
-    if dot.kind == "amx":
-        emit_amx_gemm(b, geo, bptr, vptr, epilogue)
+    (on AMX tiles: :mod:`.amx`; SVE: :mod:`.sve_dot`; on ARM i8mm: row pairs by :mod:`.mmla`, an odd
+    last row here)."""
+    if dot.kind in _WHOLE:
+        _WHOLE[dot.kind](b, geo, bptr, vptr, epilogue)
         return
+    first = 0
+    if dot.kind == "i8mm":
+        first = geo.rows - geo.rows % 2
+        if first:
+            emit_mmla_gemm(b, geo, first, bptr, vptr, epilogue)
     mr, nr = tile(dot, target, geo.cols_pad)
     block = nr * dot.vl
     full_cols = (geo.cols // block) * block
@@ -98,9 +110,9 @@ def emit_int_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, 
         if rest:
             _tile(b, dot, geo, bptr, vptr, r0, full_cols, rows, rest, partial, epilogue)
 
-    full_rows = (geo.rows // mr) * mr
-    if full_rows:
-        with h.for_range(b, full_rows, step=mr, name="r") as r0:
+    full_rows = first + (geo.rows - first) // mr * mr
+    if full_rows > first:
+        with h.for_range(b, full_rows, start=first, step=mr, name="r") as r0:
             row_block(r0, mr)
     if geo.rows > full_rows:
         with h.for_range(b, geo.rows, start=full_rows, name="rr") as r0:
