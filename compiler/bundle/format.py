@@ -28,6 +28,7 @@ from ..errors import BundleError
 from ..ir.dtypes import DType
 from .lineage import Lineage
 from .signing import PUBLIC_KEY_SIZE, SIGNATURE_SIZE
+from .subbyte import packed_nbytes
 
 MAGIC = b"\x89CUVIL\r\n"  # high bit and CRLF catch 7-bit and text-mode mangling, as PNG's does
 FORMAT_VERSION = 1
@@ -303,7 +304,7 @@ def _weight(value: Any, i: int) -> WeightEntry:
         if bound > MAX_ELEMENTS:
             raise BundleError(f"{where} has a shape with more than {MAX_ELEMENTS} elements")
     length = _int(f["length"], f"{where}.length", 0, MAX_ELEMENTS * 8)
-    if length != numel * dtype.itemsize:
+    if length != packed_nbytes(dtype, numel):
         raise BundleError(f"{where}: length {length} does not match {dtype.value}{list(shape)}")
     offset = _int(f["offset"], f"{where}.offset", 0, MAX_ELEMENTS * 8)
     digest = _string(f["sha256"], f"{where}.sha256", 64)

@@ -26,6 +26,7 @@ from ..ir.text import parse_graph, print_graph
 from ..ir.verify import verify
 from .format import HEADER, MAGIC, MANIFEST_OFFSET, SIGNATURE_OFFSET, Header, Manifest, WeightEntry, load_manifest
 from .signing import SIGNATURE_SIZE, fingerprint, raw_public_bytes
+from .subbyte import unpack
 
 # What a hostile-but-signed graph text can make the IR parser and verifier raise.
 _PARSE_ERRORS = (CuvilError, ValueError, KeyError, TypeError, IndexError, OverflowError, RecursionError)
@@ -144,6 +145,8 @@ def _segments(view: memoryview, data_offset: int, weights: tuple[WeightEntry, ..
         dtype = w.dtype.numpy.newbyteorder("<")
         if w.length == 0:
             arr = np.empty(w.shape, dtype=w.dtype.numpy)
+        elif w.dtype.bits < 8:  # packed: the one other case that copies
+            arr = unpack(np.frombuffer(view, np.uint8, count=w.length, offset=start), w.dtype, w.shape)
         else:
             arr = np.frombuffer(view, dtype=dtype, count=math.prod(w.shape), offset=start).reshape(w.shape)
             if not dtype.isnative:  # big-endian host: the one case that copies

@@ -25,6 +25,7 @@ from ..ir.verify import verify
 from .format import MAGIC, MANIFEST_OFFSET, Header, Manifest, WeightEntry, align, MAX_MANIFEST_BYTES, store_manifest
 from .lineage import Lineage
 from .signing import raw_public_bytes
+from .subbyte import pack
 
 
 def _le_bytes(arr: np.ndarray) -> np.ndarray:
@@ -39,9 +40,10 @@ def build_manifest(graph: Graph, name: str, version: str, producer: str,
     verify(graph)
     weights, segments, end = [], [], 0
     for cname, arr in graph.constants.items():
-        raw = _le_bytes(arr)
+        dtype = DType.from_numpy(arr.dtype)
+        raw = pack(arr, dtype) if dtype.bits < 8 else _le_bytes(arr)
         offset = align(end)
-        weights.append(WeightEntry(cname, DType.from_numpy(arr.dtype), tuple(int(d) for d in arr.shape),
+        weights.append(WeightEntry(cname, dtype, tuple(int(d) for d in arr.shape),
                                    offset, int(raw.size), hashlib.sha256(raw).hexdigest()))
         segments.append(raw)
         end = offset + int(raw.size)

@@ -212,3 +212,27 @@ def test_inflating_stops_at_the_manifest_limit():
     assert len(bomb) < 100_000
     with pytest.raises(BundleError, match="inflates to more than"):
         load_manifest(bomb, 1)
+
+
+def test_sub_byte_weights_are_packed_and_come_back_the_same(key):
+    """int4/uint2/float4 weights take half (a quarter) of a byte each in the bundle; bf16 and
+    float8 keep their bytes; all come back equal, bit for bit."""
+    import ml_dtypes
+    import numpy as np
+
+    from cuvil.compiler import DType, Graph, Node, TensorType
+
+    consts = {"i4": np.arange(-8, 7, dtype=np.int8).astype(ml_dtypes.int4).reshape(3, 5),
+              "u2": (np.arange(7) % 4).astype(ml_dtypes.uint2), "f4": np.array([-6, 0.5, 3], np.float32).astype(
+                  ml_dtypes.float4_e2m1fn), "bf": np.array([1.5, -2], np.float32).astype(ml_dtypes.bfloat16),
+              "f8": np.array([448, -0.25], np.float32).astype(ml_dtypes.float8_e4m3fn)}
+    types = {k: TensorType(DType.from_numpy(v.dtype), v.shape) for k, v in consts.items()}
+    nodes = [Node.make("Cast", [k], [f"{k}32"], to=DType.F32) for k in consts]
+    types.update({f"{k}32": TensorType(DType.F32, v.shape) for k, v in consts.items()})
+    graph = Graph("narrow_weights", (), tuple(f"{k}32" for k in consts), tuple(nodes), types, consts)
+    bundle = read_bundle(bundle_bytes(graph, key), [key.public_key()])
+    lengths = {w.name: w.length for w in bundle.manifest.weights}
+    assert lengths == {"i4": 8, "u2": 2, "f4": 2, "bf": 4, "f8": 2}
+    for name, arr in consts.items():
+        got = bundle.graph.constants[name]
+        assert got.dtype == arr.dtype and got.shape == arr.shape and got.tobytes() == arr.tobytes()
