@@ -38,7 +38,8 @@ OUT_OF_SCOPE: Mapping[str, str] = {
     "training": "training losses and optimizers (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, "
                 "ai.onnx.preview.training): inference only",
     "string": "string tensors and string ops: no text processing on the device",
-    "sequence": "tensor sequences (Sequence*, SplitToSequence, ConcatFromSequence): Cuvil IR has tensors only",
+    "sequence": "tensor sequences (Sequence*, SplitToSequence, ConcatFromSequence; If and Loop over them): "
+                "Cuvil IR has tensors only",
     "optional": "optional values (Optional*): Cuvil IR has tensors only",
     "map": "maps: Cuvil IR has tensors only",
     "image decoding": "ImageDecoder: image files are decoded before the model, outside it",
