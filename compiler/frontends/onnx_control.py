@@ -65,7 +65,20 @@ class Host(Protocol):
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    try:
+        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    except Exception as e:  # an attribute of no or an unknown type
+        raise OnnxImportError(f"node {node.name or node.op_type!r} ({node.op_type}) has a malformed attribute "
+                              f"({type(e).__name__})") from None
+
+
+def _ints(node: onnx.NodeProto, a: dict, key: str, count: int) -> list[int]:
+    """A list-of-ints attribute (default: ``count`` zeros), which must hold ``count`` of them."""
+    value = a.get(key, [0] * count)
+    if not isinstance(value, list) or len(value) != count or not all(isinstance(v, int) for v in value):
+        raise OnnxImportError(f"node {node.name or node.op_type!r} ({node.op_type}): attribute {key!r} must be "
+                              f"{count} ints")
+    return value
 
 
 def _graph(node: onnx.NodeProto, key: str) -> onnx.GraphProto:
@@ -154,7 +167,9 @@ def _show(t: TensorType) -> str:
 # --- Scan -----------------------------------------------------------------------------------------
 def import_scan(host: Host, node: onnx.NodeProto, name: str, depth: int, version: int) -> list[Value]:
     body, a = _graph(node, "body"), _attrs(node)
-    m = int(a.get("num_scan_inputs", -1))
+    m = a.get("num_scan_inputs", -1)
+    if not isinstance(m, int):
+        raise OnnxImportError(f"node {name!r} (Scan): num_scan_inputs must be an int")
     values = _inputs(host, node)
     if version == 8:
         if node.input and node.input[0]:
@@ -165,12 +180,10 @@ def import_scan(host: Host, node: onnx.NodeProto, name: str, depth: int, version
         raise OnnxImportError(f"node {name!r} (Scan): {len(values)} inputs, num_scan_inputs={m} and a body of "
                               f"{len(body.input)} inputs and {len(body.output)} outputs do not agree")
     k = len(body.output) - n
-    in_dirs = list(a.get("directions" if version == 8 else "scan_input_directions", [0] * m))
-    in_axes = [0] * m if version == 8 else list(a.get("scan_input_axes", [0] * m))
-    out_axes = [0] * k if version == 8 else list(a.get("scan_output_axes", [0] * k))
-    out_dirs = [0] * k if version == 8 else list(a.get("scan_output_directions", [0] * k))
-    if len(in_dirs) != m or len(in_axes) != m or len(out_axes) != k or len(out_dirs) != k:
-        raise OnnxImportError(f"node {name!r} (Scan): its axes and directions do not match its inputs and outputs")
+    in_dirs = _ints(node, a, "directions" if version == 8 else "scan_input_directions", m)
+    in_axes = [0] * m if version == 8 else _ints(node, a, "scan_input_axes", m)
+    out_axes = [0] * k if version == 8 else _ints(node, a, "scan_output_axes", k)
+    out_dirs = [0] * k if version == 8 else _ints(node, a, "scan_output_directions", k)
     states = list(values[:n])
     xs = [_tensor(x, "a scan input") for x in values[n:]]
     spec = _ScanSpec(body, in_axes, in_dirs, out_axes, out_dirs, name, depth)

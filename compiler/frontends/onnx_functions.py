@@ -9,12 +9,12 @@ imported one by one under the body's own opset like any other node (and expand a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import onnx
 import onnx.defs
-from onnx import AttributeProto, FunctionProto, NodeProto, TypeProto
+from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, TypeProto
 
 MAX_DEPTH = 8  # nested expansions (a body op defined as a function in turn); ONNX's stay below 4
 
@@ -83,6 +83,7 @@ def expand(node: NodeProto, body: FunctionProto, schema: onnx.defs.OpSchema, ops
             rename[name] = f"{prefix}/{name}"
         return rename[name]
 
+    scope = set(body.input) | {o for n in body.node for o in n.output}  # what sub-graphs may refer to
     nodes = []
     for n in body.node:
         out = NodeProto()
@@ -102,8 +103,27 @@ def expand(node: NodeProto, body: FunctionProto, schema: onnx.defs.OpSchema, ops
                 resolved.CopyFrom(ref)
                 resolved.name = a.name
                 out.attribute.append(resolved)
+            elif a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):  # If, Loop, Scan in the body
+                renamed = AttributeProto()
+                renamed.CopyFrom(a)
+                for g in [renamed.g] if a.type == AttributeProto.GRAPH else renamed.graphs:
+                    _rename_outer(g, lambda name: value(name) if name in scope else name)
+                out.attribute.append(renamed)
             else:
                 out.attribute.append(a)
         nodes.append(out)
     versions = {o.domain: o.version for o in body.opset_import}
     return Expansion(tuple(nodes), versions.get("", versions.get("ai.onnx", opset)))
+
+
+def _rename_outer(graph: GraphProto, rename: Callable[[str], str]) -> None:
+    """Rename, in place, the values a sub-graph (and the sub-graphs in it) takes from the function body
+    around it; ONNX's names are unique across scopes, so what it defines itself is never renamed."""
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            node.input[i] = rename(name)
+        for a in node.attribute:
+            for g in [a.g] if a.HasField("g") else a.graphs:
+                _rename_outer(g, rename)
+    for out in graph.output:
+        out.name = rename(out.name)

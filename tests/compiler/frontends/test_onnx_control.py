@@ -205,3 +205,11 @@ def test_unrolling_past_the_node_budget_is_a_limit_error(monkeypatch):
     model = make_model([node], {"x": (F, [2])}, ["y"], {"m": np.array(64, np.int64)}, 13)
     with pytest.raises(LimitError, match="unrolls into more than 1000 nodes"):
         import_onnx(model)
+
+
+def test_control_flow_inside_an_expanded_onnx_function_sees_the_function_s_values(rng):
+    """AffineGrid imports as its ONNX function body, whose If branches use values the body defines
+    (renamed apart by the expansion: the branches must follow)."""
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=0)
+    model = make_model([node], {"theta": (F, [2, 2, 3])}, ["grid"], {"size": np.array([2, 1, 3, 4], np.int64)}, 20)
+    matches_ort(model, {"theta": rng.standard_normal((2, 2, 3)).astype(np.float32)})
