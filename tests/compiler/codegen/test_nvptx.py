@@ -222,3 +222,27 @@ def test_new_ops_assemble_with_ptxas(tmp_path):
     program = lower_ptx(gb.build(outs), gpu_target("ops", "sm_87"))
     done = ptxas(jit.emit_assembly(program.llvm_ir, program.target), "sm_87", tmp_path)
     assert done.returncode == 0, done.stderr[:2000]
+
+
+def test_storage_only_casts_bitcast_and_half_sums_assemble_with_ptxas(tmp_path):
+    """Cast to and from every storage-only dtype, BitCast, and the f16 Softmax/MatMul/Conv summed in f32."""
+    from cuvil.compiler import DType, TensorType
+    from cuvil.compiler.frontends.builder import GraphBuilder
+
+    gb = GraphBuilder("narrow")
+    x = gb.input("x", TensorType(DType.F32, (7, 33)))
+    h16 = gb.input("h", TensorType(DType.F16, (1, 4, 33)))
+    outs = []
+    for d in sorted((d for d in DType if d.is_narrow), key=lambda d: d.value):
+        for saturate in (0, 1):
+            narrow = gb.add1("Cast", [x], name=f"to_{d.value}_{saturate}", to=d, saturate=saturate)
+            outs.append(gb.add1("Cast", [narrow], name=f"from_{d.value}_{saturate}", to=DType.F16))
+    outs.append(gb.add1("Cast", [x], to=DType.F8E8M0, round_mode="nearest"))
+    outs.append(gb.add1("BitCast", [x], to=DType.I32))
+    outs.append(gb.add1("Softmax", [h16], axis=-1))
+    outs.append(gb.add1("MatMul", [h16, gb.constant(np.ones((33, 5), np.float16), "w")]))
+    outs.append(gb.add1("Conv", [h16, gb.constant(np.ones((4, 1, 3), np.float16), "k")], group=4, pads=(1, 1),
+                        strides=(1,), dilations=(1,)))
+    program = lower_ptx(gb.build(outs), gpu_target("narrow", "sm_87"))
+    done = ptxas(jit.emit_assembly(program.llvm_ir, program.target), "sm_87", tmp_path)
+    assert done.returncode == 0, done.stderr[:2000]
