@@ -1,5 +1,5 @@
 """ONNX ops that are a few ops of the op table: Hardmax, OneHot, LpNormalization, Instance- and
-GroupNormalization, Einsum, TopK.
+GroupNormalization, Einsum, TopK, Compress, MaxUnpool, ReverseSequence.
 
 Each keeps ONNX's meaning exactly (ties, negative indices, the opset's axis rule) by composing ops
 that already have references and native kernels on every backend, so no new kernel is needed.
@@ -247,3 +247,70 @@ def _top_k(ctx: NodeCtx) -> list:
     index = ctx.b.add("ArgMax", [ctx.tmp("Cast", [hit], "hit_i32", to=DType.I32)], name=ctx.name, output_names=[named],
                       axis=axis + 1, keepdims=0, select_last_index=0)[0]
     return [ctx.emit("GatherElements", [x, index], axis=axis), index]
+
+
+def _static(ctx: NodeCtx, i: int, what: str):
+    t = ctx.type(i)
+    if not all(isinstance(d, int) for d in t.shape):
+        ctx.batch_dependent(what)
+    return t
+
+
+@translates(Compress=(9, 11, 28))
+def _compress(ctx: NodeCtx) -> list:
+    """A Gather of the condition's true positions: the condition must be a constant (it decides the
+    output's shape), like a Reshape's shape."""
+    t = _static(ctx, 0, "Compress's shape")
+    keep = np.flatnonzero(ctx.const(1).reshape(-1).astype(bool))
+    x = ctx.x(0)
+    if ctx.attr("axis", None) is None:
+        x, axis, n = ctx.tmp("Reshape", [x], "flat", shape=[math.prod(t.shape)]), 0, math.prod(t.shape)
+    else:
+        axis = _axis(ctx, t.rank, 0)
+        n = t.shape[axis]
+    if keep.size and keep[-1] >= n:
+        raise OnnxImportError(f"node {ctx.name!r} (Compress): the condition selects position {keep[-1]} of {n}")
+    return [ctx.emit("Gather", [x, ctx.constant(keep.astype(np.int64), f"{ctx.name}/keep")], axis=axis)]
+
+
+@translates(MaxUnpool=(9, 11, 22))
+def _max_unpool(ctx: NodeCtx) -> list:
+    """X's values scattered (ScatterElements) to their flat Indices in zeros of the inferred shape,
+    then zero-padded at the end to output_shape, as ONNX's reference does."""
+    t = _static(ctx, 0, "MaxUnpool's shape")
+    nd = t.rank - 2
+    kernel = list(ctx.attr("kernel_shape"))
+    strides, pads = list(ctx.attr("strides", [1] * nd)), list(ctx.attr("pads", [0] * 2 * nd))
+    if len(kernel) != nd or len(strides) != nd or len(pads) != 2 * nd:
+        raise OnnxImportError(f"node {ctx.name!r} (MaxUnpool): {nd} spatial dims need as many kernel dims and strides")
+    inferred = [*t.shape[:2], *((n - 1) * s - pads[i] - pads[nd + i] + k
+                                for i, (n, s, k) in enumerate(zip(t.shape[2:], strides, kernel)))]
+    shape = [int(v) for v in ctx.const(2).reshape(-1)] if ctx.has(2) else inferred
+    if len(shape) != t.rank or any(o < i for o, i in zip(shape, inferred)) or min(inferred) < 0:
+        raise OnnxImportError(f"node {ctx.name!r} (MaxUnpool): output_shape {shape} is smaller than {inferred}")
+    check_size(ctx, shape)
+    flat = [1, math.prod(t.shape)]
+    zeros = ctx.constant(np.zeros((1, math.prod(inferred)), t.dtype.numpy), f"{ctx.name}/zeros")
+    y = ctx.tmp("ScatterElements", [zeros, ctx.tmp("Reshape", [ctx.x(1)], "where", shape=flat),
+                                    ctx.tmp("Reshape", [ctx.x(0)], "values", shape=flat)], "scatter", axis=1)
+    y = ctx.tmp("Reshape", [y], "unflat", shape=inferred)
+    return [ctx.emit("Pad", [y], pads=[0] * t.rank + [o - i for o, i in zip(shape, inferred)], mode="constant", value=0.0)]
+
+
+@translates(ReverseSequence=(10, 28))
+def _reverse_sequence(ctx: NodeCtx) -> list:
+    """GatherElements along the time axis at len - 1 - t below each batch row's length, t above."""
+    t = _static(ctx, 0, "ReverseSequence's shape")
+    time, batch = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
+    if t.rank < 2 or {time, batch} != {0, 1}:
+        raise OnnxImportError(f"node {ctx.name!r} (ReverseSequence): time_axis and batch_axis must be 0 and 1")
+    steps = np.arange(t.shape[time], dtype=np.int64).reshape([-1, 1] if time == 0 else [1, -1])
+    lens = ctx.tmp("Cast", [ctx.x(1)], "lens", to=DType.I64)
+    lens = ctx.tmp("Unsqueeze", [lens], "row", axes=[time])
+    pos = ctx.constant(steps, f"{ctx.name}/steps")
+    back = ctx.tmp("Sub", [ctx.tmp("Sub", [lens, ctx.constant(np.array(1, np.int64), f"{ctx.name}/one")], "last"), pos],
+                   "back")
+    where = ctx.tmp("Where", [ctx.tmp("Less", [pos, lens], "inside"), back, pos], "where")
+    where = ctx.tmp("Reshape", [where], "lift", shape=list(t.shape[:2]) + [1] * (t.rank - 2))
+    where = ctx.tmp("Expand", [where], "spread", shape=list(t.shape))
+    return [ctx.emit("GatherElements", [ctx.x(0), where], axis=time)]

@@ -191,10 +191,16 @@ def _clip(ctx: NodeCtx) -> list:
 
 @translates(Dropout=(7, 10, 12, 13, 22))
 def _dropout(ctx: NodeCtx) -> list:
-    if ctx.opset >= 12 and ctx.scalar(2, False):
-        raise Unsupported("training_mode=1")
+    """Inference, or training with ratio 0, drops nothing: the mask is all true."""
     ratio = ctx.attr("ratio", 0.5) if ctx.opset < 12 else ctx.scalar(1, 0.5)
-    return [ctx.emit("Dropout", [ctx.x(0)], ratio=ratio)]
+    if ctx.opset >= 12 and ctx.scalar(2, False) and ratio != 0:
+        raise Unsupported("training_mode=1")
+    y = ctx.emit("Dropout", [ctx.x(0)], ratio=ratio)
+    t = ctx.type(0)
+    if len(ctx.outputs) < 2 or not ctx.outputs[1] or not t.is_static:
+        return [y]
+    check_size(ctx, list(t.shape))
+    return [y, ctx.constant(np.ones(t.shape, bool), f"{ctx.name}/mask")]
 
 
 # --- convolution, pooling, normalisation ---------------------------------------------------------

@@ -139,3 +139,54 @@ def test_top_k_refuses_k_beyond_the_axis():
     node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=0)
     with pytest.raises(OnnxImportError, match="TopK"):
         import_onnx(make_model([node], {"x": (F, [3, 2])}, ["v", "i"], {"k": np.array([4], np.int64)}, opset=11))
+
+
+def _native_matches_ort(model, feeds):
+    graph = import_onnx(model)
+    native = compile_graph(graph, optimize=False).run(dict(zip(graph.inputs, feeds.values())))
+    for name, want in zip(graph.outputs, run_ort(model, feeds).values()):
+        np.testing.assert_allclose(native[name], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [None, 0, -1])
+def test_compress_gathers_the_constant_conditions_true_positions(rng, axis):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    node = helper.make_node("Compress", ["x", "c"], ["y"], **({} if axis is None else {"axis": axis}))
+    model = make_model([node], {"x": (F, [3, 4])}, ["y"], {"c": np.array([0, 1, 1], bool)}, opset=11)
+    check(model, {"x": x})
+    _native_matches_ort(model, {"x": x})
+
+
+def test_max_unpool_puts_values_at_their_indices(rng):
+    """Without output_shape as ONNX Runtime; with it, ONNX's rule (the inferred shape's layout, then
+    zeros at the end), which ONNX's conformance case expects and ONNX Runtime does not follow."""
+    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    pool = helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2])
+    p, i = run_ort(make_model([pool], {"x": (F, [1, 2, 4, 4])}, ["p", "i"], opset=11), {"x": x}).values()
+    ins = {"p": (F, [1, 2, 2, 2]), "i": (TensorProto.INT64, [1, 2, 2, 2])}
+    unpool = helper.make_node("MaxUnpool", ["p", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    check(make_model([unpool], ins, ["y"], opset=11), {"p": p, "i": i})
+    _native_matches_ort(make_model([unpool], ins, ["y"], opset=11), {"p": p, "i": i})
+    unpool = helper.make_node("MaxUnpool", ["p", "i", "shape"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    graph = import_onnx(make_model([unpool], ins, ["y"], {"shape": np.array([1, 2, 5, 5], np.int64)}, opset=11))
+    want = np.zeros(32, np.float32)
+    want[i.reshape(-1)] = p.reshape(-1)
+    want = np.pad(want.reshape(1, 2, 4, 4), [(0, 0), (0, 0), (0, 1), (0, 1)])
+    np.testing.assert_array_equal(compile_graph(graph, optimize=False).run({"p": p, "i": i})[graph.outputs[0]], want)
+
+
+@pytest.mark.parametrize("time_axis", [0, 1])
+def test_reverse_sequence_reverses_each_rows_prefix(rng, time_axis):
+    shape = [4, 3, 2] if time_axis == 0 else [3, 4, 2]
+    x = rng.standard_normal(shape).astype(np.float32)
+    node = helper.make_node("ReverseSequence", ["x", "lens"], ["y"], time_axis=time_axis, batch_axis=1 - time_axis)
+    model = make_model([node], {"x": (F, shape), "lens": (TensorProto.INT64, [3])}, ["y"], opset=10)
+    feeds = {"x": x, "lens": np.array([4, 1, 2], np.int64)}
+    check(model, feeds)
+    _native_matches_ort(model, feeds)
+
+
+def test_dropout_mask_is_all_true_without_training(rng):
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    node = helper.make_node("Dropout", ["x", "r"], ["y", "mask"])
+    check(make_model([node], {"x": (F, [2, 3])}, ["y", "mask"], {"r": np.array(0.3, np.float32)}, opset=13), {"x": x})
