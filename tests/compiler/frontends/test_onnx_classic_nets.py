@@ -197,18 +197,18 @@ def test_sum_constant_of_shape_unsqueeze_transpose(rng):
 
 
 def test_net_with_unsupported_layers_fails_with_one_error(rng):
-    """An opset-9 segmentation-style net: Upsample imports (as Resize), MaxUnpool is not in the op set,
+    """An opset-9 segmentation-style net: Upsample imports (as Resize), MaxRoiPool is not in the op set,
     and the one error names both of its nodes."""
     n = Net(rng)
     x = n.conv("data", 3, 4, 3, pad=1)
     up1 = n.op("Upsample", [x, n.init(np.array([1, 1, 2, 2], np.float32), "scales")], mode="nearest")
-    where = n.init(np.zeros((1, 4, 16, 16), np.int64), "where")
-    norm = n.op("MaxUnpool", [up1, where], kernel_shape=[1, 1])
+    rois = n.init(np.array([[0, 0, 0, 3, 3]], np.float32), "rois")
+    norm = n.op("MaxRoiPool", [up1, rois], pooled_shape=[4, 4])
     up2 = n.op("Upsample", [n.conv(norm, 4, 4, 3, pad=1), n.init(np.array([1, 1, 2, 2], np.float32), "scales")])
-    norm2 = n.op("MaxUnpool", [up2, where], kernel_shape=[1, 1])
+    norm2 = n.op("MaxRoiPool", [up2, rois], pooled_shape=[4, 4])
     model = n.model([1, 3, 8, 8], [n.op("Softmax", [norm2])], "segnet")
     with pytest.raises(UnsupportedModelError) as err:
         import_onnx(model)
-    assert set(err.value.unsupported) == {"MaxUnpool"}
-    assert err.value.unsupported["MaxUnpool"] == (f"{norm}_node", f"{norm2}_node")
+    assert set(err.value.unsupported) == {"MaxRoiPool"}
+    assert err.value.unsupported["MaxRoiPool"] == (f"{norm}_node", f"{norm2}_node")
     assert f"{norm}_node" in str(err.value)
