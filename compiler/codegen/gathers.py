@@ -24,7 +24,7 @@ from ..ops.resample import resize_attrs, resize_taps
 from . import irhelpers as h
 from .grid_sample import grid_sample
 from .halfprec import float_convert
-from .scatter import checked_index, scatter_elements, scatter_nd
+from .scatter import checked_index, gather_nd, scatter_elements, scatter_nd
 
 Value = Callable[[ir.IRBuilder, Sequence[ir.Value], Sequence[ir.Value]], ir.Value]
 Factory = Callable[[Mapping, Sequence[TensorType], Sequence[TensorType]], Value]
@@ -369,6 +369,7 @@ PER_ELEMENT: Mapping[str, Factory] = {
     "CumSum": lambda a, i, o: cumulative(a, i, o, prod=False),
     "CumProd": lambda a, i, o: cumulative(a, i, o, prod=True),
     "GridSample": grid_sample, "ScatterElements": scatter_elements, "ScatterND": scatter_nd,
+    "GatherND": gather_nd,
 }
 """op -> per-element code; both backends give every op listed a kernel built on it."""
 

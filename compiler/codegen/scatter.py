@@ -1,4 +1,4 @@
-"""ScatterElements' and ScatterND's per-element code (entries of ``gathers.PER_ELEMENT``).
+"""ScatterElements', ScatterND's and GatherND's per-element code (entries of ``gathers.PER_ELEMENT``).
 
 An output element starts as data's and folds, in order, every update addressed to it (the
 reference's order: a repeated index lets the last update win, or reduces them all). ScatterElements
@@ -88,5 +88,23 @@ def scatter_nd(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]
             return b.select(hit, combine(b, acc, u), acc)
 
         return h.reduce_range(b, tuples, x, step, "u") if tuples else x
+
+    return value
+
+
+def gather_nd(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]):
+    """Output (batch..., tuple..., rest...) reads data[batch..., indices[batch..., tuple...], rest...]."""
+    data, ind = tuple(ins[0].shape), tuple(ins[1].shape)
+    b, k = a["batch_dims"], ind[-1]
+    dst, ist = h.contiguous_strides(data), h.contiguous_strides(ind)
+    q = len(ind) - 1  # output dims that walk the index tuples, batch dims first
+
+    def value(bld, idx, ptrs):
+        base = h.linear(bld, idx[:q], ist[:-1])
+        pos = list(idx[:b])
+        for j in range(k):
+            t, _ = checked_index(bld, h.load(bld, ptrs[1], bld.add(base, h.i64(j))), data[b + j], ptrs[2])
+            pos.append(t)
+        return h.load(bld, ptrs[0], h.linear(bld, pos + list(idx[q:]), dst))
 
     return value

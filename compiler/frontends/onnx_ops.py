@@ -101,7 +101,7 @@ DIRECT_VERSIONS = {
     "BitwiseXor": (18,), "BitwiseNot": (18,), "BitShift": (11, 28), "GreaterOrEqual": (12, 16),
     "LessOrEqual": (12, 16), "ArgMax": (1, 11, 12, 13), "ArgMin": (1, 11, 12, 13), "IsNaN": (9, 13, 20), "IsInf": (10, 20), "Floor": _UNARY, "Ceil": _UNARY,
     "Round": (11, 22), "Sign": (9, 13), "Mod": (10, 13, 28), "Mean": (8, 13), "GatherElements": (11, 13),
-    "ScatterElements": (11, 13, 16, 18), "ScatterND": (11, 13, 16, 18),
+    "ScatterElements": (11, 13, 16, 18), "ScatterND": (11, 13, 16, 18), "GatherND": (11, 12, 13),
     **{op: (7, 22) for op in ("Sin", "Cos", "Tan", "Asin", "Acos", "Atan")},
     **{op: (9, 22) for op in ("Sinh", "Cosh", "Asinh", "Acosh", "Atanh")},
 }

@@ -1,4 +1,4 @@
-"""Op family: indexing — Trilu, GatherElements, CumSum, CumProd, ScatterElements, ScatterND: ops whose output element reads input elements
+"""Op family: indexing — Trilu, GatherElements, CumSum, CumProd, GatherND, ScatterElements, ScatterND: ops whose output element reads input elements
 found from its own position (see docs/ir.md). Each imports from ONNX with its constant inputs as
 attributes."""
 
@@ -148,6 +148,31 @@ def _scatter_nd(xs, a):
     return [out]
 
 
+# --- GatherND --------------------------------------------------------------------------------------
+def _gather_nd_infer(ts, a):
+    data, idx = ts
+    b = a["batch_dims"]
+    require(idx.dtype in INDICES, f"GatherND: indices must be i32 or i64, got {idx.dtype.value}")
+    k = idx.shape[-1] if idx.rank else 0
+    require(idx.rank >= 1 and 0 <= b < min(data.rank, idx.rank) and 1 <= k <= data.rank - b
+            and idx.shape[:b] == data.shape[:b],
+            f"GatherND: indices {idx} and data {data} disagree (batch_dims {b}, tuples of {k})")
+    require(math.prod(data.shape) > 0 or math.prod(idx.shape) == 0, f"GatherND: data {data} has no elements to index")
+    return [TensorType(data.dtype, idx.shape[:-1] + data.shape[b + k:])]
+
+
+def _gather_nd(xs, a):
+    data, idx = xs
+    b, k = a["batch_dims"], idx.shape[-1]
+    idx = _in_range("GatherND", idx, np.array(data.shape[b:b + k]))
+    batch = math.prod(data.shape[:b])
+    d = data.reshape((batch,) + data.shape[b:])
+    i = idx.reshape(batch, -1, k)
+    rows = np.arange(batch)[:, None]
+    out = d[(rows, *(i[..., j] for j in range(k)))]
+    return [out.reshape(idx.shape[:-1] + data.shape[b + k:])]
+
+
 register(
     OpDef("Trilu", _trilu_infer, _trilu, attrs={"upper": AttrSpec(I, 1), "k": AttrSpec(I, 0)}, flops=no_flops,
           doc="the upper (or lower) triangle of the last two dims from diagonal k; the rest 0"),
@@ -159,6 +184,9 @@ register(
           attrs={"axis": AttrSpec(I, 0), "reduction": AttrSpec(S, "none")}, min_inputs=3, max_inputs=3,
           flops=no_flops, same_as_onnx=True, run_time_check=True,
           doc="data with updates[p] put (or reduced) at p with its axis coordinate replaced by indices[p]"),
+    OpDef("GatherND", _gather_nd_infer, _gather_nd, attrs={"batch_dims": AttrSpec(I, 0)}, min_inputs=2, max_inputs=2,
+          flops=no_flops, same_as_onnx=True, run_time_check=True,
+          doc="the slices of data that each index tuple (the last axis of indices) addresses, per batch"),
     OpDef("ScatterND", _scatter_nd_infer, _scatter_nd, attrs={"reduction": AttrSpec(S, "none")},
           min_inputs=3, max_inputs=3, flops=no_flops, same_as_onnx=True, run_time_check=True,
           doc="data with updates[m] put (or reduced) at the slice indices[m] addresses"),

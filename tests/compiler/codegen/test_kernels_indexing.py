@@ -77,3 +77,15 @@ def test_scatter_refuses_indices_outside_the_axis():
     want = x.copy()
     want[0, 3] = 9
     np.testing.assert_array_equal(next(iter(got.values())), want)
+
+
+@pytest.mark.parametrize("batch_dims", [0, 1])
+def test_gather_nd(batch_dims):
+    x = rnd(2, 4, 3, seed=17)
+    idx = np.array([[[1, -1], [0, 2]], [[-2, 0], [1, 1]]], np.int64)
+    run_op("GatherND", [x, idx[..., :1] if batch_dims else idx], batch_dims=batch_dims)
+    sess = run_op("GatherND", [x, idx], batch_dims=batch_dims)
+    with pytest.raises(RunTimeCheckError):
+        bad = idx.copy()
+        bad[0, 0, 0] = 9
+        sess.run({"x0": x, "x1": bad})

@@ -30,7 +30,7 @@ from tests.compiler.codegen.test_kernels_math import (  # noqa: F401  (re-run he
 from tests.compiler.codegen.test_kernels_conv3d import test_conv_3d  # noqa: F401  (re-run on the simulated GPU)
 from tests.compiler.codegen.test_kernels_indexing import (  # noqa: F401  (re-run here on the simulated GPU)
     test_arg_extremes, test_cumsum, test_gather_elements, test_reduce_min_of_bools_and_unsigned, test_reduce_min_prod,
-    test_scatter, test_scatter_refuses_indices_outside_the_axis, test_trilu,
+    test_gather_nd, test_scatter, test_scatter_refuses_indices_outside_the_axis, test_trilu,
 )
 from tests.compiler.codegen.test_kernels_narrow import (  # noqa: F401  (re-run here on the simulated GPU)
     test_bitcast_keeps_the_bytes, test_float_to_narrow_float_rounds_to_nearest_even, test_narrow_float_to_wide_is_exact,
@@ -216,6 +216,7 @@ def test_new_ops_assemble_with_ptxas(tmp_path):
                        axis=2, reduction=reduction)
         outs += gb.add("ScatterND", [image, gb.constant(np.zeros((3, 2), np.int32), f"sn_{reduction}"),
                                      gb.constant(np.ones((3, 6, 5), np.float32), f"su_{reduction}")], reduction=reduction)
+    outs += gb.add("GatherND", [image, gb.constant(np.zeros((1, 3, 2), np.int64), "gnd")], batch_dims=1)
     for mode in ("nearest", "linear", "cubic"):
         grid = gb.input(f"grid_{mode}", TensorType(DType.F32, (1, 3, 8, 2)))
         outs += gb.add("GridSample", [image, grid], mode=mode, padding_mode="reflection", align_corners=0)

@@ -111,3 +111,14 @@ def test_scatter_refuses_indices_outside_the_axis_and_empty_data():
         run_cuvil("ScatterND", [np.zeros((2, 2), np.float32), np.array([[0, -3]], np.int64), np.ones(1, np.float32)])
     with pytest.raises(ShapeError, match="no elements"):
         run_cuvil("ScatterND", [np.zeros((0, 2), np.float32), np.zeros((1, 1), np.int64), np.ones((1, 2), np.float32)])
+
+
+@pytest.mark.parametrize("batch_dims, dshape, ishape", [(0, (3, 4, 2), (2, 2)), (0, (3, 4), (2, 1, 2)),
+                                                         (1, (2, 3, 4), (2, 2, 1)), (2, (2, 3, 4), (2, 3, 1))])
+def test_gather_nd_matches_onnxruntime(rng, batch_dims, dshape, ishape):
+    x = randn(rng, dshape)
+    k = ishape[-1]
+    idx = np.stack([rng.integers(-dshape[batch_dims + j], dshape[batch_dims + j], size=ishape[:-1]) for j in range(k)],
+                   axis=-1).astype(np.int64)
+    assert_close(run_cuvil("GatherND", [x, idx], batch_dims=batch_dims),
+                 run_ort("GatherND", [x, idx], {"batch_dims": batch_dims}, opset=13), rtol=0, atol=0)
