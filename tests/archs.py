@@ -409,6 +409,6 @@ UNSUPPORTED: dict[str, tuple[str | None, str | None]] = {
     "gru_kws": ("GRU", None),
     "unet": (None, "transposed convolution"),
     "unet_nearest": (None, "upsample_nearest2d"),
-    "alexnet_lrn": ("If", "avg_pool3d"),  # torch exports LocalResponseNorm as If + 3-D pooling, never as LRN
+    "alexnet_lrn": (None, "avg_pool3d"),  # torch exports LocalResponseNorm as If (on static shapes) + 3-D pooling
     "groupnorm_cnn": (None, "native_group_norm"),
 }
