@@ -15,7 +15,8 @@ from ..devices.detect import HOST
 from ..devices.profile import DeviceProfile
 from ..edge_runtime.compile import runnable_here
 
-NATIVE_CANDIDATES = ("x86-avx512", "x86-avx2", "graviton4", "graviton3", "rpi5")  # most capable first
+NATIVE_CANDIDATES = ("x86-amx", "x86-avx512-vnni", "x86-avx512", "x86-avx2", "graviton4", "graviton3",
+                     "rpi5")  # most capable first: an int8 model then runs the host's integer dot products
 
 
 @functools.lru_cache(maxsize=1)

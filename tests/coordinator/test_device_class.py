@@ -18,7 +18,18 @@ def test_host_resolves_to_a_shipped_profile_this_machine_runs():
     assert device_class("host") == cls and device_class("rpi5") == "rpi5"
     if cls != "host":  # every build machine is x86 with AVX2 at least: a shipped profile names it
         assert runnable_here(load_profile(cls).target())
-    assert cls in ("x86-avx512", "x86-avx2", "graviton4", "graviton3", "rpi5", "host")
+    assert cls in ("x86-amx", "x86-avx512-vnni", "x86-avx512", "x86-avx2", "graviton4", "graviton3", "rpi5", "host")
+
+
+def test_the_most_capable_runnable_class_names_the_host():
+    """A VNNI host is x86-avx512-vnni, not x86-avx512: its int8 code then uses vpdpbusd."""
+    from cuvil.devices.detect import resolve_target
+
+    host = resolve_target("host")
+    want = ("x86-amx" if host.has("amx-int8") and host.has("avx512vnni") else
+            "x86-avx512-vnni" if host.has("avx512vnni") and host.has("avx512f") else None)
+    if want is not None:
+        assert host_class() == want
 
 
 def test_isa_names_architecture_and_vector_width():
