@@ -213,3 +213,19 @@ def test_control_flow_inside_an_expanded_onnx_function_sees_the_function_s_value
     node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=0)
     model = make_model([node], {"theta": (F, [2, 2, 3])}, ["grid"], {"size": np.array([2, 1, 3, 4], np.int64)}, 20)
     matches_ort(model, {"theta": rng.standard_normal((2, 2, 3)).astype(np.float32)})
+
+
+def test_a_trip_count_computed_from_graph_inputs_names_them_for_constant_inputs(rng):
+    """Range's ONNX function: trips = ceil((limit - start) / delta), all graph inputs; fixed, it unrolls."""
+    body = graph([helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Add", ["v_in", "d"], ["v_out"]),
+                  helper.make_node("Identity", ["v_in"], ["row"])],
+                 [vi("i", I64, []), vi("c_in", B, []), vi("v_in", F, [])], [vi("c_out", B, []), vi("v_out", F, []), vi("row", F, [])])
+    nodes = [helper.make_node("Sub", ["limit", "start"], ["span"]), helper.make_node("Div", ["span", "d"], ["q"]),
+             helper.make_node("Ceil", ["q"], ["qc"]), helper.make_node("Cast", ["qc"], ["m"], to=I64),
+             helper.make_node("Loop", ["m", "", "start"], ["last", "values"], body=body)]
+    model = make_model(nodes, {"start": (F, []), "limit": (F, []), "d": (F, [])}, ["values"], opset=13)
+    with pytest.raises(UnsupportedModelError, match=r"Loop \(a trip count computed at run time\)") as e:
+        import_onnx(model)
+    assert set(e.value.constant_inputs) == {"start", "limit", "d"}
+    fixed = {"start": np.float32(1.5), "limit": np.float32(4.0), "d": np.float32(0.5)}
+    matches_ort(model, {k: np.array(v) for k, v in fixed.items()}, constant_inputs={k: np.array(v) for k, v in fixed.items()})
