@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.dtypes import DType
-from ..ops.quant import QUANT_DTYPES, QUANTIZE_TO
+from ..ops.quant import QUANT_DTYPES, QUANTIZE_TO, dtype_range
 from ..ops.registry import get_op
 from .builder import Unsupported
-from .onnx_node import NodeCtx, onnx_dtype
+from .onnx_node import NodeCtx, OnnxImportError, onnx_dtype
 from .onnx_ops import conv_window, translates
 
 
@@ -29,27 +29,31 @@ def _ints(ctx: NodeCtx, i: int, n: int) -> list[int]:
     return [int(v) for v in ctx.const(i).reshape(-1)] if ctx.has(i) else [0] * n
 
 
-def _check_block_size(ctx: NodeCtx) -> None:
-    if ctx.attr("block_size", 0):
-        raise Unsupported("blocked quantization (block_size)")
+def _check_precision(ctx: NodeCtx) -> None:
     if ctx.attr("precision", 0):
         raise Unsupported("a computation precision other than the scale's")
 
 
-INT_RANGES = {DType.I4: (-8, 7), DType.U4: (0, 15), DType.I2: (-2, 1), DType.U2: (0, 3)}
+def _composed(ctx: NodeCtx, dtype: DType) -> bool:
+    """Imported as float ops around a Cast: the storage-only types, and blocked scales (``block_size``)."""
+    return (dtype.is_narrow and dtype is not DType.BF16) or bool(ctx.attr("block_size", 0))
+
+
+INT_RANGES = {DType.I4: (-8, 7), DType.U4: (0, 15), DType.I2: (-2, 1), DType.U2: (0, 3),
+              **{d: dtype_range(d) for d in QUANTIZE_TO}}
 _QDQ_VERSIONS = (10, 13, 19, 21, 23, 24, 25, 28)  # 13: per-axis; 19: float8; 21: blocks; 23+: types, precision
 
 
 @translates(QuantizeLinear=_QDQ_VERSIONS)
 def _quantize(ctx: NodeCtx) -> list:
-    _check_block_size(ctx)
+    _check_precision(ctx)
     scale = _floats(ctx, 1)
     if ctx.has(2):
         to = ctx.type(2).dtype
     else:
         code = ctx.attr("output_dtype", 0)
         to = onnx_dtype(code) if code else DType.U8
-    if to.is_narrow and to is not DType.BF16:
+    if _composed(ctx, to) and (to in INT_RANGES or to.is_narrow):
         return [_quantize_narrow(ctx, to)]
     if to not in QUANTIZE_TO:
         raise Unsupported(f"quantization to {to.value}")
@@ -59,11 +63,11 @@ def _quantize(ctx: NodeCtx) -> list:
 
 @translates(DequantizeLinear=_QDQ_VERSIONS)
 def _dequantize(ctx: NodeCtx) -> list:
-    _check_block_size(ctx)
+    _check_precision(ctx)
+    if _composed(ctx, ctx.type(0).dtype):
+        return [_dequantize_narrow(ctx)]
     if ctx.attr("output_dtype", 0) not in (0, 1):  # 1: FLOAT
         raise Unsupported("a dequantized result other than float32")
-    if ctx.type(0).dtype.is_narrow:
-        return [_dequantize_narrow(ctx)]
     scale = _floats(ctx, 1)
     attrs = dict(scale=scale, zero_point=_ints(ctx, 2, len(scale)), axis=ctx.attr("axis", 1))
     value = ctx.b.value_of(ctx.x(0))
@@ -75,10 +79,14 @@ def _dequantize(ctx: NodeCtx) -> list:
 # --- the storage-only types (float8, float4, int4, int2): float ops around a Cast, as ONNX defines them
 def _per_axis(ctx: NodeCtx, i: int, dtype: DType) -> str:
     """Constant input ``i`` (a scale or zero point) as a ``dtype`` constant that broadcasts along ``axis``."""
-    value, rank = ctx.const(i).astype(dtype.numpy), ctx.type(0).rank
-    if value.ndim == 1 and value.size > 1:
-        axis = ctx.attr("axis", 1) % rank
-        value = value.reshape([-1] + [1] * (rank - axis - 1))
+    value, x = ctx.const(i).astype(dtype.numpy), ctx.type(0)
+    axis, block = ctx.attr("axis", 1) % max(x.rank, 1), ctx.attr("block_size", 0)
+    if block:  # one value per block of ``block`` along the axis, the rank of x
+        if value.ndim != x.rank or block < 0 or value.shape[axis] * block < x.shape[axis]:
+            raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}): input {i} does not cover blocks of {block}")
+        value = np.repeat(value, block, axis=axis).take(range(x.shape[axis]), axis=axis)
+    elif value.ndim == 1 and value.size > 1:
+        value = value.reshape([-1] + [1] * (x.rank - axis - 1))
     return ctx.constant(value, f"{ctx.name}/{i}")
 
 
@@ -105,7 +113,7 @@ def _dequantize_narrow(ctx: NodeCtx) -> str:
     code = ctx.attr("output_dtype", 0)
     out = onnx_dtype(code) if code else ctx.type(1).dtype
     y = ctx.tmp("Cast", [ctx.x(0)], "wide", to=DType.F32)
-    if ctx.has(2) and src in INT_RANGES:
+    if ctx.has(2) and (src in INT_RANGES or src is DType.I32):
         y = ctx.tmp("Sub", [y, _per_axis(ctx, 2, DType.F32)], "centred")
     elif ctx.has(2) and ctx.const(2).astype(np.float32).any():
         raise Unsupported(f"a non-zero zero point for {src.value}")

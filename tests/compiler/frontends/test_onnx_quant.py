@@ -161,3 +161,27 @@ def test_qdq_to_storage_only_types_matches_onnx_reference(to):
         assert got[q_name].dtype == q_want.dtype
         np.testing.assert_array_equal(got[q_name].astype(np.float32), q_want.astype(np.float32))
         np.testing.assert_array_equal(got[y_name], y_want)
+
+
+@pytest.mark.parametrize("to", [TensorProto.UINT8, TensorProto.INT4])
+def test_blocked_qdq_matches_onnx_reference(to):
+    """block_size: one scale and zero point per block of 3 along axis 1 (the last block short)."""
+    from onnx.reference import ReferenceEvaluator
+
+    from cuvil.edge_runtime.compile import compile_graph
+
+    scale = numpy_helper.from_array(np.array([[0.5, 0.25, 2.0], [1.0, 0.125, 4.0]], np.float32), "scale")
+    zp = helper.make_tensor("zp", to, [2, 3], [1, 0, 3, 2, 0, 1])
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["q"], axis=1, block_size=3),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["y"], axis=1, block_size=3)]
+    graph = helper.make_graph(nodes, "blocked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("q", to, [2, 8]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [scale, zp])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    x = np.random.default_rng(1).uniform(-30, 30, (2, 8)).astype(np.float32)
+    q_want, y_want = ReferenceEvaluator(model).run(None, {"x": x})
+    cuvil = import_onnx(model)
+    q_name, y_name = cuvil.outputs
+    for got in (run_reference(cuvil, {cuvil.inputs[0]: x}), compile_graph(cuvil, optimize=False).run({cuvil.inputs[0]: x})):
+        np.testing.assert_array_equal(got[q_name].astype(np.float32), q_want.astype(np.float32))
+        np.testing.assert_array_equal(got[y_name], y_want)
