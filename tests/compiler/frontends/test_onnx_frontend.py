@@ -91,6 +91,7 @@ PADS = [
     (18, {"p": np.array([1, 2, 0, 1], np.int64), "v": np.float32(2), "ax": np.array([-2, 2], np.int64)},
      ("p", "v", "ax"), {}),
     (21, {"p": np.array([0, 0, -1, 0, 0, 1], np.int64)}, ("p",), {}),
+    (19, {"p": np.array([1, 0, 3, 2, 3, 4], np.int64)}, ("p",), {"mode": "wrap"}),
 ]
 
 
