@@ -21,7 +21,7 @@ from .amx import emit_amx_gemm
 from .int_dot import Dot
 from .mmla import emit_mmla_gemm
 from .sve_dot import emit_sve_gemm
-from ..irhelpers import gep
+from ..irhelpers import call_named, gep
 
 Epilogue = Callable[[ir.IRBuilder, ir.Value, "int | ir.Value", ir.Value, bool], None]
 """(builder, row index (i64), first column, <VL x i32> sums, partial: fewer than VL valid columns)."""
@@ -80,23 +80,34 @@ def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir
             epilogue(b, row, col, dot.finish(b, b.load(slots[i * nr + j])), partial_last and j == nr - 1)
 
 
-_WHOLE = {"amx": emit_amx_gemm, "sve-sdot": emit_sve_gemm}
-"""Kinds whose module emits all of C."""
-
-
 def emit_int_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, bptr: ir.Value, vptr: ir.Value,
                   epilogue: Epilogue) -> None:
     """All of C, tile by tile: full row blocks, then single rows; full column blocks, then the rest
-    (on AMX tiles: :mod:`.amx`; SVE: :mod:`.sve_dot`; on ARM i8mm: row pairs by :mod:`.mmla`, an odd
-    last row here)."""
-    if dot.kind in _WHOLE:
-        _WHOLE[dot.kind](b, geo, bptr, vptr, epilogue)
+    (on AMX tiles: :mod:`.amx`; on ARM i8mm: row pairs by :mod:`.mmla`, an odd last row here; SVE
+    ``sdot``: :mod:`.sve_dot` on registers wider than 128 bits, the NEON tiles here at 128, where they
+    take fewer instructions)."""
+    if dot.kind == "amx":
+        emit_amx_gemm(b, geo, bptr, vptr, epilogue)
+        return
+    if dot.kind == "sve-sdot":
+        wide = b.icmp_unsigned(">", call_named(b, "llvm.vscale.i64", h.I64, []), h.i64(1))
+        with b.if_else(wide) as (sve, neon):
+            with sve:
+                emit_sve_gemm(b, geo, bptr, vptr, epilogue)
+            with neon:
+                _vector_gemm(b, dot, target, geo, bptr, vptr, epilogue, 0)
         return
     first = 0
     if dot.kind == "i8mm":
         first = geo.rows - geo.rows % 2
         if first:
             emit_mmla_gemm(b, geo, first, bptr, vptr, epilogue)
+    _vector_gemm(b, dot, target, geo, bptr, vptr, epilogue, first)
+
+
+def _vector_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, bptr: ir.Value, vptr: ir.Value,
+                 epilogue: Epilogue, first: int) -> None:
+    """Rows ``first``.. of C in the fixed-width tiles of ``dot``."""
     mr, nr = tile(dot, target, geo.cols_pad)
     block = nr * dot.vl
     full_cols = (geo.cols // block) * block

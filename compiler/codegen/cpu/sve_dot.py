@@ -1,4 +1,5 @@
-"""The integer GEMM on SVE ``sdot``, vector-length agnostic: one build for every SVE register width.
+"""The integer GEMM on SVE ``sdot``, vector-length agnostic: one build for every SVE register width
+above 128 bits (at 128 the caller runs the NEON ``sdot`` tiles, which take fewer instructions there).
 
 A vector holds ``vscale * 4`` int32 columns (``vscale``, read at run time, is 1 at 128 bits, 4 at
 512); the column loop steps by ``NR`` such vectors and the operand loads are predicated by

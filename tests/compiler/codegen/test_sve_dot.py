@@ -1,6 +1,7 @@
 """SVE ``sdot`` GEMMs, vector-length agnostic: the scalable profiles without i8mm compile their int8
 GEMMs to SVE ``sdot`` with ``whilelt`` predicated loads (no fixed width), the NEON and i8mm profiles
-do not, and under qemu one build equals the int8 reference at SVE lengths 128, 256 and 512."""
+do not, and under qemu one build equals the int8 reference at SVE lengths 128 (where it takes the NEON
+tiles), 256 and 512."""
 
 from __future__ import annotations
 
