@@ -180,8 +180,6 @@ def _einsum_terms(ctx: NodeCtx, ranks: list[int]) -> tuple[list[str], str]:
     for term, rank in zip(spelled, ranks):
         if len(term) != rank or not all(c.isalpha() or c.isdigit() for c in term):
             raise OnnxImportError(f"node {ctx.name!r} (Einsum): a term does not match its input's rank")
-        if len(set(term)) != len(term):
-            raise Unsupported("Einsum with a repeated index in one term (a diagonal)")
     if arrow:
         out = out.replace("...", dots)
     else:  # implicit output: the broadcast dims, then the letters seen once, alphabetically
@@ -199,20 +197,38 @@ def _einsum(ctx: NodeCtx) -> list:
     if any(not isinstance(d, int) for t in types for d in t.shape):
         ctx.batch_dependent("Einsum's shape")
     terms, out = _einsum_terms(ctx, [t.rank for t in types])
+    operands = [_diagonal(ctx, i, ctx.x(i), term, list(t.shape)) for i, (term, t) in enumerate(zip(terms, types))]
+    terms = [term for _, term, _ in operands]
     order = out + "".join(sorted({c for term in terms for c in term} - set(out)))
-    sizes = {c: d for term, t in zip(terms, types) for c, d in zip(term, t.shape) if d != 1}
+    sizes = {c: d for _, term, shape in operands for c, d in zip(term, shape) if d != 1}
     check_size(ctx, [sizes.get(c, 1) for c in order])
     product = None
-    for i, (term, t) in enumerate(zip(terms, types)):
-        x = ctx.x(i)
+    for i, (x, term, shape) in enumerate(operands):
         perm = sorted(range(len(term)), key=lambda k: order.index(term[k]))
         if perm != sorted(perm):
             x = ctx.tmp("Transpose", [x], f"t{i}", perm=perm)
-        x = ctx.tmp("Reshape", [x], f"r{i}", shape=[t.shape[term.index(c)] if c in term else 1 for c in order])
+        x = ctx.tmp("Reshape", [x], f"r{i}", shape=[shape[term.index(c)] if c in term else 1 for c in order])
         product = x if product is None else ctx.tmp("Mul", [product, x], f"m{i}")
     if len(order) > len(out):
         product = ctx.tmp("ReduceSum", [product], "sum", axes=list(range(len(out), len(order))), keepdims=0)
     return [ctx.emit("Identity", [product])]
+
+
+def _diagonal(ctx: NodeCtx, i: int, x: str, term: str, shape: list[int]) -> tuple[str, str, list[int]]:
+    """An operand whose term repeats an index, reduced to that index's diagonal: the elements off it
+    replaced by 0 (Where: an infinity off the diagonal stays out) and the second axis summed away."""
+    while len(set(term)) != len(term):
+        p = next(k for k, c in enumerate(term) if term.count(c) > 1)
+        q = term.index(term[p], p + 1)
+        if shape[p] != shape[q]:
+            raise OnnxImportError(f"node {ctx.name!r} (Einsum): index {term[p]!r} spans {shape[p]} and {shape[q]}")
+        check_size(ctx, [shape[p], shape[q]])
+        eye = np.eye(shape[p], dtype=bool).reshape([n if k in (p, q) else 1 for k, n in enumerate(shape)])
+        zero = ctx.constant(np.zeros((), ctx.type(i).dtype.numpy), f"{ctx.name}/zero{i}")
+        x = ctx.tmp("Where", [ctx.constant(eye, f"{ctx.name}/eye{i}{q}"), x, zero], f"offdiag{i}{q}")
+        x = ctx.tmp("ReduceSum", [x], f"diag{i}{q}", axes=[q], keepdims=0)
+        term, shape = term[:q] + term[q + 1:], shape[:q] + shape[q + 1:]
+    return x, term, shape
 
 
 @translates(TopK=(1, 10, 11, 24))

@@ -8,7 +8,6 @@ import pytest
 from onnx import TensorProto, helper
 
 from cuvil.compiler import run_reference
-from cuvil.compiler.errors import UnsupportedModelError
 from cuvil.compiler.frontends.onnx import OnnxImportError, import_onnx
 from cuvil.edge_runtime.compile import compile_graph
 
@@ -107,10 +106,15 @@ def test_einsum(rng, equation, shapes):
           {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes)}, rtol=1e-5, atol=1e-6)
 
 
-def test_einsum_refuses_a_diagonal():
-    node = helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")
-    with pytest.raises(UnsupportedModelError, match="diagonal"):
-        import_onnx(make_model([node], {"x": (F, [3, 3])}, ["y"], opset=17))
+@pytest.mark.parametrize("equation, shapes", [("ii->i", [(3, 3)]), ("ii", [(4, 4)]), ("bii->bi", [(2, 3, 3)]),
+                                              ("iii->i", [(3, 3, 3)]), ("iij,jk->ik", [(2, 2, 3), (3, 4)])])
+def test_einsum_diagonals(rng, equation, shapes):
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], equation=equation)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes)}
+    feeds["x0"].reshape(-1)[1] = np.inf  # off the diagonal: it must not reach the sum
+    check(make_model([node], {n: (F, list(s)) for n, s in zip(names, shapes)}, ["y"], opset=17), feeds,
+          rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("equation", ["i0,i", "ij->j->i", "i,i->k", "ij,jk"])
