@@ -1,4 +1,4 @@
-"""ONNX DFT as one MatMul with a constant matrix: the transform is linear in the signal's real and
+"""ONNX DFT and STFT. DFT is one MatMul with a constant matrix: the transform is linear in the signal's real and
 imaginary parts along its axis, so the matrix's rows are NumPy's own transform (``np.fft``, the
 reference's) of each basis signal; dft_length's truncation or zero padding, onesided and the
 inverse's 1/n and Hermitian symmetry come with it. The axis is moved next to the complex dim,
@@ -61,3 +61,31 @@ def _dft(ctx: NodeCtx) -> list:
     parts_out = 1 if inverse and onesided else 2
     y = ctx.tmp("Reshape", [y], "unflat", shape=[shape[d] for d in others] + [m.shape[1] // parts_out, parts_out])
     return [ctx.emit("Transpose", [y], perm=[int(i) for i in np.argsort(perm)])]
+
+
+@translates(STFT=(17,))
+def _stft(ctx: NodeCtx) -> list:
+    """The frames gathered (a constant index table), times the window, then each frame's DFT as
+    above; frame_step and frame_length must be constants, the window may be computed."""
+    t = ctx.type(0)
+    if not t.dtype.is_float:
+        raise Unsupported(f"STFT of {t.dtype.value}")
+    if t.rank != 3 or not all(isinstance(d, int) for d in t.shape) or t.shape[-1] not in (1, 2):
+        raise OnnxImportError(f"node {ctx.name!r} (STFT): signal {t} must be static [batch, length, 1 or 2]")
+    batch, n, parts = t.shape
+    step = int(ctx.scalar(1, 0))
+    width = ctx.type(2).shape[0] if ctx.has(2) else int(ctx.scalar(3, 0))
+    if ctx.has(2) and ctx.has(3) and int(ctx.scalar(3, 0)) != width:
+        raise OnnxImportError(f"node {ctx.name!r} (STFT): frame_length differs from the window's length {width}")
+    if step < 1 or not isinstance(width, int) or not 1 <= width <= n:
+        raise OnnxImportError(f"node {ctx.name!r} (STFT): frame_step {step} and frame length {width} do not fit {n}")
+    frames = (n - width) // step + 1
+    check_size(ctx, [frames, width, parts, 2])
+    at = np.arange(frames)[:, None] * step + np.arange(width)[None, :]
+    x = ctx.tmp("Gather", [ctx.x(0), ctx.constant(at.astype(np.int64), f"{ctx.name}/frames")], "frames", axis=1)
+    if ctx.has(2):
+        x = ctx.tmp("Mul", [x, ctx.tmp("Reshape", [ctx.x(2)], "window", shape=[1, 1, width, 1])], "windowed")
+    x = ctx.tmp("Reshape", [x], "flat", shape=[batch, frames, width * parts])
+    m = dft_matrix(width, parts, width, False, bool(ctx.attr("onesided", 1)))
+    y = ctx.tmp("MatMul", [x, ctx.constant(m.astype(t.dtype.numpy), f"{ctx.name}/dft")], "matmul")
+    return [ctx.emit("Reshape", [y], shape=[batch, frames, m.shape[1] // 2, 2])]

@@ -58,3 +58,14 @@ def test_dft_refuses_the_complex_axis():
     node = helper.make_node("DFT", ["x"], ["y"], axis=2)
     with pytest.raises(OnnxImportError, match="signal axis"):
         import_onnx(make_model([node], {"x": (F, [1, 4, 2])}, ["y"], opset=17))
+
+
+@pytest.mark.parametrize("window, onesided", [(False, 1), (True, 1), (True, 0)])
+def test_stft(rng, window, onesided):
+    x = rng.standard_normal((2, 40, 1)).astype(np.float32)
+    inits = {"step": np.array(6, np.int64), "len": np.array(10, np.int64)}
+    inputs = ["x", "step", "w", "len"] if window else ["x", "step", "", "len"]
+    if window:
+        inits["w"] = np.hanning(10).astype(np.float32)
+    node = helper.make_node("STFT", inputs, ["y"], onesided=onesided)
+    check(make_model([node], {"x": (F, [2, 40, 1])}, ["y"], inits, opset=17), x)
