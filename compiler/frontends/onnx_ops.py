@@ -241,17 +241,6 @@ def _conv(ctx: NodeCtx) -> list:
     return [ctx.emit("Conv", ctx.xs(), **conv_window(ctx, ctx.type(1).shape[2:]))]
 
 
-@translates(MaxPool=(8, 10, 11, 12, 22))
-def _max_pool(ctx: NodeCtx) -> list:
-    kernel = list(ctx.attr("kernel_shape"))
-    dilations = list(ctx.attr("dilations", [1] * len(kernel)))
-    strides, pads = window(ctx, kernel, dilations)
-    if ctx.attr("storage_order", 0):
-        raise Unsupported("storage_order=1")
-    return [ctx.emit("MaxPool", [ctx.x(0)], kernel_shape=kernel, strides=strides, pads=pads, dilations=dilations,
-                     ceil_mode=ctx.attr("ceil_mode", 0))]  # the Indices output stays unproduced
-
-
 @translates(GlobalMaxPool=(1, 22))
 def _global_max_pool(ctx: NodeCtx) -> list:
     return [ctx.emit("ReduceMax", [ctx.x(0)], axes=list(range(2, ctx.type(0).rank)), keepdims=1)]

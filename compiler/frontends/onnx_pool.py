@@ -1,10 +1,13 @@
-"""ONNX AveragePool and LpPool. A dilated AveragePool and every LpPool are a window sum: a depthwise
+"""ONNX MaxPool, AveragePool and LpPool. MaxPool's Indices output is an ArgMax over each window's
+elements gathered by a constant table (the padding masked to the lowest value). A dilated AveragePool and every LpPool are a window sum: a depthwise
 Conv with a kernel of ones (zeros in the padding, extra end padding for ceil_mode's overhang) over
 X (LpPool: |X|^p), then divided by the constant count of counted elements per window (LpPool: the
 p-th root). The window's geometry is MaxPool's, so the output shape rule is the op table's.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -83,3 +86,49 @@ def _lp_pool(ctx: NodeCtx) -> list:
     if p == 2:
         return [ctx.emit("Sqrt", [total])]
     return [ctx.emit("Pow", [total, scalar(1.0 / p, "root")])]
+
+
+@translates(MaxPool=(8, 10, 11, 12, 22))
+def _max_pool(ctx: NodeCtx) -> list:
+    g = _geometry(ctx)
+    y = ctx.emit("MaxPool", [ctx.x(0)], **g)
+    if len(ctx.outputs) < 2 or not ctx.outputs[1]:
+        return [y]
+    return [y, _max_indices(ctx, g, ctx.attr("storage_order", 0))]
+
+
+def _max_indices(ctx: NodeCtx, g: dict, column_major: int) -> str:
+    """The flat index in X (row-major, or column-major within each plane) of each window's first
+    largest element, padding excluded."""
+    t = ctx.type(0)
+    if not all(isinstance(d, int) for d in t.shape):
+        ctx.batch_dependent("MaxPool's Indices")
+    out = infer_op("MaxPool", [t], get_op("MaxPool").normalize_attrs(g))[0].shape[2:]
+    spatial, nd = t.shape[2:], len(out)
+    k, s, p, d = g["kernel_shape"], g["strides"], g["pads"], g["dilations"]
+    check_size(ctx, [math.prod(out), math.prod(k), *t.shape[:2]])
+    grids = np.meshgrid(*(np.arange(o) for o in out), *(np.arange(kk) for kk in k), indexing="ij")
+    coords = [grids[i] * s[i] - p[i] + grids[nd + i] * d[i] for i in range(nd)]
+    inside = np.logical_and.reduce([(c >= 0) & (c < n) for c, n in zip(coords, spatial)]).reshape(math.prod(out), -1)
+    coords = [np.clip(c, 0, n - 1) for c, n in zip(coords, spatial)]
+    order = reversed(range(nd)) if not column_major else range(nd)
+    read, place, unit = 0, 0, 1
+    for i in reversed(range(nd)):
+        read = read + coords[i] * math.prod(spatial[i + 1:])
+    for i in order:
+        place, unit = place + coords[i] * unit, unit * spatial[i]
+    read, place = read.reshape(math.prod(out), -1), place.reshape(math.prod(out), -1)
+    n, c = t.shape[:2]
+    flat = ctx.tmp("Reshape", [ctx.x(0)], "flat", shape=[n, c, math.prod(spatial)])
+    taps = ctx.tmp("Gather", [flat, ctx.constant(read.astype(np.int64), f"{ctx.name}/read")], "taps", axis=2)
+    lowest = np.array(-np.inf if t.dtype.is_float else np.iinfo(t.dtype.numpy).min, t.dtype.numpy)
+    taps = ctx.tmp("Where", [ctx.constant(inside, f"{ctx.name}/inside"), taps, ctx.constant(lowest, f"{ctx.name}/low")],
+                   "masked")
+    best = ctx.tmp("ArgMax", [taps], "best", axis=3, keepdims=1, select_last_index=0)
+    table = ctx.tmp("Expand", [ctx.constant(place.astype(np.int64)[None, None], f"{ctx.name}/place")], "table",
+                    shape=[n, c, *place.shape])
+    at = ctx.tmp("GatherElements", [table, best], "at", axis=3)
+    planes = (np.arange(n * c, dtype=np.int64) * math.prod(spatial)).reshape(n, c, 1, 1)
+    at = ctx.tmp("Add", [at, ctx.constant(planes, f"{ctx.name}/planes")], "flat_at")
+    named = ctx.outputs[1]
+    return ctx.b.add("Reshape", [at], name=ctx.name, output_names=[named], shape=[n, c, *out])[0]

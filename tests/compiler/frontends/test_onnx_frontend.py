@@ -394,15 +394,15 @@ def test_unsupported_forms_domains_dtypes_and_used_extra_outputs_are_collected()
              helper.make_node("FusedGemm", ["x", "x"], ["fg"], name="ms", domain="com.microsoft"),
              helper.make_node("Cast", ["x"], ["bf"], name="tobf", to=TensorProto.COMPLEX64),
              helper.make_node("Reshape", ["x", "x_shape"], ["rs"], name="dyn"),
-             helper.make_node("MaxPool", ["x4"], ["mp", "indices"], name="pool", kernel_shape=[1, 1]),
+             helper.make_node("BatchNormalization", ["x4", "c", "c", "c", "c"], ["bn", "mean"], name="bnorm"),
              helper.make_node("Add", ["d", "mf"], ["y"])]
     inputs = {"x": (F, [2, 2]), "x_shape": (I64, [2]), "x4": (F, [1, 1, 2, 2])}
-    model = make_model(nodes, inputs, ["y", "fg", "bf", "rs", "mp", "indices"], opset=11)
+    model = make_model(nodes, inputs, ["y", "fg", "bf", "rs", "bn", "mean"], {"c": np.ones(1, np.float32)}, opset=11)
     with pytest.raises(UnsupportedModelError) as err:
         import_onnx(model)
     assert err.value.unsupported == {
         "com.microsoft.FusedGemm": ("ms",), "Cast (dtype COMPLEX64)": ("tobf",),
-        "Reshape (input 1 must be a constant)": ("dyn",), "MaxPool (output 1)": ("pool",)}
+        "Reshape (input 1 must be a constant)": ("dyn",), "BatchNormalization (output 1)": ("bnorm",)}
     assert err.value.constant_inputs == ("x_shape",) and "constant_inputs" in str(err.value)
 
 

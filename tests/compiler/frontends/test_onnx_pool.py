@@ -58,3 +58,18 @@ def test_lp_pool_of_integers_is_unsupported():
     node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2])
     with pytest.raises(UnsupportedModelError, match="LpPool"):
         import_onnx(make_model([node], {"x": (TensorProto.INT32, [1, 1, 4])}, ["y"], opset=18))
+
+
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("shape, attrs", [((2, 3, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1])),
+                                          ((1, 2, 9), dict(kernel_shape=[3], strides=[2], pads=[1, 1], ceil_mode=1)),
+                                          ((1, 1, 4, 5, 6), dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2]))], ids=str)
+def test_max_pool_indices(rng, shape, attrs, storage_order):
+    x = rng.integers(-4, 4, shape).astype(np.float32)  # ties: the first in the window wins
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], storage_order=storage_order, **attrs)
+    model = make_model([node], {"x": (F, list(shape))}, ["y", "i"], opset=12)
+    graph = import_onnx(model)
+    native = compile_graph(graph, optimize=False).run({graph.inputs[0]: x})
+    for name, want in zip(graph.outputs, run_ort(model, {"x": x}).values()):
+        np.testing.assert_array_equal(native[name], want)
+        np.testing.assert_array_equal(run_reference(graph, {graph.inputs[0]: x})[name], want)
