@@ -1,5 +1,5 @@
 """ONNX ops that are a few ops of the op table: Hardmax, OneHot, LpNormalization, Instance- and
-GroupNormalization, Einsum, TopK, Compress, MaxUnpool, ReverseSequence.
+GroupNormalization, Einsum, TopK, Compress, MaxUnpool, ReverseSequence, Det.
 
 Each keeps ONNX's meaning exactly (ties, negative indices, the opset's axis rule) by composing ops
 that already have references and native kernels on every backend, so no new kernel is needed.
@@ -7,6 +7,7 @@ that already have references and native kernels on every backend, so no new kern
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -330,3 +331,27 @@ def _reverse_sequence(ctx: NodeCtx) -> list:
     where = ctx.tmp("Reshape", [where], "lift", shape=list(t.shape[:2]) + [1] * (t.rank - 2))
     where = ctx.tmp("Expand", [where], "spread", shape=list(t.shape))
     return [ctx.emit("GatherElements", [ctx.x(0), where], axis=time)]
+
+
+MAX_DET = 5  # Leibniz's n! products: 120 at 5
+
+
+@translates(Det=(11, 22))
+def _det(ctx: NodeCtx) -> list:
+    """Leibniz's formula: for each permutation the product of the entries it picks (a Gather by a
+    constant table, ReduceProd), then the signed sum (MatMul with the signs); square matrices up to
+    5 x 5, larger ones unsupported."""
+    t = _static(ctx, 0, "Det's shape")
+    n = t.shape[-1] if t.rank >= 2 else 0
+    if t.rank < 2 or t.shape[-2] != n or not t.dtype.is_float:
+        raise OnnxImportError(f"node {ctx.name!r} (Det): input {t} must be float square matrices")
+    if n > MAX_DET:
+        raise Unsupported(f"Det of {n} x {n} matrices (Leibniz's formula up to {MAX_DET} x {MAX_DET})")
+    perms = list(itertools.permutations(range(n)))
+    picks = np.array([[i * n + p[i] for i in range(n)] for p in perms], np.int64)
+    signs = np.array([(-1) ** sum(p[i] > p[j] for i in range(n) for j in range(i + 1, n)) for p in perms])
+    flat = ctx.tmp("Reshape", [ctx.x(0)], "flat", shape=[*t.shape[:-2], n * n])
+    terms = ctx.tmp("Gather", [flat, ctx.constant(picks, f"{ctx.name}/picks")], "picks", axis=t.rank - 2)
+    terms = ctx.tmp("ReduceProd", [terms], "terms", axes=[t.rank - 1], keepdims=0)
+    det = ctx.tmp("MatMul", [terms, ctx.constant(signs.astype(t.dtype.numpy)[:, None], f"{ctx.name}/signs")], "det")
+    return [ctx.emit("Reshape", [det], shape=list(t.shape[:-2]))]

@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from cuvil.compiler import run_reference
+from cuvil.compiler.errors import UnsupportedModelError
 from cuvil.compiler.frontends.onnx import OnnxImportError, import_onnx
 from cuvil.edge_runtime.compile import compile_graph
 
@@ -194,3 +195,20 @@ def test_dropout_mask_is_all_true_without_training(rng):
     x = rng.standard_normal((2, 3)).astype(np.float32)
     node = helper.make_node("Dropout", ["x", "r"], ["y", "mask"])
     check(make_model([node], {"x": (F, [2, 3])}, ["y", "mask"], {"r": np.array(0.3, np.float32)}, opset=13), {"x": x})
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (3, 3, 3), (2, 1, 4, 4), (5, 5)])
+def test_det_matches_onnxruntime(rng, shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    node = helper.make_node("Det", ["x"], ["y"])
+    model = make_model([node], {"x": (F, list(shape))}, ["y"], opset=11)
+    check(model, {"x": x}, rtol=1e-4, atol=1e-5)
+    graph = import_onnx(model)
+    native = compile_graph(graph, optimize=False).run({graph.inputs[0]: x})[graph.outputs[0]]
+    np.testing.assert_allclose(native, next(iter(run_ort(model, {"x": x}).values())), rtol=1e-4, atol=1e-5)
+
+
+def test_det_of_large_matrices_is_unsupported():
+    node = helper.make_node("Det", ["x"], ["y"])
+    with pytest.raises(UnsupportedModelError, match="Det"):
+        import_onnx(make_model([node], {"x": (F, [6, 6])}, ["y"], opset=11))
