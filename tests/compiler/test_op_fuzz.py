@@ -39,6 +39,18 @@ def test_seeded_fuzz_under_qemu_matches_the_reference(tmp_path):
     assert not findings, f"{len(findings)} findings:\n{_report(findings)}"
 
 
+@pytest.mark.skipif(not (shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc")),
+                    reason="needs qemu-user, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross")
+@pytest.mark.parametrize("profile", ["graviton4", "arm64-sve2"])
+def test_integer_gemms_fuzzed_under_qemu_on_i8mm_and_sve(profile, tmp_path):
+    """QConv and QMatMul shapes drawn at random through the smmla (graviton4) and SVE sdot (arm64-sve2,
+    256-bit registers) GEMMs."""
+    findings, cases, _ = fz.fuzz(np.random.default_rng(3), 80, fz.emulated_runner(tmp_path, profile),
+                                 ops=["QMatMul", "QConv"])
+    assert len(cases) == 80
+    assert not findings, f"{len(findings)} findings:\n{_report(findings)}"
+
+
 def _native(case: fz.Case, feeds=None) -> dict[str, np.ndarray]:
     built = fz.build(case, "r")
     assert built is not None, "the verifier refuses the case"
