@@ -77,13 +77,15 @@ def _one_conv(c: int, hw: int):
     return b.build([b.add1("Conv", [x, w], pads=(1, 1, 1, 1), strides=(1, 1), dilations=(1, 1), group=1)])
 
 
-def test_at_three_threads_the_cost_models_split_is_timed_beside_the_widest():
+def test_the_tuner_times_the_cost_models_split_and_adds_none():
     graph = _one_conv(64, 16)  # 64 output channels: four vectors at 512 bits, eight at 256
     macs = 64 * 16 * 16 * 64 * 9
     model_two = HOST.tuning.replace(parallel_min_macs=macs // 2, autotune_budget_s=60.0, autotune_fraction=100.0)
     report = tune(graph, dataclasses.replace(HOST, threads=3, tuning=model_two))
     (r,) = report.results
-    assert r.default_parts == 2 and set(dict(r.parts_seconds)) == {1, 2, 3} and r.parts == pick(2, dict(r.parts_seconds))
+    assert r.default_parts == 2 and set(dict(r.parts_seconds)) == {1, 2} and r.parts == pick(2, dict(r.parts_seconds))
+    whole = tune(graph, dataclasses.replace(HOST, threads=3, tuning=model_two.replace(parallel_min_macs=macs * 2)))
+    assert whole.results[0].parts_seconds == () and whole.parts == {}  # kept whole by the cost model: not timed
 
 
 def test_tuned_session_matches_untuned(cnn, tmp_path):
