@@ -372,44 +372,6 @@ def _split(ctx: NodeCtx) -> list:
     return ctx.emit_many("Split", [ctx.x(0)], len(sizes), axis=axis, split=sizes)
 
 
-@translates(Pad=(2, 11, 13, 18, 19, 21, 23, 24, 25))
-def _pad(ctx: NodeCtx) -> list:
-    mode, rank = ctx.attr("mode", "constant"), ctx.type(0).rank
-    if mode not in ("constant", "reflect", "edge", "wrap"):
-        raise Unsupported(f"mode={mode}")
-    if ctx.opset < 11:
-        pads, value = list(ctx.attr("pads")), ctx.attr("value", 0.0)
-    else:
-        pads = [int(v) for v in ctx.const(1).reshape(-1)]
-        value = ctx.scalar(2, 0.0)
-        if ctx.has(3):  # opset 18: pads only for the listed axes
-            axes = [int(a) % rank for a in ctx.const(3).reshape(-1)]
-            full = [0] * 2 * rank
-            for j, ax in enumerate(axes):
-                full[ax], full[ax + rank] = pads[j], pads[j + len(axes)]
-            pads = full
-    if mode == "wrap":
-        return [_wrap(ctx, pads)]
-    return [ctx.emit("Pad", [ctx.x(0)], pads=pads, mode=mode, value=value)]
-
-
-def _wrap(ctx: NodeCtx, pads: list[int]) -> str:
-    """Wrap padding: along each padded axis, its last ``begin`` elements, itself, its first ``end``."""
-    t, x = ctx.type(0), ctx.x(0)
-    rank = t.rank
-    for axis, (lo, hi) in enumerate(zip(pads[:rank], pads[rank:])):
-        n = t.shape[axis]
-        if not lo and not hi:
-            continue
-        if not isinstance(n, int) or not 0 <= lo <= n or not 0 <= hi <= n:
-            raise Unsupported("mode=wrap with pads beyond the axis, negative, or along the batch")
-        part = lambda start, end, tag: ctx.tmp("Slice", [x], f"{tag}{axis}", starts=[start], ends=[end],  # noqa: E731
-                                               axes=[axis], steps=[1])
-        parts = ([part(n - lo, n, "head")] if lo else []) + [x] + ([part(0, hi, "tail")] if hi else [])
-        x = ctx.tmp("Concat", parts, f"wrap{axis}", axis=axis)
-    return ctx.emit("Identity", [x])
-
-
 # --- values known at import time: constants, shapes --------------------------------------------
 
 
