@@ -1,7 +1,8 @@
 """ONNX's backend conformance suite through Cuvil (import, reference interpreter, native code on this host).
 
 Runs every node case of the installed ``onnx`` (generated locally) and the model directories in its
-wheel, prints the share of in-scope cases that pass, the outcomes, and the ops of failing cases;
+wheel, prints the share of in-scope cases that pass, the outcomes, and the ops of failing cases, then
+how many op/dtype variants of the passing cases ``ptxas`` accepts for the Jetson GPUs (``ptx_check``);
 ``--failures`` lists every failing case with its reason. The test suite runs the same harness
 (``tests/conformance/test_onnx_conformance.py``).
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import sys
 import time
 from collections import Counter
@@ -22,6 +24,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.conformance.onnx_suite import OUT_OF_SCOPE, failing_ops, load_cases, run_suite, sample, summarize  # noqa: E402
+from tests.conformance.ptx_check import check_ptx  # noqa: E402
+
+
+def ptx_line(cases, results) -> tuple[str, list]:
+    """The ops (with input dtypes) of the cases that pass natively, compiled for the Jetson GPUs and
+    assembled by ptxas; the failing ones named."""
+    if not shutil.which("ptxas"):
+        return "PTX accepted: not checked (ptxas not installed)", []
+    passed = {r.name for r in results if r.outcome == "pass"}
+    outcomes = check_ptx([c for c in cases if c.name in passed])
+    ok = [o for o in outcomes if not o.error]
+    ops = {op for o in outcomes for op in o.key.split(" [")[0].split("+")}
+    bad_ops = {op for o in outcomes if o.error for op in o.key.split(" [")[0].split("+")}
+    for o in outcomes:
+        if o.error:
+            print(f"  PTX refused: {o.key} ({o.case}): {o.error}")
+    return (f"PTX accepted: {len(ok)}/{len(outcomes)} op/dtype variants of passing cases "
+            f"({len(ops - bad_ops)}/{len(ops)} ops in no refused variant)"), outcomes
 
 
 def main() -> None:
@@ -56,9 +76,13 @@ def main() -> None:
                 print(f"  {r.name}: {r.outcome}: {r.detail}")
     print("ops of failing cases:", ", ".join(f"{op} {n}" for op, n in failing_ops(results)))
     print(summary.line())
+    t3 = time.perf_counter()
+    ptx, outcomes = ptx_line(cases, results)
+    print(f"{ptx} [{time.perf_counter() - t3:.1f} s]")
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary.line(), "results": [r.__dict__ for r in results]},
-                                        indent=1, default=list))
+        args.json.write_text(json.dumps({"summary": summary.line(), "ptx": ptx,
+                                         "results": [r.__dict__ for r in results],
+                                         "ptx_results": [o.__dict__ for o in outcomes]}, indent=1, default=list))
 
 
 if __name__ == "__main__":

@@ -27,9 +27,12 @@ def _is_f64(x: ir.Value) -> bool:
     return str(x.type) == "double"
 
 
-def libm(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
-    """f64 math through the C library (the JIT resolves it in-process): exact, not vectorized."""
+def libm(b: ir.IRBuilder, name: str, *args: ir.Value, f32: Callable[..., ir.Value]) -> ir.Value:
+    """f64 math through the C library (the JIT resolves it in-process): exact, not vectorized.
+    NVPTX has no C library to link: there the f32 form ``f32`` computes it (rounded to f32 once)."""
     t = args[0].type
+    if b.module.triple.startswith("nvptx"):
+        return b.fpext(f32(b, *(b.fptrunc(a, F32) for a in args)), t)
     return b.call(intrinsic(b.module, name, t, [t] * len(args)), list(args))
 
 
@@ -94,7 +97,7 @@ def exp(b: ir.IRBuilder, x: ir.Value, full_range: bool = True) -> ir.Value:
     x = -103.97 and finite ones up to 88.72 (2**n applied in two halves). ``full_range=False``
     applies 2**n in one step (three fewer ops per element): 0 below -87.34, inf above 88.38."""
     if _is_f64(x):
-        return libm(b, "exp", x)
+        return libm(b, "exp", x, f32=exp)
     lo, hi = (-103.9720840454, 88.72283172607422) if full_range else (-87.3365447504019, 88.3762626647949)
     xc = clamp(b, x, lo, hi)
     fx = call_intrinsic(b, "llvm.rint", b.fmul(xc, fconst(x, _LOG2E)))
@@ -120,7 +123,7 @@ def _pow2(b: ir.IRBuilder, n: ir.Value, ty: ir.Type) -> ir.Value:
 @in_f32_for_half
 def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     if _is_f64(x):
-        return libm(b, "log", x)
+        return libm(b, "log", x, f32=log)
     it = _int_type(x.type)
     bits = b.bitcast(x, it)
     e = b.sitofp(b.sub(b.lshr(bits, const(it, 23)), const(it, 126)), x.type)
@@ -151,7 +154,7 @@ def _odd_rational(b: ir.IRBuilder, x: ir.Value, bound: float, p: Sequence[float]
 def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Eigen's rational approximation on [-7.9, 7.9]; ``x`` itself for |x| < 4e-4."""
     if _is_f64(x):
-        return libm(b, "tanh", x)
+        return libm(b, "tanh", x, f32=tanh)
     res = _odd_rational(b, x, 7.90531110763549805,
                         [-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
                          1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03],
@@ -164,7 +167,7 @@ def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Rational approximation on [-4, 4] (TensorFlow/Eigen float erf)."""
     if _is_f64(x):
-        return libm(b, "erf", x)
+        return libm(b, "erf", x, f32=erf)
     return _odd_rational(b, x, 4.0,
                          [-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
                           -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02],
@@ -196,7 +199,7 @@ def pow_(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
         if v == -1.0:
             return b.fdiv(fconst(x, 1.0), x)
     if _is_f64(x):
-        return libm(b, "pow", x, y)
+        return libm(b, "pow", x, y, f32=pow_)
     ax = call_intrinsic(b, "llvm.fabs", x)
     mag = exp(b, b.fmul(y, log(b, ax)))
     is_int = b.fcmp_ordered("==", call_intrinsic(b, "llvm.rint", y), y)

@@ -53,7 +53,7 @@ def _quadrant(b: ir.IRBuilder, q: ir.Value, k: int) -> ir.Value:
 @in_f32_for_half
 def sin(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     if _is_f64(x):
-        return libm(b, "sin", x)
+        return libm(b, "sin", x, f32=sin)
     _, s, c, q = _reduce(b, x)
     val = b.select(b.or_(_quadrant(b, q, 1), _quadrant(b, q, 3)), c, s)
     return b.select(b.or_(_quadrant(b, q, 2), _quadrant(b, q, 3)), b.fneg(val), val)
@@ -62,7 +62,7 @@ def sin(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 @in_f32_for_half
 def cos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     if _is_f64(x):
-        return libm(b, "cos", x)
+        return libm(b, "cos", x, f32=cos)
     _, s, c, q = _reduce(b, x)
     val = b.select(b.or_(_quadrant(b, q, 1), _quadrant(b, q, 3)), s, c)
     return b.select(b.or_(_quadrant(b, q, 1), _quadrant(b, q, 2)), b.fneg(val), val)
@@ -71,7 +71,7 @@ def cos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 @in_f32_for_half
 def tan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     if _is_f64(x):
-        return libm(b, "tan", x)
+        return libm(b, "tan", x, f32=tan)
     _, s, c, q = _reduce(b, x)
     odd = b.or_(_quadrant(b, q, 1), _quadrant(b, q, 3))
     return b.select(odd, b.fneg(b.fdiv(c, s)), b.fdiv(s, c))
@@ -81,7 +81,7 @@ def tan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Cephes atanf: |x| reduced below tan(pi/8) through pi/2 - atan(1/x) or pi/4 + atan((x-1)/(x+1))."""
     if _is_f64(x):
-        return libm(b, "atan", x)
+        return libm(b, "atan", x, f32=atan)
     ax = call_intrinsic(b, "llvm.fabs", x)
     big = b.fcmp_ordered(">", ax, fconst(x, 2.414213562373095))
     mid = b.fcmp_ordered(">", ax, fconst(x, 0.4142135623730950))
@@ -98,7 +98,7 @@ def atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def asin(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """atan(x / sqrt((1 - x)(1 + x))); NaN outside [-1, 1]."""
     if _is_f64(x):
-        return libm(b, "asin", x)
+        return libm(b, "asin", x, f32=asin)
     one = fconst(x, 1.0)
     root = call_intrinsic(b, "llvm.sqrt", b.fmul(b.fsub(one, x), b.fadd(one, x)))
     return atan(b, b.fdiv(x, root))
@@ -108,7 +108,7 @@ def asin(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def acos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """2 atan(sqrt((1 - x) / (1 + x))): accurate near 1, where acos is small."""
     if _is_f64(x):
-        return libm(b, "acos", x)
+        return libm(b, "acos", x, f32=acos)
     one = fconst(x, 1.0)
     return b.fmul(fconst(x, 2.0), atan(b, call_intrinsic(b, "llvm.sqrt", b.fdiv(b.fsub(one, x), b.fadd(one, x)))))
 
@@ -128,7 +128,7 @@ def log1p(b: ir.IRBuilder, u: ir.Value) -> ir.Value:
 def sinh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """(e^x - e^-x) / 2, and its Taylor series below |x| = 0.5 where that cancels."""
     if _is_f64(x):
-        return libm(b, "sinh", x)
+        return libm(b, "sinh", x, f32=sinh)
     e = exp(b, x)
     wide = b.fmul(fconst(x, 0.5), b.fsub(e, b.fdiv(fconst(x, 1.0), e)))
     z = b.fmul(x, x)
@@ -140,7 +140,7 @@ def sinh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 @in_f32_for_half
 def cosh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     if _is_f64(x):
-        return libm(b, "cosh", x)
+        return libm(b, "cosh", x, f32=cosh)
     e = exp(b, call_intrinsic(b, "llvm.fabs", x))
     return b.fmul(fconst(x, 0.5), b.fadd(e, b.fdiv(fconst(x, 1.0), e)))
 
@@ -149,7 +149,7 @@ def cosh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def asinh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))); log(2|x|) where x^2 would overflow."""
     if _is_f64(x):
-        return libm(b, "asinh", x)
+        return libm(b, "asinh", x, f32=asinh)
     ax = call_intrinsic(b, "llvm.fabs", x)
     one = fconst(x, 1.0)
     z = b.fmul(ax, ax)
@@ -163,7 +163,7 @@ def asinh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def acosh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """log1p(t + sqrt(t (t + 2))) with t = x - 1; log(2x) where that would overflow; NaN below 1."""
     if _is_f64(x):
-        return libm(b, "acosh", x)
+        return libm(b, "acosh", x, f32=acosh)
     t = b.fsub(x, fconst(x, 1.0))
     near = log1p(b, b.fadd(t, call_intrinsic(b, "llvm.sqrt", b.fmul(t, b.fadd(t, fconst(x, 2.0))))))
     far = b.fadd(log(b, x), fconst(x, math.log(2.0)))
@@ -174,7 +174,7 @@ def acosh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def atanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """0.5 log1p(2x / (1 - x)), odd."""
     if _is_f64(x):
-        return libm(b, "atanh", x)
+        return libm(b, "atanh", x, f32=atanh)
     ax = call_intrinsic(b, "llvm.fabs", x)
     y = b.fmul(fconst(x, 0.5), log1p(b, b.fdiv(b.fmul(fconst(x, 2.0), ax), b.fsub(fconst(x, 1.0), ax))))
     return b.select(b.fcmp_ordered("<", x, fconst(x, 0.0)), b.fneg(y), y)

@@ -56,4 +56,8 @@ def has_bias(ctx: OpContext, plain_inputs: int) -> bool:
 
 
 def acc_loop(b: ir.IRBuilder, count: int, init: ir.Value, step) -> ir.Value:
+    """``step`` folded over ``range(count)`` from ``init``; an empty range (a reduction over a
+    zero-length axis) reads nothing and gives ``init``."""
+    if count == 0:
+        return init
     return h.reduce_range(b, count, init, step) if count > 1 else step(init, h.i64(0))

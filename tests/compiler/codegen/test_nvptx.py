@@ -1,8 +1,7 @@
 """The NVPTX (Jetson GPU) lowering: PTX for the whole zoo accepted by ptxas, and every op's GPU
 kernel correct against the reference interpreter.
 
-ptxas from CUDA 13 no longer takes sm_72 (Xavier): its PTX is assembled for sm_75, as PTX for sm_XY
-assembles for any newer architecture; sm_87 (Orin) PTX is assembled for sm_87. Correctness is
+ptxas judges the PTX for the Jetson architectures (``ptxas.PTXAS_ARCH``). Correctness is
 checked without a GPU: the same module runs on the host with a simulated grid (``gpu_sim``), and
 every per-op case of ``test_kernels`` is re-run through it. ``tests/edge_runtime/test_cuda.py``
 runs the real thing where a GPU exists.
@@ -11,7 +10,6 @@ runs the real thing where a GPU exists.
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -23,6 +21,7 @@ from cuvil.compiler.errors import CompileError
 from cuvil.devices import resolve_target
 from cuvil.edge_runtime import jit
 from tests.compiler.codegen.gpu_sim import SimulatedGpu
+from tests.compiler.codegen.ptxas import PTXAS_ARCH, ptxas
 from tests.compiler.codegen.test_kernels_math import (  # noqa: F401  (re-run here on the simulated GPU)
     test_bitshift, test_float_unary_math, test_logic, test_math_near_zero_keeps_relative_accuracy, test_mean_and_integer_pow,
     test_mod, test_not_isnan_isinf_and_inclusive_comparisons, test_sign_and_bitwise_on_integers,
@@ -52,7 +51,6 @@ from tests.compiler.codegen.test_kernels import (  # noqa: F401  (re-run here on
 )
 
 RTOL, ATOL = 1e-4, 1e-5
-PTXAS_ARCH = {"sm_72": "sm_75", "sm_87": "sm_87"}  # CUDA 13's ptxas has dropped sm_72
 SLOW = {"resnet18", "mobilenet_v2"}
 
 
@@ -94,13 +92,6 @@ def _zoo_names():
     from tests.zoo import ZOO
 
     return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in ZOO]
-
-
-def ptxas(ptx: str, arch: str, tmp_path) -> subprocess.CompletedProcess:
-    src = tmp_path / f"model_{arch}.ptx"
-    src.write_text(ptx)
-    return subprocess.run(["ptxas", f"-arch={arch}", str(src), "-o", str(src.with_suffix(".cubin"))],
-                          capture_output=True, text=True)
 
 
 @pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
