@@ -1,8 +1,11 @@
-"""ONNX MaxPool, AveragePool and LpPool. MaxPool's Indices output is an ArgMax over each window's
-elements gathered by a constant table (the padding masked to the lowest value). A dilated AveragePool and every LpPool are a window sum: a depthwise
-Conv with a kernel of ones (zeros in the padding, extra end padding for ceil_mode's overhang) over
-X (LpPool: |X|^p), then divided by the constant count of counted elements per window (LpPool: the
-p-th root). The window's geometry is MaxPool's, so the output shape rule is the op table's.
+"""ONNX MaxPool, AveragePool and LpPool.
+
+MaxPool's Indices output is an ArgMax over each window's elements gathered by a constant table (the
+padding masked to the lowest value). A dilated AveragePool and every LpPool are a window sum: a
+depthwise Conv with a kernel of ones (zeros in the padding, extra end padding for ceil_mode's
+overhang) over X (LpPool: |X|^p), then divided by the constant count of counted elements per window
+(LpPool: the p-th root). The window's geometry is MaxPool's, so the output shape rule is the op
+table's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Op family: indexing — Trilu, GatherElements, CumSum, CumProd, GatherND, ScatterElements, ScatterND: ops whose output element reads input elements
-found from its own position (see docs/ir.md). Each imports from ONNX with its constant inputs as
-attributes."""
+"""Op family: indexing — Trilu, GatherElements, CumSum, CumProd, GatherND, ScatterElements, ScatterND:
+ops whose output element reads input elements found from its own position (see docs/ir.md). Each
+imports from ONNX with its constant inputs as attributes."""
 
 from __future__ import annotations
 
