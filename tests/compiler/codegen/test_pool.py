@@ -122,6 +122,20 @@ def test_1d(k, s, d, pads, ceil, w):
                   count_include_pad=include)
 
 
+@pytest.mark.parametrize("kernel,strides,dil,pads", [
+    ((100,), (5,), (3,), (40, 7)),  # 500 vector loads unrolled: the generic path, taps in a loop
+    ((9, 40), (1, 8), (1, 1), (4, 3, 2, 30)),  # separable would unroll 329 loads: the same
+    ((5, 12), (2, 6), (2, 1), (1, 5, 3, 0)),  # rows first, 77 loads: still the vector path
+])
+def test_windows_too_big_to_unroll_loop_over_their_taps(kernel, strides, dil, pads):
+    x = rnd(1, 2, *((31, 203) if len(kernel) == 2 else (411,)))
+    check("MaxPool", x, kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=0, dilations=dil)
+    if dil == (1,) * len(kernel):
+        for include in (0, 1):
+            check("AveragePool", x, kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=0,
+                  count_include_pad=include)
+
+
 @pytest.mark.parametrize("target", [SSE, WIDE16], ids=["sse4", "wide16"])
 @pytest.mark.parametrize("kernel,strides,pads,ceil", [
     ((3, 3), (2, 2), (1, 1, 1, 1), 0), ((3, 3), (2, 2), (0, 0, 0, 0), 1), ((2, 2), (2, 2), (0, 0, 0, 0), 0),

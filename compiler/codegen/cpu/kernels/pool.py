@@ -10,7 +10,8 @@ Stride s loads s vectors per tap and keeps every s-th lane; taps of one phase sh
 A window much taller than its row stride (3x3, 5x5 at stride 1) is pooled separably, rows into
 scratch then columns, about 2K operations per output instead of K*K and code linear in K.
 
-Other dtypes and 3-D pools take the generic loop: taps unrolled, out-of-range taps masked with
+Other dtypes, 3-D pools and windows too big to unroll (``MAX_VECTOR_LOADS``) take the generic loop:
+taps unrolled (a run-time loop over more than ``MAX_UNROLLED_TAPS``), out-of-range taps masked with
 selects on a clamped (always in-bounds) load.
 """
 
@@ -51,6 +52,10 @@ class _Axis:
         """Taps of output position ``o`` that land inside the input."""
         return tuple(t for t in range(self.k) if 0 <= self.start(o) + t * self.dil < self.size)
 
+    def inside(self, o: int) -> bool:
+        """Every tap of output position ``o`` lands inside the input."""
+        return self.start(o) >= 0 and self.start(o) + (self.k - 1) * self.dil < self.size
+
     def counted(self, o: int, include_pad: bool) -> int:
         """AveragePool's divisor along this axis (never counting the ceil_mode overhang)."""
         lo, hi = (-self.pad_lo, self.size + self.pad_hi) if include_pad else (0, self.size)
@@ -67,17 +72,34 @@ def _axes(key: KernelKey) -> tuple[_Axis, _Axis]:
     return (_Axis(1, 1), axes[0]) if nd == 1 else (axes[0], axes[1])
 
 
+MAX_UNROLLED_TAPS = 64
+"""The generic path unrolls at most this many taps per window; bigger windows loop over them."""
+MAX_VECTOR_LOADS = 256
+"""The vector path unrolls every tap's loads of an output vector (``_vector_loads``); a window that
+needs more (a 200-tap window dilated at stride 10 wants 2,000) takes the generic path, whose taps
+are a run-time loop: unrolled, they cost seconds of LLVM time."""
+
+
+def _vector_loads(rows: _Axis, cols: _Axis) -> int:
+    """Vector loads per output vector: per pass, tap rows x tap columns x column stride."""
+    if _rows_first(rows, cols):
+        return cols.k * cols.stride + rows.k
+    return rows.k * cols.k * cols.stride
+
+
+def _rows_first(rows: _Axis, cols: _Axis) -> bool:
+    """Pool rows first when that saves work: K*Kw taps per output against about Kw*sh + K."""
+    return rows.k > 1 and cols.k > 1 and rows.k * cols.k > rows.stride * cols.k + rows.k
+
+
 def _vectorizable(key: KernelKey) -> bool:
     x = key.in_types[0]
-    return x.dtype is DType.F32 and len(x.shape) in (3, 4) and math.prod(key.out_types[0].shape) > 0
+    return (x.dtype is DType.F32 and len(x.shape) in (3, 4) and math.prod(key.out_types[0].shape) > 0
+            and _vector_loads(*_axes(key)) <= MAX_VECTOR_LOADS)
 
 
 def _separable(key: KernelKey) -> bool:
-    """Pool rows first when that saves work: K*Kw taps per output against about Kw*sh + K."""
-    if not _vectorizable(key):
-        return False
-    rows, cols = _axes(key)
-    return rows.k > 1 and cols.k > 1 and rows.k * cols.k > rows.stride * cols.k + rows.k
+    return _vectorizable(key) and _rows_first(*_axes(key))
 
 
 def _padded(rows: _Axis) -> _Axis:
@@ -184,7 +206,7 @@ class _Pass:
         vectors, or scalar when under half a vector wide.
         """
         cols, vl = self.cols, self.vl
-        full = [c for c in range(cols.out) if len(cols.taps(c)) == cols.k]
+        full = [c for c in range(cols.out) if cols.inside(c)]
         if full and full[-1] + 1 - full[0] >= vl:
             lo, hi = full[0], full[-1] + 1
             return lo, hi, (hi - vl,), tuple(c for c in range(cols.out) if not lo <= c < hi)
@@ -375,17 +397,24 @@ def _generic(ctx: KernelContext, kind: str) -> None:
         xb, yb = b.mul(nc, h.i64(in_plane)), b.mul(nc, h.i64(out_plane))
         with h.loop_nest(b, osp, name="o") as o:
             starts = [b.sub(b.mul(o[i], h.i64(strides[i])), h.i64(pads[i])) for i in range(nd)]
-            acc = lowest(dtype, ty) if kind == "max" else h.const(ty, 0.0)
-            for taps in itertools.product(*(range(k) for k in kernel_shape)):
+            def tap(acc: ir.Value, taps) -> ir.Value:  # taps: one offset per axis, ints or i64 values
                 ok: ir.Value = ir.Constant(h.I1, 1)
                 off = xb
                 for i, t in enumerate(taps):
-                    p = b.add(starts[i], h.i64(t * dil[i]))
+                    p = b.add(starts[i], b.mul(t, h.i64(dil[i])) if isinstance(t, ir.Value) else h.i64(t * dil[i]))
                     inside = b.and_(b.icmp_signed(">=", p, h.i64(0)), b.icmp_signed("<", p, h.i64(spatial[i])))
                     ok = b.and_(ok, inside)
                     off = b.add(off, b.mul(b.select(inside, p, h.i64(0)), h.i64(istr[i])))
-                v = h.load(b, x, off)
-                acc = b.select(ok, combine(b, kind, dtype, acc, v), acc)
+                return b.select(ok, combine(b, kind, dtype, acc, h.load(b, x, off)), acc)
+
+            acc = lowest(dtype, ty) if kind == "max" else h.const(ty, 0.0)
+            if math.prod(kernel_shape) <= MAX_UNROLLED_TAPS:
+                for taps in itertools.product(*(range(k) for k in kernel_shape)):
+                    acc = tap(acc, taps)
+            else:
+                kst = h.contiguous_strides(kernel_shape)
+                acc = h.reduce_range(b, math.prod(kernel_shape), acc, lambda a_, r: tap(a_, [
+                    b.urem(b.udiv(r, h.i64(st)), h.i64(k)) for st, k in zip(kst, kernel_shape)]), name="tap")
             if kind == "avg":  # counted: per axis, the window clipped to the input (or input plus pads)
                 count = h.i64(1)
                 for i, st in enumerate(starts):
