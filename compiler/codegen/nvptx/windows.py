@@ -30,9 +30,7 @@ def conv(ctx: OpContext) -> list[Loop]:
     bias = has_bias(ctx, 2)
     ty = h.LLTYPE[ctx.out_types[0].dtype]
     half = ty == h.F16  # f16 sums in f32 and rounds once, as the reference
-
-    def wide(b, v):
-        return b.fpext(v, h.F32) if half else v
+    wide = widener(ty)
 
     def value(b, idx):
         n, mo, sp = idx[0], idx[1], idx[2:]
@@ -58,6 +56,11 @@ def conv(ctx: OpContext) -> list[Loop]:
     return [store_at(ctx, 0, value)]
 
 
+def widener(ty: ir.Type):
+    """f16 operands widened to f32 (f16 sums in f32 and rounds once, as the reference); others as they are."""
+    return (lambda b, v: b.fpext(v, h.F32)) if ty == h.F16 else (lambda b, v: v)
+
+
 def gemm(ctx: OpContext) -> list[Loop]:
     a = ctx.attrs
     (am, ak), (_, bn) = ctx.shape(0), ctx.shape(1)
@@ -67,6 +70,7 @@ def gemm(ctx: OpContext) -> list[Loop]:
     bias = has_bias(ctx, 2)
     cst = broadcast_strides(ctx.shape(2), (M, N)) if bias else None
     ty = h.LLTYPE[ctx.out_types[0].dtype]
+    wide, wty = widener(ty), h.F32 if ty == h.F16 else ty
 
     def value(b, idx):
         mi, ni = idx
@@ -74,11 +78,12 @@ def gemm(ctx: OpContext) -> list[Loop]:
         def step(acc, k):
             av = ctx.load(0, b.add(b.mul(k, h.i64(ak)), mi) if ta else b.add(b.mul(mi, h.i64(ak)), k))
             bv = ctx.load(1, b.add(b.mul(ni, h.i64(bn)), k) if tb else b.add(b.mul(k, h.i64(bn)), ni))
-            return mac(b, av, bv, acc)
+            return mac(b, wide(b, av), wide(b, bv), acc)
 
-        acc = b.fmul(acc_loop(b, K, h.const(ty, 0.0), step), h.const(ty, a["alpha"]))
+        acc = b.fmul(acc_loop(b, K, h.const(wty, 0.0), step), h.const(wty, a["alpha"]))
         if bias:
-            acc = b.fadd(acc, b.fmul(ctx.load(2, lin(b, idx, cst)), h.const(ty, a["beta"])))
+            acc = b.fadd(acc, b.fmul(wide(b, ctx.load(2, lin(b, idx, cst))), h.const(wty, a["beta"])))
+        acc = b.fptrunc(acc, ty) if wty != ty else acc
         return fused_tail(ctx, b, acc, b.add(b.mul(mi, h.i64(N)), ni), 2 + bias)
 
     return [store_at(ctx, 0, value)]
@@ -93,6 +98,7 @@ def matmul(ctx: OpContext) -> list[Loop]:
     full = batch + (M, N)
     abst, bbst = broadcast_strides(sa[:-2], batch), broadcast_strides(sb[:-2], batch)
     ty = h.LLTYPE[ctx.out_types[0].dtype]
+    wide, wty = widener(ty), h.F32 if ty == h.F16 else ty
 
     def body(b, idx, i):
         bi, mi, ni = idx[:-2], idx[-2], idx[-1]
@@ -100,9 +106,10 @@ def matmul(ctx: OpContext) -> list[Loop]:
         bbase = b.add(b.mul(lin(b, bi, bbst), h.i64(K * N)), ni)
 
         def step(acc, k):
-            return mac(b, ctx.load(0, b.add(abase, k)), ctx.load(1, b.add(bbase, b.mul(k, h.i64(N)))), acc)
+            return mac(b, wide(b, ctx.load(0, b.add(abase, k))), wide(b, ctx.load(1, b.add(bbase, b.mul(k, h.i64(N))))), acc)
 
-        h.store(b, acc_loop(b, K, h.const(ty, 0.0), step), ctx.outs[0], i)
+        acc = acc_loop(b, K, h.const(wty, 0.0), step)
+        h.store(b, b.fptrunc(acc, ty) if wty != ty else acc, ctx.outs[0], i)
 
     return [Loop(full, body)]
 

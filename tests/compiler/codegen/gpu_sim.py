@@ -36,7 +36,18 @@ def host_ir(program: GpuProgram) -> str:
     text, n = re.subn(r'declare i32 @"llvm\.nvvm\.idp4a\.([us])\.([us])"\([^\n]*', _dp4a_definition, text)
     if n:
         text += "\ndeclare i32 @llvm.vector.reduce.add.v4i32(<4 x i32>)\n"
-    return text.replace('@"llvm.nvvm.idp4a.', '@"sim_idp4a.')
+    return text.replace('@"llvm.nvvm.idp4a.', '@"sim_idp4a.') + HALF_FROM_DOUBLE
+
+
+HALF_FROM_DOUBLE = """
+define half @__truncdfhf2(double %x) {
+  %f = fptrunc double %x to float
+  %h = fptrunc float %f to half
+  ret half %h
+}
+"""
+"""compiler-rt's double -> half rounding, which the host's code for a half ``llvm.fma`` calls and
+MCJIT cannot resolve: here through float (F16C), a double rounding the GPU does not do."""
 
 
 def _dp4a_definition(m: re.Match) -> str:

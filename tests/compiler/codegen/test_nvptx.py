@@ -238,3 +238,20 @@ def test_storage_only_casts_bitcast_and_half_sums_assemble_with_ptxas(tmp_path):
     program = lower_ptx(gb.build(outs), gpu_target("narrow", "sm_87"))
     done = ptxas(jit.emit_assembly(program.llvm_ir, program.target), "sm_87", tmp_path)
     assert done.returncode == 0, done.stderr[:2000]
+
+
+def test_half_matmul_and_gemm_sum_in_f32_on_the_simulated_gpu():
+    """A long f16 dot product summed in f16 drifts by many ulps; in f32, rounded once, it is the reference's."""
+    from cuvil.compiler import DType, TensorType
+    from cuvil.compiler.frontends.builder import GraphBuilder
+
+    gb = GraphBuilder("half_sums")
+    a = gb.input("a", TensorType(DType.F16, (3, 1024)))
+    w = gb.constant(np.random.default_rng(1).uniform(0.5, 1.5, (1024, 4)).astype(np.float16), "w")
+    outs = gb.add("MatMul", [a, w]) + gb.add("Gemm", [a, w], alpha=1.0, beta=1.0, transA=0, transB=0)
+    graph = gb.build(outs)
+    feeds = {"a": np.random.default_rng(2).uniform(0.5, 1.5, (3, 1024)).astype(np.float16)}
+    got = SimulatedGpu(lower_ptx(graph, gpu_target("half", "sm_87"))).run(feeds)
+    want = run_reference(graph, feeds)
+    for out in graph.outputs:
+        np.testing.assert_array_equal(got[out], want[out], err_msg=out)
