@@ -85,12 +85,17 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     Budget: the untuned compile is estimated as the mean build time of a cost-model kernel times
     the number of distinct conv layers (they dominate lowering and LLVM); no kernel is built once
     the time spent plus that mean would pass ``autotune_fraction`` of the estimate or
-    ``autotune_budget_s``. Largest layers first; the rest keep the cost model's choice."""
+    ``autotune_budget_s``. Largest layers first; the rest keep the cost model's choice. A graph whose
+    budget cannot pay for two builds (``autotune_fraction`` x layers < 2) is not tuned at all."""
     t0 = clock()
     layers = [(g, c) for g, _ in sorted(tunable_convs(graph).items(), key=lambda kv: -kv[1])
               if len(c := conv_candidates(target, g)) > 1]
     results: list[LayerResult] = []
     mean_build, budget = 0.0, target.tuning.autotune_budget_s
+    if budget <= 0 or target.tuning.autotune_fraction * len(layers) < 2:
+        # the budget could not pay for the first layer's default and one rival: build nothing (a small
+        # graph's compile would otherwise pay for a default kernel built only to be thrown away)
+        return TuneReport((), len(layers), clock() - t0, 0.0)
     for i, (geom, cands) in enumerate(layers):
         if i and clock() - t0 + 2 * mean_build > budget:
             break

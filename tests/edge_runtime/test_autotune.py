@@ -53,6 +53,23 @@ def test_a_zero_budget_tunes_nothing(cnn):
     assert report.results == () and report.choices == {} and report.skipped >= 1
 
 
+def test_a_graph_too_small_to_pay_for_two_builds_builds_nothing(cnn, monkeypatch):
+    from cuvil.edge_runtime import autotune
+    from cuvil.compiler.codegen.cpu.kernels.conv import tunable_convs
+
+    _, lowered_graph, _ = cnn
+    layers = len(tunable_convs(lowered_graph))
+    assert layers >= 2
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a candidate was built")
+
+    monkeypatch.setattr(autotune, "_Built", no_build)
+    small = HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=1.9 / layers)
+    report = tune(lowered_graph, dataclasses.replace(HOST, tuning=small))
+    assert report.results == () and report.skipped >= 1 and report.budget_s == 0.0
+
+
 def test_at_two_threads_the_tuner_measures_each_split_against_the_whole_layer(cnn):
     _, lowered_graph, _ = cnn
     split_all = HOST.tuning.replace(parallel_min_macs=1, autotune_budget_s=60.0, autotune_fraction=100.0)
