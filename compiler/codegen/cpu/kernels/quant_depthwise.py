@@ -26,7 +26,6 @@ from .quant_grouped import MAX_UNROLLED_TAPS, padded_dims
 
 LANES = "dw-lanes"
 I16 = ir.IntType(16)
-MAX_PIXELS = 64  # output planes up to 8x8 (larger ones stream rows of pixels)
 
 
 def _lanes(target: Target) -> int:
@@ -48,7 +47,7 @@ def lanes_ok(key: KernelKey, target: Target) -> bool:
     _, c, _, _ = key.in_types[0].shape
     m, cg, kh, kw = key.in_types[1].shape
     oh, ow = key.out_types[0].shape[2:]
-    return cg == 1 and m == c == a["group"] and kh * kw <= MAX_UNROLLED_TAPS and c > 0 and oh * ow <= MAX_PIXELS
+    return cg == 1 and m == c == a["group"] and kh * kw <= MAX_UNROLLED_TAPS and c > 0 and oh * ow <= target.tuning.int8_depthwise_lanes_max_pixels
 
 
 def pack_lanes(key: KernelKey, i: int, arr: np.ndarray, target: Target) -> tuple[str, np.ndarray] | None:
