@@ -26,11 +26,13 @@ import tempfile
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from cuvil.compiler.frontends.onnx_subgraphs import all_nodes
 
 MODEL_DIRS = ("pytorch-converted", "pytorch-operator", "simple")
 
@@ -80,15 +82,6 @@ class Result:
 
 
 # --- collecting the cases -------------------------------------------------------------------------
-def _nodes(graph) -> Iterable:
-    for node in graph.node:
-        yield node
-        for a in node.attribute:
-            if a.HasField("g"):
-                yield from _nodes(a.g)
-            for g in a.graphs:
-                yield from _nodes(g)
-
 
 def _value_kinds(graph) -> set:
     kinds: set = set()
@@ -107,7 +100,7 @@ def _value_kinds(graph) -> set:
 
     for vi in (*graph.input, *graph.output, *graph.value_info):
         walk(vi.type)
-    for node in _nodes(graph):
+    for node in all_nodes(graph):
         for a in node.attribute:
             if a.HasField("g"):
                 kinds |= _value_kinds(a.g)
@@ -118,7 +111,7 @@ def scope_of(model) -> str | None:
     """The OUT_OF_SCOPE key that applies to ``model`` (a ModelProto), or None when it is in scope."""
     from onnx import TensorProto
 
-    nodes = list(_nodes(model.graph))
+    nodes = list(all_nodes(model.graph))
     ops = {n.op_type for n in nodes}
     kinds = _value_kinds(model.graph)
     strings = ("elem", TensorProto.STRING) in kinds or any(t.data_type == TensorProto.STRING for t in model.graph.initializer)
@@ -139,7 +132,7 @@ def scope_of(model) -> str | None:
 
 def _op_names(model) -> tuple[str, ...]:
     return tuple(sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-                         for n in _nodes(model.graph)}))
+                         for n in all_nodes(model.graph)}))
 
 
 def _array(x) -> np.ndarray:
