@@ -16,7 +16,11 @@ import numpy as np
 
 from cuvil.compiler import DType, Node, TensorType, infer_graph_types, run_reference
 from cuvil.compiler.errors import CuvilError
-from tests.compiler.op_fuzz_cases import GENERATORS, NOT_FUZZED, Case, Rng
+from tests.compiler.op_fuzz_cases import GENERATORS as PLAIN_GENERATORS
+from tests.compiler.op_fuzz_cases import NOT_FUZZED, Case, Rng
+from tests.compiler.op_fuzz_quant_cases import QUANT_GENERATORS
+
+GENERATORS = {**PLAIN_GENERATORS, **QUANT_GENERATORS}
 
 __all__ = ["GENERATORS", "NOT_FUZZED", "Case", "build", "fuzz", "native_runner", "emulated_runner"]
 
