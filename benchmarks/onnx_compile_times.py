@@ -25,7 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conformance.onnx_suite import check_reference, import_case, load_cases  # noqa: E402
+from tests.conformance.onnx_cases import load_cases  # noqa: E402
+from tests.conformance.onnx_suite import check_reference, import_case  # noqa: E402
 
 GOAL_S = 0.3
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conformance.onnx_suite import OUT_OF_SCOPE, failing_ops, load_cases, run_suite, sample, summarize  # noqa: E402
+from tests.conformance.onnx_cases import OUT_OF_SCOPE, load_cases, sample  # noqa: E402
+from tests.conformance.onnx_suite import failing_ops, run_suite, summarize  # noqa: E402
 from tests.conformance.ptx_check import check_ptx  # noqa: E402
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.compiler.codegen.ptxas import PTXAS_ARCH, ptxas
-from tests.conformance.onnx_suite import Case, import_case, merge, mergeable
+from tests.conformance.onnx_cases import Case
+from tests.conformance.onnx_suite import import_case, merge, mergeable
 
 @dataclass(frozen=True)
 class PtxOutcome:

@@ -15,7 +15,8 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from tests.conformance.onnx_suite import NEVER, load_cases, run_emulated, run_suite, sample, summarize  # noqa: E402
+from tests.conformance.onnx_cases import load_cases, sample  # noqa: E402
+from tests.conformance.onnx_suite import NEVER, run_emulated, run_suite, summarize  # noqa: E402
 
 FLOOR = 0.94
 ARM_SAMPLE, ARM_SEED = 64, 20

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from tests.conformance.onnx_suite import load_cases  # noqa: E402
+from tests.conformance.onnx_cases import load_cases  # noqa: E402
 from tests.conformance.ptx_check import check_ptx  # noqa: E402
 
 

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 
+from tests.conformance import onnx_cases as cases  # noqa: E402
 from tests.conformance import onnx_suite as suite  # noqa: E402
 
 
@@ -17,8 +18,8 @@ def _model(nodes, inputs, outputs, opset=18):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _case(name, model, ins, outs) -> suite.Case:
-    return suite._case(name, "node", model, [(ins, outs)], 1e-3, 1e-7)
+def _case(name, model, ins, outs) -> cases.Case:
+    return cases._case(name, "node", model, [(ins, outs)], 1e-3, 1e-7)
 
 
 F = TensorProto.FLOAT
@@ -31,8 +32,8 @@ def test_scope_names_each_excluded_kind():
                   {"z": (TensorProto.STRING, [2])})
     seq = _model([helper.make_node("SequenceEmpty", [], ["z"])], {}, {})
     plain = _model([helper.make_node("Relu", ["x"], ["z"])], {"x": (F, [2])}, {"z": (F, [2])})
-    assert [suite.scope_of(m) for m in (loss, text, seq, plain)] == ["training", "string", "sequence", None]
-    assert set(suite.OUT_OF_SCOPE) >= {"training", "string", "sequence", "optional", "map", "image decoding"}
+    assert [cases.scope_of(m) for m in (loss, text, seq, plain)] == ["training", "string", "sequence", None]
+    assert set(cases.OUT_OF_SCOPE) >= {"training", "string", "sequence", "optional", "map", "image decoding"}
 
 
 @pytest.mark.parametrize("got, want, ok", [
