@@ -3,27 +3,21 @@ the reference interpreter against ONNX Runtime."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from cuvil.compiler import run_reference
 from cuvil.compiler.errors import UnsupportedModelError
 from cuvil.compiler.frontends.onnx import OnnxImportError, import_onnx
 from cuvil.edge_runtime.compile import compile_graph
 
+from .test_onnx_frontend import check as check_against_ort
 from .test_onnx_frontend import make_model, run_ort
 
 F = TensorProto.FLOAT
-
-
-def check(model, feeds, rtol=1e-6, atol=1e-7):
-    graph = import_onnx(model)
-    got = run_reference(graph, dict(zip(graph.inputs, feeds.values())))
-    want = run_ort(model, feeds).values()
-    for name, w in zip(graph.outputs, want):
-        assert got[name].dtype == w.dtype
-        np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol)
+check = functools.partial(check_against_ort, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("opset, axis", [(11, 0), (11, 1), (11, 2), (13, 0), (13, -1), (13, 1)])

@@ -3,6 +3,8 @@ Tile, Col2Im and EyeLike, run by the reference interpreter against ONNX Runtime.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -11,18 +13,11 @@ from cuvil.compiler import run_reference
 from cuvil.compiler.frontends.onnx import import_onnx
 from cuvil.edge_runtime.compile import compile_graph
 
-from .test_onnx_frontend import make_model, run_ort
+from .test_onnx_frontend import check as check_against_ort
+from .test_onnx_frontend import make_model
 
 F = TensorProto.FLOAT
-
-
-def check(model, feeds, rtol=1e-5, atol=1e-6):
-    graph = import_onnx(model)
-    got = run_reference(graph, dict(zip(graph.inputs, feeds.values())))
-    want = run_ort(model, feeds).values()
-    for name, w in zip(graph.outputs, want):
-        np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol)
-    return graph
+check = functools.partial(check_against_ort, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("attrs", [dict(strides=[2, 2], auto_pad="SAME_UPPER"), dict(strides=[2, 2], auto_pad="SAME_LOWER"),
