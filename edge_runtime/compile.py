@@ -21,20 +21,21 @@ from .parallel import Helpers, emit_objects, workers
 from .session import CompileStats, Session
 
 
-def resolve(target: str | Target) -> Target:
-    """``"host"``, a device profile name, or a Target as is."""
+def resolve(target: str | Target, host: Target | None = None) -> Target:
+    """``"host"`` (``host`` when given: detected already), a device profile name, or a Target as is."""
     if isinstance(target, Target):
         return target
     if target == "host":
-        return jit.host_target()
+        return host or jit.host_target()
     from ..devices import resolve_target
 
     return resolve_target(target)
 
 
-def runnable_here(target: Target) -> bool:
-    """True when this process can execute code built for ``target`` (same ISA, features present)."""
-    host = jit.host_target()
+def runnable_here(target: Target, host: Target | None = None) -> bool:
+    """True when this process can execute code built for ``target`` (same ISA, features present);
+    ``host``: this machine's Target when the caller has it (detection is once per call, not twice)."""
+    host = host or jit.host_target()
     if target.triple.split("-")[0] != host.triple.split("-")[0]:
         return False
     have = {f for f in host.features if f.startswith("+")}
@@ -71,12 +72,13 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     ``threads``: threads one inference runs on (default: the Target's own count); the session starts
     its workers once, and the answer is the same for any count.
     """
-    tgt = resolve(target)
+    host = jit.host_target()
+    tgt = resolve(target, host)
     tune = tgt.tuning.autotune if tune is None else tune
     if threads is not None:
         tgt = dataclasses.replace(tgt, threads=threads)
     check_threads(tgt)
-    if not runnable_here(tgt):
+    if not runnable_here(tgt, host):
         raise CompileError(f"target {tgt.name!r} ({tgt.triple}, {tgt.cpu}) cannot run on this host; "
                            f"'cuvil compile --target {tgt.name} -o FILE' writes its object file, "
                            f"'cuvil run --device {tgt.name}' runs it emulated")

@@ -19,24 +19,27 @@ from ..compiler.target import Target
 from ..devices.detect import resolve_target
 
 _LOCK = threading.Lock()
-_READY = False
+_READY: set[str] = set()
 LLVM_OPTIONS = ("-sve-tail-folding=all", "-sve-tail-folding-insn-threshold=0")
 """Process-wide LLVM options; both act on SVE targets only (x86 and NEON code is unchanged): loops
 become vector-length-agnostic predicated (whilelo) loops with no scalar tail, short ones included."""
 
 
-def init_llvm() -> None:
-    """Register every back end once (the host's for the JIT, the others for cross emission)."""
-    global _READY
+def init_llvm(all_targets: bool = True) -> None:
+    """Register the host's back end once, and every other one (for cross emission) unless
+    ``all_targets=False``: loading cached code needs only the host's, and registering all of them
+    costs a warm start ~2 ms and ~12 MB of touched library pages."""
     with _LOCK:
-        if not _READY:
-            llvm.initialize_all_targets()
-            llvm.initialize_all_asmprinters()
+        if "native" not in _READY:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
             for option in LLVM_OPTIONS:
                 llvm.set_option("cuvil", option)
-            _READY = True
+            _READY.add("native")
+        if all_targets and "all" not in _READY:
+            llvm.initialize_all_targets()
+            llvm.initialize_all_asmprinters()
+            _READY.add("all")
 
 
 def host_target() -> Target:
@@ -45,7 +48,7 @@ def host_target() -> Target:
 
 
 def target_machine(target: Target, jit: bool = False) -> llvm.TargetMachine:
-    init_llvm()
+    init_llvm(all_targets=not jit)  # a JIT target machine is the host's
     try:
         t = llvm.Target.from_triple(target.triple)
     except RuntimeError as e:
@@ -109,20 +112,36 @@ class LoadedCode:
     detach: int = 0  # void entry_detach(void): forget them (a forked child)
 
 
+_ELF_HEAD = struct.Struct("<16xHHIQQQIHHHHHH")  # Elf64_Ehdr after e_ident
+_SECTION = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr
+_SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym
+SHT_SYMTAB, SHN_UNDEF = 2, 0
+
+
 def global_symbols(obj: bytes) -> tuple[set[str], set[str]]:
     """The global names an ELF object file defines, and those it uses without defining (LLVM's
-    library calls, such as ``__truncdfhf2`` for a double -> half conversion with no instruction)."""
+    library calls, such as ``__truncdfhf2`` for a double -> half conversion with no instruction).
+
+    Read with ``struct`` (a warm start's loader runs this: LLVM's object-file API made a call per
+    section and cost milliseconds); out-of-bounds tables yield no names, never an exception."""
     defined: set[str] = set()
     undefined: set[str] = set()
-    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:  # ELF64 little-endian only
+    if len(obj) < _ELF_HEAD.size or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:  # ELF64 little-endian
         return defined, undefined
-    sections = {bytes(s.name() or b""): s.data() for s in llvm.ObjectFileRef.from_data(obj).sections()}
-    symtab, strtab = sections.get(b".symtab", b""), sections.get(b".strtab", b"")
-    for off in range(24, len(symtab) - 23, 24):  # Elf64_Sym; entry 0 is the null symbol
-        name_at, info, _, shndx = struct.unpack_from("<IBBH", symtab, off)
-        if info >> 4 in (1, 2) and name_at:  # GLOBAL or WEAK binding
-            name = strtab[name_at:strtab.index(b"\0", name_at)].decode(errors="replace")
-            (undefined if shndx == 0 else defined).add(name)  # SHN_UNDEF: used, not defined
+    shoff, shentsize, shnum = (_ELF_HEAD.unpack_from(obj)[i] for i in (5, 10, 11))
+    if shentsize != _SECTION.size or shoff + shnum * shentsize > len(obj):
+        return defined, undefined
+    sections = [_SECTION.unpack_from(obj, shoff + i * shentsize) for i in range(shnum)]
+    for _, kind, _, _, off, size, link, _, _, _ in sections:
+        if kind != SHT_SYMTAB or link >= shnum or off + size > len(obj):
+            continue
+        str_off, str_size = sections[link][4], sections[link][5]
+        strtab = obj[str_off:str_off + str_size] if str_off + str_size <= len(obj) else b""
+        for at in range(off + _SYMBOL.size, off + size - _SYMBOL.size + 1, _SYMBOL.size):  # entry 0 is null
+            name_at, info, _, shndx, _, _ = _SYMBOL.unpack_from(obj, at)
+            end = strtab.find(b"\0", name_at)
+            if info >> 4 in (1, 2) and 0 < name_at < end:  # GLOBAL or WEAK binding, a name inside the table
+                (undefined if shndx == SHN_UNDEF else defined).add(strtab[name_at:end].decode(errors="replace"))
     return defined, undefined
 
 

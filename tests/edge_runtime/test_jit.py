@@ -37,6 +37,14 @@ def test_symbols_of_an_object_file():
     assert used == {"exp"}
 
 
+def test_symbols_of_a_damaged_object_file_are_none_never_an_error():
+    """Truncated or garbled files (LLVM writes the section headers last) give no names."""
+    obj = _object("exp")
+    for bad in (b"", obj[:64], obj[:len(obj) // 2], obj[:-8], b"\x7fELF\x02\x01" + bytes(200), b"\xff" * 200):
+        defined, used = jit.global_symbols(bad)
+        assert not defined and not used
+
+
 def test_a_call_to_a_missing_routine_is_a_compile_error():
     with pytest.raises(CompileError, match="__cuvil_no_such_routine"):
         jit.load_object(_object("__cuvil_no_such_routine"), "entry", jit.host_target())
