@@ -6,10 +6,11 @@ its process must fit where ONNX Runtime's fits (peak RSS <= ORT's, cold and warm
 exported as a signed bundle and as ONNX; every measurement runs in a fresh process that loads the
 bundle (no torch), so the numbers are what a device sees:
 
-- cold: empty cache, ``compile_graph`` by the bundle's hash; wall time and CPU time (this process
-  plus its LLVM helpers: on a loaded machine CPU time is the steadier figure), then 100 inferences;
-- warm: the cache that cold run left, ``compile_graph`` + the first result (median of ``--repeats``
-  processes), then 100 inferences;
+- cold: empty cache, ``load(lazy=True)`` (the signed head) then ``compile_model`` by the bundle's
+  hash, which reads and checks the weights; wall time and CPU time (this process plus its LLVM
+  helpers: on a loaded machine CPU time is the steadier figure), then 100 inferences;
+- warm: the cache that cold run left, ``compile_model`` + the first result (median of ``--repeats``
+  processes; the bundle's weights are never read), then 100 inferences;
 - ort: ``InferenceSession`` (1 thread) of the ONNX export and 100 inferences.
 
 Peak RSS is each process's own high-water mark (``VmHWM``; ``ru_maxrss`` would carry this
@@ -51,11 +52,11 @@ if mode == "ort":
     out["start_ms"], out["start_cpu_ms"] = (time.perf_counter() - w0) * 1e3, (cpu_s() - c0) * 1e3
     run = lambda: sess.run(None, feeds)
 else:
-    from cuvil.edge_runtime.compile import compile_graph
+    from cuvil.edge_runtime.compile import compile_model
     from cuvil.edge_runtime.loader import load
-    model = load(bundle, [pub])
+    model = load(bundle, [pub], lazy=True)
     w0, c0 = time.perf_counter(), cpu_s()
-    sess = compile_graph(model.graph, cache_dir=cache, content_hash=model.content_hash, tune=tune == "1")
+    sess = compile_model(model, cache_dir=cache, tune=tune == "1")
     sess.run(feeds)
     out["start_ms"], out["start_cpu_ms"] = (time.perf_counter() - w0) * 1e3, (cpu_s() - c0) * 1e3
     s = sess.stats

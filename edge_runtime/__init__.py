@@ -3,12 +3,12 @@
 Imports only numpy, llvmlite and cryptography: a device never needs torch or onnx.
 """
 
-from .compile import compile_graph
+from .compile import compile_graph, compile_model
 from .loader import Model, load, load_bytes
 from .session import CompileStats, Session
 from .trust import TrustStore, default_trust_dir, resolve_trust
 
 __all__ = [
-    "CompileStats", "Model", "Session", "TrustStore", "compile_graph", "default_trust_dir", "load", "load_bytes",
-    "resolve_trust",
+    "CompileStats", "Model", "Session", "TrustStore", "compile_graph", "compile_model", "default_trust_dir", "load",
+    "load_bytes", "resolve_trust",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 
 from ..compiler.codegen.cpu.workers import check_threads
 from ..compiler.codegen.lower import LoweredModel, lower
@@ -17,6 +18,7 @@ from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from . import autotune, jit
 from .cache import CompileCache, cache_key, graph_digest
+from .loader import Model
 from .parallel import Helpers, emit_objects, workers
 from .session import CompileStats, Session
 
@@ -72,6 +74,21 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     ``threads``: threads one inference runs on (default: the Target's own count); the session starts
     its workers once, and the answer is the same for any count.
     """
+    return _compile(lambda: graph, target, batch, cache_dir, use_cache, content_hash, optimize, profile, jobs,
+                    guard_pages, tune, threads)
+
+
+def compile_model(model: Model, target: str | Target = "host", batch: int = 1,
+                  cache_dir: str | os.PathLike | None = None, use_cache: bool = True, **options) -> Session:
+    """:func:`compile_graph` of a verified Model, keyed by its content hash: on a cache hit its graph
+    is never used, so a model loaded with ``load(..., lazy=True)`` never reads its weights (a warm
+    start then neither hashes nor holds them). ``options``: those of :func:`compile_graph`."""
+    return _compile(lambda: model.graph, target, batch, cache_dir, use_cache, model.content_hash, **options)
+
+
+def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, cache_dir, use_cache: bool,
+             content_hash: str | None, optimize: bool = True, profile: bool = False, jobs: int | None = None,
+             guard_pages: bool = False, tune: bool | None = None, threads: int | None = None) -> Session:
     host = jit.host_target()
     tgt = resolve(target, host)
     tune = tgt.tuning.autotune if tune is None else tune
@@ -85,7 +102,7 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     cache = CompileCache(cache_dir) if use_cache else None
     t0 = time.perf_counter()
     tuned_on = f" tuned-on={autotune.cpu_identity()}" if tune else ""
-    key = cache_key(f"{content_hash or graph_digest(graph)} optimize={optimize} profile={profile}{tuned_on}", tgt,
+    key = cache_key(f"{content_hash or graph_digest(graph_of())} optimize={optimize} profile={profile}{tuned_on}", tgt,
                     batch) if cache else ""
     art = cache.get(key, tgt) if cache else None
     t1 = time.perf_counter()
@@ -96,6 +113,7 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
                              kernel_count=art.lowered.kernel_count, node_count=art.lowered.node_count,
                              object_bytes=sum(map(len, art.objects)), cache_ms=(t1 - t0) * 1e3)
         return Session(art.lowered, code, stats, weights=art.weights, guard_pages=guard_pages)
+    graph = graph_of()
     with Helpers((auto_jobs(graph) if jobs is None else jobs) - 1) as helpers:
         tuner = autotune.Retarget() if tune else None
         lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile, retarget=tuner)

@@ -4,13 +4,19 @@ The file is read once into private memory and everything (signature, hashes, gra
 works on that copy: the weights are zero-copy views of it. A write to the file after it was
 verified (or a truncation) cannot reach what was verified, hence not the compiler either. A
 memory mapping would not do: a file's pages change under a mapping, private or shared.
+
+``load(..., lazy=True)`` checks only the signed head (header and manifest, which names every
+weight by its SHA-256) and reads the rest when ``Model.graph`` is first used, checked the same
+way and refused unless its content hash is the one verified at load: a device whose compile
+cache holds the model (keyed by that hash) then never reads, hashes or holds the weights.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +35,9 @@ Trusted = TrustStore | Iterable[str | os.PathLike | Ed25519PublicKey] | None
 
 @dataclass(frozen=True, eq=False)
 class Model:
-    """A verified model: only :func:`load` makes one, so holding one means the signature held."""
+    """A verified model: only :func:`load` makes one, so holding one means the signature held
+    (of a lazily loaded one: over its head; its weights are checked when ``graph`` reads them)."""
 
-    graph: Graph
     name: str
     version: str
     producer: str
@@ -39,6 +45,19 @@ class Model:
     signer: str
     path: Path | None
     size: int
+    _graph: Graph | None = field(default=None, repr=False)
+    _keys: tuple[Ed25519PublicKey, ...] = field(default=(), repr=False)
+
+    @functools.cached_property
+    def graph(self) -> Graph:
+        """The verified graph; a lazily loaded model reads and checks its file now (BundleError when
+        the file no longer holds the bundle that was verified)."""
+        if self._graph is not None:
+            return self._graph
+        bundle = read_bundle(read_file(self.path), self._keys)
+        if bundle.content_hash != self.content_hash:
+            raise BundleError(f"{self.path.name} changed after it was loaded: it holds another bundle now")
+        return bundle.graph
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run with the reference interpreter (the native session takes over in a later layer)."""
@@ -47,7 +66,7 @@ class Model:
     @classmethod
     def _from_bundle(cls, bundle: Bundle, path: Path | None) -> Model:
         m = bundle.manifest
-        return cls(bundle.graph, m.name, m.version, m.producer, bundle.content_hash, bundle.signer, path, bundle.size)
+        return cls(m.name, m.version, m.producer, bundle.content_hash, bundle.signer, path, bundle.size, bundle.graph)
 
 
 def read_file(path: str | os.PathLike) -> bytes:
@@ -73,6 +92,10 @@ def read_file_head(path: str | os.PathLike, trusted_keys: Trusted = None) -> Bun
         keys = resolve_trust(trusted_keys).keys
     except BundleError:
         keys = ()
+    return _head(path, keys, require_trust=False)
+
+
+def _head(path: str | os.PathLike, keys: Iterable[Ed25519PublicKey], require_trust: bool) -> BundleHead:
     fd, st = open_regular(path)
     try:
         first = read_exactly(fd, MANIFEST_OFFSET)
@@ -80,18 +103,23 @@ def read_file_head(path: str | os.PathLike, trusted_keys: Trusted = None) -> Bun
         head = first + read_exactly(fd, header.manifest_length)
     finally:
         os.close(fd)
-    return read_head(head, st.st_size, keys)
+    return read_head(head, st.st_size, keys, require_trust=require_trust)
 
 
-def load(path: str | os.PathLike, trusted_keys: Trusted = None) -> Model:
+def load(path: str | os.PathLike, trusted_keys: Trusted = None, lazy: bool = False) -> Model:
     """Verify ``path`` against ``trusted_keys`` (default: the trust directory), then parse it.
 
     Raises BundleError for anything wrong with the bundle or its signature; there is no option to
-    skip verification.
+    skip verification. ``lazy=True``: verify the signed head now, the weights and graph when
+    ``Model.graph`` is first used (then a damaged or replaced file raises BundleError there).
     """
     store = resolve_trust(trusted_keys)
-    bundle = read_bundle(read_file(path), store.keys)
-    return Model._from_bundle(bundle, Path(path))
+    if not lazy:
+        return Model._from_bundle(read_bundle(read_file(path), store.keys), Path(path))
+    head = _head(path, store.keys, require_trust=True)
+    m = head.manifest
+    return Model(m.name, m.version, m.producer, head.content_hash, head.signer, Path(path), head.size,
+                 _keys=tuple(store.keys))
 
 
 def load_bytes(data: bytes, trusted_keys: Trusted = None) -> Model:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..compiler.ir.infer import bind_batch
 from ..devices.profile import DeviceProfile
-from .compile import compile_graph, runnable_here
+from .compile import compile_model, runnable_here
 from .latency import LatencyReport, histogram, measure
 from .loader import Model
 
@@ -88,8 +88,7 @@ def prepare(model: Model, profile: DeviceProfile, cache_dir: str | os.PathLike, 
 
 def _native_runner(model: Model, target, cache_dir, in_name: str, in_shape: tuple[int, ...], emulated: bool,
                    threads: int) -> Runner:
-    session = compile_graph(model.graph, target=target, batch=1, cache_dir=cache_dir, content_hash=model.content_hash,
-                            threads=threads)
+    session = compile_model(model, target=target, batch=1, cache_dir=cache_dir, threads=threads)
     st = session.stats
 
     def latency(inputs: Inputs, warmup: int, runs: int, budget_s: float) -> LatencyReport:

@@ -57,11 +57,13 @@ class BundleHead:
     size: int
 
 
-def read_head(head: Any, size: int, trusted_keys: Iterable[Ed25519PublicKey], limits: Limits = DEFAULT_LIMITS) -> BundleHead:
+def read_head(head: Any, size: int, trusted_keys: Iterable[Ed25519PublicKey], limits: Limits = DEFAULT_LIMITS,
+              require_trust: bool = False) -> BundleHead:
     """Check the signature over ``head`` (the file's first bytes, header and manifest at least) and
-    decode the manifest; any signer whose signature verifies is accepted, ``trusted`` says if it is."""
+    decode the manifest; any signer whose signature verifies is accepted, ``trusted`` says if it is
+    (``require_trust=True``: a signer outside ``trusted_keys`` is a BundleError)."""
     view = memoryview(head).cast("B")
-    header, manifest_bytes, trusted = read_signed_head(view, size, trusted_keys, require_trust=False)
+    header, manifest_bytes, trusted = read_signed_head(view, size, trusted_keys, require_trust=require_trust)
     header.check_layout(size)
     manifest = Manifest.decode(manifest_bytes, limits.max_nodes)
     return BundleHead(manifest, header, manifest.content_hash, fingerprint(header.signer_key), trusted, size)

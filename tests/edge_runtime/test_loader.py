@@ -14,7 +14,9 @@ import pytest
 from cuvil.compiler import run_reference
 from cuvil.compiler.bundle import KeyFileError, generate_keypair, load_public_key, save_bundle
 from cuvil.compiler.errors import BundleError
-from cuvil.edge_runtime import Model, TrustStore, compile_graph, default_trust_dir, load, load_bytes, resolve_trust
+from cuvil.edge_runtime import (
+    Model, TrustStore, compile_graph, compile_model, default_trust_dir, load, load_bytes, resolve_trust,
+)
 
 from ..compiler.bundle.helpers import small_graph
 
@@ -74,6 +76,48 @@ def test_a_write_after_verification_cannot_reach_the_model(bundle, keys, tmp_pat
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-6)
     with pytest.raises(BundleError, match="SHA-256"):
         load(bundle, [keys.public_path])  # the changed file itself no longer verifies
+
+
+def _overwrite_w(bundle, value: float) -> None:
+    """Change weight ``w`` in place (same size): its signed SHA-256 no longer matches."""
+    want = small_graph().constants["w"]
+    at = bundle.read_bytes().rindex(want.tobytes())
+    with open(bundle, "r+b") as f:
+        f.seek(at)
+        f.write(np.full_like(want, value).tobytes())
+
+
+def test_a_lazy_load_checks_the_head_now_and_the_weights_when_used(bundle, keys, tmp_path):
+    model = load(bundle, [keys.public_path], lazy=True)
+    assert (model.name, model.version, model.content_hash) == ("m", "3", load(bundle, [keys.public_path]).content_hash)
+    assert "graph" not in vars(model)  # nothing read past the manifest yet
+    assert model.graph == small_graph()
+    with pytest.raises(BundleError, match="not trusted"):
+        load(bundle, [generate_keypair(tmp_path / "other").public_path], lazy=True)
+    damaged = load(bundle, [keys.public_path], lazy=True)
+    _overwrite_w(bundle, 7.0)
+    with pytest.raises(BundleError, match="SHA-256"):
+        damaged.graph
+    from cuvil.compiler.bundle import load_private_key
+
+    replaced = load(bundle, [keys.public_path], lazy=True)
+    save_bundle(small_graph(), bundle, load_private_key(keys.private_path), name="m", version="4", producer="test")
+    with pytest.raises(BundleError, match="changed after it was loaded"):
+        replaced.graph  # validly signed, but not the bundle that was verified
+
+
+def test_a_cache_hit_of_a_lazy_model_never_reads_its_weights(bundle, keys, tmp_path):
+    x = np.ones((2, 8), np.float32)
+    ref = run_reference(small_graph(), {"x": x})
+    cold = compile_model(load(bundle, [keys.public_path], lazy=True), batch=2, cache_dir=tmp_path / "cache")
+    _overwrite_w(bundle, 7.0)  # the head still verifies; reading the weights now would fail
+    model = load(bundle, [keys.public_path], lazy=True)
+    warm = compile_model(model, batch=2, cache_dir=tmp_path / "cache")
+    assert warm.stats.cache_hit and not cold.stats.cache_hit and "graph" not in vars(model)
+    for k in ref:
+        np.testing.assert_allclose(warm.run({"x": x})[k], ref[k], rtol=1e-6, atol=1e-6)
+    with pytest.raises(BundleError, match="SHA-256"):
+        compile_model(model, batch=2, cache_dir=tmp_path / "other-cache")  # a miss reads them, and refuses
 
 
 def test_a_fifo_is_refused_without_blocking(tmp_path, keys):
