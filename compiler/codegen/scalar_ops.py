@@ -66,19 +66,44 @@ def _safe_udiv(b, x, y):
 
 
 def _int_pow(b, x, y, signed: bool):
-    """x**|y| by squaring over every bit of y (wrapping as the reference's NumPy power does); a
-    negative y truncates 1/x**|y| toward zero: 0 unless |x| is 1."""
-    ty = x.type
+    """x**|y| wrapping as the reference's NumPy power does; a negative y truncates 1/x**|y| toward
+    zero: 0 unless |x| is 1. A call of one shared routine per type (:func:`_int_pow_fn`)."""
+    fn = _int_pow_fn(b, x.type, signed)
+    return b.call(fn, [x, y])
+
+
+def _int_pow_fn(b: ir.IRBuilder, ty: ir.IntType, signed: bool) -> ir.Function:
+    """The module's ``cuvil_ipow_<s|u><bits>`` (defined at its first use, with the caller's target
+    attributes): squaring over the bits of |y| in a loop that stops at its highest set bit. Unrolled
+    over all 64 bits inline, the vectorizer spent 0.26 s of LLVM time on one i64 Pow kernel."""
+    name = f"cuvil_ipow_{'s' if signed else 'u'}{ty.width}"
+    if name in b.module.globals:
+        return b.module.globals[name]
+    fn = ir.Function(b.module, ir.FunctionType(ty, [ty, ty]), name)
+    fn.linkage = "internal"
+    h.set_fn_attrs(fn, ("nounwind",), dict(a[1:-1].split('"="') for a in b.function.attributes
+                                           if a.startswith('"') and '"="' in a))
+    x, y = fn.args
     one, zero = ir.Constant(ty, 1), ir.Constant(ty, 0)
-    neg = b.icmp_signed("<", y, zero) if signed else ir.Constant(h.I1, 0)
-    e = b.select(neg, b.sub(zero, y), y)
-    acc, base = one, x
-    for k in range(ty.width):
-        bit = b.icmp_unsigned("!=", b.and_(b.lshr(e, ir.Constant(ty, k)), one), zero)
-        acc = b.select(bit, b.mul(acc, base), acc)
-        base = b.mul(base, base)
-    unit = b.or_(b.icmp_unsigned("==", x, one), b.icmp_signed("==", x, ir.Constant(ty, -1)) if signed else ir.Constant(h.I1, 0))
-    return b.select(b.and_(neg, b.not_(unit)), zero, acc)
+    fb = ir.IRBuilder(fn.append_basic_block("entry"))
+    neg = fb.icmp_signed("<", y, zero) if signed else ir.Constant(h.I1, 0)
+    e0 = fb.select(neg, fb.sub(zero, y), y)
+    entry, head, body, done = fb.block, fn.append_basic_block("head"), fn.append_basic_block("body"), fn.append_basic_block("done")
+    fb.branch(head)
+    fb.position_at_end(head)
+    acc, base, e = fb.phi(ty, "acc"), fb.phi(ty, "base"), fb.phi(ty, "e")
+    fb.cbranch(fb.icmp_unsigned("==", e, zero), done, body)
+    fb.position_at_end(body)
+    acc2 = fb.select(fb.trunc(e, h.I1), fb.mul(acc, base), acc)
+    base2, e2 = fb.mul(base, base), fb.lshr(e, one)
+    fb.branch(head)
+    for phi, first, nxt in ((acc, one, acc2), (base, x, base2), (e, e0, e2)):
+        phi.add_incoming(first, entry)
+        phi.add_incoming(nxt, body)
+    fb.position_at_end(done)
+    unit = fb.or_(fb.icmp_unsigned("==", x, one), fb.icmp_signed("==", x, ir.Constant(ty, -1)) if signed else ir.Constant(h.I1, 0))
+    fb.ret(fb.select(fb.and_(neg, fb.not_(unit)), zero, acc))
+    return fn
 
 
 def _cmp(fop: str, sop: str) -> Scalar:

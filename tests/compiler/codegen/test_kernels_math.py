@@ -75,3 +75,6 @@ def test_mean_and_integer_pow():
     base = rnd(4, 9, dtype=np.int64, lo=-1, hi=1, seed=4)
     run_op("Pow", [base, np.broadcast_to(np.arange(-2, 7, dtype=np.int64), (4, 9)).copy()])
     run_op("Pow", [base.astype(np.int32), np.full((4, 9), 3, np.int32)])
+    big = np.array([3, -3, 7, 2, 5, -1, 0, 1], np.int64)  # wrapping results, the exponent's top bits
+    run_op("Pow", [big, np.array([40, 41, 63, 64, 2**62 + 1, -(2**63), 0, 2**63 - 1], np.int64)])
+    run_op("Pow", [big.astype(np.uint64), np.array([40, 2**64 - 1, 63, 64, 2**63 + 1, 5, 0, 2**64 - 1], np.uint64)])
