@@ -16,6 +16,8 @@ from tests.compiler.codegen.test_kernels import rnd, run_op
 CONV3D = [  # x shape, w shape, attrs
     ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), dict(strides=[1, 1, 1], pads=[0] * 6, dilations=[1, 1, 1], group=1)),
     ((2, 4, 5, 4, 5), (6, 2, 3, 3, 3), dict(strides=[2, 1, 2], pads=[1, 0, 1, 1, 1, 0], dilations=[1, 2, 1], group=2)),
+    # 72 taps: the first two kernel axes are loops, the last one unrolled (gathers.UNROLLED_TAPS)
+    ((1, 2, 5, 9, 8), (4, 1, 2, 6, 6), dict(strides=[1, 2, 1], pads=[1, 2, 0, 0, 1, 3], dilations=[2, 1, 1], group=2)),
 ]
 
 
