@@ -83,7 +83,7 @@ def compile_model(model: Model, target: str | Target = "host", batch: int = 1,
     """:func:`compile_graph` of a verified Model, keyed by its content hash: on a cache hit its graph
     is never used, so a model loaded with ``load(..., lazy=True)`` never reads its weights (a warm
     start then neither hashes nor holds them). ``options``: those of :func:`compile_graph`."""
-    return _compile(lambda: model.graph, target, batch, cache_dir, use_cache, model.content_hash, **options)
+    return _compile(model.graph_once, target, batch, cache_dir, use_cache, model.content_hash, **options)
 
 
 def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, cache_dir, use_cache: bool,
@@ -117,6 +117,7 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     with Helpers((auto_jobs(graph) if jobs is None else jobs) - 1) as helpers:
         tuner = autotune.Retarget() if tune else None
         lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile, retarget=tuner)
+        del graph  # a lazily loaded model's weights are freed here, before LLVM adds its own peak
         t2 = time.perf_counter()
         objs = emit_objects(lowered.llvm_ir, tgt, helpers)
     if cache:

@@ -52,8 +52,13 @@ class Model:
     def graph(self) -> Graph:
         """The verified graph; a lazily loaded model reads and checks its file now (BundleError when
         the file no longer holds the bundle that was verified)."""
-        if self._graph is not None:
-            return self._graph
+        return self.graph_once()
+
+    def graph_once(self) -> Graph:
+        """The graph for a caller that uses it once: a lazily loaded model that has not read it yet
+        reads it without keeping it (a cold compile frees the weights before LLVM runs)."""
+        if self._graph is not None or "graph" in vars(self):
+            return self._graph or vars(self)["graph"]
         bundle = read_bundle(read_file(self.path), self._keys)
         if bundle.content_hash != self.content_hash:
             raise BundleError(f"{self.path.name} changed after it was loaded: it holds another bundle now")

@@ -109,7 +109,9 @@ def test_a_lazy_load_checks_the_head_now_and_the_weights_when_used(bundle, keys,
 def test_a_cache_hit_of_a_lazy_model_never_reads_its_weights(bundle, keys, tmp_path):
     x = np.ones((2, 8), np.float32)
     ref = run_reference(small_graph(), {"x": x})
-    cold = compile_model(load(bundle, [keys.public_path], lazy=True), batch=2, cache_dir=tmp_path / "cache")
+    first = load(bundle, [keys.public_path], lazy=True)
+    cold = compile_model(first, batch=2, cache_dir=tmp_path / "cache")
+    assert "graph" not in vars(first)  # a miss read the weights for lowering, and did not keep them
     _overwrite_w(bundle, 7.0)  # the head still verifies; reading the weights now would fail
     model = load(bundle, [keys.public_path], lazy=True)
     warm = compile_model(model, batch=2, cache_dir=tmp_path / "cache")
