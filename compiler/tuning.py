@@ -50,8 +50,9 @@ class Tuning:
     autotune_fraction: float = 0.5  # tuning may add at most this fraction of the untuned compile time
     autotune_budget_s: float = 2.0  # and never more than this many seconds
     max_threads: int = 8  # the default thread count: the device's cores, at most this many
-    parallel_min_macs: int = 1_000_000  # a layer is split over threads only from this many multiply-adds per part (~40 us)
-    parallel_sync_us: float = 5.0  # modelled cost of handing a layer's parts to the workers and waiting (the tuner adds it to a split's slowest part)
+    parallel_sync_us: float = 5.0  # handing a layer's parts to the workers and waiting for them; the tuner measures it (pool_probe)
+    conv_macs_per_us: int = 100_000  # one core's conv speed the split model assumes (Zen 4: 480k on ResNet-18's, 57k on MobileNetV2's)
+    parallel_sync_ratio: float = 2.0  # a part must be worth this many handoffs: min multiply-adds per part = ratio x sync x speed
     pool_spin: int = 4096  # pause rounds a waiting worker or caller spins before it sleeps on a futex
 
     def replace(self, **changes: Any) -> Tuning:

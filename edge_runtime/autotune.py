@@ -8,8 +8,9 @@ replaces the cost model's choice only when it is at least ``MARGIN`` faster, so 
 never trades a measured tie for an untested kernel; ties go to the earlier candidate. The choice
 is therefore a pure function of the measurements.
 
-At more than one thread, each tuned layer that the cost model splits is measured too: the slowest
-part (the chosen kernel over its output-channel range) plus ``Tuning.parallel_sync_us`` against the
+At more than one thread, the pool's handoff is measured first (:mod:`.pool_probe`) and becomes the
+target's ``Tuning.parallel_sync_us``, so the cost model splits only layers worth that handoff here;
+then each tuned layer that the cost model splits is measured too: the slowest part (the chosen kernel over its output-channel range) plus ``Tuning.parallel_sync_us`` against the
 whole layer; the whole layer replaces the split only when it is ``MARGIN`` faster.
 A part is timed alone, on one core: what two parts contend for (memory bandwidth, a busy CPU) is
 not measured, so a split is only as good as the machine's second core is free.
@@ -37,7 +38,7 @@ from ..compiler.codegen.cpu.kernels.conv import tunable_convs
 from ..compiler.codegen.cpu.kernels.split import split_ranges
 from ..compiler.ir.graph import Graph
 from ..compiler.target import ConvChoice, Geometry, Target
-from . import jit
+from . import jit, pool_probe
 from .parallel import LIGHT_LEVEL
 
 MARGIN = 0.10  # a candidate must beat the cost model's choice by this fraction to replace it
@@ -63,6 +64,7 @@ class TuneReport:
     skipped: int  # tunable layers left at the cost model's choice when the budget ran out
     spent_s: float
     budget_s: float
+    sync_us: float | None = None  # the pool's handoff measured here (more than one thread), in the tuned Target
 
     @property
     def choices(self) -> dict[Geometry, ConvChoice]:
@@ -144,7 +146,14 @@ class Retarget:
         self.report: TuneReport | None = None
 
     def __call__(self, graph: Graph, target: Target) -> Target:
-        self.report = tune(graph, target)
+        sync_us, probe_s = None, 0.0
+        if target.threads > 1 and tunable_convs(graph):  # what a split costs here decides which layers split
+            t0 = time.perf_counter()
+            sync_us = pool_probe.handoff_us(target)
+            probe_s = time.perf_counter() - t0
+            target = dataclasses.replace(target, tuning=target.tuning.replace(parallel_sync_us=sync_us))
+        report = tune(graph, target)
+        self.report = dataclasses.replace(report, spent_s=report.spent_s + probe_s, sync_us=sync_us)
         tuned = with_choices(target, self.report.choices)
         return dataclasses.replace(tuned, conv_parts=tuple(sorted(self.report.parts.items(), key=repr)))
 

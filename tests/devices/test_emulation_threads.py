@@ -1,7 +1,7 @@
 """Threads under qemu: ARM64 NEON and SVE2 code with its worker pool, the same bits as at one thread.
 
 The harness starts the model's workers (pthreads of the statically linked C library) before the
-first example and joins them after the last; every packed conv is split (``parallel_min_macs`` 1).
+first example and joins them after the last; every packed conv is split (``parallel_sync_ratio`` 0).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_emulated_outputs_are_the_same_bits_at_1_2_and_3_threads(name, profile, 
     examples = [{n: rng.standard_normal(tuple(x.shape)).astype(np.float32) for n, x in zip(graph.inputs, example)}
                 for _ in range(3)]
     base = resolve_target(profile)
-    base = dataclasses.replace(base, tuning=base.tuning.replace(parallel_min_macs=1))
+    base = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
     outs = {}
     for threads in (1, 2, 3):
         em = EmulatedModel(graph, dataclasses.replace(base, threads=threads), use_cache=False, workdir=tmp_path)

@@ -72,7 +72,7 @@ def test_a_graph_too_small_to_pay_for_two_builds_builds_nothing(cnn, monkeypatch
 
 def test_at_two_threads_the_tuner_measures_each_split_against_the_whole_layer(cnn):
     _, lowered_graph, _ = cnn
-    split_all = HOST.tuning.replace(parallel_min_macs=1, autotune_budget_s=60.0, autotune_fraction=100.0)
+    split_all = HOST.tuning.replace(parallel_sync_ratio=0.0, autotune_budget_s=60.0, autotune_fraction=100.0)
     report = tune(lowered_graph, dataclasses.replace(HOST, threads=2, tuning=split_all))
     measured = [r for r in report.results if r.parts_seconds]
     assert measured  # the small CNN's convs have channels for two parts of whole vectors
@@ -97,11 +97,12 @@ def _one_conv(c: int, hw: int):
 def test_the_tuner_times_the_cost_models_split_and_adds_none():
     graph = _one_conv(64, 16)  # 64 output channels: four vectors at 512 bits, eight at 256
     macs = 64 * 16 * 16 * 64 * 9
-    model_two = HOST.tuning.replace(parallel_min_macs=macs // 2, autotune_budget_s=60.0, autotune_fraction=100.0)
+    model_two = HOST.tuning.replace(parallel_sync_us=1.0, conv_macs_per_us=1.0, parallel_sync_ratio=macs / 2,
+                                    autotune_budget_s=60.0, autotune_fraction=100.0)
     report = tune(graph, dataclasses.replace(HOST, threads=3, tuning=model_two))
     (r,) = report.results
     assert r.default_parts == 2 and set(dict(r.parts_seconds)) == {1, 2} and r.parts == pick(2, dict(r.parts_seconds))
-    whole = tune(graph, dataclasses.replace(HOST, threads=3, tuning=model_two.replace(parallel_min_macs=macs * 2)))
+    whole = tune(graph, dataclasses.replace(HOST, threads=3, tuning=model_two.replace(parallel_sync_ratio=macs * 2.0)))
     assert whole.results[0].parts_seconds == () and whole.parts == {}  # kept whole by the cost model: not timed
 
 

@@ -1,6 +1,6 @@
 """Multi-threaded inference: the same bits at any thread count, no deadlock, sessions apart.
 
-Compiled for a named profile (x86-avx2 runs on every build host) with ``parallel_min_macs`` at 1,
+Compiled for a named profile (x86-avx2 runs on every build host) with ``parallel_sync_ratio`` at 0,
 so every packed convolution is split, small layers included: the strongest test of the split.
 """
 
@@ -23,7 +23,7 @@ from tests.zoo import ZOO  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 AVX2 = resolve_target("x86-avx2")
-SPLIT_ALL = dataclasses.replace(AVX2, tuning=AVX2.tuning.replace(parallel_min_macs=1))
+SPLIT_ALL = dataclasses.replace(AVX2, tuning=AVX2.tuning.replace(parallel_sync_ratio=0.0))
 SMALLER = {"lstm_kws": {"frames": 8}, "gru_kws": {"frames": 8}, "squeezenet": {"size": 64}, "tiny_yolo": {"size": 64},
            "mobilenet_v1": {"size": 64}, "resnet50": {"size": 64}, "shufflenet_v2": {"size": 96}}
 TORCH_IMPORTABLE = [n for n in ARCHS if n not in UNSUPPORTED or UNSUPPORTED[n][1] is None]

@@ -20,8 +20,10 @@ def _key(c: int, oc: int, hw: int, k: int = 3, group: int = 1) -> KernelKey:
     return KernelKey("Conv", attrs, ins, (TensorType(DType.F32, (1, oc, hw, hw)),), (), (), (None, "const", "const"))
 
 
-def _target(threads: int, min_macs: int = 1):
-    return dataclasses.replace(AVX2, threads=threads, tuning=AVX2.tuning.replace(parallel_min_macs=min_macs))
+def _target(threads: int, sync_us: float = 0.0):
+    """A part must be worth one handoff of ``sync_us`` at 1,000 multiply-adds per microsecond."""
+    tuning = AVX2.tuning.replace(parallel_sync_us=sync_us, conv_macs_per_us=1000, parallel_sync_ratio=1.0)
+    return dataclasses.replace(AVX2, threads=threads, tuning=tuning)
 
 
 def test_channel_ranges_are_whole_vectors_and_cover_the_layer():
@@ -41,11 +43,18 @@ def test_depthwise_splits_by_groups_and_moves_the_input():
 
 def test_small_layers_one_thread_and_batch_one_only():
     assert conv_parts(_key(32, 40, 16), _target(1)) is None  # one thread
-    assert conv_parts(_key(32, 40, 16), _target(2, min_macs=10**9)) is None  # too small to pay
+    assert conv_parts(_key(32, 40, 16), _target(2, sync_us=1e6)) is None  # too small to pay
     assert conv_parts(_key(32, 4, 16), _target(2)) is None  # less than one vector of channels per part
     key = _key(32, 40, 16)
     batch2 = dataclasses.replace(key, in_types=(TensorType(DType.F32, (2, 32, 16, 16)),) + key.in_types[1:])
     assert conv_parts(batch2, _target(2)) is None
+
+
+def test_the_handoff_cost_decides_which_layers_split():
+    macs = 40 * 16 * 16 * 32 * 9  # 2,949,120: two parts of 1,474,560
+    assert len(conv_parts(_key(32, 40, 16), _target(2, sync_us=1400.0))) == 2
+    assert conv_parts(_key(32, 40, 16), _target(2, sync_us=1500.0)) is None
+    assert len(conv_parts(_key(32, 40, 16), _target(3, sync_us=macs / 3 / 1000))) == 3
 
 
 def test_parts_keep_the_whole_layers_choice():

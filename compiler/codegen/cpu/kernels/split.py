@@ -6,9 +6,10 @@ the slice's, its output and residual start at the slice's first channel. Every p
 method and tile the whole layer got (cost model or tuner), so each output element is computed by
 the same instructions in the same order as at one thread: the answer does not depend on the
 thread count. Ranges are whole vectors of channels, so no part adds a tail the whole layer lacks.
-How many parts is the cost model's choice (one per ``Tuning.parallel_min_macs`` multiply-adds, so
-a small layer stays on one thread) unless the on-device tuner measured the layer
+How many parts is the cost model's choice unless the on-device tuner measured the layer
 (``Target.conv_parts``: the split's slowest part plus ``Tuning.parallel_sync_us`` against the whole).
+The model gives a part only to work worth ``parallel_sync_ratio`` handoffs (``min_part_macs``), so a
+small layer stays on one thread; the handoff's cost is the device's, measured by the tuner.
 """
 
 from __future__ import annotations
@@ -56,10 +57,16 @@ class Range:
     target: Target  # the whole layer's choice fixed for the part's geometry
 
 
+def min_part_macs(target: Target) -> float:
+    """The cost model's smallest part: worth ``parallel_sync_ratio`` handoffs at the assumed speed."""
+    t = target.tuning
+    return t.parallel_sync_ratio * t.parallel_sync_us * t.conv_macs_per_us
+
+
 def split_ranges(target: Target, geom: tuple, parts: int | None = None) -> list[Range] | None:
     """The parts of a batch-one conv of geometry ``geom`` (``conv_plan``'s arguments), or None when it
     stays on one thread. ``parts``: at most this many (default: the tuner's measured count for this
-    geometry, else the cost model's: one per ``parallel_min_macs`` multiply-adds, at most ``threads``)."""
+    geometry, else the cost model's: one per ``min_part_macs``, at most ``threads``)."""
     n, c, hh, ww, oc, kh, kw, strides, pads, dilations, group = geom
     if target.threads < 2 or n != 1:
         return None
@@ -75,7 +82,7 @@ def split_ranges(target: Target, geom: tuple, parts: int | None = None) -> list[
     if parts is None:
         parts = target.split_parts(geom)
     if parts is None:
-        parts = macs // max(1, target.tuning.parallel_min_macs)
+        parts = int(macs // max(1.0, min_part_macs(target)))
     for k in range(min(target.threads, units, parts), 1, -1):  # the most parts that sum in the whole layer's order
         found = _split(target, plan, geom, units, unit, k)
         if found is not None:

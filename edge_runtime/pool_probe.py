@@ -1,0 +1,119 @@
+"""What handing a layer to the worker pool costs on this machine, measured, not assumed.
+
+A split layer pays one handoff: the caller publishes the job, the workers claim parts, the caller
+waits for the last one. The probe builds the pool the generated code carries (``workers.Pool``)
+with a job whose every part is a fixed busy loop of about ``PART_US``; the handoff is the pool
+running ``threads`` such parts minus one part run directly, medians over interleaved samples. It
+is the typical cost, not the best: a machine whose other cores are busy shows it (the caller then
+runs the parts itself and the handoff costs up to a part per missing core), and the split decision
+should see that.
+
+``cold_gap_s`` waits that long before each call, so the workers have given up spinning and sleep on
+their futex (``Tuning.pool_spin``): the first split layer after a long unsplit stretch pays that.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import statistics
+import time
+
+from llvmlite import ir
+
+from ..compiler.codegen.cpu.workers import JOB_TYPE, Pool
+from ..compiler.codegen.irhelpers import I64, target_attrs
+from ..compiler.target import Target
+from . import jit
+
+PART_US = 20.0  # a part long enough that a worker waking late shows, short enough to repeat often
+_ENTRY = "probe"
+_JOB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)
+_PAR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)
+_VOID = ctypes.CFUNCTYPE(None)
+
+
+def _busy_job(module: ir.Module) -> ir.Function:
+    """``job(arena, weights, part)``: ``*(i64*)arena`` rounds of an empty side-effecting asm (kept by any optimizer)."""
+    fn = ir.Function(module, JOB_TYPE, name=f"{_ENTRY}_busy")
+    fn.attributes.add("noinline")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    n = b.load(b.bitcast(fn.args[0], I64.as_pointer()))
+    pre, loop, done = b.block, fn.append_basic_block("loop"), fn.append_basic_block("done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(I64)
+    i.add_incoming(ir.Constant(I64, 0), pre)
+    b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "", "", side_effect=True), [])
+    nxt = b.add(i, ir.Constant(I64, 1))
+    i.add_incoming(nxt, loop)
+    b.cbranch(b.icmp_signed("<", nxt, n), loop, done)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
+
+
+class Probe:
+    """The pool of ``target.threads`` threads with a busy job, started; ``close()`` joins the workers."""
+
+    def __init__(self, target: Target) -> None:
+        module = ir.Module(name="pool_probe")
+        module.triple = target.triple
+        attrs = target_attrs(target)
+        job = _busy_job(module)
+        Pool(module, _ENTRY, target, attrs)
+        obj = jit.emit_object(str(module), target, jit=True)  # the pool at the level the model's pool gets
+        names = [job.name] + [f"{_ENTRY}_{n}" for n in ("par", "start", "stop")]
+        self.code = jit.load_functions([obj], names, target)
+        job_at, par_at, start_at, stop_at = self.code.addresses
+        self.threads = target.threads
+        self.iters = (ctypes.c_int64 * 8)(1000)
+        self._job, self._job_at = _JOB(job_at), job_at
+        self._par, self._stop = _PAR(par_at), _VOID(stop_at)
+        _VOID(start_at)()
+        self._calibrate()
+
+    def _calibrate(self) -> None:
+        """Loop count for a part of about ``PART_US``."""
+        one = min(self._seconds(self.part) for _ in range(5))
+        self.iters[0] = max(1, int(self.iters[0] * PART_US * 1e-6 / max(one, 1e-9)))
+
+    @staticmethod
+    def _seconds(call) -> float:
+        t = time.perf_counter()
+        call()
+        return time.perf_counter() - t
+
+    def part(self) -> None:
+        self._job(ctypes.addressof(self.iters), None, 0)
+
+    def shared(self) -> None:
+        self._par(self._job_at, ctypes.addressof(self.iters), None, self.threads)
+
+    def handoff_us(self, samples: int = 200, cold_gap_s: float = 0.0) -> float:
+        """Median of the pool's ``threads`` parts minus median of one part, in microseconds, over
+        ``samples`` interleaved pairs (the typical cost, a busy machine's included); at least 0."""
+        times: dict = {self.part: [], self.shared: []}
+        for _ in range(samples):
+            for call, got in times.items():
+                if cold_gap_s:
+                    time.sleep(cold_gap_s)
+                got.append(self._seconds(call))
+        part, shared = (statistics.median(v) for v in times.values())
+        return max(0.0, (shared - part) * 1e6)
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self._stop()
+            self._stop = None
+
+
+@functools.lru_cache(maxsize=8)
+def handoff_us(target: Target) -> float:
+    """The measured cost of one split layer's handoff at ``target.threads`` (workers spinning, as
+    between back-to-back layers); measured once per process and target."""
+    probe = Probe(target)
+    try:
+        return probe.handoff_us()
+    finally:
+        probe.close()

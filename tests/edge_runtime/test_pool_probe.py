@@ -1,0 +1,51 @@
+"""The pool's handoff, measured on this machine, becomes the tuned target's sync cost and so decides
+which layers split."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from cuvil.devices import resolve_target
+from cuvil.edge_runtime import autotune, pool_probe
+from cuvil.edge_runtime.pool_probe import PART_US, Probe
+
+AVX2 = resolve_target("x86-avx2")  # runs on every build host
+
+
+def test_the_probe_times_a_part_and_the_pools_handoff():
+    probe = Probe(dataclasses.replace(AVX2, threads=2))
+    try:
+        part_us = min(Probe._seconds(probe.part) for _ in range(20)) * 1e6
+        assert PART_US / 4 < part_us < PART_US * 10  # calibrated to about PART_US (a busy CPU only adds)
+        sync = probe.handoff_us(samples=20)
+        assert math.isfinite(sync) and 0.0 <= sync < 10 * PART_US * probe.threads
+    finally:
+        probe.close()
+    probe.shared()  # joined: the caller runs every part itself, nothing waits for a worker
+
+
+@pytest.fixture(scope="module")
+def conv_graph():
+    from cuvil.compiler.frontends.builder import GraphBuilder
+    from cuvil.compiler.ir.types import TensorType
+
+    b = GraphBuilder("conv")
+    x = b.input("x", TensorType.parse("f32[1,8,8,8]"))
+    w = b.constant(np.ones((8, 8, 3, 3), np.float32), "w")
+    return b.build([b.add1("Conv", [x, w], pads=(1, 1, 1, 1), strides=(1, 1), dilations=(1, 1), group=1)])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_tuner_puts_the_measured_handoff_in_the_target(conv_graph, monkeypatch, threads):
+    monkeypatch.setattr(pool_probe, "handoff_us", lambda target: 123.5)
+    monkeypatch.setattr(autotune, "tune", lambda graph, target: autotune.TuneReport((), 0, 0.0, 0.0))
+    tuner = autotune.Retarget()
+    tuned = tuner(conv_graph, dataclasses.replace(AVX2, threads=threads))
+    if threads == 1:  # nothing is handed over at one thread: nothing measured
+        assert tuner.report.sync_us is None and tuned.tuning.parallel_sync_us == AVX2.tuning.parallel_sync_us
+    else:
+        assert tuner.report.sync_us == 123.5 and tuned.tuning.parallel_sync_us == 123.5
