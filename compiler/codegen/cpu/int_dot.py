@@ -1,7 +1,8 @@
 """Integer dot products of byte quads, one implementation per instruction set (pure ``llvmlite.ir``).
 
-A step adds, to each of VL int32 lanes, the dot product of four bytes of one operand with four
-bytes of the other (``u`` and ``s``: two ``<4VL x i8>`` vectors, lane j's quad at bytes 4j..4j+3).
+A step adds, to each of VL int32 lanes, the dot product of one 4-byte unit of one operand with one
+unit of the other (``u`` and ``s``: two ``<4VL x i8>`` vectors, lane j's unit at bytes 4j..4j+3): four
+bytes (a quad) for every variant but ``avx2-wd``, whose units are two int16.
 Every variant is exact (int32 accumulation without saturation):
 
 * ``vnni``: x86 ``vpdpbusd`` (AVX-512 VNNI at 512 or 256 bits, AVX-VNNI at 256): u8 x s8.
@@ -10,8 +11,9 @@ Every variant is exact (int32 accumulation without saturation):
 * ``avx2-ubsw``: ``vpmaddubsw`` then ``vpmaddwd`` by ones, u8 x s8. ``vpmaddubsw`` saturates a pair
   sum to int16, so the weight packer chooses it only when every pair of weights has
   ``|w0| + |w1| <= 128`` (then ``255 * 128 < 2^15``).
-* ``avx2-wd``: bytes widened to int16, ``vpmaddwd`` into pair sums kept in two accumulators, the
-  pairs added once at the end: exact for any weights.
+* ``avx2-wd``: ``vpmaddwd`` on int16 pairs, exact for any weights. Its operands' 4-byte units hold
+  two int16 (``per_unit`` 2: the packers widen the bytes once, so the GEMM loop has no widening
+  shuffles and each step is one ``vpmaddwd`` and one add into the VL lanes).
 * ``sdot``: ARM ``sdot`` (NEON dotprod), s8 x s8: u8 activations are shifted by -128 when packed.
 * ``sve-sdot``: the GEMMs on SVE ``sdot`` (:mod:`.sve_dot`, vector-length agnostic) for scalable
   targets without i8mm, the ``sdot`` layouts and encoding; NEON ``sdot`` steps any other loop.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from llvmlite import ir
 
 from ...target import Target
@@ -54,20 +57,17 @@ class Dot:
         return ir.VectorType(h.I32, self.vl)
 
     @property
-    def acc_type(self) -> ir.VectorType:
-        """The accumulator: VL lanes, or 2VL pair sums for ``avx2-wd``."""
-        return ir.VectorType(h.I32, 2 * self.vl if self.kind == "avx2-wd" else self.vl)
+    def per_unit(self) -> int:
+        """K elements in a 4-byte unit: 4 bytes, or 2 int16 for ``avx2-wd``."""
+        return 2 if self.kind == "avx2-wd" else 4
+
+    @property
+    def unit_dtype(self) -> np.dtype:
+        """The packed elements' NumPy type (little-endian, as the target stores them)."""
+        return np.dtype("<i2") if self.per_unit == 2 else np.dtype(np.int8)
 
     def step(self, b: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Value:
         return _STEPS[self.kind](self, b, acc, u, s)
-
-    def finish(self, b: ir.IRBuilder, acc: ir.Value) -> ir.Value:
-        """The VL int32 dot products."""
-        if self.kind != "avx2-wd":
-            return acc
-        even = b.shuffle_vector(acc, acc, _mask(range(0, 2 * self.vl, 2)))
-        odd = b.shuffle_vector(acc, acc, _mask(range(1, 2 * self.vl, 2)))
-        return b.add(even, odd)
 
 
 def _mask(idx) -> ir.Constant:
@@ -94,15 +94,10 @@ def _avx2_ubsw(d: Dot, b, acc, u, s):
 
 
 def _avx2_wd(d: Dot, b, acc, u, s):
-    """Each 128-bit half of the bytes widened to 16 int16, multiplied pairwise into 8 int32 pair sums."""
+    """Each lane's two int16 pairs multiplied and summed (the packers widened them)."""
     assert d.vl == 8
     i16 = ir.VectorType(I16, 16)
-    halves = []
-    for lo in (0, 16):
-        uh = b.zext(b.shuffle_vector(u, u, _mask(range(lo, lo + 16))), i16)
-        sh = b.sext(b.shuffle_vector(s, s, _mask(range(lo, lo + 16))), i16)
-        halves.append(call_named(b, "llvm.x86.avx2.pmadd.wd", d.lanes_type, [uh, sh]))
-    return b.add(acc, b.shuffle_vector(halves[0], halves[1], _mask(range(16))))
+    return b.add(acc, call_named(b, "llvm.x86.avx2.pmadd.wd", d.lanes_type, [b.bitcast(u, i16), b.bitcast(s, i16)]))
 
 
 def _sdot(d: Dot, b, acc, u, s):
@@ -149,8 +144,6 @@ def choose_dot(target: Target, bounded_pairs: bool) -> Dot:
 
 def pairs_bounded(w_rows) -> bool:
     """True when every pair of weights (k = 2j, 2j+1) of every row has |w0| + |w1| <= U8_BOUND."""
-    import numpy as np
-
     w = np.asarray(w_rows, dtype=np.int32)
     k = w.shape[-1] + (w.shape[-1] % 2)
     padded = np.zeros(w.shape[:-1] + (k,), np.int32)

@@ -1,8 +1,9 @@
 """The integer GEMM micro-kernel: int32 tiles of quad dot products, requantized in the epilogue.
 
-``C[r, c] = sum_q dot(B[r, q], V[q, c])``: ``B`` is the broadcast operand (row r's quad q, 4 bytes at
-``(r * k4 + q) * 4``), ``V`` the vector operand (quad-interleaved ``[k4][cols_pad][4]`` bytes, so one
-vector load brings quad q of VL consecutive columns). A conv broadcasts its weights (rows = output
+``C[r, c] = sum_q dot(B[r, q], V[q, c])``: ``B`` is the broadcast operand (row r's unit q, 4 bytes at
+``(r * k4 + q) * 4``), ``V`` the vector operand (unit-interleaved ``[k4][cols_pad][4]`` bytes, so one
+vector load brings unit q of VL consecutive columns). A unit is a quad of bytes, or two int16 for
+``avx2-wd`` (``Dot.per_unit``). A conv broadcasts its weights (rows = output
 channels) over pixels packed from the activations; a matmul broadcasts activation rows over packed
 weight columns. Tiles of MR rows x NR vectors keep their accumulators in registers; the epilogue
 gets each finished ``<VL x i32>`` vector with its row and first column.
@@ -32,16 +33,15 @@ class GemmGeometry:
     rows: int
     cols: int  # valid columns
     cols_pad: int  # columns in V, a multiple of VL
-    k4: int  # quads along K
+    k4: int  # 4-byte units along K (quads; int16 pairs for avx2-wd)
     vec_is_u: bool  # V holds the u operand (activations), B the s operand (weights); else the reverse
 
 
 def tile(dot: Dot, target: Target, cols_pad: int) -> tuple[int, int]:
     """(MR, NR): NR vectors of columns (no more than there are), MR rows filling the registers."""
-    per_acc = 2 if dot.kind == "avx2-wd" else 1
     nr = max(1, min(4 if target.tuning.vector_registers == 32 else 2, cols_pad // dot.vl))
-    spare = target.tuning.vector_registers - nr - 2 - (2 if dot.kind.startswith("avx2") else 0)
-    mr = max(1, min(8, spare // (nr * per_acc)))
+    spare = target.tuning.vector_registers - nr - 2 - (2 if dot.kind == "avx2-ubsw" else 0)
+    mr = max(1, min(8, spare // nr))
     return mr, nr
 
 
@@ -56,8 +56,8 @@ def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir
           c0: int | ir.Value, mr: int, nr: int, partial_last: bool, epilogue: Epilogue) -> None:
     slots = []
     for _ in range(mr * nr):
-        s = h.entry_alloca(b, dot.acc_type, "acc")
-        b.store(ir.Constant(dot.acc_type, None), s)
+        s = h.entry_alloca(b, dot.lanes_type, "acc")
+        b.store(ir.Constant(dot.lanes_type, None), s)
         slots.append(s)
     c0v = h.i64(c0) if isinstance(c0, int) else c0
     with h.for_range(b, geo.k4, name="q") as q:
@@ -77,7 +77,7 @@ def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir
         row = b.add(r0, h.i64(i))
         for j in range(nr):
             col = c0 + j * dot.vl if isinstance(c0, int) else b.add(c0v, h.i64(j * dot.vl))
-            epilogue(b, row, col, dot.finish(b, b.load(slots[i * nr + j])), partial_last and j == nr - 1)
+            epilogue(b, row, col, b.load(slots[i * nr + j]), partial_last and j == nr - 1)
 
 
 def emit_int_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, bptr: ir.Value, vptr: ir.Value,
@@ -114,20 +114,22 @@ def _vector_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, b
     rest = -(-(geo.cols - full_cols) // dot.vl)  # vectors after the full blocks
     partial = geo.cols % dot.vl != 0
 
-    def row_block(r0: ir.Value, rows: int) -> None:
-        if full_cols:
-            with h.for_range(b, full_cols, step=block, name="c") as c0:
-                _tile(b, dot, geo, bptr, vptr, r0, c0, rows, nr, False, epilogue)
-        if rest:
-            _tile(b, dot, geo, bptr, vptr, r0, full_cols, rows, rest, partial, epilogue)
-
     full_rows = first + (geo.rows - first) // mr * mr
-    if full_rows > first:
-        with h.for_range(b, full_rows, start=first, step=mr, name="r") as r0:
-            row_block(r0, mr)
-    if geo.rows > full_rows:
-        with h.for_range(b, geo.rows, start=full_rows, name="rr") as r0:
-            row_block(r0, 1)
+
+    def column_block(c0: int | ir.Value, vectors: int, partial_last: bool) -> None:
+        """Every row against one block of columns, whose slice of V stays in L1 while the rows pass."""
+        if full_rows > first:
+            with h.for_range(b, full_rows, start=first, step=mr, name="r") as r0:
+                _tile(b, dot, geo, bptr, vptr, r0, c0, mr, vectors, partial_last, epilogue)
+        if geo.rows > full_rows:
+            with h.for_range(b, geo.rows, start=full_rows, name="rr") as r0:
+                _tile(b, dot, geo, bptr, vptr, r0, c0, 1, vectors, partial_last, epilogue)
+
+    if full_cols:
+        with h.for_range(b, full_cols, step=block, name="c") as c0:
+            column_block(c0, nr, False)
+    if rest:
+        column_block(full_cols, rest, partial)
 
 
 def store_bytes(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, valid: int | None) -> None:

@@ -1,9 +1,9 @@
 """Quant family kernels: QuantizeLinear, DequantizeLinear, QAdd, QConv, QMatMul.
 
 QConv (one group) and QMatMul with constant weights run the integer GEMM of ``codegen/int_gemm.py``
-with the instruction set's quad dot product (``codegen/int_dot.py``): weights packed once into quads
-(plus their row or column sums), activations packed per run into scratch (a conv's im2col) in the
-byte encoding the dot product wants. The zero point is taken out afterwards, exactly:
+with the instruction set's dot product (``codegen/int_dot.py``): weights packed once into its 4-byte
+units (byte quads, or int16 pairs for ``avx2-wd``) plus their row or column sums, activations packed
+per run into scratch (a conv's im2col) in the units and byte encoding the dot product wants. The zero point is taken out afterwards, exactly:
 ``sum((x - zp) * w) = sum(x_enc * w) - zp_enc * sum(w)``. Grouped convs and weights computed at
 run time go to ``quant_grouped.py``; QMatMul's direct loops take weights computed at run time.
 Every path requantizes with ``codegen/quant_math.py``, bit for bit the reference's float32 arithmetic.
@@ -32,6 +32,7 @@ from .quant_grouped import emit_grouped_qconv, grouped_scratch, valid_span
 
 QUADS = "quads:"  # + the Dot kind the packing was made for
 SUMS_BYTES_ALIGN = 64
+SKEW_PERIOD, SKEW_UNITS = 1024, 16  # an im2col row stride that is a multiple of 1 KiB gets 64 more bytes
 
 
 # --- QuantizeLinear / DequantizeLinear / QAdd ------------------------------------------------------
@@ -158,16 +159,21 @@ def _conv_gemm_ok(key: KernelKey) -> bool:
     return dict(key.attrs)["group"] == 1 and key.packed[1] is not None and len(key.in_types[0].shape) == 4
 
 
+def _conv_rows(arr: np.ndarray, per_unit: int) -> np.ndarray:
+    """Weights as rows with K ordered (tap, channel), channels padded to units: the im2col's order."""
+    m, c = arr.shape[:2]
+    cu = -(-c // per_unit)
+    k = math.prod(arr.shape[2:])
+    taps = np.zeros((m, k, per_unit * cu), np.int16)
+    taps[:, :, :c] = arr.reshape(m, c, k).transpose(0, 2, 1)  # sizes spelled out: C or M may be 0
+    return taps.reshape(m, k * per_unit * cu)
+
+
 def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
-    """Weights with K ordered (tap, channel), channels padded to quads: the im2col's order."""
     if i == 1 and _conv_gemm_ok(key):
-        m, c = arr.shape[:2]
-        c4 = -(-c // 4)
-        k = math.prod(arr.shape[2:])
-        taps = np.zeros((m, k, 4 * c4), np.int8)
-        taps[:, :, :c] = arr.reshape(m, c, k).transpose(0, 2, 1)  # sizes spelled out: C or M may be 0
-        rows = taps.reshape(m, k * 4 * c4)
-        return _pack_broadcast_rows(rows, choose_dot(target, pairs_bounded(rows)))
+        rows = _conv_rows(arr, 4)
+        dot = choose_dot(target, pairs_bounded(rows))
+        return _pack_broadcast_rows(rows if dot.per_unit == 4 else _conv_rows(arr, dot.per_unit), dot)
     if lanes_ok(key, target):
         return pack_lanes(key, i, arr, target)
     return None
@@ -179,10 +185,10 @@ def _lanes_packed(key: KernelKey) -> bool:
 
 
 def _pack_broadcast_rows(rows: np.ndarray, dot: Dot):
-    """Weights as broadcast rows: [row sums, int32, 64-byte padded][rows x k4 quads]."""
+    """Weights as broadcast rows: [row sums, int32, 64-byte padded][rows x k4 units]."""
     m, k = rows.shape
-    k4 = -(-k // 4)
-    quads = np.zeros((m, 4 * k4), np.int8)
+    k4 = -(-k // dot.per_unit)
+    quads = np.zeros((m, dot.per_unit * k4), dot.unit_dtype)
     quads[:, :k] = rows
     sums = np.zeros(_sums_bytes(m) // 4, np.int32)
     sums[:m] = rows.astype(np.int64).sum(axis=1)
@@ -191,16 +197,17 @@ def _pack_broadcast_rows(rows: np.ndarray, dot: Dot):
 
 @dataclass(frozen=True)
 class _ConvPlan:
-    """The GEMM of a conv and its two scratch regions: the input as channel quads, the im2col."""
+    """The GEMM of a conv and its two scratch regions: the input as channel units, the im2col."""
 
     geo: GemmGeometry
-    c4: int  # channel quads
+    cu: int  # channel units (4-byte: quads, or int16 pairs)
+    per_unit: int  # channels in a unit
     taps: int
-    direct: bool  # 1x1, stride 1, no padding: the channel quads are the GEMM's operand
+    direct: bool  # 1x1, stride 1, no padding: the channel units are the GEMM's operand
 
     @property
     def quads_bytes(self) -> int:
-        return 4 * self.c4 * (self.geo.cols_pad if self.direct else self.plane)
+        return 4 * self.cu * (self.geo.cols_pad if self.direct else self.plane)
 
     plane: int = 0  # H * W of the input
 
@@ -218,10 +225,13 @@ def _conv_plan(key: KernelKey, dot: Dot) -> _ConvPlan:
     _, c, hh, ww = key.in_types[0].shape
     m, _, kh, kw = key.in_types[1].shape
     p = math.prod(key.out_types[0].shape[2:])
-    c4, taps = -(-c // 4), kh * kw
+    cu, taps = -(-c // dot.per_unit), kh * kw
     direct = taps == 1 and tuple(a["strides"]) == (1, 1) and not any(a["pads"])
-    geo = GemmGeometry(rows=m, cols=p, cols_pad=-(-p // dot.vl) * dot.vl, k4=taps * c4, vec_is_u=True)
-    return _ConvPlan(geo, c4, taps, direct, hh * ww)
+    cols_pad = -(-p // dot.vl) * dot.vl
+    if (4 * cols_pad) % SKEW_PERIOD == 0:
+        cols_pad += SKEW_UNITS  # rows of V at a power-of-two stride fight over a few cache sets
+    geo = GemmGeometry(rows=m, cols=p, cols_pad=cols_pad, k4=taps * cu, vec_is_u=True)
+    return _ConvPlan(geo, cu, dot.per_unit, taps, direct, hh * ww)
 
 
 def _qconv_scratch(key: KernelKey, target: Target) -> int:
@@ -233,47 +243,56 @@ def _qconv_scratch(key: KernelKey, target: Target) -> int:
     return _conv_plan(key, dot).scratch
 
 
+def _fill_word(fill: int, per_unit: int) -> ir.Constant:
+    """A unit of zero points: ``fill`` (an encoded byte) in each of its elements."""
+    bits = 32 // per_unit
+    word = sum(fill << (bits * j) for j in range(per_unit))
+    return h.const(h.I32, word - (1 << 32 if word >= 1 << 31 else 0))
+
+
 def _channel_quads(ctx: KernelContext, plan: _ConvPlan, n: ir.Value, flip: bool, fill: int) -> ir.Value:
-    """scratch[c4][p][4] = the encoded bytes of channels 4*c4..4*c4+3 at pixel p (missing: zp)."""
+    """scratch[cu][p] = the unit of the encoded channels per*cu.. at pixel p (missing: zp)."""
     b = ctx.b
     c = ctx.shape(0)[1]
     stride = plan.geo.cols_pad if plan.direct else plan.plane
     dst = b.bitcast(ctx.scratch, h.I32.as_pointer())
     x_img = gep(b, ctx.ins[0], b.mul(n, h.i64(c * plan.plane)))
 
+    per, bits = plan.per_unit, 32 // plan.per_unit
+
     def quad(q: ir.Value, channels: int) -> None:
-        """Channel quad q (its first ``channels`` channels real, the rest the zero point)."""
-        first = b.mul(q, h.i64(4 * plan.plane))
+        """Channel unit q (its first ``channels`` channels real, the rest the zero point)."""
+        first = b.mul(q, h.i64(per * plan.plane))
         with h.for_range(b, plan.plane, name="px") as px:
             word = h.const(h.I32, 0)
-            for j in range(4):
+            for j in range(per):
                 if j < channels:
                     v = h.load(b, x_img, b.add(first, b.add(px, h.i64(j * plan.plane))))
                     v = b.xor(v, ir.Constant(h.I8, 0x80)) if flip else v
                 else:
                     v = ir.Constant(h.I8, fill)
-                word = b.or_(word, b.shl(b.zext(v, h.I32), h.const(h.I32, 8 * j)))
+                word = b.or_(word, b.shl(b.zext(v, h.I32), h.const(h.I32, bits * j)))
             h.store(b, word, dst, b.add(px, b.mul(q, h.i64(stride))))
 
-    with h.for_range(b, c // 4, name="cq") as q:
-        quad(q, 4)
-    if c % 4:
-        quad(h.i64(c // 4), c % 4)
+    with h.for_range(b, c // per, name="cq") as q:
+        quad(q, per)
+    if c % per:
+        quad(h.i64(c // per), c % per)
     return dst
 
 
 def _im2col_quads(ctx: KernelContext, plan: _ConvPlan, quads: ir.Value, fill: int) -> ir.Value:
-    """cols[tap * c4 + q][p] = the quad of channel quad q at pixel p's tap (zp quads in the padding).
+    """cols[tap * cu + q][p] = channel unit q at pixel p's tap (zp units in the padding).
 
-    Each tap's in-bounds output columns are known when compiling: a row is zp quads, a copy of the
-    input row (one memcpy at stride 1), zp quads; rows above or below the input are zp quads."""
+    Each tap's in-bounds output columns are known when compiling: a row is zp units, a copy of the
+    input row (one memcpy at stride 1), zp units; rows above or below the input are zp units."""
     a, b = ctx.attrs, ctx.b
     _, _, hh, ww = ctx.shape(0)
     _, _, _, kw = ctx.shape(1)
     oh, ow = ctx.out_shape[2:]
     (sh, sw), (dh, dw), pads = a["strides"], a["dilations"], a["pads"]
     cols = b.bitcast(gep(b, ctx.scratch, plan.cols_offset), h.I32.as_pointer())
-    zq = h.const(h.I32, fill * 0x01010101 - (1 << 32 if fill >= 128 else 0))
+    zq = _fill_word(fill, plan.per_unit)
 
     def zp_run(start: ir.Value, lo: int, hi: int) -> None:
         if hi > lo:
@@ -283,9 +302,9 @@ def _im2col_quads(ctx: KernelContext, plan: _ConvPlan, quads: ir.Value, fill: in
     for tap in range(plan.taps):
         ty, tx = divmod(tap, kw)
         lo, hi = valid_span(ow, sw, tx * dw - pads[1], ww)
-        with h.for_range(b, plan.c4, name="q") as q:
+        with h.for_range(b, plan.cu, name="q") as q:
             src0 = b.mul(q, h.i64(plan.plane))
-            dst0 = b.mul(b.add(q, h.i64(tap * plan.c4)), h.i64(plan.geo.cols_pad))
+            dst0 = b.mul(b.add(q, h.i64(tap * plan.cu)), h.i64(plan.geo.cols_pad))
             with h.for_range(b, oh, name="oy") as oy:
                 iy = b.add(b.mul(oy, h.i64(sh)), h.i64(ty * dh - pads[0]))
                 out_row = b.add(dst0, b.mul(oy, h.i64(ow)))
@@ -344,10 +363,11 @@ def _pack_qmatmul(key: KernelKey, i: int, arr: np.ndarray, target: Target):
         return None  # a bias computed at run time takes the direct loops, which read plain weights
     if i == 1:
         dot = choose_dot(target, pairs_bounded(arr.T))
-        k4, cols_pad = -(-k // 4), -(-n // dot.vl) * dot.vl
-        quads = np.zeros((4 * k4, cols_pad), np.int8)
+        per = dot.per_unit
+        k4, cols_pad = -(-k // per), -(-n // dot.vl) * dot.vl
+        quads = np.zeros((per * k4, cols_pad), dot.unit_dtype)
         quads[:k, :n] = arr
-        vec = quads.reshape(k4, 4, cols_pad).transpose(0, 2, 1)  # [k4][cols][4]
+        vec = quads.reshape(k4, per, cols_pad).transpose(0, 2, 1)  # [k4][cols][per]
         sums = np.zeros(_sums_bytes(cols_pad) // 4, np.int32)
         sums[:n] = arr.astype(np.int64).sum(axis=0)
         return QUADS + dot.kind, np.concatenate([sums.view(np.uint8), np.ascontiguousarray(vec).view(np.uint8).reshape(-1)])
@@ -361,7 +381,8 @@ def _pack_qmatmul(key: KernelKey, i: int, arr: np.ndarray, target: Target):
 def _matmul_geometry(key: KernelKey, dot: Dot) -> GemmGeometry:
     k, n = key.in_types[1].shape
     rows = math.prod(key.in_types[0].shape[:-1])
-    return GemmGeometry(rows=rows, cols=n, cols_pad=-(-n // dot.vl) * dot.vl, k4=-(-k // 4), vec_is_u=False)
+    return GemmGeometry(rows=rows, cols=n, cols_pad=-(-n // dot.vl) * dot.vl, k4=-(-k // dot.per_unit),
+                        vec_is_u=False)
 
 
 def _qmatmul_scratch(key: KernelKey, target: Target) -> int:
@@ -378,14 +399,15 @@ def _qmatmul_gemm(ctx: KernelContext, dot: Dot) -> None:
     k = ctx.shape(1)[0]
     flip, shift = _encoding(ctx.in_types[0].dtype, dot)
     zp_enc = a["a_zero_point"] + shift
-    fill = zp_enc & 0xFF
-    memset = h.intrinsic(b.module, "llvm.memset.p0i8.i64", h.VOID, [h.I8P, h.I8, h.I64, h.I1])
-    b.call(memset, [ctx.scratch, ir.Constant(h.I8, fill), h.i64(geo.rows * 4 * geo.k4), ir.Constant(h.I1, 0)])
+    per = dot.per_unit
+    elem = ir.IntType(32 // per)
+    rows_in = b.bitcast(ctx.scratch, elem.as_pointer())
+    h.memset0(b, ctx.scratch, geo.rows * 4 * geo.k4)  # K's padding: its weights are zero
     with h.loop_nest(b, (geo.rows, k), name="a") as (r, kk):
         v = h.load(b, ctx.ins[0], b.add(b.mul(r, h.i64(k)), kk))
         if flip:
             v = b.xor(v, ir.Constant(h.I8, 0x80))
-        h.store(b, v, ctx.scratch, b.add(b.mul(r, h.i64(4 * geo.k4)), kk))
+        h.store(b, v if per == 4 else b.zext(v, elem), rows_in, b.add(b.mul(r, h.i64(per * geo.k4)), kk))
     sums = b.bitcast(ctx.ins[1], h.I32.as_pointer())
     bq = gep(b, ctx.ins[1], _sums_bytes(geo.cols_pad))
     bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
