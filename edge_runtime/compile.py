@@ -103,7 +103,7 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     t0 = time.perf_counter()
     tuned_on = f" tuned-on={autotune.cpu_identity()}" if tune else ""
     key = cache_key(f"{content_hash or graph_digest(graph_of())} optimize={optimize} profile={profile}{tuned_on}", tgt,
-                    batch) if cache else ""
+                    batch, cache.fingerprint()) if cache else ""
     art = cache.get(key, tgt) if cache else None
     t1 = time.perf_counter()
     if art is not None:

@@ -7,7 +7,8 @@ import pytest
 from cuvil.compiler.codegen.lower import lower
 from cuvil.edge_runtime import compile as compile_mod
 from cuvil.edge_runtime.artifact import ArtifactError, read_artifact, write_artifact
-from cuvil.edge_runtime.cache import CompileCache
+from cuvil.edge_runtime import cache as cache_mod
+from cuvil.edge_runtime.cache import CompileCache, compiler_fingerprint
 from cuvil.edge_runtime.sealed import PAGE, Sealer, SealError
 from cuvil.edge_runtime.compile import compile_graph, resolve
 
@@ -85,7 +86,8 @@ def test_republished_entry_leaves_mapped_sessions_intact(cache_dir):
     before = entry.stat().st_ino
     objects = _read(entry).objects
     CompileCache(cache_dir).put(entry.name.split(".")[0], lower(graph, resolve("host")), objects)
-    assert entry.stat().st_ino != before and len(list(cache_dir.iterdir())) == 1
+    assert entry.stat().st_ino != before and sorted(p.name for p in cache_dir.iterdir()) == sorted(
+        [entry.name, CompileCache.FINGERPRINT])
     for name, value in warm.run(X).items():
         np.testing.assert_array_equal(value, want[name])
 
@@ -175,3 +177,20 @@ def test_zoo_model_cold_and_warm_outputs_identical(cache_dir):
     a, b = cold.run(feeds), warm.run(feeds)
     for name in graph.outputs:
         np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_the_remembered_fingerprint_is_the_computed_one_and_follows_the_sources(cache_dir, monkeypatch):
+    """The fingerprint is remembered sealed under the sources' stamp: a changed stamp or a damaged
+    file is never believed, the fingerprint is computed again (and remembered anew)."""
+    cache = CompileCache(cache_dir)
+    want = compiler_fingerprint()
+    assert cache.fingerprint() == want and (cache_dir / CompileCache.FINGERPRINT).is_file()
+    monkeypatch.setattr(cache_mod, "compiler_fingerprint", lambda: "f" * 64)  # what a recomputation now gives
+    assert cache.fingerprint() == want  # remembered: no source was read
+    monkeypatch.setattr(cache_mod, "source_stamp", lambda: "a source changed")
+    assert cache.fingerprint() == "f" * 64  # the seal names the old stamp: computed again, remembered
+    assert CompileCache(cache_dir).fingerprint() == "f" * 64
+    memo = cache_dir / CompileCache.FINGERPRINT
+    memo.write_bytes(memo.read_bytes().replace(b"f" * 64, b"0" * 64))  # someone else's fingerprint
+    monkeypatch.setattr(cache_mod, "compiler_fingerprint", lambda: "e" * 64)
+    assert cache.fingerprint() == "e" * 64
