@@ -33,6 +33,11 @@ class RunTimeCheckError(InterpreterError):
                          "the model refuses these inputs")
 
 
+class BoundedCountError(InterpreterError):
+    """A bounded result's row count (``TensorType.bounded``) lies outside [0, its bound]: the code that
+    wrote it is not the code lowered for this model."""
+
+
 class UnsupportedModelError(CuvilError):
     """A model uses ops or features Cuvil cannot import; names all of them at once."""
 

@@ -233,7 +233,7 @@ def _unpack_outputs(specs: Sequence[IOSpec], data: bytes, count: int) -> list[di
     for _ in range(count):
         row = {}
         for s in specs:
-            row[s.name] = np.frombuffer(data, s.dtype.numpy, int(np.prod(s.shape)), pos).reshape(s.shape).copy()
+            row[s.name] = s.take(np.frombuffer(data, np.uint8, s.nbytes, pos))
             pos += s.nbytes
         out.append(row)
     return out

@@ -38,11 +38,11 @@ class Artifact:
 
 
 def _spec_json(s: IOSpec) -> list:
-    return [s.name, s.offset, s.dtype.value, list(s.shape)]
+    return [s.name, s.offset, s.dtype.value, list(s.shape), s.bounded]
 
 
 def _spec(v: list) -> IOSpec:
-    return IOSpec(str(v[0]), int(v[1]), DType(v[2]), tuple(int(d) for d in v[3]))
+    return IOSpec(str(v[0]), int(v[1]), DType(v[2]), tuple(int(d) for d in v[3]), v[4] is True)
 
 
 def _meta(lw: LoweredModel) -> dict:

@@ -211,9 +211,9 @@ class CudaModel:
         self._check_fault()
         outputs = {}
         for spec in self.program.outputs:
-            y = np.empty(spec.shape, spec.dtype.numpy)
+            y = np.empty(spec.nbytes if spec.bounded else spec.shape, np.uint8 if spec.bounded else spec.dtype.numpy)
             self.drv.cuMemcpyDtoH_v2(y.ctypes.data, self.arena + spec.offset, spec.nbytes)
-            outputs[spec.name] = y
+            outputs[spec.name] = spec.take(y) if spec.bounded else y  # bounded: its valid rows
         return outputs
 
     def _check_fault(self) -> None:

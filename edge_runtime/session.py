@@ -81,7 +81,7 @@ def _read_only_aligned(block: np.ndarray | bytes) -> np.ndarray:
 
 
 def _view(arena: np.ndarray, spec: IOSpec) -> np.ndarray:
-    return arena[spec.offset:spec.offset + spec.nbytes].view(spec.dtype.numpy).reshape(spec.shape)
+    return arena[spec.offset:spec.offset + spec.row_bytes].view(spec.dtype.numpy).reshape(spec.shape)
 
 
 class Session:
@@ -109,6 +109,7 @@ class Session:
         self.lowered = dataclasses.replace(lowered, weights=b"")  # the block lives once, in _weights
         self._inputs = tuple((s.name, v, v.shape, v.dtype) for s in lowered.inputs for v in [_view(self._arena, s)])
         self._outputs = tuple((s.name, _view(self._arena, s)) for s in lowered.outputs)
+        self._bounded = tuple((s, self._arena[s.offset:s.offset + s.nbytes]) for s in lowered.outputs if s.bounded)
         self._arena_ptr = int(self._arena.ctypes.data)
         self._weights_ptr = int(self._weights.ctypes.data)
         _BIND(code.bind)(self._arena_ptr, self._weights_ptr)
@@ -160,7 +161,10 @@ class Session:
             if self._fault is not None and self._fault.value:
                 self._fault.value = 0
                 raise RunTimeCheckError()
-            return {name: view.copy() for name, view in self._outputs}
+            out = {name: view.copy() for name, view in self._outputs}
+            for spec, span in self._bounded:  # a length known only now: the valid rows (TensorType.bounded)
+                out[spec.name] = spec.take(span)
+            return out
 
     def run_each(self, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Run the graph once per example (the leading axis of ``examples``, each of the one input's
@@ -168,6 +172,8 @@ class Session:
         examples ran without a run-time check fault (a faulted example's row is zeros)."""
         if len(self._inputs) != 1:
             raise InterpreterError(f"run_each needs a model of one input; this one takes {list(self.input_names)}")
+        if self._bounded:
+            raise InterpreterError("run_each stacks outputs of one shape; this model's length depends on the data")
         name, view, shape, dtype = self._inputs[0]
         try:
             xs = np.asarray(examples).reshape(len(examples), *shape).astype(dtype, casting="same_kind", copy=False)

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CompileError, LimitError
+from ..errors import BoundedCountError, CompileError, LimitError
 from ..ir.dtypes import DType
 from ..ir.graph import Graph, Node
 from ..ir.infer import bind_batch
+from ..ir.types import COUNT_BYTES, TensorType
 from ..ir.limits import check_graph
 from ..ir.verify import verify
 from ..memory.checker import check_plan
@@ -42,10 +43,31 @@ class IOSpec:
     offset: int
     dtype: DType
     shape: tuple[int, ...]
+    bounded: bool = False  # shape[0] is a bound; the valid row count follows the rows (TensorType.bounded)
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.dtype, self.shape, self.bounded)
 
     @property
     def nbytes(self) -> int:
+        return self.type.nbytes()
+
+    @property
+    def row_bytes(self) -> int:
+        """The bytes of its elements (of all the bound's rows), without a bounded value's count."""
         return math.prod(self.shape) * self.dtype.itemsize
+
+    def take(self, span: np.ndarray) -> np.ndarray:
+        """A copy of the value from its ``nbytes`` bytes (uint8): a bounded one's valid rows only."""
+        rows = span[:self.row_bytes].view(self.dtype.numpy).reshape(self.shape)
+        if not self.bounded:
+            return rows.copy()
+        at = self.type.count_offset()
+        count = int(span[at:at + COUNT_BYTES].view("<i8")[0])
+        if not 0 <= count <= self.shape[0]:
+            raise BoundedCountError(f"output {self.name[:80]!r}: {count} rows written, its bound is {self.shape[0]}")
+        return rows[:count].copy()
 
 
 @dataclass(frozen=True)
@@ -57,7 +79,8 @@ class Prepared:
     target: Target
 
     def io(self, names: tuple[str, ...]) -> tuple[IOSpec, ...]:
-        return tuple(IOSpec(v, self.plan.offsets[v], self.graph.types[v].dtype, tuple(self.graph.types[v].shape))
+        types = self.graph.types
+        return tuple(IOSpec(v, self.plan.offsets[v], types[v].dtype, tuple(types[v].shape), types[v].bounded)
                      for v in names)
 
     @property

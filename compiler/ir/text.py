@@ -97,7 +97,7 @@ _TOKEN = re.compile(
     (?P<str>"[^"\\]*(?:\\.[^"\\]*)*")
   | (?P<num>-?(?:(?:inf|nan)(?![A-Za-z0-9_./\-])|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?f?))
   | (?P<name>[A-Za-z_/][A-Za-z0-9_./\-]*)
-  | (?P<punct>->|[()\[\]{},:=@])
+  | (?P<punct>->|<=|[()\[\]{},:=@])
   )""",
     re.VERBOSE,
 )
@@ -162,7 +162,10 @@ class _Tokens:
     def type(self) -> TensorType:
         dtype = DType.parse(self.name())
         self.expect("[")
+        bounded = self.accept("<=")  # a bounded first dimension (types.TensorType.bounded)
         dims: list = []
+        if bounded and self.peek() and self.peek()[1] == "]":
+            raise ParseError(f"line {self.peek()[2]}: a bounded type needs a first dimension")
         while not self.accept("]"):
             if dims:
                 self.expect(",")
@@ -179,7 +182,7 @@ class _Tokens:
             else:
                 raise ParseError(f"line {line}: bad dimension {val!r}")
             check_type(f"line {line}", dims, self.limits)
-        return TensorType(dtype, tuple(dims))
+        return TensorType(dtype, tuple(dims), bool(bounded))
 
     def scalar(self, kind: AttrKind):
         tkind, val, line = self.next()

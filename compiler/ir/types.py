@@ -1,4 +1,9 @@
-"""Tensor types: static dimensions plus one symbolic batch dimension ``N``.
+"""Tensor types: static dimensions plus one symbolic batch dimension ``N``, and bounded lengths.
+
+A *bounded* type (``i64[<=12,3]``: an op whose row count depends on the data, NonMaxSuppression)
+has a first dimension that is an upper bound: its bytes hold that many rows, then (at the next
+multiple of 8 bytes) one int64, the number of valid rows, which the op writes. The arena reserves
+the bound; a runtime hands out the valid rows only.
 
 A dimension is either an ``int`` or a :class:`Batch` (``k*N``). Shape rules never see the symbol:
 :func:`cuvil.compiler.ir.infer.infer_node` evaluates them at two probe batch sizes and maps the
@@ -46,15 +51,22 @@ def parse_dim(text: str) -> Dim:
     return Batch(int(m.group(2)) if m.group(2) else 1)
 
 
+COUNT_BYTES = 8
+"""A bounded value's valid row count: one little-endian int64 after its rows."""
+
+
 @dataclass(frozen=True)
 class TensorType:
     dtype: DType
     shape: tuple[Dim, ...]
+    bounded: bool = False  # shape[0] is an upper bound; the valid row count follows the rows
 
     def __post_init__(self) -> None:
         for d in self.shape:
             if isinstance(d, bool) or not isinstance(d, (int, Batch)) or (isinstance(d, int) and d < 0):
                 raise ValueError(f"bad dimension {d!r} in shape {self.shape!r}")
+        if self.bounded and not self.shape:
+            raise ValueError("a bounded type needs a first dimension")
 
     @property
     def rank(self) -> int:
@@ -66,16 +78,26 @@ class TensorType:
 
     def bind(self, batch: int) -> TensorType:
         """The same type with ``N`` replaced by a concrete batch size."""
-        return TensorType(self.dtype, tuple(d.bind(batch) if isinstance(d, Batch) else d for d in self.shape))
+        return TensorType(self.dtype, tuple(d.bind(batch) if isinstance(d, Batch) else d for d in self.shape),
+                          self.bounded)
 
     def numel(self, batch: int = 1) -> int:
         return math.prod(self.bind(batch).shape)
 
     def nbytes(self, batch: int = 1) -> int:
-        return self.numel(batch) * self.dtype.itemsize
+        """The value's bytes; a bounded value's include its row count (see :meth:`count_offset`)."""
+        rows = self.numel(batch) * self.dtype.itemsize
+        return self.count_offset(batch) + COUNT_BYTES if self.bounded else rows
+
+    def count_offset(self, batch: int = 1) -> int:
+        """Where a bounded value's int64 row count starts: after the rows, 8-byte aligned."""
+        return -(-self.numel(batch) * self.dtype.itemsize // COUNT_BYTES) * COUNT_BYTES
 
     def __str__(self) -> str:
-        return f"{self.dtype.value}[{','.join(str(d) for d in self.shape)}]"
+        dims = [str(d) for d in self.shape]
+        if self.bounded:
+            dims[0] = "<=" + dims[0]
+        return f"{self.dtype.value}[{','.join(dims)}]"
 
     @classmethod
     def parse(cls, text: str) -> TensorType:
@@ -83,5 +105,7 @@ class TensorType:
         if not m:
             raise ParseError(f"bad tensor type {text!r}")
         dims = m.group(2).strip()
-        return cls(DType.parse(m.group(1)), tuple(parse_dim(d) for d in dims.split(",")) if dims else ())
+        bounded = dims.startswith("<=")
+        dims = dims[2:] if bounded else dims
+        return cls(DType.parse(m.group(1)), tuple(parse_dim(d) for d in dims.split(",")) if dims else (), bounded)
 

@@ -27,6 +27,8 @@ def verify(graph: Graph) -> Graph:
         raise VerifyError("graph has no outputs")
     for name in graph.inputs:
         define(name, "graph input")
+        if graph.types[name].bounded:
+            raise VerifyError(f"graph input {name!r} has a bounded type: only an op's result may")
     for name, arr in graph.constants.items():
         define(name, "constant")
         want = TensorType(DType.from_numpy(arr.dtype), tuple(arr.shape))
@@ -47,6 +49,8 @@ def verify(graph: Graph) -> Graph:
         for name in node.inputs:
             if name not in defined:
                 raise VerifyError(f"{where} uses {name!r} before it is defined")
+            if graph.types[name].bounded:  # its length is known only at run time: a graph output only
+                raise VerifyError(f"{where} reads {name!r}, whose length is bounded: only a graph output may be")
         try:
             inferred = infer_node(node, graph.types)
         except CuvilError as e:

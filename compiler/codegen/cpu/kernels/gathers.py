@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ... import irhelpers as h
 from ...gathers import PER_ELEMENT
+from ...nms import SEQUENTIAL
 from .base import KernelContext, kernel
 
 
@@ -16,3 +17,9 @@ def emit_per_element(ctx: KernelContext) -> None:
     with h.loop_nest(ctx.b, shape) as idx:
         ptrs = list(ctx.ins) + ([ctx.fault] if ctx.fault is not None else [])
         h.store(ctx.b, value(ctx.b, list(idx), ptrs), ctx.outs[0], h.linear(ctx.b, idx, strides))
+
+
+@kernel(*SEQUENTIAL)
+def emit_sequential(ctx: KernelContext) -> None:
+    """One pass over the whole op (``codegen/nms``): a bounded result's rows, then its count."""
+    SEQUENTIAL[ctx.key.op](ctx.b, ctx.attrs, ctx.in_types, ctx.out_types, ctx.ins, ctx.outs[0])
