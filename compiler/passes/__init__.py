@@ -6,5 +6,6 @@ from .fold_constants import fold_constants
 from .fuse import fuse
 from .fuse_qdq import fuse_qdq
 from .pipeline import DEFAULT_PIPELINE, optimize
+from .simplify import simplify
 
-__all__ = ["DEFAULT_PIPELINE", "dce", "fold_batchnorm", "fold_constants", "fuse", "fuse_qdq", "optimize"]
+__all__ = ["DEFAULT_PIPELINE", "dce", "fold_batchnorm", "fold_constants", "fuse", "fuse_qdq", "optimize", "simplify"]

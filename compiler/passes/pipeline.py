@@ -1,6 +1,7 @@
 """The pass pipeline: a visible tuple of pure ``Graph -> Graph`` functions, run in order.
 
-Order matters: folding constants first exposes constant BN parameters; BN folds into Conv/Gemm
+Order matters: folding constants first exposes constant BN parameters; simplify turns no-op
+casts and expands into views before fusion looks at who reads what; BN folds into Conv/Gemm
 before fusion so the fused kernels see one bias; QDQ patterns become integer ops before
 float fusion could take their Conv/Gemm apart from the QuantizeLinear; dce last drops the weights folding replaced.
 """
@@ -17,9 +18,10 @@ from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
 from .fuse import fuse
 from .fuse_qdq import fuse_qdq
+from .simplify import simplify
 
 Pass = Callable[[Graph], Graph]
-DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, fold_batchnorm, fuse_qdq, fuse, dce)
+DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, simplify, fold_batchnorm, fuse_qdq, fuse, dce)
 
 
 def optimize(graph: Graph, passes: Sequence[Pass] = DEFAULT_PIPELINE, verify_each: bool = False) -> Graph:
