@@ -3,7 +3,9 @@ and at N threads with the workers joined (the caller runs every part: what split
 
 The fewest cycles over many runs is a node's own cost even on a shared machine (other work only
 adds cycles); a split layer whose N-thread minimum stays at its 1-thread cost never ran beside a
-worker, which is what a machine without a free core shows. The load average is printed before and after.
+worker, which is what a machine without a free core shows. A depthwise conv that joined its
+producer's job shows no cycles of its own at N threads: they are in the producer's row. The load
+average is printed before and after.
 
     python benchmarks/thread_layers.py [--model resnet18] [--threads 2] [--runs 50] [--top 25]
 """

@@ -3,7 +3,8 @@
 The entry ``void <entry>(i8* noalias arena, i8* noalias weights)`` calls one internal kernel per
 node with pointers at constant offsets (``<entry>_bind`` / ``<entry>_bound`` are the same call with
 the pointers stored once, for the runtime's hot path); identical kernels (same :class:`KernelKey`)
-are emitted once; layers a splitter cuts into parts run as one job of the worker pool. Everything
+are emitted once; layers a splitter cuts into parts run as one job of the worker pool (a depthwise
+conv after a split layer, in the same channel ranges, joins its job: one handoff for both). Everything
 before the first kernel is the shared driver's (``driver.prepare``).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass
 
 from llvmlite import ir
 
@@ -22,6 +24,17 @@ from ..driver import Prepared, WeightBlock, placement
 from .kernels import KERNELS, KernelContext, KernelDef, KernelKey
 from .kernels.split import SPLITTERS, Part, slice_constant
 from .workers import Pool
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A split layer in a job: its node, kernel, parts, in-place inputs and output's arena offset."""
+
+    node: Node
+    kd: KernelDef
+    parts: list[Part]
+    alias: tuple
+    out_at: int
 
 
 class CpuLowering:
@@ -46,6 +59,8 @@ class CpuLowering:
         self.scratch_bytes = 0
         self.worker_scratch: list[tuple[str, int, int, int]] = []
         self.split_nodes = 0
+        self.fused: set[str] = set()
+        self.order: dict[str, int] = {}
         self.pool: Pool | None = None
 
     def new_function(self, name: str, args: list[ir.Type], internal: bool) -> ir.Function:
@@ -82,8 +97,10 @@ class CpuLowering:
         self.pool = Pool(self.module, entry_name, self.target, self.attrs)
         b = ir.IRBuilder(entry.append_basic_block("entry"))
         arena, weights = entry.args
+        self.order = {node.name: i for i, node in enumerate(self.g.nodes)}
         for node in self.g.nodes:
-            self.lower_node(b, node, KERNELS[node.op], arena, weights)
+            if node.name not in self.fused:  # else it ran in its producer's job
+                self.lower_node(b, node, KERNELS[node.op], arena, weights)
         if self.profile:
             base = self.scratch_offset + -(-self.scratch_bytes // h.ALIGN) * h.ALIGN
             self.profile_offset = base
@@ -130,7 +147,8 @@ class CpuLowering:
             else:
                 args.append(h.byte_ptr(b, arena, self.prep.span(name)[0], h.LLTYPE[t.dtype]))
         if parts:
-            self.lower_parts(b, node, kd, parts, alias, out_ranges[0][0], arena, weights)
+            first = Layer(node, kd, parts, alias, out_ranges[0][0])
+            self.lower_parts(b, [first] + self.partner(node, parts), arena, weights)
             return
         key = KernelKey(node.op, node.attrs, in_types, out_types, alias, tuple(scalars), tuple(packed))
         fn = self.kernels.get(key) or self.emit_kernel(key, kd)
@@ -149,21 +167,82 @@ class CpuLowering:
             self.profiled.append(node.name)
             self.pending.append((slot, t0, h.cycle_counter(b)))
 
-    def lower_parts(self, b: ir.IRBuilder, node: Node, kd: KernelDef, parts: list[Part], alias: tuple,
-                    out_at: int, arena: ir.Value, weights: ir.Value) -> None:
-        """One job for the pool: part p's kernel on its slices, each part with scratch of its own."""
+    def partner(self, node: Node, parts: list[Part]) -> list[Layer]:
+        """The next node when it can run in the same job, part by part after ``node``'s parts (one
+        handoff for two layers): a depthwise conv reading only ``node``'s output, split into the same
+        channel ranges, whose output overlaps none of ``node``'s tensors (a part may still read them)."""
+        at = self.order.get(node.name)
+        nxt = self.g.nodes[at + 1] if at is not None and at + 1 < len(self.g.nodes) else None
+        if nxt is None or nxt.op not in SPLITTERS or nxt.inputs[0] != node.outputs[0] or len(nxt.outputs) != 1:
+            return []
+        if any(i in self.g.constants for i in nxt.inputs[:1]) or not all(i in self.g.constants for i in nxt.inputs[1:]):
+            return []
+        x_t, out_t = self.g.types[nxt.inputs[0]], self.g.types[nxt.outputs[0]]
+        if len(x_t.shape) < 2 or nxt.attr.get("group", 1) != x_t.shape[1] or out_t.shape[1] != x_t.shape[1]:
+            return []
+        alias = placement(self.prep, nxt)
+        lo, hi = self.prep.span(nxt.outputs[0])
+        mine = [self.prep.span(t) for t in list(node.inputs) + list(node.outputs) if t not in self.g.constants]
+        if alias is None or any(a is not None for a in alias) or any(lo < h and l < hi for l, h in mine):
+            return []
+        in_types = tuple(self.g.types[i] for i in nxt.inputs)
+        theirs = SPLITTERS[nxt.op](self.pack_key(nxt, in_types, (out_t,)), self.target, [p.rows for p in parts])
+        if not theirs:
+            return []
+        self.fused.add(nxt.name)
+        return [Layer(nxt, KERNELS[nxt.op], theirs, alias, lo)]
+
+    def lower_parts(self, b: ir.IRBuilder, layers: list[Layer], arena: ir.Value, weights: ir.Value) -> None:
+        """One job for the pool: part p runs part p of each layer in turn, each part with scratch of its own."""
         # external, named after the entry: the parallel native compiler keeps it with the entry points
         job = self.new_function(f"{self.entry_name}_j{self.split_nodes}", [h.I8P, h.I8P, h.I32], internal=False)
-        self.split_nodes += 1
+        self.split_nodes += len(layers)
         jb = ir.IRBuilder(job.append_basic_block("entry"))
         j_arena, j_weights, which = job.args
         done = job.append_basic_block("done")
         switch = jb.switch(which, done)
+        count = len(layers[0].parts)
+        blocks = []
+        for p in range(count):
+            blocks.append(job.append_basic_block(f"part{p}"))
+            switch.add_case(ir.Constant(h.I32, p), blocks[-1])
+        ready = [self.part_calls(jb, layer, blocks, j_arena, j_weights) for layer in layers]
+        stride = max((-(-layer.kd.scratch(key, part.target) // h.ALIGN) * h.ALIGN
+                      for layer, calls in zip(layers, ready) if layer.kd.scratch is not None
+                      for key, _, part in calls), default=0)  # one stride for all parts: the largest need
+        self.scratch_bytes = max(self.scratch_bytes, stride * count)
+        for p, blk in enumerate(blocks):
+            jb.position_at_end(blk)
+            lo = self.scratch_offset + p * stride
+            if stride:
+                self.worker_scratch.append((layers[0].node.name, p, lo, lo + stride))
+            for layer, calls in zip(layers, ready):
+                key, args, part = calls[p]
+                choice = part.target.conv_choices
+                fn = self.kernels.get((key, choice)) or self.emit_kernel(key, layer.kd, part.target, cache=(key, choice))
+                out = h.byte_ptr(jb, j_arena, layer.out_at + part.out_offset, h.LLTYPE[key.out_types[0].dtype])
+                extra = [h.byte_ptr(jb, j_arena, lo, h.I8)] if layer.kd.scratch is not None else []
+                if get_op(key.op).run_time_check:
+                    extra.append(h.byte_ptr(jb, j_arena, self.fault_offset, h.I32))
+                jb.call(fn, [out] + args + extra)
+            jb.branch(done)
+        jb.position_at_end(done)
+        jb.ret_void()
+        t0 = h.cycle_counter(b) if self.profile else None
+        b.call(self.pool.par, [job, arena, weights, ir.Constant(h.I32, count)])
+        if self.profile:  # the job's cycles go to its first layer
+            t1 = h.cycle_counter(b)
+            for i, layer in enumerate(layers):
+                self.pending.append((len(self.profiled), t0, t1 if i == 0 else t0))
+                self.profiled.append(layer.node.name)
+
+    def part_calls(self, jb: ir.IRBuilder, layer: Layer, blocks: list, j_arena: ir.Value,
+                   j_weights: ir.Value) -> list[tuple[KernelKey, list[ir.Value], Part]]:
+        """Per part: its kernel key, its operands (addressed in its block), the part."""
+        node, kd, alias = layer.node, layer.kd, layer.alias
         oc = self.g.types[node.outputs[0]].shape[1]
         ready = []
-        for p, part in enumerate(parts):
-            blk = job.append_basic_block(f"part{p}")
-            switch.add_case(ir.Constant(h.I32, p), blk)
+        for blk, part in zip(blocks, layer.parts):
             jb.position_at_end(blk)
             key = dataclasses.replace(part.key, alias=alias)
             args, packed = [], list(key.packed)
@@ -179,32 +258,8 @@ class CpuLowering:
                     args.append(h.byte_ptr(jb, j_weights, at, h.LLTYPE[t.dtype]))
                 elif alias[i] is None:
                     args.append(h.byte_ptr(jb, j_arena, self.prep.span(name)[0] + part.byte_offsets[i], h.LLTYPE[t.dtype]))
-            ready.append((blk, dataclasses.replace(key, packed=tuple(packed)), args, part))
-        stride = 0
-        if kd.scratch is not None:  # one stride for all parts: the largest part's need
-            stride = max(-(-kd.scratch(key, part.target) // h.ALIGN) * h.ALIGN for _, key, _, part in ready)
-            self.scratch_bytes = max(self.scratch_bytes, stride * len(parts))
-        for p, (blk, key, args, part) in enumerate(ready):
-            jb.position_at_end(blk)
-            choice = part.target.conv_choices
-            fn = self.kernels.get((key, choice)) or self.emit_kernel(key, kd, part.target, cache=(key, choice))
-            out = h.byte_ptr(jb, j_arena, out_at + part.out_offset, h.LLTYPE[key.out_types[0].dtype])
-            extra = []
-            if kd.scratch is not None:
-                lo = self.scratch_offset + p * stride
-                self.worker_scratch.append((node.name, p, lo, lo + stride))
-                extra.append(h.byte_ptr(jb, j_arena, lo, h.I8))
-            if get_op(key.op).run_time_check:
-                extra.append(h.byte_ptr(jb, j_arena, self.fault_offset, h.I32))
-            jb.call(fn, [out] + args + extra)
-            jb.branch(done)
-        jb.position_at_end(done)
-        jb.ret_void()
-        t0 = h.cycle_counter(b) if self.profile else None
-        b.call(self.pool.par, [job, arena, weights, ir.Constant(h.I32, len(parts))])
-        if self.profile:
-            self.pending.append((len(self.profiled), t0, h.cycle_counter(b)))
-            self.profiled.append(node.name)
+            ready.append((dataclasses.replace(key, packed=tuple(packed)), args, part))
+        return ready
 
     def pack_key(self, node: Node, in_types, out_types) -> KernelKey:
         """The key packers see: ``packed[i] == "const"`` marks every constant input."""

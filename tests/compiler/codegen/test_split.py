@@ -69,3 +69,11 @@ def test_a_measured_part_count_overrides_the_cost_model():
     measured = dataclasses.replace(three, conv_parts=((geom, 1),))
     assert conv_parts(_key(64, 64, 32), measured) is None
     assert len(conv_parts(_key(64, 64, 32), dataclasses.replace(three, conv_parts=((geom, 2),)))) == 2
+
+
+def test_given_channel_ranges_are_taken_exactly_when_they_fit():
+    depthwise = _key(48, 48, 16, group=48)
+    assert [p.rows for p in conv_parts(depthwise, _target(2), rows=[(0, 40), (40, 48)])] == [(0, 40), (40, 48)]
+    assert conv_parts(depthwise, _target(2), rows=[(0, 40), (40, 44)]) is None  # not all channels
+    assert conv_parts(depthwise, _target(2), rows=[(0, 16), (16, 32), (32, 48)]) is None  # more parts than threads
+    assert conv_parts(_key(32, 40, 16), _target(2), rows=[(0, 20), (20, 40)]) is None  # not whole vectors of 8

@@ -63,10 +63,12 @@ def min_part_macs(target: Target) -> float:
     return t.parallel_sync_ratio * t.parallel_sync_us * t.conv_macs_per_us
 
 
-def split_ranges(target: Target, geom: tuple, parts: int | None = None) -> list[Range] | None:
+def split_ranges(target: Target, geom: tuple, parts: int | None = None,
+                 rows: list[tuple[int, int]] | None = None) -> list[Range] | None:
     """The parts of a batch-one conv of geometry ``geom`` (``conv_plan``'s arguments), or None when it
     stays on one thread. ``parts``: at most this many (default: the tuner's measured count for this
-    geometry, else the cost model's: one per ``min_part_macs``, at most ``threads``)."""
+    geometry, else the cost model's: one per ``min_part_macs``, at most ``threads``). ``rows``: exactly
+    these output-channel ranges (a layer sharing its producer's parts), or None when they do not fit."""
     n, c, hh, ww, oc, kh, kw, strides, pads, dilations, group = geom
     if target.threads < 2 or n != 1:
         return None
@@ -79,19 +81,22 @@ def split_ranges(target: Target, geom: tuple, parts: int | None = None) -> list[
             return None
     else:
         unit, units = oc // group, group
+    if rows is not None:
+        return _split(target, plan, geom, unit, rows) if _tiles(rows, oc, unit, target.threads) else None
     if parts is None:
         parts = target.split_parts(geom)
     if parts is None:
         parts = int(macs // max(1.0, min_part_macs(target)))
     for k in range(min(target.threads, units, parts), 1, -1):  # the most parts that sum in the whole layer's order
-        found = _split(target, plan, geom, units, unit, k)
+        found = _split(target, plan, geom, unit, _ranges(units, k, unit))
         if found is not None:
             return found
     return None
 
 
-def conv_parts(key: KernelKey, target: Target) -> list[Part] | None:
-    """The parts of a conv (``key`` as packers see it), or None when it stays on one thread."""
+def conv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
+    """The parts of a conv (``key`` as packers see it), or None when it stays on one thread.
+    ``rows``: exactly these output-channel ranges (see ``split_ranges``)."""
     if target.threads < 2 or key.packed[1:2] != ("const",):
         return None
     g = geometry(key)
@@ -99,7 +104,7 @@ def conv_parts(key: KernelKey, target: Target) -> list[Part] | None:
         return None
     oc, group = g["w_shape"][0], g["group"]
     geom = (*g["in_shape"], oc, *g["w_shape"][2:], g["strides"], g["pads"], g["dilations"], group)
-    ranges = split_ranges(target, geom)
+    ranges = split_ranges(target, geom, rows=rows)
     if ranges is None:
         return None
     x_t, out_t = key.in_types[0], key.out_types[0]
@@ -132,18 +137,25 @@ def conv_parts(key: KernelKey, target: Target) -> list[Part] | None:
     return found
 
 
+def _tiles(rows: list[tuple[int, int]], oc: int, unit: int, threads: int) -> bool:
+    """``rows`` cover 0..oc in order, in whole units, at most one per thread."""
+    ends = [0] + [hi for _, hi in rows]
+    return (0 < len(rows) <= threads and ends[-1] == oc
+            and all(lo == ends[i] and lo < hi and lo % unit == 0 for i, (lo, hi) in enumerate(rows)))
+
+
 def _arithmetic(plan) -> tuple:
     """What decides the order a plan sums in, beyond its method and tile: a K-blocked packed panel
     stores partial sums between blocks (the direct 1x1 kernel packs only with enough row blocks)."""
     return (plan.pack_b, plan.panel_k if plan.pack_b else 0)
 
 
-def _split(target: Target, plan, geom, units: int, unit: int, parts: int) -> list[Range] | None:
+def _split(target: Target, plan, geom, unit: int, rows: list[tuple[int, int]]) -> list[Range] | None:
     n, c, hh, ww, oc, kh, kw, strides, pads, dilations, group = geom
     cg = c // group
     choice = choice_of(plan)
     found = []
-    for lo, hi in _ranges(units, parts, unit):
+    for lo, hi in rows:
         m = hi - lo
         sub_group = 1 if group == 1 else m // unit
         sub_c = c if group == 1 else sub_group * cg
