@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 
 from llvmlite import ir
 
@@ -38,8 +39,46 @@ def i64(v: int) -> ir.Constant:
 def const(t: ir.Type, v: float) -> ir.Constant:
     """Constant ``v`` of type ``t`` (in every lane when ``t`` is a vector)."""
     if isinstance(t, ir.VectorType):
-        return ir.Constant(t, [const(t.element, v)] * t.count)
+        return vector(t, (float(v) if is_float(t.element) else int(v),) * t.count)
     return ir.Constant(t, float(v) if isinstance(t, (ir.FloatType, ir.DoubleType, ir.HalfType)) else int(v))
+
+
+class _Printed(ir.Constant):
+    """A vector constant whose text is made once: llvmlite formats a vector constant element by
+    element at every use, which was a third of a ResNet-50's IR printing (its splats and masks).
+    ``.constant`` keeps the elements (llvmlite checks shuffle masks by them)."""
+
+    def __init__(self, t: ir.Type, elements, text: str):
+        super().__init__(t, elements)
+        self.text = text
+
+    def _get_reference(self) -> str:
+        return self.text
+
+
+def vector(t: ir.VectorType, values: Sequence[float | int | bool] | None) -> ir.Constant:
+    """The vector constant of ``values`` (None: all zero), printed as ``zeroinitializer`` when it is."""
+    if values is None:
+        return _vector(t, None)
+    return _vector(t, tuple(values), tuple(map(repr, values)))  # repr tells -0.0 from 0.0 (they compare equal)
+
+
+def undef(t: ir.Type) -> ir.Constant:
+    """``undef`` of ``t``, printed as one word (a vector's would be printed lane by lane)."""
+    return _undef(t)
+
+
+@lru_cache(maxsize=4096)
+def _vector(t: ir.VectorType, values: tuple | None, spelled: tuple = ()) -> ir.Constant:
+    if values is None or all(s in ("0", "0.0", "False") for s in spelled):
+        return _Printed(t, None, "zeroinitializer")
+    c = ir.Constant(t, [ir.Constant(t.element, v) for v in values])
+    return _Printed(t, c.constant, c.get_reference())
+
+
+@lru_cache(maxsize=256)
+def _undef(t: ir.Type) -> ir.Constant:
+    return _Printed(t, ir.Undefined, "undef") if isinstance(t, ir.VectorType) else ir.Constant(t, ir.Undefined)
 
 
 def is_float(t: ir.Type) -> bool:

@@ -24,8 +24,8 @@ def splat(t: ir.Type, v: float | int) -> ir.Constant:
 
 def splat_value(b: ir.IRBuilder, x: ir.Value, t: ir.VectorType) -> ir.Value:
     """A scalar value in every lane of ``t``."""
-    v = b.insert_element(ir.Constant(t, ir.Undefined), x, ir.Constant(h.I32, 0))
-    return b.shuffle_vector(v, ir.Constant(t, ir.Undefined), ir.Constant(ir.VectorType(h.I32, t.count), None))
+    v = b.insert_element(h.undef(t), x, ir.Constant(h.I32, 0))
+    return b.shuffle_vector(v, h.undef(t), h.vector(ir.VectorType(h.I32, t.count), None))
 
 
 def widen(b: ir.IRBuilder, q: ir.Value, dtype: DType) -> ir.Value:

@@ -33,7 +33,7 @@ from llvmlite import ir
 
 from ...target import Target
 from ..activations import apply_activation
-from ..irhelpers import F32, I64, for_range, i64
+from ..irhelpers import F32, I64, for_range, i64, vector
 from ..mathfns import fma
 from .tiles import gemm_tile
 from .vecops import F32P, broadcast, define_kernel, lane_mask, load_vec, store_vec, vec_type
@@ -96,7 +96,7 @@ def emit_tile(b: ir.IRBuilder, vl: int, mr: int, a_ptr: ir.Value, a_rs: int, b_p
     ``b_masks[v]`` masks the B loads of vector v (unpacked B whose last vector ends mid-row)."""
     nv = len(b_ptrs)
     b_masks = b_masks or [None] * nv
-    zero = ir.Constant(vec_type(vl), None)  # zeroinitializer: short IR text, fast to print and parse
+    zero = vector(vec_type(vl), None)  # zeroinitializer: short IR text, fast to print and parse
     acc = [[zero] * nv for _ in range(mr)]
 
     def step(acc, a_base, b_bases, a_off, b_off):

@@ -72,7 +72,7 @@ class Dot:
 
 def _mask(idx) -> ir.Constant:
     idx = list(idx)
-    return ir.Constant(ir.VectorType(h.I32, len(idx)), [ir.Constant(h.I32, i) for i in idx])
+    return h.vector(ir.VectorType(h.I32, len(idx)), idx)
 
 
 def _as_i32(b: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:

@@ -47,8 +47,8 @@ def tile(dot: Dot, target: Target, cols_pad: int) -> tuple[int, int]:
 
 def _splat_quad(b: ir.IRBuilder, dot: Dot, ptr: ir.Value) -> ir.Value:
     quad = b.load(b.bitcast(ptr, h.I32.as_pointer()), align=1)
-    v = b.insert_element(ir.Constant(dot.lanes_type, ir.Undefined), quad, ir.Constant(h.I32, 0))
-    v = b.shuffle_vector(v, ir.Constant(dot.lanes_type, ir.Undefined), ir.Constant(dot.lanes_type, None))
+    v = b.insert_element(h.undef(dot.lanes_type), quad, ir.Constant(h.I32, 0))
+    v = b.shuffle_vector(v, h.undef(dot.lanes_type), h.vector(dot.lanes_type, None))
     return b.bitcast(v, dot.bytes_type)
 
 

@@ -51,7 +51,7 @@ def _row_pair(b: ir.IRBuilder, bptr: ir.Value, k4: int, r: ir.Value, q: ir.Value
         v = ir.Constant(LANES, None)
         v = b.insert_element(v, at(r, h.I32), ir.Constant(h.I32, 0))
         return b.bitcast(b.insert_element(v, at(r1, h.I32), ir.Constant(h.I32, 2)), BYTES)
-    v = b.insert_element(ir.Constant(PAIRS, ir.Undefined), at(r, h.I64), ir.Constant(h.I32, 0))
+    v = b.insert_element(h.undef(PAIRS), at(r, h.I64), ir.Constant(h.I32, 0))
     return b.bitcast(b.insert_element(v, at(r1, h.I64), ir.Constant(h.I32, 1)), BYTES)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...target import Target
-from ..irhelpers import F32, I1, I32, call_named, gep, set_fn_attrs, target_attrs
+from ..irhelpers import F32, I1, I32, call_named, gep, set_fn_attrs, target_attrs, undef, vector
 
 F32P = F32.as_pointer()
 
@@ -20,14 +20,14 @@ def vec_type(vl: int) -> ir.VectorType:
 
 def lane_mask(vl: int, n: int) -> ir.Constant:
     """<vl x i1> with the first n lanes on."""
-    return ir.Constant(ir.VectorType(I1, vl), [ir.Constant(I1, int(i < n)) for i in range(vl)])
+    return vector(ir.VectorType(I1, vl), [int(i < n) for i in range(vl)])
 
 
 def load_vec(b: ir.IRBuilder, p: ir.Value, vl: int, mask: ir.Value | None = None) -> ir.Value:
     vp = b.bitcast(p, vec_type(vl).as_pointer())
     if mask is None:
         return b.load(vp, align=4)
-    args = [vp, ir.Constant(I32, 4), mask, ir.Constant(vec_type(vl), None)]
+    args = [vp, ir.Constant(I32, 4), mask, vector(vec_type(vl), None)]
     return call_named(b, f"llvm.masked.load.v{vl}f32.p0", vec_type(vl), args)
 
 
@@ -48,9 +48,8 @@ def store_vec(b: ir.IRBuilder, v: ir.Value, p: ir.Value, mask: ir.Value | None =
 
 def broadcast(b: ir.IRBuilder, x: ir.Value, vl: int) -> ir.Value:
     vt = vec_type(vl)
-    v = b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(I32, 0))
-    zero_mask = ir.Constant(ir.VectorType(I32, vl), None)  # zeroinitializer: lane 0 everywhere
-    return b.shuffle_vector(v, ir.Constant(vt, ir.Undefined), zero_mask)
+    v = b.insert_element(undef(vt), x, ir.Constant(I32, 0))
+    return b.shuffle_vector(v, undef(vt), vector(ir.VectorType(I32, vl), None))  # lane 0 everywhere
 
 
 def define_kernel(module: ir.Module, name: str, target: Target) -> ir.Function:

@@ -24,7 +24,7 @@ import math
 from llvmlite import ir
 
 from ....target import Target
-from ...irhelpers import for_range, gep, i64, memcpy, memset0
+from ...irhelpers import for_range, gep, i64, memcpy, memset0, vector
 from ..gemm import KPlan, Out, emit_tile, tap_table, tile_grid
 from ..vecops import lane_mask, load_vec, store_vec, vec_type
 from .plan import ConvPlan
@@ -282,7 +282,7 @@ def _strided_copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, n: int, s: int,
             v = b.load(b.gep(src, [b.mul(j, i64(s))], inbounds=True), align=4)
             b.store(v, b.gep(dst, [j], inbounds=True), align=4)
         return
-    even = ir.Constant(ir.VectorType(ir.IntType(32), vl), [2 * i for i in range(vl)])
+    even = vector(ir.VectorType(ir.IntType(32), vl), [2 * i for i in range(vl)])
 
     def one(j: ir.Value | int, hi_lanes: int) -> None:
         sp = gep(b, src, b.mul(j, i64(2)) if isinstance(j, ir.Value) else 2 * j)

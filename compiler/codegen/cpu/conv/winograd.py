@@ -38,7 +38,7 @@ from llvmlite import ir
 from ....target import Target
 from ...activations import apply_activation
 from ..gemm import UNROLL, Out, epilogue, tile_grid
-from ...irhelpers import I1, I64, for_range, gep, i64, memset0, prefetch as h_prefetch, set_fn_attrs, target_attrs
+from ...irhelpers import I1, I64, for_range, gep, i64, memset0, prefetch as h_prefetch, set_fn_attrs, target_attrs, vector
 from ...mathfns import fma
 from ..vecops import F32P, broadcast, load_vec, store_vec, vec_type
 from .plan import WinogradGeometry, winograd_gemm_tile
@@ -131,8 +131,8 @@ def _front(b, fn, vl, g, C, H, W, OC, pads, mr, nv, prefetch) -> None:
             c0 = m * (tj0 + tc) + shift - pl
             lanes = [0 <= c0 + k < W for k in range(vl)]
             if not any(lanes):
-                return ir.Constant(vec_type(vl), None)
-            mask = None if all(lanes) else ir.Constant(ir.VectorType(I1, vl), lanes)
+                return vector(vec_type(vl), None)
+            mask = None if all(lanes) else vector(ir.VectorType(I1, vl), lanes)
             return load_vec(b, gep(b, rows[s], c0), vl, mask)
         col = b.add(b.mul(tj0, i64(m)), i64(m * tc + shift - pl))
         return load_vec(b, gep(b, rows[s], col), vl)
@@ -196,7 +196,7 @@ def _tile(b, vl, rows, MR, a_ptr, b_ptrs, K, ldb, out, prefetch) -> None:
     """``gemm.emit_tile``'s k loop on a packed [K, MR] panel of U, plus a software prefetch of the
     panel ``prefetch`` bytes ahead (``Tuning.winograd_prefetch_bytes``): U streams from DRAM in the model, and the hardware prefetcher alone
     left 15-25% of a 128- or 256-channel layer's GEMM time waiting on it (znver3)."""
-    zero = ir.Constant(vec_type(vl), None)
+    zero = vector(vec_type(vl), None)
 
     def step(acc, a_base, b_bases, k):
         bv = [load_vec(b, gep(b, bb, k * ldb), vl) for bb in b_bases]
@@ -289,7 +289,7 @@ def _output(b, vl, g, OC, M, blk, yn, rn, ep) -> None:
 
 
 def _store_out(b, vl, y, off, n, yo, ro, bias, ep) -> None:
-    mask = ir.Constant(ir.VectorType(I1, vl), [k < n for k in range(vl)]) if n < vl else None
+    mask = vector(ir.VectorType(I1, vl), [k < n for k in range(vl)]) if n < vl else None
     if bias is not None:
         y = b.fadd(y, bias)
     if ro is not None:

@@ -17,7 +17,7 @@ from functools import cache
 import numpy as np
 from llvmlite import ir
 
-from ...irhelpers import I32
+from ...irhelpers import I32, vector
 from ...mathfns import fma
 from ..vecops import vec_type
 
@@ -54,12 +54,12 @@ def _lincomb(b, vl, coefs, vecs):
         if c == 0.0:
             continue
         if acc is None:
-            acc = v if c == 1.0 else b.fmul(v, ir.Constant(vec_type(vl), [c] * vl))
+            acc = v if c == 1.0 else b.fmul(v, vector(vec_type(vl), [c] * vl))
         elif c in (1.0, -1.0):
             acc = b.fadd(acc, v) if c == 1.0 else b.fsub(acc, v)
         else:
-            acc = fma(b, ir.Constant(vec_type(vl), [c] * vl), v, acc)
-    return acc if acc is not None else ir.Constant(vec_type(vl), None)
+            acc = fma(b, vector(vec_type(vl), [c] * vl), v, acc)
+    return acc if acc is not None else vector(vec_type(vl), None)
 
 
 @cache
@@ -110,8 +110,8 @@ def zip_lanes(b, vs):
     """k vectors (k a power of two) -> k vectors of their lanes interleaved: lane l of vs[d] lands at
     flat position k*l + d. log2(k) rounds of pairwise perfect shuffles."""
     vl, h = vs[0].type.count, len(vs) // 2
-    lo = ir.Constant(ir.VectorType(I32, vl), [x for i in range(vl // 2) for x in (i, vl + i)])
-    hi = ir.Constant(ir.VectorType(I32, vl), [x for i in range(vl // 2, vl) for x in (i, vl + i)])
+    lo = vector(ir.VectorType(I32, vl), [x for i in range(vl // 2) for x in (i, vl + i)])
+    hi = vector(ir.VectorType(I32, vl), [x for i in range(vl // 2, vl) for x in (i, vl + i)])
     for _ in range(len(vs).bit_length() - 1):
         vs = [x for i in range(h) for x in (b.shuffle_vector(vs[i], vs[i + h], lo),
                                             b.shuffle_vector(vs[i], vs[i + h], hi))]
@@ -121,8 +121,8 @@ def zip_lanes(b, vs):
 def unzip_lanes(b, vs):
     """Inverse of :func:`zip_lanes`: k consecutive vectors -> k vectors, vector d holding flat[k*l + d]."""
     vl, h = vs[0].type.count, len(vs) // 2
-    ev = ir.Constant(ir.VectorType(I32, vl), list(range(0, 2 * vl, 2)))
-    od = ir.Constant(ir.VectorType(I32, vl), list(range(1, 2 * vl, 2)))
+    ev = vector(ir.VectorType(I32, vl), list(range(0, 2 * vl, 2)))
+    od = vector(ir.VectorType(I32, vl), list(range(1, 2 * vl, 2)))
     for _ in range(len(vs).bit_length() - 1):
         out = [None] * len(vs)
         for i in range(h):
@@ -135,7 +135,7 @@ def unzip_lanes(b, vs):
 def _group_mask(vl, pattern):
     """A shuffle mask repeating ``pattern`` (4 entries; k < 4: first operand, 4 + k: second) per
     128-bit group of lanes."""
-    return ir.Constant(ir.VectorType(I32, vl), [4 * g + (k if k < 4 else vl + k - 4)
+    return vector(ir.VectorType(I32, vl), [4 * g + (k if k < 4 else vl + k - 4)
                                                  for g in range(vl // 4) for k in pattern])
 
 

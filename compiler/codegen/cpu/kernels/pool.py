@@ -157,16 +157,16 @@ def _gather(b: ir.IRBuilder, vs: list[ir.Value], s: int, phases: list[int]) -> l
         return vs
     vl = vs[0].type.count
     if s == 2 and vl == 8:
-        return [b.shuffle_vector(vs[0], vs[1], ir.Constant(ir.VectorType(h.I32, 8), [i + r for i in _INLANE]))
+        return [b.shuffle_vector(vs[0], vs[1], h.vector(ir.VectorType(h.I32, 8), [i + r for i in _INLANE]))
                 for r in phases]
     while len(vs) > 2:  # concatenate to one wide vector, padding to a power of two with undef
         if len(vs) % 2:
-            vs.append(ir.Constant(vs[0].type, ir.Undefined))
+            vs.append(h.undef(vs[0].type))
         n = 2 * vs[0].type.count
-        vs = [b.shuffle_vector(vs[i], vs[i + 1], ir.Constant(ir.VectorType(h.I32, n), list(range(n))))
+        vs = [b.shuffle_vector(vs[i], vs[i + 1], h.vector(ir.VectorType(h.I32, n), list(range(n))))
               for i in range(0, len(vs), 2)]
-    lo, hi = vs if len(vs) == 2 else (vs[0], ir.Constant(vs[0].type, ir.Undefined))
-    return [b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(h.I32, vl), [s * i + r for i in range(vl)]))
+    lo, hi = vs if len(vs) == 2 else (vs[0], h.undef(vs[0].type))
+    return [b.shuffle_vector(lo, hi, h.vector(ir.VectorType(h.I32, vl), [s * i + r for i in range(vl)]))
             for r in phases]
 
 
@@ -236,7 +236,7 @@ def _masked_load(b: ir.IRBuilder, ptr: ir.Value, vl: int, ok: list[bool], pad: i
         return load_vec(b, ptr, vl)
     if not any(ok):
         return pad
-    mask = ir.Constant(ir.VectorType(h.I1, vl), [ir.Constant(h.I1, int(m)) for m in ok])
+    mask = h.vector(ir.VectorType(h.I1, vl), [int(m) for m in ok])
     vp = b.bitcast(ptr, vec_type(vl).as_pointer())
     args = [vp, ir.Constant(h.I32, 4), mask, pad]
     return h.call_named(b, f"llvm.masked.load.v{vl}f32.p0", vec_type(vl), args)
@@ -290,8 +290,8 @@ def _hreduce(b: ir.IRBuilder, kind: str, v: ir.Value) -> ir.Value:
     n = v.type.count
     while n > 1:
         n //= 2
-        halves = [b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
-                                   ir.Constant(ir.VectorType(h.I32, n), list(range(k, k + n)))) for k in (0, n)]
+        halves = [b.shuffle_vector(v, h.undef(v.type), h.vector(ir.VectorType(h.I32, n), list(range(k, k + n))))
+                  for k in (0, n)]
         v = _reduce(b, kind, halves, halves[0].type)
     return b.extract_element(v, ir.Constant(h.I32, 0))
 
@@ -317,11 +317,10 @@ def _row(b: ir.IRBuilder, p: _Pass, xp: ir.Value, yp: ir.Value, oh: ir.Value, ta
     def finish(vals, ty, div, gathered=False):
         acc = _reduce(b, p.kind, vals, ty)
         if gathered and cols.stride == 2 and vl == 8:
-            undo = ir.Constant(ir.VectorType(h.I32, 8), list(_UNDO_INLANE))
-            acc = b.shuffle_vector(acc, ir.Constant(ty, ir.Undefined), undo)
+            acc = b.shuffle_vector(acc, h.undef(ty), h.vector(ir.VectorType(h.I32, 8), _UNDO_INLANE))
         if p.kind != "sum" or (div == 1.0 and rdiv is None):
             return acc
-        d = ir.Constant(ty, [h.const(h.F32, x) for x in div]) if isinstance(div, list) else h.const(ty, div)
+        d = h.vector(ty, [float(x) for x in div]) if isinstance(div, list) else h.const(ty, div)
         if rdiv is not None:
             d = b.fmul(d, vecops.broadcast(b, rdiv, ty.count) if isinstance(ty, ir.VectorType) else rdiv)
         return b.fdiv(acc, d)

@@ -107,7 +107,7 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
 
     def group(ch: ir.Value, at: ir.Value, out_px: ir.Value, valid: int) -> None:
         """Channels ``ch .. ch + vl`` of one output pixel (the first ``valid`` of them stored)."""
-        acc = vload(bias, ch, vt) if bias is not None else ir.Constant(vt, None)
+        acc = vload(bias, ch, vt) if bias is not None else h.vector(vt, None)
         for t, origin in enumerate(origins):
             x = b.sext(vload(plane, b.add(at, b.add(ch, h.i64(origin))), v16), vt)
             acc = b.add(acc, b.mul(x, vload(weights, b.add(ch, h.i64(t * cp)), vt)))
