@@ -28,7 +28,9 @@ def _fold_conv(base: Node, s, t, consts, names: Names) -> tuple[list[str], dict,
     if w is None or (len(base.inputs) > 2 and base.inputs[2] not in consts):
         return None
     b = consts[base.inputs[2]].astype(np.float64) if len(base.inputs) > 2 else np.zeros(len(s))
-    new_w = w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))
+    # float64 products rounded straight into the weight dtype: no float64 copy of the weights
+    new_w = np.multiply(w, s.reshape((-1,) + (1,) * (w.ndim - 1)), out=np.empty(w.shape, w.dtype), dtype=np.float64,
+                        casting="unsafe")
     return _with(base, [base.inputs[0]], new_w, b * s + t, w.dtype, names)
 
 
@@ -43,9 +45,12 @@ def _fold_gemm(base: Node, s, t, consts, names: Names) -> tuple[list[str], dict,
 
 
 def _with(base: Node, head: list[str], w, b, dtype, names: Names, **attrs) -> tuple[list[str], dict, dict]:
-    """New inputs ``head + [W', B']``, the new constants, and the attributes to change."""
+    """New inputs ``head + [W', B']``, the new constants, and the attributes to change. ``w`` is a
+    fresh array of the caller's: it is frozen in place when it has ``dtype`` already, not copied."""
     wn, bn = names.fresh(f"{base.name}.weight_bn"), names.fresh(f"{base.name}.bias_bn")
-    new = {wn: as_constant(w, dtype), bn: as_constant(b, dtype)}
+    w = np.ascontiguousarray(w, dtype=dtype)
+    w.flags.writeable = False
+    new = {wn: w, bn: as_constant(b, dtype)}
     return head + [wn, bn], new, attrs
 
 

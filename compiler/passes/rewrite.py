@@ -51,6 +51,6 @@ class Names:
 
 def as_constant(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """A read-only contiguous copy in ``dtype`` (how every folded value is stored)."""
-    arr = np.ascontiguousarray(np.asarray(value, dtype=dtype)).copy()
+    arr = np.array(value, dtype=dtype, order="C", copy=True)
     arr.flags.writeable = False
     return arr
