@@ -2,17 +2,21 @@
 
 Frontends write such nodes when they compose ops: a bfloat16 op computed in f32 (``GraphBuilder``)
 widens, moves and narrows back (ONNX's expanded Attention: ``Cast -> Expand -> Cast`` on K and V,
-casts of bf16 to bf16), and each one costs a kernel. The rules, each exact:
+a mask rounded to bf16 and widened again, casts of bf16 to bf16), and each one costs a kernel. The
+rules, each exact:
 
 * ``Cast`` to its input's own dtype (except a saturating float8 cast, which clamps infinities);
 * ``Expand`` to its input's own shape;
-* ``Cast`` back to ``x``'s dtype of ``Cast(x)`` that widened ``x`` without loss (bf16 -> f32,
-  i32 -> i64, ...): ``x`` itself.
+* ``Cast`` back to ``v``'s dtype of ``Cast(v)`` to a narrower type N, when every value ``v`` can
+  hold at that point is one of N's (:func:`exact_widening` made it from N, or it only moves,
+  selects or picks the maximum of such values: :data:`SELECTS`; a constant is checked): ``v``.
 
-The widening cast stays for any other reader; ``dce`` drops it otherwise.
+A narrowing cast with no other reader goes in ``dce``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import ml_dtypes
 import numpy as np
@@ -44,7 +48,48 @@ def exact_widening(a: DType, b: DType) -> bool:
     return fa.nmant <= fb.nmant and fa.maxexp <= fb.maxexp and fa.minexp - fa.nmant >= fb.minexp - fb.nmant
 
 
-def _source(graph: Graph, node: Node, made_by: dict[str, Node], same: dict[str, str]) -> str | None:
+SELECTS: Mapping[str, tuple[int, ...] | None] = {
+    "Identity": (0,), "Reshape": (0,), "Flatten": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Transpose": (0,),
+    "Expand": (0,), "Slice": (0,), "Pad": (0,), "Gather": (0,), "Concat": None, "Where": (1, 2),
+    "ReduceMax": (0,), "ReduceMin": (0,), "Max": None, "Min": None, "Relu": (0,), "Neg": (0,), "Abs": (0,),
+}
+"""Ops whose every output element is one of the listed inputs' elements (None: all inputs), or
+zero, or its negation: if those inputs hold only values of a narrower float type, so does the output."""
+
+_NARROWS = (DType.BF16, DType.F16)
+
+
+class _Exact:
+    """Which values hold only values of a narrower float (bf16 or f16), met in schedule order."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.known: dict[str, frozenset[DType]] = {}
+
+    def of(self, name: str) -> frozenset[DType]:
+        if name not in self.known and name in self.graph.constants:
+            c = np.asarray(self.graph.constants[name])
+            self.known[name] = frozenset(
+                d for d in _NARROWS if c.dtype.kind == "f" and np.array_equal(c.astype(d.numpy).astype(c.dtype), c, equal_nan=True))
+        return self.known.get(name, frozenset())
+
+    def note(self, node: Node) -> None:
+        types = self.graph.types
+        out = node.outputs[0]
+        if node.op == "Cast" and types[out].dtype.is_float:
+            src = types[node.inputs[0]].dtype
+            self.known[out] = frozenset(d for d in _NARROWS if d is src or exact_widening(d, src) and d in self.of(node.inputs[0]))
+        elif node.op in SELECTS and len(node.outputs) == 1:
+            picks = SELECTS[node.op]
+            ins = [node.inputs[i] for i in (range(len(node.inputs)) if picks is None else picks) if i < len(node.inputs)]
+            got = frozenset(_NARROWS).intersection(*(self.of(i) for i in ins)) if ins else frozenset()
+            if node.op == "Pad" and node.attr.get("mode", "constant") == "constant":
+                value = np.array([node.attr.get("value", 0.0)], np.float64)
+                got = frozenset(d for d in got if np.array_equal(value.astype(d.numpy).astype(np.float64), value, equal_nan=True))
+            self.known[out] = got
+
+
+def _source(graph: Graph, node: Node, made_by: dict[str, Node], same: dict[str, str], exact: _Exact) -> str | None:
     """The value ``node``'s output equals, when a rule above applies; else None. ``same``: the value
     each Identity output equals (through chains of them)."""
     x = node.inputs[0] if node.inputs else None
@@ -59,8 +104,9 @@ def _source(graph: Graph, node: Node, made_by: dict[str, Node], same: dict[str, 
         return None if node.attr["saturate"] and to in SATURABLE else x
     inner = made_by.get(same.get(x, x))
     if inner is not None and inner.op == "Cast":
-        origin = inner.inputs[0]
-        if graph.types[origin].dtype is to and exact_widening(to, graph.types[x].dtype):
+        origin, mid = inner.inputs[0], graph.types[inner.outputs[0]].dtype
+        if graph.types[origin].dtype is to and (exact_widening(to, mid) or (
+                exact_widening(mid, to) and mid in exact.of(same.get(origin, origin)))):
             return origin
     return None
 
@@ -68,13 +114,15 @@ def _source(graph: Graph, node: Node, made_by: dict[str, Node], same: dict[str, 
 def simplify(graph: Graph) -> Graph:
     made_by = {o: n for n in graph.nodes for o in n.outputs}
     same: dict[str, str] = {}
+    exact = _Exact(graph)
     nodes, changed = [], False
     for node in graph.nodes:
-        src = _source(graph, node, made_by, same)
+        src = _source(graph, node, made_by, same, exact)
         if src is not None:
             node = Node.make("Identity", [src], node.outputs, name=node.name)
             changed = True
         if node.op == "Identity":
             same[node.outputs[0]] = same.get(node.inputs[0], node.inputs[0])
+        exact.note(node)
         nodes.append(node)
     return rebuild(graph, nodes) if changed else graph

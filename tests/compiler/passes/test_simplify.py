@@ -1,3 +1,5 @@
+import numpy as np
+
 from cuvil.compiler import DType, Node, TensorType
 from cuvil.compiler.passes import dce, simplify
 from cuvil.compiler.passes.simplify import exact_widening
@@ -40,3 +42,19 @@ def test_exact_widening_table():
              (DType.F8E4M3FN, DType.F32)]  # float8: exact, but not claimed (only the 16-bit floats are)
     assert all(exact_widening(a, b) for a, b in widen)
     assert not any(exact_widening(a, b) for a, b in lossy)
+
+
+def test_a_narrowing_round_trip_of_values_that_only_move_or_select_goes(rng):
+    inf = np.array([-np.inf], np.float32)
+    g = graph({"x": t(DType.BF16, 2, 3), "c": t(DType.BOOL, 3, 2)}, {"ninf": inf, "third": np.array([1 / 3], np.float32)}, [
+        Node.make("Cast", ["x"], ["w"], to=DType.F32),
+        Node.make("Transpose", ["w"], ["tr"], perm=[1, 0]),
+        Node.make("Where", ["c", "ninf", "tr"], ["sel"]),
+        Node.make("Cast", ["sel"], ["n"], to=DType.BF16),
+        Node.make("Cast", ["n"], ["y"], to=DType.F32),  # sel holds bf16 values only: y is sel
+        Node.make("Where", ["c", "third", "tr"], ["s2"]),  # 1/3 is no bf16 value
+        Node.make("Cast", ["s2"], ["sn"], to=DType.BF16),
+        Node.make("Cast", ["sn"], ["z"], to=DType.F32)], ["y", "z"])
+    out = dce(simplify(g))
+    assert ops(out) == ["Cast", "Transpose", "Where", "Identity", "Where", "Cast", "Cast"]
+    assert_same(g, out, rng, tol=0)
