@@ -37,6 +37,15 @@ class GemmGeometry:
     vec_is_u: bool  # V holds the u operand (activations), B the s operand (weights); else the reverse
 
 
+SKEW_PERIOD, SKEW_UNITS = 1024, 16  # a V row stride that is a multiple of 1 KiB gets 64 more bytes
+
+
+def padded_cols(cols: int, dot: Dot) -> int:
+    """V's row length in units: whole vectors, skewed off strides that would fight over a few cache sets."""
+    pad = -(-cols // dot.vl) * dot.vl
+    return pad + SKEW_UNITS if (4 * pad) % SKEW_PERIOD == 0 else pad
+
+
 def tile(dot: Dot, target: Target, cols_pad: int) -> tuple[int, int]:
     """(MR, NR): NR vectors of columns (no more than there are), MR rows filling the registers."""
     nr = max(1, min(4 if target.tuning.vector_registers == 32 else 2, cols_pad // dot.vl))
@@ -121,9 +130,8 @@ def _vector_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, b
         if full_rows > first:
             with h.for_range(b, full_rows, start=first, step=mr, name="r") as r0:
                 _tile(b, dot, geo, bptr, vptr, r0, c0, mr, vectors, partial_last, epilogue)
-        if geo.rows > full_rows:
-            with h.for_range(b, geo.rows, start=full_rows, name="rr") as r0:
-                _tile(b, dot, geo, bptr, vptr, r0, c0, 1, vectors, partial_last, epilogue)
+        if geo.rows > full_rows:  # the last rows in one shorter tile: each pass over V costs the same
+            _tile(b, dot, geo, bptr, vptr, h.i64(full_rows), c0, geo.rows - full_rows, vectors, partial_last, epilogue)
 
     if full_cols:
         with h.for_range(b, full_cols, step=block, name="c") as c0:

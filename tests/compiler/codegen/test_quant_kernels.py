@@ -79,7 +79,10 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.U8, 127, 40, 2, [1, 1, 1, 1], (2, 40, 7, 7), 40),  # depthwise, stride 2, small plane: channels in lanes
     (DType.U8, 127, 3, 2, [1, 0, 1, 2], (1, 3, 27, 26), 3),  # depthwise, stride 2, large plane: column phases
     (DType.I8, 127, 2, 3, [2, 1, 0, 1], (1, 4, 10, 11), 6),  # grouped, stride 3: column phases
+    (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 20, 9, 7), 21),  # AVX2: Winograd F(2x2, 3x3), odd plane, channel tails
+    (DType.I8, 128, 1, 1, [0, 2, 1, 0], (2, 32, 10, 11), 12),  # AVX2: Winograd, uneven pads, two images
 ]
+WINOGRAD_CASES = (10, 11)
 
 
 @pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic", "x86-avx512-vnni", "vnni-256", "amx"])
@@ -88,9 +91,11 @@ def test_qconv_is_exact(kind, case):
     dtype, bound, group, stride, pads, shape, m = CONVS[case]
     target = _target(kind)
     rng = np.random.default_rng(case)
-    w = rng.integers(-bound, bound + 1, (m, shape[1] // group, 3, 3)).astype(np.int8)
+    w = rng.integers(-bound, min(bound + 1, 128), (m, shape[1] // group, 3, 3)).astype(np.int8)
     bias = rng.integers(-2000, 2000, (m,)).astype(np.int32) if case != 1 else None
     graph = _qconv_graph(dtype, w, bias, group, stride, pads, shape)
+    if kind == "x86-avx2":
+        assert ("winograd" in lower(graph, target, optimize=False).llvm_ir) == (case in WINOGRAD_CASES)
     sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
     for seed in range(2):
         x = _random_x(dtype, shape, seed)

@@ -23,16 +23,16 @@ from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
 from ..int_dot import Dot, choose_dot, pairs_bounded
-from ..int_gemm import GemmGeometry, emit_int_gemm, store_bytes
+from ..int_gemm import GemmGeometry, emit_int_gemm, padded_cols, store_bytes
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
 from .elementwise import emit_map
 from .quant_depthwise import LANES, emit_lanes_qconv, lanes_ok, lanes_scratch, pack_lanes
 from .quant_grouped import emit_grouped_qconv, grouped_scratch, valid_span
+from .quant_winograd import F2X2_LAYOUT, emit_winograd_qconv, pack_winograd, winograd_ok, winograd_scratch
 
 QUADS = "quads:"  # + the Dot kind the packing was made for
 SUMS_BYTES_ALIGN = 64
-SKEW_PERIOD, SKEW_UNITS = 1024, 16  # an im2col row stride that is a multiple of 1 KiB gets 64 more bytes
 
 
 # --- QuantizeLinear / DequantizeLinear / QAdd ------------------------------------------------------
@@ -170,6 +170,8 @@ def _conv_rows(arr: np.ndarray, per_unit: int) -> np.ndarray:
 
 
 def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
+    if winograd_ok(key, target):
+        return pack_winograd(key, i, arr, target)
     if i == 1 and _conv_gemm_ok(key):
         rows = _conv_rows(arr, 4)
         dot = choose_dot(target, pairs_bounded(rows))
@@ -227,14 +229,13 @@ def _conv_plan(key: KernelKey, dot: Dot) -> _ConvPlan:
     p = math.prod(key.out_types[0].shape[2:])
     cu, taps = -(-c // dot.per_unit), kh * kw
     direct = taps == 1 and tuple(a["strides"]) == (1, 1) and not any(a["pads"])
-    cols_pad = -(-p // dot.vl) * dot.vl
-    if (4 * cols_pad) % SKEW_PERIOD == 0:
-        cols_pad += SKEW_UNITS  # rows of V at a power-of-two stride fight over a few cache sets
-    geo = GemmGeometry(rows=m, cols=p, cols_pad=cols_pad, k4=taps * cu, vec_is_u=True)
+    geo = GemmGeometry(rows=m, cols=p, cols_pad=padded_cols(p, dot), k4=taps * cu, vec_is_u=True)
     return _ConvPlan(geo, cu, dot.per_unit, taps, direct, hh * ww)
 
 
 def _qconv_scratch(key: KernelKey, target: Target) -> int:
+    if key.packed[1] == F2X2_LAYOUT:
+        return winograd_scratch(key, target)
     dot = _dot_of(key, target)
     if _lanes_packed(key):
         return lanes_scratch(key, target)
@@ -348,7 +349,9 @@ def _qconv_gemm(ctx: KernelContext, dot: Dot) -> None:
 @kernel("QConv", pack=_pack_qconv, scratch=_qconv_scratch)
 def emit_qconv(ctx: KernelContext) -> None:
     dot = _dot_of(ctx.key, ctx.target)
-    if dot is not None and _conv_gemm_ok(ctx.key):
+    if ctx.key.packed[1] == F2X2_LAYOUT:
+        emit_winograd_qconv(ctx)
+    elif dot is not None and _conv_gemm_ok(ctx.key):
         _qconv_gemm(ctx, dot)
     elif _lanes_packed(ctx.key):
         emit_lanes_qconv(ctx)

@@ -70,11 +70,13 @@ def lanes_scratch(key: KernelKey, target: Target) -> int:
     return -(-2 * rows * cols * _channels_padded(key.in_types[0].shape[1], target) // 64) * 64 + 64
 
 
-def _fill(ctx: KernelContext, n: ir.Value, plane: ir.Value, cp: int) -> None:
-    """Image ``n``, centred, into the channel-last zero-bordered int16 plane."""
+def fill_centred(ctx: KernelContext, n: ir.Value, plane: ir.Value, cp: int,
+                 dims: tuple[int, int, int, int]) -> None:
+    """Image ``n``, centred, into the channel-last zero-bordered int16 plane of ``dims``
+    (rows, cols, top pad, left pad), ``cp`` channels to a place."""
     b = ctx.b
     _, c, hh, ww = ctx.shape(0)
-    rows, cols, top, left = padded_dims(ctx.key)
+    rows, cols, top, left = dims
     h.memset0(b, plane, 2 * rows * cols * cp)
     xz = h.const(h.I32, ctx.attrs["x_zero_point"])
     src = b.mul(n, h.i64(c * hh * ww))
@@ -118,7 +120,7 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
             h.store(b, b.extract_element(q, ir.Constant(h.I32, lane)), ctx.outs[0], dst)
 
     with h.for_range(b, n_img, name="n") as n:
-        _fill(ctx, n, plane, cp)
+        fill_centred(ctx, n, plane, cp, padded_dims(ctx.key))
         img = b.mul(n, h.i64(c * oh * ow))
         with h.loop_nest(b, (oh, ow), name="px") as (oy, ox):
             at = h.linear(b, (oy, ox), (sh * cols * cp, sw * cp))
