@@ -34,7 +34,7 @@ class RunTimeCheckError(InterpreterError):
 
 
 class BoundedCountError(InterpreterError):
-    """A bounded result's row count (``TensorType.bounded``) lies outside [0, its bound]: the code that
+    """A bounded result's valid length (``TensorType.bounded_axis``) lies outside [0, its bound]: the code that
     wrote it is not the code lowered for this model."""
 
 

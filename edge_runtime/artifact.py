@@ -38,11 +38,12 @@ class Artifact:
 
 
 def _spec_json(s: IOSpec) -> list:
-    return [s.name, s.offset, s.dtype.value, list(s.shape), s.bounded]
+    return [s.name, s.offset, s.dtype.value, list(s.shape), s.bounded_axis]
 
 
 def _spec(v: list) -> IOSpec:
-    return IOSpec(str(v[0]), int(v[1]), DType(v[2]), tuple(int(d) for d in v[3]), v[4] is True)
+    return IOSpec(str(v[0]), int(v[1]), DType(v[2]), tuple(int(d) for d in v[3]),
+                  v[4] if len(v) > 4 and type(v[4]) is int else None)
 
 
 def _meta(lw: LoweredModel) -> dict:

@@ -43,11 +43,15 @@ class IOSpec:
     offset: int
     dtype: DType
     shape: tuple[int, ...]
-    bounded: bool = False  # shape[0] is a bound; the valid row count follows the rows (TensorType.bounded)
+    bounded_axis: int | None = None  # this dimension is a bound; the valid length follows (TensorType.bounded_axis)
 
     @property
     def type(self) -> TensorType:
-        return TensorType(self.dtype, self.shape, self.bounded)
+        return TensorType(self.dtype, self.shape, self.bounded_axis)
+
+    @property
+    def bounded(self) -> bool:
+        return self.bounded_axis is not None
 
     @property
     def nbytes(self) -> int:
@@ -55,19 +59,20 @@ class IOSpec:
 
     @property
     def row_bytes(self) -> int:
-        """The bytes of its elements (of all the bound's rows), without a bounded value's count."""
+        """The bytes of its elements (the whole bound), without a bounded value's valid length."""
         return math.prod(self.shape) * self.dtype.itemsize
 
     def take(self, span: np.ndarray) -> np.ndarray:
-        """A copy of the value from its ``nbytes`` bytes (uint8): a bounded one's valid rows only."""
+        """A copy of the value from its ``nbytes`` bytes (uint8): a bounded one's valid part only."""
         rows = span[:self.row_bytes].view(self.dtype.numpy).reshape(self.shape)
-        if not self.bounded:
+        axis = self.bounded_axis
+        if axis is None:
             return rows.copy()
         at = self.type.count_offset()
         count = int(span[at:at + COUNT_BYTES].view("<i8")[0])
-        if not 0 <= count <= self.shape[0]:
-            raise BoundedCountError(f"output {self.name[:80]!r}: {count} rows written, its bound is {self.shape[0]}")
-        return rows[:count].copy()
+        if not 0 <= count <= self.shape[axis]:
+            raise BoundedCountError(f"output {self.name[:80]!r}: length {count} written, its bound is {self.shape[axis]}")
+        return rows[(slice(None),) * axis + (slice(0, count),)].copy()
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ class Prepared:
 
     def io(self, names: tuple[str, ...]) -> tuple[IOSpec, ...]:
         types = self.graph.types
-        return tuple(IOSpec(v, self.plan.offsets[v], types[v].dtype, tuple(types[v].shape), types[v].bounded)
+        return tuple(IOSpec(v, self.plan.offsets[v], types[v].dtype, tuple(types[v].shape), types[v].bounded_axis)
                      for v in names)
 
     @property

@@ -1,5 +1,5 @@
-"""NonMaxSuppression's code, one sequential body both backends share (the CPU kernel runs it as it
-is, the NVPTX kernel on one thread): it mirrors ``ops.detection``'s reference step by step.
+"""NonMaxSuppression's code, one sequential body both backends share (``sequential.SEQUENTIAL``):
+it mirrors ``ops.bounded``'s reference step by step.
 
 Each class of each batch takes its candidates best first without sorting or scratch memory: the
 next one is the best score strictly after the last one taken (score descending, then box index
@@ -11,7 +11,7 @@ the bound (at most min(limit, boxes) per class), and the count goes after them
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from llvmlite import ir
 
@@ -20,7 +20,7 @@ from . import irhelpers as h
 
 
 def _corners(b: ir.IRBuilder, boxes: ir.Value, base: ir.Value, center: bool) -> list[ir.Value]:
-    """(x_min, x_max, y_min, y_max) of the box at element ``base``, as ``ops.detection.corners``."""
+    """(x_min, x_max, y_min, y_max) of the box at element ``base``, as ``ops.bounded.corners``."""
     v = [h.load(b, boxes, b.add(base, h.i64(k))) for k in range(4)]
     if center:
         two = h.const(h.F32, 2.0)
@@ -33,7 +33,7 @@ def _corners(b: ir.IRBuilder, boxes: ir.Value, base: ir.Value, center: bool) -> 
 
 def _suppresses(b: ir.IRBuilder, boxes: ir.Value, cand: ir.Value, kept: ir.Value, center: bool,
                 iou: ir.Value) -> ir.Value:
-    """``ops.detection.suppresses`` for one pair (element offsets of the two boxes): does ``kept``
+    """``ops.bounded.suppresses`` for one pair (element offsets of the two boxes): does ``kept``
     suppress ``cand``?"""
     ax0, ax1, ay0, ay1 = _corners(b, boxes, cand, center)
     bx0, bx1, by0, by1 = _corners(b, boxes, kept, center)
@@ -114,8 +114,3 @@ def non_max_suppression(b: ir.IRBuilder, a: Mapping, ins: Sequence[TensorType], 
                             b.store(h.i64(limit), s["taken"])
     h.store(b, b.load(count), out, outs[0].count_offset() // COUNT_BYTES)
 
-
-Body = Callable[[ir.IRBuilder, Mapping, Sequence[TensorType], Sequence[TensorType], Sequence[ir.Value], ir.Value], None]
-SEQUENTIAL: Mapping[str, Body] = {"NonMaxSuppression": non_max_suppression}
-"""op -> one sequential body over the whole op (a bounded result's rows and count): the CPU kernel
-runs it as it is, the NVPTX kernel on a single thread."""

@@ -116,8 +116,7 @@ def _direct(ctx: NodeCtx) -> list:
     return [ctx.emit(ctx.op, ctx.xs(), **attrs)]
 
 
-@translates(**{op: every_version(op) for op in (
-    "Range", "NonZero")})
+@translates(**{op: every_version(op) for op in ("Range",)})
 def evaluated(ctx: NodeCtx) -> list:
     """ONNX ops outside op set v1 that exporters use for shape arithmetic: the importer evaluates them
     (:func:`evaluate_foreign`) when every input is known, and reports them unsupported otherwise;

@@ -28,7 +28,7 @@ def infer_op(op: str, in_types: Sequence[TensorType], attrs: Mapping) -> tuple[T
 
 
 def _unprobe(op: str, a: TensorType, b: TensorType) -> TensorType:
-    if a.dtype != b.dtype or a.rank != b.rank or a.bounded != b.bounded:
+    if a.dtype != b.dtype or a.rank != b.rank or a.bounded_axis != b.bounded_axis:
         raise ShapeError(f"{op}: output type depends on the batch size")
     dims: list[Dim] = []
     p, q = PROBES
@@ -39,7 +39,7 @@ def _unprobe(op: str, a: TensorType, b: TensorType) -> TensorType:
             dims.append(Batch(x // p))
         else:
             raise ShapeError(f"{op}: an output dimension depends on the batch size in a way Cuvil cannot express")
-    return TensorType(a.dtype, tuple(dims), a.bounded)
+    return TensorType(a.dtype, tuple(dims), a.bounded_axis)
 
 
 def infer_node(node: Node, types: Mapping[str, TensorType]) -> tuple[TensorType, ...]:

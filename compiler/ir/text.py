@@ -162,13 +162,15 @@ class _Tokens:
     def type(self) -> TensorType:
         dtype = DType.parse(self.name())
         self.expect("[")
-        bounded = self.accept("<=")  # a bounded first dimension (types.TensorType.bounded)
         dims: list = []
-        if bounded and self.peek() and self.peek()[1] == "]":
-            raise ParseError(f"line {self.peek()[2]}: a bounded type needs a first dimension")
+        bounded = None  # the dimension marked "<=" (types.TensorType.bounded_axis)
         while not self.accept("]"):
             if dims:
                 self.expect(",")
+            if self.accept("<="):
+                if bounded is not None:
+                    raise ParseError(f"line {self.peek()[2] if self.peek() else '?'}: two bounded dimensions")
+                bounded = len(dims)
             kind, val, line = self.next()
             if kind == "num" and self.peek() and self.peek()[1] == "N" and self.peek()[0] == "name":
                 self.next()
@@ -182,7 +184,7 @@ class _Tokens:
             else:
                 raise ParseError(f"line {line}: bad dimension {val!r}")
             check_type(f"line {line}", dims, self.limits)
-        return TensorType(dtype, tuple(dims), bool(bounded))
+        return TensorType(dtype, tuple(dims), bounded)
 
     def scalar(self, kind: AttrKind):
         tkind, val, line = self.next()

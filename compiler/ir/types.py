@@ -1,9 +1,10 @@
 """Tensor types: static dimensions plus one symbolic batch dimension ``N``, and bounded lengths.
 
-A *bounded* type (``i64[<=12,3]``: an op whose row count depends on the data, NonMaxSuppression)
-has a first dimension that is an upper bound: its bytes hold that many rows, then (at the next
-multiple of 8 bytes) one int64, the number of valid rows, which the op writes. The arena reserves
-the bound; a runtime hands out the valid rows only.
+A *bounded* type (``i64[<=12,3]``, ``i64[2,<=6]``: an op whose length along one axis depends on the
+data, NonMaxSuppression, NonZero) has one dimension, ``bounded_axis``, that is an upper bound: its
+bytes hold the whole bound, then (at the next multiple of 8 bytes) one int64, the valid length
+along that axis, which the op writes. The arena reserves the bound; a runtime hands out the valid
+part only.
 
 A dimension is either an ``int`` or a :class:`Batch` (``k*N``). Shape rules never see the symbol:
 :func:`cuvil.compiler.ir.infer.infer_node` evaluates them at two probe batch sizes and maps the
@@ -52,21 +53,26 @@ def parse_dim(text: str) -> Dim:
 
 
 COUNT_BYTES = 8
-"""A bounded value's valid row count: one little-endian int64 after its rows."""
+"""A bounded value's valid length: one little-endian int64 after its elements."""
 
 
 @dataclass(frozen=True)
 class TensorType:
     dtype: DType
     shape: tuple[Dim, ...]
-    bounded: bool = False  # shape[0] is an upper bound; the valid row count follows the rows
+    bounded_axis: int | None = None  # this dimension is an upper bound; the valid length follows the elements
 
     def __post_init__(self) -> None:
         for d in self.shape:
             if isinstance(d, bool) or not isinstance(d, (int, Batch)) or (isinstance(d, int) and d < 0):
                 raise ValueError(f"bad dimension {d!r} in shape {self.shape!r}")
-        if self.bounded and not self.shape:
-            raise ValueError("a bounded type needs a first dimension")
+        axis = self.bounded_axis
+        if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < len(self.shape)):
+            raise ValueError(f"bounded axis {axis!r} is not a dimension of {self.shape!r}")
+
+    @property
+    def bounded(self) -> bool:
+        return self.bounded_axis is not None
 
     @property
     def rank(self) -> int:
@@ -79,24 +85,24 @@ class TensorType:
     def bind(self, batch: int) -> TensorType:
         """The same type with ``N`` replaced by a concrete batch size."""
         return TensorType(self.dtype, tuple(d.bind(batch) if isinstance(d, Batch) else d for d in self.shape),
-                          self.bounded)
+                          self.bounded_axis)
 
     def numel(self, batch: int = 1) -> int:
         return math.prod(self.bind(batch).shape)
 
     def nbytes(self, batch: int = 1) -> int:
-        """The value's bytes; a bounded value's include its row count (see :meth:`count_offset`)."""
+        """The value's bytes; a bounded value's include its valid length (see :meth:`count_offset`)."""
         rows = self.numel(batch) * self.dtype.itemsize
         return self.count_offset(batch) + COUNT_BYTES if self.bounded else rows
 
     def count_offset(self, batch: int = 1) -> int:
-        """Where a bounded value's int64 row count starts: after the rows, 8-byte aligned."""
+        """Where a bounded value's int64 valid length starts: after the elements, 8-byte aligned."""
         return -(-self.numel(batch) * self.dtype.itemsize // COUNT_BYTES) * COUNT_BYTES
 
     def __str__(self) -> str:
         dims = [str(d) for d in self.shape]
-        if self.bounded:
-            dims[0] = "<=" + dims[0]
+        if self.bounded_axis is not None:
+            dims[self.bounded_axis] = "<=" + dims[self.bounded_axis]
         return f"{self.dtype.value}[{','.join(dims)}]"
 
     @classmethod
@@ -104,8 +110,10 @@ class TensorType:
         m = re.match(r"^\s*(\w+)\[(.*)\]\s*$", text)
         if not m:
             raise ParseError(f"bad tensor type {text!r}")
-        dims = m.group(2).strip()
-        bounded = dims.startswith("<=")
-        dims = dims[2:] if bounded else dims
-        return cls(DType.parse(m.group(1)), tuple(parse_dim(d) for d in dims.split(",")) if dims else (), bounded)
+        parts = [d.strip() for d in m.group(2).split(",")] if m.group(2).strip() else []
+        marked = [k for k, d in enumerate(parts) if d.startswith("<=")]
+        if len(marked) > 1:
+            raise ParseError(f"bad tensor type {text!r}: more than one bounded dimension")
+        dims = tuple(parse_dim(d.removeprefix("<=")) for d in parts)
+        return cls(DType.parse(m.group(1)), dims, marked[0] if marked else None)
 

@@ -18,7 +18,7 @@ from ...ops.fused import parse_program
 from ...ops.shape import slice_bounds
 from .. import irhelpers as h
 from ..gathers import PER_ELEMENT
-from ..nms import SEQUENTIAL
+from ..sequential import SEQUENTIAL
 from ..scalar_ops import ELEMENT_EMITTERS, cast_value, scalar_fn
 from .common import all_of, in_range, lin, masked_load, store_at
 from .context import Loop, OpContext
@@ -223,7 +223,7 @@ def per_element(ctx: OpContext) -> list[Loop]:
 
 
 def sequential(ctx: OpContext) -> list[Loop]:
-    """The body both backends share (``codegen/nms``) on a single thread: the op is small and serial."""
+    """The body both backends share (``codegen/sequential``) on a single thread: the op is small and serial."""
     body = SEQUENTIAL[ctx.node_op]
     return [Loop((1,), lambda b, idx, i: body(b, ctx.attrs, ctx.in_types, ctx.out_types, ctx.ins, ctx.outs[0]))]
 

@@ -29,7 +29,7 @@ def graph():
 
 def test_bounded_output_round_trips(graph, key):
     back = read_bundle(bundle_bytes(graph, key), [key.public_key()]).graph
-    assert back == graph and back.types["sel"] == TensorType(DType.I64, (4, 3), bounded=True)
+    assert back == graph and back.types["sel"] == TensorType(DType.I64, (4, 3), bounded_axis=0)
 
 
 @pytest.mark.parametrize("old, new", [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ... import irhelpers as h
 from ...gathers import PER_ELEMENT
-from ...nms import SEQUENTIAL
+from ...sequential import SEQUENTIAL
 from .base import KernelContext, kernel
 
 
@@ -21,5 +21,5 @@ def emit_per_element(ctx: KernelContext) -> None:
 
 @kernel(*SEQUENTIAL)
 def emit_sequential(ctx: KernelContext) -> None:
-    """One pass over the whole op (``codegen/nms``): a bounded result's rows, then its count."""
+    """One pass over the whole op (``codegen/sequential``): a bounded result, then its valid length."""
     SEQUENTIAL[ctx.key.op](ctx.b, ctx.attrs, ctx.in_types, ctx.out_types, ctx.ins, ctx.outs[0])

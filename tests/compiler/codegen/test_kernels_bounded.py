@@ -1,5 +1,6 @@
-"""Native NonMaxSuppression against the reference: one compiled model of several variants (limits,
-thresholds, both box formats, ties, NaN scores); the session hands out the valid rows only."""
+"""Native NonMaxSuppression and NonZero against the reference: one compiled model of several
+variants (limits, thresholds, both box formats, ties, NaN scores; NonZero of floats with NaN and
+-0.0, of ints and of bools); the session hands out the valid part only."""
 
 from __future__ import annotations
 
@@ -32,9 +33,13 @@ def _model():
                                center_point_box=center))
     for c in consts.values():
         c.flags.writeable = False
-    types = {"boxes": TensorType(DType.F32, boxes.shape), "scores": TensorType(DType.F32, scores.shape)}
+    x = np.array([[1.0, 0.0, np.nan], [-0.0, 2.0, 0.0]], np.float32)
+    feed = {"boxes": boxes, "scores": scores, "x": x, "k": (rng.integers(0, 3, (3, 2, 2)) - 1).astype(np.int32),
+            "m": rng.integers(0, 2, 5).astype(bool)}
+    nodes += [Node.make("NonZero", [v], [f"nz_{v}"]) for v in ("x", "k", "m", "scores")]
+    types = {k: TensorType(DType.from_numpy(v.dtype), v.shape) for k, v in feed.items()}
     graph = verify(infer_graph_types("nms", types, consts, nodes, [n.outputs[0] for n in nodes]))
-    return graph, {"boxes": boxes, "scores": scores}
+    return graph, feed
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +55,20 @@ def test_native_rows_equal_the_reference(compiled):
         assert got[name].dtype == np.int64 and got[name].shape == want[name].shape, name
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     assert len(got["sel1"]) < 2 * 3 * 10 and len(got["sel3"]) == 0  # fewer rows than the bound
-    again = session.run({"boxes": feed["boxes"], "scores": np.zeros_like(feed["scores"]) - 1})
+    assert got["nz_x"].tolist() == [[0, 0, 1], [0, 2, 1]]
+    again = session.run({**feed, "scores": np.zeros_like(feed["scores"]) - 1, "m": np.zeros(5, bool)})
     np.testing.assert_array_equal(again["sel1"], np.zeros((0, 3), np.int64))  # nothing above 0.3
+    np.testing.assert_array_equal(again["nz_m"], np.zeros((1, 0), np.int64))
 
 
 def test_a_count_past_the_bound_is_a_typed_error(compiled):
     _, _, session = compiled
-    spec = session.lowered.outputs[0]
+    spec = session.lowered.outputs[-1]  # NonZero: its second axis is bounded
+    assert spec.bounded_axis == 1
     span = np.zeros(spec.nbytes, np.uint8)
-    span[spec.type.count_offset():].view(np.int64)[0] = spec.shape[0] + 1
+    span[spec.type.count_offset():].view(np.int64)[0] = 2
+    assert spec.take(span).shape == (3, 2)
+    span[spec.type.count_offset():].view(np.int64)[0] = spec.shape[1] + 1
     with pytest.raises(BoundedCountError):
         spec.take(span)
     span[spec.type.count_offset():].view(np.int64)[0] = -1

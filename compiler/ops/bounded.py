@@ -1,8 +1,9 @@
-"""Op family: detection — NonMaxSuppression, whose row count depends on the data.
+"""Op family: bounded results — NonMaxSuppression and NonZero, whose length depends on the data.
 
-Its result has a bounded type (``ir.types.TensorType.bounded``): at most ``batches * classes *
-min(max_output_boxes_per_class, boxes)`` rows of (batch, class, box), the bound an attribute (ONNX's
-constant input), and the kernel writes the number of rows it selected after them.
+Each result has a bounded type (``ir.types.TensorType.bounded_axis``): NonMaxSuppression's at most
+``batches * classes * min(max_output_boxes_per_class, boxes)`` rows of (batch, class, box), the
+limit an attribute (ONNX's constant input); NonZero's at most one column per element of X. The
+kernel writes the valid length after the elements. Neither folds: a constant's type is exact.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _nms_infer(ts, a):
                 f"NonMaxSuppression: a threshold must be one f32, got {t}")
     require(a["center_point_box"] in (0, 1), f"NonMaxSuppression: center_point_box must be 0 or 1")
     require(a["max_output_boxes_per_class"] >= 0, "NonMaxSuppression: max_output_boxes_per_class must be >= 0")
-    return [TensorType(DType.I64, (nms_rows(boxes, scores, a), 3), bounded=True)]
+    return [TensorType(DType.I64, (nms_rows(boxes, scores, a), 3), bounded_axis=0)]
 
 
 def corners(boxes: np.ndarray, center_point_box: int) -> tuple[np.ndarray, ...]:
@@ -95,7 +96,18 @@ def _nms_flops(a, ins, outs):
     return ins[1].shape[0] * ins[1].shape[1] * n * (n + min(a["max_output_boxes_per_class"], n))
 
 
+def _non_zero_infer(ts, a):
+    require(ts[0].rank >= 1, f"NonZero: X {ts[0]} needs rank >= 1")
+    return [TensorType(DType.I64, (ts[0].rank, math.prod(ts[0].shape)), bounded_axis=1)]
+
+
+def _non_zero(xs, a):
+    return [np.array(np.nonzero(xs[0]), dtype=np.int64).reshape(xs[0].ndim, -1)]
+
+
 register(
+    OpDef("NonZero", _non_zero_infer, _non_zero, foldable=False,
+          doc="X -> i64[rank, <=numel]: the coordinates of X's nonzero elements (NaN is nonzero), row-major order"),
     OpDef("NonMaxSuppression", _nms_infer, _nms, min_inputs=3, max_inputs=4,
           attrs={"center_point_box": AttrSpec(I, 0), "max_output_boxes_per_class": AttrSpec(I)},
           flops=_nms_flops, foldable=False, float_only=True,

@@ -1,4 +1,4 @@
-"""ONNX ops whose result length depends on the data: NonMaxSuppression.
+"""ONNX ops whose result length depends on the data: NonMaxSuppression, NonZero.
 
 The result gets a bounded type (``ir.types.TensorType.bounded``): the op writes into rows sized by
 an upper bound known at import, plus the count it selected. The bound comes from a constant input
@@ -23,3 +23,13 @@ def _non_max_suppression(ctx: NodeCtx) -> list:
     iou = ctx.x(3) if ctx.has(3) else ctx.constant(np.zeros(1, np.float32), f"{ctx.name}/iou_threshold")
     inputs = [ctx.x(0), ctx.x(1), iou] + ([ctx.x(4)] if ctx.has(4) else [])
     return [ctx.emit("NonMaxSuppression", inputs, center_point_box=cpb, max_output_boxes_per_class=max(limit, 0))]
+
+
+@translates(NonZero=(9, 13))
+def _non_zero(ctx: NodeCtx) -> list:
+    """A known X (shape arithmetic in exported models) gives a constant of its exact shape; otherwise
+    the op, bounded by X's element count."""
+    known = ctx.b.value_of(ctx.x(0))
+    if known is not None:
+        return [ctx.constant(np.array(np.nonzero(known), dtype=np.int64).reshape(known.ndim, -1), f"{ctx.name}/value")]
+    return [ctx.emit("NonZero", [ctx.x(0)])]

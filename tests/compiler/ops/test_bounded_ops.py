@@ -1,4 +1,4 @@
-"""NonMaxSuppression's reference (ONNX's rules, by hand-worked cases) and its bounded result type."""
+"""NonMaxSuppression's and NonZero's references (ONNX's rules, by hand-worked cases) and their bounded result types."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _graph(limit=2):
 
 def test_the_result_type_is_bounded_by_batches_classes_and_the_limit():
     g = _graph(limit=3)
-    assert g.types["sel"] == TensorType(DType.I64, (6, 3), bounded=True)
+    assert g.types["sel"] == TensorType(DType.I64, (6, 3), bounded_axis=0)
     assert str(g.types["sel"]) == "i64[<=6,3]"
     assert _graph(limit=99).types["sel"].shape == (8, 3)  # never more than the boxes per class
     t = g.types["sel"]
@@ -84,3 +84,15 @@ def test_a_bounded_value_reaches_graph_outputs_only():
     with pytest.raises(VerifyError, match="bounded"):
         verify(g.replace(nodes=g.nodes + (node,), outputs=("copy",),
                          types={**g.types, "copy": g.types["sel"]}))
+
+
+def test_non_zero_coordinates_in_row_major_order_with_a_bounded_column_count():
+    ref = get_op("NonZero").reference
+    x = np.array([[1.0, 0.0, np.nan], [-0.0, 2.0, 0.0]], F)  # NaN is nonzero, -0.0 is not
+    assert ref([x], {})[0].tolist() == [[0, 0, 1], [0, 2, 1]]
+    assert ref([np.zeros(3, bool)], {})[0].shape == (1, 0)
+    node = Node.make("NonZero", ["x"], ["nz"])
+    g = verify(infer_graph_types("nz", {"x": TensorType(DType.F32, (2, 3))}, {}, [node], ["nz"]))
+    assert str(g.types["nz"]) == "i64[2,<=6]" and parse_graph(print_graph(g)) == g
+    with pytest.raises(ParseError):
+        parse_graph(print_graph(g).replace("i64[2,<=6]", "i64[<=2,<=6]"))
