@@ -3,7 +3,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python3 -m tests.hosts || echo "host: could not be described" >&2  # which CPU and vector ISA this run is on
-python3 -m pytest -q -p no:cacheprovider "$@" tests
+# One worker per logical CPU (the CPUs this process may use); a test module (or class) stays on one worker, so its shared fixtures are built once.
+python3 -m pytest -q -p no:cacheprovider -n logical --dist loadscope "$@" tests
 rc=$?
 if [ "$rc" -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi
 exit "$rc"

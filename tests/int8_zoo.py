@@ -32,7 +32,7 @@ class Int8Model:
         return np.stack(draws(self.shape, count, seed))
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=None)  # each test module asks for every model once per test: quantize each once
 def int8_model(name: str) -> Int8Model:
     model, example = ZOO[name]()
     fp32 = import_onnx(export_onnx(model, example, dynamic_batch=True))
