@@ -1,13 +1,28 @@
-"""Cuvil's compiler: IR, verifier, text form, reference interpreter, frontends, passes, lowering."""
+"""Cuvil's compiler: IR, verifier, text form, reference interpreter, frontends, passes, lowering.
 
-from .errors import CuvilError
-from .interpreter import run_reference
-from .ir import Batch, DType, Graph, N, Node, TensorType
-from .ir.infer import bind_batch, infer_graph_types
-from .ir.text import parse_graph, print_graph
-from .ir.verify import verify
+The names below load on first use (PEP 562): a device process on a warm start needs a few of the
+compiler's modules (IR types, bundle format), never the op table, the interpreter or the passes.
+"""
 
-__all__ = [
-    "Batch", "CuvilError", "DType", "Graph", "N", "Node", "TensorType",
-    "bind_batch", "infer_graph_types", "parse_graph", "print_graph", "run_reference", "verify",
-]
+import importlib
+
+_FROM = {
+    "CuvilError": ".errors", "run_reference": ".interpreter",
+    "Batch": ".ir", "DType": ".ir", "Graph": ".ir", "N": ".ir", "Node": ".ir", "TensorType": ".ir",
+    "bind_batch": ".ir.infer", "infer_graph_types": ".ir.infer", "parse_graph": ".ir.text", "print_graph": ".ir.text",
+    "verify": ".ir.verify",
+}
+
+__all__ = sorted(_FROM)
+
+
+def __getattr__(name: str):
+    if name not in _FROM:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_FROM[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_FROM])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -117,3 +118,16 @@ def _host_budget_mib() -> int:
     except (ValueError, OSError, AttributeError):
         return _DEFAULT_BUDGET_MIB
     return max(1, total // (2 * 1024 * 1024))
+
+
+def cpu_identity() -> str:
+    """The exact CPU: /proc/cpuinfo's vendor, family, model, stepping and name (LLVM's cpu name and
+    features are in the Target already); the platform's processor string elsewhere."""
+    keys = ("vendor_id", "cpu family", "model", "stepping", "model name")
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            head = f.read(1 << 16).split("\n\n", 1)[0]
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in head.splitlines() if ":" in line)}
+    return "; ".join(fields.get(k, "") for k in keys)

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..compiler.codegen.driver import IOSpec
-from ..compiler.codegen.lower import LoweredModel
+from ..compiler.codegen.lowered import IOSpec, LoweredModel
 from ..compiler.errors import CuvilError, RunTimeCheckError
 from ..compiler.target import Target
 

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compiler.codegen.driver import IOSpec
-from ..compiler.codegen.lower import LoweredModel
+from ..compiler.codegen.lowered import IOSpec, LoweredModel
 from ..compiler.ir.dtypes import DType
 from ..compiler.memory.plan import MemoryPlan
 from ..compiler.target import Target

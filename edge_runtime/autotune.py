@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -156,19 +155,6 @@ class Retarget:
         self.report = dataclasses.replace(report, spent_s=report.spent_s + probe_s, sync_us=sync_us)
         tuned = with_choices(target, self.report.choices)
         return dataclasses.replace(tuned, conv_parts=tuple(sorted(self.report.parts.items(), key=repr)))
-
-
-def cpu_identity() -> str:
-    """The exact CPU: /proc/cpuinfo's vendor, family, model, stepping and name (LLVM's cpu name and
-    features are in the Target already); the platform's processor string elsewhere."""
-    keys = ("vendor_id", "cpu family", "model", "stepping", "model name")
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            head = f.read(1 << 16).split("\n\n", 1)[0]
-    except OSError:
-        return platform.processor() or platform.machine()
-    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in head.splitlines() if ":" in line)}
-    return "; ".join(fields.get(k, "") for k in keys)
 
 
 def interleaved_seconds(calls: dict, rounds: int = ROUNDS, round_s: float = ROUND_S,

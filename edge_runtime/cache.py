@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..compiler.codegen.lower import LoweredModel
+from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.ir.graph import Graph
-from ..compiler.ir.text import print_graph
 from ..compiler.target import Target
 from .artifact import Artifact, read_artifact, write_artifact
 from .private import SecretError, device_secret, private_dir
@@ -79,6 +78,8 @@ def source_stamp() -> str:
 
 def graph_digest(graph: Graph) -> str:
     """sha256 of the graph's canonical text form plus every weight's raw bytes (no copies)."""
+    from ..compiler.ir.text import print_graph  # the op table: not needed when a bundle's hash is the key
+
     h = hashlib.sha256(print_graph(graph, data=False).encode())
     for name, arr in graph.constants.items():
         h.update(f"{name} {arr.dtype.name} {arr.dtype.str} {arr.shape}".encode())

@@ -1,7 +1,9 @@
 """compile_graph: Graph -> (cached artifact | lowered -> LLVM -> artifact) -> loaded code -> Session.
 
 A cache hit reads code, packed weights and plan from one file and never lowers: lowering a large
-model (packing weights, planning memory) costs hundreds of milliseconds of Python.
+model (packing weights, planning memory) costs hundreds of milliseconds of Python. The code
+generator, the tuner and the LLVM helpers are imported on a miss only, so a warm device process
+never loads them (~100 modules, ~7 MB).
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ import time
 from collections.abc import Callable
 
 from ..compiler.codegen.cpu.workers import check_threads
-from ..compiler.codegen.lower import LoweredModel, lower
+from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.errors import CompileError
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
-from . import autotune, jit
+from ..devices.detect import cpu_identity
+from . import jit
 from .cache import CompileCache, cache_key, graph_digest
 from .loader import Model
-from .parallel import Helpers, emit_objects, workers
 from .session import CompileStats, Session
 
 
@@ -50,6 +52,8 @@ HELPER_WORTHY_KERNELS = 8  # weighted Conv/Gemm/MatMul nodes: lowering then outl
 
 def auto_jobs(graph: Graph) -> int:
     """Processes for LLVM: one per usable CPU (at most MAX_AUTO_JOBS) for a graph big enough to gain."""
+    from .parallel import workers
+
     heavy = sum(1 for n in graph.nodes if n.op in ("Conv", "Gemm", "MatMul") and any(i in graph.constants for i in n.inputs))
     return min(workers(), MAX_AUTO_JOBS) if heavy >= HELPER_WORTHY_KERNELS else 1
 
@@ -101,7 +105,7 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
                            f"'cuvil run --device {tgt.name}' runs it emulated")
     cache = CompileCache(cache_dir) if use_cache else None
     t0 = time.perf_counter()
-    tuned_on = f" tuned-on={autotune.cpu_identity()}" if tune else ""
+    tuned_on = f" tuned-on={cpu_identity()}" if tune else ""
     key = cache_key(f"{content_hash or graph_digest(graph_of())} optimize={optimize} profile={profile}{tuned_on}", tgt,
                     batch, cache.fingerprint()) if cache else ""
     art = cache.get(key, tgt) if cache else None
@@ -113,6 +117,10 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
                              kernel_count=art.lowered.kernel_count, node_count=art.lowered.node_count,
                              object_bytes=sum(map(len, art.objects)), cache_ms=(t1 - t0) * 1e3)
         return Session(art.lowered, code, stats, weights=art.weights, guard_pages=guard_pages)
+    from ..compiler.codegen.lower import lower
+    from . import autotune
+    from .parallel import Helpers, emit_objects
+
     graph = graph_of()
     with Helpers((auto_jobs(graph) if jobs is None else jobs) - 1) as helpers:
         tuner = autotune.Retarget() if tune else None
@@ -134,4 +142,6 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
 
 
 def lower_for(graph: Graph, target: str | Target, batch: int = 1) -> LoweredModel:
+    from ..compiler.codegen.lower import lower
+
     return lower(graph, resolve(target), batch)

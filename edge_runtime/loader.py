@@ -25,7 +25,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ..compiler.bundle.format import MANIFEST_OFFSET, Header
 from ..compiler.bundle.reader import Bundle, BundleHead, read_bundle, read_head
 from ..compiler.errors import BundleError
-from ..compiler.interpreter import run_reference
 from ..compiler.ir.graph import Graph
 from .private import open_regular, read_exactly
 from .trust import TrustStore, resolve_trust
@@ -66,6 +65,8 @@ class Model:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run with the reference interpreter (the native session takes over in a later layer)."""
+        from ..compiler.interpreter import run_reference
+
         return run_reference(self.graph, inputs)
 
     @classmethod

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compiler.codegen.driver import IOSpec, aligned_empty
-from ..compiler.codegen.lower import LoweredModel
+from ..compiler.codegen.lowered import IOSpec, LoweredModel, aligned_empty
 from ..compiler.errors import InterpreterError, LimitError, RunTimeCheckError
 from ..compiler.memory.plan import MemoryPlan
 from .guard import guarded, make_read_only

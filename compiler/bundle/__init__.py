@@ -1,15 +1,33 @@
-"""The signed, deterministic `.cuvil` bundle: layout, writer, verify-first reader, Ed25519 keys."""
+"""The signed, deterministic `.cuvil` bundle: layout, writer, verify-first reader, Ed25519 keys.
 
-from .delta import Delta, apply_delta, make_delta, read_delta
-from .format import ALIGN, FORMAT_VERSION, MAGIC, MAX_MANIFEST_BYTES, Header, Manifest, WeightEntry
-from .lineage import Lineage
-from .reader import Bundle, BundleHead, read_bundle, read_head
-from .signing import KeyFileError, KeyPair, fingerprint, generate_keypair, load_private_key, load_public_key
-from .writer import build_manifest, bundle_bytes, frame, save_bundle, write_bundle
+The names below load on first use (PEP 562): a device reading a bundle's signed head needs
+neither the writer nor deltas.
+"""
 
-__all__ = [
-    "ALIGN", "Delta", "FORMAT_VERSION", "MAGIC", "MAX_MANIFEST_BYTES", "Bundle", "BundleHead", "Header", "KeyFileError", "KeyPair",
-    "Lineage", "apply_delta", "make_delta", "read_delta",
-    "Manifest", "WeightEntry", "build_manifest", "bundle_bytes", "fingerprint", "frame", "generate_keypair",
-    "load_private_key", "load_public_key", "read_bundle", "read_head", "save_bundle", "write_bundle",
-]
+import importlib
+
+_FROM = {
+    "Delta": ".delta", "apply_delta": ".delta", "make_delta": ".delta", "read_delta": ".delta",
+    "ALIGN": ".format", "FORMAT_VERSION": ".format", "MAGIC": ".format", "MAX_MANIFEST_BYTES": ".format",
+    "Header": ".format", "Manifest": ".format", "WeightEntry": ".format",
+    "Lineage": ".lineage",
+    "Bundle": ".reader", "BundleHead": ".reader", "read_bundle": ".reader", "read_head": ".reader",
+    "KeyFileError": ".signing", "KeyPair": ".signing", "fingerprint": ".signing", "generate_keypair": ".signing",
+    "load_private_key": ".signing", "load_public_key": ".signing",
+    "build_manifest": ".writer", "bundle_bytes": ".writer", "frame": ".writer", "save_bundle": ".writer",
+    "write_bundle": ".writer",
+}
+
+__all__ = sorted(_FROM)
+
+
+def __getattr__(name: str):
+    if name not in _FROM:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_FROM[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_FROM])

@@ -22,8 +22,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ..errors import BundleError, BundleLimitError, CuvilError, LimitError
 from ..ir.graph import Graph
 from ..ir.limits import DEFAULT_LIMITS, Limits, check_graph
-from ..ir.text import parse_graph, print_graph
-from ..ir.verify import verify
 from .format import HEADER, MAGIC, MANIFEST_OFFSET, SIGNATURE_OFFSET, Header, Manifest, WeightEntry, load_manifest
 from .signing import SIGNATURE_SIZE, fingerprint, raw_public_bytes
 from .subbyte import unpack
@@ -160,6 +158,9 @@ def _segments(view: memoryview, data_offset: int, weights: tuple[WeightEntry, ..
 
 
 def _graph(manifest: Manifest, arrays: dict[str, np.ndarray], limits: Limits) -> Graph:
+    from ..ir.text import parse_graph, print_graph  # the op table: imported when a graph is parsed, not for a head
+    from ..ir.verify import verify
+
     try:
         graph = check_graph(verify(parse_graph(manifest.graph, constants=arrays, limits=limits)), 1, limits)
         canonical = print_graph(graph, data=False)

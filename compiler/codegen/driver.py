@@ -10,18 +10,14 @@ kernels by a key of everything that decides their code, so identical nodes share
 
 from __future__ import annotations
 
-import math
-import mmap
 from collections.abc import Callable, Container
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BoundedCountError, CompileError, LimitError
-from ..ir.dtypes import DType
+from ..errors import CompileError
 from ..ir.graph import Graph, Node
 from ..ir.infer import bind_batch
-from ..ir.types import COUNT_BYTES, TensorType
 from ..ir.limits import check_graph
 from ..ir.verify import verify
 from ..memory.checker import check_plan
@@ -31,48 +27,9 @@ from ..ops import get_op
 from ..passes.pipeline import optimize as optimize_graph
 from ..target import Target
 from .irhelpers import ALIGN
+from .lowered import IOSpec, aligned_empty
 
 Retarget = Callable[[Graph, Target], Target]
-
-
-@dataclass(frozen=True)
-class IOSpec:
-    """Where a graph input or output lives in the arena."""
-
-    name: str
-    offset: int
-    dtype: DType
-    shape: tuple[int, ...]
-    bounded_axis: int | None = None  # this dimension is a bound; the valid length follows (TensorType.bounded_axis)
-
-    @property
-    def type(self) -> TensorType:
-        return TensorType(self.dtype, self.shape, self.bounded_axis)
-
-    @property
-    def bounded(self) -> bool:
-        return self.bounded_axis is not None
-
-    @property
-    def nbytes(self) -> int:
-        return self.type.nbytes()
-
-    @property
-    def row_bytes(self) -> int:
-        """The bytes of its elements (the whole bound), without a bounded value's valid length."""
-        return math.prod(self.shape) * self.dtype.itemsize
-
-    def take(self, span: np.ndarray) -> np.ndarray:
-        """A copy of the value from its ``nbytes`` bytes (uint8): a bounded one's valid part only."""
-        rows = span[:self.row_bytes].view(self.dtype.numpy).reshape(self.shape)
-        axis = self.bounded_axis
-        if axis is None:
-            return rows.copy()
-        at = self.type.count_offset()
-        count = int(span[at:at + COUNT_BYTES].view("<i8")[0])
-        if not 0 <= count <= self.shape[axis]:
-            raise BoundedCountError(f"output {self.name[:80]!r}: length {count} written, its bound is {self.shape[axis]}")
-        return rows[(slice(None),) * axis + (slice(0, count),)].copy()
 
 
 @dataclass(frozen=True)
@@ -177,14 +134,3 @@ class WeightBlock:
             at += len(part)
         out.flags.writeable = False
         return out
-
-
-def aligned_empty(nbytes: int) -> np.ndarray:
-    """A zeroed uint8 buffer in an anonymous mapping of its own: page-aligned (so 64-byte aligned),
-    given back to the system when the array goes, and first touched without the transparent-huge-page
-    compaction numpy asks for on big arrays (57 MB of packed weights: 48 vs 120 CPU-ms on a Zen 4
-    host). LimitError when it does not fit."""
-    try:
-        return np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=np.uint8)[:nbytes]
-    except (OSError, ValueError, OverflowError):
-        raise LimitError(f"{nbytes} bytes for the arena or weights do not fit in this process's memory") from None

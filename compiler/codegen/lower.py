@@ -11,42 +11,16 @@ import gc
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
-import numpy as np
 
 from ..ir.graph import Graph
-from ..memory.plan import MemoryPlan
 from ..memory.scratch import check_worker_scratch
 from ..target import Target
 from .cpu.kernels import KERNELS
 from .cpu.lowering import CpuLowering
 from .cpu.workers import check_threads
-from .driver import IOSpec, prepare
-
-
-@dataclass(frozen=True)
-class LoweredModel:
-    llvm_ir: str
-    entry: str
-    weights: np.ndarray | bytes  # lower(): read-only uint8, 64-byte aligned; b"" where the block lives elsewhere
-    plan: MemoryPlan
-    arena_bytes: int  # the plan's arena plus the kernels' shared scratch region
-    inputs: tuple[IOSpec, ...]
-    outputs: tuple[IOSpec, ...]
-    kernel_count: int
-    target: Target
-    batch: int
-    node_count: int
-    profile_offset: int | None = None  # arena offset of one u64 cycle counter per profiled node
-    profile_nodes: tuple[str, ...] = ()
-    fault_offset: int | None = None  # arena offset of the i32 a run-time check sets (OpDef.run_time_check)
-    worker_scratch: tuple[tuple[str, int, int, int], ...] = ()  # (node, part, first byte, end) of split layers
-    split_nodes: int = 0  # layers whose work is shared by the threads
-
-    @property
-    def threads(self) -> int:
-        return self.target.threads
+from .driver import prepare
+from .lowered import LoweredModel
 
 
 def entry_name(graph: Graph, batch: int) -> str:

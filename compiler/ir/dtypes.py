@@ -1,10 +1,13 @@
-"""Element types of Cuvil IR and their NumPy equivalents."""
+"""Element types of Cuvil IR and their NumPy equivalents.
+
+The narrow types' NumPy dtypes come from ml_dtypes, imported when one is first asked for: a
+device process running float32 code never loads it (~7 MB).
+"""
 
 from __future__ import annotations
 
 import enum
 
-import ml_dtypes
 import numpy as np
 
 
@@ -37,11 +40,16 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        return np.dtype(_TO_NUMPY[self])
+        name = _TO_NUMPY[self]
+        if self in NARROW:
+            import ml_dtypes
+
+            return np.dtype(getattr(ml_dtypes, name))
+        return np.dtype(name)
 
     @property
     def itemsize(self) -> int:
-        return self.numpy.itemsize
+        return _NARROW_ITEMSIZE.get(self) or self.numpy.itemsize
 
     @property
     def bits(self) -> int:
@@ -97,22 +105,24 @@ _TO_NUMPY = {
     DType.I64: "int64",
     DType.U64: "uint64",
     DType.BOOL: "bool",
-    DType.BF16: ml_dtypes.bfloat16,
-    DType.F8E4M3FN: ml_dtypes.float8_e4m3fn,
-    DType.F8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
-    DType.F8E5M2: ml_dtypes.float8_e5m2,
-    DType.F8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
-    DType.F8E8M0: ml_dtypes.float8_e8m0fnu,
-    DType.F4E2M1: ml_dtypes.float4_e2m1fn,
-    DType.I4: ml_dtypes.int4,
-    DType.U4: ml_dtypes.uint4,
-    DType.I2: ml_dtypes.int2,
-    DType.U2: ml_dtypes.uint2,
+    DType.BF16: "bfloat16",  # the narrow types: ml_dtypes' names of them (and of their NumPy dtypes)
+    DType.F8E4M3FN: "float8_e4m3fn",
+    DType.F8E4M3FNUZ: "float8_e4m3fnuz",
+    DType.F8E5M2: "float8_e5m2",
+    DType.F8E5M2FNUZ: "float8_e5m2fnuz",
+    DType.F8E8M0: "float8_e8m0fnu",
+    DType.F4E2M1: "float4_e2m1fn",
+    DType.I4: "int4",
+    DType.U4: "uint4",
+    DType.I2: "int2",
+    DType.U2: "uint2",
 }
-_FROM_NUMPY = {np.dtype(v).name: k for k, v in _TO_NUMPY.items()}
+_FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items()}
 NARROW = frozenset({DType.BF16, DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ, DType.F8E8M0,
                     DType.F4E2M1,
                     DType.I4, DType.U4, DType.I2, DType.U2})
+_NARROW_ITEMSIZE = {d: 2 if d is DType.BF16 else 1 for d in NARROW}
+"""Bytes per element ml_dtypes holds each narrow type in, known without importing it."""
 _SUB_BYTE = {DType.F4E2M1: 4, DType.I4: 4, DType.U4: 4, DType.I2: 2, DType.U2: 2}
 SATURABLE = frozenset({DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E5M2FNUZ})
 """The types ONNX Cast's ``saturate`` attribute clamps to their largest finite value (f8e8m0 has its

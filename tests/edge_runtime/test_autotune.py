@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from cuvil.compiler.target import ConvChoice
-from cuvil.edge_runtime.autotune import MARGIN, cpu_identity, pick, tune
+from cuvil.devices.detect import cpu_identity
+from cuvil.edge_runtime.autotune import MARGIN, pick, tune
 from cuvil.edge_runtime.compile import compile_graph
 
 from ..hosts import HOST

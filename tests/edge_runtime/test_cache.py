@@ -33,11 +33,15 @@ def _read(entry):
 
 
 def _forbid(monkeypatch, *names):
+    """Make each of ``names`` raise where the compile path finds it (lowering and LLVM are imported on a miss)."""
+    from cuvil.compiler.codegen import lower as lower_mod
+    from cuvil.edge_runtime import parallel
+
     def boom(*args, **kwargs):
         raise AssertionError("called on the warm path")
 
     for name in names:
-        monkeypatch.setattr(compile_mod, name, boom)
+        monkeypatch.setattr({"lower": lower_mod, "emit_objects": parallel}.get(name, compile_mod), name, boom)
 
 
 def test_hit_skips_lowering_llvm_and_graph_hashing(cache_dir, monkeypatch):

@@ -9,7 +9,7 @@ import signal
 
 import numpy as np
 import pytest
-from cuvil.compiler.codegen.lower import LoweredModel
+from cuvil.compiler.codegen.lowered import LoweredModel
 from cuvil.compiler.memory.plan import MemoryPlan
 from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.compile import compile_graph, resolve

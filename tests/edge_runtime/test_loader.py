@@ -218,3 +218,18 @@ def test_edge_runtime_loads_and_runs_without_torch_or_onnx(bundle, keys):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+def test_a_warm_start_imports_no_code_generator_op_table_or_api():
+    """What a device imports to load a bundle's head and run cached code (the names load on first use)."""
+    script = textwrap.dedent("""
+        import sys
+        from cuvil.edge_runtime import compile_model, load
+        heavy = ("cuvil.api", "cuvil.native", "cuvil.compiler.interpreter", "cuvil.compiler.ops",
+                 "cuvil.compiler.codegen.lower", "cuvil.compiler.passes", "cuvil.compiler.bundle.writer",
+                 "cuvil.edge_runtime.autotune", "cuvil.edge_runtime.parallel", "ml_dtypes")
+        print(sorted(m for m in sys.modules if m in heavy or m.startswith(tuple(h + "." for h in heavy))))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

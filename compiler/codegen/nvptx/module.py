@@ -22,7 +22,8 @@ from ...ir.graph import Graph, Node
 from ...ops import get_op
 from ...target import Target, TargetKind
 from .. import irhelpers as h
-from ..driver import IOSpec, Prepared, WeightBlock, placement, prepare
+from ..driver import Prepared, WeightBlock, placement, prepare
+from ..lowered import IOSpec
 from .context import Loop, OpContext
 from .ops import EMITTERS
 
