@@ -4,7 +4,7 @@ The public names load on first use (PEP 562): a device process that imports only
 ``cuvil.edge_runtime`` never loads the API, the quantizer or the frontends' helpers.
 """
 
-import importlib
+from .compiler.lazy import lazy_names
 
 from .version import __version__
 
@@ -20,15 +20,4 @@ _FROM = {
 }
 
 __all__ = sorted(_FROM)
-
-
-def __getattr__(name: str):
-    if name not in _FROM:
-        raise AttributeError(f"module 'cuvil' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_FROM[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_FROM])
+__getattr__, __dir__ = lazy_names(__name__, _FROM)

@@ -4,7 +4,7 @@ The names below load on first use (PEP 562): a device reading a bundle's signed 
 neither the writer nor deltas.
 """
 
-import importlib
+from ..lazy import lazy_names
 
 _FROM = {
     "Delta": ".delta", "apply_delta": ".delta", "make_delta": ".delta", "read_delta": ".delta",
@@ -19,15 +19,4 @@ _FROM = {
 }
 
 __all__ = sorted(_FROM)
-
-
-def __getattr__(name: str):
-    if name not in _FROM:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_FROM[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_FROM])
+__getattr__, __dir__ = lazy_names(__name__, _FROM)
