@@ -69,7 +69,7 @@ def _random_x(dtype, shape, seed):
 
 
 CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
-    (DType.U8, 127, 1, 1, [1, 1, 1, 1], (2, 5, 7, 9), 11),  # odd pixels and channels: every tail
+    (DType.U8, 127, 1, 1, [1, 1, 1, 1], (2, 5, 9, 9), 11),  # odd pixels and channels: every tail of the im2col GEMM
     (DType.I8, 127, 1, 2, [0, 1, 1, 0], (1, 8, 9, 8), 16),
     (DType.U8, 64, 1, 1, [0, 0, 0, 0], (1, 12, 6, 6), 24),  # bounded pairs: vpmaddubsw on AVX2
     (DType.U8, 127, 4, 1, [1, 1, 1, 1], (1, 8, 5, 5), 8),  # grouped: direct loops
@@ -81,6 +81,7 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.I8, 127, 2, 3, [2, 1, 0, 1], (1, 4, 10, 11), 6),  # grouped, stride 3: column phases
     (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 20, 9, 7), 21),  # AVX2: Winograd F(2x2, 3x3), odd plane, channel tails
     (DType.I8, 128, 1, 1, [0, 2, 1, 0], (2, 32, 10, 11), 12),  # AVX2: Winograd, uneven pads, two images
+    (DType.U8, 127, 1, 1, [1, 1, 1, 1], (2, 5, 4, 5), 21),  # 20 pixels (VNNI): channels in lanes, no padding products
 ]
 WINOGRAD_CASES = (10, 11)
 
@@ -103,15 +104,18 @@ def test_qconv_is_exact(kind, case):
         assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
-@pytest.mark.parametrize("kind", ["host", "x86-avx2"])
+@pytest.mark.parametrize("kind,rows", [("host", 0), ("host", 64), ("x86-avx2", 0)])
 @pytest.mark.parametrize("stride,dilation,pads", [(1, 2, [2, 3, 0, 4]), (3, 1, [2, 0, 1, 5]), (2, 3, [0, 4, 3, 0])])
-def test_qconv_im2col_edges(kind, stride, dilation, pads):
-    """Taps whose columns lie partly or wholly in the padding (the im2col's in-bounds spans)."""
+def test_qconv_padding_edges(kind, rows, stride, dilation, pads):
+    """Taps whose columns lie partly or wholly in the padding: the im2col's in-bounds spans, and
+    (``int8_rows_max_pixels`` 64) the channels-in-lanes kernel's per-pixel valid taps and sums."""
     rng = np.random.default_rng(stride)
     shape = (1, 5, 6, 4)
     w = rng.integers(-127, 128, (6, 5, 3, 3)).astype(np.int8)
     graph = _qconv_graph(DType.U8, w, None, 1, stride, pads, shape, dilation)
-    sess = compile_graph(graph, target=_target(kind), optimize=False, use_cache=False, jobs=1)
+    target = _target(kind)
+    target = dataclasses.replace(target, tuning=target.tuning.replace(int8_rows_max_pixels=rows))
+    sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
     x = _random_x(DType.U8, shape, 3)
     assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
 

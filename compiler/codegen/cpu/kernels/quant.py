@@ -29,6 +29,7 @@ from .base import KernelContext, KernelKey, kernel
 from .elementwise import emit_map
 from .quant_depthwise import LANES, emit_lanes_qconv, lanes_ok, lanes_scratch, pack_lanes
 from .quant_grouped import emit_grouped_qconv, grouped_scratch, valid_span
+from .quant_rows import ROWS, emit_rows_qconv, pack_rows, rows_ok, rows_scratch
 from .quant_winograd import F2X2_LAYOUT, emit_winograd_qconv, pack_winograd, winograd_ok, winograd_scratch
 
 QUADS = "quads:"  # + the Dot kind the packing was made for
@@ -110,11 +111,11 @@ def _sums_bytes(n: int) -> int:
     return -(-4 * n // SUMS_BYTES_ALIGN) * SUMS_BYTES_ALIGN
 
 
-def _dot_of(key: KernelKey, target: Target) -> Dot | None:
+def _dot_of(key: KernelKey, target: Target, prefix: str = QUADS) -> Dot | None:
     layout = key.packed[1]
-    if not layout or not layout.startswith(QUADS):
+    if not layout or not layout.startswith(prefix):
         return None
-    kind = layout[len(QUADS):]
+    kind = layout[len(prefix):]
     dot = choose_dot(target, kind == "avx2-ubsw")
     return dot if dot.kind == kind else None
 
@@ -172,6 +173,10 @@ def _conv_rows(arr: np.ndarray, per_unit: int) -> np.ndarray:
 def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
     if winograd_ok(key, target):
         return pack_winograd(key, i, arr, target)
+    if rows_ok(key, target) and i in (1, 2):
+        m = key.in_types[1].shape[0]
+        dot = choose_dot(target, pairs_bounded(arr.reshape(m, -1))) if i == 1 else None
+        return pack_rows(key, i, arr, dot, _zp_enc(key, dot) if dot else 0)
     if i == 1 and _conv_gemm_ok(key):
         rows = _conv_rows(arr, 4)
         dot = choose_dot(target, pairs_bounded(rows))
@@ -179,6 +184,11 @@ def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
     if lanes_ok(key, target):
         return pack_lanes(key, i, arr, target)
     return None
+
+
+def _zp_enc(key: KernelKey, dot: Dot) -> int:
+    """The activations' zero point in the encoding ``dot`` reads."""
+    return dict(key.attrs)["x_zero_point"] + _encoding(key.in_types[0].dtype, dot)[1]
 
 
 def _lanes_packed(key: KernelKey) -> bool:
@@ -236,6 +246,8 @@ def _conv_plan(key: KernelKey, dot: Dot) -> _ConvPlan:
 def _qconv_scratch(key: KernelKey, target: Target) -> int:
     if key.packed[1] == F2X2_LAYOUT:
         return winograd_scratch(key, target)
+    if _dot_of(key, target, ROWS) is not None:
+        return rows_scratch(key, target)
     dot = _dot_of(key, target)
     if _lanes_packed(key):
         return lanes_scratch(key, target)
@@ -346,11 +358,22 @@ def _qconv_gemm(ctx: KernelContext, dot: Dot) -> None:
         emit_int_gemm(b, dot, ctx.target, geo, wq, vptr, epi)
 
 
+def _qconv_rows(ctx: KernelContext, dot: Dot) -> None:
+    plan = _conv_plan(ctx.key, dot)
+    flip, _ = _encoding(ctx.in_types[0].dtype, dot)
+    fill = _zp_enc(ctx.key, dot) & 0xFF
+    with h.for_range(ctx.b, ctx.out_shape[0], name="n") as n:
+        emit_rows_qconv(ctx, dot, _channel_quads(ctx, plan, n, flip, fill), n)
+
+
 @kernel("QConv", pack=_pack_qconv, scratch=_qconv_scratch)
 def emit_qconv(ctx: KernelContext) -> None:
     dot = _dot_of(ctx.key, ctx.target)
+    rows = _dot_of(ctx.key, ctx.target, ROWS)
     if ctx.key.packed[1] == F2X2_LAYOUT:
         emit_winograd_qconv(ctx)
+    elif rows is not None:
+        _qconv_rows(ctx, rows)
     elif dot is not None and _conv_gemm_ok(ctx.key):
         _qconv_gemm(ctx, dot)
     elif _lanes_packed(ctx.key):
