@@ -103,6 +103,10 @@ class GraphBuilder:
         outs = [self.unique(o) for o in output_names] if output_names else [
             self.unique(hint if n_outputs == 1 else f"{hint}:{i}") for i in range(n_outputs)]
         opdef.check_arity(len(inputs))
+        bounded = [i for i in inputs if self.types[i].bounded]
+        if bounded:  # the verifier keeps these to graph outputs: say so per node, as an unsupported form
+            raise Unsupported(f"reads {bounded[0]!r}, whose length is known only at run time "
+                              "(NonMaxSuppression, NonZero): such a result can only be a graph output")
         node = Node.make(op, inputs, outs, name=self.unique(hint, self._node_names), **attrs)
         out_types = infer_op(op, [self.types[i] for i in inputs], node.attr)
         if (inputs and ops.get_op(op).foldable and all(i in self.constants for i in inputs)

@@ -53,3 +53,10 @@ def test_a_limit_that_is_not_a_constant_is_unsupported_naming_it():
     assert info.value.constant_inputs == ("limit",)
     fixed = import_onnx(_model(limit_is_input=True), constant_inputs={"limit": np.array([1], np.int64)})
     assert str(fixed.types["sel"]) == "i64[<=4,3]"
+
+
+def test_a_node_that_reads_a_bounded_result_is_unsupported_naming_it():
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Cast", ["nz"], ["y"], to=F)]
+    with pytest.raises(UnsupportedModelError, match="length is known only at run time") as info:
+        import_onnx(make_model(nodes, {"x": (F, [3, 4])}, ["y"], {}, opset=13))
+    assert "Cast" in str(info.value)
