@@ -211,7 +211,7 @@ def call_named(b: ir.IRBuilder, name: str, ret: ir.Type, args: Sequence[ir.Value
     pointer types (``float*`` where this passes ``<8 x float>*``) is reused: pointers are cast."""
     fn = intrinsic(b.module, name, ret, [a.type for a in args])
     params = fn.function_type.args
-    args = [b.bitcast(a, t) if a.type != t and isinstance(t, ir.PointerType) else a for a, t in zip(args, params)]
+    args = [b.bitcast(a, t) if isinstance(t, ir.PointerType) and a.type != t else a for a, t in zip(args, params)]
     return b.call(fn, args)
 
 

@@ -52,9 +52,13 @@ def _rows(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
     out = np.zeros((npan * p.vl, p.Cg, p.T), dtype=np.float32)
     out[: p.OC] = w.reshape(p.OC, p.Cg, p.T)
     out = out.reshape(npan, p.vl, p.Cg, p.T)
-    tiles = [out[s: s + nv].transpose(2, 3, 0, 1).ravel() for first, count, nv in column_tiles(npan, p.nv)
-             for s in range(first, first + count * nv, nv)]
-    return np.ascontiguousarray(np.concatenate(tiles))
+    flat, at = np.empty(out.size, dtype=np.float32), 0
+    for first, count, nv in column_tiles(npan, p.nv):
+        for s in range(first, first + count * nv, nv):  # each tile copied once, straight into its place
+            n = nv * p.vl * p.Cg * p.T
+            flat[at: at + n].reshape(p.Cg, p.T, nv, p.vl)[...] = out[s: s + nv].transpose(2, 3, 0, 1)
+            at += n
+    return flat
 
 
 def _transposed(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
