@@ -176,8 +176,8 @@ CRAFTED = {
     "lengths_too_long": lambda m: {**m, "objects": [10**9]},
     "old_format": lambda m: {**m, "format": "cuvil artifact 1"},
     "not_an_object": lambda m: [1, 2, 3],
-    "input_outside_the_arena": lambda m: {**m, "inputs": [[n, m["arena_bytes"], d, s] for n, _, d, s in m["inputs"]]},
-    "output_before_the_arena": lambda m: {**m, "outputs": [[n, -64, d, s] for n, _, d, s in m["outputs"]]},
+    "input_outside_the_arena": lambda m: {**m, "inputs": [[n, m["arena_bytes"], *rest] for n, _, *rest in m["inputs"]]},
+    "output_before_the_arena": lambda m: {**m, "outputs": [[n, -64, *rest] for n, _, *rest in m["outputs"]]},
     "fault_word_outside_the_arena": lambda m: {**m, "fault_offset": 1 << 40},
     "profile_counters_outside_the_arena": lambda m: {**m, "profile_offset": m["arena_bytes"], "profile_nodes": ["a"]},
 }

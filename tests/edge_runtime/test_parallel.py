@@ -122,9 +122,8 @@ def test_target_travels_to_the_helper_unchanged():
 
 
 def test_only_big_graphs_get_helpers(monkeypatch):
-    monkeypatch.setattr(parallel, "workers", lambda: 8)
+    monkeypatch.setattr(parallel, "workers", lambda: 8)  # compile imports it from parallel when it asks
     from cuvil.edge_runtime import compile as comp
 
-    monkeypatch.setattr(comp, "workers", lambda: 8)
     assert auto_jobs(_conv_graph(convs=2)) == 1
     assert auto_jobs(_conv_graph(convs=comp.HELPER_WORTHY_KERNELS)) == comp.MAX_AUTO_JOBS
