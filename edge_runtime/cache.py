@@ -45,6 +45,13 @@ def _sources() -> tuple[str, list[str]]:
     return top, paths + [os.path.join(here, n) for n in ("jit.py", "artifact.py", "cache.py", "sealed.py")]
 
 
+def _versions_hash():  # a hashlib sha256 object, to be updated
+    """sha256 started with what besides the sources decides the code: the code generator's version, llvmlite's."""
+    import llvmlite
+
+    return hashlib.sha256(f"codegen {CODEGEN_VERSION} llvmlite {llvmlite.__version__}".encode())
+
+
 @functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
     """The bytes of every compiler source and of the modules that build and read cache entries.
@@ -52,9 +59,7 @@ def compiler_fingerprint() -> str:
     Strictly stronger than a version number, which it replaces: ``importlib.metadata.version``
     scans every path entry and cost 10-40 ms of a 50 ms warm start.
     """
-    import llvmlite
-
-    h = hashlib.sha256(f"codegen {CODEGEN_VERSION} llvmlite {llvmlite.__version__}".encode())
+    h = _versions_hash()
     top, paths = _sources()
     for path in paths:
         h.update(os.path.relpath(path, top).encode())
@@ -67,9 +72,7 @@ def source_stamp() -> str:
     """sha256 over each fingerprinted source's inode, size, mtime and ctime: it changes whenever a
     source's bytes may have (a write sets ctime, which no user can set back), at a fifth of the
     fingerprint's cost (no file is opened)."""
-    import llvmlite
-
-    h = hashlib.sha256(f"codegen {CODEGEN_VERSION} llvmlite {llvmlite.__version__}".encode())
+    h = _versions_hash()
     for path in _sources()[1]:
         st = os.stat(path)
         h.update(f"{path} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}\n".encode())
