@@ -3,7 +3,8 @@
 Order matters: folding constants first exposes constant BN parameters; simplify turns no-op
 casts and expands into views before fusion looks at who reads what; BN folds into Conv/Gemm
 before fusion so the fused kernels see one bias; QDQ patterns become integer ops before
-float fusion could take their Conv/Gemm apart from the QuantizeLinear; dce last drops the weights folding replaced.
+float fusion could take their Conv/Gemm apart from the QuantizeLinear; ConvTranspose becomes Conv
+before fusion so its activation fuses; dce last drops the weights folding replaced.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable, Sequence
 from ..errors import VerifyError
 from ..ir.graph import Graph
 from ..ir.verify import verify
+from .conv_transpose import conv_transpose
 from .dce import dce
 from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
@@ -21,7 +23,7 @@ from .fuse_qdq import fuse_qdq
 from .simplify import simplify
 
 Pass = Callable[[Graph], Graph]
-DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, simplify, fold_batchnorm, fuse_qdq, fuse, dce)
+DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, simplify, fold_batchnorm, fuse_qdq, conv_transpose, fuse, dce)
 
 
 def optimize(graph: Graph, passes: Sequence[Pass] = DEFAULT_PIPELINE, verify_each: bool = False) -> Graph:
