@@ -52,6 +52,7 @@ def _meta(lw: LoweredModel) -> dict:
         "inputs": [_spec_json(s) for s in lw.inputs], "outputs": [_spec_json(s) for s in lw.outputs],
         "kernel_count": lw.kernel_count, "node_count": lw.node_count,
         "profile_offset": lw.profile_offset, "profile_nodes": list(lw.profile_nodes), "fault_offset": lw.fault_offset,
+        "split_nodes": lw.split_nodes,
         "plan": {"batch": p.batch, "offsets": dict(p.offsets), "sizes": dict(p.sizes), "arena_bytes": p.arena_bytes,
                  "lower_bound": p.lower_bound, "naive_bytes": p.naive_bytes, "alignment": p.alignment,
                  "aliases": dict(p.aliases)},
@@ -67,7 +68,8 @@ def _lowered(meta: dict, target: Target) -> LoweredModel:
         inputs=tuple(map(_spec, meta["inputs"])), outputs=tuple(map(_spec, meta["outputs"])),
         kernel_count=int(meta["kernel_count"]), target=target, batch=int(meta["batch"]),
         node_count=int(meta["node_count"]), profile_offset=_offset(meta["profile_offset"]),
-        profile_nodes=tuple(meta["profile_nodes"]), fault_offset=_offset(meta["fault_offset"]))
+        profile_nodes=tuple(meta["profile_nodes"]), fault_offset=_offset(meta["fault_offset"]),
+        split_nodes=_count(meta.get("split_nodes", 0)))
 
 
 def _check_layout(lw: LoweredModel) -> None:
@@ -78,6 +80,12 @@ def _check_layout(lw: LoweredModel) -> None:
     regions += [(lw.profile_offset, 8 * len(lw.profile_nodes))] if lw.profile_offset is not None else []
     if lw.arena_bytes < 0 or any(at < 0 or at + n > lw.arena_bytes for at, n in regions):
         raise ArtifactError("a region lies outside the arena")
+
+
+def _count(v) -> int:
+    if type(v) is not int or v < 0:
+        raise ValueError("a count that is no natural number")
+    return v
 
 
 def _offset(v) -> int | None:

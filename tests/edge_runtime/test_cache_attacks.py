@@ -179,6 +179,7 @@ CRAFTED = {
     "input_outside_the_arena": lambda m: {**m, "inputs": [[n, m["arena_bytes"], *rest] for n, _, *rest in m["inputs"]]},
     "output_before_the_arena": lambda m: {**m, "outputs": [[n, -64, *rest] for n, _, *rest in m["outputs"]]},
     "fault_word_outside_the_arena": lambda m: {**m, "fault_offset": 1 << 40},
+    "split_count_not_a_number": lambda m: {**m, "split_nodes": "many"},
     "profile_counters_outside_the_arena": lambda m: {**m, "profile_offset": m["arena_bytes"], "profile_nodes": ["a"]},
 }
 

@@ -90,6 +90,7 @@ def test_two_sessions_in_one_process_keep_their_own_workers(small_cnn, tmp_path)
     (name,) = graph.outputs
     a = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, threads=2)
     b = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, threads=2)  # a cache hit: the same object code
+    assert b.stats.cache_hit and b.lowered.split_nodes == a.lowered.split_nodes > 0  # the count survives the cache
     want = a.run(feeds)[name]
     bad: list[str] = []
 
