@@ -9,8 +9,10 @@ fresh processes: see ``warm_start.py``), arena vs its lower bound, achieved GFLO
 largest difference from the reference interpreter, and resident-memory growth over 10,000 inferences.
 
 With ``--threads N`` every runtime uses N threads (ORT's intra-op pool, torch's, Cuvil's workers) and
-Cuvil at one thread runs in the same interleaving: the table adds its speed-up over one thread and
-p99/p50 at N threads.
+Cuvil at one thread runs in the same interleaving: the table adds its speed-up over one thread,
+p99/p50 at N threads and at one thread, the share of inferences during which the scheduler preempted
+a thread of this process (other work on the cores) and p99/p50 over the inferences it did not: the
+tail that is the code's own, not the machine's.
 
     python benchmarks/zoo_bench.py [--models mlp,resnet18] [--rounds 30] [--block 20] [--threads 2] [--json out.json]
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -40,25 +43,32 @@ from tests.zoo import ZOO, export_onnx  # noqa: E402
 from warm_start import measure as measure_starts  # noqa: E402  (this folder is on sys.path)
 
 
-def time_block(fn, n: int) -> list[float]:
+def time_block(fn, n: int, preempted: list[bool] | None = None) -> list[float]:
+    """``n`` timings in ms; ``preempted`` gets, per call, whether the scheduler took a core from this
+    process during it (an involuntary context switch of any of its threads: other work's doing)."""
     out = []
     for _ in range(n):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
         t0 = time.perf_counter_ns()
         fn()
         out.append((time.perf_counter_ns() - t0) / 1e6)
+        if preempted is not None:
+            preempted.append(resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw > before)
     return out
 
 
-def time_interleaved(runners: dict, rounds: int, block: int) -> dict[str, list[float]]:
+def time_interleaved(runners: dict, rounds: int, block: int) -> tuple[dict[str, list[float]], dict[str, list[bool]]]:
     """Warm every runner up, then ``rounds`` rounds in which each times ``block`` calls in turn: the
-    competitors share the machine's noisy moments alike."""
+    competitors share the machine's noisy moments alike. Returns the timings and, per call, whether
+    it was preempted (see ``time_block``)."""
     for fn in runners.values():
         time_block(fn, 5)
     samples: dict[str, list[float]] = {k: [] for k in runners}
+    preempted: dict[str, list[bool]] = {k: [] for k in runners}
     for _ in range(rounds):
         for key, fn in runners.items():
-            samples[key] += time_block(fn, block)
-    return samples
+            samples[key] += time_block(fn, block, preempted[key])
+    return samples, preempted
 
 
 def rss_kib() -> int:
@@ -109,7 +119,7 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int, threads: int 
     runners = {"cuvil": lambda: sess.run(feeds), "untuned": lambda: untuned.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds), "torch": run_torch}
     if threads > 1:
         runners["cuvil_1t"] = lambda: one.run(feeds)
-    samples = time_interleaved(runners, rounds, block)
+    samples, preempted = time_interleaved(runners, rounds, block)
     rss = rss_growth_kib(lambda: sess.run(feeds), rss_runs) if rss_runs else 0
     flops = summarize(graph).flops
     plan = sess.memory_plan
@@ -120,11 +130,15 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int, threads: int 
     for key, xs in samples.items():
         res[f"{key}_median_ms"] = float(np.median(xs))
         res[f"{key}_p99_ms"] = float(np.percentile(xs, 99))
+        kept = [x for x, hit in zip(xs, preempted[key]) if not hit]
+        res[f"{key}_preempted_share"] = 1 - len(kept) / len(xs)
+        res[f"{key}_p99_unpreempted_ms"] = float(np.percentile(kept, 99)) if kept else float("nan")
     res["cuvil_gflops"] = flops / (res["cuvil_median_ms"] * 1e6)
     res["ratio_vs_ort"] = res["cuvil_median_ms"] / res["onnxruntime_median_ms"]
     res["ratio_vs_torch"] = res["cuvil_median_ms"] / res["torch_median_ms"]
     res["tuned_vs_untuned"] = res["cuvil_median_ms"] / res["untuned_median_ms"]
     res["p99_over_p50"] = res["cuvil_p99_ms"] / res["cuvil_median_ms"]
+    res["p99_over_p50_unpreempted"] = res["cuvil_p99_unpreempted_ms"] / res["cuvil_median_ms"]
     if threads > 1:
         res["speedup_vs_1t"] = res["cuvil_1t_median_ms"] / res["cuvil_median_ms"]
     return res
@@ -142,10 +156,12 @@ def table(results: list[dict]) -> str:
              f"{r['arena_bytes'] / max(r['lower_bound_bytes'], 1):.3f}", f"{r['max_abs_err']:.1e}",
              f"{r['rss_growth_kib']} KiB/{r['rss_runs']}"] for r in results]
     if results and results[0]["threads"] > 1:
-        head += ("threads", "split", "cuvil 1t p50 ms", "speed-up vs 1t", "p99/p50")
+        head += ("threads", "split", "cuvil 1t p50 ms", "speed-up vs 1t", "p99/p50", "preempted", "p99/p50 unpreempted",
+                 "1t p99/p50")
         for row, r in zip(rows, results):
             row += [str(r["threads"]), str(r["split_layers"]), f"{r['cuvil_1t_median_ms']:.3f}",
-                    f"{r['speedup_vs_1t']:.2f}", f"{r['p99_over_p50']:.2f}"]
+                    f"{r['speedup_vs_1t']:.2f}", f"{r['p99_over_p50']:.2f}", f"{100 * r['cuvil_preempted_share']:.1f}%",
+                    f"{r['p99_over_p50_unpreempted']:.2f}", f"{r['cuvil_1t_p99_ms'] / r['cuvil_1t_median_ms']:.2f}"]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     fmt = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     return "\n".join([fmt(head), "-+-".join("-" * w for w in widths), *(fmt(r) for r in rows)])
@@ -166,6 +182,7 @@ def main() -> None:
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
         results.append(bench_model(name, args.rounds, args.block, args.rss_runs, args.threads))
     print(table(results))
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
