@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import stat
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from cuvil.edge_runtime.sealed import PAGE, Sealer, SealError
+from cuvil.edge_runtime import sealed
+from cuvil.edge_runtime.sealed import GMAC, MAGIC, PAGE, POLY1305, Sealer, SealError, preferred_tail_mac
 
 SECRET = bytes(range(32))
 
 
-def _write(tmp_path, tail=b"w" * 5000, name="key-a"):
+def _write(tmp_path, tail=b"w" * 5000, name="key-a", tail_mac=None):
     path = tmp_path / "f.sealed"
-    Sealer(SECRET).write(path, name, b'{"m":1}', [b"one", b"two!"], tail)
+    Sealer(SECRET, tail_mac).write(path, name, b'{"m":1}', [b"one", b"two!"], tail)
     return path
 
 
@@ -34,13 +36,15 @@ def test_another_secret_or_name_does_not_open_it(tmp_path):
         Sealer(SECRET).read(path, "key-b")
 
 
-def test_every_byte_is_covered(tmp_path):
-    """Flip each byte of the header, meta and body, and bytes across the tail: every flip is refused."""
-    path = _write(tmp_path)
+@pytest.mark.parametrize("tail_mac", [POLY1305, GMAC])
+def test_every_byte_is_covered(tmp_path, tail_mac):
+    """Flip each byte of the header, meta and body, and bytes across the tail and its pad: every flip
+    is refused, whichever MAC tags the tail."""
+    path = _write(tmp_path, tail_mac=tail_mac)
     raw = path.read_bytes()
     tail_start = len(raw) - 2 * PAGE
     where = list(range(tail_start)) + list(range(tail_start, len(raw), 97))
-    head_and_body = 11 + 32 + 16 + 32 + 16 + 7 + 7
+    head_and_body = 11 + 32 + 16 + 32 + 16 + 1 + 7 + 7
     for i in where:
         if head_and_body <= i < tail_start:
             continue  # zero padding between body and tail: never read
@@ -49,6 +53,36 @@ def test_every_byte_is_covered(tmp_path):
         path.write_bytes(bytes(bad))
         with pytest.raises(SealError):
             Sealer(SECRET).read(path, "key-a")
+
+
+@pytest.mark.parametrize("tail_mac", [POLY1305, GMAC])
+def test_the_reader_takes_the_tail_mac_the_file_records(tmp_path, tail_mac):
+    other = GMAC if tail_mac == POLY1305 else POLY1305
+    path = _write(tmp_path, tail_mac=tail_mac)
+    assert Sealer(SECRET, other).read(path, "key-a").tail.tobytes() == b"w" * 5000
+
+
+def test_a_tail_of_several_gmac_chunks_is_covered_chunk_by_chunk(tmp_path, monkeypatch):
+    monkeypatch.setattr(sealed, "GMAC_CHUNK", 1000)
+    tail = bytes(range(256)) * 20  # five chunks and a part
+    path = _write(tmp_path, tail=tail, tail_mac=GMAC)
+    assert Sealer(SECRET).read(path, "key-a").tail.tobytes() == tail
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) - 2 * PAGE + 2500] ^= 0x80  # in the third chunk
+    path.write_bytes(bytes(raw))
+    with pytest.raises(SealError, match="tail MAC"):
+        Sealer(SECRET).read(path, "key-a")
+
+
+@pytest.mark.parametrize("triple, features, want", [
+    ("x86_64-unknown-linux-gnu", ("+aes", "+pclmul", "+avx2"), GMAC),
+    ("x86_64-unknown-linux-gnu", ("-aes", "+pclmul", "+avx2"), POLY1305),
+    ("aarch64-unknown-linux-gnu", ("+aes", "+neon"), GMAC),
+    ("aarch64-unknown-linux-gnu", ("+neon",), POLY1305),  # a Raspberry Pi 4: no crypto extensions
+])
+def test_gmac_only_where_the_cpu_multiplies_carry_less(monkeypatch, triple, features, want):
+    monkeypatch.setattr("cuvil.devices.host_profile", lambda: SimpleNamespace(triple=triple, features=features))
+    assert preferred_tail_mac() == want
 
 
 def test_two_writes_of_the_same_content_differ(tmp_path):
@@ -60,8 +94,8 @@ def test_two_writes_of_the_same_content_differ(tmp_path):
 
 def test_garbage_and_lengths_out_of_bounds(tmp_path):
     path = tmp_path / "g"
-    for content in (b"", b"CUVILSEAL1\n", np.random.default_rng(1).bytes(3 * PAGE),
-                    b"CUVILSEAL1\n" + b"\xff" * 200):
+    for content in (b"", MAGIC, b"CUVILSEAL1\n" + bytes(200), np.random.default_rng(1).bytes(3 * PAGE),
+                    MAGIC + b"\xff" * 200):
         path.write_bytes(content)
         with pytest.raises(SealError):
             Sealer(SECRET).read(path, "x")
