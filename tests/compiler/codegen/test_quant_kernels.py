@@ -79,11 +79,14 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.U8, 127, 40, 2, [1, 1, 1, 1], (2, 40, 7, 7), 40),  # depthwise, stride 2, small plane: channels in lanes
     (DType.U8, 127, 3, 2, [1, 0, 1, 2], (1, 3, 27, 26), 3),  # depthwise, stride 2, large plane: column phases
     (DType.I8, 127, 2, 3, [2, 1, 0, 1], (1, 4, 10, 11), 6),  # grouped, stride 3: column phases
-    (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 20, 9, 7), 21),  # AVX2: Winograd F(2x2, 3x3), odd plane, channel tails
+    (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 20, 9, 9), 21),  # AVX2: Winograd F(2x2, 3x3), odd plane, channel tails
     (DType.I8, 128, 1, 1, [0, 2, 1, 0], (2, 32, 10, 11), 12),  # AVX2: Winograd, uneven pads, two images
-    (DType.U8, 127, 1, 1, [1, 1, 1, 1], (2, 5, 4, 5), 21),  # 20 pixels (VNNI): channels in lanes, no padding products
+    (DType.U8, 127, 1, 1, [1, 1, 1, 1], (2, 5, 4, 5), 21),  # 20 pixels: channels in lanes, no padding products; an
+    # odd channel (AVX2's int16 pairs), 3 channel vectors (AVX2: a tile of two, then one)
+    (DType.I8, 127, 1, 1, [1, 1, 1, 1], (1, 16, 8, 8), 32),  # 8x8: channels in lanes before AVX2's Winograd
 ]
 WINOGRAD_CASES = (10, 11)
+ROWS_CASES = (1, 12, 13)  # x86-avx2, int16 pairs: planes of at most 64 pixels, k x k, one group (2: vpmaddubsw)
 
 
 @pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic", "x86-avx512-vnni", "vnni-256", "amx"])
@@ -96,7 +99,9 @@ def test_qconv_is_exact(kind, case):
     bias = rng.integers(-2000, 2000, (m,)).astype(np.int32) if case != 1 else None
     graph = _qconv_graph(dtype, w, bias, group, stride, pads, shape)
     if kind == "x86-avx2":
-        assert ("winograd" in lower(graph, target, optimize=False).llvm_ir) == (case in WINOGRAD_CASES)
+        llvm_ir = lower(graph, target, optimize=False).llvm_ir
+        assert ("winograd" in llvm_ir) == (case in WINOGRAD_CASES)
+        assert ("sext <16 x i8>" in llvm_ir) == (case in ROWS_CASES)  # int8 weights widened as loaded
     sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
     for seed in range(2):
         x = _random_x(dtype, shape, seed)
@@ -104,7 +109,7 @@ def test_qconv_is_exact(kind, case):
         assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
-@pytest.mark.parametrize("kind,rows", [("host", 0), ("host", 64), ("x86-avx2", 0)])
+@pytest.mark.parametrize("kind,rows", [("host", 0), ("host", 64), ("x86-avx2", 0), ("x86-avx2", 64)])
 @pytest.mark.parametrize("stride,dilation,pads", [(1, 2, [2, 3, 0, 4]), (3, 1, [2, 0, 1, 5]), (2, 3, [0, 4, 3, 0])])
 def test_qconv_padding_edges(kind, rows, stride, dilation, pads):
     """Taps whose columns lie partly or wholly in the padding: the im2col's in-bounds spans, and
