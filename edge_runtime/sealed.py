@@ -14,9 +14,9 @@ body, all read into private memory first, so what was checked is what is used. T
 weights, megabytes, mapped straight from the file) carries a tag under a one-time key derived from
 the secret, the name and a fresh random nonce, by the fastest one-time MAC of the writing CPU
 (:data:`TAIL_MACS`; HMAC-SHA256 would cost ~30 ms per 44 MB on a warm start): GMAC where the CPU
-multiplies carry-less (x86 PCLMUL, Arm PMULL: ~3 ms for ResNet-18's 57 MB on a Zen 4 core), else
-Poly1305 (~5 ms there, and far faster than table-driven GHASH on a core without those
-instructions). The tag and the algorithm's number are in the header, so the MAC covers both; the
+multiplies carry-less (x86 PCLMUL, Arm PMULL: ~3 ms for ResNet-18's 57 MB on one Zen 4 core, in
+chunks that several cores check at once), else Poly1305 (~5 ms there, and far faster than
+table-driven GHASH on a core without those instructions). The tag and the algorithm's number are in the header, so the MAC covers both; the
 pad after the tail must be zero. The mapped tail could still be changed after the check by whoever
 can write the file: the reader accepts only files of this user that no one else may write, and
 that user can change the process anyway.
@@ -30,6 +30,7 @@ import mmap
 import os
 import struct
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,19 +63,45 @@ def _page_up(n: int) -> int:
     return n + (-n % PAGE)
 
 
-GMAC_CHUNK = 1 << 30  # OpenSSL takes at most 2**31 - 1 bytes of associated data in one call
+GMAC_CHUNK = 4 << 20
+"""GMAC tags the tail in chunks this long (part of the format): AESGCM releases the GIL, so the
+chunks of a warm start's weights are checked on several cores at once."""
+MAX_CHECK_THREADS = 4  # beyond that, memory bandwidth bounds the check, not the cores
 
 
 def _poly1305(key: bytes, data: memoryview) -> bytes:
     return Poly1305.generate_tag(key, data)
 
 
+def check_threads() -> int:
+    """Threads that check a tail: the cores this process may run on, at most MAX_CHECK_THREADS."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_CHECK_THREADS))
+
+
 def _gmac(key: bytes, data: memoryview) -> bytes:
     """GMAC (AES-256-GCM over no plaintext, the data as associated data) of each GMAC_CHUNK under the
-    one-time key, the chunk's number as its nonce; one chunk's tag as it is, more chunks' hashed."""
-    aes = AESGCM(key)
-    tags = [aes.encrypt(i.to_bytes(12, "little"), b"", data[at:at + GMAC_CHUNK])
-            for i, at in enumerate(range(0, max(len(data), 1), GMAC_CHUNK))]
+    one-time key, the chunk's number as its nonce, on :func:`check_threads` threads; one chunk's tag
+    as it is, more chunks' hashed in order. A thread that fails leaves its chunks' tags empty, so
+    the tag cannot match."""
+    starts = range(0, max(len(data), 1), GMAC_CHUNK)
+    tags = [b""] * len(starts)
+    threads = min(len(starts), check_threads())
+
+    def tag_every(first: int) -> None:
+        aes = AESGCM(key)
+        for i in range(first, len(starts), threads):
+            tags[i] = aes.encrypt(i.to_bytes(12, "little"), b"", data[starts[i]:starts[i] + GMAC_CHUNK])
+
+    helpers = [threading.Thread(target=tag_every, args=(t,), daemon=True) for t in range(1, threads)]
+    for helper in helpers:
+        helper.start()
+    tag_every(0)
+    for helper in helpers:
+        helper.join()
     return tags[0] if len(tags) == 1 else hashlib.sha256(b"".join(tags)).digest()[:16]
 
 

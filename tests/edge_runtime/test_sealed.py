@@ -74,6 +74,15 @@ def test_a_tail_of_several_gmac_chunks_is_covered_chunk_by_chunk(tmp_path, monke
         Sealer(SECRET).read(path, "key-a")
 
 
+def test_the_tag_does_not_depend_on_how_many_threads_check_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(sealed, "GMAC_CHUNK", 1000)
+    tail = bytes(range(256)) * 20
+    monkeypatch.setattr(sealed, "check_threads", lambda: 3)
+    path = _write(tmp_path, tail=tail, tail_mac=GMAC)
+    monkeypatch.setattr(sealed, "check_threads", lambda: 1)
+    assert Sealer(SECRET).read(path, "key-a").tail.tobytes() == tail
+
+
 @pytest.mark.parametrize("triple, features, want", [
     ("x86_64-unknown-linux-gnu", ("+aes", "+pclmul", "+avx2"), GMAC),
     ("x86_64-unknown-linux-gnu", ("-aes", "+pclmul", "+avx2"), POLY1305),
