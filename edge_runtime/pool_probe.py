@@ -63,13 +63,13 @@ class Probe:
         job = _busy_job(module)
         Pool(module, _ENTRY, target, attrs)
         obj = jit.emit_object(str(module), target, jit=True)  # the pool at the level the model's pool gets
-        names = [job.name] + [f"{_ENTRY}_{n}" for n in ("par", "start", "stop")]
+        names = [job.name] + [f"{_ENTRY}_{n}" for n in ("par", "start", "stop", "nudge")]
         self.code = jit.load_functions([obj], names, target)
-        job_at, par_at, start_at, stop_at = self.code.addresses
+        job_at, par_at, start_at, stop_at, nudge_at = self.code.addresses
         self.threads = target.threads
         self.iters = (ctypes.c_int64 * 8)(1000)
         self._job, self._job_at = _JOB(job_at), job_at
-        self._par, self._stop = _PAR(par_at), _VOID(stop_at)
+        self._par, self._stop, self._nudge = _PAR(par_at), _VOID(stop_at), _VOID(nudge_at)
         _VOID(start_at)()
         self._calibrate()
 
@@ -92,12 +92,15 @@ class Probe:
 
     def handoff_us(self, samples: int = 200, cold_gap_s: float = 0.0) -> float:
         """Median of the pool's ``threads`` parts minus median of one part, in microseconds, over
-        ``samples`` interleaved pairs (the typical cost, a busy machine's included); at least 0."""
+        ``samples`` interleaved pairs (the typical cost, a busy machine's included); at least 0.
+        Hot, the workers are nudged before the lone part, as a model nudges them a layer before a job."""
         times: dict = {self.part: [], self.shared: []}
         for _ in range(samples):
             for call, got in times.items():
                 if cold_gap_s:
                     time.sleep(cold_gap_s)
+                elif call == self.part:
+                    self._nudge()
                 got.append(self._seconds(call))
         part, shared = (statistics.median(v) for v in times.values())
         return max(0.0, (shared - part) * 1e6)

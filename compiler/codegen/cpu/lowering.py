@@ -98,7 +98,10 @@ class CpuLowering:
         b = ir.IRBuilder(entry.append_basic_block("entry"))
         arena, weights = entry.args
         self.order = {node.name: i for i, node in enumerate(self.g.nodes)}
+        nudged = self.ahead_of_jobs()
         for node in self.g.nodes:
+            if node.name in nudged:
+                b.call(self.pool.nudge, [])
             if node.name not in self.fused:  # else it ran in its producer's job
                 self.lower_node(b, node, KERNELS[node.op], arena, weights)
         if self.profile:
@@ -109,6 +112,24 @@ class CpuLowering:
                 cell = h.gep(b, counters, slot)
                 b.store(b.add(b.load(cell), b.sub(t1, t0)), cell)
         b.ret_void()
+
+    def ahead_of_jobs(self) -> set[str]:
+        """The nodes before which the caller nudges sleeping workers: the last node with code of its
+        own before each job, so the workers wake while it runs and the job finds them spinning."""
+        if self.target.threads < 2:
+            return set()
+        found, last = set(), None
+        for node in self.g.nodes:
+            if placement(self.prep, node) is None:
+                continue
+            splitter = SPLITTERS.get(node.op)
+            types = (tuple(self.g.types[i] for i in node.inputs), tuple(self.g.types[o] for o in node.outputs))
+            if splitter and splitter(self.pack_key(node, *types), self.target):
+                found |= {last} - {None}
+                last = None
+            else:
+                last = node.name
+        return found
 
     def lower_node(self, b: ir.IRBuilder, node: Node, kd: KernelDef, arena: ir.Value, weights: ir.Value) -> None:
         g = self.g

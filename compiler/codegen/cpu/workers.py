@@ -64,6 +64,8 @@ class Pool:
         else:
             self._emit_serial()
             worker = None
+        self.nudge = self._fn(f"{entry}_nudge", VOID, [])
+        self._emit_nudge(target.threads > 1)
         self._start(f"{entry}_start", worker)
         self._stop(f"{entry}_stop", worker is not None)
         self._detach(f"{entry}_detach")
@@ -104,12 +106,13 @@ class Pool:
         b.position_at_end(done)
 
     def _wait(self, b: ir.IRBuilder, word: ir.Value, flag: ir.Value, until_zero: bool, old: ir.Value | None = None) -> ir.Value:
-        """Spin, then sleep, until ``*word`` is 0 (``until_zero``) or differs from ``old``; returns it."""
+        """Spin, then sleep, until ``*word`` is 0 (``until_zero``) or differs from ``old``; returns it.
+        Any wake-up (a nudge ahead of a job, or a spurious one) starts the spin again."""
         def ready(v):
             return b.icmp_signed("==", v, ir.Constant(I32, 0)) if until_zero else b.icmp_signed("!=", v, old)
         pre = b.block
-        spin, hint, sleep, check, nap, out = (b.append_basic_block(n) for n in ("w.spin", "w.hint", "w.sleep", "w.check",
-                                                                                  "w.nap", "w.out"))
+        spin, hint, sleep, nap, woke, out = (b.append_basic_block(n) for n in ("w.spin", "w.hint", "w.sleep", "w.nap",
+                                                                                "w.woke", "w.out"))
         b.branch(spin)
         b.position_at_end(spin)
         i = b.phi(I32)
@@ -122,22 +125,17 @@ class Pool:
         b.cbranch(b.icmp_signed("<", i, ir.Constant(I32, self.target.tuning.pool_spin)), spin, sleep)
         b.position_at_end(sleep)
         b.atomic_rmw("add", flag, ir.Constant(I32, 1), SEQ)
-        b.branch(check)
-        b.position_at_end(check)
         v2 = b.load_atomic(word, SEQ, 4)
-        woke = b.append_basic_block("w.woke")
         b.cbranch(ready(v2), woke, nap)
         b.position_at_end(nap)
         self._futex(b, word, _WAIT, v2 if until_zero else old)
-        b.branch(check)
+        b.branch(woke)
         b.position_at_end(woke)
         b.atomic_rmw("sub", flag, ir.Constant(I32, 1), SEQ)
-        b.branch(out)
+        i.add_incoming(ir.Constant(I32, 0), woke)
+        b.branch(spin)
         b.position_at_end(out)
-        v = b.phi(I32)
-        v.add_incoming(v1, spin)
-        v.add_incoming(v2, woke)
-        return v
+        return v1
 
     # -- functions ------------------------------------------------------------------------------
     def _emit_serial(self) -> None:
@@ -206,6 +204,20 @@ class Pool:
         self._wait(b, remain, self._slot(b, MAIN_SLEEPS, I32), until_zero=True)
         b.branch(out)
         b.position_at_end(out)
+        b.ret_void()
+
+    def _emit_nudge(self, threaded: bool) -> None:
+        """Wake sleeping workers ahead of a job (the caller calls it a layer before): they spin again,
+        so the job finds them awake and skips the futex wake-up's latency; a no-op when none sleeps."""
+        b = ir.IRBuilder(self.nudge.append_basic_block("entry"))
+        if threaded:
+            wake, done = b.append_basic_block("wake"), b.append_basic_block("done")
+            sleepers = b.load_atomic(self._slot(b, SLEEPERS, I32), "monotonic", 4)
+            b.cbranch(b.icmp_signed(">", sleepers, ir.Constant(I32, 0)), wake, done)
+            b.position_at_end(wake)
+            self._futex(b, self._slot(b, GEN, I32), _WAKE, ir.Constant(I32, MAX_THREADS))
+            b.branch(done)
+            b.position_at_end(done)
         b.ret_void()
 
     def _worker(self, name: str) -> ir.Function:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from cuvil.compiler.codegen.cpu.workers import MAX_THREADS, check_threads
@@ -40,3 +41,28 @@ def test_an_architecture_without_futex_numbers_stays_single_threaded():
     with pytest.raises(CompileError, match="not available"):
         check_threads(riscv)
     check_threads(dataclasses.replace(riscv, threads=1))
+
+
+def _conv_after_relu():
+    """Relu (code of its own), then a conv every thread count splits, then Relu again."""
+    b = GraphBuilder("nudged")
+    x = b.input("x", TensorType.parse("f32[1,8,8,8]"))
+    w = b.constant(np.ones((16, 8, 3, 3), np.float32), "w")
+    y = b.add1("Conv", [b.add1("Relu", [x]), w], pads=(1, 1, 1, 1), strides=(1, 1),
+               dilations=(1, 1), group=1)
+    return b.build([b.add1("Relu", [y])])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_workers_are_nudged_one_layer_before_a_job(threads):
+    """The caller wakes sleeping workers before the layer that precedes a job, so the job finds them
+    spinning; the layer after the job needs no nudge, and one thread has no pool to nudge."""
+    avx2 = resolve_target("x86-avx2")
+    target = dataclasses.replace(avx2, threads=threads, tuning=avx2.tuning.replace(parallel_sync_ratio=0.0))
+    low = lower(_conv_after_relu(), target, optimize=False)
+    entry = low.llvm_ir.split(f'define void @"{low.entry}"(')[1].split("\n}")[0]
+    calls = [line.split("@")[1].split("(")[0].strip('"') for line in entry.splitlines() if "call " in line]
+    if threads == 1:
+        assert not any(c.endswith("_nudge") or c.endswith("_par") for c in calls)
+        return
+    assert [c.rsplit("_", 1)[-1] for c in calls] == ["nudge", "Relu", "par", "Relu"]
