@@ -20,7 +20,7 @@ from ..compiler.codegen.lowered import IOSpec, LoweredModel
 from ..compiler.ir.dtypes import DType
 from ..compiler.memory.plan import MemoryPlan
 from ..compiler.target import Target
-from .sealed import Sealer, SealError
+from .sealed import Sealer, SealError, TailCheck
 
 FORMAT = "cuvil artifact 3"
 
@@ -34,6 +34,19 @@ class Artifact:
     lowered: LoweredModel  # llvm_ir and weights empty: the weights are the array below
     objects: list[bytes]
     weights: np.ndarray  # uint8, read-only, 64-byte aligned (a view of a page-aligned mapping)
+
+
+@dataclass(frozen=True)
+class OpenedArtifact:
+    """An entry whose code and plan are checked and whose weights are being checked (:meth:`checked`)."""
+
+    lowered: LoweredModel
+    objects: list[bytes]
+    weights_check: TailCheck
+
+    def checked(self) -> Artifact:
+        """The entry once its weights' check holds; SealError when it fails."""
+        return Artifact(self.lowered, self.objects, self.weights_check.result())
 
 
 def _spec_json(s: IOSpec) -> list:
@@ -106,7 +119,13 @@ def read_artifact(sealer: Sealer, path: str | os.PathLike, name: str, target: Ta
 
     A missing path, or one that is no regular file of this user, raises OSError.
     """
-    opened = sealer.read(path, name)
+    return open_artifact(sealer, path, name, target).checked()
+
+
+def open_artifact(sealer: Sealer, path: str | os.PathLike, name: str, target: Target) -> OpenedArtifact:
+    """:func:`read_artifact` with the weights' check still under way (:meth:`Sealer.open`): a warm start
+    loads the code meanwhile, and nothing reads the weights before ``checked()``."""
+    opened = sealer.open(path, name)
     try:
         meta = json.loads(opened.meta)
         if meta.get("format") != FORMAT:
@@ -122,4 +141,4 @@ def read_artifact(sealer: Sealer, path: str | os.PathLike, name: str, target: Ta
     for k in lengths:
         objects.append(opened.body[pos:pos + k])
         pos += k
-    return Artifact(lowered, objects, opened.tail)
+    return OpenedArtifact(lowered, objects, opened.tail)

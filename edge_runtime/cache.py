@@ -23,7 +23,7 @@ import numpy as np
 from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
-from .artifact import Artifact, read_artifact, write_artifact
+from .artifact import OpenedArtifact, open_artifact, write_artifact
 from .private import SecretError, device_secret, private_dir
 from .sealed import Sealer, SealError
 
@@ -125,14 +125,24 @@ class CompileCache:
     def path(self, key: str) -> Path:
         return self.dir / f"{key}{self.SUFFIX}"
 
-    def get(self, key: str, target: Target) -> Artifact | None:
+    def get(self, key: str, target: Target) -> OpenedArtifact | None:
+        """The entry under ``key`` with its code and plan checked, its weights' check under way: they
+        come from :meth:`weights` only."""
         if self.sealer is None:
             return None
         try:
-            return read_artifact(self.sealer, self.path(key), key, target)
+            return open_artifact(self.sealer, self.path(key), key, target)
         except FileNotFoundError:
             return None
         except (OSError, SealError) as e:
+            log.warning("compile cache entry %s is unusable, compiling again: %s", self.path(key), _reason(e))
+            return None
+
+    def weights(self, key: str, entry: OpenedArtifact) -> np.ndarray | None:
+        """``entry``'s weights once their check holds; None (logged: a miss) when it fails."""
+        try:
+            return entry.checked().weights
+        except SealError as e:
             log.warning("compile cache entry %s is unusable, compiling again: %s", self.path(key), _reason(e))
             return None
 

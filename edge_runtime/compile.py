@@ -116,7 +116,9 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
         stats = CompileStats(lower_ms=0.0, llvm_ms=0.0, load_ms=(t2 - t1) * 1e3, cache_hit=True,
                              kernel_count=art.lowered.kernel_count, node_count=art.lowered.node_count,
                              object_bytes=sum(map(len, art.objects)), cache_ms=(t1 - t0) * 1e3)
-        return Session(art.lowered, code, stats, weights=art.weights, guard_pages=guard_pages)
+        weights = cache.weights(key, art)  # checked while the code loaded; nothing read them before
+        if weights is not None:
+            return Session(art.lowered, code, stats, weights=weights, guard_pages=guard_pages)
     from ..compiler.codegen.lower import lower
     from . import autotune
     from .parallel import Helpers, emit_objects

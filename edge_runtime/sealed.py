@@ -31,6 +31,7 @@ import os
 import struct
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,44 @@ class Unsealed:
     meta: bytes
     body: bytes
     tail: np.ndarray  # uint8, read-only, page-aligned (a view of a mapping of the file)
+
+
+class TailCheck:
+    """The check of a sealed file's tail, started when the file is opened: a big tail's on a thread of
+    its own, so the caller prepares what does not need the tail meanwhile (a warm start loads the
+    code); :meth:`result` waits for it."""
+
+    def __init__(self, check: Callable[[], np.ndarray], background: bool):
+        self._check, self._tail, self._error = check, None, None
+        self._thread = threading.Thread(target=self._run, daemon=True) if background else None
+        if self._thread:
+            self._thread.start()
+        else:
+            self._run()
+
+    def _run(self) -> None:
+        try:
+            self._tail = self._check()
+        except Exception as e:  # noqa: BLE001 - any failure is a refusal, raised by result()
+            self._error = e
+
+    def result(self) -> np.ndarray:
+        """The checked tail (uint8, read-only, page-aligned); SealError when it fails its check."""
+        if self._thread:
+            self._thread.join()
+        if self._tail is None:
+            e = self._error
+            raise e if isinstance(e, SealError) else SealError(f"the tail could not be checked: {type(e).__name__}")
+        return self._tail
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A sealed file whose head, meta and body are checked, and whose tail is being checked."""
+
+    meta: bytes
+    body: bytes
+    tail: TailCheck
 
 
 def _page_up(n: int) -> int:
@@ -174,12 +213,18 @@ class Sealer:
             raise
 
     def read(self, path: str | os.PathLike, name: str) -> Unsealed:
-        """Open, bound-check and authenticate ``path`` as the file sealed under ``name``.
+        """Open, bound-check and authenticate ``path`` as the file sealed under ``name``, tail included.
 
         Raises SealError for a file that is not a good sealed file of that name, OSError for a
         path that is missing or not a regular file of this user; never blocks, never parses
         anything before the MAC holds.
         """
+        opened = self.open(path, name)
+        return Unsealed(opened.meta, opened.body, opened.tail.result())
+
+    def open(self, path: str | os.PathLike, name: str) -> Opened:
+        """:meth:`read`, except that the tail's check is under way when it returns (on a thread when the
+        tail is at least a GMAC_CHUNK): nothing may read the tail before ``tail.result()``."""
         fd, st = open_regular(path, owned=True)
         try:
             head = read_exactly(fd, _FIXED.size)
@@ -200,10 +245,13 @@ class Sealer:
             region = mmap.mmap(fd, _page_up(tail_len), access=mmap.ACCESS_READ, offset=tail_off) if tail_len else b""
         finally:
             os.close(fd)
-        view = memoryview(region)
-        if tail_len and view[tail_len:] != bytes(len(view) - tail_len):
-            raise SealError("the tail's pad is not zero")
-        if not hmac.compare_digest(tag, self._tail_tag(algorithm, name, nonce, view[:tail_len])):
-            raise SealError("tail MAC mismatch")
-        tail = np.frombuffer(region, dtype=np.uint8)[:tail_len] if tail_len else np.zeros(0, dtype=np.uint8)
-        return Unsealed(data[:meta_len], data[meta_len:], tail)
+
+        def check() -> np.ndarray:
+            view = memoryview(region)
+            if tail_len and view[tail_len:] != bytes(len(view) - tail_len):
+                raise SealError("the tail's pad is not zero")
+            if not hmac.compare_digest(tag, self._tail_tag(algorithm, name, nonce, view[:tail_len])):
+                raise SealError("tail MAC mismatch")
+            return np.frombuffer(region, dtype=np.uint8)[:tail_len] if tail_len else np.zeros(0, dtype=np.uint8)
+
+        return Opened(data[:meta_len], data[meta_len:], TailCheck(check, background=tail_len >= GMAC_CHUNK))

@@ -19,7 +19,8 @@ from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.artifact import FORMAT, ArtifactError, read_artifact, write_artifact
 from cuvil.edge_runtime.cache import CompileCache, cache_key
 from cuvil.edge_runtime.compile import compile_graph, resolve
-from cuvil.edge_runtime.sealed import Sealer
+from cuvil.edge_runtime import sealed
+from cuvil.edge_runtime.sealed import PAGE, Sealer
 
 from .test_session import _check, mlp_graph
 
@@ -218,3 +219,17 @@ def test_an_unusable_device_secret_disables_the_cache_not_the_compile(cache_dir,
     assert cache.get(_key(), resolve("host")) is None
     cache.put(_key(), lower(graph, resolve("host")), [b"never written"])
     assert not cache_dir.exists()
+
+
+def test_weights_damaged_while_their_check_runs_beside_the_code_load_are_a_miss(cache_dir, caplog, monkeypatch):
+    """A warm start loads the code while the weights' check runs on a thread; a flipped weight byte
+    is still a miss, and no session is built on the damaged weights."""
+    monkeypatch.setattr(sealed, "GMAC_CHUNK", PAGE)  # the mlp's weights are then checked on a thread
+    graph = mlp_graph()
+    _compile(graph, cache_dir)
+    entry = CompileCache(cache_dir).path(_key())
+    raw = bytearray(entry.read_bytes())
+    raw[-2 * PAGE] ^= 1  # the tail (its last page is padding when the weights are not whole pages)
+    raw[-PAGE - 100] ^= 1
+    entry.write_bytes(bytes(raw))
+    _miss_then_repaired(graph, cache_dir, caplog)

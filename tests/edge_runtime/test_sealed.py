@@ -94,6 +94,28 @@ def test_gmac_only_where_the_cpu_multiplies_carry_less(monkeypatch, triple, feat
     assert preferred_tail_mac() == want
 
 
+def test_a_tail_checked_on_a_thread_is_refused_when_its_result_is_asked(tmp_path, monkeypatch):
+    monkeypatch.setattr(sealed, "GMAC_CHUNK", 1000)  # 5000 bytes of tail: checked on a thread
+    path = _write(tmp_path)
+    assert Sealer(SECRET).open(path, "key-a").tail.result().tobytes() == b"w" * 5000
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) - 2 * PAGE + 10] ^= 1
+    path.write_bytes(bytes(raw))
+    opened = Sealer(SECRET).open(path, "key-a")  # head, meta and body hold
+    assert opened.meta == b'{"m":1}'
+    with pytest.raises(SealError, match="tail MAC"):
+        opened.tail.result()
+
+
+def test_a_check_that_fails_otherwise_is_a_refusal_too():
+    def broken():
+        raise MemoryError
+
+    for background in (False, True):
+        with pytest.raises(SealError, match="MemoryError"):
+            sealed.TailCheck(broken, background).result()
+
+
 def test_two_writes_of_the_same_content_differ(tmp_path):
     """A fresh nonce per write, so the tail's one-time key is never used for two messages."""
     a = _write(tmp_path).read_bytes()
