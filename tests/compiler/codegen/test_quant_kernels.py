@@ -84,8 +84,9 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.U8, 127, 1, 1, [1, 1, 1, 1], (2, 5, 4, 5), 21),  # 20 pixels: channels in lanes, no padding products; an
     # odd channel (AVX2's int16 pairs), 3 channel vectors (AVX2: a tile of two, then one)
     (DType.I8, 127, 1, 1, [1, 1, 1, 1], (1, 16, 8, 8), 32),  # 8x8: channels in lanes before AVX2's Winograd
+    (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 16, 20, 20), 24),  # AVX2 Winograd: 100 tiles, a block of 84 and a tail
 ]
-WINOGRAD_CASES = (10, 11)
+WINOGRAD_CASES = (10, 11, 14)
 ROWS_CASES = (1, 12, 13)  # x86-avx2, int16 pairs: planes of at most 64 pixels, k x k, one group (2: vpmaddubsw)
 
 

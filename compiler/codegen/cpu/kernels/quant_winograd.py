@@ -16,6 +16,8 @@ reference bit for bit:
 The input is copied once per image into a channel-last zero-bordered int16 plane of centred values
 (as the depthwise lanes kernel does), so a tile's 16 values of 16 channels are 16 vector loads and
 the transforms are vector adds; the output transform requantizes 8 output channels of a tile at once.
+Tiles go through the three steps in blocks (:func:`block_tiles`), so that the transformed input and
+``M`` of a block stay in L2 between the steps (all of ResNet-18's 32x32 layer's ``M`` is 1 MiB).
 Weights ``[16][C/2][M'][2]`` int16 and the bias ``[M']`` int32 are packed at compile time.
 """
 
@@ -31,6 +33,7 @@ from ... import quant_math as qm
 from ...irhelpers import gep
 from ..int_dot import Dot, choose_dot
 from ..int_gemm import GemmGeometry, emit_int_gemm, padded_cols
+from ..int_gemm import tile as gemm_tile
 from .base import KernelContext, KernelKey
 from .quant_depthwise import fill_centred
 
@@ -39,6 +42,7 @@ I16 = ir.IntType(16)
 I16_PER_YMM = 16  # int16 lanes of a ymm register: channels in one input-transform vector
 G2 = np.array([[2, 0, 0], [1, 1, 1], [1, -1, 1], [0, 0, 2]], np.int64)  # 2G of F(2x2, 3x3)
 SUM_BOUND = 4 * 9 * 255 * 128  # |4 * sum| per input channel
+M_BLOCK_BYTES = 128 * 1024  # a block of tiles' M: with its transformed input and the weights, within L2
 
 
 def _dot(target: Target) -> Dot:
@@ -94,13 +98,20 @@ def _dims(key: KernelKey) -> tuple[int, int, int, int]:
     return 2 * th + 2, 2 * tw + 2, pads[0], pads[1]
 
 
+def block_tiles(key: KernelKey, target: Target) -> int:
+    """Tiles per block: whole GEMM row tiles whose ``M`` fits ``M_BLOCK_BYTES``, at most all tiles."""
+    mp, t = _out_pad(key, target), _tiles(*key.out_types[0].shape[2:])[2]
+    mr, _ = gemm_tile(_dot(target), target, mp)
+    return min(t, max(mr, M_BLOCK_BYTES // (16 * 4 * mp) // mr * mr))
+
+
 def _layout(key: KernelKey, target: Target) -> tuple[int, int, int]:
-    """Byte offsets of the transformed input and of M in scratch, and the scratch's size."""
+    """Byte offsets of the transformed input and of M (a block of tiles each) in scratch, and the scratch's size."""
     rows, cols, _, _ = _dims(key)
-    cp, t = _channels(key), _tiles(*key.out_types[0].shape[2:])[2]
+    cp, tb = _channels(key), block_tiles(key, target)
     v_at = -(-2 * rows * cols * cp // 64) * 64
-    m_at = v_at + -(-16 * t * cp * 2 // 64) * 64
-    return v_at, m_at, m_at + 16 * t * _out_pad(key, target) * 4 + 64
+    m_at = v_at + -(-16 * tb * cp * 2 // 64) * 64
+    return v_at, m_at, m_at + 16 * tb * _out_pad(key, target) * 4 + 64
 
 
 def winograd_scratch(key: KernelKey, target: Target) -> int:
@@ -117,11 +128,13 @@ def _at(v: list, b: ir.IRBuilder) -> list:
     return [b.add(b.add(v[0], v[1]), v[2]), b.sub(b.sub(v[1], v[2]), v[3])]
 
 
-def _input_transform(ctx: KernelContext, plane: ir.Value, vbuf: ir.Value, cols: int, cp: int, tw: int, t: int) -> None:
+def _input_transform(ctx: KernelContext, plane: ir.Value, vbuf: ir.Value, cols: int, cp: int, tw: int,
+                     t0: ir.Value, count: int, t: int) -> None:
+    """Tiles ``t0 .. t0 + count`` into ``vbuf`` ``[16][t][cp]`` (``t``: the block's tiles)."""
     b = ctx.b
     v16 = ir.VectorType(I16, I16_PER_YMM)
-    with h.loop_nest(b, (t, cp // I16_PER_YMM), name="wi") as (tile, cg):
-        ty, tx = b.udiv(tile, h.i64(tw)), b.urem(tile, h.i64(tw))
+    with h.loop_nest(b, (count, cp // I16_PER_YMM), name="wi") as (tile, cg):
+        ty, tx = b.udiv(b.add(tile, t0), h.i64(tw)), b.urem(b.add(tile, t0), h.i64(tw))
         at = b.add(h.linear(b, (ty, tx), (2 * cols * cp, 2 * cp)), b.mul(cg, h.i64(I16_PER_YMM)))
         d = [[b.load(b.bitcast(gep(b, plane, b.add(at, h.i64((i * cols + j) * cp))), v16.as_pointer()), align=2)
               for j in range(4)] for i in range(4)]
@@ -133,7 +146,9 @@ def _input_transform(ctx: KernelContext, plane: ir.Value, vbuf: ir.Value, cols: 
                 b.store(v, b.bitcast(dst, v16.as_pointer()), align=2)
 
 
-def _output_transform(ctx: KernelContext, mbuf: ir.Value, img: ir.Value, t: int, tw: int, mp: int) -> None:
+def _output_transform(ctx: KernelContext, mbuf: ir.Value, img: ir.Value, t0: ir.Value, count: int, t: int, tw: int,
+                      mp: int) -> None:
+    """Tiles ``t0 .. t0 + count`` from ``mbuf`` ``[16][t][mp]`` (``t``: the block's tiles), requantized."""
     a, b = ctx.attrs, ctx.b
     m = ctx.out_shape[1]
     oh, ow = ctx.out_shape[2:]
@@ -173,8 +188,8 @@ def _output_transform(ctx: KernelContext, mbuf: ir.Value, img: ir.Value, t: int,
                 else:
                     store()
 
-    with h.for_range(b, t, name="wo") as tile:
-        ty, tx = b.udiv(tile, h.i64(tw)), b.urem(tile, h.i64(tw))
+    with h.for_range(b, count, name="wo") as tile:
+        ty, tx = b.udiv(b.add(tile, t0), h.i64(tw)), b.urem(b.add(tile, t0), h.i64(tw))
         full = m // vl * vl
         if full:
             with h.for_range(b, full, step=vl, name="wm") as ch:
@@ -196,20 +211,29 @@ def emit_winograd_qconv(ctx: KernelContext) -> None:
     plane = b.bitcast(ctx.scratch, I16.as_pointer())
     vbuf = b.bitcast(gep(b, ctx.scratch, v_at), I16.as_pointer())
     mbuf = b.bitcast(gep(b, ctx.scratch, m_at), h.I32.as_pointer())
-    geo = GemmGeometry(rows=t, cols=m, cols_pad=mp, k4=cp // 2, vec_is_u=False)
+    tb = block_tiles(ctx.key, ctx.target)
     vt = dot.lanes_type
-    with h.for_range(b, n_img, name="n") as n:
-        fill_centred(ctx, n, plane, cp, dims)
-        _input_transform(ctx, plane, vbuf, dims[1], cp, tw, t)
+
+    def block(n: ir.Value, t0: ir.Value, count: int) -> None:
+        _input_transform(ctx, plane, vbuf, dims[1], cp, tw, t0, count, tb)
+        geo = GemmGeometry(rows=count, cols=m, cols_pad=mp, k4=cp // 2, vec_is_u=False)
         with h.for_range(b, 16, name="winograd.xi") as xi:
-            bptr = b.bitcast(gep(b, vbuf, b.mul(xi, h.i64(t * cp))), h.I8P)
+            bptr = b.bitcast(gep(b, vbuf, b.mul(xi, h.i64(tb * cp))), h.I8P)
             vptr = gep(b, b.bitcast(ctx.ins[1], h.I8P), b.mul(xi, h.i64(cp * mp * 2)))
-            m_xi = gep(b, mbuf, b.mul(xi, h.i64(t * mp)))
+            m_xi = gep(b, mbuf, b.mul(xi, h.i64(tb * mp)))
 
             def epilogue(bb: ir.IRBuilder, row: ir.Value, col, acc: ir.Value, partial: bool) -> None:
                 at = bb.add(bb.mul(row, h.i64(mp)), h.i64(col) if isinstance(col, int) else col)
                 bb.store(acc, bb.bitcast(gep(bb, m_xi, at), vt.as_pointer()), align=4)
 
             emit_int_gemm(b, dot, ctx.target, geo, bptr, vptr, epilogue)
-        _output_transform(ctx, mbuf, b.mul(n, h.i64(m * oh * ow)), t, tw, mp)
+        _output_transform(ctx, mbuf, b.mul(n, h.i64(m * oh * ow)), t0, count, tb, tw, mp)
+
+    full = t // tb * tb
+    with h.for_range(b, n_img, name="n") as n:
+        fill_centred(ctx, n, plane, cp, dims)
+        with h.for_range(b, full, step=tb, name="wb") as t0:
+            block(n, t0, tb)
+        if t > full:
+            block(n, h.i64(full), t - full)
 
