@@ -77,3 +77,16 @@ def test_given_channel_ranges_are_taken_exactly_when_they_fit():
     assert conv_parts(depthwise, _target(2), rows=[(0, 40), (40, 44)]) is None  # not all channels
     assert conv_parts(depthwise, _target(2), rows=[(0, 16), (16, 32), (32, 48)]) is None  # more parts than threads
     assert conv_parts(_key(32, 40, 16), _target(2), rows=[(0, 20), (20, 40)]) is None  # not whole vectors of 8
+
+
+def test_a_layer_kept_whole_says_why():
+    from cuvil.compiler.codegen.cpu.kernels.split import decide_split
+
+    def why(c, oc, hw, threads=2, sync_us=0.0, group=1):
+        return decide_split(_target(threads, sync_us), (1, c, hw, hw, oc, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), group))[1]
+
+    assert why(32, 40, 16) == ""  # split
+    assert why(32, 40, 16, threads=1) == "one thread"
+    assert why(32, 20, 16) == "20 output channels are no whole 8-lane vectors"
+    assert why(32, 8, 16) == "one 8-channel unit of output"
+    assert why(32, 40, 16, sync_us=2000.0) == "2.95M multiply-adds: under two parts of 2.00M"

@@ -69,29 +69,45 @@ def split_ranges(target: Target, geom: tuple, parts: int | None = None,
     stays on one thread. ``parts``: at most this many (default: the tuner's measured count for this
     geometry, else the cost model's: one per ``min_part_macs``, at most ``threads``). ``rows``: exactly
     these output-channel ranges (a layer sharing its producer's parts), or None when they do not fit."""
+    return decide_split(target, geom, parts, rows)[0]
+
+
+def decide_split(target: Target, geom: tuple, parts: int | None = None,
+                 rows: list[tuple[int, int]] | None = None) -> tuple[list[Range] | None, str]:
+    """``split_ranges`` and, when it keeps the layer whole, why (for ``benchmarks/thread_layers.py``)."""
     n, c, hh, ww, oc, kh, kw, strides, pads, dilations, group = geom
     if target.threads < 2 or n != 1:
-        return None
+        return None, "one thread" if target.threads < 2 else "batch above one"
     plan = conv_plan(target, *geom)
     macs = oc * plan.OH * plan.OW * (c // group) * kh * kw
     if group == 1:
         unit = plan.vl
         units = oc // unit
         if oc % unit:
-            return None
+            return None, f"{oc} output channels are no whole {unit}-lane vectors"
     else:
         unit, units = oc // group, group
     if rows is not None:
-        return _split(target, plan, geom, unit, rows) if _tiles(rows, oc, unit, target.threads) else None
+        if not _tiles(rows, oc, unit, target.threads):
+            return None, "the producer's channel ranges do not fit"
+        found = _split(target, plan, geom, unit, rows)
+        return found, "" if found else "a part would sum in another order"
+    measured = target.split_parts(geom) if parts is None else None
     if parts is None:
-        parts = target.split_parts(geom)
+        parts = measured
     if parts is None:
         parts = int(macs // max(1.0, min_part_macs(target)))
     for k in range(min(target.threads, units, parts), 1, -1):  # the most parts that sum in the whole layer's order
         found = _split(target, plan, geom, unit, _ranges(units, k, unit))
         if found is not None:
-            return found
-    return None
+            return found, ""
+    if units < 2:
+        return None, f"one {unit}-channel unit of output"
+    if measured is not None:
+        return None, "the tuner measured it faster whole"
+    if parts < 2:
+        return None, f"{macs / 1e6:.2f}M multiply-adds: under two parts of {min_part_macs(target) / 1e6:.2f}M"
+    return None, "a part would sum in another order"
 
 
 def conv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
