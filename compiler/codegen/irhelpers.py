@@ -188,8 +188,12 @@ def memcpy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, nbytes: int) -> None:
     call_named(b, "llvm.memcpy.p0.p0.i64", VOID, [b.bitcast(dst, I8P), b.bitcast(src, I8P), i64(nbytes), ir.Constant(I1, 0)])
 
 
+def memset(b: ir.IRBuilder, dst: ir.Value, byte: int, nbytes: int) -> None:
+    call_named(b, "llvm.memset.p0.i64", VOID, [b.bitcast(dst, I8P), ir.Constant(I8, byte), i64(nbytes), ir.Constant(I1, 0)])
+
+
 def memset0(b: ir.IRBuilder, dst: ir.Value, nbytes: int) -> None:
-    call_named(b, "llvm.memset.p0.i64", VOID, [b.bitcast(dst, I8P), ir.Constant(I8, 0), i64(nbytes), ir.Constant(I1, 0)])
+    memset(b, dst, 0, nbytes)
 
 
 def prefetch(b: ir.IRBuilder, ptr: ir.Value, locality: int = 3) -> None:

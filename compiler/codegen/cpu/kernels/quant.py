@@ -27,6 +27,7 @@ from ..int_gemm import GemmGeometry, emit_int_gemm, padded_cols, store_bytes
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
 from .elementwise import emit_map
+from .quant_dwrows import DWROWS, dwrows_ok, dwrows_scratch, emit_dwrows_qconv, pack_dwrows
 from .quant_depthwise import LANES, emit_lanes_qconv, lanes_ok, lanes_scratch, pack_lanes
 from .quant_grouped import emit_grouped_qconv, grouped_scratch, valid_span
 from .quant_rows import ROWS, emit_rows_qconv, pack_rows, rows_ok, rows_scratch
@@ -183,6 +184,9 @@ def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
         rows = _conv_rows(arr, 4)
         dot = choose_dot(target, pairs_bounded(rows))
         return _pack_broadcast_rows(rows if dot.per_unit == 4 else _conv_rows(arr, dot.per_unit), dot)
+    if dwrows_ok(key, target):
+        dot = choose_dot(target, False)
+        return pack_dwrows(key, i, arr, dot, _zp_enc(key, dot))
     if lanes_ok(key, target):
         return pack_lanes(key, i, arr, target)
     return None
@@ -251,6 +255,9 @@ def _qconv_scratch(key: KernelKey, target: Target) -> int:
     rows = _dot_of(key, target, ROWS)
     if rows is not None:
         return rows_scratch(key, rows)
+    dw = _dot_of(key, target, DWROWS)
+    if dw is not None:
+        return dwrows_scratch(key, dw)
     dot = _dot_of(key, target)
     if _lanes_packed(key):
         return lanes_scratch(key, target)
@@ -373,8 +380,11 @@ def _qconv_rows(ctx: KernelContext, dot: Dot) -> None:
 def emit_qconv(ctx: KernelContext) -> None:
     dot = _dot_of(ctx.key, ctx.target)
     rows = _dot_of(ctx.key, ctx.target, ROWS)
+    dw = _dot_of(ctx.key, ctx.target, DWROWS)
     if ctx.key.packed[1] == F2X2_LAYOUT:
         emit_winograd_qconv(ctx)
+    elif dw is not None:
+        emit_dwrows_qconv(ctx, dw, _encoding(ctx.in_types[0].dtype, dw)[0], _zp_enc(ctx.key, dw))
     elif rows is not None:
         _qconv_rows(ctx, rows)
     elif dot is not None and _conv_gemm_ok(ctx.key):
