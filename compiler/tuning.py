@@ -46,6 +46,7 @@ class Tuning:
     rows_prefetch_locality: int = 2  # prefetcht1 (t0: no different)
     half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
     int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
+    int8_dwrows_min_pixels: int = 9  # int8 depthwise by window-row quads above this many outputs (byte-quad targets; 3x3 planes keep channels in lanes)
     int8_depthwise_lanes_max_pixels: int = 64  # int8 depthwise with channels in lanes up to 8x8 outputs; larger planes stream rows (faster there, Zen 4)
     int8_winograd_min_tiles: int = 16  # int8 3x3 convs on AVX2 int16 pairs take Winograd F(2x2,3x3) from 16 output tiles (8x8) when int8_rows_max_pixels does not take them first; fewer re-read 3.6x the weight bytes for little work
     autotune: bool = True  # time conv candidates on the device at compile time (cuvil compile --tune)

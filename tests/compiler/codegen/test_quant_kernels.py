@@ -85,6 +85,7 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     # odd channel (AVX2's int16 pairs), 3 channel vectors (AVX2: a tile of two, then one)
     (DType.I8, 127, 1, 1, [1, 1, 1, 1], (1, 16, 8, 8), 32),  # 8x8: channels in lanes before AVX2's Winograd
     (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 16, 20, 20), 24),  # AVX2 Winograd: 100 tiles, a block of 84 and a tail
+    (DType.I8, 127, 20, 1, [1, 1, 1, 1], (1, 20, 3, 3), 20),  # depthwise, 3x3 plane: channels in lanes on every target
 ]
 WINOGRAD_CASES = (10, 11, 14)
 ROWS_CASES = (1, 12, 13)  # x86-avx2, int16 pairs: planes of at most 64 pixels, k x k, one group (2: vpmaddubsw)
@@ -123,6 +124,26 @@ def test_qconv_padding_edges(kind, rows, stride, dilation, pads):
     target = dataclasses.replace(target, tuning=target.tuning.replace(int8_rows_max_pixels=rows))
     sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
     x = _random_x(DType.U8, shape, 3)
+    assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
+
+
+@pytest.mark.parametrize("kind", ["x86-avx512-vnni", "vnni-256"])
+@pytest.mark.parametrize("dtype,stride,dilation,pads,shape", [
+    (DType.U8, 1, 2, [2, 1, 0, 3], (1, 3, 12, 37)),  # rows of 3 chunks, the last partial; dilated
+    (DType.I8, 2, 1, [0, 1, 1, 0], (2, 4, 30, 35)),  # stride 2 rows, two images; activations re-encoded
+    (DType.U8, 3, 1, [1, 2, 2, 1], (1, 5, 9, 10)),  # a small plane as runs across its rows
+    (DType.I8, 1, 3, [3, 3, 3, 3], (1, 2, 7, 6)),  # dilated runs; the plane's last run partial
+])
+def test_depthwise_window_rows(kind, dtype, stride, dilation, pads, shape):
+    """Depthwise convs above a 3x3 plane on byte-quad targets: one quad dot product per window row."""
+    target = _target(kind)
+    c = shape[1]
+    rng = np.random.default_rng(c)
+    w = rng.integers(-128, 128, (c, 1, 3, 3)).astype(np.int8)
+    graph = _qconv_graph(dtype, w, rng.integers(-900, 900, (c,)).astype(np.int32), c, stride, pads, shape, dilation)
+    assert "dwrows" in lower(graph, target, optimize=False).llvm_ir
+    sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
+    x = _random_x(dtype, shape, 5)
     assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
 
 

@@ -19,6 +19,8 @@ window-row quads, int8 ``[channel][kh][4]``. The bias stays int32 ``[channel]``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from llvmlite import ir
 
@@ -36,6 +38,7 @@ DWROWS = "dw-rows:"  # + the Dot kind the packing was made for
 DWROWS_BIAS = "dw-rows-bias"
 BYTE_QUADS = ("vnni", "amx", "sdot", "i8mm", "sve-sdot")  # dot products of 4 bytes a lane
 SUMS_PAD = 16
+MAX_FLAT_CHUNKS = 8  # a plane of at most this many chunks is unrolled across its rows
 
 
 def dwrows_ok(key: KernelKey, target: Target) -> bool:
@@ -53,7 +56,7 @@ def dwrows_ok(key: KernelKey, target: Target) -> bool:
     sw, dw = a["strides"][1], a["dilations"][1]
     return (dot.kind in BYTE_QUADS and cg == 1 and m == c == a["group"] and c > 0 and kw <= 4
             and (dot.vl - 1) * sw + (kw - 1) * dw < 4 * dot.vl
-            and oh * ow > target.tuning.int8_depthwise_lanes_max_pixels)
+            and oh * ow > target.tuning.int8_dwrows_min_pixels)
 
 
 def pack_dwrows(key: KernelKey, i: int, arr: np.ndarray, dot: Dot, zp_enc: int) -> tuple[str, np.ndarray] | None:
@@ -96,12 +99,49 @@ def _fill_channel(ctx: KernelContext, plane: ir.Value, src: ir.Value, flip: bool
             h.memcpy(b, dst, row, ww)
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """Up to VL consecutive outputs (row-major) of one channel, read by one load per kernel row."""
+
+    first: int  # the first output's index in its row (row mode) or plane (flat mode)
+    count: int
+    at: int  # plane offset of its first output's window, kernel row 0
+    mask: tuple[int, ...]  # byte j of lane i's quad: loaded byte mask[4i + j]
+
+
+def chunks(key: KernelKey, vl: int) -> tuple[bool, tuple[Chunk, ...]]:
+    """(flat, chunks): a small plane as runs of consecutive outputs across its rows, each as long as
+    one loaded vector covers (at most VL, ``MAX_FLAT_CHUNKS`` in all); else one row's chunks."""
+    a = dict(key.attrs)
+    _, _, _, kw = key.in_types[1].shape
+    oh, ow = key.out_types[0].shape[2:]
+    (sh, sw), dw = a["strides"], a["dilations"][1]
+    _, pitch = _pitch(key)
+
+    def runs(total: int, offset) -> list[Chunk]:
+        out, p = [], 0
+        while p < total:
+            n = 1
+            while n < vl and p + n < total and offset(p + n) - offset(p) + (kw - 1) * dw < 4 * vl:
+                n += 1
+            rel = [offset(p + min(i, n - 1)) - offset(p) for i in range(vl)]
+            mask = tuple(r + t * dw if t < kw else r for r in rel for t in range(4))
+            out.append(Chunk(p, n, offset(p), mask))
+            p += n
+        return out
+
+    flat = runs(oh * ow, lambda p: (p // ow) * sh * pitch + (p % ow) * sw)
+    if len(flat) <= MAX_FLAT_CHUNKS:
+        return True, tuple(flat)
+    return False, tuple(runs(ow, lambda x: x * sw))
+
+
 def emit_dwrows_qconv(ctx: KernelContext, dot: Dot, flip: bool, zp_enc: int) -> None:
     a, b = ctx.attrs, ctx.b
     n_img, c, hh, ww = ctx.shape(0)
-    _, _, kh, kw = ctx.shape(1)
+    _, _, kh, _ = ctx.shape(1)
     oh, ow = ctx.out_shape[2:]
-    (sh, sw), (dh, dw) = a["strides"], a["dilations"]
+    sh, dh = a["strides"][0], a["dilations"][0]
     _, pitch = _pitch(ctx.key)
     vl, vt, bt = dot.vl, dot.lanes_type, dot.bytes_type
     ft = ir.VectorType(h.F32, vl)
@@ -111,12 +151,11 @@ def emit_dwrows_qconv(ctx: KernelContext, dot: Dot, flip: bool, zp_enc: int) -> 
     sums = b.bitcast(ctx.ins[1], h.I32.as_pointer())
     wq = b.bitcast(gep(b, ctx.ins[1], 4 * (-(-c // SUMS_PAD) * SUMS_PAD)), h.I32.as_pointer())
     bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
-    mask = h.vector(ir.VectorType(h.I32, 4 * vl),
-                    [i * sw + t * dw if t < kw else i * sw for i in range(vl) for t in range(4)])
-    chunks = [(x0, min(vl, ow - x0)) for x0 in range(0, ow, vl)]
+    flat, runs = chunks(ctx.key, vl)
+    masked = ctx.target.tuning.masked_stores
     h.memset(b, plane, zp_enc & 0xFF, dwrows_scratch(ctx.key, dot))  # the border, once a call
 
-    with h.loop_nest(b, (n_img, c), name="nc") as (n, ch):
+    with h.loop_nest(b, (n_img, c), name="dwrows") as (n, ch):
         plane_src = gep(b, ctx.ins[0], b.mul(b.add(b.mul(n, h.i64(c)), ch), h.i64(hh * ww)))
         _fill_channel(ctx, plane, plane_src, flip)
         init = h.load(b, sums, ch)
@@ -128,20 +167,35 @@ def emit_dwrows_qconv(ctx: KernelContext, dot: Dot, flip: bool, zp_enc: int) -> 
                  for ty in range(kh)]
         out_plane = gep(b, ctx.outs[0], b.mul(b.add(b.mul(n, h.i64(c)), ch), h.i64(oh * ow)))
 
-        def row(oy: ir.Value, spill: bool) -> None:
-            at = b.mul(oy, h.i64(sh * pitch))
+        def emit(run: Chunk, at: ir.Value, out: ir.Value, room: bool) -> None:
+            """One chunk: ``room``: the outputs after it in this plane take a whole-vector store."""
+            acc = init
+            for ty in range(kh):
+                src = gep(b, plane, b.add(at, h.i64(run.at + ty * dh * pitch)))
+                v = b.load(b.bitcast(src, bt.as_pointer()), align=1)
+                acc = dot.step(b, acc, b.shuffle_vector(v, v, h.vector(ir.VectorType(h.I32, 4 * vl), run.mask)), wrows[ty])
+            q = qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
+            _store(b, q, gep(b, out, run.first), None if room or run.count == vl else run.count, masked)
+
+        def row(oy: ir.Value, last: bool) -> None:
             out_row = gep(b, out_plane, b.mul(oy, h.i64(ow)))
-            for x0, valid in chunks:
-                acc = init
-                for ty in range(kh):
-                    src = gep(b, plane, b.add(at, h.i64(ty * dh * pitch + x0 * sw)))
-                    v = b.load(b.bitcast(src, bt.as_pointer()), align=1)
-                    acc = dot.step(b, acc, b.shuffle_vector(v, v, mask), wrows[ty])
-                q = qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
-                store_bytes(b, q, gep(b, out_row, x0), None if spill or valid == vl else valid)
+            for run in runs:
+                emit(run, b.mul(oy, h.i64(sh * pitch)), out_row, not last or run.first + vl <= ow)
 
-        if oh > 1:
-            with h.for_range(b, oh - 1, name="oy") as oy:
-                row(oy, True)
-        row(h.i64(oh - 1), False)
+        if flat:
+            for run in runs:
+                emit(run, h.i64(0), out_plane, run.first + vl <= oh * ow)
+        else:
+            if oh > 1:
+                with h.for_range(b, oh - 1, name="oy") as oy:
+                    row(oy, False)
+            row(h.i64(oh - 1), True)
 
+def _store(b: ir.IRBuilder, q: ir.Value, ptr: ir.Value, valid: int | None, masked: bool) -> None:
+    """``<VL x i8>`` at ``ptr``: whole, or its first ``valid`` lanes (a masked store where cheap)."""
+    if valid is None or not masked:
+        store_bytes(b, q, ptr, valid)
+        return
+    mask = h.vector(ir.VectorType(ir.IntType(1), q.type.count), [i < valid for i in range(q.type.count)])
+    h.call_named(b, f"llvm.masked.store.v{q.type.count}i8.p0", ir.VoidType(),
+                 [q, b.bitcast(ptr, q.type.as_pointer()), ir.Constant(h.I32, 1), mask])
