@@ -1,4 +1,5 @@
-"""Cuvil int8 vs ONNX Runtime int8 vs Cuvil fp32 on the zoo: batch 1, one thread, interleaved.
+"""Cuvil int8 vs ONNX Runtime int8 vs Cuvil fp32 on the zoo (and the sweep's architectures): batch 1,
+one thread, interleaved.
 
 The int8 model is ONNX Runtime's own static QDQ quantization (per-channel int8 weights, uint8
 activations, 16 calibration inputs drawn like the example input); Cuvil imports that same QDQ file.
@@ -11,14 +12,20 @@ one thread). On a loaded machine wall-clock medians move with the load from run 
 near 1 flip); CPU time leaves out the time the thread was descheduled, so the ``cpu`` ratios are
 the ones to compare across runs.
 
+``--models`` takes zoo names (``tests/zoo.py``) and architectures of the sweep (``tests/archs.py``:
+models beyond the zoo, quantized the same way); a model that does not import, quantize or compile
+gets a one-line row naming the error.
+
     python benchmarks/int8_bench.py [--models mlp,small_cnn,resnet18,mobilenet_v2] [--target host|x86-avx2]
-                                    [--rounds 20] [--block 20]
+                                    [--rounds 20] [--block 20] [--profile K]
+    python benchmarks/int8_bench.py --models mobilenet_v1,shufflenet_v2,kws_dscnn,squeezenet --rounds 10
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -35,7 +42,10 @@ from cuvil.compiler.passes.pipeline import optimize  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
 from tests.qdq import ort_session, qdq_model  # noqa: E402
+from tests.archs import ARCHS  # noqa: E402
 from tests.zoo import ZOO  # noqa: E402
+
+MODELS = ZOO | {k: v for k, v in ARCHS.items() if k not in ZOO}
 
 
 def time_interleaved(runners: dict, rounds: int, block: int) -> tuple[dict, dict]:
@@ -60,8 +70,34 @@ def bundle_bytes(graph) -> int:
     return len(signed_bundle(graph, Ed25519PrivateKey.generate()))
 
 
-def bench(name: str, target: str, rounds: int, block: int) -> dict:
-    model, example = ZOO[name]()
+def profile_rows(q8, feeds: dict, qdq, target: str, top: int, runs: int = 50) -> list[str]:
+    """The ``top`` int8 nodes with the most cycles (fewest over ``runs``, as a share of the median
+    run) beside ONNX Runtime's own time for the same QDQ node (its profile names it ``<node>_token_N``)."""
+    from arch_sweep import ort_node_us  # this folder is on sys.path when run as a script
+
+    sess = compile_graph(q8, target=target, threads=1, profile=True, use_cache=False)
+    sess.run(feeds)
+    cycles = sess.node_cycles(runs)
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter_ns()
+        sess.run_raw()
+        walls.append((time.perf_counter_ns() - t0) / 1e3)
+    us_per_cycle = float(np.median(walls)) / max(1, sum(cycles.values()))
+    theirs: dict[str, float] = {}
+    for k, v in ort_node_us(qdq, list(feeds.values()), runs).items():
+        node = re.sub(r"_token_\d+$", "", k)
+        theirs[node] = theirs.get(node, 0.0) + v
+    out = [f"    {'cuvil us':>8} {'ORT us':>7}  node (median {float(np.median(walls)):.0f} us; ORT's profile sums to "
+           f"{sum(theirs.values()):.0f} us)"]
+    for name, c in sorted(cycles.items(), key=lambda kv: -kv[1])[:top]:
+        ort_us = f"{theirs[name]:7.1f}" if name in theirs else f"{'-':>7}"
+        out.append(f"    {c * us_per_cycle:8.1f} {ort_us}  {name}")
+    return out
+
+
+def bench(name: str, target: str, rounds: int, block: int, top: int = 0) -> dict:
+    model, example = MODELS[name]()
     f32_onnx, qdq = qdq_model(model, example)
     f32 = optimize(import_onnx(f32_onnx))
     q8 = optimize(import_onnx(qdq))
@@ -80,7 +116,8 @@ def bench(name: str, target: str, rounds: int, block: int) -> dict:
     return {"model": name, **med, "int8/ort": med["cuvil_int8"] / med["ort_int8"],
             "fp32/int8": med["cuvil_fp32"] / med["cuvil_int8"], "cpu": cmed,
             "cpu int8/ort": cmed["cuvil_int8"] / cmed["ort_int8"], "cpu fp32/int8": cmed["cuvil_fp32"] / cmed["cuvil_int8"],
-            "bundle int8/fp32": bundle_bytes(q8) / bundle_bytes(f32), "exact": exact}
+            "bundle int8/fp32": bundle_bytes(q8) / bundle_bytes(f32), "exact": exact,
+            "profile": profile_rows(q8, feeds, qdq, target, top) if top else []}
 
 
 def main() -> None:
@@ -89,6 +126,7 @@ def main() -> None:
     ap.add_argument("--target", default="host")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--block", type=int, default=20)
+    ap.add_argument("--profile", type=int, default=0, metavar="K", help="per model, the K int8 nodes with the most cycles beside ORT's")
     args = ap.parse_args()
     import onnxruntime
 
@@ -96,10 +134,16 @@ def main() -> None:
     print(f"{'model':14} {'cuvil int8 ms':>13} {'ort int8 ms':>11} {'cuvil fp32 ms':>13} {'int8/ort':>8} "
           f"{'fp32/int8':>9} | {'cpu: int8':>9} {'ort':>6} {'fp32':>6} {'int8/ort':>8} {'fp32/int8':>9} | {'bundle':>7} exact")
     for name in args.models.split(","):
-        r = bench(name, args.target, args.rounds, args.block)
+        try:
+            r = bench(name, args.target, args.rounds, args.block, args.profile)
+        except Exception as e:  # a model beyond the zoo may not quantize or compile: its row says why
+            print(f"{name:14} {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+            continue
         print(f"{name:14} {r['cuvil_int8']:13.3f} {r['ort_int8']:11.3f} {r['cuvil_fp32']:13.3f} {r['int8/ort']:8.2f} "
               f"{r['fp32/int8']:9.2f} | {r['cpu']['cuvil_int8']:9.3f} {r['cpu']['ort_int8']:6.3f} {r['cpu']['cuvil_fp32']:6.3f} "
               f"{r['cpu int8/ort']:8.2f} {r['cpu fp32/int8']:9.2f} | {r['bundle int8/fp32']:7.3f} {r['exact']}", flush=True)
+        if r["profile"]:
+            print("\n".join(r["profile"]), flush=True)
 
 
 if __name__ == "__main__":
