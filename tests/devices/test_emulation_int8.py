@@ -70,11 +70,11 @@ def test_zoo_int8_is_exact_under_qemu(name, tmp_path):
 
 QDQ_NETS = {  # beyond the zoo, quantized by onnxruntime.quantization (QDQ, per-channel int8 weights)
     "grouped_residual": (_Net, (1, 3, 10, 10)),  # grouped conv, residual QAdd, max-pool, biased linear head
-    "pad_pool": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.ZeroPad2d((0, 1, 0, 1)),
-                                       nn.MaxPool2d(2, 1), nn.Conv2d(8, 5, 1)), (1, 3, 7, 6)),
-    # depthwise by window-row quads: a 9x7 plane by rows (NEON: a partial last vector), then 5x4 as runs across rows
-    "depthwise": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, 2, 1, groups=8),
-                                        nn.ReLU(), nn.Conv2d(8, 8, 3, 2, 1, groups=8), nn.Conv2d(8, 4, 1)), (1, 3, 17, 13)),
+    # a padded stride-1 max-pool, then depthwise by window-row quads: a 9x7 plane by rows (NEON: a partial
+    # last vector), 5x4 as runs across rows
+    "pad_pool_depthwise": (lambda: nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.ZeroPad2d((0, 1, 0, 1)), nn.MaxPool2d(2, 1),
+        nn.Conv2d(8, 8, 3, 2, 1, groups=8), nn.ReLU(), nn.Conv2d(8, 8, 3, 2, 1, groups=8), nn.Conv2d(8, 5, 1)), (1, 3, 17, 13)),
 }
 
 

@@ -133,6 +133,7 @@ def test_qconv_padding_edges(kind, rows, stride, dilation, pads):
     (DType.I8, 2, 1, [0, 1, 1, 0], (2, 4, 30, 35)),  # stride 2 rows, two images; activations re-encoded
     (DType.U8, 3, 1, [1, 2, 2, 1], (1, 5, 9, 10)),  # a small plane as runs across its rows
     (DType.I8, 1, 3, [3, 3, 3, 3], (1, 2, 7, 6)),  # dilated runs; the plane's last run partial
+    (DType.U8, 1, 1, [1, 1, 1, 1], (1, 2, 60, 3)),  # rows narrower than a vector: no spill past the next row
 ])
 def test_depthwise_window_rows(kind, dtype, stride, dilation, pads, shape):
     """Depthwise convs above a 3x3 plane on byte-quad targets: one quad dot product per window row."""

@@ -10,8 +10,9 @@ shuffle put each output's window row (``kw <= 4`` bytes at column ``ox * sw + tx
 lane's quad; one quad dot product (``vpdpbusd``, ``sdot``) with the splat weight quad adds that
 row for all VL outputs. Any stride and dilation whose lanes' windows fit in the loaded vector.
 
-Rows are VL outputs at a time; a row's last partial vector is stored whole except on a channel's
-last row, so the spill lands on the next row's first outputs, which are written after it.
+Rows are VL outputs at a time; a row's partial last vector is stored whole where its spill lands on
+the next row's first outputs (written after it), else only its own lanes (a channel's last row, rows
+narrower than half a vector).
 
 Packed weights: int32 ``[channel]`` compensations ``-zp * sum(w)`` (padded to 16), then the
 window-row quads, int8 ``[channel][kh][4]``. The bias stays int32 ``[channel]``.
@@ -180,7 +181,7 @@ def emit_dwrows_qconv(ctx: KernelContext, dot: Dot, flip: bool, zp_enc: int) -> 
         def row(oy: ir.Value, last: bool) -> None:
             out_row = gep(b, out_plane, b.mul(oy, h.i64(ow)))
             for run in runs:
-                emit(run, b.mul(oy, h.i64(sh * pitch)), out_row, not last or run.first + vl <= ow)
+                emit(run, b.mul(oy, h.i64(sh * pitch)), out_row, run.first + vl <= (ow if last else 2 * ow))
 
         if flat:
             for run in runs:
