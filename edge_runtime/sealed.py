@@ -9,17 +9,17 @@ to another key's name fails, since the name is MAC'd too. Layout (little endian)
                   | tail MAC algorithm (1)
     meta | body | zero pad to a page | tail | zero pad to a page
 
-``mac`` is HMAC-SHA256 over the name and everything in the header after it, the meta and the
-body, all read into private memory first, so what was checked is what is used. The tail (packed
-weights, megabytes, mapped straight from the file) carries a tag under a one-time key derived from
-the secret, the name and a fresh random nonce, by the fastest one-time MAC of the writing CPU
+``mac`` is HMAC-SHA256 over the name and everything in the header after it, the meta and the body,
+all read into private memory first, so what was checked is what is used. The tail (packed weights,
+megabytes, mapped straight from the file) carries a tag under a one-time key derived from the
+secret, the name and a fresh random nonce, by the fastest one-time MAC of the writing CPU
 (:data:`TAIL_MACS`; HMAC-SHA256 would cost ~30 ms per 44 MB on a warm start): GMAC where the CPU
 multiplies carry-less (x86 PCLMUL, Arm PMULL: ~3 ms for ResNet-18's 57 MB on one Zen 4 core, in
 chunks that several cores check at once), else Poly1305 (~5 ms there, and far faster than
-table-driven GHASH on a core without those instructions). The tag and the algorithm's number are in the header, so the MAC covers both; the
-pad after the tail must be zero. The mapped tail could still be changed after the check by whoever
-can write the file: the reader accepts only files of this user that no one else may write, and
-that user can change the process anyway.
+table-driven GHASH on a core without those instructions). The tag and the algorithm's number are in
+the header, so the MAC covers both; the pad after the tail must be zero. The mapped tail could
+still be changed after the check by whoever can write the file: the reader accepts only files of
+this user that no one else may write, and that user can change the process anyway.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _poly1305(key: bytes, data: memoryview) -> bytes:
     return Poly1305.generate_tag(key, data)
 
 
-def check_threads() -> int:
+def tail_check_threads() -> int:
     """Threads that check a tail: the cores this process may run on, at most MAX_CHECK_THREADS."""
     try:
         cores = len(os.sched_getaffinity(0))
@@ -123,12 +123,12 @@ def check_threads() -> int:
 
 def _gmac(key: bytes, data: memoryview) -> bytes:
     """GMAC (AES-256-GCM over no plaintext, the data as associated data) of each GMAC_CHUNK under the
-    one-time key, the chunk's number as its nonce, on :func:`check_threads` threads; one chunk's tag
+    one-time key, the chunk's number as its nonce, on :func:`tail_check_threads` threads; one chunk's tag
     as it is, more chunks' hashed in order. A thread that fails leaves its chunks' tags empty, so
     the tag cannot match."""
     starts = range(0, max(len(data), 1), GMAC_CHUNK)
     tags = [b""] * len(starts)
-    threads = min(len(starts), check_threads())
+    threads = min(len(starts), tail_check_threads())
 
     def tag_every(first: int) -> None:
         aes = AESGCM(key)

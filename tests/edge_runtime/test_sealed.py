@@ -77,9 +77,9 @@ def test_a_tail_of_several_gmac_chunks_is_covered_chunk_by_chunk(tmp_path, monke
 def test_the_tag_does_not_depend_on_how_many_threads_check_it(tmp_path, monkeypatch):
     monkeypatch.setattr(sealed, "GMAC_CHUNK", 1000)
     tail = bytes(range(256)) * 20
-    monkeypatch.setattr(sealed, "check_threads", lambda: 3)
+    monkeypatch.setattr(sealed, "tail_check_threads", lambda: 3)
     path = _write(tmp_path, tail=tail, tail_mac=GMAC)
-    monkeypatch.setattr(sealed, "check_threads", lambda: 1)
+    monkeypatch.setattr(sealed, "tail_check_threads", lambda: 1)
     assert Sealer(SECRET).read(path, "key-a").tail.tobytes() == tail
 
 
