@@ -224,7 +224,8 @@ def test_an_unusable_device_secret_disables_the_cache_not_the_compile(cache_dir,
 def test_weights_damaged_while_their_check_runs_beside_the_code_load_are_a_miss(cache_dir, caplog, monkeypatch):
     """A warm start loads the code while the weights' check runs on a thread; a flipped weight byte
     is still a miss, and no session is built on the damaged weights."""
-    monkeypatch.setattr(sealed, "GMAC_CHUNK", PAGE)  # the mlp's weights are then checked on a thread
+    monkeypatch.setattr(sealed, "BACKGROUND_CHECK_BYTES", PAGE)  # the mlp's weights are then checked on a thread
+    monkeypatch.setattr(sealed, "GMAC_CHUNK", PAGE)  # in several chunks
     graph = mlp_graph()
     _compile(graph, cache_dir)
     entry = CompileCache(cache_dir).path(_key())

@@ -95,7 +95,7 @@ def test_gmac_only_where_the_cpu_multiplies_carry_less(monkeypatch, triple, feat
 
 
 def test_a_tail_checked_on_a_thread_is_refused_when_its_result_is_asked(tmp_path, monkeypatch):
-    monkeypatch.setattr(sealed, "GMAC_CHUNK", 1000)  # 5000 bytes of tail: checked on a thread
+    monkeypatch.setattr(sealed, "BACKGROUND_CHECK_BYTES", 1000)  # 5000 bytes of tail: checked on a thread
     path = _write(tmp_path)
     assert Sealer(SECRET).open(path, "key-a").tail.result().tobytes() == b"w" * 5000
     raw = bytearray(path.read_bytes())
