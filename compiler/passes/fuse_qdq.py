@@ -9,8 +9,9 @@ becomes one ``QConv`` (likewise Gemm / MatMul with a constant 2-D weight -> ``QM
 maps 0 to the zero point, so ``Q(relu(v)) = max(Q(v), Q(0))`` exactly. MaxPool, the views
 (Flatten, Reshape, Squeeze, Unsqueeze), data movement (Transpose, Slice) and Concat, between
 DequantizeLinears and a QuantizeLinear all of the same parameters, run on the int8 values
-themselves, which is exact. Weights must be symmetric (zero point
-0) constant i8, activations per tensor; anything else stays as it was (correct, in float).
+themselves, which is exact. A 1-D Conv becomes a QConv over a height of one between int8 views.
+Weights must be symmetric (zero point 0) constant i8, activations per tensor; anything else stays
+as it was (correct, in float).
 
 The fused node takes the QuantizeLinear's output name and place; dce drops what it no longer reads.
 """
@@ -117,9 +118,9 @@ def _int_bias(ctx: _Ctx, value: str, x_scale: float, w_scale: np.ndarray, m: int
     return q.astype(np.int32) if np.all(np.abs(q) < 2**31 - 1) else None
 
 
-def _fuse_conv(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
+def _fuse_conv(ctx: _Ctx, node: Node, tail) -> tuple[Node | tuple[Node, ...], dict] | None:
     x, w = ctx.activation_in(node.inputs[0]), ctx.const_weight(node.inputs[1])
-    if x is None or w is None or (len(w[1]) > 1 and w[2] != 0) or w[0].ndim != 4:  # QConv: 2-D only
+    if x is None or w is None or (len(w[1]) > 1 and w[2] != 0) or w[0].ndim not in (3, 4):
         return None
     q, _, clamp = tail
     (xq, (xs, xz, _)), (wv, ws, _) = x, w
@@ -132,10 +133,26 @@ def _fuse_conv(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
         consts[name] = as_constant(bias, np.int32)
         inputs.append(name)
     a = node.attr
-    fused = Node.make("QConv", inputs, q.outputs, name=node.name, strides=a["strides"], pads=a["pads"],
-                      dilations=a["dilations"], group=a["group"], x_scale=xs, x_zero_point=xz, w_scale=ws,
-                      **_out_attrs(q, clamp))
+    geometry = dict(strides=a["strides"], pads=a["pads"], dilations=a["dilations"])
+    if wv.ndim == 3:
+        return _conv1d_as_2d(ctx, node, inputs, consts, wv, geometry, dict(
+            group=a["group"], x_scale=xs, x_zero_point=xz, w_scale=ws, **_out_attrs(q, clamp)), q.outputs)
+    fused = Node.make("QConv", inputs, q.outputs, name=node.name, **geometry, group=a["group"], x_scale=xs,
+                      x_zero_point=xz, w_scale=ws, **_out_attrs(q, clamp))
     return fused, consts
+
+
+def _conv1d_as_2d(ctx: _Ctx, node: Node, inputs: list, consts: dict, wv: np.ndarray, geometry: dict, attrs: dict,
+                  outputs) -> tuple[tuple[Node, ...], dict]:
+    """A 1-D conv as a QConv over (N, C, 1, L): int8 views in and out (exact), weights (M, C/g, 1, K)."""
+    x4, y4 = ctx.names.fresh(f"{node.name}/x_2d"), ctx.names.fresh(f"{node.name}/y_2d")
+    w4 = ctx.names.fresh(f"{node.name}/weight_2d")
+    consts[w4] = as_constant(wv[:, :, None, :], np.int8)
+    (s,), (p0, p1), (d,) = geometry["strides"], geometry["pads"], geometry["dilations"]
+    return (Node.make("Unsqueeze", [inputs[0]], [x4], name=f"{node.name}/unsqueeze", axes=(2,)),
+            Node.make("QConv", [x4, w4, *inputs[2:]], [y4], name=node.name, strides=(1, s), pads=(0, p0, 0, p1),
+                      dilations=(1, d), **attrs),
+            Node.make("Squeeze", [y4], outputs, name=f"{node.name}/squeeze", axes=(2,))), consts
 
 
 def _weight_name(ctx: _Ctx, value: str) -> str:
@@ -205,7 +222,7 @@ def fuse_qdq(graph: Graph) -> Graph:
     if not any(n.op == "QuantizeLinear" for n in graph.nodes):
         return graph
     ctx = _Ctx(graph)
-    replaced: dict[str, Node] = {}  # name of the Q node -> the fused node taking its place
+    replaced: dict[str, Node | tuple[Node, ...]] = {}  # name of the Q node -> the fused node(s) taking its place
     dropped: set[str] = set()
     for node in graph.nodes:
         fuser = FUSERS.get(node.op)
@@ -221,6 +238,10 @@ def fuse_qdq(graph: Graph) -> Graph:
         dropped.update([node.name] + [link.name for link in tail[1]])
     if not replaced:
         return graph
-    nodes = [replaced.get(n.name, n) for n in graph.nodes if n.name not in dropped]
+    nodes = []
+    for n in graph.nodes:
+        if n.name not in dropped:
+            got = replaced.get(n.name, n)
+            nodes.extend(got if isinstance(got, tuple) else (got,))
     return rebuild(graph, nodes, ctx.constants)
 

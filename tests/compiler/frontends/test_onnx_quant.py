@@ -117,7 +117,9 @@ def test_scales_must_be_constants():
 @pytest.mark.parametrize("net,shape,float_convs", [
     (nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.ZeroPad2d((0, 1, 0, 1)), nn.MaxPool2d(2, 1),
                    nn.Conv2d(8, 4, 1)), (1, 3, 6, 6), 0),  # ORT quantizes Pad's value: a DequantizeLinear'd scalar
-    (nn.Sequential(nn.Conv1d(2, 6, 5, padding=2), nn.ReLU(), nn.Conv1d(6, 4, 3)), (1, 2, 40), 2),  # 1-D: float
+    (nn.Sequential(nn.Conv1d(2, 6, 5, padding=2), nn.ReLU(), nn.Conv1d(6, 6, 3, 2, 1, groups=6),  # 1-D: QConvs
+                   nn.Conv1d(6, 4, 3, dilation=2)), (1, 2, 40), 0),  # over a height of one
+
 ])
 def test_qdq_models_beyond_the_zoo_compile_exactly_within_one_quantum(net, shape, float_convs):
     from cuvil.edge_runtime.compile import compile_graph
