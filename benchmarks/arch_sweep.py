@@ -99,7 +99,7 @@ def bench_row(name: str, frontend: str, module, example, proto, rounds: int, blo
     row.update(import_s=t1 - t0, compile_s=t2 - t1, _graph=graph, _proto=proto, _inputs=inputs)
     row.update(errors(got, ref))
     runners = {"cuvil": lambda: sess.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds)}
-    samples = time_interleaved(runners, rounds, block)
+    samples, _ = time_interleaved(runners, rounds, block)
     for key, xs in samples.items():
         row[f"{key}_median_ms"] = float(np.median(xs))
     row["ratio_vs_ort"] = row["cuvil_median_ms"] / row["onnxruntime_median_ms"]

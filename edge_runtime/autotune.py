@@ -3,10 +3,12 @@
 The cost model picks a method and register tile per conv from a profile's numbers; a device can do
 better by measuring itself. For every distinct conv geometry of the (optimized) graph, largest
 first, the candidates (``conv_candidates``: the cost model's choice first) are built into one
-module, each packed with its own weights, and timed interleaved on random inputs. A candidate
-replaces the cost model's choice only when it is at least ``MARGIN`` faster, so tuning
-never trades a measured tie for an untested kernel; ties go to the earlier candidate. The choice
-is therefore a pure function of the measurements.
+module, each packed with its own weights, and timed in ``ROUNDS`` interleaved rounds on random
+inputs. A candidate replaces the cost model's choice only when its fastest round is at least
+``MARGIN`` faster than the choice's fastest and it was faster in every round (a round times all
+candidates back to back, so a burst of other work hits them alike; one a burst favoured once does
+not win): tuning never trades a measured tie or a noisy lead for an untested kernel. Ties go to
+the earlier candidate. The choice is therefore a pure function of the measurements.
 
 At more than one thread, the pool's handoff is measured first (:mod:`.pool_probe`) and becomes the
 target's ``Tuning.parallel_sync_us``, so the cost model splits only layers worth that handoff here;
@@ -24,10 +26,12 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import operator
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 from llvmlite import ir
@@ -42,8 +46,9 @@ from .parallel import LIGHT_LEVEL
 
 MARGIN = 0.10  # a candidate must beat the cost model's choice by this fraction to replace it
 ROUND_S = 0.002  # one timing round per candidate: about this long
-ROUNDS = 5  # interleaved rounds per candidate; the fastest round's median decides
+ROUNDS = 5  # interleaved rounds per candidate: see pick
 _FN = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 6)
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,10 @@ class LayerResult:
     geometry: Geometry
     choice: ConvChoice
     default: ConvChoice
-    seconds: dict[ConvChoice, float]  # seconds per call of each candidate timed
+    seconds: dict[ConvChoice, tuple[float, ...]]  # seconds per call of each candidate timed, per round
     parts: int = 1  # threads sharing the layer: the tuner's pick (one: whole)
     default_parts: int = 1  # the cost model's
-    parts_seconds: tuple[tuple[int, float], ...] = ()  # (parts, predicted seconds) when the split was measured
+    parts_seconds: tuple[tuple[int, tuple[float, ...]], ...] = ()  # (parts, predicted seconds per round) when the split was measured
 
 
 @dataclass(frozen=True)
@@ -74,10 +79,12 @@ class TuneReport:
         return {r.geometry: r.parts for r in self.results if r.parts != r.default_parts}
 
 
-def pick(default: ConvChoice, seconds: dict[ConvChoice, float], margin: float = MARGIN) -> ConvChoice:
-    """The fastest candidate if it beats ``default`` by ``margin``; else ``default`` (ties: first)."""
-    best = min(seconds, key=lambda c: seconds[c])  # min keeps the first of equal keys
-    return best if seconds[best] < (1 - margin) * seconds[default] else default
+def pick(default: K, rounds: Mapping[K, Sequence[float]], margin: float = MARGIN) -> K:
+    """The candidate with the fastest round among those whose fastest round beats ``default``'s by
+    ``margin`` and that were faster than ``default`` in every round; else ``default`` (ties: first)."""
+    base = rounds[default]
+    wins = [c for c, ts in rounds.items() if min(ts) < (1 - margin) * min(base) and all(map(operator.lt, ts, base))]
+    return min(wins, key=lambda c: min(rounds[c])) if wins else default  # min keeps the first of equal keys
 
 
 def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_counter) -> TuneReport:
@@ -122,8 +129,8 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     return TuneReport(tuple(results), len(layers) - len(results), clock() - t0, budget)
 
 
-def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tuple[int, dict[int, float]] | None:
-    """(the cost model's parts, {1: the whole layer's seconds, parts: the split's predicted seconds}), or
+def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tuple[int, dict[int, tuple[float, ...]]] | None:
+    """(the cost model's parts, {1: the whole layer's seconds, parts: the split's predicted seconds}, per round), or
     None when the cost model keeps this layer whole: the tuner may undo a split, never add one, since a
     part timed alone does not see a busy second core (on a loaded 2-core host, MobileNetV2 tuned to 9 split
     layers, where the cost model splits 3, ran 1.16x slower than at one thread)."""
@@ -134,7 +141,7 @@ def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tupl
     largest = max(ranges, key=lambda r: r.rows[1] - r.rows[0])
     part = _Built(largest.target, largest.geometry, whole.choice, clock)  # held: its code and buffers live while timed
     timed = interleaved_seconds({1: whole.call, len(ranges): part.call})
-    timed[len(ranges)] += fixed.tuning.parallel_sync_us * 1e-6
+    timed[len(ranges)] = tuple(t + fixed.tuning.parallel_sync_us * 1e-6 for t in timed[len(ranges)])
     return len(ranges), timed
 
 
@@ -159,10 +166,11 @@ class Retarget:
 
 def interleaved_seconds(calls: dict, rounds: int = ROUNDS, round_s: float = ROUND_S,
                         clock: Callable[[], float] = time.thread_time,
-                        combine: Callable[[list[float]], float] = min) -> dict:
-    """Seconds per call of each: the median within a round of about `round_s`, combined over `rounds`
-    interleaved rounds (the least by default: another process's burst only ever adds time). Timed on this
-    thread's CPU clock by default: on a shared device, time spent descheduled is not the kernel's."""
+                        combine: Callable[[list[float]], Any] = tuple) -> dict:
+    """Seconds per call of each: the median within a round of about `round_s`, one per round of `rounds`
+    interleaved rounds (``combine`` may reduce them: ``min``, as another process's burst only ever adds
+    time). Timed on this thread's CPU clock by default: on a shared device, time spent descheduled is not
+    the kernel's."""
     reps = {}
     for c, call in calls.items():
         call()

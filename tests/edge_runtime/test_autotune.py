@@ -18,14 +18,23 @@ A, B, C = ConvChoice("direct", 4, 3, 8), ConvChoice("winograd", 4, 1, 8), ConvCh
 
 
 def test_pick_keeps_the_cost_models_choice_unless_clearly_faster():
-    assert pick(A, {A: 1.0, B: 1.0 - MARGIN / 2}) == A
-    assert pick(A, {A: 1.0, B: 0.5, C: 0.7}) == B
-    assert pick(A, {A: 1.0, B: 1.2}) == A
+    assert pick(A, {A: (1.0,), B: (1.0 - MARGIN / 2,)}) == A
+    assert pick(A, {A: (1.0,), B: (0.5,), C: (0.7,)}) == B
+    assert pick(A, {A: (1.0,), B: (1.2,)}) == A
 
 
 def test_pick_breaks_ties_by_candidate_order():
-    assert pick(A, {A: 1.0, B: 0.5, C: 0.5}) == B
-    assert pick(A, {A: 1.0, C: 0.5, B: 0.5}) == C
+    assert pick(A, {A: (1.0,), B: (0.5,), C: (0.5,)}) == B
+    assert pick(A, {A: (1.0,), C: (0.5,), B: (0.5,)}) == C
+
+
+def test_a_candidate_must_be_faster_in_every_round():
+    # B's best round is far ahead, but in the third round (a burst hit A's turn less) it lost
+    assert pick(A, {A: (1.0, 1.0, 0.9, 1.0), B: (0.6, 0.7, 0.95, 0.6)}) == A
+    assert pick(A, {A: (1.0, 1.0, 0.9, 1.0), B: (0.6, 0.7, 0.85, 0.6), C: (0.5, 0.9, 0.95, 0.9)}) == B
+    # faster in every round, but its best round is not MARGIN ahead of A's best
+    assert pick(A, {A: (1.0, 1.4, 1.2), B: (0.95, 1.0, 1.0)}) == A
+    assert pick(2, {1: (2.0, 2.1), 2: (1.0, 1.1)}) == 2  # a thread split is picked by the same rule
 
 
 def test_cpu_identity_names_the_processor():
