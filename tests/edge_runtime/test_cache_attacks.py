@@ -226,6 +226,7 @@ def test_weights_damaged_while_their_check_runs_beside_the_code_load_are_a_miss(
     is still a miss, and no session is built on the damaged weights."""
     monkeypatch.setattr(sealed, "BACKGROUND_CHECK_BYTES", PAGE)  # the mlp's weights are then checked on a thread
     monkeypatch.setattr(sealed, "GMAC_CHUNK", PAGE)  # in several chunks
+    monkeypatch.setattr(sealed, "tail_check_threads", lambda: 2)  # as if a core were idle
     graph = mlp_graph()
     _compile(graph, cache_dir)
     entry = CompileCache(cache_dir).path(_key())

@@ -96,6 +96,7 @@ def test_gmac_only_where_the_cpu_multiplies_carry_less(monkeypatch, triple, feat
 
 def test_a_tail_checked_on_a_thread_is_refused_when_its_result_is_asked(tmp_path, monkeypatch):
     monkeypatch.setattr(sealed, "BACKGROUND_CHECK_BYTES", 1000)  # 5000 bytes of tail: checked on a thread
+    monkeypatch.setattr(sealed, "tail_check_threads", lambda: 2)  # as if a core were idle
     path = _write(tmp_path)
     assert Sealer(SECRET).open(path, "key-a").tail.result().tobytes() == b"w" * 5000
     raw = bytearray(path.read_bytes())
@@ -105,6 +106,13 @@ def test_a_tail_checked_on_a_thread_is_refused_when_its_result_is_asked(tmp_path
     assert opened.meta == b'{"m":1}'
     with pytest.raises(SealError, match="tail MAC"):
         opened.tail.result()
+
+
+@pytest.mark.parametrize("cores, load, want", [(2, 0.9, 2), (2, 1.6, 1), (2, 11.0, 1), (16, 0.0, 4), (1, 0.0, 1)])
+def test_the_check_spreads_over_idle_cores_only(monkeypatch, cores, load, want):
+    monkeypatch.setattr(sealed.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(sealed.os, "getloadavg", lambda: (load, load, load))
+    assert sealed.tail_check_threads() == want
 
 
 def test_a_check_that_fails_otherwise_is_a_refusal_too():
