@@ -121,15 +121,17 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
             return Session(art.lowered, code, stats, weights=weights, guard_pages=guard_pages)
     from ..compiler.codegen.lower import lower
     from . import autotune
-    from .parallel import Helpers, emit_objects
+    from .parallel import Helpers
+    from .stream import KernelStream
 
     graph = graph_of()
     with Helpers((auto_jobs(graph) if jobs is None else jobs) - 1) as helpers:
         tuner = autotune.Retarget() if tune else None
-        lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile, retarget=tuner)
+        stream = KernelStream(tgt, helpers)  # LLVM compiles each finished kernel while the rest is lowered
+        lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile, retarget=tuner, stream=stream)
         del graph  # a lazily loaded model's weights are freed here, before LLVM adds its own peak
         t2 = time.perf_counter()
-        objs = emit_objects(lowered.llvm_ir, tgt, helpers)
+        objs = stream.finish()
     if cache:
         cache.put(key, lowered, objs)
     t3 = time.perf_counter()

@@ -3,8 +3,8 @@
 Started by :func:`command` (spawned, never forked: safe in a process that runs gRPC or ONNX Runtime
 threads); ``python -m cuvil.edge_runtime.llvm_worker`` works too, but imports all of Cuvil first. Input
 (:func:`write_modules`): one JSON line describing the Target, then per module a line ``<speed level>
-<bytes>`` and its text. Exit status 0 with each object file after its 8-byte length
-(:func:`read_objects`), or 1 with a one-line reason on stderr.
+<bytes>`` and its text; each module is compiled as it arrives and its object file written at once after
+its 8-byte length (:func:`read_objects`). Exit status 0, or 1 with a one-line reason on stderr.
 """
 
 from __future__ import annotations
@@ -90,20 +90,27 @@ def command() -> list[str]:
 
 
 def main() -> int:
+    """Compile each module as it arrives and write its object at once, so a parent may stream
+    modules (one at a time, waiting for each object) or send them all and read all the objects."""
     from .jit import emit_object
 
-    data = sys.stdin.buffer.read()
-    if not data:
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    head = inp.readline()
+    if not head.strip():
         return 0  # not needed after all: the parent closed the pipe
     try:
-        target, modules = _read_modules(data)
-        objs = [emit_object(text, target, jit=True, speed_level=level) for level, text in modules]
+        target = target_from_json(head.decode())
+        while line := inp.readline():
+            level, size = (int(v) for v in line.split())
+            text = inp.read(size)
+            if len(text) != size:
+                raise ValueError("module cut short")
+            obj = emit_object(text.decode(), target, jit=True, speed_level=level)
+            out.write(struct.pack("<Q", len(obj)) + obj)
+            out.flush()
     except Exception as e:  # noqa: BLE001 — reported to the parent, which compiles the parts itself
         print(f"{type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
         return 1
-    for obj in objs:
-        sys.stdout.buffer.write(struct.pack("<Q", len(obj)) + obj)
-    sys.stdout.buffer.flush()
     return 0
 
 

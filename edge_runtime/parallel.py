@@ -211,7 +211,10 @@ class Helpers:
             p.wait()
             for f in (p.stdin, p.stdout, p.stderr):
                 if f is not None:
-                    f.close()
+                    try:
+                        f.close()
+                    except OSError:  # a dead helper's stdin: its unflushed bytes have nowhere to go
+                        pass
         self.procs = []
 
     def __enter__(self) -> Helpers:

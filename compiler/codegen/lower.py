@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from llvmlite import ir
 
 from ..ir.graph import Graph
 from ..memory.scratch import check_worker_scratch
@@ -28,7 +29,8 @@ def entry_name(graph: Graph, batch: int) -> str:
 
 
 def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, emit: bool = True,
-          profile: bool = False, retarget: Callable[[Graph, Target], Target] | None = None) -> LoweredModel:
+          profile: bool = False, retarget: Callable[[Graph, Target], Target] | None = None,
+          stream: Callable[[ir.Module], None] | None = None) -> LoweredModel:
     """Lower ``graph`` for ``target`` at a fixed ``batch`` size (compile once per batch size).
 
     ``emit=False`` skips the kernel bodies and the IR text (``llvm_ir`` is empty), for callers
@@ -36,17 +38,21 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
     ``profile=True`` adds a cycle counter per node after the scratch region (``Session.profile``).
     ``retarget(graph, target)`` sees the optimized, batch-bound graph and returns the Target to
     lower it for (an on-device tuner fixes conv choices there).
+    ``stream(module)`` is called after each node and once at the end, so a caller may compile the
+    kernels finished so far while the rest is lowered; ``llvm_ir`` is then empty (the caller saw it all).
     """
     check_threads(target)
     with _no_cycle_collection():
         prep = prepare(graph, target, batch, optimize=optimize, kernels=KERNELS, backend="native", retarget=retarget)
-        low = CpuLowering(prep, emit, profile)
+        low = CpuLowering(prep, emit, profile, stream)
         name = entry_name(graph, batch)
         low.run(name)
+        if stream is not None:
+            stream(low.module)
         check_worker_scratch(low.worker_scratch, prep.plan.arena_bytes, _arena_end(low))
         g = prep.graph
         return LoweredModel(
-            llvm_ir=str(low.module) if emit else "", entry=name, weights=low.weights.array(), plan=prep.plan,
+            llvm_ir=str(low.module) if emit and stream is None else "", entry=name, weights=low.weights.array(), plan=prep.plan,
             arena_bytes=_arena_end(low), inputs=prep.io(g.inputs), outputs=prep.io(g.outputs),
             kernel_count=len(low.kernels), target=prep.target, batch=batch, node_count=len(g.nodes),
             profile_offset=low.profile_offset, profile_nodes=tuple(low.profiled), fault_offset=low.fault_offset,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -40,8 +41,9 @@ class Layer:
 class CpuLowering:
     """One LLVM module for a prepared graph: an entry that calls one kernel per node (see ``lower.py``)."""
 
-    def __init__(self, prep: Prepared, emit: bool = True, profile: bool = False):
-        self.prep, self.emit, self.profile = prep, emit, profile
+    def __init__(self, prep: Prepared, emit: bool = True, profile: bool = False,
+                 stream: Callable[[ir.Module], None] | None = None):
+        self.prep, self.emit, self.profile, self.stream = prep, emit, profile, stream
         self.g, self.target, self.plan = prep.graph, prep.target, prep.plan
         graph, target, plan = self.g, self.target, self.plan
         self.profiled: list[str] = []
@@ -104,6 +106,8 @@ class CpuLowering:
                 b.call(self.pool.nudge, [])
             if node.name not in self.fused:  # else it ran in its producer's job
                 self.lower_node(b, node, KERNELS[node.op], arena, weights)
+                if self.stream is not None:  # its kernels are finished: the caller may compile them now
+                    self.stream(self.module)
         if self.profile:
             base = self.scratch_offset + -(-self.scratch_bytes // h.ALIGN) * h.ALIGN
             self.profile_offset = base

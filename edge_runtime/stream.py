@@ -1,0 +1,178 @@
+"""Kernels compiled while the lowering goes on: each finished kernel group goes to LLVM at once.
+
+A cold compile used to lower the whole model in Python (one core busy), print it, and only then
+hand it to LLVM. Here the lowering reports each node it finished (``lower(..., stream=)``); the
+kernel groups it added (``k<i>_...`` plus the internal helpers they call, as
+:func:`.parallel.split_module` cuts them) are printed once and batched into modules, and consumers
+take those modules meanwhile: each helper process (:mod:`.llvm_worker`, one module at a time) or,
+with none, a thread of this process (llvmlite releases the GIL inside LLVM). When lowering ends,
+this process compiles the entry points' module, then takes queued modules too, so neither core
+waits for the other. A batch is closed when a consumer is idle and it holds ``MIN_PART_BYTES``, or
+at ``MAX_PART_BYTES``; a group that calls a shared internal helper (a Winograd stage) keeps its batch
+open, since the next group usually calls it too: a helper that two batches call is compiled in both,
+internal as in one module, so each kernel's code is the same as without streaming.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import threading
+from collections import deque
+
+from llvmlite import ir
+
+from ..compiler.target import Target
+from .jit import emit_object
+from .llvm_worker import target_to_json
+from .parallel import _DEFINE, _GROUP, _LIGHT_ATTR, _WRAPPER, FULL_LEVEL, HELPER_TIMEOUT_S, LIGHT_LEVEL, Helpers
+
+MIN_PART_BYTES = 150_000  # fewer, larger modules: each is an object a warm start loads
+MAX_PART_BYTES = 600_000
+_REF = re.compile(r'@"([^"]+)"')
+
+
+class KernelStream:
+    """``lower``'s stream hook: call it with the module after each node; :meth:`finish` returns the objects."""
+
+    def __init__(self, target: Target, helpers: Helpers | None = None) -> None:
+        self.target = target
+        self.seen = 0
+        self.header: list[str] = []
+        self.singles: list[str] = []  # declarations and global variables, printed
+        self.helpers: dict[str, str] = {}  # shared internal functions, printed
+        self.wrappers: dict[str, str] = {}  # streamed kernels' define lines (the entry declares them)
+        self.entry: list[str] = []  # external non-kernel functions: printed at the end (the entry grows)
+        self.batch: dict[bool, list[tuple[str, str]]] = {False: [], True: []}
+        self.texts: list[tuple[int, str]] = []
+        self.results: list[bytes | None] = []
+        self.todo: deque[int] = deque()
+        self.idle = 0
+        self.closed = False
+        self.cv = threading.Condition()
+        procs = list(helpers.procs) if helpers is not None else []
+        self.threads = [threading.Thread(target=self._remote, args=(p,), daemon=True) for p in procs] or \
+                       [threading.Thread(target=self._local, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def __call__(self, module: ir.Module) -> None:
+        self.module = module
+        if not self.header:
+            self.header = [f'; ModuleID = "{module.name}"', f'target triple = "{module.triple}"',
+                           f'target datalayout = "{module.data_layout}"', ""]
+        names = list(module.globals)
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for name in names[self.seen:]:
+            v = module.globals[name]
+            if not isinstance(v, ir.Function) or not v.blocks:
+                self.singles.append(str(v))
+            elif (m := _GROUP.match(name)) is not None:
+                groups.setdefault(m.group(1), []).append((name, str(v)))
+            elif v.linkage == "internal":
+                self.helpers[name] = str(v)
+            else:
+                self.entry.append(name)
+        self.seen = len(names)
+        for members in groups.values():
+            light = any(_LIGHT_ATTR in text.split("\n", 1)[0] for _, text in members)
+            self.batch[light] += members
+            for name, text in members:
+                if _WRAPPER.match(name):
+                    self.wrappers[name] = text.split("\n", 1)[0]
+            size = sum(len(t) for _, t in self.batch[light])
+            shares = any(n in self.helpers for _, t in members for n in _REF.findall(t))
+            with self.cv:
+                idle = self.idle > len(self.todo)
+            if size >= MAX_PART_BYTES or (idle and size >= MIN_PART_BYTES and not shares):
+                self._flush(light)
+
+    def _module(self, members: list[tuple[str, str]], extra: list[str] = ()) -> str:
+        """A self-contained module: ``members``, the internal helpers they call (transitively), the
+        declarations and the globals they name; kernel wrappers external, so the entry can call them."""
+        body = [t.replace("define internal ", "define ", 1) if _WRAPPER.match(n) else t for n, t in members]
+        need, todo = set(), {r for t in body for r in _REF.findall(t) if r in self.helpers}
+        while todo:
+            n = todo.pop()
+            need.add(n)
+            todo |= {r for r in _REF.findall(self.helpers[n]) if r in self.helpers} - need
+        body += [self.helpers[n] for n in sorted(need)]
+        text = "\n".join(body)
+        singles = [s for s in self.singles if s.startswith("declare ") or s.split(" ", 1)[0] in text]
+        return "\n".join(self.header + singles + list(extra) + body) + "\n"
+
+    def _flush(self, light: bool) -> None:
+        members, self.batch[light] = self.batch[light], []
+        if members:
+            self._queue(LIGHT_LEVEL if light else FULL_LEVEL, self._module(members))
+
+    def _queue(self, level: int, text: str) -> None:
+        with self.cv:
+            self.texts.append((level, text))
+            self.results.append(None)
+            self.todo.append(len(self.texts) - 1)
+            self.cv.notify()
+
+    def _take(self) -> int | None:
+        with self.cv:
+            self.idle += 1
+            while not self.todo and not self.closed:
+                self.cv.wait()
+            self.idle -= 1
+            return self.todo.popleft() if self.todo else None
+
+    def _compile(self, i: int) -> None:
+        level, text = self.texts[i]
+        self.results[i] = emit_object(text, self.target, jit=True, speed_level=level)
+
+    def _local(self) -> None:
+        while (i := self._take()) is not None:
+            try:
+                self._compile(i)
+            except Exception:  # noqa: BLE001 — finish() compiles it again and raises there
+                pass
+
+    def _remote(self, proc) -> None:
+        """Feed one helper process a module at a time; on any failure stop (finish() compiles what is left)."""
+        try:
+            proc.stdin.write((target_to_json(self.target) + "\n").encode())
+            while (i := self._take()) is not None:
+                level, text = self.texts[i]
+                data = text.encode()
+                proc.stdin.write(f"{level} {len(data)}\n".encode() + data)
+                proc.stdin.flush()
+                head = proc.stdout.read(8)
+                (size,) = struct.unpack("<Q", head)
+                obj = proc.stdout.read(size)
+                if len(obj) != size:
+                    return
+                self.results[i] = obj
+        except (OSError, ValueError, struct.error):
+            return
+
+    def finish(self) -> list[bytes]:
+        """Queue what is left, compile the entry points' module here, help drain the queue, and
+        return every object (a module no consumer delivered is compiled here)."""
+        module = self.module
+        self(module)
+        for light in (False, True):
+            self._flush(light)
+        entry = [(n, str(module.globals[n])) for n in self.entry]
+        declared = [f'declare {m.group(2)}@"{m.group(3)}"({m.group(4)})'
+                    for m in map(_DEFINE.match, self.wrappers.values())]
+        objs = [emit_object(self._module(entry, declared), self.target, jit=True, speed_level=FULL_LEVEL)]
+        while True:
+            with self.cv:
+                i = self.todo.popleft() if self.todo else None
+            if i is None:
+                break
+            self._compile(i)
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+        for t in self.threads:
+            t.join(HELPER_TIMEOUT_S)
+        for i, obj in enumerate(self.results):
+            if obj is None:
+                self._compile(i)
+        return objs + list(self.results)
