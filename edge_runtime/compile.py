@@ -69,9 +69,10 @@ def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
     large; by default the graph's canonical text and weights are hashed. ``optimize=False`` skips
     the graph passes (kernel tests use it); ``profile=True`` counts cycles per node
     (``Session.profile``). ``jobs``: processes sharing the LLVM work on a cache miss (1: this one
-    only; default: :func:`auto_jobs`); the helpers are spawned before lowering, so their start-up
-    overlaps it. ``guard_pages=True``: the session's arena and weights lie between inaccessible pages
-    (:mod:`.guard`), so an access outside them faults (a testing mode: the weights are copied).
+    only, with an LLVM thread; default: :func:`auto_jobs`); the helpers are spawned before lowering
+    and compile each kernel as soon as it is lowered (:mod:`.stream`). ``guard_pages=True``: the
+    session's arena and weights lie between inaccessible pages (:mod:`.guard`), so an access outside
+    them faults (a testing mode: the weights are copied).
     ``tune=True``: time each conv layer's candidate kernels here and keep the fastest (:mod:`.autotune`),
     within the profile's budget; a tuned artifact is cached under this exact CPU. Default: the
     profile's ``tuning.autotune`` (on for a detected host), so a device tunes itself unasked.
@@ -125,9 +126,8 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     from .stream import KernelStream
 
     graph = graph_of()
-    with Helpers((auto_jobs(graph) if jobs is None else jobs) - 1) as helpers:
-        tuner = autotune.Retarget() if tune else None
-        stream = KernelStream(tgt, helpers)  # LLVM compiles each finished kernel while the rest is lowered
+    with Helpers((auto_jobs(graph) if jobs is None else jobs) - 1) as helpers, KernelStream(tgt, helpers) as stream:
+        tuner = autotune.Retarget() if tune else None  # LLVM compiles each finished kernel while the rest is lowered
         lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile, retarget=tuner, stream=stream)
         del graph  # a lazily loaded model's weights are freed here, before LLVM adds its own peak
         t2 = time.perf_counter()

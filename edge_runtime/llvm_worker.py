@@ -1,10 +1,10 @@
 """A helper process for parallel cold compiles: IR text in on stdin, a host object file out on stdout.
 
 Started by :func:`command` (spawned, never forked: safe in a process that runs gRPC or ONNX Runtime
-threads); ``python -m cuvil.edge_runtime.llvm_worker`` works too, but imports all of Cuvil first. Input
-(:func:`write_modules`): one JSON line describing the Target, then per module a line ``<speed level>
-<bytes>`` and its text; each module is compiled as it arrives and its object file written at once after
-its 8-byte length (:func:`read_objects`). Exit status 0, or 1 with a one-line reason on stderr.
+threads); ``python -m cuvil.edge_runtime.llvm_worker`` works too, but imports all of Cuvil first. Input:
+one JSON line describing the Target (:func:`target_to_json`), then modules (:func:`frame`); each is
+compiled as it arrives and its object file written at once after its 8-byte length (:func:`read_object`).
+Exit status 0, or 1 with a one-line reason on stderr.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import dataclasses
 import json
 import struct
 import sys
+from typing import BinaryIO
 
 from ..compiler.target import ConvChoice, Target, TargetKind
 from ..compiler.tuning import Tuning
@@ -40,36 +41,32 @@ def target_from_json(text: str) -> Target:
                   tuple((_tuples(g), k) for g, k in d["conv_parts"]))
 
 
-def write_modules(target: Target, modules: list[tuple[int, str]]) -> bytes:
-    """A helper's whole input: the Target, then each (speed level, module text)."""
-    out = [(target_to_json(target) + "\n").encode()]
-    for level, text in modules:
-        data = text.encode()
-        out += [f"{level} {len(data)}\n".encode(), data]
-    return b"".join(out)
+def frame(level: int, text: str) -> bytes:
+    """One module of a helper's input (after the Target's line): ``<speed level> <bytes>`` and its text."""
+    data = text.encode()
+    return f"{level} {len(data)}\n".encode() + data
 
 
-def _read_modules(data: bytes) -> tuple[Target, list[tuple[int, str]]]:
-    head, _, rest = data.partition(b"\n")
-    modules, pos = [], 0
-    while pos < len(rest):
-        end = rest.index(b"\n", pos)
-        level, size = (int(v) for v in rest[pos:end].split())
-        modules.append((level, rest[end + 1:end + 1 + size].decode()))
-        pos = end + 1 + size
-    return target_from_json(head.decode()), modules
+def read_module(stream: BinaryIO) -> tuple[int, str] | None:
+    """The next (speed level, module text) of a helper's input; None at its end; ValueError when cut short."""
+    line = stream.readline()
+    if not line:
+        return None
+    level, size = (int(v) for v in line.split())
+    data = stream.read(size)
+    if len(data) != size:
+        raise ValueError("module cut short")
+    return level, data.decode()
 
 
-def read_objects(data: bytes) -> list[bytes] | None:
-    """The object files of a helper's output, or None when it is cut short."""
-    objs, pos = [], 0
-    while pos + 8 <= len(data):
-        (size,) = struct.unpack_from("<Q", data, pos)
-        if pos + 8 + size > len(data):
-            return None
-        objs.append(data[pos + 8:pos + 8 + size])
-        pos += 8 + size
-    return objs if pos == len(data) else None
+def read_object(stream: BinaryIO) -> bytes | None:
+    """The next object file of a helper's output (after its 8-byte length), or None when cut short."""
+    head = stream.read(8)
+    if len(head) != 8:
+        return None
+    (size,) = struct.unpack("<Q", head)
+    obj = stream.read(size)
+    return obj if len(obj) == size else None
 
 
 BOOT = """import importlib, sys, types
@@ -90,8 +87,8 @@ def command() -> list[str]:
 
 
 def main() -> int:
-    """Compile each module as it arrives and write its object at once, so a parent may stream
-    modules (one at a time, waiting for each object) or send them all and read all the objects."""
+    """Compile each module as it arrives and write its object at once: the parent sends the next
+    module when it has read this one's object (:mod:`.stream`)."""
     from .jit import emit_object
 
     inp, out = sys.stdin.buffer, sys.stdout.buffer
@@ -100,12 +97,8 @@ def main() -> int:
         return 0  # not needed after all: the parent closed the pipe
     try:
         target = target_from_json(head.decode())
-        while line := inp.readline():
-            level, size = (int(v) for v in line.split())
-            text = inp.read(size)
-            if len(text) != size:
-                raise ValueError("module cut short")
-            obj = emit_object(text.decode(), target, jit=True, speed_level=level)
+        while (module := read_module(inp)) is not None:
+            obj = emit_object(module[1], target, jit=True, speed_level=module[0])
             out.write(struct.pack("<Q", len(obj)) + obj)
             out.flush()
     except Exception as e:  # noqa: BLE001 — reported to the parent, which compiles the parts itself

@@ -2,8 +2,8 @@
 
 A cold compile used to lower the whole model in Python (one core busy), print it, and only then
 hand it to LLVM. Here the lowering reports each node it finished (``lower(..., stream=)``); the
-kernel groups it added (``k<i>_...`` plus the internal helpers they call, as
-:func:`.parallel.split_module` cuts them) are printed once and batched into modules, and consumers
+kernel groups it added (``k<i>_...`` plus the internal helpers they call) are printed once and
+batched into modules (prevectorized ones apart, at :data:`.parallel.LIGHT_LEVEL`), and consumers
 take those modules meanwhile: each helper process (:mod:`.llvm_worker`, one module at a time) or,
 with none, a thread of this process (llvmlite releases the GIL inside LLVM). When lowering ends,
 this process compiles the entry points' module, then takes queued modules too, so neither core
@@ -16,7 +16,6 @@ internal as in one module, so each kernel's code is the same as without streamin
 from __future__ import annotations
 
 import re
-import struct
 import threading
 from collections import deque
 
@@ -24,12 +23,15 @@ from llvmlite import ir
 
 from ..compiler.target import Target
 from .jit import emit_object
-from .llvm_worker import target_to_json
-from .parallel import _DEFINE, _GROUP, _LIGHT_ATTR, _WRAPPER, FULL_LEVEL, HELPER_TIMEOUT_S, LIGHT_LEVEL, Helpers
+from .llvm_worker import frame, read_object, target_to_json
+from .parallel import FULL_LEVEL, HELPER_TIMEOUT_S, LIGHT_ATTR, LIGHT_LEVEL, Helpers
 
 MIN_PART_BYTES = 150_000  # fewer, larger modules: each is an object a warm start loads
 MAX_PART_BYTES = 600_000
 _REF = re.compile(r'@"([^"]+)"')
+_DEFINE = re.compile(r'^define (internal )?(.*?)@"([^"]+)"\((.*)\)(.*)$')
+_GROUP = re.compile(r"^(k\d+)_")  # a kernel and the functions of its own: k<i>_...
+_WRAPPER = re.compile(r"^k\d+_[A-Za-z0-9]+$")  # what the lowering calls from the entry point
 
 
 class KernelStream:
@@ -75,7 +77,7 @@ class KernelStream:
                 self.entry.append(name)
         self.seen = len(names)
         for members in groups.values():
-            light = any(_LIGHT_ATTR in text.split("\n", 1)[0] for _, text in members)
+            light = any(LIGHT_ATTR in text.split("\n", 1)[0] for _, text in members)
             self.batch[light] += members
             for name, text in members:
                 if _WRAPPER.match(name):
@@ -136,19 +138,27 @@ class KernelStream:
         """Feed one helper process a module at a time; on any failure stop (finish() compiles what is left)."""
         try:
             proc.stdin.write((target_to_json(self.target) + "\n").encode())
+            proc.stdin.flush()
             while (i := self._take()) is not None:
-                level, text = self.texts[i]
-                data = text.encode()
-                proc.stdin.write(f"{level} {len(data)}\n".encode() + data)
+                proc.stdin.write(frame(*self.texts[i]))
                 proc.stdin.flush()
-                head = proc.stdout.read(8)
-                (size,) = struct.unpack("<Q", head)
-                obj = proc.stdout.read(size)
-                if len(obj) != size:
+                if (obj := read_object(proc.stdout)) is None:
                     return
                 self.results[i] = obj
-        except (OSError, ValueError, struct.error):
+        except (OSError, ValueError):
             return
+
+    def close(self) -> None:
+        """No more modules: idle consumers end (also when lowering failed)."""
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+
+    def __enter__(self) -> KernelStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def finish(self) -> list[bytes]:
         """Queue what is left, compile the entry points' module here, help drain the queue, and
@@ -160,16 +170,15 @@ class KernelStream:
         entry = [(n, str(module.globals[n])) for n in self.entry]
         declared = [f'declare {m.group(2)}@"{m.group(3)}"({m.group(4)})'
                     for m in map(_DEFINE.match, self.wrappers.values())]
-        objs = [emit_object(self._module(entry, declared), self.target, jit=True, speed_level=FULL_LEVEL)]
+        self.entry_text = self._module(entry, declared)
+        objs = [emit_object(self.entry_text, self.target, jit=True, speed_level=FULL_LEVEL)]
         while True:
             with self.cv:
                 i = self.todo.popleft() if self.todo else None
             if i is None:
                 break
             self._compile(i)
-        with self.cv:
-            self.closed = True
-            self.cv.notify_all()
+        self.close()
         for t in self.threads:
             t.join(HELPER_TIMEOUT_S)
         for i, obj in enumerate(self.results):

@@ -35,20 +35,20 @@ def _read(entry):
 def _forbid(monkeypatch, *names):
     """Make each of ``names`` raise where the compile path finds it (lowering and LLVM are imported on a miss)."""
     from cuvil.compiler.codegen import lower as lower_mod
-    from cuvil.edge_runtime import parallel
+    from cuvil.edge_runtime import stream
 
     def boom(*args, **kwargs):
         raise AssertionError("called on the warm path")
 
     for name in names:
-        monkeypatch.setattr({"lower": lower_mod, "emit_objects": parallel}.get(name, compile_mod), name, boom)
+        monkeypatch.setattr({"lower": lower_mod, "KernelStream": stream}.get(name, compile_mod), name, boom)
 
 
 def test_hit_skips_lowering_llvm_and_graph_hashing(cache_dir, monkeypatch):
     graph = mlp_graph()
     cold = compile_graph(graph, cache_dir=cache_dir, content_hash="ab" * 32)
     want = cold.run(X)
-    _forbid(monkeypatch, "lower", "emit_objects", "graph_digest")
+    _forbid(monkeypatch, "lower", "KernelStream", "graph_digest")
     warm = compile_graph(graph, cache_dir=cache_dir, content_hash="ab" * 32)
     assert warm.stats.cache_hit and warm.stats.lower_ms == 0 and warm.stats.llvm_ms == 0
     for name, value in warm.run(X).items():
@@ -62,7 +62,7 @@ def test_hit_skips_lowering_llvm_and_graph_hashing(cache_dir, monkeypatch):
 def test_bare_graph_hit_skips_lowering(cache_dir, monkeypatch):
     graph = mlp_graph()
     compile_graph(graph, cache_dir=cache_dir)
-    _forbid(monkeypatch, "lower", "emit_objects")
+    _forbid(monkeypatch, "lower", "KernelStream")
     assert compile_graph(graph, cache_dir=cache_dir).stats.cache_hit
 
 

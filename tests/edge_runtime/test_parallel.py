@@ -1,20 +1,16 @@
-"""Parallel cold compiles: the module split, the spawned LLVM helpers, and falling back without them."""
+"""Parallel cold compiles: the spawned LLVM helpers, their protocol, and falling back without them."""
 
 from __future__ import annotations
 
 import dataclasses
+import io
 
-import re
-
-import llvmlite.binding as llvm
 import numpy as np
 import pytest
 from cuvil.compiler import DType, TensorType
-from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.frontends.builder import GraphBuilder
-from cuvil.edge_runtime import llvm_worker, parallel
+from cuvil.edge_runtime import llvm_worker, parallel, stream
 from cuvil.edge_runtime.compile import auto_jobs, compile_graph, resolve
-from cuvil.edge_runtime.jit import init_llvm
 from cuvil.edge_runtime.llvm_worker import target_from_json, target_to_json
 
 
@@ -31,56 +27,20 @@ def _conv_graph(convs: int = 4, seed: int = 0):
     return gb.build([gb.add1("MatMul", [flat, wf])])
 
 
-def _defined_and_called(part: str) -> tuple[set[str], set[str]]:
-    defined = set(re.findall(r'^define [^@]*@"([^"]+)"', part, re.M)) | set(re.findall(r'^declare [^@]*@"([^"]+)"', part, re.M))
-    called = set(re.findall(r'call [^@]*@"([^"]+)"', part))
-    return defined, called
-
-
-def test_every_part_is_a_valid_module_that_defines_what_it_calls():
-    init_llvm()
-    lowered = lower(_conv_graph(), resolve("x86-avx2"))  # a profile whose 3x3 convs share Winograd helpers
-    parts = [p.text for p in parallel.split_module(lowered.llvm_ir, 3)]
-    assert len(parts) >= 2 and lowered.entry in parts[0]
-    for part in parts:
-        llvm.parse_assembly(part).verify()
-        defined, called = _defined_and_called(part)
-        assert called <= defined, called - defined
-    helpers = [n for n in re.findall(r'^define internal [^@]*@"([^"]+)"', lowered.llvm_ir, re.M) if not re.match(r"k\d+_", n)]
-    assert helpers  # the Winograd stage and its GEMM
-    for name in helpers:  # a shared helper is compiled once: in exactly one part
-        assert sum(bool(re.search(rf'^define [^@]*@"{re.escape(name)}"', p, re.M)) for p in parts) == 1
-
-
-def test_prevectorized_conv_kernels_skip_the_module_optimizer_and_the_rest_does_not():
-    lowered = lower(_conv_graph(), resolve("x86-avx512"))
-    parts = parallel.split_module(lowered.llvm_ir, 1)
-    assert {p.worker for p in parts} == {0}
-    light = [p for p in parts if p.speed_level == parallel.LIGHT_LEVEL]
-    full = [p for p in parts if p.speed_level == parallel.FULL_LEVEL]
-    assert len(light) == 1 and len(full) == 1 and parallel.LIGHT_LEVEL < parallel.FULL_LEVEL
-    defines = [re.findall(r'^define [^@]*@"([^"]+)"', p.text, re.M) for p in (full[0], light[0])]
-    assert lowered.entry in defines[0] and "k1_MatMul" in defines[0] and not any("Conv" in n for n in defines[0])
-    assert {"k0_FusedConv", "k0_FusedConv_mk"} <= set(defines[1]) and not any("MatMul" in n for n in defines[1])
-
-
-def test_a_model_without_prevectorized_kernels_stays_one_module_in_one_process():
-    lowered = lower(_conv_graph(convs=0), resolve("x86-avx512"))
-    assert parallel.split_module(lowered.llvm_ir, 1) == [parallel.Part(lowered.llvm_ir, parallel.FULL_LEVEL, 0)]
-
-
 def test_helper_input_and_output_round_trip_and_a_cut_output_is_refused():
-    target = resolve("x86-avx2")
-    got_target, modules = llvm_worker._read_modules(llvm_worker.write_modules(target, [(0, "a\nb"), (2, "é")]))
-    assert got_target == target and modules == [(0, "a\nb"), (2, "é")]
+    modules = io.BytesIO(llvm_worker.frame(0, "a\nb") + llvm_worker.frame(2, "é"))
+    assert [llvm_worker.read_module(modules) for _ in range(3)] == [(0, "a\nb"), (2, "é"), None]
+    with pytest.raises(ValueError):
+        llvm_worker.read_module(io.BytesIO(llvm_worker.frame(0, "abc")[:-1]))
     out = b"".join(len(o).to_bytes(8, "little") + o for o in (b"obj1", b"", b"object 3"))
-    assert llvm_worker.read_objects(out) == [b"obj1", b"", b"object 3"]
-    assert llvm_worker.read_objects(out[:-1]) is None and llvm_worker.read_objects(out + b"\0") is None
+    whole, cut = io.BytesIO(out), io.BytesIO(out[:-1])
+    assert [llvm_worker.read_object(whole) for _ in range(4)] == [b"obj1", b"", b"object 3", None]
+    assert [llvm_worker.read_object(cut) for _ in range(3)] == [b"obj1", b"", None]
 
 
 @pytest.fixture
 def split_everything(monkeypatch):
-    monkeypatch.setattr(parallel, "MIN_SPLIT_BYTES", 0)
+    monkeypatch.setattr(stream, "MAX_PART_BYTES", 0)  # a module per kernel group
 
 
 def _run(session, seed: int = 1):

@@ -1,0 +1,71 @@
+"""Kernels streamed to LLVM while lowering goes on: every module stands alone, and the code is the one module's."""
+
+from __future__ import annotations
+
+import re
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+from cuvil.compiler.codegen.lower import lower
+from cuvil.edge_runtime import jit, stream
+from cuvil.edge_runtime.compile import compile_graph, resolve
+from cuvil.edge_runtime.parallel import FULL_LEVEL, LIGHT_LEVEL
+from cuvil.edge_runtime.stream import KernelStream
+
+from tests.edge_runtime.test_parallel import _conv_graph, _run
+
+
+def _defined_and_called(part: str) -> tuple[set[str], set[str]]:
+    defined = set(re.findall(r'^define [^@]*@"([^"]+)"', part, re.M)) | set(re.findall(r'^declare [^@]*@"([^"]+)"', part, re.M))
+    called = set(re.findall(r'call [^@]*@"([^"]+)"', part))
+    return defined, called
+
+
+@pytest.fixture
+def one_group_per_module(monkeypatch):
+    monkeypatch.setattr(stream, "MAX_PART_BYTES", 0)  # every kernel group closes its batch
+
+
+def _streamed(graph, profile: str) -> tuple[KernelStream, list[bytes], object]:
+    with KernelStream(resolve(profile)) as s:
+        lowered = lower(graph, resolve(profile), stream=s)
+        return s, s.finish(), lowered
+
+
+def test_every_module_is_valid_and_defines_what_it_calls(one_group_per_module):
+    jit.init_llvm()
+    s, objs, lowered = _streamed(_conv_graph(), "x86-avx2")  # its 3x3 convs share Winograd helpers
+    texts = [t for _, t in s.texts]
+    assert lowered.llvm_ir == "" and len(texts) >= 2 and len(objs) == len(texts) + 1
+    assert re.search(rf'^define [^@]*@"{lowered.entry}"', s.entry_text, re.M)
+    helpers = {n for t in texts for n in re.findall(r'^define internal [^@]*@"([^"]+)"', t, re.M) if not re.match(r"k\d+_", n)}
+    assert helpers  # the Winograd stage and its GEMM: in the module of the kernel that calls them
+    wrappers = set()
+    for text in texts + [s.entry_text]:
+        llvm.parse_assembly(text).verify()
+        defined, called = _defined_and_called(text)
+        assert called <= defined, called - defined
+        wrappers |= set(re.findall(r'^define void @"(k\d+_[A-Za-z0-9]+)"', text, re.M))
+    for name in wrappers:  # each kernel is compiled once; the entry declares it
+        assert sum(bool(re.search(rf'^define [^@]*@"{name}"', t, re.M)) for t in texts) == 1
+        assert f'declare void @"{name}"' in s.entry_text
+
+
+def test_prevectorized_conv_kernels_skip_the_module_optimizer_and_the_rest_does_not():
+    s, _, lowered = _streamed(_conv_graph(), "x86-avx512")
+    levels = {level: re.findall(r'^define [^@]*@"([^"]+)"', t, re.M) for level, t in s.texts}
+    assert set(levels) == {LIGHT_LEVEL, FULL_LEVEL} and LIGHT_LEVEL < FULL_LEVEL
+    assert {"k0_FusedConv", "k0_FusedConv_mk"} <= set(levels[LIGHT_LEVEL]) and "k1_MatMul" in levels[FULL_LEVEL]
+    assert not any("Conv" in n for n in levels[FULL_LEVEL]) and not any("MatMul" in n for n in levels[LIGHT_LEVEL])
+
+
+def test_code_does_not_depend_on_how_kernels_are_batched_or_who_compiles_them(monkeypatch):
+    graph = _conv_graph()
+    monkeypatch.setattr(stream, "MIN_PART_BYTES", 10**9)
+    monkeypatch.setattr(stream, "MAX_PART_BYTES", 10**9)  # one module per level, compiled here and by the thread
+    want = _run(compile_graph(graph, use_cache=False, jobs=1))
+    monkeypatch.setattr(stream, "MAX_PART_BYTES", 0)  # a module per kernel group, shared among two helpers
+    got = _run(compile_graph(graph, use_cache=False, jobs=3))
+    for k, v in want.items():
+        np.testing.assert_array_equal(got[k], v)
