@@ -10,6 +10,7 @@ import pytest
 
 from cuvil.compiler import DType, TensorType, run_reference
 from cuvil.compiler.codegen.cpu.int_dot import choose_dot
+from cuvil.compiler.codegen.cpu.kernels.quant_rows import WIDENED
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.compiler.target import Target
@@ -80,11 +81,12 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.U8, 127, 3, 2, [1, 0, 1, 2], (1, 3, 27, 26), 3),  # depthwise, stride 2, large plane: column phases
     (DType.I8, 127, 2, 3, [2, 1, 0, 1], (1, 4, 10, 11), 6),  # grouped, stride 3: column phases
     (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 20, 9, 9), 21),  # AVX2: Winograd F(2x2, 3x3), odd plane, channel tails
-    (DType.I8, 128, 1, 1, [0, 2, 1, 0], (2, 32, 10, 11), 12),  # AVX2: Winograd, uneven pads, two images
+    (DType.I8, 128, 1, 1, [0, 2, 1, 0], (2, 32, 10, 17), 12),  # AVX2: Winograd, uneven pads, two images, signed blocks
     (DType.U8, 127, 1, 1, [1, 1, 1, 1], (2, 5, 4, 5), 21),  # 20 pixels: channels in lanes, no padding products; an
     # odd channel (AVX2's int16 pairs), 3 channel vectors (AVX2: a tile of two, then one)
     (DType.I8, 127, 1, 1, [1, 1, 1, 1], (1, 16, 8, 8), 32),  # 8x8: channels in lanes before AVX2's Winograd
-    (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 16, 20, 20), 24),  # AVX2 Winograd: 100 tiles, a block of 84 and a tail
+    (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 20, 20, 20), 24),  # AVX2 Winograd: 100 tiles, a block of 84 and a tail; the
+    # input transposed by 16 channels x 16 columns, 4 columns and 4 channels left over
     (DType.I8, 127, 20, 1, [1, 1, 1, 1], (1, 20, 3, 3), 20),  # depthwise, 3x3 plane: channels in lanes on every target
 ]
 WINOGRAD_CASES = (10, 11, 14)
@@ -103,7 +105,7 @@ def test_qconv_is_exact(kind, case):
     if kind == "x86-avx2":
         llvm_ir = lower(graph, target, optimize=False).llvm_ir
         assert ("winograd" in llvm_ir) == (case in WINOGRAD_CASES)
-        assert ("sext <16 x i8>" in llvm_ir) == (case in ROWS_CASES)  # int8 weights widened as loaded
+        assert (f'"{WIDENED}' in llvm_ir) == (case in ROWS_CASES)  # int8 weights widened as loaded
     sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
     for seed in range(2):
         x = _random_x(dtype, shape, seed)

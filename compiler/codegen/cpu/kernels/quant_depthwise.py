@@ -73,18 +73,67 @@ def lanes_scratch(key: KernelKey, target: Target) -> int:
 def fill_centred(ctx: KernelContext, n: ir.Value, plane: ir.Value, cp: int,
                  dims: tuple[int, int, int, int]) -> None:
     """Image ``n``, centred, into the channel-last zero-bordered int16 plane of ``dims``
-    (rows, cols, top pad, left pad), ``cp`` channels to a place."""
+    (rows, cols, top pad, left pad), ``cp`` channels to a place: blocks of 16 channels x 16 columns
+    transposed in registers, the rest one value at a time."""
     b = ctx.b
     _, c, hh, ww = ctx.shape(0)
     rows, cols, top, left = dims
     h.memset0(b, plane, 2 * rows * cols * cp)
-    xz = h.const(h.I32, ctx.attrs["x_zero_point"])
     src = b.mul(n, h.i64(c * hh * ww))
-    with h.loop_nest(b, (hh, ww, c), name="cp") as (iy, ix, ch):
-        v = qm.widen(b, h.load(b, ctx.ins[0], b.add(src, h.linear(b, (ch, iy, ix), (hh * ww, ww, 1)))),
-                     ctx.in_types[0].dtype)
-        h.store(b, b.trunc(b.sub(v, xz), I16), plane, h.linear(b, (iy, ix, ch), (cols * cp, cp, 1),
-                                                               base=(top * cols + left) * cp))
+    base = (top * cols + left) * cp
+    cv, xv = c // BLOCK * BLOCK, ww // BLOCK * BLOCK
+    if cv and xv:
+        _fill_blocks(ctx, src, plane, cp, cols, base, cv, xv)
+    xz = h.const(h.I32, ctx.attrs["x_zero_point"])
+
+    def scalar(x0: int, c0: int, c1: int) -> None:
+        """Columns ``x0..``, channels ``c0..c1``."""
+        if x0 >= ww or c0 >= c1:
+            return
+        with h.loop_nest(b, (hh, ww - x0, c1 - c0), name="cp") as (iy, ix, ch):
+            ix, ch = b.add(ix, h.i64(x0)), b.add(ch, h.i64(c0))
+            v = qm.widen(b, h.load(b, ctx.ins[0], b.add(src, h.linear(b, (ch, iy, ix), (hh * ww, ww, 1)))),
+                         ctx.in_types[0].dtype)
+            h.store(b, b.trunc(b.sub(v, xz), I16), plane, h.linear(b, (iy, ix, ch), (cols * cp, cp, 1), base=base))
+
+    if cv and xv:
+        scalar(xv, 0, cv)
+        scalar(0, cv, c)
+    else:
+        scalar(0, 0, c)
+
+
+BLOCK = 16  # channels and columns of a register transpose: 16 byte vectors
+
+
+def _transpose(b: ir.IRBuilder, vs: list) -> list:
+    """16 ``<16 x i8>`` rows to their 16 columns: four rounds of interleaving row i with row i + 8."""
+    lo = [j // 2 + (j % 2) * BLOCK for j in range(BLOCK)]
+    hi = [k + BLOCK // 2 for k in lo]
+    mask = ir.VectorType(h.I32, BLOCK)
+    for _ in range(4):
+        vs = [b.shuffle_vector(vs[i // 2], vs[i // 2 + 8], h.vector(mask, hi if i % 2 else lo)) for i in range(BLOCK)]
+    return vs
+
+
+def _fill_blocks(ctx: KernelContext, src: ir.Value, plane: ir.Value, cp: int, cols: int, base: int, cv: int,
+                 xv: int) -> None:
+    """Channels ``..cv`` x columns ``..xv`` of every row: 16 loads of 16 columns, a transpose, 16
+    widened stores of 16 channels."""
+    b = ctx.b
+    _, _, hh, ww = ctx.shape(0)
+    v8, v16 = ir.VectorType(h.I8, BLOCK), ir.VectorType(I16, BLOCK)
+    xz = h.const(v16, ctx.attrs["x_zero_point"])
+    signed = ctx.in_types[0].dtype in h.SIGNED
+    with h.loop_nest(b, (hh, cv // BLOCK, xv // BLOCK), name="cpv") as (iy, cg, xb):
+        x0, c0 = b.mul(xb, h.i64(BLOCK)), b.mul(cg, h.i64(BLOCK))
+        at = b.add(src, h.linear(b, (c0, iy, x0), (hh * ww, ww, 1)))
+        vs = [b.load(b.bitcast(gep(b, ctx.ins[0], b.add(at, h.i64(ch * hh * ww))), v8.as_pointer()), align=1)
+              for ch in range(BLOCK)]
+        out = b.add(h.linear(b, (iy, x0), (cols * cp, cp), base=base), c0)
+        for j, v in enumerate(_transpose(b, vs)):
+            wide = b.sub(b.sext(v, v16) if signed else b.zext(v, v16), xz)
+            b.store(wide, b.bitcast(gep(b, plane, b.add(out, h.i64(j * cp))), v16.as_pointer()), align=2)
 
 
 def emit_lanes_qconv(ctx: KernelContext) -> None:

@@ -39,6 +39,7 @@ BIAS = "qrows-bias"
 BIAS_PAD = 16  # the widest VL: a bias padded to this many lanes serves every target
 ALIGN = 64
 I16 = ir.IntType(16)
+WIDENED = "rows.w16"  # the name of int8 weights widened to int16 pairs in the IR
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,8 @@ def emit_rows_qconv(ctx: KernelContext, dot: Dot, quads: ir.Value, n: ir.Value) 
 
     def weight_vector(index: ir.Value) -> ir.Value:
         v = lanes(weights, index, stored)
-        return v if plan.per_unit == 4 else b.bitcast(b.sext(v, ir.VectorType(I16, unit_bytes)), dot.bytes_type)
+        wide = ir.VectorType(I16, unit_bytes)
+        return v if plan.per_unit == 4 else b.bitcast(b.sext(v, wide, name=WIDENED), dot.bytes_type)
 
     def epilogue(order, first: int, count: int, ch: ir.Value, j: int) -> None:
         """The tile's staged sums (pixels ``order[first:first + count]``), requantized, by pixel."""
