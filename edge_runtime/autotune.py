@@ -3,8 +3,9 @@
 The cost model picks a method and register tile per conv from a profile's numbers; a device can do
 better by measuring itself. For every distinct conv geometry of the (optimized) graph, largest
 first, the candidates (``conv_candidates``: the cost model's choice first) are built into one
-module, each packed with its own weights, and timed in ``ROUNDS`` interleaved rounds on random
-inputs. A candidate replaces the cost model's choice only when its fastest round is at least
+module, each packed with its own weights (a compile hands each candidate's LLVM work to its
+:class:`.stream.KernelStream`, so an idle core does it while the next candidate's IR is built), and
+timed in ``ROUNDS`` interleaved rounds on random inputs. A candidate replaces the cost model's choice only when its fastest round is at least
 ``MARGIN`` faster than the choice's fastest and it was faster in every round (a round times all
 candidates back to back, so a burst of other work hits them alike; one a burst favoured once does
 not win): tuning never trades a measured tie or a noisy lead for an untested kernel. Ties go to
@@ -31,7 +32,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from llvmlite import ir
@@ -87,14 +88,17 @@ def pick(default: K, rounds: Mapping[K, Sequence[float]], margin: float = MARGIN
     return min(wins, key=lambda c: min(rounds[c])) if wins else default  # min keeps the first of equal keys
 
 
-def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_counter) -> TuneReport:
+def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_counter,
+         llvm: Compiler | None = None) -> TuneReport:
     """Measure the candidates of ``graph``'s conv layers (already optimized and batch-bound).
 
     Budget: the untuned compile is estimated as the mean build time of a cost-model kernel times
     the number of distinct conv layers (they dominate lowering and LLVM); no kernel is built once
     the time spent plus that mean would pass ``autotune_fraction`` of the estimate or
     ``autotune_budget_s``. Largest layers first; the rest keep the cost model's choice. A graph whose
-    budget cannot pay for two builds (``autotune_fraction`` x layers < 2) is not tuned at all."""
+    budget cannot pay for two builds (``autotune_fraction`` x layers < 2) is not tuned at all.
+    ``llvm``: where the candidates' LLVM work goes (default: here, in turn); a layer's candidates are
+    all queued before the first is waited for, so their IR and their LLVM work overlap."""
     t0 = clock()
     layers = [(g, c) for g, _ in sorted(tunable_convs(graph).items(), key=lambda kv: -kv[1])
               if len(c := conv_candidates(target, g)) > 1]
@@ -107,13 +111,18 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     for i, (geom, cands) in enumerate(layers):
         if i and clock() - t0 + 2 * mean_build > budget:
             break
-        built = [_Built(target, geom, cands[0], clock)]
-        mean_build = (mean_build * i + built[0].build_s) / (i + 1)
-        budget = min(target.tuning.autotune_budget_s, target.tuning.autotune_fraction * mean_build * len(layers))
+        built = [_Built(target, geom, cands[0], clock, llvm)]
+        if not i:  # the first layer's default sets the budget: wait for it
+            mean_build = built[0].wait()
+            budget = min(target.tuning.autotune_budget_s, target.tuning.autotune_fraction * mean_build * len(layers))
         for c in cands[1:]:
             if clock() - t0 + mean_build > budget:
                 break
-            built.append(_Built(target, geom, c, clock))
+            built.append(_Built(target, geom, c, clock, llvm))
+        build_s = [b.wait() for b in built]
+        if i:
+            mean_build = (mean_build * i + build_s[0]) / (i + 1)
+            budget = min(target.tuning.autotune_budget_s, target.tuning.autotune_fraction * mean_build * len(layers))
         if len(built) < 2:
             break
         seconds = interleaved_seconds({b.choice: b.call for b in built})
@@ -140,16 +149,19 @@ def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tupl
         return None
     largest = max(ranges, key=lambda r: r.rows[1] - r.rows[0])
     part = _Built(largest.target, largest.geometry, whole.choice, clock)  # held: its code and buffers live while timed
+    part.wait()
     timed = interleaved_seconds({1: whole.call, len(ranges): part.call})
     timed[len(ranges)] = tuple(t + fixed.tuning.parallel_sync_us * 1e-6 for t in timed[len(ranges)])
     return len(ranges), timed
 
 
 class Retarget:
-    """``lower``'s retarget hook: tunes the optimized graph, keeps the report, returns the tuned Target."""
+    """``lower``'s retarget hook: tunes the optimized graph, keeps the report, returns the tuned Target.
+    ``llvm``: where the candidates' LLVM work goes (default: done here, in turn)."""
 
-    def __init__(self) -> None:
+    def __init__(self, llvm: Compiler | None = None) -> None:
         self.report: TuneReport | None = None
+        self.llvm = llvm
 
     def __call__(self, graph: Graph, target: Target) -> Target:
         sync_us, probe_s = None, 0.0
@@ -158,7 +170,7 @@ class Retarget:
             sync_us = pool_probe.handoff_us(target)
             probe_s = time.perf_counter() - t0
             target = dataclasses.replace(target, tuning=target.tuning.replace(parallel_sync_us=sync_us))
-        report = tune(graph, target)
+        report = tune(graph, target, llvm=self.llvm)
         self.report = dataclasses.replace(report, spent_s=report.spent_s + probe_s, sync_us=sync_us)
         tuned = with_choices(target, self.report.choices)
         return dataclasses.replace(tuned, conv_parts=tuple(sorted(self.report.parts.items(), key=repr)))
@@ -188,27 +200,55 @@ def interleaved_seconds(calls: dict, rounds: int = ROUNDS, round_s: float = ROUN
             per_round[c].append(statistics.median(ts))
     return {c: combine(v) for c, v in per_round.items()}
 
-class _Built:
-    """One candidate kernel built alone and loaded, with its packed weights and buffers."""
+class Compiler(Protocol):
+    """Where candidates' LLVM work goes (:class:`.stream.KernelStream`): queued, then waited for."""
 
-    def __init__(self, target: Target, geom: Geometry, choice: ConvChoice, clock: Callable[[], float]) -> None:
-        N, C, H, W, OC, KH, KW, strides, pads, dil, group = geom
+    def submit(self, level: int, text: str) -> int: ...
+
+    def result(self, i: int) -> bytes: ...
+
+    seconds: list[float]
+
+
+class _Built:
+    """One candidate kernel built alone, with its packed weights and buffers. The constructor emits
+    its IR here and hands the LLVM work to ``llvm`` (the next candidate's IR is built meanwhile), or
+    does it here when there is none; :meth:`wait` loads the code and returns the build time (IR plus
+    LLVM, as if done in turn)."""
+
+    def __init__(self, target: Target, geom: Geometry, choice: ConvChoice, clock: Callable[[], float],
+                 llvm: Compiler | None = None) -> None:
         t0 = clock()
-        self.choice = choice
-        rng = np.random.default_rng(0)
+        self.choice, self.geom, self.target, self.clock, self.llvm = choice, geom, target, clock, llvm
+        self.rng = np.random.default_rng(0)
         module = ir.Module(name="tune")
         module.triple = target.triple
-        wp, scratch_bytes, out_shape = emit_choice(module, "k", target, geom, choice, rng)
-        obj = jit.emit_object(str(module), target, jit=True, speed_level=LIGHT_LEVEL)  # as the model's conv kernels
-        self.code = jit.load_functions([obj], ["k"], target)
-        self.build_s = clock() - t0
-        x, y, bias = (_aligned(rng.standard_normal((N, C, H, W))), _aligned(np.zeros(out_shape)),
-                      _aligned(rng.standard_normal(OC)))
-        w, s = _aligned(wp), _aligned(np.zeros(max(16, scratch_bytes // 4 + 16)))
+        self.wp, self.scratch_bytes, self.out_shape = emit_choice(module, "k", target, geom, choice, self.rng)
+        text = str(module)
+        self.emit_s = clock() - t0
+        if llvm is not None:
+            self.pending = llvm.submit(LIGHT_LEVEL, text)  # as the model's conv kernels
+        else:
+            self.obj = jit.emit_object(text, target, jit=True, speed_level=LIGHT_LEVEL)
+            self.emit_s = clock() - t0
+        self.build_s: float | None = None
+
+    def wait(self) -> float:
+        if self.build_s is not None:
+            return self.build_s
+        t0 = self.clock()
+        obj, llvm_s = (self.llvm.result(self.pending), self.llvm.seconds[self.pending]) if self.llvm else (self.obj, 0.0)
+        self.code = jit.load_functions([obj], ["k"], self.target)
+        self.build_s = self.emit_s + llvm_s + self.clock() - t0
+        N, C, H, W = self.geom[:4]
+        x, y, bias = (_aligned(self.rng.standard_normal((N, C, H, W))), _aligned(np.zeros(self.out_shape)),
+                      _aligned(self.rng.standard_normal(self.geom[4])))
+        w, s = _aligned(self.wp), _aligned(np.zeros(max(16, self.scratch_bytes // 4 + 16)))
         self.buffers = (x, y, bias, w, s)
         fn, ptrs = _FN(self.code.addresses[0]), (x.ctypes.data, w.ctypes.data, bias.ctypes.data, None,
                                                  y.ctypes.data, s.ctypes.data)
         self.call = lambda: fn(*ptrs)
+        return self.build_s
 
 
 def _aligned(a: np.ndarray) -> np.ndarray:

@@ -127,7 +127,7 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
 
     graph = graph_of()
     with Helpers((auto_jobs(graph) if jobs is None else jobs) - 1) as helpers, KernelStream(tgt, helpers) as stream:
-        tuner = autotune.Retarget() if tune else None  # LLVM compiles each finished kernel while the rest is lowered
+        tuner = autotune.Retarget(stream) if tune else None  # LLVM compiles each finished kernel while the rest is lowered
         lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile, retarget=tuner, stream=stream)
         del graph  # a lazily loaded model's weights are freed here, before LLVM adds its own peak
         t2 = time.perf_counter()

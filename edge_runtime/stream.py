@@ -7,7 +7,9 @@ batched into modules (prevectorized ones apart, at :data:`.parallel.LIGHT_LEVEL`
 take those modules meanwhile: each helper process (:mod:`.llvm_worker`, one module at a time) or,
 with none, a thread of this process (llvmlite releases the GIL inside LLVM). When lowering ends,
 this process compiles the entry points' module, then takes queued modules too, so neither core
-waits for the other. A batch is closed when a consumer is idle and it holds ``MIN_PART_BYTES``, or
+waits for the other. The tuner's candidate kernels go the same way (:meth:`KernelStream.submit`),
+so their LLVM work runs on the helper while the next candidate's IR is built here. A batch is
+closed when a consumer is idle and it holds ``MIN_PART_BYTES``, or
 at ``MAX_PART_BYTES``; a group that calls a shared internal helper (a Winograd stage) keeps its batch
 open, since the next group usually calls it too: a helper that two batches call is compiled in both,
 internal as in one module, so each kernel's code is the same as without streaming.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections import deque
 
 from llvmlite import ir
@@ -48,6 +51,9 @@ class KernelStream:
         self.batch: dict[bool, list[tuple[str, str]]] = {False: [], True: []}
         self.texts: list[tuple[int, str]] = []
         self.results: list[bytes | None] = []
+        self.seconds: list[float] = []  # LLVM time of each module (a helper's: its round trip)
+        self.kernels: list[int] = []  # the modules of the model (the rest: the tuner's candidates)
+        self.lost: set[int] = set()  # taken by a consumer that failed: compiled here
         self.todo: deque[int] = deque()
         self.idle = 0
         self.closed = False
@@ -106,14 +112,37 @@ class KernelStream:
     def _flush(self, light: bool) -> None:
         members, self.batch[light] = self.batch[light], []
         if members:
-            self._queue(LIGHT_LEVEL if light else FULL_LEVEL, self._module(members))
+            self.kernels.append(self.submit(LIGHT_LEVEL if light else FULL_LEVEL, self._module(members)))
 
-    def _queue(self, level: int, text: str) -> None:
+    def submit(self, level: int, text: str) -> int:
+        """Queue a self-contained module (the tuner's candidates come this way too); its index for :meth:`result`."""
         with self.cv:
             self.texts.append((level, text))
             self.results.append(None)
+            self.seconds.append(0.0)
             self.todo.append(len(self.texts) - 1)
             self.cv.notify()
+            return len(self.texts) - 1
+
+    def result(self, i: int) -> bytes:
+        """Module ``i``'s object: compiled here if no consumer has taken it yet, else waited for."""
+        with self.cv:
+            mine = i in self.todo
+            if mine:
+                self.todo.remove(i)
+            if not mine:
+                self.cv.wait_for(lambda: self.results[i] is not None or i in self.lost, HELPER_TIMEOUT_S)
+        if self.results[i] is None:
+            self._compile(i)
+        return self.results[i]
+
+    def _done(self, i: int, obj: bytes | None, seconds: float) -> None:
+        with self.cv:
+            if obj is None:
+                self.lost.add(i)
+            else:
+                self.results[i], self.seconds[i] = obj, seconds
+            self.cv.notify_all()
 
     def _take(self) -> int | None:
         with self.cv:
@@ -125,28 +154,34 @@ class KernelStream:
 
     def _compile(self, i: int) -> None:
         level, text = self.texts[i]
-        self.results[i] = emit_object(text, self.target, jit=True, speed_level=level)
+        t0 = time.perf_counter()
+        obj = emit_object(text, self.target, jit=True, speed_level=level)
+        self._done(i, obj, time.perf_counter() - t0)
 
     def _local(self) -> None:
         while (i := self._take()) is not None:
             try:
                 self._compile(i)
-            except Exception:  # noqa: BLE001 — finish() compiles it again and raises there
-                pass
+            except Exception:  # noqa: BLE001 — result() or finish() compiles it again and raises there
+                self._done(i, None, 0.0)
 
     def _remote(self, proc) -> None:
-        """Feed one helper process a module at a time; on any failure stop (finish() compiles what is left)."""
+        """Feed one helper process a module at a time; on any failure stop (what it held is compiled here)."""
+        i = None
         try:
             proc.stdin.write((target_to_json(self.target) + "\n").encode())
             proc.stdin.flush()
             while (i := self._take()) is not None:
+                t0 = time.perf_counter()
                 proc.stdin.write(frame(*self.texts[i]))
                 proc.stdin.flush()
-                if (obj := read_object(proc.stdout)) is None:
+                obj = read_object(proc.stdout)
+                self._done(i, obj, time.perf_counter() - t0)
+                if obj is None:
                     return
-                self.results[i] = obj
         except (OSError, ValueError):
-            return
+            if i is not None:
+                self._done(i, None, 0.0)
 
     def close(self) -> None:
         """No more modules: idle consumers end (also when lowering failed)."""
@@ -174,14 +209,16 @@ class KernelStream:
         objs = [emit_object(self.entry_text, self.target, jit=True, speed_level=FULL_LEVEL)]
         while True:
             with self.cv:
-                i = self.todo.popleft() if self.todo else None
+                i = next((k for k in self.todo if k in self.kernels), None)
+                if i is not None:
+                    self.todo.remove(i)
             if i is None:
                 break
             self._compile(i)
         self.close()
         for t in self.threads:
             t.join(HELPER_TIMEOUT_S)
-        for i, obj in enumerate(self.results):
-            if obj is None:
+        for i in self.kernels:
+            if self.results[i] is None:  # lost, or held by a helper that never answered
                 self._compile(i)
-        return objs + list(self.results)
+        return objs + [self.results[i] for i in self.kernels]

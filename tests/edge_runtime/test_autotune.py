@@ -10,7 +10,9 @@ import pytest
 from cuvil.compiler.target import ConvChoice
 from cuvil.devices.detect import cpu_identity
 from cuvil.edge_runtime.autotune import MARGIN, pick, tune
+from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.compile import compile_graph
+from cuvil.edge_runtime.parallel import LIGHT_LEVEL
 
 from ..hosts import HOST
 
@@ -114,6 +116,30 @@ def test_the_tuner_times_the_cost_models_split_and_adds_none():
     assert r.default_parts == 2 and set(dict(r.parts_seconds)) == {1, 2} and r.parts == pick(2, dict(r.parts_seconds))
     whole = tune(graph, dataclasses.replace(HOST, threads=3, tuning=model_two.replace(parallel_sync_ratio=macs * 2.0)))
     assert whole.results[0].parts_seconds == () and whole.parts == {}  # kept whole by the cost model: not timed
+
+
+class _Compiler:
+    """Records what the tuner hands over, compiles it at once (a stand-in for the compile's stream)."""
+
+    def __init__(self):
+        self.levels, self.objects, self.seconds = [], [], []
+
+    def submit(self, level: int, text: str) -> int:
+        self.levels.append(level)
+        self.objects.append(jit.emit_object(text, HOST, jit=True, speed_level=level))
+        self.seconds.append(0.0)
+        return len(self.objects) - 1
+
+    def result(self, i: int) -> bytes:
+        return self.objects[i]
+
+
+def test_each_candidates_llvm_work_goes_to_the_compiler_it_is_given():
+    llvm = _Compiler()
+    big = HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=100.0)
+    (r,) = tune(_one_conv(32, 16), dataclasses.replace(HOST, tuning=big), llvm=llvm).results
+    assert len(r.seconds) >= 2 and len(llvm.objects) == len(r.seconds)  # every candidate timed came this way
+    assert set(llvm.levels) == {LIGHT_LEVEL}  # as the model's conv kernels
 
 
 def test_tuned_session_matches_untuned(cnn, tmp_path):

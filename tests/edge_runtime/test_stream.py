@@ -69,3 +69,14 @@ def test_code_does_not_depend_on_how_kernels_are_batched_or_who_compiles_them(mo
     got = _run(compile_graph(graph, use_cache=False, jobs=3))
     for k, v in want.items():
         np.testing.assert_array_equal(got[k], v)
+
+
+def test_a_submitted_module_is_compiled_apart_from_the_models():
+    host = resolve("host")
+    one = '; ModuleID = "t"\ndefine void @"f"() {\nentry:\n  ret void\n}\n'
+    with KernelStream(host) as s:
+        i = s.submit(LIGHT_LEVEL, one)
+        assert jit.global_symbols(s.result(i))[0] >= {"f"} and s.seconds[i] > 0
+        lower(_conv_graph(convs=1), host, stream=s)
+        objs = s.finish()
+    assert i not in s.kernels and len(objs) == len(s.kernels) + 1
