@@ -150,6 +150,26 @@ def test_depthwise_window_rows(kind, dtype, stride, dilation, pads, shape):
     assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
 
 
+@pytest.mark.parametrize("kind", ["x86-avx512-vnni", "vnni-256"])
+@pytest.mark.parametrize("dtype,k,stride,dilation,pads,ceil,shape", [
+    (DType.U8, 3, 2, 1, [0, 0, 0, 0], 1, (1, 3, 27, 27)),  # SqueezeNet's: ceil mode, a small plane as runs
+    (DType.I8, 3, 1, 1, [1, 1, 1, 1], 0, (2, 4, 9, 10)),  # padded: the border is the lowest int8
+    (DType.U8, 2, 2, 1, [0, 1, 1, 0], 1, (1, 2, 40, 37)),  # rows, a partial last vector
+    (DType.I8, 3, 2, 2, [2, 0, 1, 2], 1, (1, 2, 15, 14)),  # dilated, uneven pads
+])
+def test_int8_max_pool_by_byte_shuffles(kind, dtype, k, stride, dilation, pads, ceil, shape):
+    target = _target(kind)
+    gb = GraphBuilder("pool")
+    x = gb.input("x", TensorType(dtype, shape))
+    y = gb.add1("MaxPool", [x], kernel_shape=[k, k], strides=[stride, stride], dilations=[dilation, dilation],
+                pads=pads, ceil_mode=ceil)
+    graph = gb.build([y])
+    assert "bytepool" in lower(graph, target, optimize=False).llvm_ir
+    sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
+    xv = _random_x(dtype, shape, 7)
+    assert np.array_equal(sess.run({"x": xv})[y], run_reference(graph, {"x": xv})[y])
+
+
 @pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic", "x86-avx512-vnni", "amx"])
 @pytest.mark.parametrize("a_dtype,k,n,bias", [(DType.U8, 37, 21, True), (DType.I8, 64, 16, False),
                                               (DType.U8, 130, 40, True)])

@@ -10,7 +10,8 @@ Stride s loads s vectors per tap and keeps every s-th lane; taps of one phase sh
 A window much taller than its row stride (3x3, 5x5 at stride 1) is pooled separably, rows into
 scratch then columns, about 2K operations per output instead of K*K and code linear in K.
 
-Other dtypes, 3-D pools and windows too big to unroll (``MAX_VECTOR_LOADS``) take the generic loop:
+An int8 2-D MaxPool on the byte-quad targets shuffles bytes instead (``quant_pool.py``). Other
+dtypes, 3-D pools and windows too big to unroll (``MAX_VECTOR_LOADS``) take the generic loop:
 taps unrolled (a run-time loop over more than ``MAX_UNROLLED_TAPS``), out-of-range taps masked with
 selects on a clamped (always in-bounds) load.
 """
@@ -29,6 +30,7 @@ from .. import vecops
 from ...irhelpers import gep
 from ..vecops import load_vec, store_vec, vec_type
 from .base import KernelContext, KernelKey, kernel
+from .quant_pool import byte_maxpool_ok, byte_maxpool_scratch, emit_byte_maxpool
 from .reduce import lowest, combine
 
 
@@ -110,6 +112,8 @@ def _padded(rows: _Axis) -> _Axis:
 
 
 def _scratch(key: KernelKey, target) -> int:
+    if key.op == "MaxPool" and byte_maxpool_ok(key, target):
+        return byte_maxpool_scratch(key, target)
     rows, cols = _axes(key)
     return 4 * _padded(rows).size * cols.out if _separable(key) else 0
 
@@ -424,7 +428,9 @@ def _generic(ctx: KernelContext, kind: str) -> None:
 
 
 def _pool(ctx: KernelContext, kind: str) -> None:
-    if _vectorizable(ctx.key):
+    if kind == "max" and byte_maxpool_ok(ctx.key, ctx.target):
+        emit_byte_maxpool(ctx)
+    elif _vectorizable(ctx.key):
         _vector_pool(ctx, "sum" if kind == "avg" else kind)
     else:
         _generic(ctx, kind)

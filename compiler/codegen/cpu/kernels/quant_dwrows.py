@@ -111,13 +111,17 @@ class Chunk:
 
 
 def chunks(key: KernelKey, vl: int) -> tuple[bool, tuple[Chunk, ...]]:
-    """(flat, chunks): a small plane as runs of consecutive outputs across its rows, each as long as
-    one loaded vector covers (at most VL, ``MAX_FLAT_CHUNKS`` in all); else one row's chunks."""
     a = dict(key.attrs)
-    _, _, _, kw = key.in_types[1].shape
-    oh, ow = key.out_types[0].shape[2:]
     (sh, sw), dw = a["strides"], a["dilations"][1]
-    _, pitch = _pitch(key)
+    return plane_runs(key.out_types[0].shape[2:], sh, sw, dw, key.in_types[1].shape[3], _pitch(key)[1], vl)
+
+
+def plane_runs(out_hw: tuple[int, int], sh: int, sw: int, dw: int, kw: int, pitch: int,
+               vl: int) -> tuple[bool, tuple[Chunk, ...]]:
+    """(flat, chunks): a small plane as runs of consecutive outputs across its rows, each as long as
+    one loaded vector (4 VL bytes) covers (at most VL, ``MAX_FLAT_CHUNKS`` in all); else one row's
+    chunks. Byte ``4i + t`` of a mask is lane i's window byte t (t < kw)."""
+    oh, ow = out_hw
 
     def runs(total: int, offset) -> list[Chunk]:
         out, p = [], 0
@@ -176,7 +180,7 @@ def emit_dwrows_qconv(ctx: KernelContext, dot: Dot, flip: bool, zp_enc: int) -> 
                 v = b.load(b.bitcast(src, bt.as_pointer()), align=1)
                 acc = dot.step(b, acc, b.shuffle_vector(v, v, h.vector(ir.VectorType(h.I32, 4 * vl), run.mask)), wrows[ty])
             q = qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
-            _store(b, q, gep(b, out, run.first), None if room or run.count == vl else run.count, masked)
+            store_lanes(b, q, gep(b, out, run.first), None if room or run.count == vl else run.count, masked)
 
         def row(oy: ir.Value, last: bool) -> None:
             out_row = gep(b, out_plane, b.mul(oy, h.i64(ow)))
@@ -192,7 +196,7 @@ def emit_dwrows_qconv(ctx: KernelContext, dot: Dot, flip: bool, zp_enc: int) -> 
                     row(oy, False)
             row(h.i64(oh - 1), True)
 
-def _store(b: ir.IRBuilder, q: ir.Value, ptr: ir.Value, valid: int | None, masked: bool) -> None:
+def store_lanes(b: ir.IRBuilder, q: ir.Value, ptr: ir.Value, valid: int | None, masked: bool) -> None:
     """``<VL x i8>`` at ``ptr``: whole, or its first ``valid`` lanes (a masked store where cheap)."""
     if valid is None or not masked:
         store_bytes(b, q, ptr, valid)
