@@ -140,8 +140,8 @@ class KernelStream:
         with self.cv:
             if obj is None:
                 self.lost.add(i)
-            else:
-                self.results[i], self.seconds[i] = obj, seconds
+            else:  # its text is not needed again: freed as the compile goes on
+                self.results[i], self.seconds[i], self.texts[i] = obj, seconds, (0, "")
             self.cv.notify_all()
 
     def _take(self) -> int | None:
@@ -205,8 +205,7 @@ class KernelStream:
         entry = [(n, str(module.globals[n])) for n in self.entry]
         declared = [f'declare {m.group(2)}@"{m.group(3)}"({m.group(4)})'
                     for m in map(_DEFINE.match, self.wrappers.values())]
-        self.entry_text = self._module(entry, declared)
-        objs = [emit_object(self.entry_text, self.target, jit=True, speed_level=FULL_LEVEL)]
+        objs = [emit_object(self._module(entry, declared), self.target, jit=True, speed_level=FULL_LEVEL)]
         while True:
             with self.cv:
                 i = next((k for k in self.todo if k in self.kernels), None)

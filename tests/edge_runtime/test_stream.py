@@ -27,34 +27,44 @@ def one_group_per_module(monkeypatch):
     monkeypatch.setattr(stream, "MAX_PART_BYTES", 0)  # every kernel group closes its batch
 
 
-def _streamed(graph, profile: str) -> tuple[KernelStream, list[bytes], object]:
+def _streamed(graph, profile: str, monkeypatch) -> tuple[list[tuple[int, str]], str, list[bytes], object]:
+    """(kernel modules as (level, text), the entry's module, objects, lowered) of one streamed compile."""
+    seen, emit = [], stream.emit_object
+
+    def spy(text, target, jit, speed_level):
+        seen.append((speed_level, text))
+        return emit(text, target, jit=jit, speed_level=speed_level)
+
+    monkeypatch.setattr(stream, "emit_object", spy)  # no helpers: everything compiles in this process
     with KernelStream(resolve(profile)) as s:
         lowered = lower(graph, resolve(profile), stream=s)
-        return s, s.finish(), lowered
+        objs = s.finish()
+    entry = [t for _, t in seen if re.search(rf'^define [^@]*@"{lowered.entry}"', t, re.M)]
+    assert len(entry) == 1
+    return [m for m in seen if m[1] != entry[0]], entry[0], objs, lowered
 
 
-def test_every_module_is_valid_and_defines_what_it_calls(one_group_per_module):
+def test_every_module_is_valid_and_defines_what_it_calls(one_group_per_module, monkeypatch):
     jit.init_llvm()
-    s, objs, lowered = _streamed(_conv_graph(), "x86-avx2")  # its 3x3 convs share Winograd helpers
-    texts = [t for _, t in s.texts]
+    modules, entry, objs, lowered = _streamed(_conv_graph(), "x86-avx2", monkeypatch)  # 3x3 convs share Winograd helpers
+    texts = [t for _, t in modules]
     assert lowered.llvm_ir == "" and len(texts) >= 2 and len(objs) == len(texts) + 1
-    assert re.search(rf'^define [^@]*@"{lowered.entry}"', s.entry_text, re.M)
     helpers = {n for t in texts for n in re.findall(r'^define internal [^@]*@"([^"]+)"', t, re.M) if not re.match(r"k\d+_", n)}
     assert helpers  # the Winograd stage and its GEMM: in the module of the kernel that calls them
     wrappers = set()
-    for text in texts + [s.entry_text]:
+    for text in texts + [entry]:
         llvm.parse_assembly(text).verify()
         defined, called = _defined_and_called(text)
         assert called <= defined, called - defined
         wrappers |= set(re.findall(r'^define void @"(k\d+_[A-Za-z0-9]+)"', text, re.M))
     for name in wrappers:  # each kernel is compiled once; the entry declares it
         assert sum(bool(re.search(rf'^define [^@]*@"{name}"', t, re.M)) for t in texts) == 1
-        assert f'declare void @"{name}"' in s.entry_text
+        assert f'declare void @"{name}"' in entry
 
 
-def test_prevectorized_conv_kernels_skip_the_module_optimizer_and_the_rest_does_not():
-    s, _, lowered = _streamed(_conv_graph(), "x86-avx512")
-    levels = {level: re.findall(r'^define [^@]*@"([^"]+)"', t, re.M) for level, t in s.texts}
+def test_prevectorized_conv_kernels_skip_the_module_optimizer_and_the_rest_does_not(monkeypatch):
+    modules, _, _, _ = _streamed(_conv_graph(), "x86-avx512", monkeypatch)
+    levels = {level: re.findall(r'^define [^@]*@"([^"]+)"', t, re.M) for level, t in modules}
     assert set(levels) == {LIGHT_LEVEL, FULL_LEVEL} and LIGHT_LEVEL < FULL_LEVEL
     assert {"k0_FusedConv", "k0_FusedConv_mk"} <= set(levels[LIGHT_LEVEL]) and "k1_MatMul" in levels[FULL_LEVEL]
     assert not any("Conv" in n for n in levels[FULL_LEVEL]) and not any("MatMul" in n for n in levels[LIGHT_LEVEL])
