@@ -18,10 +18,10 @@ from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.errors import CompileError
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
-from ..devices.detect import cpu_identity
-from . import jit
+from ..devices.detect import cpu_identity, resolve_target
 from .cache import CompileCache, cache_key, graph_digest
 from .loader import Model
+from .objload import LoadedCode, UnsupportedObjectError, load_object
 from .session import CompileStats, Session
 
 
@@ -30,16 +30,14 @@ def resolve(target: str | Target, host: Target | None = None) -> Target:
     if isinstance(target, Target):
         return target
     if target == "host":
-        return host or jit.host_target()
-    from ..devices import resolve_target
-
+        return host or resolve_target("host")
     return resolve_target(target)
 
 
 def runnable_here(target: Target, host: Target | None = None) -> bool:
     """True when this process can execute code built for ``target`` (same ISA, features present);
     ``host``: this machine's Target when the caller has it (detection is once per call, not twice)."""
-    host = host or jit.host_target()
+    host = host or resolve_target("host")
     if target.triple.split("-")[0] != host.triple.split("-")[0]:
         return False
     have = {f for f in host.features if f.startswith("+")}
@@ -94,7 +92,7 @@ def compile_model(model: Model, target: str | Target = "host", batch: int = 1,
 def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, cache_dir, use_cache: bool,
              content_hash: str | None, optimize: bool = True, profile: bool = False, jobs: int | None = None,
              guard_pages: bool = False, tune: bool | None = None, threads: int | None = None) -> Session:
-    host = jit.host_target()
+    host = resolve_target("host")
     tgt = resolve(target, host)
     tune = tgt.tuning.autotune if tune is None else tune
     if threads is not None:
@@ -112,7 +110,7 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     art = cache.get(key, tgt) if cache else None
     t1 = time.perf_counter()
     if art is not None:
-        code = jit.load_object(art.objects, art.lowered.entry, tgt)
+        code = load_code(art.objects, art.lowered.entry, tgt)
         t2 = time.perf_counter()
         stats = CompileStats(lower_ms=0.0, llvm_ms=0.0, load_ms=(t2 - t1) * 1e3, cache_hit=True,
                              kernel_count=art.lowered.kernel_count, node_count=art.lowered.node_count,
@@ -135,7 +133,7 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     if cache:
         cache.put(key, lowered, objs)
     t3 = time.perf_counter()
-    code = jit.load_object(objs, lowered.entry, tgt)
+    code = load_code(objs, lowered.entry, tgt)
     t4 = time.perf_counter()
     stats = CompileStats(lower_ms=(t2 - t1) * 1e3, llvm_ms=(t3 - t2) * 1e3, load_ms=(t4 - t3) * 1e3, cache_hit=False,
                          kernel_count=lowered.kernel_count, node_count=lowered.node_count,
@@ -143,6 +141,17 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
                          tune_ms=tuner.report.spent_s * 1e3 if tuner and tuner.report else 0.0,
                          tuned_layers=len(tuner.report.choices) if tuner and tuner.report else 0)
     return Session(lowered, code, stats, guard_pages=guard_pages)
+
+
+def load_code(objects: list[bytes], entry: str, target: Target) -> LoadedCode:
+    """Link the model's objects with Cuvil's own loader (no llvmlite: a warm start neither imports nor
+    maps it); with llvmlite's MCJIT where that loader meets something it does not implement."""
+    try:
+        return load_object(objects, entry, amx=target.has("amx-tile"))
+    except UnsupportedObjectError:
+        from . import jit
+
+        return jit.load_object(objects, entry, target)
 
 
 def lower_for(graph: Graph, target: str | Target, batch: int = 1) -> LoweredModel:

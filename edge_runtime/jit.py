@@ -8,7 +8,6 @@ device's real CPU.
 
 from __future__ import annotations
 
-import struct
 import threading
 from dataclasses import dataclass
 
@@ -17,6 +16,8 @@ import llvmlite.binding as llvm
 from ..compiler.errors import CompileError
 from ..compiler.target import Target
 from ..devices.detect import resolve_target
+from .elf import global_names
+from .objload import LoadedCode, code_for, entry_names, request_amx
 
 _LOCK = threading.Lock()
 _READY: set[str] = set()
@@ -96,59 +97,10 @@ def emit_assembly(ir_text: str, target: Target) -> str:
     return tm.emit_assembly(optimize(ir_text, tm))
 
 
-@dataclass
-class LoadedCode:
-    """Keeps the execution engine (and so the code) alive as long as the addresses are used.
-
-    Each load gets its own engine, so the ``_bind`` globals belong to one session.
-    """
-
-    engine: llvm.ExecutionEngine
-    address: int  # void entry(i8* arena, i8* weights)
-    bind: int  # void entry_bind(i8* arena, i8* weights)
-    bound: int  # void entry_bound(void)
-    start: int = 0  # void entry_start(void): create the worker threads (none at one thread)
-    stop: int = 0  # void entry_stop(void): join them
-    detach: int = 0  # void entry_detach(void): forget them (a forked child)
-
-
-_ELF_HEAD = struct.Struct("<16xHHIQQQIHHHHHH")  # Elf64_Ehdr after e_ident
-_SECTION = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr
-_SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym
-SHT_SYMTAB, SHN_UNDEF = 2, 0
-
-
-def global_symbols(obj: bytes) -> tuple[set[str], set[str]]:
-    """The global names an ELF object file defines, and those it uses without defining (LLVM's
-    library calls, such as ``__truncdfhf2`` for a double -> half conversion with no instruction).
-
-    Read with ``struct`` (a warm start's loader runs this: LLVM's object-file API made a call per
-    section and cost milliseconds); out-of-bounds tables yield no names, never an exception."""
-    defined: set[str] = set()
-    undefined: set[str] = set()
-    if len(obj) < _ELF_HEAD.size or obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:  # ELF64 little-endian
-        return defined, undefined
-    shoff, shentsize, shnum = (_ELF_HEAD.unpack_from(obj)[i] for i in (5, 10, 11))
-    if shentsize != _SECTION.size or shoff + shnum * shentsize > len(obj):
-        return defined, undefined
-    sections = [_SECTION.unpack_from(obj, shoff + i * shentsize) for i in range(shnum)]
-    for _, kind, _, _, off, size, link, _, _, _ in sections:
-        if kind != SHT_SYMTAB or link >= shnum or off + size > len(obj):
-            continue
-        str_off, str_size = sections[link][4], sections[link][5]
-        strtab = obj[str_off:str_off + str_size] if str_off + str_size <= len(obj) else b""
-        for at in range(off + _SYMBOL.size, off + size - _SYMBOL.size + 1, _SYMBOL.size):  # entry 0 is null
-            name_at, info, _, shndx, _, _ = _SYMBOL.unpack_from(obj, at)
-            end = strtab.find(b"\0", name_at)
-            if info >> 4 in (1, 2) and 0 < name_at < end:  # GLOBAL or WEAK binding, a name inside the table
-                (undefined if shndx == SHN_UNDEF else defined).add(strtab[name_at:end].decode(errors="replace"))
-    return defined, undefined
-
-
 def check_resolvable(objs: list[bytes]) -> None:
     """Refuse code that calls a function this process lacks (MCJIT would leave a null call: a crash).
     libc and libm are there (memcpy, exp for f64...); compiler-rt's conversion routines may not be."""
-    tables = [global_symbols(o) for o in objs]
+    tables = [global_names(o) for o in objs]
     defined = set().union(*(d for d, _ in tables))
     used = set().union(*(u for _, u in tables)) - defined
     missing = sorted(n for n in used if llvm.address_of_symbol(n) is None)
@@ -157,29 +109,12 @@ def check_resolvable(objs: list[bytes]) -> None:
                            "(a conversion or math routine this target has no instruction for)")
 
 
-SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18  # x86-64 Linux
-
-
-def request_amx() -> None:
-    """Ask Linux for the AMX tile state of this process (idempotent): without it the first tile
-    instruction raises SIGILL."""
-    import ctypes
-    import platform
-
-    if platform.machine() != "x86_64":
-        raise CompileError(f"AMX tile state exists on x86-64 only, this machine is {platform.machine()}")
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0:
-        raise CompileError(f"this CPU or kernel gives no AMX tile state (arch_prctl errno {ctypes.get_errno()})")
-
-
 def load_object(obj: bytes | list[bytes], entry: str, target: Target) -> LoadedCode:
-    """Load host object file(s) into an MCJIT engine of its own (it links them); return the entry points."""
+    """Load host object file(s) into an MCJIT engine of its own (it links them); return the entry points.
+    :func:`.objload.load_object` does this without llvmlite where it can."""
     objs = [obj] if isinstance(obj, bytes) else obj
-    got = load_functions(objs, [entry] + [f"{entry}_{n}" for n in ("bind", "bound", "start", "stop", "detach")], target)
-    if not all(got.addresses[:3]):  # the pool's functions are absent from hand-written test objects
-        raise CompileError(f"entry point {entry!r} not found in the compiled object")
-    return LoadedCode(got.engine, *got.addresses)
+    got = load_functions(objs, entry_names(entry), target)
+    return code_for(got.engine, got.addresses, entry)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from ..compiler.codegen.lowered import IOSpec, LoweredModel, aligned_empty
 from ..compiler.errors import InterpreterError, LimitError, RunTimeCheckError
 from ..compiler.memory.plan import MemoryPlan
 from .guard import guarded, make_read_only
-from .jit import LoadedCode
+from .objload import LoadedCode
 
 ALIGN = 64
 _BIND = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
@@ -91,7 +91,7 @@ class Session:
         aligned read-only array, else on a copy. ``guard_pages``: arena
         and weights each between two inaccessible pages (:mod:`.guard`), so an access past either faults."""
         self.stats = stats
-        self._code = code  # keeps the execution engine, hence the machine code, alive
+        self._code = code  # keeps the machine code mapped
         block = lowered.weights if weights is None or not len(weights) else weights
         if guard_pages:
             self._arena = guarded(lowered.arena_bytes or ALIGN)  # an overrun of the last byte faults

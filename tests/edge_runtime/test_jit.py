@@ -7,6 +7,7 @@ import pytest
 
 from cuvil.compiler.errors import CompileError
 from cuvil.edge_runtime import jit
+from cuvil.edge_runtime.elf import global_names
 
 _IR = """
 declare double @{callee}(double)
@@ -32,7 +33,7 @@ def _object(callee: str) -> bytes:
 
 
 def test_symbols_of_an_object_file():
-    defined, used = jit.global_symbols(_object("exp"))
+    defined, used = global_names(_object("exp"))
     assert {"entry", "entry_bind", "entry_bound"} <= defined
     assert used == {"exp"}
 
@@ -41,7 +42,7 @@ def test_symbols_of_a_damaged_object_file_are_none_never_an_error():
     """Truncated or garbled files (LLVM writes the section headers last) give no names."""
     obj = _object("exp")
     for bad in (b"", obj[:64], obj[:len(obj) // 2], obj[:-8], b"\x7fELF\x02\x01" + bytes(200), b"\xff" * 200):
-        defined, used = jit.global_symbols(bad)
+        defined, used = global_names(bad)
         assert not defined and not used
 
 
