@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..compiler.codegen.cpu.workers import MAX_THREADS
+from ..compiler.codegen.cpu.threads import MAX_THREADS
 from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS
 from ..edge_runtime.report import KEYS, EvalReport, ReportError
 

@@ -9,9 +9,12 @@ really uses 512-bit registers.
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
 import os
 import platform
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..compiler.target import Target
@@ -63,13 +66,58 @@ def profile_from_host(triple: str, cpu: str, features: Mapping[str, bool],
     return profile
 
 
+@dataclass(frozen=True)
+class HostFacts:
+    """What LLVM says of this CPU: the one part of detection that needs llvmlite (and maps ~45 MB of it)."""
+
+    triple: str
+    cpu: str
+    features: tuple[tuple[str, bool], ...]  # sorted (name, enabled)
+
+
+def llvm_host_facts() -> HostFacts:
+    import llvmlite.binding as llvm
+
+    return HostFacts(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                     tuple(sorted((str(k), bool(v)) for k, v in llvm.get_host_cpu_features().items())))
+
+
+def profile_of(facts: HostFacts) -> DeviceProfile:
+    """The host profile from LLVM's facts (asked now, or remembered under :func:`host_stamp`) and this system's."""
+    return profile_from_host(facts.triple, facts.cpu, dict(facts.features), _host_caches(), _host_budget_mib(),
+                             _host_cores())
+
+
 @functools.lru_cache(maxsize=1)
 def host_profile() -> DeviceProfile:
     """The profile of the running CPU, from llvmlite's host CPU name and feature map (asked once)."""
-    import llvmlite.binding as llvm
+    return profile_of(llvm_host_facts())
 
-    return profile_from_host(llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                             dict(llvm.get_host_cpu_features()), _host_caches(), _host_budget_mib(), _host_cores())
+
+_VOLATILE_CPUINFO = ("cpu MHz", "bogomips", "BogoMIPS")
+
+
+def llvmlite_stamp() -> str:
+    """llvmlite's version file, hashed, read without importing llvmlite (a warm start must not map libLLVM)."""
+    spec = importlib.util.find_spec("llvmlite")
+    try:
+        with open(os.path.join(spec.submodule_search_locations[0], "_version.py"), "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except (AttributeError, IndexError, TypeError, OSError):
+        return "unknown"
+
+
+def host_stamp() -> str | None:
+    """sha256 over what decides :func:`llvm_host_facts`: the machine, llvmlite's version and the first CPU's
+    /proc/cpuinfo entry (vendor, model, stepping, microcode, flags; not its clock); None without cpuinfo."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            head = f.read(1 << 16).split("\n\n", 1)[0]
+    except OSError:
+        return None
+    lines = [line for line in head.splitlines() if line.split(":", 1)[0].strip() not in _VOLATILE_CPUINFO]
+    text = "\n".join([platform.machine(), llvmlite_stamp(), *lines])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _host_cores() -> int:

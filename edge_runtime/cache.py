@@ -23,6 +23,7 @@ import numpy as np
 from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
+from ..devices.detect import llvmlite_stamp
 from .artifact import OpenedArtifact, open_artifact, write_artifact
 from .private import SecretError, device_secret, private_dir
 from .sealed import Sealer, SealError
@@ -46,10 +47,9 @@ def _sources() -> tuple[str, list[str]]:
 
 
 def _versions_hash():  # a hashlib sha256 object, to be updated
-    """sha256 started with what besides the sources decides the code: the code generator's version, llvmlite's."""
-    import llvmlite
-
-    return hashlib.sha256(f"codegen {CODEGEN_VERSION} llvmlite {llvmlite.__version__}".encode())
+    """sha256 started with what besides the sources decides the code: the code generator's version, llvmlite's
+    (its version file's hash: importing llvmlite would cost a warm start milliseconds)."""
+    return hashlib.sha256(f"codegen {CODEGEN_VERSION} llvmlite {llvmlite_stamp()}".encode())
 
 
 @functools.lru_cache(maxsize=1)

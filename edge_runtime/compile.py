@@ -13,13 +13,14 @@ import os
 import time
 from collections.abc import Callable
 
-from ..compiler.codegen.cpu.workers import check_threads
+from ..compiler.codegen.cpu.threads import check_threads
 from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.errors import CompileError
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from ..devices.detect import cpu_identity, resolve_target
 from .cache import CompileCache, cache_key, graph_digest
+from .host_memo import host_target
 from .loader import Model
 from .objload import LoadedCode, UnsupportedObjectError, load_object
 from .session import CompileStats, Session
@@ -92,7 +93,9 @@ def compile_model(model: Model, target: str | Target = "host", batch: int = 1,
 def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, cache_dir, use_cache: bool,
              content_hash: str | None, optimize: bool = True, profile: bool = False, jobs: int | None = None,
              guard_pages: bool = False, tune: bool | None = None, threads: int | None = None) -> Session:
-    host = resolve_target("host")
+    t0 = time.perf_counter()
+    cache = CompileCache(cache_dir) if use_cache else None
+    host = host_target(cache) if cache else resolve_target("host")
     tgt = resolve(target, host)
     tune = tgt.tuning.autotune if tune is None else tune
     if threads is not None:
@@ -102,8 +105,6 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
         raise CompileError(f"target {tgt.name!r} ({tgt.triple}, {tgt.cpu}) cannot run on this host; "
                            f"'cuvil compile --target {tgt.name} -o FILE' writes its object file, "
                            f"'cuvil run --device {tgt.name}' runs it emulated")
-    cache = CompileCache(cache_dir) if use_cache else None
-    t0 = time.perf_counter()
     tuned_on = f" tuned-on={cpu_identity()}" if tune else ""
     key = cache_key(f"{content_hash or graph_digest(graph_of())} optimize={optimize} profile={profile}{tuned_on}", tgt,
                     batch, cache.fingerprint()) if cache else ""

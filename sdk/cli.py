@@ -15,7 +15,7 @@ from . import api, native
 from .version import __version__
 from .compiler.errors import CuvilError
 from .compiler.printable import printable
-from .compiler.codegen.cpu.workers import MAX_THREADS
+from .compiler.codegen.cpu.threads import MAX_THREADS
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
 _EXISTING = click.Path(dir_okay=False, path_type=Path)  # a missing file is an OSError: one line, exit 1

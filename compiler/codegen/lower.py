@@ -19,7 +19,7 @@ from ..memory.scratch import check_worker_scratch
 from ..target import Target
 from .cpu.kernels import KERNELS
 from .cpu.lowering import CpuLowering
-from .cpu.workers import check_threads
+from .cpu.threads import check_threads
 from .driver import prepare
 from .lowered import LoweredModel
 

@@ -210,8 +210,8 @@ def test_cache_shared_across_processes(tmp_path, cache_dir):
         if all(f == fp for _, _, f in first):
             assert hit == "1"
             break
-    # one entry and the remembered fingerprint, no temporary files left behind
-    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".cuvil-art", ".cuvil-fingerprint"]
+    # one entry, the remembered fingerprint and host CPU, no temporary files left behind
+    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".cuvil-art", ".cuvil-cpu", ".cuvil-fingerprint"]
 
 
 def test_parallel_compile_links_the_parts(monkeypatch, cache_dir):

@@ -23,28 +23,16 @@ from collections.abc import Mapping
 
 from llvmlite import ir
 
-from ...errors import CompileError
 from ...target import Target
 from ..irhelpers import I8P, I32, I64, VOID, call_named, set_fn_attrs
+from .threads import FUTEX_SYSCALL, MAX_THREADS
 
-MAX_THREADS = 64
-FUTEX_SYSCALL: Mapping[str, int] = {"x86_64": 202, "aarch64": 98}
-"""Linux ``SYS_futex`` by architecture (the triple's first part)."""
 _WAIT, _WAKE = 128, 129  # FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE
 _SPIN_HINT: Mapping[str, tuple[str, tuple]] = {"x86_64": ("llvm.x86.sse2.pause", ()), "aarch64": ("llvm.aarch64.hint", (1,))}
 # control block slots (i64 each); the hot words sit on cache lines of their own
 GEN, CLAIM, REMAIN, SLEEPERS, MAIN_SLEEPS, STOP, LIVE, JOB, ARENA, WEIGHTS, TIDS = 0, 8, 16, 24, 25, 26, 27, 28, 29, 30, 32
 JOB_TYPE = ir.FunctionType(VOID, [I8P, I8P, I32])
 SEQ = "seq_cst"
-
-
-def check_threads(target: Target) -> None:
-    """Refuse a thread count this target's code cannot have (typed, before any lowering)."""
-    n = target.threads
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_THREADS:
-        raise CompileError(f"threads must be an integer from 1 to {MAX_THREADS}, got {n!r}")
-    if n > 1 and target.triple.split("-")[0] not in FUTEX_SYSCALL:
-        raise CompileError(f"multi-threaded code is not available for {target.triple!r}; use threads=1")
 
 
 class Pool:

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from cuvil.compiler.codegen.cpu.workers import MAX_THREADS, check_threads
+from cuvil.compiler.codegen.cpu.threads import MAX_THREADS, check_threads
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.errors import CompileError
 from cuvil.compiler.frontends.builder import GraphBuilder
