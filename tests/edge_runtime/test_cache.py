@@ -9,6 +9,7 @@ from cuvil.edge_runtime import compile as compile_mod
 from cuvil.edge_runtime.artifact import ArtifactError, read_artifact, write_artifact
 from cuvil.edge_runtime import cache as cache_mod
 from cuvil.edge_runtime.cache import CompileCache, compiler_fingerprint
+from cuvil.edge_runtime.host_memo import HOST_FILE
 from cuvil.edge_runtime.sealed import PAGE, Sealer, SealError
 from cuvil.edge_runtime.compile import compile_graph, resolve
 
@@ -91,7 +92,7 @@ def test_republished_entry_leaves_mapped_sessions_intact(cache_dir):
     objects = _read(entry).objects
     CompileCache(cache_dir).put(entry.name.split(".")[0], lower(graph, resolve("host")), objects)
     assert entry.stat().st_ino != before and sorted(p.name for p in cache_dir.iterdir()) == sorted(
-        [entry.name, CompileCache.FINGERPRINT])
+        [entry.name, CompileCache.FINGERPRINT, HOST_FILE])
     for name, value in warm.run(X).items():
         np.testing.assert_array_equal(value, want[name])
 
