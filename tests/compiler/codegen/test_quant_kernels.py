@@ -158,6 +158,20 @@ def test_depthwise_window_rows(kind, dtype, stride, dilation, pads, shape):
     assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
 
 
+def test_grouped_conv_by_blocks_of_outputs(monkeypatch):
+    """A group's outputs in blocks whose int32 planes fit ACC_BYTES: here one output a block."""
+    from cuvil.compiler.codegen.cpu.kernels import quant_grouped
+
+    monkeypatch.setattr(quant_grouped, "ACC_BYTES", 1)
+    dtype, _, group, stride, pads, shape, m = CONVS[9]
+    rng = np.random.default_rng(9)
+    w = rng.integers(-127, 128, (m, shape[1] // group, 3, 3)).astype(np.int8)
+    graph = _qconv_graph(dtype, w, rng.integers(-2000, 2000, (m,)).astype(np.int32), group, stride, pads, shape)
+    sess = compile_graph(graph, target=GENERIC_X86, optimize=False, use_cache=False, jobs=1)
+    x = _random_x(dtype, shape, 1)
+    assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
+
+
 @pytest.mark.parametrize("kind", ["x86-avx512-vnni", "vnni-256"])
 @pytest.mark.parametrize("dtype,k,stride,dilation,pads,ceil,shape", [
     (DType.U8, 3, 2, 1, [0, 0, 0, 0], 1, (1, 3, 27, 27)),  # SqueezeNet's: ceil mode, a small plane as runs

@@ -4,8 +4,9 @@ Each input channel is first copied into a zero-bordered int16 plane of centred v
 the tap loops need no bounds checks and the loop over output columns is a plain vector stream: at
 column stride s the plane's columns are stored as s phases (column j at phase j % s, place j // s),
 so each tap reads consecutive places for consecutive output columns at any stride. A depthwise conv (one input channel per output) sums every tap of an
-output pixel in registers and requantizes it there; with more input channels per group, an int32
-plane accumulates channel by channel, tap by tap.
+output pixel in registers and requantizes it there; with more input channels per group, the int32
+planes of a block of the group's outputs accumulate channel by channel, tap by tap, each input
+channel's plane filled once per block (was: once per output channel).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .base import KernelContext, KernelKey
 
 I16 = ir.IntType(16)
 MAX_UNROLLED_TAPS = 64  # a depthwise window up to 8x8 is summed by straight-line code
+ACC_BYTES = 1 << 17  # int32 output planes a grouped conv accumulates at once (each input plane filled once for them)
 
 
 def padded_dims(key: KernelKey) -> tuple[int, int, int, int]:
@@ -55,9 +57,18 @@ def _tap_origin(key: KernelKey, ty: int | ir.Value, tx: int, b: ir.IRBuilder | N
     return b.add(b.mul(ty, h.i64(dh * sw * pw)), h.i64(col))
 
 
+def _block(key: KernelKey) -> int:
+    """Output channels of a group accumulated together: the most whose int32 planes fit
+    ``ACC_BYTES`` (a divisor of the group's outputs), at least one."""
+    oh, ow = key.out_types[0].shape[2:]
+    mg = key.in_types[1].shape[0] // dict(key.attrs)["group"]
+    fit = max(1, ACC_BYTES // max(1, 4 * oh * ow))
+    return max(d for d in range(1, mg + 1) if mg % d == 0 and d <= fit) if mg else 1
+
+
 def grouped_scratch(key: KernelKey) -> int:
     oh, ow = key.out_types[0].shape[2:]
-    return _plane_bytes(key) + 4 * oh * ow + 64
+    return _plane_bytes(key) + 4 * _block(key) * oh * ow + 64
 
 
 def _fill_plane(ctx: KernelContext, n: ir.Value, channel: ir.Value, plane: ir.Value) -> None:
@@ -102,48 +113,58 @@ def emit_grouped_qconv(ctx: KernelContext) -> None:
     plane = b.bitcast(ctx.scratch, I16.as_pointer())
     acc = h.byte_ptr(b, ctx.scratch, _plane_bytes(ctx.key), h.I32)
     depthwise = cg == 1 and kh * kw <= MAX_UNROLLED_TAPS
+    if not depthwise:
+        _grouped_planes(ctx, plane, acc, mvals, lo, hi)
+        return
     with h.loop_nest(b, (n_img, m)) as (n, oc):
         init = h.load(b, ctx.ins[2], oc) if len(ctx.in_types) == 3 else h.const(h.I32, 0)
         mult = qm.channel_value(b, mvals, h.F32, oc, f"{ctx.name}.m")
         base = b.mul(b.add(b.mul(n, h.i64(m)), oc), h.i64(oh * ow))
         ch0 = b.mul(b.udiv(oc, h.i64(mg)), h.i64(cg))
-        if depthwise:
-            _fill_plane(ctx, n, ch0, plane)
-            wbase = b.mul(oc, h.i64(kh * kw))
-            taps = [(b.sext(h.load(b, ctx.ins[1], b.add(wbase, h.i64(ty * kw + tx))), h.I32),
-                     _tap_origin(ctx.key, ty, tx)) for ty in range(kh) for tx in range(kw)]
-            with h.loop_nest(b, (oh, ow), name="t") as (oy, ox):
-                at = h.linear(b, (oy, ox), (sh * sw * pw, 1))
-                total = init
-                for wv, origin in taps:
-                    x = b.sext(h.load(b, plane, b.add(at, h.i64(origin))), h.I32)
-                    total = b.add(total, b.mul(x, wv))
-                q = qm.requantize(b, total, mult, a["y_zero_point"], lo, hi)
-                h.store(b, q, ctx.outs[0], b.add(base, h.linear(b, (oy, ox), (ow, 1))))
-        else:
-            _accumulate_channels(ctx, n, oc, ch0, plane, acc, init)
-            with h.for_range(b, oh * ow, name="rq") as p:
-                q = qm.requantize(b, h.load(b, acc, p), mult, a["y_zero_point"], lo, hi)
-                h.store(b, q, ctx.outs[0], b.add(base, p))
+        _fill_plane(ctx, n, ch0, plane)
+        wbase = b.mul(oc, h.i64(kh * kw))
+        taps = [(b.sext(h.load(b, ctx.ins[1], b.add(wbase, h.i64(ty * kw + tx))), h.I32),
+                 _tap_origin(ctx.key, ty, tx)) for ty in range(kh) for tx in range(kw)]
+        with h.loop_nest(b, (oh, ow), name="t") as (oy, ox):
+            at = h.linear(b, (oy, ox), (sh * sw * pw, 1))
+            total = init
+            for wv, origin in taps:
+                x = b.sext(h.load(b, plane, b.add(at, h.i64(origin))), h.I32)
+                total = b.add(total, b.mul(x, wv))
+            q = qm.requantize(b, total, mult, a["y_zero_point"], lo, hi)
+            h.store(b, q, ctx.outs[0], b.add(base, h.linear(b, (oy, ox), (ow, 1))))
 
 
-def _accumulate_channels(ctx: KernelContext, n, oc, ch0, plane, acc, init) -> None:
-    """The int32 plane of output channel ``oc``: its bias, plus every tap of every input channel."""
+def _grouped_planes(ctx: KernelContext, plane, acc, mvals, lo: int, hi: int) -> None:
+    """Per block of a group's outputs (``_block``): their int32 planes (biases), then each input
+    channel's plane filled once and added, tap by tap, into every output of the block; then all
+    requantized."""
     a, b = ctx.attrs, ctx.b
-    _, cg, kh, kw = ctx.shape(1)
+    n_img = ctx.shape(0)[0]
+    m, cg, kh, kw = ctx.shape(1)
     oh, ow = ctx.out_shape[2:]
-    sh = a["strides"][0]
+    sh, g = a["strides"][0], a["group"]
     sw, pw = _phase_width(ctx.key)
-    with h.for_range(b, oh * ow, name="z") as p:
-        h.store(b, init, acc, p)
-    with h.for_range(b, cg, name="ic") as ic:
-        _fill_plane(ctx, n, b.add(ch0, ic), plane)
-        wbase = b.mul(b.add(b.mul(oc, h.i64(cg)), ic), h.i64(kh * kw))
-        with h.for_range(b, kh, name="ty") as ty:
-            for tx in range(kw):  # one vector loop for every tap
-                wv = b.sext(h.load(b, ctx.ins[1], b.add(wbase, b.add(b.mul(ty, h.i64(kw)), h.i64(tx)))), h.I32)
-                origin = _tap_origin(ctx.key, ty, tx, b)
-                with h.loop_nest(b, (oh, ow), name="t") as (oy, ox):
-                    x = b.sext(h.load(b, plane, h.linear(b, (oy, ox), (sh * sw * pw, 1), base=origin)), h.I32)
-                    out = h.linear(b, (oy, ox), (ow, 1))
-                    h.store(b, b.add(h.load(b, acc, out), b.mul(x, wv)), acc, out)
+    mg, px, jb = m // g, oh * ow, _block(ctx.key)
+    with h.loop_nest(b, (n_img, g, mg // jb), name="grp") as (n, gi, blk):
+        oc0 = b.add(b.mul(gi, h.i64(mg)), b.mul(blk, h.i64(jb)))
+        with h.loop_nest(b, (jb, px), name="z") as (j, p):
+            init = h.load(b, ctx.ins[2], b.add(oc0, j)) if len(ctx.in_types) == 3 else h.const(h.I32, 0)
+            h.store(b, init, acc, b.add(b.mul(j, h.i64(px)), p))
+        with h.for_range(b, cg, name="ic") as ic:
+            _fill_plane(ctx, n, b.add(b.mul(gi, h.i64(cg)), ic), plane)
+            with h.loop_nest(b, (jb, kh), name="jt") as (j, ty):
+                wbase = b.mul(b.add(b.mul(b.add(oc0, j), h.i64(cg)), ic), h.i64(kh * kw))
+                accj = b.mul(j, h.i64(px))
+                for tx in range(kw):  # one vector loop for every tap
+                    wv = b.sext(h.load(b, ctx.ins[1], b.add(wbase, b.add(b.mul(ty, h.i64(kw)), h.i64(tx)))), h.I32)
+                    origin = _tap_origin(ctx.key, ty, tx, b)
+                    with h.loop_nest(b, (oh, ow), name="t") as (oy, ox):
+                        x = b.sext(h.load(b, plane, h.linear(b, (oy, ox), (sh * sw * pw, 1), base=origin)), h.I32)
+                        out = b.add(accj, h.linear(b, (oy, ox), (ow, 1)))
+                        h.store(b, b.add(h.load(b, acc, out), b.mul(x, wv)), acc, out)
+        with h.loop_nest(b, (jb, px), name="rq") as (j, p):
+            oc = b.add(oc0, j)
+            mult = qm.channel_value(b, mvals, h.F32, oc, f"{ctx.name}.m")
+            q = qm.requantize(b, h.load(b, acc, b.add(b.mul(j, h.i64(px)), p)), mult, a["y_zero_point"], lo, hi)
+            h.store(b, q, ctx.outs[0], b.add(b.mul(b.add(b.mul(n, h.i64(m)), oc), h.i64(px)), p))
