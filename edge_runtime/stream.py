@@ -205,7 +205,11 @@ class KernelStream:
         entry = [(n, str(module.globals[n])) for n in self.entry]
         declared = [f'declare {m.group(2)}@"{m.group(3)}"({m.group(4)})'
                     for m in map(_DEFINE.match, self.wrappers.values())]
-        objs = [emit_object(self._module(entry, declared), self.target, jit=True, speed_level=FULL_LEVEL)]
+        text = self._module(entry, declared)
+        del module, entry
+        self.module, self.helpers, self.singles = None, {}, []  # the IR objects (tens of MB) go before LLVM runs here
+        objs = [emit_object(text, self.target, jit=True, speed_level=FULL_LEVEL)]
+        del text
         while True:
             with self.cv:
                 i = next((k for k in self.todo if k in self.kernels), None)
