@@ -36,7 +36,7 @@ from .base import KernelContext, KernelKey
 from .quant_grouped import padded_dims
 
 DWROWS = "dw-rows:"  # + the Dot kind the packing was made for
-DWROWS_BIAS = "dw-rows-bias"
+PLANE_BIAS_KEY = "dw-rows-bias"
 BYTE_QUADS = ("vnni", "amx", "sdot", "i8mm", "sve-sdot")  # dot products of 4 bytes a lane
 SUMS_PAD = 16
 MAX_FLAT_CHUNKS = 8  # a plane of at most this many chunks is unrolled across its rows
@@ -62,7 +62,7 @@ def dwrows_ok(key: KernelKey, target: Target) -> bool:
 
 def pack_dwrows(key: KernelKey, i: int, arr: np.ndarray, dot: Dot, zp_enc: int) -> tuple[str, np.ndarray] | None:
     if i == 2:
-        return DWROWS_BIAS, arr.astype(np.int32)
+        return PLANE_BIAS_KEY, arr.astype(np.int32)
     if i != 1:
         return None
     m, _, kh, kw = arr.shape

@@ -42,7 +42,6 @@ I16 = ir.IntType(16)
 I16_PER_YMM = 16  # int16 lanes of a ymm register: channels in one input-transform vector
 G2 = np.array([[2, 0, 0], [1, 1, 1], [1, -1, 1], [0, 0, 2]], np.int64)  # 2G of F(2x2, 3x3)
 SUM_BOUND = 4 * 9 * 255 * 128  # |4 * sum| per input channel
-M_BLOCK_BYTES = 128 * 1024  # a block of tiles' M: with its transformed input and the weights, within L2
 
 
 def _dot(target: Target) -> Dot:
@@ -99,13 +98,13 @@ def _dims(key: KernelKey) -> tuple[int, int, int, int]:
 
 
 def block_tiles(key: KernelKey, target: Target) -> int:
-    """Tiles per block: whole GEMM row tiles whose ``M`` fits ``M_BLOCK_BYTES`` or the weights' bytes,
+    """Tiles per block: whole GEMM row tiles whose ``M`` fits ``Tuning.int8_winograd_block_bytes`` or the weights' bytes,
     whichever is more (each block reads all the weights again), at most all tiles. ResNet-18 at
     x86-avx2 on Zen 4: the 64-channel 32x32 convs (1 MiB of M, 128 KiB of weights) 771 -> 713 k
     cycles in blocks of 30 tiles; the 128-channel 16x16 ones (512 KiB each) no faster in blocks of 12."""
     mp, t = _out_pad(key, target), _tiles(*key.out_types[0].shape[2:])[2]
     mr, _ = gemm_tile(_dot(target), target, mp)
-    budget = max(M_BLOCK_BYTES, 16 * _channels(key) * mp * 2)
+    budget = max(target.tuning.int8_winograd_block_bytes, 16 * _channels(key) * mp * 2)
     return min(t, max(mr, budget // (16 * 4 * mp) // mr * mr))
 
 
