@@ -1,6 +1,9 @@
 """Post-training quantization: a float graph plus calibration inputs -> an int8 QDQ graph and a report.
 
-Weights: per-channel (per output channel) symmetric int8, scale ``max|w| / 127``; biases: int32 at
+Weights: per-channel (per output channel) symmetric int8, scale ``max|w| / 127``, or with
+``reduce_range`` 7-bit ``max|w| / 63`` (ONNX Runtime's ``reduce_range``): then every weight pair sums
+to at most 126 in magnitude, so AVX2 without VNNI can run ``vpmaddubsw`` (twice the products of the
+exact int16 ``vpmaddwd``) without saturating, at some accuracy cost. Biases: int32 at
 ``x_scale * w_scale``. Activations: per-tensor asymmetric u8 (a zero point, so ReLU outputs use the
 whole range), from the calibration range of each value: ``minmax`` (observed extremes) or
 ``percentile`` (the ``percentile``-th of |values| on each side, clipping rare outliers). The result
@@ -36,6 +39,7 @@ METHODS = ("minmax", "percentile")
 ANCHORS = ("Conv", "Gemm", "MatMul", "Add")
 ACTIVATIONS = ("Relu", "Clip")
 PASS_THROUGH = ("MaxPool", "Flatten", "Reshape")  # output keeps the input's parameters
+WEIGHT_MAX = {False: 127, True: 63}  # |w| bound by reduce_range
 SAMPLE = 200_000  # values kept per tensor for percentiles
 CHUNK = 16  # calibration inputs run through the interpreter at once
 
@@ -178,20 +182,20 @@ def _quantizable(graph: Graph, n: Node) -> bool:
         graph.types[n.inputs[0]].dtype is DType.F32 and graph.types[n.inputs[1]].dtype is DType.F32
 
 
-def _weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel symmetric int8 along ``axis``: (int8 weights, float32 scales)."""
+def _weight(w: np.ndarray, axis: int, qmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel symmetric int8 in [-qmax, qmax] along ``axis``: (int8 weights, float32 scales)."""
     moved = np.moveaxis(w.astype(np.float64), axis, 0).reshape(w.shape[axis], -1)
     amax = np.abs(moved).max(axis=1)
-    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
     shape = [1] * w.ndim
     shape[axis] = -1
-    q = np.clip(np.rint(w / scale.reshape(shape).astype(np.float64)), -127, 127).astype(np.int8)
+    q = np.clip(np.rint(w / scale.reshape(shape).astype(np.float64)), -qmax, qmax).astype(np.int8)
     return q, scale
 
 
 class _Rewriter:
-    def __init__(self, graph: Graph, params: Mapping[str, tuple[float, int]]):
-        self.g, self.params = graph, params
+    def __init__(self, graph: Graph, params: Mapping[str, tuple[float, int]], weight_max: int):
+        self.g, self.params, self.weight_max = graph, params, weight_max
         self.names = Names(graph)
         self.constants = dict(graph.constants)
         self.dq_of: dict[str, str] = {}  # float value -> its quantize-dequantize twin
@@ -235,7 +239,7 @@ class _Rewriter:
             x_scale = self.params[x][0]
             w = self.constants[n.inputs[1]]
             axis = 0 if n.op == "Conv" or (n.op == "Gemm" and n.attr["transB"]) else 1
-            wq, ws = _weight(w, axis)
+            wq, ws = _weight(w, axis, self.weight_max)
             new_inputs[n.inputs[1]] = self.const_dq(n.inputs[1], wq, ws, axis, n.name)
             if len(n.inputs) == 3:
                 b = self.constants[n.inputs[2]].astype(np.float64).reshape(-1)
@@ -281,9 +285,13 @@ def integer_form(graph: Graph) -> Graph:
     return dce(fuse_qdq(fold_constants(graph)))
 
 
-def quantize(graph: Graph, calibration_inputs, *, method: str = "minmax", percentile: float = 99.99) -> QuantizedModel:
+def quantize(graph: Graph, calibration_inputs, *, method: str = "minmax", percentile: float = 99.99,
+             reduce_range: bool = False) -> QuantizedModel:
     """Quantize ``graph`` to int8 from ``calibration_inputs`` (a mapping input name -> array with the
-    samples along axis 0, or a sequence of such mappings); returns the QDQ graph and its report."""
+    samples along axis 0, or a sequence of such mappings); returns the QDQ graph and its report.
+
+    ``reduce_range``: 7-bit weights (|w| <= 63), the fast form for AVX2 CPUs without VNNI; off by
+    default because a bundle is target-independent and full-range weights are more accurate."""
     if method not in METHODS:
         raise QuantizationError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if not 50.0 < percentile <= 100.0:
@@ -299,7 +307,7 @@ def quantize(graph: Graph, calibration_inputs, *, method: str = "minmax", percen
         for v in watched:
             ranges[v].add(values[v])
     params = {v: _u8_params(*r.bounds(method, percentile)) for v, r in ranges.items()}
-    rw = _Rewriter(g, params)
+    rw = _Rewriter(g, params, WEIGHT_MAX[bool(reduce_range)])
     producers = g.producers()
     by_anchor = {grp.anchor.name: grp for grp in groups}
     for n in g.nodes:

@@ -11,8 +11,11 @@ from torch import nn
 
 from cuvil.compiler import run_reference
 from cuvil.compiler.frontends.onnx import import_onnx
+from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.passes.pipeline import optimize
 from cuvil.compiler.quantize import QuantizationError, quantize
+from cuvil.devices.detect import resolve_target
+from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.compile import compile_graph
 
 from tests.guarded import run_in_child
@@ -73,6 +76,24 @@ def test_compiled_int8_equals_the_int8_reference(float_graph):
     x = _calib(3, seed=9)["input"]
     for i in range(3):
         assert np.array_equal(run_in_child(sess, {"input": x[i:i + 1]})["output"],
+                              run_reference(graph, {"input": x[i:i + 1]})["output"])
+
+
+def test_reduce_range_weights_are_7_bit_and_run_vpmaddubsw_exactly_at_avx2(float_graph):
+    """7-bit weights let AVX2 (no VNNI) multiply u8 x s8 pairs with vpmaddubsw without saturating."""
+    graph = optimize(quantize(float_graph, _calib(), reduce_range=True).graph)
+    weights = [graph.constants[n.inputs[1]] for n in graph.nodes if n.op == "QConv"]
+    assert len(weights) == 2
+    for w in weights:
+        per_channel = np.abs(w.reshape(w.shape[0], -1).astype(np.int32)).max(1)
+        assert per_channel.max() == 63 and per_channel.min() == 63  # each channel's largest weight: 63
+    target = resolve_target("x86-avx2")
+    asm = jit.emit_assembly(lower(graph, target, optimize=False).llvm_ir, target)
+    assert "vpmaddubsw" in asm
+    sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
+    x = _calib(2, seed=9)["input"]
+    for i in range(2):
+        assert np.array_equal(sess.run({"input": x[i:i + 1]})["output"],
                               run_reference(graph, {"input": x[i:i + 1]})["output"])
 
 

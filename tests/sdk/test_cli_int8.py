@@ -35,13 +35,15 @@ def test_import_int8_with_calibration_writes_a_quarter_size_bundle(tmp_path):
     key = tmp_path / "k" / "cuvil.key"
     _run("import", tmp_path / "m.onnx", "-o", tmp_path / "f32.cuvil", "--key", key)
     out = _run("import", tmp_path / "m.onnx", "-o", tmp_path / "i8.cuvil", "--key", key, "--int8",
-               "--calibration", tmp_path / "calib.npz", "--calibration-method", "percentile")
+               "--calibration", tmp_path / "calib.npz", "--calibration-method", "percentile", "--reduce-range")
     assert "SQNR" in out and "top-1 agreement" in out
     ratio = (tmp_path / "i8.cuvil").stat().st_size / (tmp_path / "f32.cuvil").stat().st_size
     assert ratio < 0.27  # int8 weights; their scales cost a few KiB of manifest
     model = cuvil.load(tmp_path / "i8.cuvil", trusted_keys=[tmp_path / "k" / "cuvil.pub"])
     ops = {n.op for n in model.graph.nodes}
     assert {"QConv", "QMatMul"} <= ops and not ops & {"Conv", "Gemm"}, ops  # signed in integer form
+    int8 = [w for w in model.graph.constants.values() if w.dtype == np.int8]
+    assert int8 and max(int(np.abs(w.astype(np.int32)).max()) for w in int8) == 63  # --reduce-range: 7-bit
 
     qdq = tmp_path / "qdq.onnx"
     import onnx
@@ -52,3 +54,5 @@ def test_import_int8_with_calibration_writes_a_quarter_size_bundle(tmp_path):
     assert "QConv" in {n.op for n in model.graph.nodes}
     bad = _run("import", tmp_path / "m.onnx", "-o", tmp_path / "x.cuvil", "--key", key, "--int8", ok=False)
     assert "--calibration" in bad and "Traceback" not in bad
+    bad = _run("import", qdq, "-o", tmp_path / "x.cuvil", "--key", key, "--int8", "--reduce-range", ok=False)
+    assert "--reduce-range" in bad and "Traceback" not in bad
