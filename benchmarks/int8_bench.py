@@ -3,6 +3,8 @@ one thread, interleaved.
 
 The int8 model is ONNX Runtime's own static QDQ quantization (per-channel int8 weights, uint8
 activations, 16 calibration inputs drawn like the example input); Cuvil imports that same QDQ file.
+``--reduce-range``: 7-bit weights (``quantize_static(reduce_range=True)``), the form that lets AVX2
+without VNNI use ``vpmaddubsw`` (and that ONNX Runtime advises there); both runtimes run it.
 Printed first: the CPU, the target and ONNX Runtime's version; per model: medians of the interleaved runs, the ratios the int8 goals are about (Cuvil
 int8 / ORT int8, Cuvil fp32 / Cuvil int8), the bundle sizes (int8 / fp32), and whether Cuvil's
 int8 output equals its int8 reference interpreter exactly.
@@ -17,7 +19,7 @@ models beyond the zoo, quantized the same way); a model that does not import, qu
 gets a one-line row naming the error.
 
     python benchmarks/int8_bench.py [--models mlp,small_cnn,resnet18,mobilenet_v2] [--target host|x86-avx2]
-                                    [--rounds 20] [--block 20] [--profile K]
+                                    [--rounds 20] [--block 20] [--profile K] [--reduce-range]
     python benchmarks/int8_bench.py --models mobilenet_v1,shufflenet_v2,kws_dscnn,squeezenet --rounds 10
 """
 
@@ -96,9 +98,9 @@ def profile_rows(q8, feeds: dict, qdq, target: str, top: int, runs: int = 50) ->
     return out
 
 
-def bench(name: str, target: str, rounds: int, block: int, top: int = 0) -> dict:
+def bench(name: str, target: str, rounds: int, block: int, top: int = 0, reduce_range: bool = False) -> dict:
     model, example = MODELS[name]()
-    f32_onnx, qdq = qdq_model(model, example)
+    f32_onnx, qdq = qdq_model(model, example, reduce_range=reduce_range)
     f32 = optimize(import_onnx(f32_onnx))
     q8 = optimize(import_onnx(qdq))
     x = example[0].numpy()
@@ -127,15 +129,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--block", type=int, default=20)
     ap.add_argument("--profile", type=int, default=0, metavar="K", help="per model, the K int8 nodes with the most cycles beside ORT's")
+    ap.add_argument("--reduce-range", action="store_true", help="7-bit weights (ONNX Runtime's reduce_range) in the int8 model")
     args = ap.parse_args()
     import onnxruntime
 
-    print(f"{describe_host()}; target {args.target}; ONNX Runtime {onnxruntime.__version__}; 1 thread, batch 1")
+    print(f"{describe_host()}; target {args.target}; ONNX Runtime {onnxruntime.__version__}; 1 thread, batch 1; "
+          f"{'7-bit (reduce_range)' if args.reduce_range else 'full-range'} int8 weights")
     print(f"{'model':14} {'cuvil int8 ms':>13} {'ort int8 ms':>11} {'cuvil fp32 ms':>13} {'int8/ort':>8} "
           f"{'fp32/int8':>9} | {'cpu: int8':>9} {'ort':>6} {'fp32':>6} {'int8/ort':>8} {'fp32/int8':>9} | {'bundle':>7} exact")
     for name in args.models.split(","):
         try:
-            r = bench(name, args.target, args.rounds, args.block, args.profile)
+            r = bench(name, args.target, args.rounds, args.block, args.profile, args.reduce_range)
         except Exception as e:  # a model beyond the zoo may not quantize or compile: its row says why
             print(f"{name:14} {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
             continue
