@@ -31,6 +31,7 @@ from .quant_dwrows import DWROWS, dwrows_ok, dwrows_scratch, emit_dwrows_qconv, 
 from .quant_depthwise import LANES, emit_lanes_qconv, lanes_ok, lanes_scratch, pack_lanes
 from .quant_grouped import emit_grouped_qconv, grouped_scratch, valid_span
 from .quant_rows import ROWS, emit_rows_qconv, pack_rows, rows_ok, rows_scratch
+from .quant_taps import TAPS, emit_taps_im2col, taps_geometry, taps_ok, taps_rows, taps_scratch
 from .quant_winograd import F2X2_LAYOUT, emit_winograd_qconv, pack_winograd, winograd_ok, winograd_scratch
 
 QUADS = "quads:"  # + the Dot kind the packing was made for
@@ -181,9 +182,9 @@ def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
     if winograd_ok(key, target):
         return pack_winograd(key, i, arr, target)
     if i == 1 and _conv_gemm_ok(key):
-        rows = _conv_rows(arr, 4)
-        dot = choose_dot(target, pairs_bounded(rows))
-        return _pack_broadcast_rows(rows if dot.per_unit == 4 else _conv_rows(arr, dot.per_unit), dot)
+        dot = choose_dot(target, pairs_bounded(_gemm_rows(key, arr, 4)))
+        prefix = TAPS if taps_ok(key, dot.per_unit) else QUADS
+        return _pack_broadcast_rows(_gemm_rows(key, arr, dot.per_unit), dot, prefix)
     if dwrows_ok(key, target):
         dot = choose_dot(target, False)
         return pack_dwrows(key, i, arr, dot, _zp_enc(key, dot))
@@ -202,7 +203,12 @@ def _lanes_packed(key: KernelKey) -> bool:
     return key.packed[1] == LANES and (len(key.packed) == 2 or key.packed[2] == LANES)
 
 
-def _pack_broadcast_rows(rows: np.ndarray, dot: Dot):
+def _gemm_rows(key: KernelKey, arr: np.ndarray, per_unit: int) -> np.ndarray:
+    """The conv's weights as GEMM rows: taps sharing units when channels are fewer than a unit."""
+    return taps_rows(arr, per_unit) if taps_ok(key, per_unit) else _conv_rows(arr, per_unit)
+
+
+def _pack_broadcast_rows(rows: np.ndarray, dot: Dot, prefix: str = QUADS):
     """Weights as broadcast rows: [row sums, int32, 64-byte padded][rows x k4 units]."""
     m, k = rows.shape
     k4 = -(-k // dot.per_unit)
@@ -210,7 +216,7 @@ def _pack_broadcast_rows(rows: np.ndarray, dot: Dot):
     quads[:, :k] = rows
     sums = np.zeros(_sums_bytes(m) // 4, np.int32)
     sums[:m] = rows.astype(np.int64).sum(axis=1)
-    return QUADS + dot.kind, np.concatenate([sums.view(np.uint8), quads.view(np.uint8).reshape(-1)])
+    return prefix + dot.kind, np.concatenate([sums.view(np.uint8), quads.view(np.uint8).reshape(-1)])
 
 
 @dataclass(frozen=True)
@@ -258,6 +264,9 @@ def _qconv_scratch(key: KernelKey, target: Target) -> int:
     dw = _dot_of(key, target, DWROWS)
     if dw is not None:
         return dwrows_scratch(key, dw)
+    taps = _dot_of(key, target, TAPS)
+    if taps is not None:
+        return taps_scratch(key, taps)
     dot = _dot_of(key, target)
     if _lanes_packed(key):
         return lanes_scratch(key, target)
@@ -347,10 +356,11 @@ def _im2col_quads(ctx: KernelContext, plan: _ConvPlan, quads: ir.Value, fill: in
     return b.bitcast(cols, h.I8P)
 
 
-def _qconv_gemm(ctx: KernelContext, dot: Dot) -> None:
+def _qconv_gemm(ctx: KernelContext, dot: Dot, taps: bool = False) -> None:
+    """The im2col GEMM; with ``taps``, units of neighbouring taps (``quant_taps.py``)."""
     a, b = ctx.attrs, ctx.b
     plan = _conv_plan(ctx.key, dot)
-    geo = plan.geo
+    geo = taps_geometry(ctx.key, dot) if taps else plan.geo
     n_img, m = ctx.out_shape[0], ctx.out_shape[1]
     flip, shift = _encoding(ctx.in_types[0].dtype, dot)
     zp_enc = a["x_zero_point"] + shift
@@ -360,8 +370,11 @@ def _qconv_gemm(ctx: KernelContext, dot: Dot) -> None:
     bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
     mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
     with h.for_range(b, n_img, name="n") as n:
-        quads = _channel_quads(ctx, plan, n, flip, fill)
-        vptr = b.bitcast(quads, h.I8P) if plan.direct else _im2col_quads(ctx, plan, quads, fill)
+        if taps:
+            vptr = emit_taps_im2col(ctx, dot, n, flip, fill, _fill_word(fill, dot.per_unit))
+        else:
+            quads = _channel_quads(ctx, plan, n, flip, fill)
+            vptr = b.bitcast(quads, h.I8P) if plan.direct else _im2col_quads(ctx, plan, quads, fill)
         out_img = gep(b, ctx.outs[0], b.mul(n, h.i64(m * geo.cols)))
         epi = _requant_epilogue(ctx, a, "w", mvals, True, sums, bias, zp_enc,
                                 lambda bb, row: gep(bb, out_img, bb.mul(row, h.i64(geo.cols))), geo.cols, dot)
@@ -381,12 +394,15 @@ def emit_qconv(ctx: KernelContext) -> None:
     dot = _dot_of(ctx.key, ctx.target)
     rows = _dot_of(ctx.key, ctx.target, ROWS)
     dw = _dot_of(ctx.key, ctx.target, DWROWS)
+    taps = _dot_of(ctx.key, ctx.target, TAPS)
     if ctx.key.packed[1] == F2X2_LAYOUT:
         emit_winograd_qconv(ctx)
     elif dw is not None:
         emit_dwrows_qconv(ctx, dw, _encoding(ctx.in_types[0].dtype, dw)[0], _zp_enc(ctx.key, dw))
     elif rows is not None:
         _qconv_rows(ctx, rows)
+    elif taps is not None:
+        _qconv_gemm(ctx, taps, taps=True)
     elif dot is not None and _conv_gemm_ok(ctx.key):
         _qconv_gemm(ctx, dot)
     elif _lanes_packed(ctx.key):
