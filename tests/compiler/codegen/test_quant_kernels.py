@@ -137,6 +137,28 @@ def test_qconv_padding_edges(kind, rows, stride, dilation, pads):
     assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
 
 
+@pytest.mark.parametrize("kind,bound,dtype,c,kernel,stride,dilation,pads,width,taps", [
+    ("x86-avx512-vnni", 127, DType.U8, 1, (1, 9), 3, 1, [0, 4, 0, 3], 301, True),  # 1-D: 9 taps in 3 quads, borders
+    ("x86-avx512-vnni", 127, DType.I8, 3, (2, 5), 2, 1, [1, 2, 0, 1], 60, True),  # 15 pairs in 4 quads, 2 rows
+    ("x86-avx512-vnni", 127, DType.U8, 2, (3, 7), 1, 2, [1, 5, 2, 6], 40, True),  # dilated, pads wider than taps
+    ("x86-avx2", 127, DType.U8, 1, (1, 9), 3, 1, [0, 4, 0, 3], 301, True),  # int16 pairs: 9 taps in 5 pairs
+    ("x86-avx2", 127, DType.I8, 3, (2, 5), 2, 1, [1, 2, 0, 1], 60, False),  # 3 channels fill a pair: per channel
+    ("x86-avx2", 64, DType.I8, 3, (2, 5), 2, 1, [1, 2, 0, 1], 60, True),  # bounded pairs: vpmaddubsw quads
+])
+def test_few_channels_share_units_across_taps(kind, bound, dtype, c, kernel, stride, dilation, pads, width, taps):
+    """Fewer input channels than a unit (an audio front conv): a kernel row's neighbouring taps fill
+    the unit instead of zero-point channels, and the result stays the reference's."""
+    target = _target(kind)
+    rng = np.random.default_rng(c)
+    w = rng.integers(-bound, min(bound + 1, 128), (11, c, *kernel)).astype(np.int8)
+    shape = (2, c, 7 if kernel[0] > 1 else 1, width)
+    graph = _qconv_graph(dtype, w, rng.integers(-900, 900, (11,)).astype(np.int32), 1, stride, pads, shape, dilation)
+    assert ("qtaps" in lower(graph, target, optimize=False).llvm_ir) == taps
+    sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
+    x = _random_x(dtype, shape, 7)
+    assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
+
+
 @pytest.mark.parametrize("kind", ["x86-avx512-vnni", "vnni-256"])
 @pytest.mark.parametrize("dtype,stride,dilation,pads,shape", [
     (DType.U8, 1, 2, [2, 1, 0, 3], (1, 3, 12, 37)),  # rows of 3 chunks, the last partial; dilated
