@@ -22,6 +22,7 @@ from ....target import Target
 from ...irhelpers import PREVECTORIZED, set_fn_attrs
 from ..vecops import define_kernel
 from .direct import emit_direct
+from .dwlanes import emit_depthwise_lanes
 from .plan import conv_plan
 from .rows import emit_conv_rows
 from .winograd import emit_winograd
@@ -37,6 +38,8 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
     epilogue = dict(bias=bias, residual=residual, activation=activation, act_alpha=act_alpha, act_beta=act_beta)
     if p.method == "winograd":
         emit_winograd(fn, target, N, C, H, W, OC, pads, m=p.mr, **epilogue)
+    elif p.method == "dwlanes":
+        emit_depthwise_lanes(fn, p, scalar_tails=not target.tuning.masked_stores, **epilogue)
     elif p.method == "rows":
         emit_conv_rows(fn, p, **epilogue)
     else:

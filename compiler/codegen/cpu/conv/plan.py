@@ -41,7 +41,7 @@ class ConvPlan:
     dw: int
     group: int
     vl: int
-    method: str  # "depthwise" | "direct" | "im2col" | "transposed" | "winograd" | "rows"
+    method: str  # "depthwise" | "dwlanes" | "direct" | "im2col" | "transposed" | "winograd" | "rows"
     mr: int
     nv: int
     copy: bool  # inputs go through a zero-padded, stride-phase-split copy in scratch
@@ -148,6 +148,16 @@ class ConvPlan:
         return chans * self.chan_stride + 2 * self.vl + self.Wq  # slack: tail vectors read past a row
 
     @property
+    def lanes_channels(self) -> int:
+        """dwlanes: channels padded to whole vectors (a pixel's place in the channel-last plane)."""
+        return -(-self.C // self.vl) * self.vl
+
+    @property
+    def lanes_plane_floats(self) -> int:
+        """dwlanes: the zero-bordered channel-last copy of one image."""
+        return (self.H + self.pt + self.pb) * (self.W + self.pl + self.pr) * self.lanes_channels
+
+    @property
     def im2col_floats(self) -> int:
         return self.K * self.slots * self.vl if self.method == "im2col" else 0
 
@@ -167,6 +177,8 @@ class ConvPlan:
         if self.method == "winograd":
             return 4 * WinogradGeometry.of(self.vl, self.C, self.H, self.W, self.OC, self.pads, self.mr,
                                            self.tuning.winograd_block_bytes).floats
+        if self.method == "dwlanes":
+            return 4 * self.lanes_plane_floats
         return 4 * (self.im2col_offset + self.im2col_floats + self.panel_floats)
 
     @property
@@ -215,6 +227,11 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
         m = winograd_tile(target.tuning, H, W, pads)
         return ConvPlan(**base, method="winograd", mr=m, nv=1, copy=False)  # mr: the output tile, F(m x m, 3x3)
     if group == C == OC and group > 1:
+        if (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 <= target.tuning.depthwise_lanes_max_ow:
+            tmp = ConvPlan(**base, method="dwlanes", mr=1, nv=1, copy=False)
+            nv = min(max(1, C // vl), 4)  # channel groups per tile, MR pixels: half the registers
+            mr = max(1, min(tmp.OH * tmp.OW, target.tuning.vector_registers // 2 // nv))
+            return ConvPlan(**base, method="dwlanes", mr=mr, nv=nv, copy=False)
         if vl == 16 and (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 <= target.tuning.half_width_depthwise_max_ow:
             base["vl"] = 8  # narrow rows waste fewer lanes of a ymm (AVX-512VL) than of a zmm
         tmp = ConvPlan(**base, method="depthwise", mr=1, nv=1, copy=True)  # nv: vectors per tile,

@@ -1,0 +1,62 @@
+"""The ``dwlanes`` depthwise method (channels in lanes, narrow planes), compiled for named x86 profiles
+and checked against float64 NumPy: the plan takes it below ``Tuning.depthwise_lanes_max_ow`` only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
+from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights
+from cuvil.compiler.codegen.cpu.conv.plan import conv_plan, conv_scratch_bytes
+from cuvil.devices.detect import resolve_target
+
+from ...hosts import executable
+from .kernel_jit import ACT_PARAMS, ACT_REF, aligned, conv_ref, jit, ptr
+
+P1 = (1, 1, 1, 1)
+# (N, C, H, W, strides, pads, dilations, bias, residual, activation): KWS DS-CNN's 64x25x5 layer, a
+# channel tail (C % 16, C % 8), a batch with stride 2 and asymmetric pads, dilation
+CASES = [
+    (1, 64, 25, 5, (1, 1), P1, (1, 1), True, False, "Relu"),
+    (1, 21, 7, 4, (1, 1), P1, (1, 1), True, True, "Clip"),
+    (2, 40, 9, 9, (2, 2), (0, 1, 1, 0), (1, 1), False, False, "none"),
+    (1, 24, 6, 6, (1, 1), (2, 2, 2, 2), (2, 2), True, False, "none"),
+]
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+def test_dwlanes_matches_numpy(profile, rng):
+    target = executable(profile)
+    m = ir.Module(name="dwlanes")
+    m.triple = target.triple
+    for i, (N, C, H, W, s, p, d, has_b, has_r, act) in enumerate(CASES):
+        assert conv_plan(target, N, C, H, W, C, 3, 3, s, p, d, C).method == "dwlanes"
+        a, c = ACT_PARAMS.get(act, (0.0, 0.0))
+        emit_conv2d(m, f"c{i}", target, N, C, H, W, C, 3, 3, s, p, d, C, bias=has_b, residual=has_r,
+                    activation=act, act_alpha=a, act_beta=c)
+    fns = jit(m, target, [f"c{i}" for i in range(len(CASES))])
+    for i, (N, C, H, W, s, p, d, has_b, has_r, act) in enumerate(CASES):
+        X = rng.standard_normal((N, C, H, W))
+        Wt = rng.standard_normal((C, 1, 3, 3))
+        bias = rng.standard_normal(C) if has_b else None
+        ref = conv_ref(X, Wt, bias, s, p, d, C)
+        R = rng.standard_normal(ref.shape) if has_r else None
+        a, c = ACT_PARAMS.get(act, (0.0, 0.0))
+        ref = ACT_REF[act](ref + R if has_r else ref, a, c)
+        nbytes = conv_scratch_bytes(target, N, C, H, W, C, 3, 3, s, p, d, C)
+        scratch = aligned(np.full(nbytes // 4, np.nan))  # the kernel must not trust scratch
+        Y = aligned(np.full(ref.shape, np.nan))
+        Wp = aligned(pack_conv_weights(Wt.astype(np.float32), target, (N, C, H, W), s, p, d, C))
+        args = [aligned(X), Wp, aligned(bias), aligned(R), Y, scratch]  # kept alive across the call
+        fns[f"c{i}"](*map(ptr, args))
+        np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5, err_msg=str(CASES[i]))
+
+
+def test_wider_planes_keep_rows_in_lanes():
+    for profile in ("x86-avx2", "x86-avx512"):
+        t = resolve_target(profile)
+        ow = t.tuning.depthwise_lanes_max_ow
+        assert conv_plan(t, 1, 64, 25, ow, 64, 3, 3, (1, 1), P1, (1, 1), 64).method == "dwlanes"
+        assert conv_plan(t, 1, 64, 25, ow + 1, 64, 3, 3, (1, 1), P1, (1, 1), 64).method == "depthwise"
