@@ -1,11 +1,12 @@
 """Depthwise convs on narrow planes with channels in the vector lanes (``plan.conv_plan``'s ``dwlanes``).
 
 The ``depthwise`` method puts an output row in the lanes, so a 5-wide plane (the keyword-spotting
-DS-CNN's 25x5 layers) fills 5 of 8 lanes. Here each image is copied once into a zero-bordered
-channel-last plane (``[row][col][channel]``, channels padded to whole vectors), so every tap of
-an output pixel is one full vector load per channel group and no lane computes padding of a row.
-A tile is MR consecutive output pixels x NV channel groups; its sums go back to the NCHW planes
-through the transposed epilogue of ``gemm.py`` (bias per lane, residual and activation per output).
+DS-CNN's 25x5 layers) fills 5 of 8 lanes. Here each group of VL channels is copied into a
+zero-bordered channel-last plane (``[row][col][VL channels]``, VL channels x VL pixels transposed in
+registers; small enough to stay in L1), so every tap of an output pixel is one full vector load and
+no lane computes a row's padding. A tile is VL consecutive output pixels of the group; its sums are
+transposed back in registers into VL-pixel rows of the channels' NCHW planes, where the usual
+epilogue adds bias and residual and applies the activation.
 Weights (``pack.py``): ``[KH*KW, channels padded]``.
 """
 
@@ -13,11 +14,27 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...irhelpers import for_range, gep, i64, loop_nest, memset0
+from ...irhelpers import I32, for_range, gep, i64, memset0, vector
 from ...mathfns import fma
 from ..gemm import Out, epilogue
-from ..vecops import load_vec
+from ..vecops import lane_mask, load_vec, store_vec, vec_type
 from .plan import ConvPlan
+
+
+def transpose(b: ir.IRBuilder, vs: list) -> list:
+    """VL vectors of VL lanes to their VL columns: log2(VL) rounds of interleaving row i with row i + VL/2."""
+    n = len(vs)
+    lo = [j // 2 + (j % 2) * n for j in range(n)]
+    hi = [k + n // 2 for k in lo]
+    mask = ir.VectorType(I32, n)
+    for _ in range(n.bit_length() - 1):
+        vs = [b.shuffle_vector(vs[i // 2], vs[i // 2 + n // 2], vector(mask, hi if i % 2 else lo)) for i in range(n)]
+    return vs
+
+
+def _split(total: int, vl: int) -> list[tuple[int, int]]:
+    """(whole blocks of VL, rest) as (count, size) pairs, empty ones left out."""
+    return [(c, s) for c, s in ((total // vl, vl), (1, total % vl)) if c and s]
 
 
 def emit_depthwise_lanes(fn: ir.Function, p: ConvPlan, *, bias: bool, residual: bool, activation: str,
@@ -25,56 +42,80 @@ def emit_depthwise_lanes(fn: ir.Function, p: ConvPlan, *, bias: bool, residual: 
     """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel)."""
     X, Wp, bias_p, res_p, Y, plane = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    vl, C, cp, cols = p.vl, p.C, p.lanes_channels, p.W + p.pl + p.pr
+    vl, C, cols = p.vl, p.C, p.W + p.pl + p.pr
     P, HW = p.OH * p.OW, p.H * p.W
-    memset0(b, plane, 4 * p.lanes_plane_floats)  # borders stay zero: every image rewrites the interior only
-    taps = [(kh * p.dh * cols + kw * p.dw) * cp for kh in range(p.KH) for kw in range(p.KW)]
+    zero = vector(vec_type(vl), None)
+    taps = [(kh * p.dh * cols + kw * p.dw) * vl for kh in range(p.KH) for kw in range(p.KW)]
     epi = dict(activation=activation, act_alpha=act_alpha, act_beta=act_beta, scalar_tails=scalar_tails)
+
+    def blocks(count: int, size: int, body, name: str) -> None:
+        """body(first index, size) over ``count`` blocks of ``size``, after ``first`` ones of VL."""
+        for n_blk, blk in _split(count, vl):
+            if blk == vl:
+                with for_range(b, n_blk, name=name) as k:
+                    body(b.mul(k, i64(vl)), vl)
+            else:
+                body(i64(count // vl * vl), blk)
+
+    _zero_borders(b, p, plane)  # the fills rewrite the interior only
     with for_range(b, p.N, name="n") as n:
         xn = gep(b, X, b.mul(n, i64(C * HW)))
-        with loop_nest(b, (p.H, p.W, C), name="fill") as (iy, ix, ch):
-            src = b.add(b.mul(ch, i64(HW)), b.add(b.mul(iy, i64(p.W)), ix))
-            dst = b.add(b.mul(b.add(b.mul(b.add(iy, i64(p.pt)), i64(cols)), b.add(ix, i64(p.pl))), i64(cp)), ch)
-            b.store(b.load(gep(b, xn, src), align=4), gep(b, plane, dst), align=4)
+
+        def fill(c0: ir.Value, nc: int, q0: ir.Value, nq: int) -> None:
+            """Input pixels q0 .. q0+nq of channels c0 .. c0+nc into the plane."""
+            mask = lane_mask(vl, nq) if nq < vl else None
+            rows = [load_vec(b, gep(b, xn, b.add(b.mul(b.add(c0, i64(c)), i64(HW)), q0)), vl, mask) for c in range(nc)]
+            for j, v in enumerate(transpose(b, rows + [zero] * (vl - nc))[:nq]):
+                q = b.add(q0, i64(j))
+                iy = b.udiv(q, i64(p.W))
+                ix = b.sub(q, b.mul(iy, i64(p.W)))
+                at = b.mul(b.add(b.mul(b.add(iy, i64(p.pt)), i64(cols)), b.add(ix, i64(p.pl))), i64(vl))
+                store_vec(b, v, gep(b, plane, at))
+
         yn = gep(b, Y, b.mul(n, i64(C * P)))
         rn = gep(b, res_p, b.mul(n, i64(C * P))) if residual else None
 
-        def tile(px0: ir.Value, mr: int, g0: ir.Value, lanes: list[int]) -> None:
-            """Pixels px0 .. px0+mr x the channel groups from g0 (``lanes[v]`` valid channels each)."""
-            bases = []
-            for j in range(mr):
+        def tile(c0: ir.Value, nc: int, px0: ir.Value, npx: int) -> None:
+            """Output pixels px0 .. px0+npx of channels c0 .. c0+nc."""
+            acc = []
+            for j in range(npx):
                 q = b.add(px0, i64(j))
                 oy = b.udiv(q, i64(p.OW))
                 ox = b.sub(q, b.mul(oy, i64(p.OW)))
-                bases.append(b.mul(b.add(b.mul(oy, i64(p.sh * cols)), b.mul(ox, i64(p.sw))), i64(cp)))
-            ch0 = [b.add(b.mul(g0, i64(vl)), i64(v * vl)) for v in range(len(lanes))]
-            acc = [[None] * len(lanes) for _ in range(mr)]
-            for t, off in enumerate(taps):
-                ws = [load_vec(b, gep(b, Wp, b.add(c, i64(t * cp))), vl) for c in ch0]
-                for j in range(mr):
-                    for v, c in enumerate(ch0):
-                        x = load_vec(b, gep(b, plane, b.add(bases[j], b.add(c, i64(off)))), vl)
-                        acc[j][v] = b.fmul(ws[v], x) if acc[j][v] is None else fma(b, ws[v], x, acc[j][v])
-            out = Out(gep(b, yn, px0), 1, ch0, [None] * len(lanes), **epi, lane_stride=P, lanes=lanes)
+                at = gep(b, plane, b.mul(b.add(b.mul(oy, i64(p.sh * cols)), b.mul(ox, i64(p.sw))), i64(vl)))
+                a = None
+                for t, off in enumerate(taps):
+                    w = load_vec(b, gep(b, Wp, b.add(c0, i64(t * p.lanes_channels))), vl)
+                    x = load_vec(b, gep(b, at, off), vl)
+                    a = b.fmul(w, x) if a is None else fma(b, w, x, a)
+                acc.append(a)
+            rows = transpose(b, acc + [zero] * (vl - npx))[:nc]
+            out = Out(gep(b, yn, b.add(b.mul(c0, i64(P)), px0)), P, [i64(0)],
+                      [lane_mask(vl, npx) if npx < vl else None], **epi)
             if bias:
-                out.bias, out.bias_ptr = "col", bias_p
+                out.bias, out.bias_ptr = "row", gep(b, bias_p, c0)
             if rn is not None:
-                out.residual = gep(b, rn, px0)
-            epilogue(b, vl, acc, out)
+                out.residual = gep(b, rn, b.add(b.mul(c0, i64(P)), px0))
+            epilogue(b, vl, [[r] for r in rows], out)
 
-        def pixels(g0: ir.Value, lanes: list[int]) -> None:
-            full, rest = divmod(P, p.mr)
-            with for_range(b, full, name="px") as t:
-                tile(b.mul(t, i64(p.mr)), p.mr, g0, lanes)
-            if rest:
-                tile(i64(full * p.mr), rest, g0, lanes)
+        def group(c0: ir.Value, nc: int) -> None:
+            blocks(HW, vl, lambda q0, nq: fill(c0, nc, q0, nq), "fq")
+            blocks(P, vl, lambda px0, npx: tile(c0, nc, px0, npx), "px")
 
-        groups, part = divmod(C, vl)
-        blocks, extra = divmod(groups, p.nv)
-        if blocks:
-            with for_range(b, blocks, name="gb") as gb:
-                pixels(b.mul(gb, i64(p.nv)), [vl] * p.nv)
-        if extra or part:
-            pixels(i64(blocks * p.nv), [vl] * extra + ([part] if part else []))
+        blocks(C, vl, group, "cg")
     b.ret_void()
 
+
+def _zero_borders(b: ir.IRBuilder, p: ConvPlan, plane: ir.Value) -> None:
+    """Zero the plane's padding: the top and bottom rows, then the left and right columns of each row."""
+    vl, cols = p.vl, p.W + p.pl + p.pr
+    if p.pt:
+        memset0(b, plane, 4 * p.pt * cols * vl)
+    if p.pb:
+        memset0(b, gep(b, plane, (p.pt + p.H) * cols * vl), 4 * p.pb * cols * vl)
+    if p.pl or p.pr:
+        zero = vector(vec_type(vl), None)
+        with for_range(b, p.H, name="zr") as r:
+            row = gep(b, plane, b.mul(b.add(r, i64(p.pt)), i64(cols * vl)))
+            for c in list(range(p.pl)) + list(range(p.pl + p.W, cols)):
+                store_vec(b, zero, gep(b, row, c * vl))

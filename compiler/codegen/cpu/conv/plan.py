@@ -154,8 +154,8 @@ class ConvPlan:
 
     @property
     def lanes_plane_floats(self) -> int:
-        """dwlanes: the zero-bordered channel-last copy of one image."""
-        return (self.H + self.pt + self.pb) * (self.W + self.pl + self.pr) * self.lanes_channels
+        """dwlanes: the zero-bordered channel-last copy of one group of VL channels."""
+        return (self.H + self.pt + self.pb) * (self.W + self.pl + self.pr) * self.vl
 
     @property
     def im2col_floats(self) -> int:
@@ -228,10 +228,7 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
         return ConvPlan(**base, method="winograd", mr=m, nv=1, copy=False)  # mr: the output tile, F(m x m, 3x3)
     if group == C == OC and group > 1:
         if (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 <= target.tuning.depthwise_lanes_max_ow:
-            tmp = ConvPlan(**base, method="dwlanes", mr=1, nv=1, copy=False)
-            nv = min(max(1, C // vl), 4)  # channel groups per tile, MR pixels: half the registers
-            mr = max(1, min(tmp.OH * tmp.OW, target.tuning.vector_registers // 2 // nv))
-            return ConvPlan(**base, method="dwlanes", mr=mr, nv=nv, copy=False)
+            return ConvPlan(**base, method="dwlanes", mr=vl, nv=1, copy=False)  # tiles: VL pixels x VL channels
         if vl == 16 and (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 <= target.tuning.half_width_depthwise_max_ow:
             base["vl"] = 8  # narrow rows waste fewer lanes of a ymm (AVX-512VL) than of a zmm
         tmp = ConvPlan(**base, method="depthwise", mr=1, nv=1, copy=True)  # nv: vectors per tile,
