@@ -44,7 +44,7 @@ class Tuning:
     rows_channel_block: int = 16  # channels per block: 13.8 KB of a 3-vector tile's 3x3 weights stay in L1
     rows_prefetch_blocks: int = 2  # how many blocks ahead the weights are prefetched (4: no better)
     rows_prefetch_locality: int = 2  # prefetcht1 (t0: no different)
-    depthwise_lanes_max_ow: int = 6  # f32 depthwise convs up to this output width keep channels in lanes (dwlanes)
+    depthwise_lanes_max_ow: int = 10  # f32 depthwise 3x3 up to this output width keep channels in lanes (Zen 4, x86-avx512 vs rows in ymm: 64x25x5 0.94x, 960x7x7 0.6x, 160x10x10 0.8x, 576x14x14 1.5x; x86-avx2 64x25x5 0.4x)
     half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
     int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
     int8_dwrows_min_pixels: int = 9  # int8 depthwise by window-row quads above this many outputs (byte-quad targets; 3x3 planes keep channels in lanes)
