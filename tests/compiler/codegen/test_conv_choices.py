@@ -20,7 +20,8 @@ GEOMETRIES = [  # (N, C, H, W, OC, KH, KW, strides, pads, dilations, group): one
     (1, 128, 4, 4, 128, 3, 3, (1, 1), P1, (1, 1), 1),  # rows
     (1, 64, 8, 8, 96, 3, 3, (2, 2), P1, (1, 1), 1),  # strided rows / im2col
     (1, 96, 6, 6, 64, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # transposed 1x1
-    (1, 48, 20, 20, 48, 3, 3, (2, 2), P1, (1, 1), 48),  # depthwise, half width on 512 bits
+    (1, 48, 20, 20, 48, 3, 3, (2, 2), P1, (1, 1), 48),  # depthwise: dwlanes first, rows (half width on 512 bits)
+    (1, 20, 14, 14, 20, 3, 3, (1, 1), P1, (1, 1), 20),  # depthwise: rows first, dwlanes (channel tail)
 ]
 
 

@@ -2,8 +2,9 @@
 
 ``conv_candidates(target, geometry)`` lists legal :class:`ConvChoice` s for one conv, the cost
 model's first: Winograd F(2x2) and F(4x4) for 3x3 stride-1 convs, ``rows`` for 3x3 convs with small
-outputs, ``direct`` / ``im2col`` / ``transposed`` where they apply, and half-width depthwise
-kernels on 512-bit targets (AVX-512VL runs them; narrow planes waste fewer lanes). A choice is put
+outputs, ``direct`` / ``im2col`` / ``transposed`` where they apply, and for depthwise convs the
+row kernel (half width too on 512-bit targets: narrow planes waste fewer lanes) and ``dwlanes``
+(channels in lanes) whichever of them the cost model did not pick. A choice is put
 into effect by ``with_choices`` (a Target whose ``conv_plan`` returns it), so the packer and the
 emitter cannot disagree.
 """
@@ -50,6 +51,8 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
         rows = p.OW if method == "rows" else p.OCg if method in ("direct", "im2col") else p.OH * p.OW
         if method == "depthwise":
             mr, nv = 1, max(1, min(p.OH * p.vpr, 16))
+        elif method == "dwlanes":
+            mr, nv = lanes, 1
         else:
             mr, nv = choose_tile(target, rows, p.slots, min_mr=min(min_mr, rows))
         c = ConvChoice(method, mr, nv, lanes)
@@ -62,6 +65,7 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
         if vl == 16:
             add("depthwise", 8)
             add("depthwise", 16)
+        add("dwlanes")
         return tuple(out[:MAX_CANDIDATES])
     three = KH == KW == 3 and group == 1
     if three and strides == (1, 1) and dil == (1, 1) and max(pads) <= 2 and min(C, OC) >= 16 and OH * OW >= 64 and vl >= 8:
