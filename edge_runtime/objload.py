@@ -87,7 +87,8 @@ class Image:
     """One anonymous mapping holding the linked code; unmapped when the last reference goes."""
 
     def __init__(self, size: int):
-        self.map = mmap.mmap(-1, size, prot=PROT_READ | PROT_WRITE)
+        # private: a forked child's writes to the code's globals (its pool state) must not reach this process
+        self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE, prot=PROT_READ | PROT_WRITE)
         self._view = ctypes.c_char.from_buffer(self.map)  # an export: the mapping cannot be closed under the code
         self.base = ctypes.addressof(self._view)
         self.size = size

@@ -85,6 +85,19 @@ def test_code_pages_are_never_writable_and_executable(zoo_objects):
     assert "r-x" in perms and "r--" in perms and not any("w" in p and "x" in p for p in perms), perms
 
 
+def test_a_forked_childs_writes_to_the_image_stay_its_own():
+    """The code's globals (a threaded session's pool state) live in the image: a child that forgets its
+    parent's workers must not clear them in the parent, whose stop would then join garbage."""
+    image = objload.Image(objload._PAGE)
+    image.map[0:4] = b"\x01\x02\x03\x04"
+    pid = os.fork()
+    if pid == 0:
+        image.map[0:4] = b"\x00\x00\x00\x00"
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert image.map[0:4] == b"\x01\x02\x03\x04"
+
+
 def test_small_code_model_relocations_resolve_through_got_and_stubs():
     """A position-independent small-model object (PC32, PLT32 to libc through a stub, GOTPCREL) links and runs."""
     obj = jit.emit_object(_IR, resolve("host"))  # pic, small code model
