@@ -69,9 +69,11 @@ UNROLL_LOOPS = False
 
 def optimize(ir_text: str, tm: llvm.TargetMachine, speed_level: int = SPEED_LEVEL,
              unroll: bool = UNROLL_LOOPS) -> llvm.ModuleRef:
-    """Parse, verify and run the module pipeline with the target machine's cost model."""
+    """Parse, verify and run the module pipeline with the target machine's cost model. Each module
+    gets an LLVM context of its own: a cold compile runs LLVM on several threads at once (the
+    kernel stream's and the caller's), and one LLVMContext must never be used by two threads."""
     try:
-        mod = llvm.parse_assembly(ir_text)
+        mod = llvm.parse_assembly(ir_text, context=llvm.create_context())
         mod.triple = tm.triple
         mod.data_layout = str(tm.target_data)
         mod.verify()
