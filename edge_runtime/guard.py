@@ -33,7 +33,7 @@ def guarded(nbytes: int, align: int = 64, at_end: bool = True) -> np.ndarray:
     span = -(-max(nbytes, 1) // align) * align
     inner = -(-span // PAGE) * PAGE
     try:
-        mm = mmap.mmap(-1, inner + 2 * PAGE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        mm = mmap.mmap(-1, inner + 2 * PAGE, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)  # a forked child's writes stay its own
     except (OSError, MemoryError, OverflowError):
         raise LimitError(f"{nbytes} bytes between guard pages do not fit in this process's memory") from None
     base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
