@@ -182,19 +182,30 @@ def emit_dwrows_qconv(ctx: KernelContext, dot: Dot, flip: bool, zp_enc: int) -> 
             q = qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
             store_lanes(b, q, gep(b, out, run.first), None if room or run.count == vl else run.count, masked)
 
-        def row(oy: ir.Value, last: bool) -> None:
-            out_row = gep(b, out_plane, b.mul(oy, h.i64(ow)))
-            for run in runs:
-                emit(run, b.mul(oy, h.i64(sh * pitch)), out_row, run.first + vl <= (ow if last else 2 * ow))
+        each_chunk(b, emit, runs, flat, out_plane, (oh, ow), sh * pitch, vl)
 
-        if flat:
-            for run in runs:
-                emit(run, h.i64(0), out_plane, run.first + vl <= oh * ow)
-        else:
-            if oh > 1:
-                with h.for_range(b, oh - 1, name="oy") as oy:
-                    row(oy, False)
-            row(h.i64(oh - 1), True)
+
+def each_chunk(b: ir.IRBuilder, emit, runs: tuple[Chunk, ...], flat: bool, out_plane: ir.Value,
+               out_hw: tuple[int, int], row_step: int, vl: int) -> None:
+    """Call ``emit(run, input offset, output row, room)`` for every chunk of one output plane: the
+    whole plane at once when ``flat``, else row by row (the last row apart: its whole-vector stores
+    have less room after them). ``row_step``: input bytes between output rows."""
+    oh, ow = out_hw
+
+    def row(oy: ir.Value, last: bool) -> None:
+        out_row = gep(b, out_plane, b.mul(oy, h.i64(ow)))
+        for run in runs:
+            emit(run, b.mul(oy, h.i64(row_step)), out_row, run.first + vl <= (ow if last else 2 * ow))
+
+    if flat:
+        for run in runs:
+            emit(run, h.i64(0), out_plane, run.first + vl <= oh * ow)
+        return
+    if oh > 1:
+        with h.for_range(b, oh - 1, name="oy") as oy:
+            row(oy, False)
+    row(h.i64(oh - 1), True)
+
 
 def store_lanes(b: ir.IRBuilder, q: ir.Value, ptr: ir.Value, valid: int | None, masked: bool) -> None:
     """``<VL x i8>`` at ``ptr``: whole, or its first ``valid`` lanes (a masked store where cheap)."""

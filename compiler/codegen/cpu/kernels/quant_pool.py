@@ -21,7 +21,7 @@ from ... import irhelpers as h
 from ..int_dot import choose_dot
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey
-from .quant_dwrows import BYTE_QUADS, plane_runs, store_lanes
+from .quant_dwrows import BYTE_QUADS, each_chunk, plane_runs, store_lanes
 
 _MAX = {DType.U8: ("llvm.umax", 0), DType.I8: ("llvm.smax", 0x80)}  # the max, the lowest value's byte
 
@@ -86,16 +86,4 @@ def emit_byte_maxpool(ctx: KernelContext) -> None:
                     acc = lanes if acc is None else h.call_intrinsic(b, maxf, acc, lanes)
             store_lanes(b, acc, gep(b, out, run.first), None if room or run.count == vl else run.count, masked)
 
-        def row(oy: ir.Value, last: bool) -> None:
-            out_row = gep(b, out_plane, b.mul(oy, h.i64(ow)))
-            for run in runs:
-                emit(run, b.mul(oy, h.i64(sh * pitch)), out_row, run.first + vl <= (ow if last else 2 * ow))
-
-        if flat:
-            for run in runs:
-                emit(run, h.i64(0), out_plane, run.first + vl <= oh * ow)
-        else:
-            if oh > 1:
-                with h.for_range(b, oh - 1, name="oy") as oy:
-                    row(oy, False)
-            row(h.i64(oh - 1), True)
+        each_chunk(b, emit, runs, flat, out_plane, (oh, ow), sh * pitch, vl)
