@@ -84,8 +84,9 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.I8, 128, 1, 1, [0, 2, 1, 0], (2, 32, 10, 17), 12),  # AVX2: Winograd, uneven pads, two images, signed blocks
     (DType.U8, 127, 1, 1, [1, 1, 1, 1], (2, 5, 4, 5), 21),  # 20 pixels: channels in lanes, no padding products; an
     # odd channel (AVX2's int16 pairs), 3 channel vectors (AVX2: a tile of two, then one)
-    (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 20, 20, 20), 24),  # AVX2 Winograd: 100 tiles, a block of 84 and a tail; the
-    # input transposed by 16 channels x 16 columns, 4 columns and 4 channels left over
+    (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 20, 20, 20), 21),  # AVX2 Winograd: 100 tiles, a block of 84 and a tail; the
+    # input transposed by 16 channels x 16 columns, 4 columns and 4 channels left over; an even plane: a tile row's
+    # two outputs stored as one 16-bit word per channel, 5 output channels in the last vector
     (DType.I8, 127, 20, 1, [1, 1, 1, 1], (1, 20, 3, 3), 20),  # depthwise, 3x3 plane: channels in lanes on every target
 ]
 WINOGRAD_CASES = (10, 11, 13)
