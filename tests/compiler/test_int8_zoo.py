@@ -1,6 +1,7 @@
 """The zoo in int8 (Cuvil's post-training quantization), compiled for this host: top-1 agreement
 with fp32 over 1,000 inputs drawn like the calibration data, output equal to the int8 reference,
-and a signed bundle about a quarter of the fp32 one.
+and a signed bundle about a quarter of the fp32 one. The small models also with 7-bit weights
+(``reduce_range``); ``benchmarks/int8_accuracy.py`` compares both forms on the whole zoo.
 
 Goals (issue: INT8 end to end): agreement >= 99%, bundle <= 0.27x. The MLP misses one, and its
 bound says by how much, so a regression still fails: its random weights leave near-tied logits
@@ -24,14 +25,16 @@ from tests.int8_zoo import CNN_AND_MLP, int8_model  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 SLOW = {"resnet18", "mobilenet_v2"}
 MODELS = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CNN_AND_MLP]
+FORMS = [pytest.param(n, False, id=n, marks=[pytest.mark.slow] if n in SLOW else []) for n in CNN_AND_MLP] + [
+    pytest.param(n, True, id=f"{n}-7bit") for n in CNN_AND_MLP if n not in SLOW]  # 7-bit weights: reduce_range
 EVALUATED, BATCH = 1000, 100
 MIN_AGREEMENT = {"mlp": 0.985}  # the goal, 0.99, for the others
 MAX_BUNDLE_RATIO = 0.27  # the goal
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_top1_agrees_with_fp32_and_output_equals_the_reference(name):
-    m = int8_model(name)
+@pytest.mark.parametrize("name, reduce_range", FORMS)
+def test_top1_agrees_with_fp32_and_output_equals_the_reference(name, reduce_range):
+    m = int8_model(name, reduce_range)
     s32 = compile_graph(m.fp32, batch=BATCH, use_cache=False, guard_pages=True)
     s8 = compile_graph(m.int8, batch=BATCH, use_cache=False, guard_pages=True)  # arena and weights between guard pages
     xs = m.inputs(EVALUATED, seed=7)
