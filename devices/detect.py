@@ -107,16 +107,31 @@ def llvmlite_stamp() -> str:
         return "unknown"
 
 
+def cpuid_features() -> str:
+    """The CPU features this process may use, as NumPy's start-up read them (CPUID and XGETBV on x86,
+    HWCAP on Arm): an emulator (qemu-user, Rosetta, FEX) shows the real CPU's /proc/cpuinfo to a process
+    whose CPUID says less, so the file alone would let a memo of another CPU's features through."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__  # NumPy 1.x
+        except ImportError:
+            return "unknown"
+    return " ".join(sorted(name for name, on in __cpu_features__.items() if on))
+
+
 def host_stamp() -> str | None:
-    """sha256 over what decides :func:`llvm_host_facts`: the machine, llvmlite's version and the first CPU's
-    /proc/cpuinfo entry (vendor, model, stepping, microcode, flags; not its clock); None without cpuinfo."""
+    """sha256 over what decides :func:`llvm_host_facts`: the machine, llvmlite's version, the features
+    CPUID reports and the first CPU's /proc/cpuinfo entry (vendor, model, stepping, microcode, flags; not
+    its clock); None without cpuinfo."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             head = f.read(1 << 16).split("\n\n", 1)[0]
     except OSError:
         return None
     lines = [line for line in head.splitlines() if line.split(":", 1)[0].strip() not in _VOLATILE_CPUINFO]
-    text = "\n".join([platform.machine(), llvmlite_stamp(), *lines])
+    text = "\n".join([platform.machine(), llvmlite_stamp(), cpuid_features(), *lines])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

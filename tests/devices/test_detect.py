@@ -5,7 +5,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 import pytest
 
-from cuvil.devices import ProfileError, host_profile, load_profile, profile_from_host, resolve_profile, resolve_target
+from cuvil.devices import ProfileError, detect, host_profile, load_profile, profile_from_host, resolve_profile, resolve_target
 
 from .llvm_asm import compile_loop, uses_sve
 
@@ -71,3 +71,19 @@ def test_resolve():
     assert resolve_profile("rpi5") is load_profile("rpi5")
     with pytest.raises(ProfileError, match="unknown device profile"):
         resolve_target("jetson-nano")
+
+
+def test_the_host_stamp_follows_cpuid_not_only_cpuinfo(monkeypatch):
+    """An emulator shows the real CPU's /proc/cpuinfo; what CPUID reports must change the stamp too."""
+    stamp = detect.host_stamp()
+    monkeypatch.setattr(detect, "cpuid_features", lambda: "SSE2 AVX AVX2 FMA3")
+    assert stamp is not None and detect.host_stamp() != stamp
+
+
+def test_cpuid_features_agree_with_llvm():
+    features = detect.cpuid_features().split()
+    p = host_profile()
+    if p.arch == "x86_64":
+        assert "SSE2" in features
+        assert ("AVX512F" in features) == ("+avx512f" in p.features)
+        assert ("AVX2" in features) == ("+avx2" in p.features)
