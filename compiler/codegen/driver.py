@@ -27,7 +27,7 @@ from ..ops import get_op
 from ..passes.pipeline import optimize as optimize_graph
 from ..target import Target
 from .irhelpers import ALIGN
-from .lowered import IOSpec, aligned_empty
+from .lowered import IOSpec, grow, private_map
 
 Retarget = Callable[[Graph, Target], Target]
 
@@ -103,10 +103,14 @@ def placement(p: Prepared, node: Node) -> tuple[int | None, ...] | None:
 
 
 class WeightBlock:
-    """One read-only block; every tensor starts at a 64-byte boundary, each (name, layout) once."""
+    """One read-only block; every tensor starts at a 64-byte boundary, each (name, layout) once.
+
+    Each tensor is copied into the block's own anonymous mapping as it is added (grown by doubling,
+    which the kernel remaps without copying), so a packed array is garbage as soon as it is placed:
+    the packed weights are never alive twice over, and :meth:`array` hands the mapping itself out."""
 
     def __init__(self) -> None:
-        self.parts: list[np.ndarray] = []  # uint8 views of the arrays added (no copy), each padded to ALIGN
+        self.map = private_map(1 << 20)
         self.size = 0
         self.offsets: dict[tuple[str, str | None], int] = {}
 
@@ -114,23 +118,20 @@ class WeightBlock:
         if key not in self.offsets:
             self.offsets[key] = self.size
             data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-            pad = -len(data) % ALIGN
-            self.parts += [data, np.zeros(pad, np.uint8)] if pad else [data]
-            self.size += len(data) + pad
+            end = self.size + len(data)
+            if end > len(self.map):
+                grow(self.map, max(end, 2 * len(self.map)))
+            np.frombuffer(self.map, np.uint8, len(data), self.size)[:] = data
+            self.size = end + -end % ALIGN  # the pad: pages of a fresh mapping are zero
         return self.offsets[key]
 
     def tobytes(self) -> bytes:
-        return b"".join(p.tobytes() for p in self.parts)
+        return self.map[: self.size]
 
     def array(self) -> np.ndarray:
-        """The block as one read-only, 64-byte aligned uint8 array, consuming the parts as it copies
-        them: the packed weights are never alive twice over (a session runs on this array as it is)."""
-        out = aligned_empty(self.size)
-        at = 0
-        self.parts.reverse()
-        while self.parts:
-            part = self.parts.pop()
-            out[at:at + len(part)] = part
-            at += len(part)
+        """The block as one read-only, page-aligned uint8 array over the mapping (trimmed to its
+        size, no copy); the block takes no more tensors."""
+        grow(self.map, max(self.size, 1))
+        out = np.frombuffer(self.map, np.uint8, self.size)
         out.flags.writeable = False
         return out

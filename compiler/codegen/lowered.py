@@ -85,6 +85,22 @@ class LoweredModel:
 _PRIVATE_POPULATED = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
 
 
+def private_map(nbytes: int) -> mmap.mmap:
+    """An anonymous private mapping of ``nbytes`` (at least one), untouched: pages count once written."""
+    try:
+        return mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (OSError, ValueError, OverflowError):
+        raise LimitError(f"{nbytes} bytes for the weights do not fit in this process's memory") from None
+
+
+def grow(m: mmap.mmap, nbytes: int) -> None:
+    """Resize a :func:`private_map` in place or by remapping (its bytes kept, new pages zero); LimitError if it cannot."""
+    try:
+        m.resize(nbytes)
+    except (OSError, ValueError, OverflowError):
+        raise LimitError(f"{nbytes} bytes for the weights do not fit in this process's memory") from None
+
+
 def aligned_empty(nbytes: int) -> np.ndarray:
     """A zeroed uint8 buffer in an anonymous mapping of its own: page-aligned (so 64-byte aligned),
     given back to the system when the array goes, and first touched without the transparent-huge-page

@@ -79,6 +79,6 @@ def test_weight_block_array_is_aligned_read_only_and_holds_each_tensor_at_its_of
     assert block.add(("a", None), a) == at_a == 0 and at_b == 64  # each (name, layout) once, 64-byte aligned
     expected = block.tobytes()
     out = block.array()
-    assert out.tobytes() == expected and len(out) == 128 and not block.parts
+    assert out.tobytes() == expected and len(out) == 128
     assert out.ctypes.data % 64 == 0 and not out.flags.writeable
     assert out[:20].view(np.float32).tolist() == [0, 1, 2, 3, 4] and out[64:71].tolist() == list(range(7))
