@@ -26,16 +26,28 @@ from ..tiles import pack_gemm_b
 from .plan import ConvPlan, WinogradGeometry, column_tiles, conv_plan, winograd_gemm_tile
 from .winograd_math import MATS
 
+_WINOGRAD_CHUNK = 1 << 18  # weights per float64 product: a few MB at a time
+
 
 def pack_winograd_weights(Wt: np.ndarray, target: Target, m: int, H: int, W: int, pads) -> np.ndarray:
-    """W[OC, C, 3, 3] -> U = G g G^T per transform point, as GEMM row panels [A, ceil(OC/MR), C, MR]."""
+    """W[OC, C, 3, 3] -> U = G g G^T per transform point, as GEMM row panels [A, ceil(OC/MR), C, MR].
+
+    Computed in float64 a few panels at a time and rounded straight into the packed float32 array
+    (no float64 copy of the whole layer: 512x512 channels would hold 50 MB of it)."""
     OC, C = Wt.shape[:2]
     A = (m + 2) ** 2
     mr, _ = winograd_gemm_tile(target, WinogradGeometry.of(target.vector_floats, C, H, W, OC, pads, m, target.tuning.winograd_block_bytes), OC)
-    nb = -(-OC // mr)
-    U = np.zeros((A, nb * mr, C))  # [point, output channel (padded to MR rows), input channel]
-    U[:, :OC] = (np.kron(MATS[m][1], MATS[m][1]) @ np.asarray(Wt, dtype=np.float64).reshape(OC * C, 9).T).reshape(A, OC, C)
-    return np.ascontiguousarray(U.reshape(A, nb, mr, C).transpose(0, 1, 3, 2), dtype=np.float32)
+    out = np.zeros((A, -(-OC // mr), C, mr), dtype=np.float32)  # [point, panel, input channel, MR rows]
+    G2 = np.kron(MATS[m][1], MATS[m][1])
+    step = mr * max(1, _WINOGRAD_CHUNK // (mr * C * 9))
+    for o in range(0, OC, step):
+        rows = min(step, OC - o)
+        U = (G2 @ np.asarray(Wt[o:o + rows], dtype=np.float64).reshape(rows * C, 9).T).reshape(A, rows, C)
+        b, full = o // mr, rows // mr  # o is a multiple of MR; only the last chunk may end in a part panel
+        out[:, b:b + full] = U[:, :full * mr].reshape(A, full, mr, C).transpose(0, 1, 3, 2)
+        if rows % mr:
+            out[:, b + full, :, :rows % mr] = U[:, full * mr:].transpose(0, 2, 1)
+    return out
 
 
 def _winograd(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
