@@ -9,10 +9,12 @@ with none, a thread of this process (llvmlite releases the GIL inside LLVM). Whe
 this process compiles the entry points' module, then takes queued modules too, so neither core
 waits for the other. The tuner's candidate kernels go the same way (:meth:`KernelStream.submit`),
 so their LLVM work runs on the helper while the next candidate's IR is built here. A batch is
-closed when a consumer is idle and it holds ``MIN_PART_BYTES``, or
-at ``MAX_PART_BYTES``; a group that calls a shared internal helper (a Winograd stage) keeps its batch
-open, since the next group usually calls it too: a helper that two batches call is compiled in both,
-internal as in one module, so each kernel's code is the same as without streaming.
+closed when it holds ``MIN_PART_BYTES``, or at ``MAX_PART_BYTES``; a group that calls a shared
+internal helper (a Winograd stage) keeps its batch open, since the next group usually calls it too:
+a helper that two batches call is compiled in both, internal as in one module, so each kernel's code
+is the same as without streaming. Sizes alone close batches, never how busy the consumers are, so
+one plan always gives the same objects (closing on an idle consumer split ResNet-18 differently from
+compile to compile; a tuned session that kept every choice then ran other code than the untuned one).
 """
 
 from __future__ import annotations
@@ -55,7 +57,6 @@ class KernelStream:
         self.kernels: list[int] = []  # the modules of the model (the rest: the tuner's candidates)
         self.lost: set[int] = set()  # taken by a consumer that failed: compiled here
         self.todo: deque[int] = deque()
-        self.idle = 0
         self.closed = False
         self.cv = threading.Condition()
         procs = list(helpers.procs) if helpers is not None else []
@@ -90,9 +91,7 @@ class KernelStream:
                     self.wrappers[name] = text.split("\n", 1)[0]
             size = sum(len(t) for _, t in self.batch[light])
             shares = any(n in self.helpers for _, t in members for n in _REF.findall(t))
-            with self.cv:
-                idle = self.idle > len(self.todo)
-            if size >= MAX_PART_BYTES or (idle and size >= MIN_PART_BYTES and not shares):
+            if size >= MAX_PART_BYTES or (size >= MIN_PART_BYTES and not shares):
                 self._flush(light)
 
     def _module(self, members: list[tuple[str, str]], extra: list[str] = ()) -> str:
@@ -146,10 +145,8 @@ class KernelStream:
 
     def _take(self) -> int | None:
         with self.cv:
-            self.idle += 1
             while not self.todo and not self.closed:
                 self.cv.wait()
-            self.idle -= 1
             return self.todo.popleft() if self.todo else None
 
     def _compile(self, i: int) -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
 from cuvil.compiler.codegen.lower import lower
+from cuvil.compiler import DType, TensorType
+from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.edge_runtime import jit, stream
 from cuvil.edge_runtime.compile import compile_graph, resolve
 from cuvil.edge_runtime.parallel import FULL_LEVEL, LIGHT_LEVEL
@@ -91,3 +94,38 @@ def test_a_submitted_module_is_compiled_apart_from_the_models():
         lower(_conv_graph(convs=1), host, stream=s)
         objs = s.finish()
     assert i not in s.kernels and len(objs) == len(s.kernels) + 1
+
+
+
+def _pointwise_chain(widths=(16, 24, 32, 40, 48)):
+    """1x1 convs of distinct widths: a kernel group each, none sharing a helper."""
+    rng = np.random.default_rng(0)
+    gb = GraphBuilder("chain")
+    h = gb.input("x", TensorType(DType.F32, (1, widths[0], 8, 8)))
+    for i, (c, oc) in enumerate(zip(widths, widths[1:])):
+        w = gb.constant((rng.standard_normal((oc, c, 1, 1)) * 0.2).astype(np.float32), f"w{i}")
+        h = gb.add1("Relu", [gb.add1("Conv", [h, w], strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1)])
+    return gb.build([h])
+
+
+def test_one_plan_gives_the_same_objects_however_busy_the_consumers_are(monkeypatch):
+    """Batches close on size alone: a consumer kept busy (by the tuner's candidates, another
+    process) must not change how kernels are split into objects, so equal plans run equal code."""
+    host, emit, gate = resolve("host"), stream.emit_object, threading.Event()
+    monkeypatch.setattr(stream, "MIN_PART_BYTES", 1)  # every kernel group closes its batch
+
+    def held(text, target, jit, speed_level):  # the consumer thread waits until lowering has ended
+        if threading.current_thread() is not threading.main_thread():
+            gate.wait(30)
+        return emit(text, target, jit=jit, speed_level=speed_level)
+
+    def objects() -> list[bytes]:
+        with KernelStream(host) as s:
+            lower(_pointwise_chain(), host, stream=s)
+            gate.set()
+            return s.finish()
+
+    free = objects()
+    gate.clear()
+    monkeypatch.setattr(stream, "emit_object", held)
+    assert objects() == free and len(free) == 5  # the entry's and one per conv
