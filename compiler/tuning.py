@@ -54,6 +54,7 @@ class Tuning:
     autotune: bool = True  # time conv candidates on the device at compile time (cuvil compile --tune)
     autotune_fraction: float = 0.5  # tuning may add at most this fraction of the untuned compile time
     autotune_budget_s: float = 2.0  # and never more than this many seconds
+    autotune_max_work: float = 2.0  # candidates doing more than this many times the cost model's choice's multiplies are not timed (0: none pruned)
     max_threads: int = 8  # the default thread count: the device's cores, at most this many
     parallel_sync_us: float = 5.0  # handing a layer's parts to the workers and waiting for them; the tuner measures it (pool_probe)
     conv_macs_per_us: int = 100_000  # one core's conv speed the split model assumes (Zen 4: 480k on ResNet-18's, 57k on MobileNetV2's)

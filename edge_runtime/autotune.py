@@ -9,7 +9,10 @@ timed in ``ROUNDS`` interleaved rounds on random inputs. A candidate replaces th
 ``MARGIN`` faster than the choice's fastest and it was faster in every round (a round times all
 candidates back to back, so a burst of other work hits them alike; one a burst favoured once does
 not win): tuning never trades a measured tie or a noisy lead for an untested kernel. Ties go to
-the earlier candidate. The choice is therefore a pure function of the measurements.
+the earlier candidate. Candidates that do more than ``Tuning.autotune_max_work`` times the cost model's
+choice's multiplies are not built at all (:func:`worth_timing`): they never won where timed, and
+building them was most of the tuning time. The choice is therefore a pure function of the
+measurements and the profile.
 
 At more than one thread, the pool's handoff is measured first (:mod:`.pool_probe`) and becomes the
 target's ``Tuning.parallel_sync_us``, so the cost model splits only layers worth that handoff here;
@@ -37,7 +40,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from llvmlite import ir
 
-from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, with_choices
+from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, with_choices
 from ..compiler.codegen.cpu.kernels.conv import tunable_convs
 from ..compiler.codegen.cpu.kernels.split import split_ranges
 from ..compiler.ir.graph import Graph
@@ -101,7 +104,7 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     all queued before the first is waited for, so their IR and their LLVM work overlap."""
     t0 = clock()
     layers = [(g, c) for g, _ in sorted(tunable_convs(graph).items(), key=lambda kv: -kv[1])
-              if len(c := conv_candidates(target, g)) > 1]
+              if len(c := worth_timing(target, g)) > 1]
     results: list[LayerResult] = []
     mean_build, budget = 0.0, target.tuning.autotune_budget_s
     if budget <= 0 or target.tuning.autotune_fraction * len(layers) < 2:
@@ -136,6 +139,16 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
                                          parts_seconds=tuple(timed.items()))
         results.append(result)
     return TuneReport(tuple(results), len(layers) - len(results), clock() - t0, budget)
+
+
+def worth_timing(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
+    """``conv_candidates`` less those the cost model separates clearly: more than ``autotune_max_work``
+    times the multiplies of its choice (the first). A layer left with one is not tuned at all."""
+    cands, most = conv_candidates(target, geom), target.tuning.autotune_max_work
+    if not most:
+        return cands
+    work = most * multiplies(geom, cands[0])
+    return cands[:1] + tuple(c for c in cands[1:] if multiplies(geom, c) <= work)
 
 
 def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tuple[int, dict[int, tuple[float, ...]]] | None:

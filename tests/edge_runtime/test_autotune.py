@@ -9,7 +9,7 @@ import pytest
 
 from cuvil.compiler.target import ConvChoice
 from cuvil.devices.detect import cpu_identity
-from cuvil.edge_runtime.autotune import MARGIN, pick, tune
+from cuvil.edge_runtime.autotune import MARGIN, pick, tune, worth_timing
 from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.compile import compile_graph
 from cuvil.edge_runtime.parallel import LIGHT_LEVEL
@@ -37,6 +37,19 @@ def test_a_candidate_must_be_faster_in_every_round():
     # faster in every round, but its best round is not MARGIN ahead of A's best
     assert pick(A, {A: (1.0, 1.4, 1.2), B: (0.95, 1.0, 1.0)}) == A
     assert pick(2, {1: (2.0, 2.1), 2: (1.0, 1.1)}) == 2  # a thread split is picked by the same rule
+
+
+def test_candidates_with_far_more_multiplies_than_the_cost_models_are_not_timed():
+    t = dataclasses.replace(HOST, tuning=HOST.tuning.replace(winograd_widths=(128, 256, 512)))
+    geom = (1, 64, 32, 32, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)  # ResNet-18's first 3x3 layers
+    methods = lambda tt: [(c.method, c.mr if c.method == "winograd" else 0) for c in worth_timing(tt, geom)]  # noqa: E731
+    assert methods(t) == [("winograd", 4), ("winograd", 2)]  # direct and im2col: 4x F(4x4)'s multiplies
+    wide = t.tuning.replace(autotune_max_work=4.0)
+    assert {"direct", "im2col"} <= {m for m, _ in methods(dataclasses.replace(t, tuning=wide))}
+    every = methods(dataclasses.replace(t, tuning=t.tuning.replace(autotune_max_work=0.0)))
+    assert {"direct", "im2col"} <= {m for m, _ in every}  # 0: none pruned
+    strided = (1, 64, 32, 32, 128, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1)  # no Winograd: the same multiplies each
+    assert len(worth_timing(t, strided)) >= 2
 
 
 def test_cpu_identity_names_the_processor():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, with_choices
+from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, with_choices
 from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
 from cuvil.compiler.target import ConvChoice
 from cuvil.devices.detect import resolve_target
@@ -32,6 +32,15 @@ def test_cost_model_choice_comes_first_and_candidates_are_distinct():
         p = conv_plan(t, *geom)
         assert cands[0] == ConvChoice(p.method, p.mr, p.nv, p.vl)
         assert len(set(cands)) == len(cands) >= 2
+
+
+def test_multiplies_count_the_taps_or_the_winograd_tiles():
+    geom = GEOMETRIES[0]  # 64 -> 64 channels, 16x16 outputs
+    assert multiplies(geom, ConvChoice("direct", 4, 3, 16)) == 64 * 64 * 16 * 16 * 9
+    assert multiplies(geom, ConvChoice("winograd", 2, 1, 16)) == 64 * 64 * 8 * 8 * 16  # 8x8 tiles of 4x4 points
+    assert multiplies(geom, ConvChoice("winograd", 4, 1, 16)) == 64 * 64 * 4 * 4 * 36
+    assert multiplies(GEOMETRIES[2], ConvChoice("im2col", 4, 3, 16)) == 96 * 64 * 4 * 4 * 9  # stride 2: 4x4 outputs
+    assert multiplies(GEOMETRIES[1], ConvChoice("winograd", 4, 1, 16)) == 128 * 128 * 1 * 1 * 36
 
 
 def test_with_choices_makes_conv_plan_return_the_choice():

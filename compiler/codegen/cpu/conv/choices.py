@@ -84,6 +84,20 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
     return tuple(out[:MAX_CANDIDATES])
 
 
+def multiplies(geom: Geometry, choice: ConvChoice) -> int:
+    """Multiplies of ``choice`` for one conv: the taps' for a direct method; Winograd F(m x m, 3x3)
+    does (m+2)^2 per channel pair and m x m output tile (transforms left out). The tuner times no
+    candidate that does far more than the cost model's choice (ResNet-18's direct and im2col ran
+    2.2-4.0x slower than Winograd, as their 2.25-4x the multiplies say)."""
+    N, C, H, W, OC, KH, KW, strides, pads, dil, group = geom
+    OH = (H + pads[0] + pads[2] - dil[0] * (KH - 1) - 1) // strides[0] + 1
+    OW = (W + pads[1] + pads[3] - dil[1] * (KW - 1) - 1) // strides[1] + 1
+    if choice.method == "winograd":
+        m = choice.mr
+        return N * OC * C * -(-OH // m) * -(-OW // m) * (m + 2) ** 2
+    return N * OC * (C // group) * OH * OW * KH * KW
+
+
 def emit_choice(module: ir.Module, name: str, target: Target, geom: Geometry, choice: ConvChoice,
                 rng: np.random.Generator) -> tuple[np.ndarray, int, tuple[int, ...]]:
     """Define conv ``name`` (bias, ReLU) as ``choice``; return random packed weights, scratch bytes, Y's shape."""
