@@ -120,11 +120,19 @@ class Session:
         self._fault = None if fault is None else ctypes.c_int32.from_address(self._arena_ptr + fault)
         self.threads = lowered.target.threads
         self._stop: weakref.finalize | None = None
-        if self.threads > 1 and code.start:
-            _BOUND(code.start)()
-            self._stop = weakref.finalize(self, _join, _BOUND(code.stop), code, self._arena, self._weights)
+        if self.threads > 1 and code.start and lowered.split_nodes:  # no job, no workers: nothing to wake or spin
+            self._start, self._join = _BOUND(code.start), _BOUND(code.stop)
+            self._start()
+            self._stop = weakref.finalize(self, _join, self._join, code, self._arena, self._weights)
             self._detach = _BOUND(code.detach)
             _THREADED.add(self)
+
+    def set_workers(self, on: bool) -> None:
+        """Start the workers again, or join them (every part then runs on the calling thread): the
+        compile-time check times the model both ways (:mod:`.split_check`)."""
+        if self._stop is not None and self._stop.alive:  # closed stays closed
+            with self._lock:
+                (self._start if on else self._join)()
 
     def close(self) -> None:
         """Join the worker threads now (a later ``run`` runs every part on the calling thread)."""

@@ -1,0 +1,73 @@
+"""The whole-model check: a compile that splits layers keeps the split only if the model runs faster with it.
+
+Each layer's split is predicted from its size and the measured handoff (:mod:`.pool_probe`), and a
+part is timed alone (:mod:`.autotune`): neither sees what the parts of a whole model cost together
+(handoffs back to back, nudges, caches the other core left cold). So once the model is built, the
+compile times it with its workers and without them (every part then runs on the caller, which
+costs what the unsplit model costs plus about 1%), in ``ROUNDS`` interleaved rounds, and keeps the
+split only when the threaded run's best round median beats the serial one's by ``MARGIN``. Else the
+model is built again with every layer whole, and at N threads it runs exactly the 1-thread code
+with no workers: a small model never gets slower for having threads (measured on a 2-core Zen 4:
+the small CNN with one layer split ran 0.89x its 1-thread speed). The outcome is cached with the
+artifact, keyed by the exact CPU, so the decision is made once per CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..compiler.target import Target
+from .session import Session
+
+MARGIN = 0.05  # the workers must save at least this fraction of the serial time
+ROUNDS = 5  # interleaved rounds, each workers on then off
+ROUND_S = 0.02  # timed runs per round and side: about this long, at least MIN_RUNS
+MIN_RUNS = 5
+UNSPLIT_RATIO = 1e12  # ``parallel_sync_ratio`` that no layer's work is worth: every layer stays whole
+
+
+def random_inputs(session: Session, seed: int = 0) -> dict[str, np.ndarray]:
+    """Finite inputs of the session's shapes (float: normal; integer: zeros, valid as any index)."""
+    rng = np.random.default_rng(seed)
+    return {s.name: (rng.standard_normal(s.shape) if s.dtype.numpy.kind == "f" else np.zeros(s.shape)).astype(s.dtype.numpy)
+            for s in session.lowered.inputs}
+
+
+def timed_rounds(session: Session, rounds: int = ROUNDS, round_s: float = ROUND_S,
+                 clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """(threaded, serial) seconds per run: the least of the rounds' medians, each side."""
+    session.run(random_inputs(session))
+    session.run_raw()
+    t = clock()
+    session.run_raw()
+    reps = max(MIN_RUNS, int(round_s / max(clock() - t, 1e-7)))
+    medians: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(rounds):
+        for on in (True, False):
+            session.set_workers(on)
+            session.run_raw()  # the first run after a start wakes the workers
+            ts = []
+            for _ in range(reps):
+                t = clock()
+                session.run_raw()
+                ts.append(clock() - t)
+            medians[on].append(statistics.median(ts))
+    session.set_workers(True)
+    return min(medians[True]), min(medians[False])
+
+
+def split_pays(session: Session, margin: float = MARGIN) -> bool:
+    """True when the session's workers make it ``margin`` faster than its parts run on one thread."""
+    threaded, serial = timed_rounds(session)
+    return threaded < (1 - margin) * serial
+
+
+def unsplit(target: Target) -> Target:
+    """``target`` (as tuned) with every layer whole."""
+    return dataclasses.replace(target, conv_parts=(),
+                               tuning=target.tuning.replace(parallel_sync_ratio=UNSPLIT_RATIO))
