@@ -4,7 +4,8 @@ The zoo (``tests/zoo.py``) is what docs' performance table covers; these are wha
 (ImageNet stems, bottlenecks, fire modules, channel shuffles, 1-D audio, token ids, squeeze-excite,
 attention, recurrence, encoder-decoders), each runs in milliseconds at batch 1. Plain torch, seeded,
 eval mode, BatchNorm statistics randomized as in the zoo; builders return ``(model, example_inputs)``.
-:data:`UNSUPPORTED`: per architecture Cuvil cannot import, the op each frontend's error must name.
+:data:`UNSUPPORTED`: per architecture the torch frontend cannot import, the ATen op its error must name
+(the ONNX frontend imports every one).
 """
 
 from __future__ import annotations
@@ -402,13 +403,10 @@ ARCHS: dict[str, Callable[..., Built]] = {f.__name__: f for f in (
     "gru_kws": functools.partial(lstm_kws, cell=nn.GRU), "unet": unet,
     "unet_nearest": functools.partial(unet, up="nearest"), "alexnet_lrn": alexnet_lrn, "groupnorm_cnn": groupnorm_cnn}
 
-# name -> (op the ONNX import error names or None: the ONNX frontend imports it,
-#          ATen op the torch import error names or None: torch imports it).
-UNSUPPORTED: dict[str, tuple[str | None, str | None]] = {
-    "lstm_kws": ("LSTM", None),
-    "gru_kws": ("GRU", None),
-    "unet": (None, "transposed convolution"),
-    "unet_nearest": (None, "upsample_nearest2d"),
-    "alexnet_lrn": (None, "avg_pool3d"),  # torch exports LocalResponseNorm as If (on static shapes) + 3-D pooling
-    "groupnorm_cnn": (None, "native_group_norm"),
+# name -> the ATen op the torch frontend's import error names
+UNSUPPORTED: dict[str, str] = {
+    "unet": "transposed convolution",
+    "unet_nearest": "upsample_nearest2d",
+    "alexnet_lrn": "avg_pool3d",  # torch exports LocalResponseNorm as If (on static shapes) + 3-D pooling
+    "groupnorm_cnn": "native_group_norm",
 }

@@ -51,7 +51,7 @@ from ..errors import CuvilError
 from ..ir.graph import Graph
 from ..ir.infer import PROBES
 from ..ir.types import N, Dim, TensorType
-from . import onnx_bounded, onnx_composed, onnx_pool, onnx_quant, onnx_resample, onnx_signal  # noqa: F401  (register their translators)
+from . import onnx_bounded, onnx_composed, onnx_pool, onnx_quant, onnx_recurrent, onnx_resample, onnx_signal  # noqa: F401  (register their translators)
 from .builder import GraphBuilder, Unsupported
 from .onnx_functions import MAX_DEPTH, expand, function_body, has_function, schema_of
 from .onnx_subgraphs import CONTROL_OPS, SubgraphHost, all_nodes
@@ -64,12 +64,9 @@ LIFTED_TO = 9  # older models are converted to this opset first (onnx.version_co
 NEWEST_OPSET = onnx.defs.onnx_opset_version()
 _TENSOR_TYPES = {d: code for code, d in ONNX_DTYPES.items()}
 _EXPAND = object()  # a translator's Unsupported on a node that ONNX defines as a function
-_RECURRENT = ("Recurrent layers import from PyTorch instead: cuvil.import_model(module, example_inputs) "
-              "unrolls them into op-set-v1 ops")
 _CONTROL = ("Control flow imports by unrolling: trip counts and conditions known at import (a graph input "
             "that holds one can be fixed with constant_inputs), or an If whose branches give outputs of one type")
 HINTS = {  # op -> what the user can do, appended to the unsupported-op error
-    "LSTM": _RECURRENT, "GRU": _RECURRENT, "RNN": _RECURRENT,
     "If": _CONTROL, "Loop": _CONTROL, "Scan": _CONTROL,
 }
 def import_onnx(model: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int | None = None,

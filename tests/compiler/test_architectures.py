@@ -3,9 +3,9 @@
 Correctness only (timing is ``benchmarks/arch_sweep.py``'s): every architecture Cuvil supports is
 exported to ONNX, imported through the public API, compiled for this machine (a cold compile: the
 session's cache starts empty) and run on fresh seeded inputs; its output must match ONNX Runtime's
-on the same export within rtol 1e-4 / atol 1e-5, with its arena and weights between guard pages. Recurrent models, whose ONNX ops (LSTM, GRU) are
-outside the op set, go through the torch frontend instead. Every unsupported architecture must
-fail with UnsupportedModelError naming the op, from both frontends.
+on the same export within rtol 1e-4 / atol 1e-5, with its arena and weights between guard pages.
+Recurrent models also go through the torch frontend, which unrolls them itself. Every architecture
+the torch frontend cannot import must fail with UnsupportedModelError naming the op.
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ from tests.zoo import export_onnx  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")  # torch.export's own
 RTOL, ATOL = 1e-4, 1e-5
-SUPPORTED = [n for n in ARCHS if n not in UNSUPPORTED or UNSUPPORTED[n][0] is None]  # by the ONNX frontend
-ONNX_UNSUPPORTED = [n for n, (op, _) in UNSUPPORTED.items() if op is not None]
-TORCH_ONLY = [n for n, (_, aten) in UNSUPPORTED.items() if aten is None]
-TORCH_UNSUPPORTED = [n for n, (_, aten) in UNSUPPORTED.items() if aten is not None]
+RECURRENT = ["lstm_kws", "gru_kws"]
 # Test-sized variants, where a size knob cuts the test's time (torch.export unrolls every LSTM frame:
 # 49 frames take 12 s to capture; squeezenet, tiny_yolo, mobilenet_v1 compile about twice as fast at 64x64).
 SMALLER = {"lstm_kws": {"frames": 8}, "gru_kws": {"frames": 8}, "squeezenet": {"size": 64}, "tiny_yolo": {"size": 64},
@@ -66,30 +63,20 @@ def assert_matches_ort(case: Case, got: np.ndarray) -> None:
     np.testing.assert_allclose(got, case.expected, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("name", SUPPORTED)
+@pytest.mark.parametrize("name", ARCHS)
 def test_compiled_onnx_import_matches_ort(name):
     case = Case(name)
     assert_matches_ort(case, case.compiled(cuvil.import_model(case.onnx)))
 
 
-@pytest.mark.parametrize("name", TORCH_ONLY)
+@pytest.mark.parametrize("name", RECURRENT)
 def test_recurrent_compiles_through_torch_frontend_and_matches_ort(name):
     case = Case(name)
     assert_matches_ort(case, case.compiled(cuvil.import_model(case.model, case.torch_inputs())))
 
 
-@pytest.mark.parametrize("name", ONNX_UNSUPPORTED)
-def test_unsupported_onnx_op_is_named(name):
-    proto = export_onnx(*ARCHS[name](**SMALLER.get(name, {})))
-    op = UNSUPPORTED[name][0]
-    assert op in {n.op_type for n in proto.graph.node}
-    with pytest.raises(UnsupportedModelError, match=rf"unsupported op\(s\): .*\b{op} \(used by ") as e:
-        cuvil.import_model(proto)
-    assert op in e.value.unsupported
-
-
-@pytest.mark.parametrize("name", TORCH_UNSUPPORTED)
+@pytest.mark.parametrize("name", UNSUPPORTED)
 def test_unsupported_torch_op_is_named(name):
     model, example = ARCHS[name]()
-    with pytest.raises(UnsupportedModelError, match=rf"unsupported op\(s\): .*{re.escape(UNSUPPORTED[name][1])}"):
+    with pytest.raises(UnsupportedModelError, match=rf"unsupported op\(s\): .*{re.escape(UNSUPPORTED[name])}"):
         cuvil.import_model(model, example)

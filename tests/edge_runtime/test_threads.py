@@ -29,7 +29,7 @@ AVX2 = resolve_target("x86-avx2")
 SPLIT_ALL = dataclasses.replace(AVX2, tuning=AVX2.tuning.replace(parallel_sync_ratio=0.0))
 SMALLER = {"lstm_kws": {"frames": 8}, "gru_kws": {"frames": 8}, "squeezenet": {"size": 64}, "tiny_yolo": {"size": 64},
            "mobilenet_v1": {"size": 64}, "resnet50": {"size": 64}, "shufflenet_v2": {"size": 96}}
-TORCH_IMPORTABLE = [n for n in ARCHS if n not in UNSUPPORTED or UNSUPPORTED[n][1] is None]
+TORCH_IMPORTABLE = [n for n in ARCHS if n not in UNSUPPORTED]
 
 
 def _graph(builder, **kw):
