@@ -23,7 +23,7 @@ from .cache import CompileCache, cache_key, graph_digest
 from .host_memo import host_target
 from .loader import Model
 from .objload import LoadedCode, UnsupportedObjectError, load_object
-from .session import CompileStats, Session
+from .session import CompileStats, Session, new_arena
 
 
 def resolve(target: str | Target, host: Target | None = None) -> Target:
@@ -116,9 +116,10 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
         stats = CompileStats(lower_ms=0.0, llvm_ms=0.0, load_ms=(t2 - t1) * 1e3, cache_hit=True,
                              kernel_count=art.lowered.kernel_count, node_count=art.lowered.node_count,
                              object_bytes=sum(map(len, art.objects)), cache_ms=(t1 - t0) * 1e3)
+        arena = None if guard_pages else new_arena(art.lowered)  # still while the weights' check runs
         weights = cache.weights(key, art)  # checked while the code loaded; nothing read them before
         if weights is not None:
-            return Session(art.lowered, code, stats, weights=weights, guard_pages=guard_pages)
+            return Session(art.lowered, code, stats, weights=weights, guard_pages=guard_pages, arena=arena)
     from . import autotune, split_check
 
     tuner = autotune.Retarget() if tune else None

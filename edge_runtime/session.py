@@ -79,17 +79,24 @@ def _read_only_aligned(block: np.ndarray | bytes) -> np.ndarray:
     return out
 
 
+def new_arena(lowered: LoweredModel) -> np.ndarray:
+    """A zeroed, populated, 64-byte aligned arena for ``lowered``."""
+    return aligned_empty(max(lowered.arena_bytes, ALIGN))
+
+
 def _view(arena: np.ndarray, spec: IOSpec) -> np.ndarray:
     return arena[spec.offset:spec.offset + spec.row_bytes].view(spec.dtype.numpy).reshape(spec.shape)
 
 
 class Session:
     def __init__(self, lowered: LoweredModel, code: LoadedCode, stats: CompileStats, weights: np.ndarray | None = None,
-                 guard_pages: bool = False):
+                 guard_pages: bool = False, arena: np.ndarray | None = None):
         """``weights``: the packed block already in memory (a cache hit maps it from the file, read-only,
         64-byte aligned); without it the session runs on ``lowered.weights`` as it is when that is lower's
         aligned read-only array, else on a copy. ``guard_pages``: arena
-        and weights each between two inaccessible pages (:mod:`.guard`), so an access past either faults."""
+        and weights each between two inaccessible pages (:mod:`.guard`), so an access past either faults.
+        ``arena``: :func:`new_arena` of ``lowered``, made earlier (a warm start makes it while the
+        weights' check runs)."""
         self.stats = stats
         self._code = code  # keeps the machine code mapped
         block = lowered.weights if weights is None or not len(weights) else weights
@@ -99,7 +106,9 @@ class Session:
             weights[:len(block)] = np.frombuffer(block, dtype=np.uint8)
             make_read_only(weights)
         else:
-            self._arena = aligned_empty(max(lowered.arena_bytes, ALIGN))
+            self._arena = new_arena(lowered) if arena is None else arena
+            if len(self._arena) < lowered.arena_bytes or self._arena.ctypes.data % ALIGN:
+                raise ValueError("the arena must be 64-byte aligned and hold the plan's bytes")
             if weights is None or not len(weights):
                 weights = _read_only_aligned(block)
             elif weights.ctypes.data % ALIGN:

@@ -115,6 +115,13 @@ def test_the_check_spreads_over_idle_cores_only(monkeypatch, cores, load, want):
     assert sealed.tail_check_threads() == want
 
 
+def test_a_check_on_the_callers_thread_runs_once_when_its_result_is_first_asked():
+    calls = []
+    check = sealed.TailCheck(lambda: calls.append(1) or np.zeros(3, np.uint8), background=False)
+    assert calls == []  # not at open: the caller loads the code first
+    assert len(check.result()) == 3 and len(check.result()) == 3 and calls == [1]
+
+
 def test_a_check_that_fails_otherwise_is_a_refusal_too():
     def broken():
         raise MemoryError

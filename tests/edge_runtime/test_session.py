@@ -16,7 +16,7 @@ from cuvil.compiler.errors import CompileError, InterpreterError
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.compile import compile_graph, lower_for, resolve
-from cuvil.edge_runtime.session import Session
+from cuvil.edge_runtime.session import Session, new_arena
 
 from ..guarded import run_in_child
 
@@ -260,6 +260,11 @@ def test_a_cold_session_runs_on_the_lowered_weights_without_a_copy():
     code = jit.load_object(jit.emit_object(lowered.llvm_ir, resolve("host"), jit=True), lowered.entry, resolve("host"))
     again = Session(lowered, code, session.stats)
     assert again._weights is lowered.weights
+    arena = new_arena(lowered)
+    assert Session(lowered, code, session.stats, arena=arena)._arena is arena  # made beforehand, used as it is
+    for bad in (arena[:lowered.arena_bytes - 1], new_arena(lowered)[1:]):  # too short; not 64-byte aligned
+        with pytest.raises(ValueError, match="arena"):
+            Session(lowered, code, session.stats, arena=bad)
 
 
 # ------------------------------------------------------------------------------------- run_each ---
