@@ -87,3 +87,17 @@ def test_cpuid_features_agree_with_llvm():
         assert "SSE2" in features
         assert ("AVX512F" in features) == ("+avx512f" in p.features)
         assert ("AVX2" in features) == ("+avx2" in p.features)
+
+
+def test_cache_sizes_come_from_sysfs_data_and_unified_caches_only(tmp_path, monkeypatch):
+    for index, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"),
+                                                 ("2", "Unified", "1024K"), ("3", "Unified", "32768K")]):
+        d = tmp_path / f"index{index}"
+        d.mkdir()
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (d / name).write_text(value + "\n")
+    (tmp_path / "uevent").write_text("")
+    monkeypatch.setattr(detect, "_CACHE_DIR", str(tmp_path))
+    assert detect._host_caches() == {"l1d": 48, "l2": 1024, "l3": 32768}
+    monkeypatch.setattr(detect, "_CACHE_DIR", str(tmp_path / "absent"))
+    assert detect._host_caches() == {}
