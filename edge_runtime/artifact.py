@@ -20,7 +20,7 @@ from ..compiler.codegen.lowered import IOSpec, LoweredModel
 from ..compiler.ir.dtypes import DType
 from ..compiler.memory.plan import MemoryPlan
 from ..compiler.target import Target
-from .sealed import Sealer, SealError, TailCheck
+from .sealed import Opened, Sealer, SealError, TailCheck
 
 FORMAT = "cuvil artifact 3"
 
@@ -122,10 +122,12 @@ def read_artifact(sealer: Sealer, path: str | os.PathLike, name: str, target: Ta
     return open_artifact(sealer, path, name, target).checked()
 
 
-def open_artifact(sealer: Sealer, path: str | os.PathLike, name: str, target: Target) -> OpenedArtifact:
+def open_artifact(sealer: Sealer, path: str | os.PathLike, name: str, target: Target,
+                  opened: Opened | None = None) -> OpenedArtifact:
     """:func:`read_artifact` with the weights' check still under way (:meth:`Sealer.open`): a warm start
-    loads the code meanwhile, and nothing reads the weights before ``checked()``."""
-    opened = sealer.open(path, name)
+    loads the code meanwhile, and nothing reads the weights before ``checked()``. ``opened``: the file
+    already opened under ``name`` (a warm start opens it before its key is known)."""
+    opened = opened or sealer.open(path, name)
     try:
         meta = json.loads(opened.meta)
         if meta.get("format") != FORMAT:

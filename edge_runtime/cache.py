@@ -16,6 +16,8 @@ import functools
 import hashlib
 import logging
 import os
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +27,8 @@ from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from ..devices.detect import llvmlite_stamp
 from .artifact import OpenedArtifact, open_artifact, write_artifact
-from .private import SecretError, device_secret, private_dir
-from .sealed import Sealer, SealError
+from .private import SecretError, device_secret, open_regular, private_dir
+from .sealed import Opened, Sealer, SealError
 
 CODEGEN_VERSION = "2"
 log = logging.getLogger(__name__)
@@ -105,6 +107,14 @@ def device_sealer(secret_path: str | os.PathLike | None = None) -> Sealer | None
         return None
 
 
+@dataclass(frozen=True)
+class EarlyEntry:
+    """An entry opened under a guessed key, its weights' check under way (:meth:`CompileCache.open_early`)."""
+
+    key: str
+    opened: Opened
+
+
 class CompileCache:
     """A directory of ``<key>.cuvil-art`` files, each one complete compiled artifact (:mod:`.artifact`).
 
@@ -117,6 +127,7 @@ class CompileCache:
 
     SUFFIX = ".cuvil-art"
     FINGERPRINT = "compiler.cuvil-fingerprint"
+    HINT_SUFFIX = ".cuvil-hint"
 
     def __init__(self, directory: str | os.PathLike | None = None, secret_path: str | os.PathLike | None = None):
         self.dir = Path(directory) if directory is not None else default_dir()
@@ -125,13 +136,14 @@ class CompileCache:
     def path(self, key: str) -> Path:
         return self.dir / f"{key}{self.SUFFIX}"
 
-    def get(self, key: str, target: Target) -> OpenedArtifact | None:
+    def get(self, key: str, target: Target, early: EarlyEntry | None = None) -> OpenedArtifact | None:
         """The entry under ``key`` with its code and plan checked, its weights' check under way: they
-        come from :meth:`weights` only."""
+        come from :meth:`weights` only. ``early``: what :meth:`open_early` opened, used when its guess is ``key``."""
         if self.sealer is None:
             return None
         try:
-            return open_artifact(self.sealer, self.path(key), key, target)
+            opened = early.opened if early is not None and early.key == key else None
+            return open_artifact(self.sealer, self.path(key), key, target, opened)
         except FileNotFoundError:
             return None
         except (OSError, SealError) as e:
@@ -145,6 +157,46 @@ class CompileCache:
         except SealError as e:
             log.warning("compile cache entry %s is unusable, compiling again: %s", self.path(key), _reason(e))
             return None
+
+    def _hint_path(self, request: str) -> Path:
+        return self.dir / f"{hashlib.sha256(request.encode()).hexdigest()[:32]}{self.HINT_SUFFIX}"
+
+    def open_early(self, request: str) -> EarlyEntry | None:
+        """The entry that served ``request`` (a compile call's arguments) last time, opened under that key
+        before this call's key is computed, so the weights' check (on idle cores) overlaps the
+        key's ~2 ms (host facts, compiler fingerprint). The hint is a guess and nothing more: the
+        entry is used only when its key turns out to be the computed one (:meth:`get`), and it is
+        sealed under that key; a wrong or garbled hint costs an open. None when there is none."""
+        if self.sealer is None:
+            return None
+        try:
+            fd, _ = open_regular(self._hint_path(request), owned=True)
+            try:
+                guess = os.read(fd, 65).decode("ascii")
+            finally:
+                os.close(fd)
+            if len(guess) != 64 or guess.strip("0123456789abcdef"):
+                return None
+            return EarlyEntry(guess, self.sealer.open(self.path(guess), guess))
+        except (OSError, SealError, UnicodeDecodeError):
+            return None
+
+    def remember(self, request: str, key: str) -> None:
+        """Note that ``key`` served ``request`` (the hint :meth:`open_early` reads); failing to is logged only."""
+        if self.sealer is None:
+            return
+        try:
+            private_dir(self.dir)
+            fd, tmp = tempfile.mkstemp(prefix=".hint.", suffix=".tmp", dir=self.dir)  # O_EXCL, 0600
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(key.encode("ascii"))
+                os.replace(tmp, self._hint_path(request))
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as e:
+            log.warning("could not remember a cache hint in %s: %s", self.dir, _reason(e))
 
     def fingerprint(self) -> str:
         """:func:`compiler_fingerprint`, remembered in a file sealed under the sources' :func:`source_stamp`:

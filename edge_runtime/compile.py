@@ -95,6 +95,8 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
              guard_pages: bool = False, tune: bool | None = None, threads: int | None = None) -> Session:
     t0 = time.perf_counter()
     cache = CompileCache(cache_dir) if use_cache else None
+    request = f"{content_hash} {target!r} {batch} {optimize} {profile} {tune} {threads}" if content_hash else None
+    early = cache.open_early(request) if cache and request else None  # the weights' check starts now
     host = host_target(cache) if cache else resolve_target("host")
     tgt = resolve(target, host)
     tune = tgt.tuning.autotune if tune is None else tune
@@ -108,9 +110,11 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     tuned_on = f" tuned-on={cpu_identity()}" if tune else ""
     key = cache_key(f"{content_hash or graph_digest(graph_of())} optimize={optimize} profile={profile}{tuned_on}", tgt,
                     batch, cache.fingerprint()) if cache else ""
-    art = cache.get(key, tgt) if cache else None
+    art = cache.get(key, tgt, early) if cache else None
     t1 = time.perf_counter()
     if art is not None:
+        if request and (early is None or early.key != key):
+            cache.remember(request, key)
         code = load_code(art.objects, art.lowered.entry, tgt)
         t2 = time.perf_counter()
         stats = CompileStats(lower_ms=0.0, llvm_ms=0.0, load_ms=(t2 - t1) * 1e3, cache_hit=True,
@@ -134,6 +138,8 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
         session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
     if cache:
         cache.put(key, lowered, objs)
+        if request:
+            cache.remember(request, key)
     t4 = time.perf_counter()
     llvm_s = t2 - t1 - lower_s
     session.stats = CompileStats(lower_ms=lower_s * 1e3, llvm_ms=llvm_s * 1e3, load_ms=(t4 - t2) * 1e3,

@@ -199,3 +199,19 @@ def test_the_remembered_fingerprint_is_the_computed_one_and_follows_the_sources(
     memo.write_bytes(memo.read_bytes().replace(b"f" * 64, b"0" * 64))  # someone else's fingerprint
     monkeypatch.setattr(cache_mod, "compiler_fingerprint", lambda: "e" * 64)
     assert cache.fingerprint() == "e" * 64
+
+
+def test_a_warm_start_opens_its_entry_before_the_key_is_computed(cache_dir, monkeypatch):
+    """The hint a hit leaves names the entry, so the next start opens it (and starts the weights' check)
+    before host facts and fingerprint are known; the entry is opened once."""
+    graph = mlp_graph()
+    compile_graph(graph, cache_dir=cache_dir, content_hash="ab" * 32)
+    entry, order = _entry(cache_dir), []
+    real_open, real_host = Sealer.open, compile_mod.host_target
+    monkeypatch.setattr(Sealer, "open", lambda self, path, name: order.append(str(path)) or real_open(self, path, name))
+    monkeypatch.setattr(compile_mod, "host_target", lambda cache: order.append("host") or real_host(cache))
+    warm = compile_graph(graph, cache_dir=cache_dir, content_hash="ab" * 32)
+    assert warm.stats.cache_hit
+    assert order[0] == str(entry) and order.count(str(entry)) == 1 and "host" in order
+    compile_graph(graph, cache_dir=cache_dir)  # no content hash (a bare graph): no hint is read or written
+    assert len([p for p in cache_dir.iterdir() if p.name.endswith(CompileCache.HINT_SUFFIX)]) == 1

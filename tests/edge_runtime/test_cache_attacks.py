@@ -235,3 +235,41 @@ def test_weights_damaged_while_their_check_runs_beside_the_code_load_are_a_miss(
     raw[-PAGE - 100] ^= 1
     entry.write_bytes(bytes(raw))
     _miss_then_repaired(graph, cache_dir, caplog)
+
+
+def _hints(cache_dir):
+    return sorted(p for p in cache_dir.iterdir() if p.name.endswith(CompileCache.HINT_SUFFIX))
+
+
+def test_a_hint_naming_another_models_entry_is_never_used(cache_dir, monkeypatch):
+    """The hint is an unsealed guess: pointed at model b's (good, sealed) entry, model a still runs a's code."""
+    a, b = mlp_graph(0), mlp_graph(1)
+    _compile(a, cache_dir, CONTENT)
+    _compile(b, cache_dir, "cd" * 32)
+    (hint_a,) = [h for h in _hints(cache_dir) if h.read_text() == _key()]
+    hint_a.write_text(_key("cd" * 32))
+    opened = []
+    real_open = Sealer.open
+    monkeypatch.setattr(Sealer, "open", lambda self, path, name: opened.append(name) or real_open(self, path, name))
+    sess = _compile(a, cache_dir, CONTENT)
+    assert sess.stats.cache_hit and opened.count(_key("cd" * 32)) == 1 and opened.count(_key()) == 1
+    _check(a, X, sess)
+    assert hint_a.read_text() == _key()  # put right for the next start
+
+
+@pytest.mark.parametrize("how", ["garbled", "fifo", "others_may_write", "names_nothing"])
+def test_a_bad_hint_costs_nothing_but_the_guess(cache_dir, how):
+    graph = mlp_graph()
+    _compile(graph, cache_dir)
+    (hint,) = _hints(cache_dir)
+    if how == "fifo":
+        hint.unlink()
+        os.mkfifo(hint)
+    elif how == "others_may_write":
+        hint.chmod(0o666)
+    else:
+        hint.write_text("zz" * 32 if how == "garbled" else "0" * 64)
+    with _deadline(60):
+        sess = _compile(graph, cache_dir)
+    assert sess.stats.cache_hit
+    _check(graph, X, sess)
