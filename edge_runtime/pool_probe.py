@@ -78,8 +78,11 @@ class Probe:
         self._calibrate()
 
     def _calibrate(self) -> None:
-        """Loop count for a part of about ``PART_US``."""
-        one = min(self._seconds(self.part) for _ in range(5))
+        """Loop count for a part of about ``PART_US``: scaled from a loop long enough that the call's
+        own cost (about a microsecond through ctypes) is small in it (from 1,000 rounds, parts came out
+        6.6 us on Zen 4, so a worker claiming its part later than that read as a whole part's handoff)."""
+        while (one := min(self._seconds(self.part) for _ in range(5))) < PART_US * 1e-6 / 4 and self.iters[0] < 1 << 40:
+            self.iters[0] *= 4
         self.iters[0] = max(1, int(self.iters[0] * PART_US * 1e-6 / max(one, 1e-9)))
 
     @staticmethod
@@ -115,7 +118,8 @@ class Probe:
             self._stop = None
 
 
-BLOCKS, BLOCK_SAMPLES = 5, 40  # five medians of 40 pairs: about 10 ms in all at 2 threads
+BLOCKS, BLOCK_SAMPLES = 5, 40  # five medians of 40 pairs, about 5 ms each at 2 threads
+BLOCK_GAP_S = 0.005  # between blocks: a burst of other work that spans one block misses the next
 FLOOR_US = 1.0  # no handoff is cheaper: the grid's first step
 
 
@@ -127,10 +131,17 @@ def grid_us(measured: float) -> float:
 @functools.lru_cache(maxsize=8)
 def handoff_us(target: Target) -> float:
     """The cost of one split layer's handoff at ``target.threads`` (workers spinning, as between
-    back-to-back layers): the least of ``BLOCKS`` medians, on the power-of-two grid; measured once per
-    process and target."""
+    back-to-back layers): the least of ``BLOCKS`` medians ``BLOCK_GAP_S`` apart, on the power-of-two
+    grid, at most the profile's ``parallel_sync_us`` (a machine whose other cores stay busy reads as a
+    part's length or more; the whole-model check, :mod:`.split_check`, decides for that machine);
+    measured once per process and target."""
     probe = Probe(target)
     try:
-        return grid_us(min(probe.handoff_us(samples=BLOCK_SAMPLES) for _ in range(BLOCKS)))
+        least = float("inf")
+        for i in range(BLOCKS):
+            if i:
+                time.sleep(BLOCK_GAP_S)
+            least = min(least, probe.handoff_us(samples=BLOCK_SAMPLES))
+        return min(grid_us(least), target.tuning.parallel_sync_us)
     finally:
         probe.close()

@@ -49,3 +49,8 @@ def test_the_tuner_puts_the_measured_handoff_in_the_target(conv_graph, monkeypat
         assert tuner.report.sync_us is None and tuned.tuning.parallel_sync_us == AVX2.tuning.parallel_sync_us
     else:
         assert tuner.report.sync_us == 123.5 and tuned.tuning.parallel_sync_us == 123.5
+
+
+def test_the_kept_handoff_is_on_the_grid_and_at_most_the_profiles():
+    capped = dataclasses.replace(AVX2, threads=2, tuning=AVX2.tuning.replace(parallel_sync_us=3.0))
+    assert pool_probe.handoff_us(capped) in (1.0, 2.0, 3.0)  # a busy machine reads 20 us or more: capped
