@@ -105,5 +105,6 @@ def emit_choice(module: ir.Module, name: str, target: Target, geom: Geometry, ch
     t = with_choices(target, {geom: choice})
     p = conv_plan(t, *geom)
     emit_conv2d(module, name, t, N, C, H, W, OC, KH, KW, strides, pads, dil, group, bias=True, activation="Relu")
-    w = rng.standard_normal((OC, C // group, KH, KW)).astype(np.float32) / np.sqrt(C // group * KH * KW)
+    w = rng.standard_normal((OC, C // group, KH, KW), dtype=np.float32)  # drawn as float32: no float64 copy
+    w *= np.float32(1 / np.sqrt(C // group * KH * KW))
     return pack_conv_weights(w, t, (N, C, H, W), strides, pads, dil, group), p.scratch_bytes, (N, OC, p.OH, p.OW)
