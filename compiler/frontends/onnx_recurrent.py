@@ -2,7 +2,7 @@
 
 The lowering is the one the PyTorch frontend's unrolled layers get, so both meet the same kernels:
 the input projection of every step is one MatMul over the whole sequence with both biases folded
-in (where ONNX's equations allow), then per step one MatMul of the hidden state by the recurrent
+in (where ONNX's equations allow), then per step one Gemm of the hidden state by the recurrent
 weights (all gates at once) and elementwise gate math that the optimizer fuses. A zero initial
 state (absent, or a constant of zeros) skips the first step's recurrent MatMul.
 
@@ -141,7 +141,8 @@ class _Steps:
         return range(self.layer.steps - 1, -1, -1) if self.reverse else range(self.layer.steps)
 
     def recurrent(self, h: str, rows: slice, suffix: str) -> str:
-        return self.op("MatMul", [h, self.const(self.layer.r[self.d][rows].T, f"{suffix}T")], suffix)
+        """H R^T as a Gemm: the Add of the step's projection that follows fuses into it as its residual."""
+        return self.op("Gemm", [h, self.const(self.layer.r[self.d][rows].T, f"{suffix}T")], suffix)
 
     def split(self, x: str, parts: int, suffix: str) -> list[str]:
         h = self.layer.hidden
