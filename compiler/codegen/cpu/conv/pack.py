@@ -65,16 +65,16 @@ def _dwlanes(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
 
 
 def _rows(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
-    """Per column tile of nv panels [C, KH*KW, nv, VL]: one contiguous stream."""
+    """Per column tile of nv panels [C, KH*KW, nv, VL]: one contiguous stream, each tile copied
+    once from the weights straight into its place (output channels past OC stay zero)."""
     npan = math.ceil(p.OC / p.vl)
-    out = np.zeros((npan * p.vl, p.Cg, p.T), dtype=np.float32)
-    out[: p.OC] = w.reshape(p.OC, p.Cg, p.T)
-    out = out.reshape(npan, p.vl, p.Cg, p.T)
-    flat, at = np.empty(out.size, dtype=np.float32), 0
+    w = w.reshape(p.OC, p.Cg, p.T)
+    flat, at = np.zeros(npan * p.vl * p.Cg * p.T, dtype=np.float32), 0
     for first, count, nv in column_tiles(npan, p.nv):
-        for s in range(first, first + count * nv, nv):  # each tile copied once, straight into its place
-            n = nv * p.vl * p.Cg * p.T
-            flat[at: at + n].reshape(p.Cg, p.T, nv, p.vl)[...] = out[s: s + nv].transpose(2, 3, 0, 1)
+        for s in range(first, first + count * nv, nv):
+            n, lo = nv * p.vl * p.Cg * p.T, s * p.vl  # a tile's [Cg, T, nv, VL] is [Cg, T, its channels]
+            rows = min(nv * p.vl, p.OC - lo)
+            flat[at: at + n].reshape(p.Cg, p.T, nv * p.vl)[:, :, :rows] = w[lo: lo + rows].transpose(1, 2, 0)
             at += n
     return flat
 
