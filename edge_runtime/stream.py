@@ -39,6 +39,17 @@ _GROUP = re.compile(r"^(k\d+)_")  # a kernel and the functions of its own: k<i>_
 _WRAPPER = re.compile(r"^k\d+_[A-Za-z0-9]+$")  # what the lowering calls from the entry point
 
 
+def _printed(fn: ir.Function) -> str:
+    """``fn``'s text, its body then dropped: the lowering only calls a finished function (its
+    signature), and its instructions (reference cycles with their blocks, which the lowering's
+    disabled collector would keep) are most of the memory a cold compile's peak holds in Python."""
+    text = str(fn)
+    for block in fn.blocks:
+        block.instructions.clear()
+    fn.blocks.clear()
+    return text
+
+
 class KernelStream:
     """``lower``'s stream hook: call it with the module after each node; :meth:`finish` returns the objects."""
 
@@ -77,9 +88,9 @@ class KernelStream:
             if not isinstance(v, ir.Function) or not v.blocks:
                 self.singles.append(str(v))
             elif (m := _GROUP.match(name)) is not None:
-                groups.setdefault(m.group(1), []).append((name, str(v)))
+                groups.setdefault(m.group(1), []).append((name, _printed(v)))
             elif v.linkage == "internal":
-                self.helpers[name] = str(v)
+                self.helpers[name] = _printed(v)
             else:
                 self.entry.append(name)
         self.seen = len(names)
