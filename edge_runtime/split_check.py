@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..compiler.errors import InterpreterError, RunTimeCheckError
 from ..compiler.target import Target
 from .session import Session
 
@@ -62,8 +63,13 @@ def timed_rounds(session: Session, rounds: int = ROUNDS, round_s: float = ROUND_
 
 
 def split_pays(session: Session, margin: float = MARGIN) -> bool:
-    """True when the session's workers make it ``margin`` faster than its parts run on one thread."""
-    threaded, serial = timed_rounds(session)
+    """True when the session's workers make it ``margin`` faster than its parts run on one thread;
+    also when the model refuses the check's inputs (a runtime check): then nothing is measured and
+    the cost model's split stays."""
+    try:
+        threaded, serial = timed_rounds(session)
+    except (InterpreterError, RunTimeCheckError):
+        return True
     return threaded < (1 - margin) * serial
 
 

@@ -56,6 +56,15 @@ def test_the_split_must_save_a_margin(monkeypatch, threaded, serial, pays):
     assert split_check.split_pays(None) is pays
 
 
+def test_a_model_that_refuses_the_checks_inputs_keeps_its_split(monkeypatch):
+    from cuvil.compiler.errors import RunTimeCheckError
+
+    def refuse(session):
+        raise RunTimeCheckError()
+    monkeypatch.setattr(split_check, "timed_rounds", refuse)
+    assert split_check.split_pays(None) is True
+
+
 def test_a_split_that_does_not_pay_is_rebuilt_whole_and_cached_so(graph, feeds, monkeypatch, no_probe, tmp_path):
     one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1).run(feeds)
     monkeypatch.setattr(split_check, "split_pays", lambda session: False)
