@@ -1,10 +1,10 @@
 """ONNX's recurrent layers (LSTM, GRU, RNN), unrolled over their time steps into op-set-v1 ops.
 
-The lowering is the one the PyTorch frontend's unrolled layers get, so both meet the same kernels:
+The lowering is the PyTorch frontend's unrolled layers', so both meet the same kernels:
 the input projection of every step is one MatMul over the whole sequence with both biases folded
 in (where ONNX's equations allow), then per step one Gemm of the hidden state by the recurrent
 weights (all gates at once) and elementwise gate math that the optimizer fuses. A zero initial
-state (absent, or a constant of zeros) skips the first step's recurrent MatMul.
+state (absent, or a constant of zeros) skips the first step's recurrent product.
 
 ONNX's semantics exactly: gate order iofc (LSTM, peepholes iof) and zrh (GRU), GRU's
 ``linear_before_reset``, ``clip`` on the activations' inputs, forward/reverse/bidirectional,
