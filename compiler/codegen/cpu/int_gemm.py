@@ -62,7 +62,7 @@ def _splat_quad(b: ir.IRBuilder, dot: Dot, ptr: ir.Value) -> ir.Value:
 
 
 def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir.Value, r0: ir.Value,
-          c0: int | ir.Value, mr: int, nr: int, partial_last: bool, epilogue: Epilogue) -> None:
+          c0: int | ir.Value, mr: int, nr: int, partial_last: bool, epilogue: Epilogue, ahead: int = 0) -> None:
     slots = []
     for _ in range(mr * nr):
         s = h.entry_alloca(b, dot.lanes_type, "acc")
@@ -75,6 +75,8 @@ def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir
         for j in range(nr):
             off = b.mul(b.add(vrow, b.add(c0v, h.i64(j * dot.vl))), h.i64(4))
             vecs.append(b.load(b.bitcast(gep(b, vptr, off), dot.bytes_type.as_pointer()), align=1))
+        for line in range(0, nr * dot.vl * 4, 64) if ahead else ():  # the same row of a later block
+            h.prefetch(b, gep(b, vptr, b.add(b.mul(b.add(vrow, c0v), h.i64(4)), h.i64(ahead * nr * dot.vl * 4 + line))))
         for i in range(mr):
             row = b.add(r0, h.i64(i))
             quad = _splat_quad(b, dot, gep(b, bptr, b.mul(b.add(b.mul(row, h.i64(geo.k4)), q), h.i64(4))))
@@ -125,13 +127,19 @@ def _vector_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, b
 
     full_rows = first + (geo.rows - first) // mr * mr
 
+    ahead = 0 if geo.vec_is_u else target.tuning.int8_gemm_prefetch_blocks  # V of weights; not a fresh im2col
+
     def column_block(c0: int | ir.Value, vectors: int, partial_last: bool) -> None:
-        """Every row against one block of columns, whose slice of V stays in L1 while the rows pass."""
+        """Every row against one block of columns, whose slice of V stays in L1 while the rows pass.
+        Its first pass brings the slice one line a row of V, a stride the hardware prefetcher follows
+        too late when V is weights from L3 (Winograd's 2 MiB of int16 weights a 256-channel conv), so a
+        later block's lines are prefetched meanwhile (``Tuning.int8_gemm_prefetch_blocks``)."""
         if full_rows > first:
             with h.for_range(b, full_rows, start=first, step=mr, name="r") as r0:
-                _tile(b, dot, geo, bptr, vptr, r0, c0, mr, vectors, partial_last, epilogue)
+                _tile(b, dot, geo, bptr, vptr, r0, c0, mr, vectors, partial_last, epilogue, ahead)
         if geo.rows > full_rows:  # the last rows in one shorter tile: each pass over V costs the same
-            _tile(b, dot, geo, bptr, vptr, h.i64(full_rows), c0, geo.rows - full_rows, vectors, partial_last, epilogue)
+            _tile(b, dot, geo, bptr, vptr, h.i64(full_rows), c0, geo.rows - full_rows, vectors, partial_last, epilogue,
+                  ahead)
 
     if full_cols:
         with h.for_range(b, full_cols, step=block, name="c") as c0:

@@ -113,13 +113,25 @@ def test_qconv_is_exact(kind, case):
         assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
-def test_small_planes_run_transposed_before_winograd():
-    """At x86-avx2 a 3x3 conv that Winograd could take (16 channels, 16 tiles) but whose plane the
-    transposed kernel takes (49 pixels) runs there, on int8 weights widened as loaded."""
+@pytest.mark.parametrize("side,winograd", [(7, True), (6, False)])
+def test_winograd_before_the_transposed_kernel_from_16_tiles(side, winograd):
+    """At x86-avx2 a 3x3 conv on a plane both could take runs by Winograd from 16 output tiles (7x7:
+    4x4 tiles), transposed on int8 weights widened as loaded below (6x6: 9 tiles)."""
     w = np.random.default_rng(0).integers(-127, 128, (12, 16, 3, 3)).astype(np.int8)
-    llvm_ir = lower(_qconv_graph(DType.I8, w, None, 1, 1, [1, 1, 1, 1], (1, 16, 7, 7)), resolve_target("x86-avx2"),
+    llvm_ir = lower(_qconv_graph(DType.I8, w, None, 1, 1, [1, 1, 1, 1], (1, 16, side, side)), resolve_target("x86-avx2"),
                     optimize=False).llvm_ir
-    assert f'"{WIDENED}' in llvm_ir and "winograd" not in llvm_ir
+    assert ("winograd" in llvm_ir) == winograd and (f'"{WIDENED}' in llvm_ir) == (not winograd)
+
+
+@pytest.mark.parametrize("blocks", [0, 2])
+def test_winograd_gemm_prefetches_its_weights_as_tuned(blocks):
+    """The AVX2 Winograd GEMM walks its int16 weights a row of V at a time: it prefetches later
+    column blocks unless ``int8_gemm_prefetch_blocks`` is 0."""
+    t = resolve_target("x86-avx2")
+    t = dataclasses.replace(t, tuning=t.tuning.replace(int8_gemm_prefetch_blocks=blocks))
+    w = np.random.default_rng(0).integers(-127, 128, (32, 16, 3, 3)).astype(np.int8)
+    llvm_ir = lower(_qconv_graph(DType.U8, w, None, 1, 1, [1, 1, 1, 1], (1, 16, 8, 8)), t, optimize=False).llvm_ir
+    assert "winograd" in llvm_ir and ("llvm.prefetch" in llvm_ir) == (blocks > 0)
 
 
 @pytest.mark.parametrize("kind,rows", [("host", 0), ("host", 64), ("x86-avx2", 0), ("x86-avx2", 64)])
