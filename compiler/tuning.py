@@ -50,7 +50,7 @@ class Tuning:
     int8_dwrows_min_pixels: int = 9  # int8 depthwise by window-row quads above this many outputs (byte-quad targets; 3x3 planes keep channels in lanes)
     int8_depthwise_lanes_max_pixels: int = 64  # int8 depthwise with channels in lanes up to 8x8 outputs; larger planes stream rows (faster there, Zen 4)
     int8_winograd_min_tiles: int = 16  # int8 3x3 convs on AVX2 int16 pairs take Winograd F(2x2,3x3) from 16 output tiles (8x8) when int8_rows_max_pixels does not take them first; fewer re-read 3.6x the weight bytes for little work
-    int8_gemm_prefetch_blocks: int = 2  # the integer GEMM prefetches V's column block this many blocks ahead while it walks one (0: none)
+    int8_winograd_prefetch_blocks: int = 2  # int8 Winograd's GEMMs prefetch their weights' column block this many blocks ahead (ResNet-18's 8x8 convs at x86-avx2, Zen 4: 1.15 -> 0.69 M cycles; 4: 0.85 M; the other int8 GEMMs: none, it slowed the MLP's QMatMul 1.5x)
     int8_winograd_block_bytes: int = 128 * 1024  # int8 Winograd: a block of tiles' M, with its transformed input and the weights, within L2 (ResNet-18's 64-channel 32x32 convs at x86-avx2, Zen 4: 771 -> 713 k cycles)
     autotune: bool = True  # time conv candidates on the device at compile time (cuvil compile --tune)
     autotune_fraction: float = 0.5  # tuning may add at most this fraction of the untuned compile time
@@ -71,7 +71,7 @@ FIELDS: Mapping[str, type] = {f.name: f.type for f in dataclasses.fields(Tuning)
 BOUNDS: Mapping[str, tuple[int, int]] = {
     "vector_registers": (8, 64), "reserved_registers": (0, 4), "winograd_f4": (2, 4), "rows_channel_block": (1, 4096),
     "rows_prefetch_locality": (0, 3), "rows_prefetch_blocks": (0, 64), "pack_min_row_blocks": (0, 1 << 20),
-    "max_threads": (1, 64), "pool_spin": (0, 1 << 24), "int8_gemm_prefetch_blocks": (0, 64),
+    "max_threads": (1, 64), "pool_spin": (0, 1 << 24), "int8_winograd_prefetch_blocks": (0, 64),
 }
 """Integer fields with a narrower range than 0..2^40 (code generation needs them there)."""
 CHOICES: Mapping[str, tuple[int, ...]] = {"winograd_f4": (2, 4)}

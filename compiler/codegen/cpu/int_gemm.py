@@ -35,6 +35,7 @@ class GemmGeometry:
     cols_pad: int  # columns in V, a multiple of VL
     k4: int  # 4-byte units along K (quads; int16 pairs for avx2-wd)
     vec_is_u: bool  # V holds the u operand (activations), B the s operand (weights); else the reverse
+    prefetch_blocks: int = 0  # column blocks of V prefetched ahead (weights streamed from L3; costs load slots)
 
 
 SKEW_PERIOD, SKEW_UNITS = 1024, 16  # a V row stride that is a multiple of 1 KiB gets 64 more bytes
@@ -127,13 +128,13 @@ def _vector_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, b
 
     full_rows = first + (geo.rows - first) // mr * mr
 
-    ahead = 0 if geo.vec_is_u else target.tuning.int8_gemm_prefetch_blocks  # V of weights; not a fresh im2col
+    ahead = geo.prefetch_blocks
 
     def column_block(c0: int | ir.Value, vectors: int, partial_last: bool) -> None:
         """Every row against one block of columns, whose slice of V stays in L1 while the rows pass.
         Its first pass brings the slice one line a row of V, a stride the hardware prefetcher follows
         too late when V is weights from L3 (Winograd's 2 MiB of int16 weights a 256-channel conv), so a
-        later block's lines are prefetched meanwhile (``Tuning.int8_gemm_prefetch_blocks``)."""
+        later block's lines can be prefetched meanwhile (``GemmGeometry.prefetch_blocks``)."""
         if full_rows > first:
             with h.for_range(b, full_rows, start=first, step=mr, name="r") as r0:
                 _tile(b, dot, geo, bptr, vptr, r0, c0, mr, vectors, partial_last, epilogue, ahead)

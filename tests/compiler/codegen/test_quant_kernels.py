@@ -126,9 +126,9 @@ def test_winograd_before_the_transposed_kernel_from_16_tiles(side, winograd):
 @pytest.mark.parametrize("blocks", [0, 2])
 def test_winograd_gemm_prefetches_its_weights_as_tuned(blocks):
     """The AVX2 Winograd GEMM walks its int16 weights a row of V at a time: it prefetches later
-    column blocks unless ``int8_gemm_prefetch_blocks`` is 0."""
+    column blocks unless ``int8_winograd_prefetch_blocks`` is 0."""
     t = resolve_target("x86-avx2")
-    t = dataclasses.replace(t, tuning=t.tuning.replace(int8_gemm_prefetch_blocks=blocks))
+    t = dataclasses.replace(t, tuning=t.tuning.replace(int8_winograd_prefetch_blocks=blocks))
     w = np.random.default_rng(0).integers(-127, 128, (32, 16, 3, 3)).astype(np.int8)
     llvm_ir = lower(_qconv_graph(DType.U8, w, None, 1, 1, [1, 1, 1, 1], (1, 16, 8, 8)), t, optimize=False).llvm_ir
     assert "winograd" in llvm_ir and ("llvm.prefetch" in llvm_ir) == (blocks > 0)

@@ -234,7 +234,8 @@ def emit_winograd_qconv(ctx: KernelContext) -> None:
 
     def block(n: ir.Value, t0: ir.Value, count: int) -> None:
         _input_transform(ctx, plane, vbuf, dims[1], cp, tw, t0, count, tb)
-        geo = GemmGeometry(rows=count, cols=m, cols_pad=mp, k4=cp // 2, vec_is_u=False)
+        geo = GemmGeometry(rows=count, cols=m, cols_pad=mp, k4=cp // 2, vec_is_u=False,
+                           prefetch_blocks=ctx.target.tuning.int8_winograd_prefetch_blocks)
         with h.for_range(b, 16, name="winograd.xi") as xi:
             bptr = b.bitcast(gep(b, vbuf, b.mul(xi, h.i64(tb * cp))), h.I8P)
             vptr = gep(b, b.bitcast(ctx.ins[1], h.I8P), b.mul(xi, h.i64(cp * mp * 2)))
