@@ -26,8 +26,6 @@ from ..tiles import pack_gemm_b
 from .plan import ConvPlan, WinogradGeometry, column_tiles, conv_plan, winograd_gemm_tile
 from .winograd_math import MATS
 
-_WINOGRAD_CHUNK = 1 << 18  # weights per float64 product: a few MB at a time
-
 
 def pack_winograd_weights(Wt: np.ndarray, target: Target, m: int, H: int, W: int, pads) -> np.ndarray:
     """W[OC, C, 3, 3] -> U = G g G^T per transform point, as GEMM row panels [A, ceil(OC/MR), C, MR].
@@ -39,7 +37,7 @@ def pack_winograd_weights(Wt: np.ndarray, target: Target, m: int, H: int, W: int
     mr, _ = winograd_gemm_tile(target, WinogradGeometry.of(target.vector_floats, C, H, W, OC, pads, m, target.tuning.winograd_block_bytes), OC)
     out = np.zeros((A, -(-OC // mr), C, mr), dtype=np.float32)  # [point, panel, input channel, MR rows]
     G2 = np.kron(MATS[m][1], MATS[m][1])
-    step = mr * max(1, _WINOGRAD_CHUNK // (mr * C * 9))
+    step = mr * max(1, (1 << 18) // (mr * C * 9))  # ~2^18 weights per float64 product: a few MB at a time
     for o in range(0, OC, step):
         rows = min(step, OC - o)
         U = (G2 @ np.asarray(Wt[o:o + rows], dtype=np.float64).reshape(rows * C, 9).T).reshape(A, rows, C)
