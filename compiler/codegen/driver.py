@@ -11,6 +11,7 @@ kernels by a key of everything that decides their code, so identical nodes share
 from __future__ import annotations
 
 from collections.abc import Callable, Container
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +77,15 @@ def prepare(graph: Graph, target: Target, batch: int, *, optimize: bool, kernels
     plan = plan_memory(g, batch, alignment=ALIGN)
     check_plan(g, plan)
     return Prepared(g, plan, target)
+
+
+def hand_over_constants(p: Prepared) -> tuple[Prepared, dict[str, np.ndarray]]:
+    """``p`` with a graph whose constants are empty stand-ins (their names, dtypes and ``types``
+    kept), and the arrays themselves: a backend that owns them can free each one (the folded
+    weights, tens of MB) as soon as it is packed, not after the whole model is lowered."""
+    consts = dict(p.graph.constants)
+    stand_ins = {k: np.empty(0, v.dtype) for k, v in consts.items()}
+    return dataclasses.replace(p, graph=dataclasses.replace(p.graph, constants=stand_ins)), consts
 
 
 def placement(p: Prepared, node: Node) -> tuple[int | None, ...] | None:

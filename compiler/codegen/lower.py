@@ -20,7 +20,7 @@ from ..target import Target
 from .cpu.kernels import KERNELS
 from .cpu.lowering import CpuLowering
 from .cpu.threads import check_threads
-from .driver import prepare
+from .driver import hand_over_constants, prepare
 from .lowered import LoweredModel
 
 
@@ -43,8 +43,10 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
     """
     check_threads(target)
     with _no_cycle_collection():
-        prep = prepare(graph, target, batch, optimize=optimize, kernels=KERNELS, backend="native", retarget=retarget)
-        low = CpuLowering(prep, emit, profile, stream)
+        prep, consts = hand_over_constants(
+            prepare(graph, target, batch, optimize=optimize, kernels=KERNELS, backend="native", retarget=retarget))
+        low = CpuLowering(prep, emit, profile, stream, consts)
+        del consts  # the lowering's now: it lets each array go after its last node
         name = entry_name(graph, batch)
         low.run(name)
         if stream is not None:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from llvmlite import ir
 
 from ...ir.graph import Node
@@ -42,8 +43,11 @@ class CpuLowering:
     """One LLVM module for a prepared graph: an entry that calls one kernel per node (see ``lower.py``)."""
 
     def __init__(self, prep: Prepared, emit: bool = True, profile: bool = False,
-                 stream: Callable[[ir.Module], None] | None = None):
+                 stream: Callable[[ir.Module], None] | None = None, consts: dict[str, np.ndarray] | None = None):
+        """``consts``: the constants' arrays when the caller handed them over (``driver.hand_over_constants``):
+        each is dropped after the last node that reads it; else the graph's own."""
         self.prep, self.emit, self.profile, self.stream = prep, emit, profile, stream
+        self.consts = dict(prep.graph.constants) if consts is None else consts
         self.g, self.target, self.plan = prep.graph, prep.target, prep.plan
         graph, target, plan = self.g, self.target, self.plan
         self.profiled: list[str] = []
@@ -101,13 +105,19 @@ class CpuLowering:
         arena, weights = entry.args
         self.order = {node.name: i for i, node in enumerate(self.g.nodes)}
         nudged = self.ahead_of_jobs()
-        for node in self.g.nodes:
+        last = {name: i for i, node in enumerate(self.g.nodes) for name in node.inputs if name in self.consts}
+        done: dict[int, list[str]] = {}
+        for name, i in last.items():
+            done.setdefault(i, []).append(name)
+        for i, node in enumerate(self.g.nodes):
             if node.name in nudged:
                 b.call(self.pool.nudge, [])
             if node.name not in self.fused:  # else it ran in its producer's job
                 self.lower_node(b, node, KERNELS[node.op], arena, weights)
                 if self.stream is not None:  # its kernels are finished: the caller may compile them now
                     self.stream(self.module)
+            for name in done.get(i, ()):  # packed by now (a fused node's in its producer's job, before it)
+                del self.consts[name]
         if self.profile:
             base = self.scratch_offset + -(-self.scratch_bytes // h.ALIGN) * h.ALIGN
             self.profile_offset = base
@@ -154,7 +164,7 @@ class CpuLowering:
                 args.append(None)  # each part packs its own slice
                 continue
             if name in g.constants:
-                arr = g.constants[name]
+                arr = self.consts[name]
                 if kd.scalars and arr.size == 1:
                     v = arr.reshape(-1)[0]
                     scalars.append((i, float(v) if t.dtype.is_float else int(v)))
@@ -274,7 +284,7 @@ class CpuLowering:
             for i, name in enumerate(node.inputs):
                 t = key.in_types[i]
                 if name in self.g.constants:
-                    layout, arr = None, slice_constant(self.g.constants[name], part, oc)
+                    layout, arr = None, slice_constant(self.consts[name], part, oc)
                     got = kd.pack(part.key, i, arr, part.target) if kd.pack is not None else None
                     if got is not None:
                         layout, arr = got
