@@ -19,7 +19,8 @@ pytest.importorskip("onnxruntime")
 
 import cuvil  # noqa: E402
 from cuvil.edge_runtime.emulated import EmulatedModel  # noqa: E402
-from tests.compiler.test_architectures import ATOL, RTOL, SUPPORTED, Case  # noqa: E402
+from tests.archs import ARCHS  # noqa: E402
+from tests.compiler.test_architectures import ATOL, RTOL, Case  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(not (shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc")),
@@ -29,7 +30,7 @@ pytestmark = [
 ZOO_LIKE = {"vgg_small", "resnet18_imagenet", "resnet50", "resnext_tiny"}
 
 
-@pytest.mark.parametrize("name", [n for n in SUPPORTED if n not in ZOO_LIKE])
+@pytest.mark.parametrize("name", [n for n in ARCHS if n not in ZOO_LIKE])
 def test_architecture_under_qemu_with_guard_pages(name, tmp_path):
     case = Case(name)
     graph = cuvil.import_model(case.onnx)
