@@ -130,12 +130,15 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     lowered, objs, lower_s = _build(graph_of(), tgt, batch, optimize, profile, jobs, tuner)
     t2 = time.perf_counter()
     session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
-    if tuner and lowered.split_nodes and not split_check.split_pays(session):  # measured: threads do not pay here
-        session.close()
-        whole = split_check.unsplit(lowered.target)
-        lowered, objs, more_s = _build(graph_of(), tgt, batch, optimize, profile, jobs, lambda g, t: whole)
+    for fallback in split_check.fallbacks(lowered.target) if tuner and lowered.split_nodes else ():
+        if split_check.split_pays(session):
+            break
+        session.close()  # measured: this split does not pay here; the next plan is built and checked
+        lowered, objs, more_s = _build(graph_of(), tgt, batch, optimize, profile, jobs, lambda g, t, f=fallback: f)
         lower_s += more_s
         session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
+        if not lowered.split_nodes:
+            break
     if cache:
         cache.put(key, lowered, objs)
         if request:

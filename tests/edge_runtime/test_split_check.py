@@ -50,7 +50,7 @@ def test_the_handoff_is_kept_on_a_power_of_two_grid(measured, rounded):
     assert grid_us(measured) == rounded
 
 
-@pytest.mark.parametrize("threaded, serial, pays", [(0.5, 1.0, True), (0.96, 1.0, False), (1.0, 1.0, False), (1.3, 1.0, False)])
+@pytest.mark.parametrize("threaded, serial, pays", [(0.5, 1.0, True), (0.84, 1.0, True), (0.86, 1.0, False), (1.0, 1.0, False), (1.3, 1.0, False)])
 def test_the_split_must_save_a_margin(monkeypatch, threaded, serial, pays):
     monkeypatch.setattr(split_check, "timed_rounds", lambda session: (threaded, serial))
     assert split_check.split_pays(None) is pays
@@ -88,3 +88,25 @@ def test_a_split_that_pays_is_kept_and_timed_both_ways(graph, feeds, monkeypatch
     two.close()
     two.set_workers(True)  # closed stays closed: nothing left to join
     assert not two._stop.alive
+
+
+@pytest.mark.parametrize("verdicts, split_nodes, sync_us", [((False, True), 2, 1.0), ((False, False), 0, 4.0)])
+def test_a_split_at_a_dear_handoff_that_does_not_pay_is_tried_at_the_cheapest(graph, feeds, monkeypatch, no_probe,
+                                                                               tmp_path, verdicts, split_nodes, sync_us):
+    from cuvil.edge_runtime import pool_probe
+
+    monkeypatch.setattr(pool_probe, "handoff_us", lambda target: 4.0)
+    said = iter(verdicts)
+    monkeypatch.setattr(split_check, "split_pays", lambda session: next(said))
+    two = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    assert two.lowered.split_nodes == split_nodes and two.lowered.target.tuning.parallel_sync_us == sync_us
+    assert next(said, None) is None  # each plan that splits was checked once; the whole one is not
+    one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1).run(feeds)
+    assert all(one[k].tobytes() == v.tobytes() for k, v in two.run(feeds).items())
+    two.close()
+
+
+def test_a_split_made_at_the_cheapest_handoff_falls_back_to_whole_only():
+    cheapest = dataclasses.replace(AVX2, tuning=AVX2.tuning.replace(parallel_sync_us=1.0))
+    (whole,) = split_check.fallbacks(cheapest)
+    assert whole.tuning.parallel_sync_ratio == split_check.UNSPLIT_RATIO and whole.conv_parts == ()
