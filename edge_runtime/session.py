@@ -173,6 +173,8 @@ class Session:
                         self._convert_into(name, view, value)
             except KeyError as e:
                 raise InterpreterError(f"missing input {e.args[0]!r}; the model takes {list(self.input_names)}") from None
+            if self._fault is not None:
+                self._fault.value = 0  # a fault of an earlier raw run (stale arena inputs) is not this run's
             self._fn()
             if self._fault is not None and self._fault.value:
                 self._fault.value = 0
@@ -200,6 +202,8 @@ class Session:
         out, ran = np.zeros((len(xs), *result.shape), result.dtype), np.ones(len(xs), bool)
         fn, fault = self._fn, self._fault
         with self._lock:
+            if fault is not None:
+                fault.value = 0  # as in ``run``: an earlier raw run's fault is not the first example's
             for i, x in enumerate(xs):
                 view[...] = x
                 fn()
@@ -249,6 +253,8 @@ class Session:
         return {name: int(c) for name, c in zip(lw.profile_nodes, best)}
 
     def run_raw(self) -> None:
-        """One native call on whatever the arena holds (benchmarks: no copies at all)."""
+        """One native call on whatever the arena holds (benchmarks: no copies at all). The inputs'
+        bytes may have been reused by later tensors since the last ``run``: a model whose run-time
+        checks read them (Gather's indices) may fault here, which the next ``run`` does not report."""
         with self._lock:
             self._fn()

@@ -43,21 +43,23 @@ def random_inputs(session: Session, seed: int = 0) -> dict[str, np.ndarray]:
 
 def timed_rounds(session: Session, rounds: int = ROUNDS, round_s: float = ROUND_S,
                  clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
-    """(threaded, serial) seconds per run: the least of the rounds' medians, each side."""
-    session.run(random_inputs(session))
-    session.run_raw()
+    """(threaded, serial) seconds per run: the least of the rounds' medians, each side. Every run
+    copies its inputs in (``run``, not ``run_raw``): a run on the arena's leftovers would read indices
+    that later tensors overwrote, and time a Gather's fault instead of the model."""
+    inputs = random_inputs(session)
+    session.run(inputs)
     t = clock()
-    session.run_raw()
+    session.run(inputs)
     reps = max(MIN_RUNS, int(round_s / max(clock() - t, 1e-7)))
     medians: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(rounds):
         for on in (True, False):
             session.set_workers(on)
-            session.run_raw()  # the first run after a start wakes the workers
+            session.run(inputs)  # the first run after a start wakes the workers
             ts = []
             for _ in range(reps):
                 t = clock()
-                session.run_raw()
+                session.run(inputs)
                 ts.append(clock() - t)
             medians[on].append(statistics.median(ts))
     session.set_workers(True)

@@ -293,6 +293,27 @@ def test_run_each_marks_a_faulted_example_and_runs_the_next_clean():
     np.testing.assert_array_equal(rows[2], table[[3, 2]])
 
 
+def test_a_raw_run_on_stale_indices_does_not_fault_the_next_run():
+    """``run_raw`` runs on whatever the arena holds, and later tensors may have overwritten the indices
+    (TextCNN at 2 threads: the compile's split check timed raw runs, so the user's first ``run`` of
+    valid token ids raised RunTimeCheckError). The next ``run`` and ``run_each`` answer for themselves."""
+    gb = GraphBuilder("gather_stale")
+    idx = gb.input("idx", TensorType(DType.I64, (2,)))
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    sess = compile_graph(gb.build([gb.add1("Gather", [gb.constant(table), idx], axis=0)]), target="x86-avx2",
+                         optimize=False)
+    (_, view, _, _), = sess._inputs
+    view[...] = [7, 0]  # what a later tensor might have left in the index bytes
+    sess.run_raw()
+    (out,) = sess.run({"idx": np.array([1, 2], np.int64)}).values()
+    np.testing.assert_array_equal(out, table[[1, 2]])
+    view[...] = [7, 0]
+    sess.run_raw()
+    rows, ran = sess.run_each(np.array([[0, 3]], np.int64))
+    assert ran.tolist() == [True]
+    np.testing.assert_array_equal(rows[0], table[[0, 3]])
+
+
 def test_run_each_refuses_examples_of_another_size():
     sess = compile_graph(mlp_graph(4), target="x86-avx2", batch=1)
     with pytest.raises(InterpreterError, match="do not fit"):
