@@ -36,6 +36,13 @@ def with_choices(target: Target, choices: dict[Geometry, ConvChoice]) -> Target:
     return dataclasses.replace(target, conv_choices=tuple(sorted(merged.items(), key=repr)))
 
 
+def _output_plane(geom: Geometry) -> tuple[int, int]:
+    """(OH, OW) of a conv of ``geom``."""
+    _, _, H, W, _, KH, KW, strides, pads, dil, _ = geom
+    return ((H + pads[0] + pads[2] - dil[0] * (KH - 1) - 1) // strides[0] + 1,
+            (W + pads[1] + pads[3] - dil[1] * (KW - 1) - 1) // strides[1] + 1)
+
+
 def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
     """The cost model's choice first, then up to MAX_CANDIDATES - 1 legal alternatives."""
     N, C, H, W, OC, KH, KW, strides, pads, dil, group = geom
@@ -59,8 +66,7 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
         if c not in out:
             out.append(c)
 
-    OH = (H + pads[0] + pads[2] - dil[0] * (KH - 1) - 1) // strides[0] + 1
-    OW = (W + pads[1] + pads[3] - dil[1] * (KW - 1) - 1) // strides[1] + 1
+    OH, OW = _output_plane(geom)
     if group == C == OC and group > 1:
         if vl == 16:
             add("depthwise", 8)
@@ -89,9 +95,8 @@ def multiplies(geom: Geometry, choice: ConvChoice) -> int:
     does (m+2)^2 per channel pair and m x m output tile (transforms left out). The tuner times no
     candidate that does far more than the cost model's choice (ResNet-18's direct and im2col ran
     2.2-4.0x slower than Winograd, as their 2.25-4x the multiplies say)."""
-    N, C, H, W, OC, KH, KW, strides, pads, dil, group = geom
-    OH = (H + pads[0] + pads[2] - dil[0] * (KH - 1) - 1) // strides[0] + 1
-    OW = (W + pads[1] + pads[3] - dil[1] * (KW - 1) - 1) // strides[1] + 1
+    N, C, _, _, OC, KH, KW, _, _, _, group = geom
+    OH, OW = _output_plane(geom)
     if choice.method == "winograd":
         m = choice.mr
         return N * OC * C * -(-OH // m) * -(-OW // m) * (m + 2) ** 2
