@@ -25,9 +25,7 @@ import numpy as np  # noqa: E402
 from cuvil.compiler.interpreter import run_reference  # noqa: E402
 from cuvil.compiler.ir.graph import Graph, Node  # noqa: E402
 from cuvil.compiler.passes.rewrite import rebuild  # noqa: E402
-from cuvil.compiler.quantize import quantize  # noqa: E402
-from tests.int8_zoo import CALIBRATION, int8_model  # noqa: E402
-from tests.qdq import draws  # noqa: E402
+from tests.int8_zoo import int8_model  # noqa: E402
 
 BATCH, SEED = 100, 7
 QDQ = ("QuantizeLinear", "DequantizeLinear")
@@ -68,8 +66,7 @@ def points(q: Graph) -> list[tuple[str, frozenset[str]]]:
 
 def ablate(name: str, count: int) -> None:
     m = int8_model(name)
-    fp32 = m.fp32
-    q = quantize(fp32, {fp32.inputs[0]: np.stack(draws(m.shape, CALIBRATION, 100))}).graph
+    fp32, q = m.fp32, m.qdq
     xs = m.inputs(count, seed=SEED)
     ref = run(fp32, xs)
     top = np.sort(ref, -1)

@@ -27,6 +27,7 @@ class Int8Model:
     shape: tuple[int, ...]  # one input, without the batch axis
     fp32: Graph  # as imported: what `cuvil import` signs
     int8: Graph  # integer form: what `cuvil import --int8 --calibration` signs and a device compiles
+    qdq: Graph  # the quantized graph before its integer form (QuantizeLinear/DequantizeLinear pairs)
 
     def inputs(self, count: int, seed: int) -> np.ndarray:
         return np.stack(draws(self.shape, count, seed))
@@ -39,4 +40,4 @@ def int8_model(name: str, reduce_range: bool = False) -> Int8Model:
     fp32 = import_onnx(export_onnx(model, example, dynamic_batch=True))
     shape = tuple(example[0].shape[1:])
     done = quantize(fp32, {fp32.inputs[0]: np.stack(draws(shape, CALIBRATION, 100))}, reduce_range=reduce_range)
-    return Int8Model(name, shape, fp32, integer_form(done.graph))
+    return Int8Model(name, shape, fp32, integer_form(done.graph), done.graph)
