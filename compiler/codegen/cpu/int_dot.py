@@ -10,7 +10,11 @@ Every variant is exact (int32 accumulation without saturation):
   whose ``vpdpbusd`` steps any other loop.
 * ``avx2-ubsw``: ``vpmaddubsw`` then ``vpmaddwd`` by ones, u8 x s8. ``vpmaddubsw`` saturates a pair
   sum to int16, so the weight packer chooses it only when every pair of weights has
-  ``|w0| + |w1| <= 128`` (then ``255 * 128 < 2^15``).
+  ``|w0| + |w1| <= 128`` (then ``255 * 128 < 2^15``). Two ``vpmaddubsw`` results cannot be added in
+  int16 before the widening ``vpmaddwd``: ``2 * 255 * 128 = 65280 > 2^15 - 1``; that would need
+  ``|w0| + |w1| <= 64`` (6-bit weights), which no quantizer here makes. On Zen 4 both instructions
+  issue on the same two multiply pipes, so a step is 32 products per two multiply uops, as
+  ``vpmaddwd`` on widened int16 pairs; its gain is fewer operand bytes, broadcasts and adds.
 * ``avx2-wd``: ``vpmaddwd`` on int16 pairs, exact for any weights. Its operands' 4-byte units hold
   two int16 (``per_unit`` 2: the packers widen the bytes once, so the GEMM loop has no widening
   shuffles and each step is one ``vpmaddwd`` and one add into the VL lanes).
