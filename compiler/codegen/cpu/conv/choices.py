@@ -1,12 +1,12 @@
 """The alternatives to the cost model's conv plan that an on-device tuner may time, and how to build one.
 
 ``conv_candidates(target, geometry)`` lists legal :class:`ConvChoice` s for one conv, the cost
-model's first: Winograd F(2x2) and F(4x4) for 3x3 stride-1 convs, ``rows`` for 3x3 convs with small
-outputs, ``direct`` / ``im2col`` / ``transposed`` where they apply, and for depthwise convs the
-row kernel (half width too on 512-bit targets: narrow planes waste fewer lanes) and ``dwlanes``
-(channels in lanes) whichever of them the cost model did not pick. A choice is put
-into effect by ``with_choices`` (a Target whose ``conv_plan`` returns it), so the packer and the
-emitter cannot disagree.
+model's first: Winograd F(2x2) and F(4x4) for 3x3 stride-1 convs (dilated ones on their phase
+planes), ``rows`` for 3x3 convs with small outputs, ``direct`` / ``im2col`` / ``transposed`` where
+they apply, and for depthwise convs the row kernel (half width too on 512-bit targets: narrow planes
+waste fewer lanes) and ``dwlanes`` (channels in lanes) whichever of them the cost model did not
+pick. A choice is put into effect by ``with_choices`` (a Target whose ``conv_plan`` returns it), so
+the packer and the emitter cannot disagree.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ....target import ConvChoice, Geometry, Target
 from ..tiles import choose_tile
 from .emit import emit_conv2d
 from .pack import pack_conv_weights
-from .plan import IM2COL_MAX_PIECES, ConvPlan, conv_plan, plan_for
+from .plan import IM2COL_MAX_PIECES, ConvPlan, conv_plan, plan_for, winograd_applies
 
 MAX_CANDIDATES = 5
 
@@ -41,6 +41,17 @@ def _output_plane(geom: Geometry) -> tuple[int, int]:
     _, _, H, W, _, KH, KW, strides, pads, dil, _ = geom
     return ((H + pads[0] + pads[2] - dil[0] * (KH - 1) - 1) // strides[0] + 1,
             (W + pads[1] + pads[3] - dil[1] * (KW - 1) - 1) // strides[1] + 1)
+
+
+def _winograd_planes(geom: Geometry) -> tuple[int, int, int] | None:
+    """(images per input, OH, OW of each) that a Winograd conv of ``geom`` transforms: one, or a dilated
+    conv's d x d phase planes (``plan.phase_plane``); None where Winograd does not apply."""
+    _, _, H, W, _, KH, KW, strides, pads, dil, group = geom
+    sub = winograd_applies(KH, KW, strides, pads, dil, group, H, W)
+    if sub is None:
+        return None
+    Hs, Ws, (pt, pl, pb, pr) = sub
+    return dil[0] * dil[1], Hs + pt + pb - 2, Ws + pl + pr - 2
 
 
 def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
@@ -74,7 +85,8 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
         add("dwlanes")
         return tuple(out[:MAX_CANDIDATES])
     three = KH == KW == 3 and group == 1
-    if three and strides == (1, 1) and dil == (1, 1) and max(pads) <= 2 and min(C, OC) >= 16 and OH * OW >= 64 and vl >= 8:
+    planes = _winograd_planes(geom)
+    if planes is not None and min(C, OC) >= 16 and planes[1] * planes[2] >= 64 and vl >= 8:
         for m in (2, 4):
             c = ConvChoice("winograd", m, 1, vl)
             if c not in out:
@@ -98,8 +110,8 @@ def multiplies(geom: Geometry, choice: ConvChoice) -> int:
     N, C, _, _, OC, KH, KW, _, _, _, group = geom
     OH, OW = _output_plane(geom)
     if choice.method == "winograd":
-        m = choice.mr
-        return N * OC * C * -(-OH // m) * -(-OW // m) * (m + 2) ** 2
+        m, (images, OHs, OWs) = choice.mr, _winograd_planes(geom)
+        return N * images * OC * C * -(-OHs // m) * -(-OWs // m) * (m + 2) ** 2
     return N * OC * (C // group) * OH * OW * KH * KW
 
 

@@ -21,6 +21,7 @@ from llvmlite import ir
 from ....target import Target
 from ...irhelpers import PREVECTORIZED, set_fn_attrs
 from ..vecops import define_kernel
+from .dilated import emit_dilated_winograd
 from .direct import emit_direct
 from .dwlanes import emit_depthwise_lanes
 from .plan import conv_plan
@@ -36,7 +37,9 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
     p = conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group)
     fn = define_kernel(module, name, target)
     epilogue = dict(bias=bias, residual=residual, activation=activation, act_alpha=act_alpha, act_beta=act_beta)
-    if p.method == "winograd":
+    if p.method == "winograd" and p.dh > 1:
+        emit_dilated_winograd(fn, p, target, **epilogue)
+    elif p.method == "winograd":
         emit_winograd(fn, target, N, C, H, W, OC, pads, m=p.mr, **epilogue)
     elif p.method == "dwlanes":
         emit_depthwise_lanes(fn, p, scalar_tails=not target.tuning.masked_stores, **epilogue)

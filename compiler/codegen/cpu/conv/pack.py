@@ -11,7 +11,8 @@ packer returns a C-contiguous float32 array; the caller places it 64-byte aligne
   packed as ``tiles.pack_gemm_b`` panels, ``[group, ceil(OCg/VL), C/g, VL]``.
 * rows (3x3 over many channels, small outputs): per tile of nv panels of ``plan.column_tiles``,
   ``[C, KH*KW, nv, VL]``, the tiles one after another (a flat array).
-* winograd (3x3 stride 1): U = G g G^T per transform point, ``[(m+2)^2, ceil(OC/MR), C, MR]``.
+* winograd (3x3 stride 1; dilated: of the phase planes): U = G g G^T per transform point,
+  ``[(m+2)^2, ceil(OC/MR), C, MR]``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def pack_winograd_weights(Wt: np.ndarray, target: Target, m: int, H: int, W: int
 
 
 def _winograd(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
-    return pack_winograd_weights(w, target, p.mr, p.H, p.W, p.pads)
+    return pack_winograd_weights(w, target, p.mr, *p.winograd_plane)
 
 
 def _depthwise(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:

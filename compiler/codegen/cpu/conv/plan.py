@@ -173,10 +173,33 @@ class ConvPlan:
         return -(-self.copy_floats // 16) * 16
 
     @property
+    def winograd_plane(self) -> tuple[int, int, tuple[int, int, int, int]]:
+        """(H, W, pads) of the images a Winograd conv transforms: the input's, or a dilated conv's phase planes."""
+        sub = phase_plane(self.H, self.W, self.pads, (self.dh, self.dw))
+        if sub is None:
+            raise ValueError(f"conv_plan: dilation {self.dh}x{self.dw} with pads {self.pads} has no phase planes")
+        return sub
+
+    @property
+    def winograd_geometry(self) -> WinogradGeometry:
+        H, W, pads = self.winograd_plane
+        return WinogradGeometry.of(self.vl, self.C, H, W, self.OC, pads, self.mr, self.tuning.winograd_block_bytes)
+
+    @property
+    def phase_floats(self) -> tuple[int, int]:
+        """A dilated Winograd conv's phase-split copies in scratch, in floats: the input's, and the
+        output's (twice: the residual is split alike); (0, 0) undilated."""
+        if self.dh == 1:
+            return 0, 0
+        H, W, _ = self.winograd_plane
+        g = self.winograd_geometry
+        return _up(self.dh * self.dh * self.C * H * W, 16), _up(self.dh * self.dh * self.OC * g.OH * g.OW, 16)
+
+    @property
     def scratch_bytes(self) -> int:
         if self.method == "winograd":
-            return 4 * WinogradGeometry.of(self.vl, self.C, self.H, self.W, self.OC, self.pads, self.mr,
-                                           self.tuning.winograd_block_bytes).floats
+            xs, ys = self.phase_floats
+            return 4 * (xs + 2 * ys + self.winograd_geometry.floats)
         if self.method == "dwlanes":
             return 4 * self.lanes_plane_floats
         return 4 * (self.im2col_offset + self.im2col_floats + self.panel_floats)
@@ -184,6 +207,27 @@ class ConvPlan:
     @property
     def pads(self) -> tuple[int, int, int, int]:
         return self.pt, self.pl, self.pb, self.pr
+
+
+def phase_plane(H: int, W: int, pads, dilations) -> tuple[int, int, tuple[int, int, int, int]] | None:
+    """(H, W, pads) of the phase planes of a conv dilated d in both axes ("space to batch", as atrous
+    convs are run elsewhere): output pixel (oh, ow) reads only input pixels of its phase (oh % d, ow % d),
+    so plane X[ph::d, pw::d], zero-filled to ceil(H/d) x ceil(W/d), is an undilated conv with pads / d;
+    d = 1 gives the input's own. None where d differs between the axes or does not divide the pads."""
+    d = dilations[0]
+    if dilations[1] != d or any(p % d for p in pads):
+        return None
+    return -(-H // d), -(-W // d), tuple(p // d for p in pads)
+
+
+def winograd_applies(KH: int, KW: int, strides, pads, dilations, group: int, H: int, W: int) -> tuple | None:
+    """The plane a 3x3 stride-1 conv's Winograd transforms (see :func:`phase_plane`), or None where it cannot."""
+    if not (KH == KW == 3 and tuple(strides) == (1, 1) and group == 1):
+        return None
+    sub = phase_plane(H, W, pads, dilations)
+    if sub is None or max(sub[2]) > 2 or min(sub[0] + sub[2][0] + sub[2][2], sub[1] + sub[2][1] + sub[2][3]) < 3:
+        return None
+    return sub
 
 
 def winograd_tile(t: Tuning, H: int, W: int, pads) -> int:
@@ -222,9 +266,9 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     forced = target.conv_choice((N, C, H, W, OC, KH, KW, tuple(strides), tuple(pads), tuple(dilations), group))
     if forced is not None:
         return plan_for(base, forced.method, forced.mr, forced.nv, forced.vl)
-    if (KH == KW == 3 and sh == sw == 1 and dh == dw == 1 and group == 1 and max(pads) <= 2 and min(H + pt + pb, W + pl + pr) >= 3
-            and winograd_wins(target.tuning, vl, C, H, W, OC, pads)):
-        m = winograd_tile(target.tuning, H, W, pads)
+    sub = winograd_applies(KH, KW, strides, pads, dilations, group, H, W)
+    if sub is not None and winograd_wins(target.tuning, vl, C, sub[0], sub[1], OC, sub[2]):
+        m = winograd_tile(target.tuning, *sub)
         return ConvPlan(**base, method="winograd", mr=m, nv=1, copy=False)  # mr: the output tile, F(m x m, 3x3)
     if group == C == OC and group > 1:
         if (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 <= target.tuning.depthwise_lanes_max_ow:

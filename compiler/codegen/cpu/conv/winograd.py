@@ -1,4 +1,5 @@
-"""Winograd F(m x m, 3x3), m = 2 or 4 (Lavin & Gray 2016), for 3x3 stride-1 dilation-1 group-1 convs.
+"""Winograd F(m x m, 3x3), m = 2 or 4 (Lavin & Gray 2016), for 3x3 stride-1 dilation-1 group-1 convs
+(dilated ones run it on their phase planes: ``dilated.py``).
 
 Pure ``llvmlite.ir`` plus the NumPy weight transform. Same signature and epilogue as
 ``emit.emit_conv2d``, which dispatches here when ``plan.conv_plan`` picks ``"winograd"`` (its
