@@ -49,7 +49,7 @@ class Tuning:
     int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
     int8_dwrows_min_pixels: int = 9  # int8 depthwise by window-row quads above this many outputs (byte-quad targets; 3x3 planes keep channels in lanes)
     int8_depthwise_lanes_max_pixels: int = 64  # int8 depthwise with channels in lanes up to 8x8 outputs; larger planes stream rows (faster there, Zen 4)
-    int8_winograd_min_tiles: int = 16  # int8 3x3 convs on AVX2 int16 pairs take Winograd F(2x2,3x3) from 16 output tiles (8x8) when int8_rows_max_pixels does not take them first; fewer re-read 3.6x the weight bytes for little work
+    int8_winograd_min_tiles: int = 16  # int8 3x3 convs on AVX2 int16 pairs take Winograd F(2x2,3x3) from 16 output tiles (8x8), checked before int8_rows_max_pixels (the packer tries Winograd first); fewer re-read 3.6x the weight bytes for little work
     int8_winograd_prefetch_blocks: int = 1  # int8 Winograd's GEMMs prefetch their weights' next column block (ResNet-18's 8x8 convs at x86-avx2, Zen 4: 1.15 -> 0.66-0.69 M cycles; 2 ahead 0.71-0.76, 4: 0.85; the other int8 GEMMs: none, it slowed the MLP's QMatMul 1.5x)
     int8_winograd_block_bytes: int = 128 * 1024  # int8 Winograd: a block of tiles' M, with its transformed input and the weights, within L2 (ResNet-18's 64-channel 32x32 convs at x86-avx2, Zen 4: 771 -> 713 k cycles)
     autotune: bool = True  # time conv candidates on the device at compile time (cuvil compile --tune)
