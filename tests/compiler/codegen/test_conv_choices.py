@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, with_choices
+from cuvil.compiler.codegen.cpu.conv.choices import (TALL_MIN_ROWS, conv_candidates, emit_choice, multiplies,
+                                                     with_choices)
 from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
 from cuvil.compiler.target import ConvChoice
 from cuvil.devices.detect import resolve_target
@@ -22,6 +23,7 @@ GEOMETRIES = [  # (N, C, H, W, OC, KH, KW, strides, pads, dilations, group): one
     (1, 96, 6, 6, 64, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # transposed 1x1
     (1, 48, 20, 20, 48, 3, 3, (2, 2), P1, (1, 1), 48),  # depthwise: dwlanes first, rows (half width on 512 bits)
     (1, 20, 14, 14, 20, 3, 3, (1, 1), P1, (1, 1), 20),  # depthwise: rows first, dwlanes (channel tail)
+    (1, 32, 30, 30, 40, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), 1),  # dilated: winograd on phase planes, direct
 ]
 
 
@@ -41,6 +43,15 @@ def test_multiplies_count_the_taps_or_the_winograd_tiles():
     assert multiplies(geom, ConvChoice("winograd", 4, 1, 16)) == 64 * 64 * 4 * 4 * 36
     assert multiplies(GEOMETRIES[2], ConvChoice("im2col", 4, 3, 16)) == 96 * 64 * 4 * 4 * 9  # stride 2: 4x4 outputs
     assert multiplies(GEOMETRIES[1], ConvChoice("winograd", 4, 1, 16)) == 128 * 128 * 1 * 1 * 36
+
+
+def test_a_tall_direct_tile_is_timed_where_32_registers_hold_it():
+    def tall(profile, geom):
+        return [c for c in conv_candidates(resolve_target(profile), geom)
+                if c.method == "direct" and c.nv == 1 and c.mr >= TALL_MIN_ROWS]
+    assert len(tall("x86-avx512", GEOMETRIES[0])) == 1
+    assert tall("x86-avx2", GEOMETRIES[0]) == []  # 16 ymm registers
+    assert tall("x86-avx512", GEOMETRIES[5]) == []  # depthwise
 
 
 def test_with_choices_makes_conv_plan_return_the_choice():
