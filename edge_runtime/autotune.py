@@ -147,8 +147,8 @@ def worth_timing(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
     cands, most = conv_candidates(target, geom), target.tuning.autotune_max_work
     if not most:
         return cands
-    work = most * multiplies(geom, cands[0])
-    return cands[:1] + tuple(c for c in cands[1:] if multiplies(geom, c) <= work)
+    work = most * multiplies(target, geom, cands[0])
+    return cands[:1] + tuple(c for c in cands[1:] if multiplies(target, geom, c) <= work)
 
 
 def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tuple[int, dict[int, tuple[float, ...]]] | None:

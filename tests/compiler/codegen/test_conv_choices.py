@@ -16,6 +16,7 @@ from ...hosts import executable
 from .kernel_jit import aligned, conv_ref, jit, ptr
 
 P1 = (1, 1, 1, 1)
+AVX512 = resolve_target("x86-avx512")
 GEOMETRIES = [  # (N, C, H, W, OC, KH, KW, strides, pads, dilations, group): one per family of candidates
     (1, 64, 16, 16, 64, 3, 3, (1, 1), P1, (1, 1), 1),  # winograd F2/F4, direct, im2col
     (1, 128, 4, 4, 128, 3, 3, (1, 1), P1, (1, 1), 1),  # rows
@@ -38,11 +39,12 @@ def test_cost_model_choice_comes_first_and_candidates_are_distinct():
 
 def test_multiplies_count_the_taps_or_the_winograd_tiles():
     geom = GEOMETRIES[0]  # 64 -> 64 channels, 16x16 outputs
-    assert multiplies(geom, ConvChoice("direct", 4, 3, 16)) == 64 * 64 * 16 * 16 * 9
-    assert multiplies(geom, ConvChoice("winograd", 2, 1, 16)) == 64 * 64 * 8 * 8 * 16  # 8x8 tiles of 4x4 points
-    assert multiplies(geom, ConvChoice("winograd", 4, 1, 16)) == 64 * 64 * 4 * 4 * 36
-    assert multiplies(GEOMETRIES[2], ConvChoice("im2col", 4, 3, 16)) == 96 * 64 * 4 * 4 * 9  # stride 2: 4x4 outputs
-    assert multiplies(GEOMETRIES[1], ConvChoice("winograd", 4, 1, 16)) == 128 * 128 * 1 * 1 * 36
+    assert multiplies(AVX512, geom, ConvChoice("direct", 4, 3, 16)) == 64 * 64 * 16 * 16 * 9
+    assert multiplies(AVX512, geom, ConvChoice("winograd", 2, 1, 16)) == 64 * 64 * 8 * 8 * 16  # 8x8 tiles of 4x4 points
+    assert multiplies(AVX512, geom, ConvChoice("winograd", 4, 1, 16)) == 64 * 64 * 4 * 4 * 36
+    strided = multiplies(AVX512, GEOMETRIES[2], ConvChoice("im2col", 4, 3, 16))
+    assert strided == 96 * 64 * 4 * 4 * 9  # stride 2: 4x4 outputs
+    assert multiplies(AVX512, GEOMETRIES[1], ConvChoice("winograd", 4, 1, 16)) == 128 * 128 * 1 * 1 * 36
 
 
 def test_a_tall_direct_tile_is_timed_where_32_registers_hold_it():

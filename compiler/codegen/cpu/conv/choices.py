@@ -49,15 +49,15 @@ def _output_plane(geom: Geometry) -> tuple[int, int]:
             (W + pads[1] + pads[3] - dil[1] * (KW - 1) - 1) // strides[1] + 1)
 
 
-def _winograd_planes(geom: Geometry) -> tuple[int, int, int] | None:
-    """(images per input, OH, OW of each) that a Winograd conv of ``geom`` transforms: one, or a dilated
-    conv's d x d phase planes (``plan.phase_plane``); None where Winograd does not apply."""
+def _winograd_planes(target: Target, geom: Geometry) -> tuple[int, int, int] | None:
+    """(images per input, OH, OW of each) that a Winograd conv of ``geom`` transforms (``plan.winograd_images``:
+    the input, or a dilated conv's phase planes); None where Winograd does not apply."""
     _, _, H, W, _, KH, KW, strides, pads, dil, group = geom
-    sub = winograd_applies(KH, KW, strides, pads, dil, group, H, W)
-    if sub is None:
+    im = winograd_applies(KH, KW, strides, pads, dil, group, H, W, target.tuning)
+    if im is None:
         return None
-    Hs, Ws, (pt, pl, pb, pr) = sub
-    return dil[0] * dil[1], Hs + pt + pb - 2, Ws + pl + pr - 2
+    pt, pl, pb, pr = im.pads
+    return im.count, im.H + pt + pb - 2, im.W + pl + pr - 2
 
 
 def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
@@ -91,7 +91,7 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
         add("dwlanes")
         return tuple(out[:MAX_CANDIDATES])
     three = KH == KW == 3 and group == 1
-    planes = _winograd_planes(geom)
+    planes = _winograd_planes(target, geom)
     if planes is not None and min(C, OC) >= 16 and planes[1] * planes[2] >= 64 and vl >= 8:
         for m in (2, 4):
             c = ConvChoice("winograd", m, 1, vl)
@@ -110,7 +110,7 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
     return tuple(out[:MAX_CANDIDATES])
 
 
-def multiplies(geom: Geometry, choice: ConvChoice) -> int:
+def multiplies(target: Target, geom: Geometry, choice: ConvChoice) -> int:
     """Multiplies of ``choice`` for one conv: the taps' for a direct method; Winograd F(m x m, 3x3)
     does (m+2)^2 per channel pair and m x m output tile (transforms left out). The tuner times no
     candidate that does far more than the cost model's choice (ResNet-18's direct and im2col ran
@@ -118,7 +118,7 @@ def multiplies(geom: Geometry, choice: ConvChoice) -> int:
     N, C, _, _, OC, KH, KW, _, _, _, group = geom
     OH, OW = _output_plane(geom)
     if choice.method == "winograd":
-        m, (images, OHs, OWs) = choice.mr, _winograd_planes(geom)
+        m, (images, OHs, OWs) = choice.mr, _winograd_planes(target, geom)
         return N * images * OC * C * -(-OHs // m) * -(-OWs // m) * (m + 2) ** 2
     return N * OC * (C // group) * OH * OW * KH * KW
 

@@ -2,14 +2,16 @@
 
 Output pixel (oh, ow) of a conv dilated d reads only input pixels of its phase (oh % d, ow % d), so
 the atrous conv is the undilated conv of ``plan.phase_plane`` on each of the d*d planes
-X[ph::d, pw::d] (DeepLab's ASPP branches at dilation 2 and 4 on 32x32: 16x16 and 8x8 planes). Per
-image: the planes are de-interleaved into scratch (zero-filled past the image, which is the conv's
-padding there), the ordinary Winograd kernel (``winograd.py``) runs them as a batch of d*d images
-with the bias and activation, and its outputs are interleaved back into Y. A residual is
-de-interleaved like the input first (it may alias Y). Each row moves VL outputs at a time: d vector
-loads, one shuffle per phase. Measured on Zen 4 (x86-avx512, 64 -> 64 channels on 32x32, the
-kernel alone): dilation 2 699 -> 213 us (F4), dilation 4 660 -> 408 us (F2) against the direct
-kernel; at dilation 6 the 6x6 planes are below ``Tuning.winograd_min_pixels`` and stay direct.
+X[ph::d, pw::d]. Per image: the planes are de-interleaved into scratch (zero-filled past the image,
+which is the conv's padding there), the ordinary Winograd kernel (``winograd.py``) runs them with
+the bias and activation, and its outputs are interleaved back into Y. ``plan.winograd_images`` lays
+the planes out: a batch of d*d images where each is large enough for F(4x4), else tiled into one
+image with the planes' padding as zero rows and columns between them (small planes' tiles would
+fill few vector lanes). A residual is de-interleaved like the input first (it may alias Y). Each
+row moves VL outputs at a time: d vector loads, one shuffle per phase. Measured on Zen 4 (64 -> 64
+channels on 32x32, the kernel alone, us, against direct): dilation 2 as four 16x16 planes 213-227
+vs 699-764; 4 as one 35x35 image 363-397 vs 751-781 (a batch of 8x8 planes by F(2x2): 408-461);
+6 as one 41x41 image 515 vs 715-735; x86-avx2 on the same host alike.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from llvmlite import ir
 from ....target import Target
 from ...irhelpers import I1, I32, for_range, gep, i64, memset0, vector
 from ..vecops import define_kernel, load_vec, store_vec, vec_type
-from .plan import ConvPlan
+from .plan import ConvPlan, WinogradImages
 from .winograd import emit_winograd
 
 
@@ -30,25 +32,28 @@ def emit_dilated_winograd(fn: ir.Function, p: ConvPlan, target: Target, *, bias:
     """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel) for a Winograd plan with dilation > 1."""
     X, Up, bias_p, res_p, Y, scratch = fn.args
     d, vl, C, OC = p.dh, p.vl, p.C, p.OC
-    Hs, Ws, sub_pads = p.winograd_plane
-    g = p.winograd_geometry
+    im, g = p.winograd_images, p.winograd_geometry
+    pt, pl, pb, pr = im.pads
+    planes_in, planes_out = im.plane, (im.plane[0] + pt + pb - 2, im.plane[1] + pl + pr - 2)
     inner = define_kernel(fn.module, f"{fn.name}.phases", target)
     inner.linkage = "internal"
-    emit_winograd(inner, target, d * d, C, Hs, Ws, OC, sub_pads, bias=bias, residual=residual,
+    emit_winograd(inner, target, im.count, C, im.H, im.W, OC, im.pads, bias=bias, residual=residual,
                   activation=activation, act_alpha=act_alpha, act_beta=act_beta, m=p.mr)
     xs_n, ys_n = p.phase_floats
     tails = not target.tuning.masked_stores
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     xs, ys, rest = scratch, gep(b, scratch, xs_n), gep(b, scratch, xs_n + 2 * ys_n)
     rs = gep(b, ys, ys_n) if residual else ir.Constant(ys.type, None)
-    if p.H % d or p.W % d:
-        memset0(b, xs, 4 * xs_n)  # rows past the image, never written: the conv's zero padding
+    if p.H % d or p.W % d or im.count == 1:
+        memset0(b, xs, 4 * xs_n)  # never written (rows past the image, the gaps between tiled planes): zero padding
     with for_range(b, p.N, name="n") as n:
-        _split(b, vl, d, gep(b, X, b.mul(n, i64(C * p.H * p.W))), C, p.H, p.W, xs, Hs, Ws, tails)
+        x_in = (C, (p.H, p.W), planes_in, (im.H, im.W))
+        _split(b, vl, im, gep(b, X, b.mul(n, i64(C * p.H * p.W))), xs, *x_in, tails)
+        y_out = (OC, (p.OH, p.OW), planes_out, (g.OH, g.OW))
         if residual:
-            _split(b, vl, d, gep(b, res_p, b.mul(n, i64(OC * p.OH * p.OW))), OC, p.OH, p.OW, rs, g.OH, g.OW, tails)
+            _split(b, vl, im, gep(b, res_p, b.mul(n, i64(OC * p.OH * p.OW))), rs, *y_out, tails)
         b.call(inner, [xs, Up, bias_p, rs, ys, rest])
-        _merge(b, vl, d, ys, OC, g.OH, g.OW, gep(b, Y, b.mul(n, i64(OC * p.OH * p.OW))), p.OH, p.OW, tails)
+        _merge(b, vl, im, ys, gep(b, Y, b.mul(n, i64(OC * p.OH * p.OW))), *y_out, tails)
     b.ret_void()
 
 
@@ -71,25 +76,29 @@ def _mask(vl: int, n: int) -> ir.Constant | None:
     return None if n >= vl else vector(ir.VectorType(I1, vl), [k < n for k in range(vl)])
 
 
-def _each_row(b, vl, d, chans, H, W, Hs, Ws, full, planes, chunk) -> None:
-    """For every row of a [chans, H, W] image and its place in the [d * d, chans, Hs, Ws] phase planes:
-    ``chunk(k, row, phase_row)`` for each chunk k of VL plane columns (d * VL image columns), where
-    ``row`` points at the image row and ``phase_row(pw)`` at plane (ph, pw)'s row."""
-    plane = chans * Hs * Ws
+def _each_row(b, vl, im: WinogradImages, chans, hw, plane_hw, image_hw, full, planes, chunk) -> None:
+    """For every row of a [chans, H, W] image (``hw``) and its place among the phase planes (``plane_hw``
+    each, in ``im.count`` images of ``image_hw``, at ``im.origin``): ``chunk(k, row, phase_row)`` for each
+    chunk k of VL plane columns (d * VL image columns), where ``row`` points at the image row and
+    ``phase_row(pw)`` at plane (ph, pw)'s row."""
+    d, (H, W), (Hs, Ws), (Hi, Wi) = im.d, hw, plane_hw, image_hw
     with for_range(b, chans, name="pc") as c, for_range(b, Hs, name="pi") as i:
         for ph in range(d):
             r = b.add(b.mul(i, i64(d)), i64(ph))
             with b.if_then(b.icmp_signed("<", r, i64(H))) if (Hs - 1) * d + ph >= H else nullcontext():
                 row = gep(b, full, b.add(b.mul(c, i64(H * W)), b.mul(r, i64(W))))
-                at = b.add(b.mul(c, i64(Hs * Ws)), b.mul(i, i64(Ws)))
                 for k in range(-(-Ws // vl)):
-                    def phase_row(pw, k=k, ph=ph, at=at):
-                        return gep(b, planes, b.add(at, i64((ph * d + pw) * plane + k * vl)))
+                    def phase_row(pw, k=k, ph=ph):
+                        img, r0, c0 = im.origin(ph, pw)
+                        at = b.add(b.mul(b.add(c, i64(img * chans)), i64(Hi * Wi)), b.mul(b.add(i, i64(r0)), i64(Wi)))
+                        return gep(b, planes, b.add(at, i64(c0 + k * vl)))
                     chunk(k, row, phase_row)
 
 
-def _split(b, vl, d, src, chans, H, W, dst, Hs, Ws, tails) -> None:
-    """dst[ph * d + pw, c, i, j] = src[c, i * d + ph, j * d + pw] for every pixel of src ([chans, H, W])."""
+def _split(b, vl, im, src, dst, chans, hw, plane_hw, image_hw, tails) -> None:
+    """Plane (ph, pw)'s pixel (i, j) = src[c, i * d + ph, j * d + pw] for every pixel of src ([chans, H, W])."""
+    d, (H, W), Ws = im.d, hw, plane_hw[1]
+
     def chunk(k, row, phase_row):
         ats = [(k * d + t) * vl for t in range(d)]
         wide = _concat(b, [load_vec(b, gep(b, row, at), vl, _mask(vl, W - at)) if at < W
@@ -97,11 +106,13 @@ def _split(b, vl, d, src, chans, H, W, dst, Hs, Ws, tails) -> None:
         for pw in range(d):
             phase = _pick(b, wide, [pw + d * q for q in range(vl)])
             store_vec(b, phase, phase_row(pw), _mask(vl, Ws - k * vl), tails)
-    _each_row(b, vl, d, chans, H, W, Hs, Ws, src, dst, chunk)
+    _each_row(b, vl, im, chans, hw, plane_hw, image_hw, src, dst, chunk)
 
 
-def _merge(b, vl, d, src, chans, OHs, OWs, dst, OH, OW, tails) -> None:
-    """dst[c, i * d + ph, j * d + pw] = src[ph * d + pw, c, i, j] for every pixel of dst ([chans, OH, OW])."""
+def _merge(b, vl, im, src, dst, chans, hw, plane_hw, image_hw, tails) -> None:
+    """dst[c, i * d + ph, j * d + pw] = plane (ph, pw)'s pixel (i, j) for every pixel of dst ([chans, OH, OW])."""
+    d, OW, OWs = im.d, hw[1], plane_hw[1]
+
     def chunk(k, row, phase_row):
         wide = _concat(b, [load_vec(b, phase_row(pw), vl, _mask(vl, OWs - k * vl)) for pw in range(d)])
         for t in range(d):
@@ -109,4 +120,4 @@ def _merge(b, vl, d, src, chans, OHs, OWs, dst, OH, OW, tails) -> None:
             if at < OW:
                 lanes = [(q % d) * vl + q // d for q in range(t * vl, (t + 1) * vl)]
                 store_vec(b, _pick(b, wide, lanes), gep(b, row, at), _mask(vl, OW - at), tails)
-    _each_row(b, vl, d, chans, OH, OW, OHs, OWs, dst, src, chunk)
+    _each_row(b, vl, im, chans, hw, plane_hw, image_hw, dst, src, chunk)

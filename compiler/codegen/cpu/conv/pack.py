@@ -50,7 +50,8 @@ def pack_winograd_weights(Wt: np.ndarray, target: Target, m: int, H: int, W: int
 
 
 def _winograd(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
-    return pack_winograd_weights(w, target, p.mr, *p.winograd_plane)
+    im = p.winograd_images
+    return pack_winograd_weights(w, target, p.mr, im.H, im.W, im.pads)
 
 
 def _depthwise(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
