@@ -43,6 +43,7 @@ from llvmlite import ir
 from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, with_choices
 from ..compiler.codegen.cpu.kernels.conv import tunable_convs
 from ..compiler.codegen.cpu.kernels.split import split_ranges
+from ..compiler.codegen.irtext import module_text
 from ..compiler.ir.graph import Graph
 from ..compiler.target import ConvChoice, Geometry, Target
 from . import jit, pool_probe
@@ -237,7 +238,7 @@ class _Built:
         module = ir.Module(name="tune")
         module.triple = target.triple
         self.wp, self.scratch_bytes, self.out_shape = emit_choice(module, "k", target, geom, choice, self.rng)
-        text = str(module)
+        text = module_text(module)
         self.emit_s = clock() - t0
         if llvm is not None:
             self.pending = llvm.submit(LIGHT_LEVEL, text)  # as the model's conv kernels

@@ -26,6 +26,7 @@ from collections import deque
 
 from llvmlite import ir
 
+from ..compiler.codegen.irtext import function_text, global_text
 from ..compiler.target import Target
 from .jit import emit_object
 from .llvm_worker import frame, read_object, target_to_json
@@ -43,7 +44,7 @@ def _printed(fn: ir.Function) -> str:
     """``fn``'s text, its body then dropped: the lowering only calls a finished function (its
     signature), and its instructions (reference cycles with their blocks, which the lowering's
     disabled collector would keep) are most of the memory a cold compile's peak holds in Python."""
-    text = str(fn)
+    text = function_text(fn)
     for block in fn.blocks:
         block.instructions.clear()
     fn.blocks.clear()
@@ -210,7 +211,7 @@ class KernelStream:
         self(module)
         for light in (False, True):
             self._flush(light)
-        entry = [(n, str(module.globals[n])) for n in self.entry]
+        entry = [(n, global_text(module.globals[n])) for n in self.entry]
         declared = [f'declare {m.group(2)}@"{m.group(3)}"({m.group(4)})'
                     for m in map(_DEFINE.match, self.wrappers.values())]
         text = self._module(entry, declared)

@@ -21,6 +21,7 @@ from .cpu.kernels import KERNELS
 from .cpu.lowering import CpuLowering
 from .cpu.threads import check_threads
 from .driver import hand_over_constants, prepare
+from .irtext import module_text
 from .lowered import LoweredModel
 
 
@@ -54,7 +55,7 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
         check_worker_scratch(low.worker_scratch, prep.plan.arena_bytes, _arena_end(low))
         g = prep.graph
         return LoweredModel(
-            llvm_ir=str(low.module) if emit and stream is None else "", entry=name, weights=low.weights.array(), plan=prep.plan,
+            llvm_ir=module_text(low.module) if emit and stream is None else "", entry=name, weights=low.weights.array(), plan=prep.plan,
             arena_bytes=_arena_end(low), inputs=prep.io(g.inputs), outputs=prep.io(g.outputs),
             kernel_count=len(low.kernels), target=prep.target, batch=batch, node_count=len(g.nodes),
             profile_offset=low.profile_offset, profile_nodes=tuple(low.profiled), fault_offset=low.fault_offset,
