@@ -45,6 +45,8 @@ class Tuning:
     rows_prefetch_blocks: int = 2  # how many blocks ahead the weights are prefetched (4: no better)
     rows_prefetch_locality: int = 2  # prefetcht1 (t0: no different)
     depthwise_lanes_max_ow: int = 10  # f32 depthwise 3x3 up to this output width keep channels in lanes (Zen 4, x86-avx512 vs rows in ymm: 64x25x5 0.94x, 960x7x7 0.6x, 160x10x10 0.8x, 576x14x14 1.5x; x86-avx2 64x25x5 0.4x)
+    tall_1x1_min_pixels: int = 0  # 1x1 convs over this many pixels or more take a tall tile (plan.TALL_MIN_ROWS x 1 vector); 0: never. TALL_1X1_MIN_PIXELS
+    tall_1x1_min_channels: int = 64  # and with this many channels in and out (32 -> 64 at 64x64: 0.94-1.06x)
     half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
     int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
     int8_dwrows_min_pixels: int = 9  # int8 depthwise by window-row quads above this many outputs (byte-quad targets; 3x3 planes keep channels in lanes)
@@ -88,10 +90,19 @@ PANEL_512 = 32 * KIB
 ran 1.7% fewer cycles on each (Zen 4, x86-avx512 host; the model 1.3%, MobileNetV2 and ResNet-18 unchanged)."""
 
 
+TALL_1X1_MIN_PIXELS = 3136
+"""x86 512-bit: 1x1 convs over 56x56 pixels or more take a tall tile (each weight feeds one FMA, as a
+{1to16} memory operand, and the pixels stream one vector at a time). Zen 4, x86-avx512, each conv alone
+against the cost model's 11-14 x 2 tiles: 64->128 at 64x64 0.70-0.73x, 64->256 0.75-0.79x, 128->256
+0.83-0.88x, 256->256 0.84-0.96x, 64->256 at 56x56 0.77-0.89x, 256->64 0.78-0.92x; at 48x48 0.96-1.02x
+and at 32x32 0.91-1.05x, so smaller planes keep the wide tile (the tuner times both)."""
+
+
 def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
     """The ISA facts of a target, other fields at their defaults."""
     x86 = triple.startswith(_X86)
     return Tuning(
+        tall_1x1_min_pixels=TALL_1X1_MIN_PIXELS if x86 and vector_bits == 512 else 0,
         vector_registers=(32 if vector_bits == 512 else 16) if x86 else 32,
         panel_bytes=PANEL_512 if vector_bits == 512 else Tuning.panel_bytes,
         reserved_registers=1 if x86 else 2,

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from cuvil.compiler.codegen.cpu.conv.choices import (TALL_MIN_ROWS, conv_candidates, emit_choice, multiplies,
-                                                     with_choices)
-from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
+from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, with_choices
+from cuvil.compiler.codegen.cpu.conv.plan import TALL_MIN_ROWS, conv_plan
 from cuvil.compiler.target import ConvChoice
 from cuvil.devices.detect import resolve_target
 
@@ -25,6 +24,7 @@ GEOMETRIES = [  # (N, C, H, W, OC, KH, KW, strides, pads, dilations, group): one
     (1, 48, 20, 20, 48, 3, 3, (2, 2), P1, (1, 1), 48),  # depthwise: dwlanes first, rows (half width on 512 bits)
     (1, 20, 14, 14, 20, 3, 3, (1, 1), P1, (1, 1), 20),  # depthwise: rows first, dwlanes (channel tail)
     (1, 32, 30, 30, 40, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), 1),  # dilated: winograd on phase planes, direct
+    (1, 64, 60, 60, 72, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 1x1 over 3,600 pixels: tall at 512 bits, wide
 ]
 
 
@@ -54,6 +54,18 @@ def test_a_tall_direct_tile_is_timed_where_32_registers_hold_it():
     assert len(tall("x86-avx512", GEOMETRIES[0])) == 1
     assert tall("x86-avx2", GEOMETRIES[0]) == []  # 16 ymm registers
     assert tall("x86-avx512", GEOMETRIES[5]) == []  # depthwise
+
+
+def test_large_1x1_convs_take_the_tall_tile_at_512_bits_and_the_tuner_still_times_the_wide_one():
+    big = (1, 128, 64, 64, 256, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    p = conv_plan(AVX512, *big)
+    assert (p.method, p.nv) == ("direct", 1) and p.mr >= TALL_MIN_ROWS
+    assert any(c.method == "direct" and c.nv > 1 for c in conv_candidates(AVX512, big))
+    assert conv_plan(resolve_target("x86-avx2"), *big).nv > 1
+    small = (1, 128, 32, 32, 256, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # 32x32: the wide tile
+    assert conv_plan(AVX512, *small).nv > 1
+    narrow = (1, 32, 64, 64, 256, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # 32 channels in
+    assert conv_plan(AVX512, *narrow).nv > 1
 
 
 def test_with_choices_makes_conv_plan_return_the_choice():

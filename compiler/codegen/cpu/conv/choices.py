@@ -21,15 +21,9 @@ from ....target import ConvChoice, Geometry, Target
 from ..tiles import choose_tile
 from .emit import emit_conv2d
 from .pack import pack_conv_weights
-from .plan import IM2COL_MAX_PIECES, ConvPlan, conv_plan, plan_for, winograd_applies
+from .plan import IM2COL_MAX_PIECES, TALL_MIN_ROWS, ConvPlan, conv_plan, plan_for, winograd_applies
 
 MAX_CANDIDATES = 5
-TALL_MIN_ROWS = 16
-"""A direct conv's tall tile (at least this many output channels x one pixel vector) is timed beside
-the cost model's where 32 vector registers hold it: each weight then feeds a single FMA, which AVX-512
-takes as a broadcast memory operand instead of a separate broadcast per two FMAs. On Zen 4 (x86-avx512)
-it ran 0.87x on ResNeXt's 256-channel 64x64 1x1 conv, 0.93-0.95x on 64-channel 3x3 ones, 1.05x on a
-64-channel 32x32 1x1 conv: the cost model cannot tell, the device can."""
 
 
 def choice_of(p: ConvPlan) -> ConvChoice:
@@ -103,7 +97,10 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
         add("transposed")
     add("direct")
     if target.tuning.vector_registers >= 32 and OC // group >= TALL_MIN_ROWS:
-        add("direct", min_mr=TALL_MIN_ROWS, max_nv=1)  # see TALL_MIN_ROWS
+        # each weight feeds one FMA, which AVX-512 takes as a {1to16} memory operand, where a wide tile
+        # broadcasts it once for two FMAs: on Zen 4 0.90-0.98x on ASPP's 3x3 convs, 0.87x on ResNeXt's
+        # 256-channel 64x64 1x1 conv, 1.05x on a 64-channel 32x32 1x1 (tuning.TALL_1X1_MIN_PIXELS)
+        add("direct", min_mr=TALL_MIN_ROWS, max_nv=1)
     p = plan_for(base, "im2col", 1, 1, vl)
     if (p.OH + math.ceil(p.OH * p.OW / vl)) * p.T <= IM2COL_MAX_PIECES:
         add("im2col")

@@ -19,6 +19,7 @@ from ....tuning import Tuning
 from ..tiles import choose_tile, grid_cost, vector_lanes
 
 IM2COL_MAX_PIECES = 2048  # code-size bound on the unrolled im2col row copies (per channel)
+TALL_MIN_ROWS = 16  # output channels of a tall direct tile, one pixel vector wide (Tuning.tall_1x1_min_pixels)
 
 
 @dataclass(frozen=True)
@@ -341,8 +342,18 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     use_im2col = eff_im2col - eff_direct >= 0.1 and pieces <= IM2COL_MAX_PIECES
     method = "im2col" if use_im2col else "direct"
     tmp = ConvPlan(**base, method=method, mr=1, nv=1, copy=copy)
-    mr, nv = choose_tile(target, tmp.OCg, tmp.slots)
+    if method == "direct" and tall_1x1(target.tuning, tmp):
+        mr, nv = choose_tile(target, tmp.OCg, tmp.slots, max_nv=1, min_mr=TALL_MIN_ROWS)
+    else:
+        mr, nv = choose_tile(target, tmp.OCg, tmp.slots)
     return ConvPlan(**base, method=method, mr=mr, nv=nv, copy=copy)
+
+
+def tall_1x1(t: Tuning, p: ConvPlan) -> bool:
+    """A 1x1 stride-1 conv over ``Tuning.tall_1x1_min_pixels`` or more, with ``tall_1x1_min_channels`` in
+    and out: a tall tile."""
+    return (0 < t.tall_1x1_min_pixels <= p.OH * p.OW and p.T == 1 and p.sh == p.sw == 1 and not any(p.pads)
+            and min(p.Cg, p.OCg) >= t.tall_1x1_min_channels)
 
 
 def plan_for(base: dict, method: str, mr: int, nv: int, vl: int) -> ConvPlan:
