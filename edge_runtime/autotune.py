@@ -40,7 +40,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from llvmlite import ir
 
-from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, with_choices
+from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, random_weights, with_choices
 from ..compiler.codegen.cpu.kernels.conv import tunable_convs
 from ..compiler.codegen.cpu.kernels.split import split_ranges
 from ..compiler.codegen.irtext import module_text
@@ -115,14 +115,15 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     for i, (geom, cands) in enumerate(layers):
         if i and clock() - t0 + 2 * mean_build > budget:
             break
-        built = [_Built(target, geom, cands[0], clock, llvm)]
+        weights = random_weights(geom, np.random.default_rng(0))  # one draw for all of the layer's candidates
+        built = [_Built(target, geom, cands[0], weights, clock, llvm)]
         if not i:  # the first layer's default sets the budget: wait for it
             mean_build = built[0].wait()
             budget = min(target.tuning.autotune_budget_s, target.tuning.autotune_fraction * mean_build * len(layers))
         for c in cands[1:]:
             if clock() - t0 + mean_build > budget:
                 break
-            built.append(_Built(target, geom, c, clock, llvm))
+            built.append(_Built(target, geom, c, weights, clock, llvm))
         build_s = [b.wait() for b in built]
         if i:
             mean_build = (mean_build * i + build_s[0]) / (i + 1)
@@ -162,7 +163,8 @@ def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tupl
     if ranges is None:
         return None
     largest = max(ranges, key=lambda r: r.rows[1] - r.rows[0])
-    part = _Built(largest.target, largest.geometry, whole.choice, clock)  # held: its code and buffers live while timed
+    part = _Built(largest.target, largest.geometry, whole.choice,
+                  random_weights(largest.geometry, np.random.default_rng(0)), clock)  # held: its code and buffers live while timed
     part.wait()
     timed = interleaved_seconds({1: whole.call, len(ranges): part.call})
     timed[len(ranges)] = tuple(t + fixed.tuning.parallel_sync_us * 1e-6 for t in timed[len(ranges)])
@@ -230,14 +232,14 @@ class _Built:
     does it here when there is none; :meth:`wait` loads the code and returns the build time (IR plus
     LLVM, as if done in turn)."""
 
-    def __init__(self, target: Target, geom: Geometry, choice: ConvChoice, clock: Callable[[], float],
-                 llvm: Compiler | None = None) -> None:
+    def __init__(self, target: Target, geom: Geometry, choice: ConvChoice, weights: np.ndarray,
+                 clock: Callable[[], float], llvm: Compiler | None = None) -> None:
         t0 = clock()
         self.choice, self.geom, self.target, self.clock, self.llvm = choice, geom, target, clock, llvm
         self.rng = np.random.default_rng(0)
         module = ir.Module(name="tune")
         module.triple = target.triple
-        self.wp, self.scratch_bytes, self.out_shape = emit_choice(module, "k", target, geom, choice, self.rng)
+        self.wp, self.scratch_bytes, self.out_shape = emit_choice(module, "k", target, geom, choice, weights)
         text = module_text(module)
         self.emit_s = clock() - t0
         if llvm is not None:

@@ -85,12 +85,11 @@ def test_every_candidate_computes_the_conv(profile, geom):
     cands = conv_candidates(t, geom)
     m = ir.Module()
     m.triple = t.triple
-    built = [emit_choice(m, f"c{i}", t, geom, c, np.random.default_rng(1)) for i, c in enumerate(cands)]
-    fns = jit(m, t, [f"c{i}" for i in range(len(cands))])
     rng = np.random.default_rng(1)
     X, bias = aligned(rng.standard_normal((N, C, H, W))), aligned(rng.standard_normal(OC))
-    Wt = np.random.default_rng(1).standard_normal((OC, C // group, KH, KW), dtype=np.float32)  # emit_choice's weights
-    Wt *= np.float32(1 / np.sqrt(C // group * KH * KW))
+    Wt = (rng.standard_normal((OC, C // group, KH, KW)) / np.sqrt(C // group * KH * KW)).astype(np.float32)
+    built = [emit_choice(m, f"c{i}", t, geom, c, Wt) for i, c in enumerate(cands)]
+    fns = jit(m, t, [f"c{i}" for i in range(len(cands))])
     ref = np.maximum(conv_ref(X, Wt, bias, strides, pads, dil, group), 0)
     for i, (c, (wp, scratch_bytes, shape)) in enumerate(zip(cands, built)):
         Y, Wp = aligned(np.zeros(shape)), aligned(wp)

@@ -120,13 +120,20 @@ def multiplies(target: Target, geom: Geometry, choice: ConvChoice) -> int:
     return N * OC * (C // group) * OH * OW * KH * KW
 
 
+def random_weights(geom: Geometry, rng: np.random.Generator) -> np.ndarray:
+    """Weights [OC, C/group, KH, KW] of a conv of ``geom`` to time candidates with: drawn once per layer
+    (a 512-channel 3x3 layer's draw took about as long as emitting a candidate's IR)."""
+    _, C, _, _, OC, KH, KW, *_, group = geom
+    w = rng.standard_normal((OC, C // group, KH, KW), dtype=np.float32)  # drawn as float32: no float64 copy
+    w *= np.float32(1 / np.sqrt(C // group * KH * KW))
+    return w
+
+
 def emit_choice(module: ir.Module, name: str, target: Target, geom: Geometry, choice: ConvChoice,
-                rng: np.random.Generator) -> tuple[np.ndarray, int, tuple[int, ...]]:
-    """Define conv ``name`` (bias, ReLU) as ``choice``; return random packed weights, scratch bytes, Y's shape."""
+                weights: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...]]:
+    """Define conv ``name`` (bias, ReLU) as ``choice``; return ``weights`` packed for it, scratch bytes, Y's shape."""
     N, C, H, W, OC, KH, KW, strides, pads, dil, group = geom
     t = with_choices(target, {geom: choice})
     p = conv_plan(t, *geom)
     emit_conv2d(module, name, t, N, C, H, W, OC, KH, KW, strides, pads, dil, group, bias=True, activation="Relu")
-    w = rng.standard_normal((OC, C // group, KH, KW), dtype=np.float32)  # drawn as float32: no float64 copy
-    w *= np.float32(1 / np.sqrt(C // group * KH * KW))
-    return pack_conv_weights(w, t, (N, C, H, W), strides, pads, dil, group), p.scratch_bytes, (N, OC, p.OH, p.OW)
+    return pack_conv_weights(weights, t, (N, C, H, W), strides, pads, dil, group), p.scratch_bytes, (N, OC, p.OH, p.OW)
