@@ -15,6 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..ir.dtypes import DType
+from ..ops.quant import clamp_bounds, float_output
 from . import irhelpers as h
 
 
@@ -52,6 +53,15 @@ def saturate(b: ir.IRBuilder, v: ir.Value, zero_point: ir.Value | float, lo: int
 def requantize(b: ir.IRBuilder, acc: ir.Value, m: ir.Value, zero_point: int, lo: int, hi: int) -> ir.Value:
     """An int32 accumulator times the float32 multiplier ``m``, saturated to i8 bits."""
     return saturate(b, b.fmul(b.sitofp(acc, _like(acc, h.F32)), m), float(zero_point), lo, hi)
+
+
+def finish(b: ir.IRBuilder, acc: ir.Value, m: ir.Value, a) -> ir.Value:
+    """A fused op's result from its int32 accumulator and multiplier ``m``, per its attributes ``a``:
+    requantized i8 bits, or in the float-output form the float32 ``float32(acc) * m`` itself."""
+    if float_output(a):
+        return b.fmul(b.sitofp(acc, _like(acc, h.F32)), m)
+    lo, hi = clamp_bounds(a["to"], a["clamp"])
+    return requantize(b, acc, m, a["y_zero_point"], lo, hi)
 
 
 def dequantize(b: ir.IRBuilder, q: ir.Value, dtype: DType, zero_point: ir.Value, scale: ir.Value) -> ir.Value:

@@ -17,6 +17,12 @@ The arithmetic is ONNX Runtime's, in float32, so that a compiled kernel can repr
 Integer conv / matmul accumulate ``(x - x_zero_point) * w`` exactly in int32 (weights are symmetric:
 zero point 0, as every int8 weight Cuvil makes or fuses), plus an int32 bias whose scale is
 ``x_scale * w_scale``.
+
+QMatMul has a float-output form (``to=f32``, ``y_scale=1``, ``y_zero_point=0``, no ``clamp``): the
+accumulator is dequantized instead of requantized, ``float32(acc) * m`` with the same multiplier
+(``x_scale * w_scale / 1``, exactly ``x_scale * w_scale``), one float32 multiply and no rounding. It
+is how a model's last layer keeps its logits unsaturated (as ONNX Runtime's and PyTorch's int8
+models do).
 """
 
 from __future__ import annotations
@@ -67,11 +73,12 @@ def saturate(v: np.ndarray, zero_point: int | np.ndarray, dtype: DType, clamp: S
 
 def requantize(acc: np.ndarray, m: np.ndarray, channel_axis: int, zero_point: int, dtype: DType,
                clamp: Sequence[int] = ()) -> np.ndarray:
-    """An int32 accumulator to ``dtype`` by the per-channel float32 multiplier ``m``."""
+    """An int32 accumulator to ``dtype`` by the per-channel float32 multiplier ``m``; for f32 (the
+    float-output form) the float32 product itself."""
     shape = [1] * acc.ndim
     shape[channel_axis] = -1
     v = acc.astype(np.int32).astype(np.float32) * m.reshape(shape if m.size > 1 else [1] * acc.ndim)
-    return saturate(v, zero_point, dtype, clamp)
+    return v if dtype is DType.F32 else saturate(v, zero_point, dtype, clamp)
 
 
 @dataclass(frozen=True)
@@ -119,11 +126,21 @@ def _zp_check(op: str, zp: int, dtype: DType, what: str) -> None:
     require(lo <= zp <= hi, f"{op}: {what} {zp} outside {dtype.value}'s range")
 
 
-def _clamp_check(op: str, a) -> None:
+def _clamp_check(op: str, a, float_out: bool = False) -> None:
     c = a["clamp"]
     require(len(c) in (0, 2) and (not c or c[0] <= c[1]), f"{op}: clamp must be empty or (lo, hi) with lo <= hi")
-    require(a["to"] in QUANT_DTYPES, f"{op}: result dtype must be i8 or u8, got {a['to'].value}")
+    if float_out and a["to"] is DType.F32:
+        require(a["y_scale"] == 1.0 and a["y_zero_point"] == 0 and not c,
+                f"{op}: the float-output form (to=f32) takes y_scale=1, y_zero_point=0 and no clamp")
+        return
+    allowed = "i8, u8 or f32" if float_out else "i8 or u8"
+    require(a["to"] in QUANT_DTYPES, f"{op}: result dtype must be {allowed}, got {a['to'].value}")
     _zp_check(op, a["y_zero_point"], a["to"], "y_zero_point")
+
+
+def float_output(a) -> bool:
+    """Is this fused op the float-output form (the accumulator dequantized, not requantized)?"""
+    return a["to"] is DType.F32
 
 
 # --- QuantizeLinear / DequantizeLinear ---------------------------------------------------------
@@ -204,7 +221,7 @@ def qconv_flops(a, ins, outs) -> int:
 # --- QMatMul -----------------------------------------------------------------------------------
 def _qmatmul_infer(ts, a):
     _int_inputs("QMatMul", ts)
-    _clamp_check("QMatMul", a)
+    _clamp_check("QMatMul", a, float_out=True)
     _scale_checks("QMatMul", a, "a_scale", "b_scale", "y_scale")
     _zp_check("QMatMul", a["a_zero_point"], ts[0].dtype, "a_zero_point")
     x, w = ts[0], ts[1]

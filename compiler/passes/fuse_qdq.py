@@ -13,6 +13,10 @@ themselves, which is exact. A 1-D Conv becomes a QConv over a height of one betw
 Weights must be symmetric (zero point 0) constant i8, activations per tensor; anything else stays
 as it was (correct, in float).
 
+A Gemm / MatMul of dequantized operands whose float result is not quantized again (a model's
+logits) becomes QMatMul's float-output form: integer products, the accumulator dequantized to
+float32 (its bias, as in the requantized form, rounded to int32 at ``x_scale * w_scale``).
+
 The fused node takes the QuantizeLinear's output name and place; dce drops what it no longer reads.
 """
 
@@ -88,7 +92,10 @@ def _quantized(v: float, scale: float, zp: int, to: DType) -> int:
     return int(np.clip(np.rint(np.float32(v) / np.float32(scale)) + zp, lo, hi))
 
 
-def _out_attrs(q: Node, clamp: tuple[int, ...]) -> dict:
+def _out_attrs(q: Node | None, clamp: tuple[int, ...]) -> dict:
+    """The fused op's output attributes: the QuantizeLinear's, or without one the float-output form."""
+    if q is None:
+        return dict(y_scale=1.0, y_zero_point=0, to=DType.F32, clamp=())
     a = q.attr
     lo, hi = clamp_bounds(a["to"], clamp)
     full = clamp_bounds(a["to"], ())
@@ -188,8 +195,8 @@ def _fuse_matmul(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
         name = ctx.names.fresh(f"{node.name}/bias_q")
         consts[name] = as_constant(bias, np.int32)
         inputs.append(name)
-    fused = Node.make("QMatMul", inputs, q.outputs, name=node.name, a_scale=xs, a_zero_point=xz, b_scale=ws,
-                      **_out_attrs(q, clamp))
+    fused = Node.make("QMatMul", inputs, q.outputs if q is not None else node.outputs, name=node.name, a_scale=xs,
+                      a_zero_point=xz, b_scale=ws, **_out_attrs(q, clamp))
     return fused, consts
 
 
@@ -216,6 +223,7 @@ def _fuse_same_params(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
 
 FUSERS = {"Conv": _fuse_conv, "Gemm": _fuse_matmul, "MatMul": _fuse_matmul, "Add": _fuse_add,
           **{op: _fuse_same_params for op in _SAME_PARAMS_OPS}}
+FLOAT_OUT = {"Gemm": _fuse_matmul, "MatMul": _fuse_matmul}  # fusers with a float-output form
 
 
 def fuse_qdq(graph: Graph) -> Graph:
@@ -227,6 +235,12 @@ def fuse_qdq(graph: Graph) -> Graph:
     for node in graph.nodes:
         fuser = FUSERS.get(node.op)
         tail = ctx.quantize_after(node.outputs[0]) if fuser and len(node.outputs) == 1 else None
+        if tail is None and node.op in FLOAT_OUT and len(node.outputs) == 1:
+            done = FLOAT_OUT[node.op](ctx, node, (None, [], ()))
+            if done is not None:
+                ctx.constants.update(done[1])
+                replaced[node.name] = done[0]
+            continue
         if tail is None:
             continue
         done = fuser(ctx, node, tail)

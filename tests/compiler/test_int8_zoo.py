@@ -3,9 +3,10 @@ with fp32 over 1,000 inputs drawn like the calibration data, output equal to the
 and a signed bundle about a quarter of the fp32 one. The small models also with 7-bit weights
 (``reduce_range``); ``benchmarks/int8_accuracy.py`` compares both forms on the whole zoo.
 
-Goals (issue: INT8 end to end): agreement >= 99%, bundle <= 0.27x. The MLP misses one, and its
-bound says by how much, so a regression still fails: its random weights leave near-tied logits
-(median top-2 margin half the logits' std): 98.9% agree, as with ONNX Runtime's own quantization of it.
+Goals (issue: INT8 end to end): agreement >= 99%, bundle <= 0.27x. The MLP meets the first with
+float logits (99.0%) only just: its random weights leave near-tied logits (median top-2 margin half
+the logits' std). With 7-bit weights it misses it (98.6%), and its bound says by how much, so a
+regression still fails.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ MODELS = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in C
 FORMS = [pytest.param(n, False, id=n, marks=[pytest.mark.slow] if n in SLOW else []) for n in CNN_AND_MLP] + [
     pytest.param(n, True, id=f"{n}-7bit") for n in CNN_AND_MLP if n not in SLOW]  # 7-bit weights: reduce_range
 EVALUATED, BATCH = 1000, 100
-MIN_AGREEMENT = {"mlp": 0.985}  # the goal, 0.99, for the others
+MIN_AGREEMENT = {("mlp", True): 0.985}  # (model, 7-bit weights): the goal, 0.99, for the others
 MAX_BUNDLE_RATIO = 0.27  # the goal
 
 
@@ -49,7 +50,8 @@ def test_top1_agrees_with_fp32_and_output_equals_the_reference(name, reduce_rang
         if start == 0:
             want = run_reference(m.int8, {m.int8.inputs[0]: x[:4]})[m.int8.outputs[0]]
             assert np.array_equal(q[:4], want), "compiled int8 output differs from the int8 reference"
-    assert agree / EVALUATED >= MIN_AGREEMENT.get(name, 0.99), f"{name}: top-1 agreement {agree / EVALUATED:.1%}"
+    bound = MIN_AGREEMENT.get((name, reduce_range), 0.99)
+    assert agree / EVALUATED >= bound, f"{name}: top-1 agreement {agree / EVALUATED:.1%}"
 
 
 @pytest.mark.parametrize("name", MODELS)

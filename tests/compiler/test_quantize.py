@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from cuvil.compiler import run_reference
+from cuvil.compiler import DType, run_reference
 from cuvil.compiler.frontends.onnx import import_onnx
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.passes.pipeline import optimize
@@ -77,6 +77,33 @@ def test_compiled_int8_equals_the_int8_reference(float_graph):
     for i in range(3):
         assert np.array_equal(run_in_child(sess, {"input": x[i:i + 1]})["output"],
                               run_reference(graph, {"input": x[i:i + 1]})["output"])
+
+
+def test_outputs_stay_float_unless_requantized(float_graph):
+    """By default the last layer (the Gemm) emits float32 logits; ``requantize_outputs`` puts them
+    through u8 as before."""
+    default, requant = quantize(float_graph, _calib()), quantize(float_graph, _calib(), requantize_outputs=True)
+    last = optimize(default.graph).nodes[-1]
+    assert last.op == "QMatMul" and last.attr["to"] is DType.F32 and last.outputs == ("output",)
+    ops = [n.op for n in optimize(requant.graph).nodes]
+    assert ops[-2:] == ["QMatMul", "DequantizeLinear"]
+    x = _calib(64, seed=3)["input"]
+    want = run_reference(float_graph, {"input": x})["output"]
+    for done in (default, requant):
+        assert {e.op for e in done.report.layers} == {"Conv", "Gemm", "Add"} and len(done.report.layers) == 4
+    levels = [np.unique(run_reference(optimize(d.graph), {"input": x})["output"]).size for d in (default, requant)]
+    assert levels[1] <= 256 < levels[0]  # u8 logits take at most 256 values; float ones are not on a grid
+    err = [np.abs(run_reference(optimize(d.graph), {"input": x})["output"] - want).max() for d in (default, requant)]
+    assert err[0] < err[1]
+
+
+def test_a_conv_output_is_still_requantized():
+    """Only QMatMul has a float-output form: a graph ending in a conv keeps its QConv and u8 output."""
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 3, 1)).eval()
+    g = optimize(import_onnx(export_onnx(net, (torch.randn(1, 2, 8, 8),), dynamic_batch=True)), passes=())
+    ops = [n.op for n in optimize(quantize(g, _calib()).graph).nodes]
+    assert ops.count("QConv") == 2 and ops[-1] == "DequantizeLinear" and "Conv" not in ops
 
 
 def test_reduce_range_weights_are_7_bit_and_run_vpmaddubsw_exactly_at_avx2(float_graph):

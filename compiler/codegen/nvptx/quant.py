@@ -163,7 +163,6 @@ def qmatmul(ctx: OpContext) -> list[Loop]:
     a = ctx.attrs
     k, n = ctx.shape(1)
     dtype = ctx.in_types[0].dtype
-    lo, hi = clamp_bounds(a["to"], a["clamp"])
     mvals = multiplier(a["a_scale"], a["b_scale"], a["y_scale"])
     az = a["a_zero_point"]
     rows = math.prod(ctx.shape(0)[:-1])
@@ -189,7 +188,7 @@ def qmatmul(ctx: OpContext) -> list[Loop]:
         if len(ctx.in_types) == 3:
             acc = b.add(acc, ctx.load(2, col))
         mult = qm.channel_value(b, mvals, h.F32, col, "qmatmul.m")
-        h.store(b, qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi), ctx.outs[0], i)
+        h.store(b, qm.finish(b, acc, mult, a), ctx.outs[0], i)
 
     return [Loop((rows * n,), body)]
 

@@ -24,15 +24,16 @@ QEMU = pytest.mark.skipif(not (shutil.which("qemu-aarch64") and shutil.which("aa
                           reason="needs qemu-user, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross")
 
 
-def _qmatmul_graph(a_dtype, rows, k, n, bias):
+def _qmatmul_graph(a_dtype, rows, k, n, bias, float_out=False):
     rng = np.random.default_rng(k)
     gb = GraphBuilder("qmm")
     a = gb.input("a", TensorType(a_dtype, (rows, k)))
     inputs = [a, gb.constant(rng.integers(-127, 128, (k, n)).astype(np.int8), "b")]
     if bias:
         inputs.append(gb.constant(rng.integers(-900, 900, (n,)).astype(np.int32), "c"))
-    y = gb.add1("QMatMul", inputs, a_scale=0.04, a_zero_point=7, b_scale=np.linspace(0.01, 0.02, n), y_scale=0.2,
-                y_zero_point=-5, to=DType.I8)
+    out = dict(y_scale=1.0, y_zero_point=0, to=DType.F32) if float_out else dict(y_scale=0.2, y_zero_point=-5,
+                                                                                   to=DType.I8)
+    y = gb.add1("QMatMul", inputs, a_scale=0.04, a_zero_point=7, b_scale=np.linspace(0.01, 0.02, n), **out)
     return gb.build([y])
 
 
@@ -48,6 +49,7 @@ CASES = [  # (graph, input name, dtype, input shape)
     (_conv(DType.U8, 10, 4, (5, 5)), "x", DType.U8, (1, 4, 5, 5)),  # a row-pair remainder, 9 quads of K
     (_qmatmul_graph(DType.U8, 7, 19, 21, True), "a", DType.U8, (7, 19)),  # 5 quads of K, 21 columns
     (_qmatmul_graph(DType.I8, 4, 64, 16, False), "a", DType.I8, (4, 64)),
+    (_qmatmul_graph(DType.U8, 7, 19, 21, True, float_out=True), "a", DType.U8, (7, 19)),  # float32 out (logits)
     (_qmatmul_graph(DType.U8, 1, 5, 3, False), "a", DType.U8, (1, 5)),  # one row: sdot only
 ]
 

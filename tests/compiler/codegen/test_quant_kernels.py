@@ -230,7 +230,9 @@ def test_int8_max_pool_by_byte_shuffles(kind, dtype, k, stride, dilation, pads, 
 @pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic", "x86-avx512-vnni", "amx"])
 @pytest.mark.parametrize("a_dtype,k,n,bias", [(DType.U8, 37, 21, True), (DType.I8, 64, 16, False),
                                               (DType.U8, 130, 40, True)])
-def test_qmatmul_is_exact(kind, a_dtype, k, n, bias):
+@pytest.mark.parametrize("float_out", [False, True])
+def test_qmatmul_is_exact(kind, a_dtype, k, n, bias, float_out):
+    """Requantized to i8, or the float-output form (float32 results: equal bit for bit as well)."""
     target = _target(kind)
     rng = np.random.default_rng(k)
     gb = GraphBuilder("qmm")
@@ -238,12 +240,15 @@ def test_qmatmul_is_exact(kind, a_dtype, k, n, bias):
     inputs = [a, gb.constant(rng.integers(-127, 128, (k, n)).astype(np.int8), "b")]
     if bias:
         inputs.append(gb.constant(rng.integers(-900, 900, (n,)).astype(np.int32), "c"))
-    y = gb.add1("QMatMul", inputs, a_scale=0.04, a_zero_point=7, b_scale=np.linspace(0.01, 0.02, n), y_scale=0.2,
-                y_zero_point=-5, to=DType.I8)
+    out = dict(y_scale=1.0, y_zero_point=0, to=DType.F32) if float_out else dict(y_scale=0.2, y_zero_point=-5,
+                                                                                   to=DType.I8)
+    y = gb.add1("QMatMul", inputs, a_scale=0.04, a_zero_point=7, b_scale=np.linspace(0.01, 0.02, n), **out)
     graph = gb.build([y])
     sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
     x = _random_x(a_dtype, (2, 3, k), 1)
-    assert np.array_equal(sess.run({"a": x})[y], run_reference(graph, {"a": x})[y])
+    got, want = sess.run({"a": x})[y], run_reference(graph, {"a": x})[y]
+    assert got.dtype == want.dtype == (np.float32 if float_out else np.int8)
+    assert np.array_equal(got, want)
 
 
 def test_qmatmul_with_weights_at_run_time_and_qadd_and_qdq():

@@ -94,6 +94,29 @@ def test_gemm_with_trans_b_and_add_and_maxpool_fuse():
     assert np.array_equal(run_reference(before, {"x": x})["y"], run_reference(after, {"x": x})["y"])
 
 
+def test_gemm_without_quantize_after_becomes_the_float_output_form():
+    """Logits: DQ(x), DQ(w), DQ(int32 bias) -> Gemm -> graph output, with no QuantizeLinear after."""
+    rng = np.random.default_rng(4)
+    w = rng.integers(-127, 128, (6, 16)).astype(np.int8)  # [N, K], transB
+    b = rng.integers(-5000, 5000, (6,)).astype(np.int32)
+    ws = [float(v) for v in rng.uniform(0.002, 0.01, 6).astype(np.float32)]
+    bs = [float(np.float32(0.04) * np.float32(s)) for s in ws]
+    nodes = [q("x", "xq", [0.04], [120]), dq("xq", "xf", [0.04], [120]), dq("w", "wf", ws, [0] * 6, axis=0),
+             dq("b", "bf", bs, [0] * 6, axis=0), Node.make("Gemm", ["xf", "wf", "bf"], ["y"], transB=1)]
+    before = graph({"x": TensorType(DType.F32, (N, 16))}, {"w": w, "b": b}, nodes, ["y"])
+    after = dce(fuse_qdq(before))
+    assert [n.op for n in after.nodes] == ["QuantizeLinear", "QMatMul"]
+    mm = after.nodes[1]
+    assert mm.attr["to"] is DType.F32 and after.types["y"].dtype is DType.F32
+    assert np.array_equal(after.constants[mm.inputs[2]], b)  # the int32 bias as it was
+    x = rng.standard_normal((4, 16)).astype(np.float32) * 2
+    xq = np.clip(np.rint(x / np.float32(0.04)) + 120, 0, 255)
+    exact = ((xq - 120) @ w.T.astype(np.float64) + b) * (np.float32(0.04) * np.asarray(ws, np.float32))
+    got, unfused = run_reference(after, {"x": x})["y"], run_reference(before, {"x": x})["y"]
+    assert got.dtype == np.float32
+    assert np.allclose(got, exact, rtol=1e-6, atol=1e-6) and np.allclose(unfused, got, rtol=1e-5, atol=1e-5)
+
+
 def _concat_graph(second_scale: float):
     nodes = [q("x", "xq", [0.04], [120]), dq("xq", "xa", [0.04], [120]), q("z", "zq", [second_scale], [120]),
              dq("zq", "za", [second_scale], [120]), Node.make("Concat", ["xa", "za"], ["c"], axis=1),

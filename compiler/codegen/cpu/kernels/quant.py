@@ -19,7 +19,7 @@ import numpy as np
 from llvmlite import ir
 
 from ....ir.dtypes import DType
-from ....ops.quant import clamp_bounds, multiplier
+from ....ops.quant import multiplier
 from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
@@ -63,9 +63,8 @@ def _dot_of(key: KernelKey, target: Target, prefix: str = QUADS) -> Dot | None:
 
 def _requant_epilogue(ctx: KernelContext, a, prefix: str, m_values: np.ndarray, per_row: bool, rows_sums,
                       bias, zp_enc: int, out_row: ir.Value, cols: int, dot: Dot):
-    """The epilogue: + bias - zp_enc * sum(w), times the multiplier, saturated, stored as bytes."""
-    lo, hi = clamp_bounds(a["to"], a["clamp"])
-    y_zp = a["y_zero_point"]
+    """The epilogue: + bias - zp_enc * sum(w), times the multiplier, saturated, stored as bytes (or,
+    in the float-output form, stored as float32)."""
     vl = dot.vl
     vt = dot.lanes_type
     ft = ir.VectorType(h.F32, vl)
@@ -89,7 +88,7 @@ def _requant_epilogue(ctx: KernelContext, a, prefix: str, m_values: np.ndarray, 
             acc = b.add(acc, comp)
             mult = (b.load(b.bitcast(gep(b, mtab, colv), ft.as_pointer()), align=4) if mtab is not None
                     else h.const(ft, float(m_values[0])))
-        q = qm.requantize(b, acc, mult, y_zp, lo, hi)
+        q = qm.finish(b, acc, mult, a)
         valid = (cols - col) if partial else None
         store_bytes(b, q, gep(b, out_row(b, row), colv), valid)
 
@@ -419,7 +418,6 @@ def _qmatmul_direct(ctx: KernelContext) -> None:
     k, n = ctx.shape(1)
     rows = math.prod(ctx.shape(0)[:-1])
     dtype = ctx.in_types[0].dtype
-    lo, hi = clamp_bounds(a["to"], a["clamp"])
     mvals = multiplier(a["a_scale"], a["b_scale"], a["y_scale"])
     az = h.const(h.I32, a["a_zero_point"])
     with h.loop_nest(b, (rows, n)) as (r, col):
@@ -432,7 +430,7 @@ def _qmatmul_direct(ctx: KernelContext) -> None:
 
         acc = h.reduce_range(b, k, init, step, name="k")
         mult = qm.channel_value(b, mvals, h.F32, col, f"{ctx.name}.m")
-        h.store(b, qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi), ctx.outs[0], b.add(b.mul(r, h.i64(n)), col))
+        h.store(b, qm.finish(b, acc, mult, a), ctx.outs[0], b.add(b.mul(r, h.i64(n)), col))
 
 
 @kernel("QMatMul", pack=_pack_qmatmul, scratch=_qmatmul_scratch)
