@@ -332,10 +332,12 @@ def test_gpu_kernels_use_dp4a_and_equal_the_reference(tmp_path):
     s = gb.add1("QAdd", [c1, c2], a_scale=0.2, a_zero_point=10, b_scale=0.2, b_zero_point=10, y_scale=0.3,
                 y_zero_point=0, to=DType.U8, clamp=[0, 255])
     f = gb.add1("Flatten", [s], axis=1)
-    mm = gb.add1("QMatMul", [f, gb.constant(rng.integers(-127, 128, (150, 7)).astype(np.int8), "w3")], a_scale=0.3,
-                 a_zero_point=0, b_scale=[0.01], y_scale=0.5, y_zero_point=128, to=DType.U8)
+    w3 = gb.constant(rng.integers(-127, 128, (150, 7)).astype(np.int8), "w3")
+    mm = gb.add1("QMatMul", [f, w3], a_scale=0.3, a_zero_point=0, b_scale=[0.01], y_scale=0.5, y_zero_point=128,
+                 to=DType.U8)
     y = gb.add1("DequantizeLinear", [mm], scale=[0.5], zero_point=[128])
-    graph = gb.build([y])
+    logits = gb.add1("QMatMul", [f, w3], a_scale=0.3, a_zero_point=0, b_scale=[0.01], y_scale=1.0, to=DType.F32)
+    graph = gb.build([y, logits])
     feeds = {"x": rng.standard_normal((1, 6, 5, 5)).astype(np.float32)}
     program = lower_ptx(graph, gpu_target("qgpu", "sm_87"))
     ptx = jit.emit_assembly(program.llvm_ir, program.target)
@@ -343,5 +345,6 @@ def test_gpu_kernels_use_dp4a_and_equal_the_reference(tmp_path):
     if shutil.which("ptxas"):
         done = ptxas(ptx, "sm_87", tmp_path)
         assert done.returncode == 0, done.stderr[:2000]
-    got = SimulatedGpu(program).run(feeds)[y]
-    assert np.array_equal(got, run_reference(graph, feeds)[y])
+    got, want = SimulatedGpu(program).run(feeds), run_reference(graph, feeds)
+    assert np.array_equal(got[y], want[y])
+    assert got[logits].dtype == np.float32 and np.array_equal(got[logits], want[logits])  # the float-output form
