@@ -47,6 +47,8 @@ from ..compiler.codegen.irtext import module_text
 from ..compiler.ir.graph import Graph
 from ..compiler.target import ConvChoice, Geometry, Target
 from . import jit, pool_probe
+from .objload import UnsupportedObjectError, request_amx
+from .objload import load as load_image
 from .parallel import LIGHT_LEVEL
 
 MARGIN = 0.10  # a candidate must beat the cost model's choice by this fraction to replace it
@@ -254,17 +256,30 @@ class _Built:
             return self.build_s
         t0 = self.clock()
         obj, llvm_s = (self.llvm.result(self.pending), self.llvm.seconds[self.pending]) if self.llvm else (self.obj, 0.0)
-        self.code = jit.load_functions([obj], ["k"], self.target)
+        self.code, address = _load(obj, self.target)
         self.build_s = self.emit_s + llvm_s + self.clock() - t0
         N, C, H, W = self.geom[:4]
         x, y, bias = (_aligned(self.rng.standard_normal((N, C, H, W))), _aligned(np.zeros(self.out_shape)),
                       _aligned(self.rng.standard_normal(self.geom[4])))
         w, s = _aligned(self.wp), _aligned(np.zeros(max(16, self.scratch_bytes // 4 + 16)))
         self.buffers = (x, y, bias, w, s)
-        fn, ptrs = _FN(self.code.addresses[0]), (x.ctypes.data, w.ctypes.data, bias.ctypes.data, None,
-                                                 y.ctypes.data, s.ctypes.data)
+        fn, ptrs = _FN(address), (x.ctypes.data, w.ctypes.data, bias.ctypes.data, None, y.ctypes.data, s.ctypes.data)
         self.call = lambda: fn(*ptrs)
         return self.build_s
+
+
+def _load(obj: bytes, target: Target) -> tuple[object, int]:
+    """A candidate's code (what keeps it mapped, the address of ``k``) through Cuvil's own loader, as
+    the model's: MCJIT here would fault in ~30 MiB of LLVM's code pages at a cold compile's peak;
+    MCJIT only for what that loader does not implement."""
+    if target.has("amx-tile"):
+        request_amx()
+    try:
+        image, (address,) = load_image([obj], ["k"])
+        return image, address
+    except UnsupportedObjectError:
+        code = jit.load_functions([obj], ["k"], target)
+        return code, code.addresses[0]
 
 
 def _aligned(a: np.ndarray) -> np.ndarray:

@@ -5,11 +5,12 @@ hand it to LLVM. Here the lowering reports each node it finished (``lower(..., s
 kernel groups it added (``k<i>_...`` plus the internal helpers they call) are printed once and
 batched into modules (prevectorized ones apart, at :data:`.parallel.LIGHT_LEVEL`), and consumers
 take those modules meanwhile: each helper process (:mod:`.llvm_worker`, one module at a time) or,
-with none, a thread of this process (llvmlite releases the GIL inside LLVM). When lowering ends,
-this process compiles the entry points' module, then takes queued modules too, so neither core
-waits for the other. The tuner's candidate kernels go the same way (:meth:`KernelStream.submit`),
-so their LLVM work runs on the helper while the next candidate's IR is built here. A batch is
-closed when it holds ``MIN_PART_BYTES``, or at ``MAX_PART_BYTES``; a group that calls a shared
+with none, a thread of this process (llvmlite releases the GIL inside LLVM). With helpers, LLVM
+never runs in this process (its code pages would add ~30 MiB to a cold compile's peak): the entry
+points' module is queued too when lowering ends. With none, this process compiles the entry
+points' module, then takes queued modules too. The tuner's candidate kernels go the same way
+(:meth:`KernelStream.submit`), so their LLVM work runs on the helper while the next candidate's IR
+is built here. A batch is closed when it holds ``MIN_PART_BYTES``, or at ``MAX_PART_BYTES``; a group that calls a shared
 internal helper (a Winograd stage) keeps its batch open, since the next group usually calls it too:
 a helper that two batches call is compiled in both, internal as in one module, so each kernel's code
 is the same as without streaming. Sizes alone close batches, never how busy the consumers are, so
@@ -72,6 +73,7 @@ class KernelStream:
         self.closed = False
         self.cv = threading.Condition()
         procs = list(helpers.procs) if helpers is not None else []
+        self.remote = bool(procs)  # then LLVM never runs in this process (see :meth:`finish`)
         self.threads = [threading.Thread(target=self._remote, args=(p,), daemon=True) for p in procs] or \
                        [threading.Thread(target=self._local, daemon=True)]
         for t in self.threads:
@@ -136,9 +138,10 @@ class KernelStream:
             return len(self.texts) - 1
 
     def result(self, i: int) -> bytes:
-        """Module ``i``'s object: compiled here if no consumer has taken it yet, else waited for."""
+        """Module ``i``'s object: waited for from a helper process; without one, compiled here if the
+        local thread has not taken it yet."""
         with self.cv:
-            mine = i in self.todo
+            mine = not self.remote and i in self.todo
             if mine:
                 self.todo.remove(i)
             if not mine:
@@ -205,8 +208,10 @@ class KernelStream:
         self.close()
 
     def finish(self) -> list[bytes]:
-        """Queue what is left, compile the entry points' module here, help drain the queue, and
-        return every object (a module no consumer delivered is compiled here)."""
+        """Queue what is left and return every object (a module no consumer delivered is compiled
+        here). With helper processes the entry points' module is queued too and this process waits:
+        LLVM run here would fault in ~30 MiB of its code pages (ResNet-18's cold peak 268 -> 240 MiB);
+        with none, the entry is compiled here and this thread helps drain the queue."""
         module = self.module
         self(module)
         for light in (False, True):
@@ -217,6 +222,10 @@ class KernelStream:
         text = self._module(entry, declared)
         del module, entry
         self.module, self.helpers, self.singles = None, {}, []  # the IR objects (tens of MB) go before LLVM runs here
+        if self.remote:
+            first = self.submit(FULL_LEVEL, text)
+            del text
+            return self._collect([first] + self.kernels)
         objs = [emit_object(text, self.target, jit=True, speed_level=FULL_LEVEL)]
         del text
         while True:
@@ -227,10 +236,13 @@ class KernelStream:
             if i is None:
                 break
             self._compile(i)
+        return objs + self._collect(self.kernels)
+
+    def _collect(self, modules: list[int]) -> list[bytes]:
         self.close()
         for t in self.threads:
             t.join(HELPER_TIMEOUT_S)
-        for i in self.kernels:
+        for i in modules:
             if self.results[i] is None:  # lost, or held by a helper that never answered
                 self._compile(i)
-        return objs + [self.results[i] for i in self.kernels]
+        return [self.results[i] for i in modules]

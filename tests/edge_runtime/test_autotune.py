@@ -164,3 +164,22 @@ def test_tuned_session_matches_untuned(cnn, tmp_path):
     a, b = plain.run(feeds), tuned.run(feeds)
     for name in graph.outputs:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-4)
+
+
+def test_candidates_are_loaded_by_cuvils_loader_and_by_mcjit_only_when_it_refuses(monkeypatch):
+    from cuvil.edge_runtime import autotune
+    from cuvil.edge_runtime.objload import UnsupportedObjectError
+
+    big = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=100.0))
+    engines = []
+    load_functions = jit.load_functions
+    monkeypatch.setattr(jit, "load_functions", lambda *a: engines.append(a) or load_functions(*a))
+    (r,) = tune(_one_conv(32, 16), big, llvm=_Compiler()).results
+    assert len(r.seconds) >= 2 and engines == []  # no LLVM execution engine in this process
+
+    def refuse(objects, names):
+        raise UnsupportedObjectError("a relocation this loader does not implement")
+
+    monkeypatch.setattr(autotune, "load_image", refuse)
+    (r,) = tune(_one_conv(32, 16), big, llvm=_Compiler()).results
+    assert len(r.seconds) >= 2 and len(engines) == len(r.seconds)

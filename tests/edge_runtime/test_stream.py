@@ -11,7 +11,7 @@ import pytest
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler import DType, TensorType
 from cuvil.compiler.frontends.builder import GraphBuilder
-from cuvil.edge_runtime import jit, stream
+from cuvil.edge_runtime import jit, parallel, stream
 from cuvil.edge_runtime.compile import compile_graph, resolve
 from cuvil.edge_runtime.parallel import FULL_LEVEL, LIGHT_LEVEL
 from cuvil.edge_runtime.stream import KernelStream
@@ -106,6 +106,19 @@ def _pointwise_chain(widths=(16, 24, 32, 40, 48)):
         w = gb.constant((rng.standard_normal((oc, c, 1, 1)) * 0.2).astype(np.float32), f"w{i}")
         h = gb.add1("Relu", [gb.add1("Conv", [h, w], strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1)])
     return gb.build([h])
+
+
+def test_with_a_helper_process_no_module_is_compiled_in_this_one(monkeypatch):
+    """LLVM run in the compiling process faults in ~30 MiB of its code: with a helper, all of it goes there."""
+    host, here = resolve("host"), []
+    monkeypatch.setattr(stream, "emit_object", lambda *a, **k: here.append(a) or jit.emit_object(*a, **k))
+    one = '; ModuleID = "t"\ndefine void @"f"() {\nentry:\n  ret void\n}\n'
+    with parallel.Helpers(1) as helpers, KernelStream(host, helpers) as s:
+        i = s.submit(LIGHT_LEVEL, one)
+        assert s.result(i)[:4] == b"\x7fELF"
+        lower(_conv_graph(convs=2), host, stream=s)
+        objs = s.finish()
+    assert here == [] and len(objs) == len(s.kernels) + 1 and all(o[:4] == b"\x7fELF" for o in objs)
 
 
 def test_one_plan_gives_the_same_objects_however_busy_the_consumers_are(monkeypatch):
