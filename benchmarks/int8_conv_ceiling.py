@@ -3,10 +3,12 @@
 The ceiling is the conv's products over the rate this CPU runs the dot-product step itself: a loop
 of twelve independent accumulators, JIT-compiled for ``--target``, each step ``vpmaddwd`` + ``vpaddd``
 (16 products: int16 pairs, any weights) or ``vpmaddubsw`` + ``vpmaddwd`` by ones + ``vpaddd`` (32
-products: u8 x s8, weight pairs with ``|w0| + |w1| <= 128``, i.e. 7-bit weights). Products: the direct
-conv's (only the taps that read inside the image), and for the 3x3 stride-1 convs the compiler gives Winograd
-F(2x2, 3x3), its 16 products per 2x2 tile, on int16). A kernel cannot beat the lower of its form's ceilings
-with these instructions; the rest of its time is transforms, requantization, packing and memory.
+products: u8 x s8, weight pairs with ``|w0| + |w1| <= 128``, i.e. 7-bit weights), and where the target has
+AVX-512 VNNI, ``vpdpbusd`` on zmm (64 u8 x s8 products, any weights) for the direct form. Products: the direct
+conv's (only the taps that read inside the image), and for the 3x3 stride-1 convs the compiler gives
+Winograd F(2x2, 3x3) on AVX2-class targets, its 16 products per 2x2 tile, on int16). A kernel cannot beat
+the lower of its form's ceilings with these instructions; the rest of its time is transforms,
+requantization, packing and memory.
 
     python benchmarks/int8_conv_ceiling.py [--target x86-avx2] [--runs 200]
 
@@ -32,6 +34,7 @@ import numpy as np  # noqa: E402
 from llvmlite import ir  # noqa: E402
 
 from cuvil.compiler import DType, TensorType  # noqa: E402
+from cuvil.compiler.codegen.cpu.int_dot import choose_dot  # noqa: E402
 from cuvil.compiler.frontends.builder import GraphBuilder  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
@@ -52,27 +55,34 @@ CONVS = [
 ]
 ACCS = 12  # independent accumulators: what a 6x2 register tile of 16 ymm registers keeps
 I16V, I32V, I8V = ir.VectorType(ir.IntType(16), 16), ir.VectorType(ir.IntType(32), 8), ir.VectorType(ir.IntType(8), 32)
+Z32V, Z8V = ir.VectorType(ir.IntType(32), 16), ir.VectorType(ir.IntType(8), 64)  # zmm, for vpdpbusd
+PRODUCTS = {"wd": 16, "ubsw": 32, "dp": 64}  # products a step of each form
 
 
-def _step_loop(ubsw: bool) -> ir.Module:
-    """``void steps(i64 n, <8 x i32>* out)``: n rounds of a step on each accumulator, whose operand
-    is the accumulator itself (so that nothing is hoisted out of the loop)."""
+def _step_loop(form: str) -> ir.Module:
+    """``void steps(i64 n, <8|16 x i32>* out)``: n rounds of a step of ``form`` (a ``PRODUCTS`` key) on
+    each accumulator, whose operand is the accumulator itself (so that nothing is hoisted out of the loop)."""
+    acc_t = Z32V if form == "dp" else I32V
     mod = ir.Module("steps")
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ir.IntType(64), I32V.as_pointer()]), "steps")
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ir.IntType(64), acc_t.as_pointer()]), "steps")
     wd = ir.Function(mod, ir.FunctionType(I32V, [I16V, I16V]), "llvm.x86.avx2.pmadd.wd")
     ub = ir.Function(mod, ir.FunctionType(I16V, [I8V, I8V]), "llvm.x86.avx2.pmadd.ub.sw")
+    dp = ir.Function(mod, ir.FunctionType(Z32V, [Z32V, Z32V, Z32V]), "llvm.x86.avx512.vpdpbusd.512")
     entry, loop, done = fn.append_basic_block("entry"), fn.append_basic_block("loop"), fn.append_basic_block("done")
     b = ir.IRBuilder(entry)
     b.branch(loop)
     b.position_at_end(loop)
     i = b.phi(ir.IntType(64))
-    accs = [b.phi(I32V) for _ in range(ACCS)]
+    accs = [b.phi(acc_t) for _ in range(ACCS)]
     w16 = ir.Constant(I16V, [3 + k for k in range(16)])
     w8 = ir.Constant(I8V, [(5 * k) % 60 - 30 for k in range(32)])
     ones = ir.Constant(I16V, [1] * 16)
+    w64 = b.bitcast(ir.Constant(Z8V, [(5 * k) % 250 - 125 for k in range(64)]), Z32V)
     nxt = []
     for acc in accs:
-        if ubsw:
+        if form == "dp":
+            nxt.append(b.call(dp, [acc, acc, w64]))
+        elif form == "ubsw":
             pairs = b.call(ub, [b.bitcast(acc, I8V), w8])
             nxt.append(b.add(acc, b.call(wd, [pairs, ones])))
         else:
@@ -82,7 +92,7 @@ def _step_loop(ubsw: bool) -> ir.Module:
     i.add_incoming(ir.Constant(ir.IntType(64), 0), entry)
     i.add_incoming(i2, loop)
     for k, (acc, n) in enumerate(zip(accs, nxt)):
-        acc.add_incoming(ir.Constant(I32V, [k + 1] * 8), entry)
+        acc.add_incoming(ir.Constant(acc_t, [k + 1] * acc_t.count), entry)
         acc.add_incoming(n, loop)
     b.position_at_end(done)
     total = nxt[0]
@@ -93,31 +103,33 @@ def _step_loop(ubsw: bool) -> ir.Module:
     return mod
 
 
-def step_loops(target) -> dict[bool, Callable[[int, int], None]]:
-    """The two step loops (``vpmaddubsw`` or not) compiled for ``target``: ``fn(rounds, out_address)``."""
+def step_loops(target) -> dict[str, Callable[[int, int], None]]:
+    """The step loops the target runs (``vpdpbusd`` only with VNNI), compiled for ``target``:
+    ``fn(rounds, out_address)``."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     loops = {}
-    for ubsw in (False, True):  # an engine owns its target machine: one each
+    forms = ("wd", "ubsw", "dp") if "+avx512vnni" in target.feature_string.split(",") else ("wd", "ubsw")
+    for form in forms:  # an engine owns its target machine: one each
         tm = llvm.Target.from_triple(target.triple).create_target_machine(cpu=target.cpu,
                                                                           features=target.feature_string, opt=3)
-        eng = llvm.create_mcjit_compiler(llvm.parse_assembly(str(_step_loop(ubsw))), tm)
+        eng = llvm.create_mcjit_compiler(llvm.parse_assembly(str(_step_loop(form))), tm)
         eng.finalize_object()
         fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p)(eng.get_function_address("steps"))
         fn.engine = eng  # the code lives as long as its engine
-        loops[ubsw] = fn
+        loops[form] = fn
     return loops
 
 
-def products_per_us(fn, ubsw: bool, rounds: int = 200_000, tries: int = 10) -> float:
+def products_per_us(fn, form: str, rounds: int = 200_000, tries: int = 10) -> float:
     """Products a microsecond at the step's own throughput (the fastest of ``tries`` timings)."""
-    out = np.zeros(8, np.int32)
+    out = np.zeros(16, np.int32)
     best = float("inf")
     for _ in range(tries):
         t0 = time.perf_counter_ns()
         fn(rounds, out.ctypes.data)
         best = min(best, (time.perf_counter_ns() - t0) / 1e3)
-    return rounds * ACCS * 8 * (4 if ubsw else 2) / best
+    return rounds * ACCS * PRODUCTS[form] / best
 
 
 def direct_products(c: int, hw: int, m: int, k: int, stride: int, pad: int) -> int:
@@ -128,9 +140,11 @@ def direct_products(c: int, hw: int, m: int, k: int, stride: int, pad: int) -> i
 
 
 def winograd_products(target, c: int, hw: int, m: int, k: int, stride: int) -> int | None:
-    """F(2x2, 3x3)'s products where the compiler may take it (3x3, stride 1, from the tuned tile count)."""
+    """F(2x2, 3x3)'s products where the compiler may take it (3x3, stride 1, from the tuned tile count,
+    on a target whose exact dot product is int16 pairs: with VNNI it keeps the direct form)."""
     tiles = (-(-hw // 2)) ** 2
-    if (k, stride) != (3, 1) or c < 16 or tiles < target.tuning.int8_winograd_min_tiles:
+    if (k, stride) != (3, 1) or c < 16 or tiles < target.tuning.int8_winograd_min_tiles \
+            or choose_dot(target, False).kind != "avx2-wd":
         return None
     return 16 * tiles * c * m
 
@@ -151,13 +165,13 @@ def conv_session(target, c: int, hw: int, m: int, k: int, stride: int, pad: int,
     return sess
 
 
-def timed(sess, loops: dict, ubsw: bool, runs: int, slices: int = 5) -> tuple[float, dict[bool, float]]:
+def timed(sess, loops: dict, runs: int, slices: int = 5) -> tuple[float, dict[str, float]]:
     """The conv's least wall time (us) over ``runs`` runs, and each step's best rate, in turns (a
     busy machine, or a clock that moves, only ever slows both)."""
-    best, rates = float("inf"), {False: 0.0, True: 0.0}
+    best, rates = float("inf"), dict.fromkeys(loops, 0.0)
     for _ in range(slices):
-        for form in (False, ubsw):
-            rates[form] = max(rates[form], products_per_us(loops[form], form))
+        for form, fn in loops.items():
+            rates[form] = max(rates[form], products_per_us(fn, form))
         for _ in range(max(1, runs // slices)):
             t0 = time.perf_counter_ns()
             sess.run_raw()
@@ -173,23 +187,24 @@ def main() -> None:
     target = resolve_target(args.target)
     loops = step_loops(target)
     print(f"target {target.name}; rates in products/us: wd = vpmaddwd + vpaddd (16 a step), ubsw = vpmaddubsw + "
-          f"vpmaddwd + vpaddd (32)")
+          f"vpmaddwd + vpaddd (32){', dp = vpdpbusd zmm (64)' if 'dp' in loops else ''}")
     print(f"{'conv':20} {'weights':>7} {'us':>7} {'direct ceil':>11} {'wino ceil':>9} {'us / best ceil':>14} "
-          f"{'wd rate':>8} {'ubsw rate':>9}")
+          + " ".join(f"{form + ' rate':>9}" for form in loops))
     totals = {127: [0.0, 0.0], 63: [0.0, 0.0]}
     for name, c, hw, m, k, stride, pad, count in CONVS:
         for wmax in (127, 63):
             sess = conv_session(target, c, hw, m, k, stride, pad, wmax)
-            us, rate = timed(sess, loops, wmax == 63, args.runs)
-            direct = direct_products(c, hw, m, k, stride, pad) / rate[wmax == 63]
+            us, rate = timed(sess, loops, args.runs)
+            direct_rate = max(rate[form] for form in loops if form != "ubsw" or wmax == 63)  # ubsw: 7-bit only
+            direct = direct_products(c, hw, m, k, stride, pad) / direct_rate
             wino = winograd_products(target, c, hw, m, k, stride)
-            wino_us = wino / rate[False] if wino else None  # Winograd's transformed values are int16
+            wino_us = wino / rate["wd"] if wino else None  # Winograd's transformed values are int16
             ceiling = min(direct, wino_us or direct)
             totals[wmax][0] += count * us
             totals[wmax][1] += count * ceiling
             print(f"{name:20} {'8-bit' if wmax == 127 else '7-bit':>7} {us:7.1f} {direct:11.1f} "
                   f"{f'{wino_us:.1f}' if wino_us else '-':>9} {us / ceiling:14.2f} "
-                  f"{rate[False]:8.0f} {rate[True] if wmax == 63 else float('nan'):9.0f}", flush=True)
+                  + " ".join(f"{rate[form]:9.0f}" for form in loops), flush=True)
     for wmax, (us, ceiling) in totals.items():
         print(f"ResNet-18 convs, {'8-bit' if wmax == 127 else '7-bit'} weights: {us / 1e3:.2f} ms measured, "
               f"{ceiling / 1e3:.2f} ms at the ceiling")
