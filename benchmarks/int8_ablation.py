@@ -4,7 +4,8 @@ Per model: Cuvil's QDQ graph (32 calibration inputs, ``tests/int8_zoo.py``) run 
 interpreter on 1,000 evaluation inputs drawn alike, in forms where one quantization point at a time
 is quantized and every other stays fp32 (an activation's QuantizeLinear/DequantizeLinear pair, or a
 weight or bias with its original fp32 values), then the whole graph, then the whole graph without the
-output's requantization (the logits left in float). Printed: top-1 agreement with fp32 and the
+output's requantization (the logits left in float) where the graph still requantizes it (cuvil.quantize
+leaves a Gemm/MatMul output float unless ``requantize_outputs=True``). Printed: top-1 agreement with fp32 and the
 largest absolute output error of each form. Not a timing benchmark.
 
     python benchmarks/int8_ablation.py [--models mlp,small_cnn] [--count 1000]
@@ -78,10 +79,13 @@ def ablate(name: str, count: int) -> None:
               f"max err {float(np.abs(ys - ref).max()):.4f}", flush=True)
 
     pts = points(q)
-    out_point = next(names for label, names in pts if label.startswith("activation") and
-                     any(n.outputs[0] == q.outputs[0] for n in q.nodes if n.name in names))
+    out_point = next((names for label, names in pts if label.startswith("activation") and
+                      any(n.outputs[0] == q.outputs[0] for n in q.nodes if n.name in names)), None)
     for label, names in pts:
         row(f"only {label}", floated(q, fp32, lambda n, names=names: n.name in names))
+    if out_point is None:
+        row("whole graph (its output already float)", q)
+        return
     row("whole graph", q)
     row("whole graph, output not requantized", floated(q, fp32, lambda n: n.name not in out_point))
 
