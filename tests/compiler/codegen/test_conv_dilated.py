@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, multiplies
-from cuvil.compiler.codegen.cpu.conv.plan import conv_plan, phase_plane, winograd_images
+from cuvil.compiler.codegen.cpu.conv.phases import phase_plane, winograd_images
+from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
 
 from ...hosts import HOST, executable
 from .test_conv import AVX2, AVX512, WIDE16, _emit_all, _geom, _ids, _run

@@ -44,7 +44,7 @@ def _output_plane(geom: Geometry) -> tuple[int, int]:
 
 
 def _winograd_planes(target: Target, geom: Geometry) -> tuple[int, int, int] | None:
-    """(images per input, OH, OW of each) that a Winograd conv of ``geom`` transforms (``plan.winograd_images``:
+    """(images per input, OH, OW of each) that a Winograd conv of ``geom`` transforms (``phases.winograd_images``:
     the input, or a dilated conv's phase planes); None where Winograd does not apply."""
     _, _, H, W, _, KH, KW, strides, pads, dil, group = geom
     im = winograd_applies(KH, KW, strides, pads, dil, group, H, W, target.tuning)

@@ -1,10 +1,10 @@
 """Dilated 3x3 convs by Winograd: d x d undilated convs on the input's phase planes ("space to batch").
 
 Output pixel (oh, ow) of a conv dilated d reads only input pixels of its phase (oh % d, ow % d), so
-the atrous conv is the undilated conv of ``plan.phase_plane`` on each of the d*d planes
+the atrous conv is the undilated conv of ``phases.phase_plane`` on each of the d*d planes
 X[ph::d, pw::d]. Per image: the planes are de-interleaved into scratch (zero-filled past the image,
 which is the conv's padding there), the ordinary Winograd kernel (``winograd.py``) runs them with
-the bias and activation, and its outputs are interleaved back into Y. ``plan.winograd_images`` lays
+the bias and activation, and its outputs are interleaved back into Y. ``phases.winograd_images`` lays
 the planes out: a batch of d*d images where each is large enough for F(4x4), else tiled into one
 image with the planes' padding as zero rows and columns between them (small planes' tiles would
 fill few vector lanes). A residual is de-interleaved like the input first (it may alias Y). Each
@@ -23,7 +23,8 @@ from llvmlite import ir
 from ....target import Target
 from ...irhelpers import I1, I32, for_range, gep, i64, memset0, vector
 from ..vecops import define_kernel, load_vec, store_vec, vec_type
-from .plan import ConvPlan, WinogradImages
+from .phases import WinogradImages
+from .plan import ConvPlan
 from .winograd import emit_winograd
 
 
