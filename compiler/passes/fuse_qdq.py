@@ -223,7 +223,8 @@ def _fuse_same_params(ctx: _Ctx, node: Node, tail) -> tuple[Node, dict] | None:
 
 FUSERS = {"Conv": _fuse_conv, "Gemm": _fuse_matmul, "MatMul": _fuse_matmul, "Add": _fuse_add,
           **{op: _fuse_same_params for op in _SAME_PARAMS_OPS}}
-FLOAT_OUT = {"Gemm": _fuse_matmul, "MatMul": _fuse_matmul}  # fusers with a float-output form
+FLOAT_OUT = frozenset({"Gemm", "MatMul"})  # ops whose fused form has a float output (QMatMul to=f32)
+_FLOAT_TAIL = (None, [], ())  # no QuantizeLinear after the node: the fuser makes the float-output form
 
 
 def fuse_qdq(graph: Graph) -> Graph:
@@ -234,13 +235,11 @@ def fuse_qdq(graph: Graph) -> Graph:
     dropped: set[str] = set()
     for node in graph.nodes:
         fuser = FUSERS.get(node.op)
-        tail = ctx.quantize_after(node.outputs[0]) if fuser and len(node.outputs) == 1 else None
-        if tail is None and node.op in FLOAT_OUT and len(node.outputs) == 1:
-            done = FLOAT_OUT[node.op](ctx, node, (None, [], ()))
-            if done is not None:
-                ctx.constants.update(done[1])
-                replaced[node.name] = done[0]
+        if fuser is None or len(node.outputs) != 1:
             continue
+        tail = ctx.quantize_after(node.outputs[0])
+        if tail is None and node.op in FLOAT_OUT:
+            tail = _FLOAT_TAIL
         if tail is None:
             continue
         done = fuser(ctx, node, tail)
@@ -248,8 +247,10 @@ def fuse_qdq(graph: Graph) -> Graph:
             continue
         fused, consts = done
         ctx.constants.update(consts)
-        replaced[tail[0].name] = fused
-        dropped.update([node.name] + [link.name for link in tail[1]])
+        q = tail[0]
+        replaced[(q if q is not None else node).name] = fused  # in the Q's place, or (float output) the node's own
+        if q is not None:
+            dropped.update([node.name] + [link.name for link in tail[1]])
     if not replaced:
         return graph
     nodes = []
