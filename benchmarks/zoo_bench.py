@@ -139,7 +139,8 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int, threads: int 
     res = {"model": name, "flops": flops, "cold_compile_s": starts["cold_compile_s"], "warm_start_ms": starts["warm_ms"],
            "arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound, "naive_bytes": plan.naive_bytes,
            "max_abs_err": max_err, "rss_runs": rss_runs, "rss_growth_kib": rss, "threads": threads,
-           "split_layers": sess.lowered.split_nodes,
+           "split_layers": sess.lowered.split_nodes, "split_settled": sess.lowered.split_settled,
+           "split_reason": sess.lowered.split_reason,
            "tuned_layers": len(sess.lowered.target.conv_choices) + len(sess.lowered.target.conv_parts)}
     for key, xs in samples.items():
         res[f"{key}_median_ms"] = float(np.median(xs))
@@ -174,7 +175,8 @@ def table(results: list[dict]) -> str:
         head += ("threads", "split", "cuvil 1t p50 ms", "speed-up vs 1t", "p99/p50", "preempted", "p99/p50 unpreempted",
                  "1t p99/p50")
         for row, r in zip(rows, results):
-            row += [str(r["threads"]), str(r["split_layers"]), f"{r['cuvil_1t_median_ms']:.3f}",
+            row += [str(r["threads"]), f"{r['split_layers']}{'' if r['split_settled'] else ' (unsettled)'}",
+                    f"{r['cuvil_1t_median_ms']:.3f}",
                     f"{r['speedup_vs_1t']:.2f}", f"{r['p99_over_p50']:.2f}", f"{100 * r['cuvil_preempted_share']:.1f}%",
                     f"{r['p99_over_p50_unpreempted']:.2f}", f"{r['cuvil_1t_p99_ms'] / r['cuvil_1t_median_ms']:.2f}"]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
@@ -197,6 +199,9 @@ def main() -> None:
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
         results.append(bench_model(name, args.rounds, args.block, args.rss_runs, args.threads))
     print(table(results))
+    for r in results:
+        if r["split_reason"]:
+            print(f"{r['model']}: {r['split_reason']}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -65,7 +65,7 @@ def _meta(lw: LoweredModel) -> dict:
         "inputs": [_spec_json(s) for s in lw.inputs], "outputs": [_spec_json(s) for s in lw.outputs],
         "kernel_count": lw.kernel_count, "node_count": lw.node_count,
         "profile_offset": lw.profile_offset, "profile_nodes": list(lw.profile_nodes), "fault_offset": lw.fault_offset,
-        "split_nodes": lw.split_nodes,
+        "split_nodes": lw.split_nodes, "split_settled": lw.split_settled, "split_reason": lw.split_reason,
         "plan": {"batch": p.batch, "offsets": dict(p.offsets), "sizes": dict(p.sizes), "arena_bytes": p.arena_bytes,
                  "lower_bound": p.lower_bound, "naive_bytes": p.naive_bytes, "alignment": p.alignment,
                  "aliases": dict(p.aliases)},
@@ -82,7 +82,8 @@ def _lowered(meta: dict, target: Target) -> LoweredModel:
         kernel_count=int(meta["kernel_count"]), target=target, batch=int(meta["batch"]),
         node_count=int(meta["node_count"]), profile_offset=_offset(meta["profile_offset"]),
         profile_nodes=tuple(meta["profile_nodes"]), fault_offset=_offset(meta["fault_offset"]),
-        split_nodes=_count(meta.get("split_nodes", 0)))
+        split_nodes=_count(meta.get("split_nodes", 0)), split_settled=meta.get("split_settled", True) is not False,
+        split_reason=str(meta.get("split_reason", "")))
 
 
 def _check_layout(lw: LoweredModel) -> None:

@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,6 +150,13 @@ class CompileCache:
         except (OSError, SealError) as e:
             log.warning("compile cache entry %s is unusable, compiling again: %s", self.path(key), _reason(e))
             return None
+
+    def age_s(self, key: str) -> float:
+        """Seconds since the entry under ``key`` was written (0 when it is gone)."""
+        try:
+            return max(0.0, time.time() - os.stat(self.path(key)).st_mtime)
+        except OSError:
+            return 0.0
 
     def weights(self, key: str, entry: OpenedArtifact) -> np.ndarray | None:
         """``entry``'s weights once their check holds; None (logged: a miss) when it fails."""

@@ -9,6 +9,7 @@ never loads them (~100 modules, ~7 MB).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -19,11 +20,14 @@ from ..compiler.errors import CompileError
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from ..devices.detect import cpu_identity, resolve_target
+from . import split_check
 from .cache import CompileCache, cache_key, graph_digest
 from .host_memo import host_target
 from .loader import Model
 from .objload import LoadedCode, UnsupportedObjectError, load_object
 from .session import CompileStats, Session, new_arena
+
+log = logging.getLogger(__name__)
 
 
 def resolve(target: str | Target, host: Target | None = None) -> Target:
@@ -111,6 +115,11 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     key = cache_key(f"{content_hash or graph_digest(graph_of())} optimize={optimize} profile={profile}{tuned_on}", tgt,
                     batch, cache.fingerprint()) if cache else ""
     art = cache.get(key, tgt, early) if cache else None
+    if art is not None and tune and split_check.recheck(art.lowered.split_settled, cache.age_s(key), tgt.threads):
+        log.info("compiling again: the cores have room now for the split decision the entry left open (%s)",
+                 art.lowered.split_reason)
+        cache.weights(key, art)  # its check's thread ends before the new check times anything
+        art = None
     t1 = time.perf_counter()
     if art is not None:
         if request and (early is None or early.key != key):
@@ -124,21 +133,28 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
         weights = cache.weights(key, art)  # checked while the code loaded; nothing read them before
         if weights is not None:
             return Session(art.lowered, code, stats, weights=weights, guard_pages=guard_pages, arena=arena)
-    from . import autotune, split_check
+    from . import autotune
 
     tuner = autotune.Retarget() if tune else None
     lowered, objs, lower_s = _build(graph_of(), tgt, batch, optimize, profile, jobs, tuner)
     t2 = time.perf_counter()
     session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
-    for fallback in split_check.fallbacks(lowered.target) if tuner and lowered.split_nodes else ():
-        if split_check.split_pays(session):
+    plans = split_check.fallbacks(lowered.target) if tuner and lowered.split_nodes else ()
+    verdict = None
+    while plans:
+        verdict = split_check.check(session)
+        if verdict.split:
             break
+        plan, plans = (plans[0], plans[1:]) if verdict.settled else (plans[-1], ())  # unsettled: straight to whole
         session.close()  # measured: this split does not pay here; the next plan is built and checked
-        lowered, objs, more_s = _build(graph_of(), tgt, batch, optimize, profile, jobs, lambda g, t, f=fallback: f)
+        lowered, objs, more_s = _build(graph_of(), tgt, batch, optimize, profile, jobs, lambda g, t, f=plan: f)
         lower_s += more_s
         session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
         if not lowered.split_nodes:
             break
+    if verdict is not None:
+        lowered = dataclasses.replace(lowered, split_settled=verdict.settled, split_reason=verdict.reason)
+        session.lowered = dataclasses.replace(session.lowered, split_settled=verdict.settled, split_reason=verdict.reason)
     if cache:
         cache.put(key, lowered, objs)
         if request:

@@ -4,34 +4,98 @@ Each layer's split is predicted from its size and the measured handoff (:mod:`.p
 part is timed alone (:mod:`.autotune`): neither sees what the parts of a whole model cost together
 (handoffs back to back, nudges, caches the other core left cold). So once the model is built, the
 compile times it with its workers and without them (every part then runs on the caller, which
-costs what the unsplit model costs plus about 1%), in ``ROUNDS`` interleaved rounds, and keeps the
-split only when the threaded run's best round median beats the serial one's by ``MARGIN``. Else the
-model is built again split at the cheapest handoff (:func:`generous`) and checked the same way, and
-failing that with every layer whole, and at N threads it runs exactly the 1-thread code
-with no workers: a small model never gets slower for having threads (measured on a 2-core Zen 4:
-the small CNN with one layer split ran 0.89x its 1-thread speed). The outcome is cached with the
-artifact, keyed by the exact CPU, so the decision is made once per CPU.
+costs what the unsplit model costs plus about 1%), in interleaved rounds, and keeps the split when
+the threaded run's fastest beats the serial one's by ``MARGIN``. Else the model is built again split
+at the cheapest handoff (:func:`generous`) and checked the same way, and failing that with every
+layer whole, and at N threads it runs exactly the 1-thread code with no workers: a small model never
+gets slower for having threads (measured on a 2-core Zen 4: the small CNN with one layer split ran
+0.89x its 1-thread speed).
+
+A verdict of "whole" is trusted only from rounds in which the workers had free cores
+(:mod:`.cpu_share`): with another process on the second core of that Zen 4 every threaded run
+stalls on a preempted worker, and even the fastest of 25 ran 7-14% slower than the serial one, so
+the check flipped and the cached verdict kept ResNet-18 whole on quiet cores (3 of 4 compiles
+while other work ran). The rounds go on until ``CLEAN_ROUNDS`` of them had free cores or
+``MAX_ROUNDS`` ran; a "whole" without enough clean rounds is *unsettled*: the compile keeps the
+model whole (what runs faster now) but the cache entry says so, and a warm start a minute or more
+later with room on the cores compiles and checks again (:func:`recheck`). The outcome is cached with the artifact,
+keyed by the exact CPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..compiler.errors import InterpreterError, RunTimeCheckError
 from ..compiler.target import Target
-from . import pool_probe
+from . import cpu_share
 from .session import Session
 
-MARGIN = 0.15  # the workers must save at least this fraction of the serial time (see split_pays)
-ROUNDS = 5  # interleaved rounds, each workers on then off
+MARGIN = 0.15  # the workers must save at least this fraction of the serial time (see decide)
+CLEAN_ROUNDS = 3  # rounds with free cores that settle a verdict
+MAX_ROUNDS = 8  # interleaved rounds at most, each workers on then off
+BUSY_SHARE = 0.10  # threads waiting for a CPU longer than this share of a round: no free cores (0-4% on free ones)
 ROUND_S = 0.02  # timed runs per round and side: about this long, at least MIN_RUNS
 MIN_RUNS = 5
+RECHECK_AFTER_S = 60.0  # an unsettled entry serves as it is for this long (see recheck)
 UNSPLIT_RATIO = 1e12  # ``parallel_sync_ratio`` that no layer's work is worth: every layer stays whole
+
+
+@dataclass(frozen=True)
+class Round:
+    """One interleaved round: each side's fastest run (seconds) and the share of the threaded runs'
+    wall time this process's threads waited for a CPU (None: the kernel does not say; trusted)."""
+
+    threaded: float
+    serial: float
+    waited: float | None = 0.0
+
+    @property
+    def clean(self) -> bool:
+        return self.waited is None or self.waited <= BUSY_SHARE
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Keep the split or not; ``settled``: taken on free cores (or a split that paid even without
+    them), so a cache entry built on it need not be checked again; ``reason``: the figures, for the entry."""
+
+    split: bool
+    settled: bool
+    reason: str
+
+
+def decide(rounds: Sequence[Round], margin: float = MARGIN) -> Verdict:
+    """The verdict on ``rounds`` (at least one): the fastest threaded run against the fastest serial
+    one, over the rounds with free cores when there are any (other work only adds time, and a round
+    without a free core shows the stall of a preempted worker, not the split), over all otherwise.
+    The split pays when it saves ``margin``. "Whole" is settled by ``CLEAN_ROUNDS`` clean rounds only."""
+    clean = [r for r in rounds if r.clean]
+    used = clean or list(rounds)
+    threaded, serial = min(r.threaded for r in used), min(r.serial for r in used)
+    basis = (f"fastest of {len(used)} rounds{' with free cores' if clean else ''}: threaded {threaded * 1e3:.3f} ms, "
+             f"serial {serial * 1e3:.3f} ms")
+    if threaded < (1 - margin) * serial:
+        return Verdict(True, True, f"split: {basis}")
+    if len(clean) >= CLEAN_ROUNDS:
+        return Verdict(False, True, f"whole: the workers save less than {margin:.0%}; {basis}")
+    waits = sorted(r.waited for r in rounds if not r.clean)
+    busy = f" (in the others the threads waited {waits[0]:.0%}-{waits[-1]:.0%} of the time)" if waits else ""
+    return Verdict(False, False, f"whole, unsettled: {len(clean)} of {len(rounds)} rounds had free cores for the "
+                                 f"workers{busy}; {basis}")
+
+
+def recheck(settled: bool, age_s: float, threads: int, room: Callable[[int], bool] | None = None) -> bool:
+    """Whether a cache entry's split decision is to be taken again: it was left unsettled, the entry is
+    ``RECHECK_AFTER_S`` old (a machine that stays busy recompiles a model at most once a minute, and
+    a benchmark's warm starts right after its compile stay warm) and the cores have room now
+    (``room``, default :func:`.cpu_share.room_for`; read only for such an entry)."""
+    return not settled and age_s >= RECHECK_AFTER_S and (room or cpu_share.room_for)(threads)
 
 
 def random_inputs(session: Session, seed: int = 0) -> dict[str, np.ndarray]:
@@ -41,40 +105,47 @@ def random_inputs(session: Session, seed: int = 0) -> dict[str, np.ndarray]:
             for s in session.lowered.inputs}
 
 
-def timed_rounds(session: Session, rounds: int = ROUNDS, round_s: float = ROUND_S,
-                 clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
-    """(threaded, serial) seconds per run: the least of the rounds' medians, each side. Every run
-    copies its inputs in (``run``, not ``run_raw``): a run on the arena's leftovers would read indices
-    that later tensors overwrote, and time a Gather's fault instead of the model."""
+def measure(session: Session, round_s: float = ROUND_S, clock: Callable[[], float] = time.perf_counter,
+            waited: Callable[[], float | None] = cpu_share.waited_s) -> tuple[Round, ...]:
+    """Interleaved rounds, workers on then joined, until ``CLEAN_ROUNDS`` had free cores or
+    ``MAX_ROUNDS`` ran. Every run copies its inputs in (``run``, not ``run_raw``): a run on the arena's
+    leftovers would read indices that later tensors overwrote, and time a Gather's fault instead of the model."""
     inputs = random_inputs(session)
     session.run(inputs)
     t = clock()
     session.run(inputs)
     reps = max(MIN_RUNS, int(round_s / max(clock() - t, 1e-7)))
-    medians: dict[bool, list[float]] = {True: [], False: []}
-    for _ in range(rounds):
-        for on in (True, False):
-            session.set_workers(on)
-            session.run(inputs)  # the first run after a start wakes the workers
-            ts = []
-            for _ in range(reps):
-                t = clock()
-                session.run(inputs)
-                ts.append(clock() - t)
-            medians[on].append(statistics.median(ts))
+
+    def fastest() -> float:
+        session.run(inputs)  # the first run after a start wakes the workers
+        best = float("inf")
+        for _ in range(reps):
+            t = clock()
+            session.run(inputs)
+            best = min(best, clock() - t)
+        return best
+
+    rounds: list[Round] = []
+    while len(rounds) < MAX_ROUNDS and sum(r.clean for r in rounds) < CLEAN_ROUNDS:
+        session.set_workers(True)
+        w0, t0 = waited(), clock()
+        threaded = fastest()
+        wall, w1 = clock() - t0, waited()
+        session.set_workers(False)
+        share = None if w0 is None or w1 is None else (w1 - w0) / max(wall, 1e-9)
+        rounds.append(Round(threaded, fastest(), share))
     session.set_workers(True)
-    return min(medians[True]), min(medians[False])
+    return tuple(rounds)
 
 
-def split_pays(session: Session, margin: float = MARGIN) -> bool:
-    """True when the session's workers make it ``margin`` faster than its parts run on one thread;
-    also when the model refuses the check's inputs (a runtime check): then nothing is measured and
-    the cost model's split stays."""
+def check(session: Session, margin: float = MARGIN) -> Verdict:
+    """:func:`decide` on the session timed both ways; a model that refuses the check's inputs (a
+    run-time check) keeps the cost model's split: nothing could be measured."""
     try:
-        threaded, serial = timed_rounds(session)
+        rounds = measure(session)
     except (InterpreterError, RunTimeCheckError):
-        return True
-    return threaded < (1 - margin) * serial
+        return Verdict(True, True, "split as the cost model chose: the model refused the check's random inputs")
+    return decide(rounds, margin)
 
 
 def unsplit(target: Target) -> Target:
@@ -89,6 +160,8 @@ def generous(target: Target) -> Target:
     its own (the part's length); on a quiet 2-core Zen 4 it read the second in 4 of 5 fresh compiles,
     and MobileNetV2 then split 3 layers and lost, where the 49 layers split at 1 us ran 1.42x its
     1-thread speed."""
+    from . import pool_probe
+
     return dataclasses.replace(target, conv_parts=(),
                                tuning=target.tuning.replace(parallel_sync_us=pool_probe.FLOOR_US))
 
@@ -96,6 +169,9 @@ def generous(target: Target) -> Target:
 def fallbacks(target: Target) -> tuple[Target, ...]:
     """The plans a compile tries, in turn, after its tuned split was measured not to pay: the split at
     the cheapest handoff (unless that was the plan), then every layer whole. Each is built and checked
-    like the first; a plan that splits nothing ends the search."""
+    like the first; a plan that splits nothing ends the search, and so does an unsettled verdict
+    (the compile goes straight to the last plan: no split is shown to pay without free cores)."""
+    from . import pool_probe
+
     cheaper = (generous(target),) if target.tuning.parallel_sync_us > pool_probe.FLOOR_US else ()
     return cheaper + (unsplit(target),)

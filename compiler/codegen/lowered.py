@@ -76,6 +76,8 @@ class LoweredModel:
     fault_offset: int | None = None  # arena offset of the i32 a run-time check sets (OpDef.run_time_check)
     worker_scratch: tuple[tuple[str, int, int, int], ...] = ()  # (node, part, first byte, end) of split layers
     split_nodes: int = 0  # layers whose work is shared by the threads
+    split_settled: bool = True  # False: the whole-model check kept it whole without free cores to time on
+    split_reason: str = ""  # the whole-model check's verdict and figures (edge_runtime/split_check.py)
 
     @property
     def threads(self) -> int:
