@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from types import SimpleNamespace
 
@@ -108,11 +109,25 @@ def test_a_tail_checked_on_a_thread_is_refused_when_its_result_is_asked(tmp_path
         opened.tail.result()
 
 
-@pytest.mark.parametrize("cores, load, want", [(2, 0.9, 2), (2, 1.6, 1), (2, 11.0, 1), (16, 0.0, 4), (1, 0.0, 1)])
-def test_the_check_spreads_over_idle_cores_only(monkeypatch, cores, load, want):
+@pytest.mark.parametrize("cores, running, want", [(2, 1, 2), (2, 2, 1), (2, 11, 1), (16, 1, 4), (16, 14, 3), (1, 1, 1)])
+def test_the_check_spreads_over_idle_cores_only(monkeypatch, cores, running, want):
     monkeypatch.setattr(sealed.os, "sched_getaffinity", lambda pid: set(range(cores)))
-    monkeypatch.setattr(sealed.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(sealed, "runnable_now", lambda: running)
     assert sealed.tail_check_threads() == want
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/loadavg"), reason="Linux's /proc/loadavg; elsewhere the load average")
+def test_what_runs_now_counts_this_thread():
+    assert sealed.runnable_now() >= 1
+
+
+def test_without_proc_the_load_average_decides(monkeypatch):
+    def no_file(*args, **kwargs):
+        raise FileNotFoundError("/proc/loadavg")
+
+    monkeypatch.setattr(sealed, "open", no_file, raising=False)  # the module's own name lookup, not the builtin
+    monkeypatch.setattr(sealed.os, "getloadavg", lambda: (7.5, 1.0, 1.0))
+    assert sealed.runnable_now() == 7.5
 
 
 def test_a_check_on_the_callers_thread_runs_once_when_its_result_is_first_asked():
