@@ -40,13 +40,50 @@ def default_dir() -> Path:
     return Path(base) / "cuvil"
 
 
-def _sources() -> tuple[str, list[str]]:
-    """The package's top directory and the sources the fingerprint covers, sorted."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    top = os.path.dirname(here)
-    paths = sorted(os.path.join(d, n) for d, _, names in os.walk(os.path.join(top, "compiler")) for n in names
-                   if n.endswith(".py"))  # os.walk, not pathlib: pathlib's rglob and relative_to cost 3 ms here
-    return top, paths + [os.path.join(here, n) for n in ("jit.py", "artifact.py", "cache.py", "sealed.py")]
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+CACHE_MODULES = ("jit.py", "artifact.py", "cache.py", "sealed.py")
+"""The modules besides the compiler that build and read cache entries, so their bytes are in the fingerprint too."""
+
+
+def _top() -> str:
+    """The package's top directory (``compiler/`` and ``edge_runtime/`` lie in it)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def source_stats(top: str | None = None) -> list[tuple[str, os.stat_result]]:
+    """(path relative to ``top``, stat) of every source the fingerprint covers (``compiler/**.py`` and
+    :data:`CACHE_MODULES`), sorted. Each directory is opened once and its entries are stat'ed relative
+    to it (``fstatat``), never by a full path from the root: a warm start does this for ~150 files
+    (0.3 vs 0.8 ms with ``os.walk`` and ``os.stat``)."""
+    top = top or _top()
+    found: list[tuple[str, os.stat_result]] = []
+
+    def walk(fd: int, rel: str) -> None:
+        subdirs = []
+        with os.scandir(fd) as entries:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    subdirs.append(e.name)
+                elif e.name.endswith(".py"):
+                    found.append((f"{rel}/{e.name}", e.stat()))
+        for name in subdirs:
+            sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            try:
+                walk(sub, f"{rel}/{name}")
+            finally:
+                os.close(sub)
+
+    fd = os.open(os.path.join(top, "compiler"), _DIR_FLAGS)
+    try:
+        walk(fd, "compiler")
+    finally:
+        os.close(fd)
+    fd = os.open(os.path.join(top, "edge_runtime"), _DIR_FLAGS)
+    try:
+        found += [(f"edge_runtime/{n}", os.stat(n, dir_fd=fd)) for n in CACHE_MODULES]
+    finally:
+        os.close(fd)
+    return sorted(found, key=lambda f: f[0])
 
 
 def _versions_hash():  # a hashlib sha256 object, to be updated
@@ -63,22 +100,22 @@ def compiler_fingerprint() -> str:
     scans every path entry and cost 10-40 ms of a 50 ms warm start.
     """
     h = _versions_hash()
-    top, paths = _sources()
-    for path in paths:
-        h.update(os.path.relpath(path, top).encode())
-        with open(path, "rb") as f:
+    top = _top()
+    for rel, _ in source_stats(top):
+        h.update(rel.encode())
+        with open(os.path.join(top, rel), "rb") as f:
             h.update(f.read())
     return h.hexdigest()
 
 
-def source_stamp() -> str:
-    """sha256 over each fingerprinted source's inode, size, mtime and ctime: it changes whenever a
-    source's bytes may have (a write sets ctime, which no user can set back), at a fifth of the
-    fingerprint's cost (no file is opened)."""
+def source_stamp(top: str | None = None) -> str:
+    """sha256 over each fingerprinted source's name, inode, size, mtime and ctime: it changes whenever
+    a source's bytes may have (a write sets ctime, which no user can set back) or a source comes or
+    goes, at a fraction of the fingerprint's cost (no file is opened)."""
     h = _versions_hash()
-    for path in _sources()[1]:
-        st = os.stat(path)
-        h.update(f"{path} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}\n".encode())
+    h.update(f"{top or _top()}\n".encode())
+    for rel, st in source_stats(top):
+        h.update(f"{rel} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}\n".encode())
     return h.hexdigest()
 
 

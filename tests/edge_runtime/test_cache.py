@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from cuvil.compiler.codegen.lower import lower
@@ -199,6 +201,40 @@ def test_the_remembered_fingerprint_is_the_computed_one_and_follows_the_sources(
     memo.write_bytes(memo.read_bytes().replace(b"f" * 64, b"0" * 64))  # someone else's fingerprint
     monkeypatch.setattr(cache_mod, "compiler_fingerprint", lambda: "e" * 64)
     assert cache.fingerprint() == "e" * 64
+
+
+def _package(top):
+    for rel in ("compiler/a.py", "compiler/ir/b.py", "compiler/ir/notes.txt",
+                *(f"edge_runtime/{n}" for n in cache_mod.CACHE_MODULES), "edge_runtime/other.py"):
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_text(f"# {rel}\n")
+
+
+def test_the_sources_stamp_follows_every_fingerprinted_file(tmp_path):
+    """The stamp (what the remembered fingerprint is sealed under) changes when a covered source is
+    rewritten, added or removed, and only then; the fingerprint covers the same files."""
+    _package(tmp_path)
+    top = str(tmp_path)
+    assert [rel for rel, _ in cache_mod.source_stats(top)] == [
+        "compiler/a.py", "compiler/ir/b.py", *sorted(f"edge_runtime/{n}" for n in cache_mod.CACHE_MODULES)]
+    first = cache_mod.source_stamp(top)
+    assert cache_mod.source_stamp(top) == first
+    (tmp_path / "compiler/ir/notes.txt").write_text("not a source")
+    (tmp_path / "edge_runtime/other.py").write_text("not covered")
+    assert cache_mod.source_stamp(top) == first
+    b = tmp_path / "compiler/ir/b.py"
+    then = b.stat().st_mtime_ns
+    b.write_text("# compiler/ir/B.py\n")  # same size and inode, new bytes, written a second later:
+    os.utime(b, ns=(then + 10**9, then + 10**9))  # (file times tick coarsely; within one tick only ctime might move)
+    rewritten = cache_mod.source_stamp(top)
+    assert rewritten != first
+    (tmp_path / "compiler/ir/c.py").write_text("")
+    added = cache_mod.source_stamp(top)
+    assert added not in (first, rewritten)
+    (tmp_path / "compiler/ir/c.py").unlink()
+    assert cache_mod.source_stamp(top) == rewritten
+    (tmp_path / "edge_runtime/sealed.py").write_text("# changed\n")
+    assert cache_mod.source_stamp(top) != rewritten
 
 
 def test_a_warm_start_opens_its_entry_before_the_key_is_computed(cache_dir, monkeypatch):
