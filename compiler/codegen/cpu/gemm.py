@@ -14,7 +14,8 @@ residual=False, activation="none", act_alpha=0.0, act_beta=0.0) -> ir.Function``
 
 * A: ``a_layout="row"``: [M, K] row-major; ``"col"``: stored [K, M] (ONNX transA=1).
 * Bpacked: ``tiles.pack_gemm_b(W, target)`` (alpha and transB are folded in there); with
-  ``b_layout="row"`` instead a plain row-major [K, N] B (an activation, as in attention's MatMul).
+  ``b_layout="row"`` instead a plain row-major [K, N] B (an activation, as in attention's MatMul);
+  ``"wide"``: ``tiles.pack_gemv_b``, panels as wide as a GEMV's (M = 1) tile, read as one stream each.
 * bias: None (pass null), ``"n"`` [N], ``"m"`` [M], ``"mn"`` [M, N] (fold beta and any scalar or
   other broadcast into this array at pack time).
 * residual: [M, N] when ``residual=True`` (else pass null). C: [M, N]. Order: acc + bias +
@@ -308,23 +309,25 @@ def emit_gemm(module: ir.Module, name: str, target: Target, M: int, N: int, K: i
     """Define ``name`` in ``module`` (signature in the module docstring) and return it."""
     if a_layout not in ("row", "col"):
         raise ValueError(f"emit_gemm: a_layout must be 'row' or 'col', got {a_layout!r}")
-    if b_layout not in ("packed", "row"):
-        raise ValueError(f"emit_gemm: b_layout must be 'packed' or 'row', got {b_layout!r}")
+    if b_layout not in ("packed", "row", "wide"):
+        raise ValueError(f"emit_gemm: b_layout must be 'packed', 'row' or 'wide', got {b_layout!r}")
     if bias not in (None, "n", "m", "mn"):
         raise ValueError(f"emit_gemm: bias must be None, 'n', 'm' or 'mn', got {bias!r}")
     vl = target.vector_floats
-    mr, nv = gemm_tile(target, M, N)
+    mr, nv = gemm_tile(target, M, N, wide=b_layout == "wide")
     fn = define_kernel(module, name, target)
     A, Bp, bias_p, res_p, C, _ = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     a_rs, a_k = (K, 1) if a_layout == "row" else (1, M)
-    packed = b_layout == "packed"
-    kp = KPlan.linear(K, a_k, vl if packed else N)
+    kp = KPlan.linear(K, a_k, vl if b_layout == "packed" else N)
 
     def slot_fn(b, s, is_partial):
         mask = lane_mask(vl, N % vl) if is_partial else None
         col = b.mul(s, i64(vl))
-        return gep(b, Bp, b.mul(s, i64(K * vl)) if packed else col), col, mask
+        if b_layout == "wide":  # panel s // nv (K rows of nv vectors, the last narrower), vector s % nv of its row
+            tile, v = b.udiv(s, i64(nv)), b.urem(s, i64(nv))
+            return gep(b, Bp, b.add(b.mul(tile, i64(nv * K * vl)), b.mul(v, i64(vl)))), col, mask
+        return gep(b, Bp, b.mul(s, i64(K * vl)) if b_layout == "packed" else col), col, mask
 
     def tile_fn(b, row0, mr_eff, slots):
         a_ptr = gep(b, A, b.mul(row0, i64(a_rs)))
@@ -336,7 +339,8 @@ def emit_gemm(module: ir.Module, name: str, target: Target, M: int, N: int, K: i
             out.bias_ptr = {"n": bias_p, "m": gep(b, bias_p, row0), "mn": gep(b, bias_p, crow)}[bias]
         if residual:
             out.residual = gep(b, res_p, crow)
-        emit_tile(b, vl, mr_eff, a_ptr, a_rs, [s[0] for s in slots], kp, out, None if packed else out.masks)
+        kp_t = KPlan.linear(K, a_k, len(slots) * vl) if b_layout == "wide" else kp  # a panel row: the tile's vectors
+        emit_tile(b, vl, mr_eff, a_ptr, a_rs, [s[0] for s in slots], kp_t, out, out.masks if b_layout == "row" else None)
 
     a_bytes, b_bytes, n_slots = 4 * M * K, 4 * K * N, N // vl
     budget = target.tuning.l2_budget_bytes

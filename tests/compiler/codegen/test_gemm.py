@@ -14,7 +14,7 @@ from llvmlite import ir
 
 from cuvil.compiler.codegen.activations import apply_activation
 from cuvil.compiler.codegen.cpu.gemm import emit_gemm
-from cuvil.compiler.codegen.cpu.tiles import gemm_tile, pack_gemm_b
+from cuvil.compiler.codegen.cpu.tiles import gemm_tile, pack_gemm_b, pack_gemv_b
 from cuvil.compiler.ops.fused import ACTIVATIONS
 from cuvil.compiler.target import Target
 from cuvil.devices.detect import resolve_target
@@ -135,6 +135,62 @@ def test_packing_layout():
     np.testing.assert_array_equal(P.transpose(1, 0, 2).reshape(3, -1)[:, :21], W)
     assert not P.transpose(1, 0, 2).reshape(3, -1)[:, 21:].any()
     np.testing.assert_array_equal(pack_gemm_b(W.T, HOST, trans_b=True, alpha=2.0), 2 * P)
+
+
+def test_gemv_packing_layout():
+    """A GEMV's B: panels [K, NV*VL] as wide as its tile, the last narrower, zero-padded to whole vectors."""
+    t = resolve_target("x86-avx512")
+    W = np.arange(3 * 21, dtype=np.float32).reshape(3, 21)
+    P = pack_gemv_b(W, t)  # 2 vectors: one panel [3, 32]
+    assert P.shape == (96,) and P.dtype == np.float32
+    np.testing.assert_array_equal(P.reshape(3, 32)[:, :21], W)
+    assert not P.reshape(3, 32)[:, 21:].any()
+    np.testing.assert_array_equal(pack_gemv_b(W.T, t, trans_b=True, alpha=2.0), 2 * P)
+    W = np.arange(2 * 500, dtype=np.float32).reshape(2, 500)  # 32 vectors: two tiles, the second narrower
+    P = pack_gemv_b(W, t)
+    w = gemm_tile(t, 1, 500, wide=True)[1] * 16
+    assert 256 <= w < 512 and P.shape == (2 * 512,)
+    np.testing.assert_array_equal(P[:2 * w].reshape(2, w), W[:, :w])
+    np.testing.assert_array_equal(P[2 * w:].reshape(2, 512 - w)[:, :500 - w], W[:, w:])
+    assert not P[2 * w:].reshape(2, 512 - w)[:, 500 - w:].any()
+
+
+def test_gemv_tile_spans_the_registers():
+    """M = 1 on a wide B: one row of C as wide as the registers allow (the LSTM's 1x64 by 64x256 step
+    in one tile of 16 zmm at 512 bits), panels of at most 8 vectors otherwise."""
+    avx512, avx2 = resolve_target("x86-avx512"), resolve_target("x86-avx2")
+    assert gemm_tile(avx512, 1, 256, wide=True) == (1, 16)
+    assert gemm_tile(avx512, 1, 256) == (1, 8)
+    assert gemm_tile(avx2, 1, 256, wide=True)[1] <= 14
+    m = ir.Module()
+    m.triple = avx512.triple
+    emit_gemm(m, "g", avx512, 1, 256, 64, b_layout="wide", residual=True)
+    asm = assembly(m, avx512)
+    assert len(re.findall(r"vfmadd\d+ps\s+[^\n]*zmm", asm)) >= 16 and "Spill" not in asm and "Reload" not in asm
+
+
+@pytest.mark.parametrize("name", ["x86-avx512", "x86-avx2", "x86-sse4"])
+def test_gemv_wide_b_matches_numpy(name, rng):
+    """b_layout="wide" (M = 1): N within one tile, over the registers (two tiles), with a partial vector;
+    the zero-padded B is read whole, C's tail stored masked."""
+    t = SSE if name == "x86-sse4" else resolve_target(name)
+    need = {"x86-avx512": "avx512f", "x86-avx2": "avx2", "x86-sse4": "sse4.2"}[name]
+    if not HOST.has(need):
+        pytest.skip(f"{name} code runs on an {need} host (this one: {HOST.name})")
+    cases = [(256, 64, "n", True), (600, 33, None, False), (21, 7, "n", False), (100, 512, "n", True), (500, 9, "n", True)]
+    m = ir.Module()
+    m.triple = t.triple
+    for i, (N, K, bias, res) in enumerate(cases):
+        emit_gemm(m, f"w{i}", t, 1, N, K, b_layout="wide", bias=bias, residual=res, activation="none")
+    fns = jit(m, t, [f"w{i}" for i in range(len(cases))])
+    for i, (N, K, bias, res) in enumerate(cases):
+        A, W = rng.standard_normal((1, K)), rng.standard_normal((K, N)) / np.sqrt(K)
+        bv, R = rng.standard_normal(N), rng.standard_normal((1, N))
+        ref = A @ W + (bv if bias else 0) + (R if res else 0)
+        C = aligned(np.full((1, N), np.nan))
+        AA, Bp, bb, RR = aligned(A), aligned(pack_gemv_b(W, t)), aligned(bv), aligned(R)
+        fns[f"w{i}"](ptr(AA), ptr(Bp), ptr(bb) if bias else None, ptr(RR) if res else None, ptr(C), None)
+        np.testing.assert_allclose(C, ref, rtol=1e-4, atol=1e-5, err_msg=f"{t.name} {cases[i]}")
 
 
 def _asm(target, M, N, K):
