@@ -5,8 +5,9 @@ Weights: per-channel (per output channel) symmetric int8, scale ``max|w| / 127``
 to at most 126 in magnitude, so AVX2 without VNNI can run ``vpmaddubsw`` (twice the products of the
 exact int16 ``vpmaddwd``) without saturating, at some accuracy cost. Biases: int32 at
 ``x_scale * w_scale``. Activations: per-tensor asymmetric u8 (a zero point, so ReLU outputs use the
-whole range), from the calibration range of each value: ``minmax`` (observed extremes) or
-``percentile`` (the ``percentile``-th of |values| on each side, clipping rare outliers). A graph output
+whole range), from the calibration range of each value (``calibration.py``: ``minmax``, ``percentile``,
+``mse``, ``entropy``). ``bias_correction`` takes the mean error the int8 weights add to each output
+channel, on the calibration inputs' mean, out of the bias (Nagel et al. 2019). A graph output
 made by a Gemm/MatMul (the logits) stays float: its accumulator is dequantized, as in ONNX Runtime's
 and PyTorch's int8 models (8-bit logits saturate and cost the MLP 0.3% of its top-1 agreement),
 unless ``requantize_outputs`` asks for u8; other outputs (a conv's, an add's) are requantized. The result
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .calibration import METHODS, ChannelMean, Observer, bias_shift, u8_params
 from .errors import CuvilError
 from .interpreter import run_reference
 from .ir.dtypes import DType
@@ -38,12 +40,12 @@ from .passes.fold_constants import fold_constants
 from .passes.fuse_qdq import FLOAT_OUT, fuse_qdq
 from .passes.rewrite import Names, as_constant, rebuild
 
-METHODS = ("minmax", "percentile")
+DEFAULT_METHOD = "minmax"  # calibration: the best measured on the zoo (docs/quantization.md)
+DEFAULT_BIAS_CORRECTION = True  # as measured there: lower mean error on every zoo model
 ANCHORS = ("Conv", "Gemm", "MatMul", "Add")
 ACTIVATIONS = ("Relu", "Clip")
 PASS_THROUGH = ("MaxPool", "Flatten", "Reshape")  # output keeps the input's parameters
 WEIGHT_MAX = {False: 127, True: 63}  # |w| bound by reduce_range
-SAMPLE = 200_000  # values kept per tensor for percentiles
 CHUNK = 16  # calibration inputs run through the interpreter at once
 
 
@@ -61,7 +63,7 @@ class LayerError:
 
 @dataclass(frozen=True)
 class QuantizationReport:
-    method: str
+    method: str  # the calibration method, and "bias correction" where it was on
     layers: tuple[LayerError, ...]
     top1_agreement: float  # fraction of calibration inputs whose argmax is unchanged
     output_rel_rms: float
@@ -70,7 +72,7 @@ class QuantizationReport:
         lines = [f"{'layer':40} {'op':7} {'rel. RMS':>9} {'SQNR dB':>8}"]
         lines += [f"{e.node[:40]:40} {e.op:7} {e.rel_rms:9.4f} {e.sqnr_db:8.1f}" for e in self.layers]
         lines.append(f"output: rel. RMS {self.output_rel_rms:.4f}, top-1 agreement {self.top1_agreement:.1%} "
-                     f"({self.method} calibration)")
+                     f"({self.method})")
         return "\n".join(lines)
 
 
@@ -80,38 +82,7 @@ class QuantizedModel:
     report: QuantizationReport
 
 
-# --- calibration -----------------------------------------------------------------------------------
-class _Range:
-    def __init__(self) -> None:
-        self.lo, self.hi = math.inf, -math.inf
-        self.sample: list[np.ndarray] = []
-        self.rng = np.random.default_rng(0)
-
-    def add(self, v: np.ndarray) -> None:
-        flat = np.asarray(v, np.float32).reshape(-1)
-        finite = flat[np.isfinite(flat)]
-        if finite.size:
-            self.lo, self.hi = min(self.lo, float(finite.min())), max(self.hi, float(finite.max()))
-            keep = finite if finite.size <= SAMPLE // 4 else self.rng.choice(finite, SAMPLE // 4, replace=False)
-            self.sample.append(keep)
-
-    def bounds(self, method: str, percentile: float) -> tuple[float, float]:
-        if method == "minmax" or not self.sample:
-            return self.lo, self.hi
-        s = np.concatenate(self.sample)
-        return float(np.percentile(s, 100 - percentile)), float(np.percentile(s, percentile))
-
-
-def _u8_params(lo: float, hi: float) -> tuple[float, int]:
-    """Asymmetric u8 covering [lo, hi] (widened to include 0, as zero must be exact)."""
-    lo, hi = min(lo, 0.0), max(hi, 0.0)
-    if not (math.isfinite(lo) and math.isfinite(hi)) or hi - lo < 1e-12:
-        return 1.0, 0 if lo >= 0 else 255
-    scale = float(np.float32((hi - lo) / 255.0))
-    zp = int(np.clip(np.rint(-lo / scale), 0, 255))
-    return scale, zp
-
-
+# --- calibration inputs ---------------------------------------------------------------------------
 def _batches(graph: Graph, calibration) -> list[dict[str, np.ndarray]]:
     """Calibration inputs as feeds of at most CHUNK samples (batch axis 0); a graph of a fixed batch
     size gets feeds of that size."""
@@ -204,8 +175,8 @@ def _weight(w: np.ndarray, axis: int, qmax: int) -> tuple[np.ndarray, np.ndarray
 
 class _Rewriter:
     def __init__(self, graph: Graph, params: Mapping[str, tuple[float, int]], weight_max: int,
-                 requantize_outputs: bool):
-        self.g, self.params, self.weight_max = graph, params, weight_max
+                 requantize_outputs: bool, means: Mapping[str, np.ndarray]):
+        self.g, self.params, self.weight_max, self.means = graph, params, weight_max, means
         self.requantize_outputs = requantize_outputs
         self.names = Names(graph)
         self.constants = dict(graph.constants)
@@ -256,6 +227,10 @@ class _Rewriter:
                 b = self.constants[n.inputs[2]].astype(np.float64).reshape(-1)
                 if n.op == "Gemm":
                     b = b * n.attr["beta"]
+                if x in self.means:
+                    wd = wq.astype(np.float64) * np.expand_dims(ws, [d for d in range(w.ndim) if d != axis])
+                    shift = bias_shift(w, wd, self.means[x], axis, n.attr.get("group", 1))
+                    b = b - shift * (n.attr["alpha"] if n.op == "Gemm" else 1.0)
                 bs = (np.float32(x_scale) * ws).astype(np.float32)
                 if b.size == bs.size or b.size == 1:
                     bq = np.rint(b / bs.astype(np.float64)).astype(np.int64)
@@ -297,15 +272,19 @@ def integer_form(graph: Graph) -> Graph:
     return dce(fuse_qdq(fold_constants(graph)))
 
 
-def quantize(graph: Graph, calibration_inputs, *, method: str = "minmax", percentile: float = 99.99,
-             reduce_range: bool = False, requantize_outputs: bool = False) -> QuantizedModel:
+def quantize(graph: Graph, calibration_inputs, *, method: str = DEFAULT_METHOD, percentile: float = 99.99,
+             reduce_range: bool = False, requantize_outputs: bool = False,
+             bias_correction: bool = DEFAULT_BIAS_CORRECTION) -> QuantizedModel:
     """Quantize ``graph`` to int8 from ``calibration_inputs`` (a mapping input name -> array with the
     samples along axis 0, or a sequence of such mappings); returns the QDQ graph and its report.
 
     ``reduce_range``: 7-bit weights (|w| <= 63), the fast form for AVX2 CPUs without VNNI; off by
     default because a bundle is target-independent and full-range weights are more accurate.
     ``requantize_outputs``: graph outputs made by a Gemm/MatMul quantized to u8 and dequantized too
-    (off by default: that last layer emits float, e.g. unsaturated logits)."""
+    (off by default: that last layer emits float, e.g. unsaturated logits).
+    ``method``: how each activation's range is calibrated (``calibration.METHODS``).
+    ``bias_correction``: each Conv/Gemm bias absorbs the mean error its int8 weights add (from the
+    per-channel means of its input on the calibration inputs); a layer without a bias is left as it is."""
     if method not in METHODS:
         raise QuantizationError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if not 50.0 < percentile <= 100.0:
@@ -316,12 +295,17 @@ def quantize(graph: Graph, calibration_inputs, *, method: str = "minmax", percen
     if not groups:
         raise QuantizationError("the graph has no Conv, Gemm, MatMul or Add that int8 can run")
     watched = [v for grp in groups for v in list(grp.anchor.inputs[:1 if grp.anchor.op != "Add" else 2]) + [grp.output]]
-    ranges = {v: _Range() for v in watched}
+    ranges = {v: Observer() for v in watched}
+    means = {grp.anchor.inputs[0]: ChannelMean(1 if grp.anchor.op == "Conv" else -1) for grp in groups
+             if bias_correction and grp.anchor.op != "Add" and len(grp.anchor.inputs) == 3}
     for values in _trace(g, feeds, watched):
         for v in watched:
             ranges[v].add(values[v])
-    params = {v: _u8_params(*r.bounds(method, percentile)) for v, r in ranges.items()}
-    rw = _Rewriter(g, params, WEIGHT_MAX[bool(reduce_range)], bool(requantize_outputs))
+        for v, m in means.items():
+            m.add(values[v])
+    params = {v: u8_params(*r.bounds(method, percentile)) for v, r in ranges.items()}
+    rw = _Rewriter(g, params, WEIGHT_MAX[bool(reduce_range)], bool(requantize_outputs),
+                   {v: m.mean for v, m in means.items()})
     producers = g.producers()
     by_anchor = {grp.anchor.name: grp for grp in groups}
     for n in g.nodes:
@@ -331,7 +315,9 @@ def quantize(graph: Graph, calibration_inputs, *, method: str = "minmax", percen
             params[n.outputs[0]] = params[n.inputs[0]]
             rw.pass_through(n)
     qgraph = rw.build()
-    return QuantizedModel(qgraph, _report(g, qgraph, groups, rw.dq_of, feeds, method))
+    how = ", ".join([f"{method} calibration" + (f" ({percentile:g}th)" if method == "percentile" else "")]
+                    + (["bias correction"] if bias_correction else []))
+    return QuantizedModel(qgraph, _report(g, qgraph, groups, rw.dq_of, feeds, how))
 
 
 def _report(g: Graph, q: Graph, groups, twins, feeds, method) -> QuantizationReport:

@@ -13,6 +13,8 @@ import click
 
 from . import api, native
 from .version import __version__
+from .compiler.calibration import METHODS as CALIBRATION_METHODS
+from .compiler.quantize import DEFAULT_BIAS_CORRECTION, DEFAULT_METHOD
 from .compiler.errors import CuvilError
 from .compiler.printable import printable
 from .compiler.codegen.cpu.threads import MAX_THREADS
@@ -70,13 +72,16 @@ def keygen(out_dir: Path, name: str, force: bool) -> None:
 @click.option("--int8", is_flag=True, help="Quantize to int8 (a QDQ model is taken as it is quantized).")
 @click.option("--calibration", type=_EXISTING, default=None,
               help="Calibration inputs .npz keyed by input name, samples along axis 0 (with --int8).")
-@click.option("--calibration-method", type=click.Choice(["minmax", "percentile"]), default="minmax",
-              show_default=True, help="How activation ranges are chosen.")
+@click.option("--calibration-method", type=click.Choice(CALIBRATION_METHODS), default=DEFAULT_METHOD,
+              show_default=True, help="How activation ranges are chosen (docs/quantization.md).")
 @click.option("--percentile", type=float, default=99.99, show_default=True, help="For --calibration-method percentile.")
+@click.option("--bias-correction/--no-bias-correction", default=DEFAULT_BIAS_CORRECTION, show_default=True,
+              help="Take the mean error of the int8 weights out of each bias (with --calibration).")
 @click.option("--reduce-range", is_flag=True,
               help="7-bit weights (|w| <= 63): faster on AVX2 CPUs without VNNI, a little less accurate (with --calibration).")
 def import_(model: Path, output: Path, key: Path, name: str | None, model_version: str, int8: bool,
-            calibration: Path | None, calibration_method: str, percentile: float, reduce_range: bool) -> None:
+            calibration: Path | None, calibration_method: str, percentile: float, bias_correction: bool,
+            reduce_range: bool) -> None:
     """Import an ONNX model and write it as a signed bundle."""
     graph = api.import_model(model)
     if calibration is not None and not int8:
@@ -84,13 +89,14 @@ def import_(model: Path, output: Path, key: Path, name: str | None, model_versio
     if reduce_range and calibration is None:
         raise CuvilError("--reduce-range is for --int8 --calibration (a QDQ model keeps its own weights)")
     if int8:
-        graph = _int8(graph, calibration, calibration_method, percentile, reduce_range)
+        graph = _int8(graph, calibration, dict(method=calibration_method, percentile=percentile,
+                                               bias_correction=bias_correction, reduce_range=reduce_range))
     done = api.export(graph, output, key, name=name, version=model_version)
     click.echo(f"wrote {done.path} ({done.size} bytes, {done.weight_bytes} weight bytes)")
     click.echo(f"signed by {done.signer}, content {done.content_hash}")
 
 
-def _int8(graph, calibration: Path | None, method: str, percentile: float, reduce_range: bool):
+def _int8(graph, calibration: Path | None, options: dict):
     """The graph quantized from the calibration inputs (printing the per-layer report), or a QDQ
     graph as it is quantized; either in integer form (what devices compile; each scale once)."""
     quantized = any(n.op in ("QuantizeLinear", "QConv", "QMatMul") for n in graph.nodes)
@@ -101,8 +107,7 @@ def _int8(graph, calibration: Path | None, method: str, percentile: float, reduc
         raise CuvilError("--int8 needs --calibration <inputs.npz> for a float model")
     if quantized:
         raise CuvilError("the model is quantized already: leave out --calibration")
-    done = api.quantize(graph, api.read_inputs(graph, npz=calibration), method=method, percentile=percentile,
-                        reduce_range=reduce_range)
+    done = api.quantize(graph, api.read_inputs(graph, npz=calibration), **options)
     click.echo(done.report.format())
     return api.integer_form(done.graph)
 

@@ -34,10 +34,12 @@ class Int8Model:
 
 
 @functools.lru_cache(maxsize=None)  # each test module asks for every model once per test: quantize each once
-def int8_model(name: str, reduce_range: bool = False) -> Int8Model:
-    """``name`` quantized with full-range weights, or 7-bit ones (``reduce_range``)."""
+def int8_model(name: str, reduce_range: bool = False, **options) -> Int8Model:
+    """``name`` quantized with full-range weights, or 7-bit ones (``reduce_range``); ``options`` go to
+    ``quantize`` (``method``, ``bias_correction``, ...), its defaults otherwise."""
     model, example = ZOO[name]()
     fp32 = import_onnx(export_onnx(model, example, dynamic_batch=True))
     shape = tuple(example[0].shape[1:])
-    done = quantize(fp32, {fp32.inputs[0]: np.stack(draws(shape, CALIBRATION, 100))}, reduce_range=reduce_range)
+    done = quantize(fp32, {fp32.inputs[0]: np.stack(draws(shape, CALIBRATION, 100))}, reduce_range=reduce_range,
+                    **options)
     return Int8Model(name, shape, fp32, integer_form(done.graph), done.graph)

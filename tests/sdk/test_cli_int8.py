@@ -56,3 +56,19 @@ def test_import_int8_with_calibration_writes_a_quarter_size_bundle(tmp_path):
     assert "--calibration" in bad and "Traceback" not in bad
     bad = _run("import", qdq, "-o", tmp_path / "x.cuvil", "--key", key, "--int8", "--reduce-range", ok=False)
     assert "--reduce-range" in bad and "Traceback" not in bad
+
+
+def test_calibration_method_and_bias_correction_options(tmp_path):
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    export_onnx(net, (torch.randn(1, 32),), tmp_path / "m.onnx", dynamic_batch=True)
+    np.savez(tmp_path / "calib.npz", input=np.stack(draws((32,), 64, seed=3)))
+    _run("keygen", "--out", tmp_path / "k")
+    args = ["import", tmp_path / "m.onnx", "-o", tmp_path / "i8.cuvil", "--key", tmp_path / "k" / "cuvil.key",
+            "--int8", "--calibration", tmp_path / "calib.npz"]
+    assert "minmax calibration, bias correction)" in _run(*args)  # the defaults
+    out = _run(*args, "--calibration-method", "entropy", "--no-bias-correction")
+    assert "(entropy calibration)" in out
+    assert "(mse calibration, bias correction)" in _run(*args, "--calibration-method", "mse")
+    bad = _run(*args, "--calibration-method", "kl", ok=False)
+    assert "kl" in bad and "Traceback" not in bad
