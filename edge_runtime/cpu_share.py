@@ -5,7 +5,8 @@ Linux counts, per thread, the time it was runnable but waited for a CPU (the sec
 ``/proc/<pid>/task/<tid>/schedstat``). With another process on the second core of a 2-core Zen 4
 this process's threads waited 65-100% of a threaded run's wall time, on free cores 0-4% (the
 worker's wake-ups), so the figure tells a busy machine from a quiet one where the one-minute load
-average (which lags by tens of seconds) cannot. No llvmlite here: a warm start imports this.
+average (which lags by tens of seconds) cannot. Also what runs now, for decisions that cannot time
+anything first. No llvmlite here: a warm start imports this.
 """
 
 from __future__ import annotations
@@ -34,17 +35,49 @@ def waited_s() -> float | None:
 
 
 def cores() -> int:
-    """The CPUs this process may run on (its affinity mask)."""
+    """The CPUs this process may run on (its affinity mask, which a container or taskset narrows)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return os.cpu_count() or 1
 
 
-def room_for(threads: int, load: float | None = None, cpus: int | None = None) -> bool:
-    """True when the last minute's load left ``threads`` CPUs free for this process (load average
-    below ``cpus - threads + 1``: this process itself counts as one while it runs). A lagging,
-    cheap hint, read on a warm start to decide whether a split decision taken on a busy machine
-    is worth taking again now; the check itself then measures (:func:`waited_s`)."""
-    load = os.getloadavg()[0] if load is None else load
-    return load < (cores() if cpus is None else cpus) - threads + 1
+def runnable_now() -> float:
+    """Threads running or waiting for a core at this instant, system-wide, this one included (the
+    4th field of Linux's /proc/loadavg); the 1-minute load average where that file is missing. What
+    decides whether a core is idle for work of milliseconds is now, not the last minute (a
+    benchmark's own process kept the average at 1-1.3 on an otherwise idle 2-core host)."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return float(int(f.read(128).split()[3].split(b"/")[0]))
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def own_running() -> int:
+    """This process's threads running or runnable now (state R in /proc/self/task/*/stat)."""
+    n = 0
+    try:
+        tids = os.listdir(_TASKS)
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"{_TASKS}/{tid}/stat", "rb") as f:
+                n += f.read(512).rsplit(b")", 1)[1].split()[0] == b"R"
+        except (OSError, IndexError):
+            continue
+    return n
+
+
+def room_for(threads: int, others: float | None = None, cpus: int | None = None) -> bool:
+    """True when what other processes run now (``others``, default :func:`runnable_now` less
+    :func:`own_running`: a warm start's own weight check is no other work) leaves ``threads`` CPUs
+    free. One instant's reading, cheap: read on a warm start to decide whether a split decision
+    taken on a busy machine is worth taking again; the check itself then measures (:func:`waited_s`)."""
+    others = max(0.0, runnable_now() - own_running()) if others is None else others
+    return others + threads <= (cores() if cpus is None else cpus)

@@ -39,6 +39,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.poly1305 import Poly1305
 
+from .cpu_share import cores, runnable_now
 from .private import open_regular, read_exactly
 
 MAGIC = b"CUVILSEAL2\n"
@@ -118,34 +119,14 @@ def _poly1305(key: bytes, data: memoryview) -> bytes:
     return Poly1305.generate_tag(key, data)
 
 
-def runnable_now() -> float:
-    """Threads running or waiting for a core at this instant, system-wide, this one included (the
-    4th field of Linux's /proc/loadavg); the 1-minute load average where that file is missing. A
-    check lasts milliseconds: what decides whether a core is idle for it is now, not the last
-    minute (a benchmark's own process kept the average at 1-1.3 on an otherwise idle host, and its
-    checks ran inline behind the code load)."""
-    try:
-        with open("/proc/loadavg", "rb") as f:
-            return float(int(f.read(128).split()[3].split(b"/")[0]))
-    except (OSError, IndexError, ValueError):
-        pass
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return 0.0
-
-
 def tail_check_threads() -> int:
     """Threads that check a tail: the cores this process may run on that nothing else runs on now
     (:func:`runnable_now`, this thread counted as one of them), at most MAX_CHECK_THREADS; 1 on a busy
     machine, where more threads only queue for a core and the caller's wait for them queues again (2
     CPUs at load 11: a ResNet-18 warm start 10 ms slower in wall time with 2 threads and the check
     beside the code load than with neither)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_CHECK_THREADS, int(cores - runnable_now() + 1)))
+    n = cores()
+    return max(1, min(n, MAX_CHECK_THREADS, int(n - runnable_now() + 1)))
 
 
 def _gmac(key: bytes, data: memoryview) -> bytes:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import stat
 from types import SimpleNamespace
 
@@ -116,18 +115,6 @@ def test_the_check_spreads_over_idle_cores_only(monkeypatch, cores, running, wan
     assert sealed.tail_check_threads() == want
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/loadavg"), reason="Linux's /proc/loadavg; elsewhere the load average")
-def test_what_runs_now_counts_this_thread():
-    assert sealed.runnable_now() >= 1
-
-
-def test_without_proc_the_load_average_decides(monkeypatch):
-    def no_file(*args, **kwargs):
-        raise FileNotFoundError("/proc/loadavg")
-
-    monkeypatch.setattr(sealed, "open", no_file, raising=False)  # the module's own name lookup, not the builtin
-    monkeypatch.setattr(sealed.os, "getloadavg", lambda: (7.5, 1.0, 1.0))
-    assert sealed.runnable_now() == 7.5
 
 
 def test_a_check_on_the_callers_thread_runs_once_when_its_result_is_first_asked():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import numpy as np
 import pytest
@@ -89,10 +90,25 @@ def test_only_an_unsettled_decision_is_taken_again_and_only_with_room(settled, a
     assert asked == ([2] if not settled and age_s >= 60 else [])
 
 
-@pytest.mark.parametrize("load, cpus, threads, room", [(0.3, 2, 2, True), (0.99, 2, 2, True), (1.0, 2, 2, False),
-                                                       (2.6, 2, 2, False), (2.5, 4, 2, True), (0.5, 1, 2, False)])
-def test_room_for_the_threads_from_the_load_average(load, cpus, threads, room):
-    assert cpu_share.room_for(threads, load=load, cpus=cpus) is room
+@pytest.mark.parametrize("others, cpus, threads, room", [(0, 2, 2, True), (1, 2, 2, False), (9, 2, 2, False),
+                                                         (2, 4, 2, True), (3, 4, 2, False), (0, 1, 2, False)])
+def test_room_for_the_threads_from_what_else_runs_now(others, cpus, threads, room):
+    assert cpu_share.room_for(threads, others=others, cpus=cpus) is room
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/loadavg"), reason="Linux's /proc/loadavg; elsewhere the load average")
+def test_what_runs_now_counts_this_thread_and_this_process_counts_itself():
+    assert cpu_share.runnable_now() >= 1 and cpu_share.own_running() >= 1  # this thread, running
+
+
+def test_without_proc_the_load_average_decides(monkeypatch):
+    def no_file(*args, **kwargs):
+        raise FileNotFoundError("/proc/loadavg")
+
+    monkeypatch.setattr(cpu_share, "open", no_file, raising=False)  # the module's own name lookup, not the builtin
+    monkeypatch.setattr(cpu_share.os, "getloadavg", lambda: (7.5, 1.0, 1.0))
+    assert cpu_share.runnable_now() == 7.5
+    assert not cpu_share.room_for(2, cpus=2)
 
 
 def test_this_process_waits_are_counted_and_never_decrease():
