@@ -17,21 +17,20 @@ integer ops when it is compiled, and the reference interpreter can run it either
 :func:`integer_form` is the same graph with those patterns fused: what a bundle signs (each scale
 once, a smaller manifest than the QDQ form's) and what devices compile.
 
-The report gives, per quantized layer, the relative RMS error and SQNR of its output against the
-float graph on the calibration inputs, and the top-1 agreement of the outputs.
+``float_layers`` keeps named layers in float (mixed precision); the report (``quantize_report.py``)
+gives per quantized layer the error of its output against the float graph on the calibration
+inputs and, with ``sensitivity``, what it costs the output alone: where to look for that layer.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .calibration import METHODS, ChannelMean, Observer, bias_shift, u8_params
 from .errors import CuvilError
-from .interpreter import run_reference
 from .ir.dtypes import DType
 from .ir.graph import Graph, Node
 from .passes.dce import dce
@@ -39,6 +38,7 @@ from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fold_constants import fold_constants
 from .passes.fuse_qdq import FLOAT_OUT, fuse_qdq
 from .passes.rewrite import Names, as_constant, rebuild
+from .quantize_report import QuantizationReport, measure, trace
 
 DEFAULT_METHOD = "minmax"  # calibration: the best measured on the zoo (docs/quantization.md)
 DEFAULT_BIAS_CORRECTION = True  # as measured there: lower mean error on every zoo model
@@ -51,29 +51,6 @@ CHUNK = 16  # calibration inputs run through the interpreter at once
 
 class QuantizationError(CuvilError):
     """Calibration inputs or options that cannot quantize this graph."""
-
-
-@dataclass(frozen=True)
-class LayerError:
-    node: str
-    op: str
-    rel_rms: float  # ||int8 - fp32|| / ||fp32|| of the layer's output
-    sqnr_db: float
-
-
-@dataclass(frozen=True)
-class QuantizationReport:
-    method: str  # the calibration method, and "bias correction" where it was on
-    layers: tuple[LayerError, ...]
-    top1_agreement: float  # fraction of calibration inputs whose argmax is unchanged
-    output_rel_rms: float
-
-    def format(self) -> str:
-        lines = [f"{'layer':40} {'op':7} {'rel. RMS':>9} {'SQNR dB':>8}"]
-        lines += [f"{e.node[:40]:40} {e.op:7} {e.rel_rms:9.4f} {e.sqnr_db:8.1f}" for e in self.layers]
-        lines.append(f"output: rel. RMS {self.output_rel_rms:.4f}, top-1 agreement {self.top1_agreement:.1%} "
-                     f"({self.method})")
-        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -100,14 +77,6 @@ def _batches(graph: Graph, calibration) -> list[dict[str, np.ndarray]]:
     if not feeds:
         raise QuantizationError("no calibration inputs")
     return feeds
-
-
-def _trace(graph: Graph, feeds: Iterable[Mapping[str, np.ndarray]], names: Sequence[str]):
-    """Run the reference interpreter and yield each feed's values of ``names``."""
-    wanted = [n for n in dict.fromkeys(names) if n not in graph.constants]
-    g = graph.replace(outputs=tuple(dict.fromkeys(list(graph.outputs) + wanted)))
-    for feed in feeds:
-        yield run_reference(g, feed)
 
 
 # --- the rewrite -----------------------------------------------------------------------------------
@@ -272,9 +241,26 @@ def integer_form(graph: Graph) -> Graph:
     return dce(fuse_qdq(fold_constants(graph)))
 
 
+def _rewrite(g: Graph, groups: Sequence[_Group], params: Mapping[str, tuple[float, int]], weight_max: int,
+             requantize_outputs: bool, means: Mapping[str, np.ndarray]) -> tuple[Graph, dict[str, str]]:
+    """The QDQ graph with ``groups`` quantized (every other layer float) and its dequantized twins."""
+    params = dict(params)
+    rw = _Rewriter(g, params, weight_max, requantize_outputs, means)
+    producers = g.producers()
+    by_anchor = {grp.anchor.name: grp for grp in groups}
+    for n in g.nodes:
+        if n.name in by_anchor:
+            rw.group(by_anchor[n.name], producers)
+        elif n.op in PASS_THROUGH and n.inputs[0] in rw.dq_of:
+            params[n.outputs[0]] = params[n.inputs[0]]
+            rw.pass_through(n)
+    return rw.build(), rw.dq_of
+
+
 def quantize(graph: Graph, calibration_inputs, *, method: str = DEFAULT_METHOD, percentile: float = 99.99,
              reduce_range: bool = False, requantize_outputs: bool = False,
-             bias_correction: bool = DEFAULT_BIAS_CORRECTION) -> QuantizedModel:
+             bias_correction: bool = DEFAULT_BIAS_CORRECTION, float_layers: Sequence[str] = (),
+             sensitivity: bool = False) -> QuantizedModel:
     """Quantize ``graph`` to int8 from ``calibration_inputs`` (a mapping input name -> array with the
     samples along axis 0, or a sequence of such mappings); returns the QDQ graph and its report.
 
@@ -284,7 +270,10 @@ def quantize(graph: Graph, calibration_inputs, *, method: str = DEFAULT_METHOD, 
     (off by default: that last layer emits float, e.g. unsaturated logits).
     ``method``: how each activation's range is calibrated (``calibration.METHODS``).
     ``bias_correction``: each Conv/Gemm bias absorbs the mean error its int8 weights add (from the
-    per-channel means of its input on the calibration inputs); a layer without a bias is left as it is."""
+    per-channel means of its input on the calibration inputs); a layer without a bias is left as it is.
+    ``float_layers``: layers (the report's names) kept in float, weights and all; their input is
+    quantized only where an int8 layer reads it too. ``sensitivity``: the report gives each layer's
+    cost alone (one more pass over the calibration inputs a layer)."""
     if method not in METHODS:
         raise QuantizationError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if not 50.0 < percentile <= 100.0:
@@ -294,62 +283,26 @@ def quantize(graph: Graph, calibration_inputs, *, method: str = DEFAULT_METHOD, 
     groups = _groups(g)
     if not groups:
         raise QuantizationError("the graph has no Conv, Gemm, MatMul or Add that int8 can run")
+    unknown = sorted(set(float_layers) - {grp.anchor.name for grp in groups})
+    if unknown:
+        raise QuantizationError(f"float_layers {unknown} are not layers int8 runs here; those are "
+                                f"{', '.join(grp.anchor.name for grp in groups)}")
+    groups = [grp for grp in groups if grp.anchor.name not in float_layers]
+    if not groups:
+        raise QuantizationError("float_layers leaves no layer to quantize")
     watched = [v for grp in groups for v in list(grp.anchor.inputs[:1 if grp.anchor.op != "Add" else 2]) + [grp.output]]
     ranges = {v: Observer() for v in watched}
     means = {grp.anchor.inputs[0]: ChannelMean(1 if grp.anchor.op == "Conv" else -1) for grp in groups
              if bias_correction and grp.anchor.op != "Add" and len(grp.anchor.inputs) == 3}
-    for values in _trace(g, feeds, watched):
+    for values in trace(g, feeds, watched):
         for v in watched:
             ranges[v].add(values[v])
         for v, m in means.items():
             m.add(values[v])
     params = {v: u8_params(*r.bounds(method, percentile)) for v, r in ranges.items()}
-    rw = _Rewriter(g, params, WEIGHT_MAX[bool(reduce_range)], bool(requantize_outputs),
-                   {v: m.mean for v, m in means.items()})
-    producers = g.producers()
-    by_anchor = {grp.anchor.name: grp for grp in groups}
-    for n in g.nodes:
-        if n.name in by_anchor:
-            rw.group(by_anchor[n.name], producers)
-        elif n.op in PASS_THROUGH and n.inputs[0] in rw.dq_of:
-            params[n.outputs[0]] = params[n.inputs[0]]
-            rw.pass_through(n)
-    qgraph = rw.build()
+    options = (WEIGHT_MAX[bool(reduce_range)], bool(requantize_outputs), {v: m.mean for v, m in means.items()})
+    qgraph, twins = _rewrite(g, groups, params, *options)
+    alone = {grp.anchor.name: _rewrite(g, [grp], params, *options)[0] for grp in groups} if sensitivity else None
     how = ", ".join([f"{method} calibration" + (f" ({percentile:g}th)" if method == "percentile" else "")]
                     + (["bias correction"] if bias_correction else []))
-    return QuantizedModel(qgraph, _report(g, qgraph, groups, rw.dq_of, feeds, how))
-
-
-def _report(g: Graph, q: Graph, groups, twins, feeds, method) -> QuantizationReport:
-    """Each layer's output error, int8 (QDQ) against float, over the calibration inputs."""
-    def int8_name(grp) -> str | None:  # a graph output keeps its name (on its dequantized twin if requantized)
-        name = grp.output if grp.output in g.outputs else twins.get(grp.output)
-        return name if name in q.types else None
-
-    names = [n for n in map(int8_name, groups) if n]
-    layer_err: dict[str, list[float]] = {}
-    agree, total, out_err = 0, 0, []
-    floats = _trace(g, feeds, [grp.output for grp in groups])
-    for values, want in zip(_trace(q, feeds, names), floats):
-        for grp in groups:
-            t = int8_name(grp)
-            if t in values:
-                f, d = want[grp.output].astype(np.float64), values[t].astype(np.float64)
-                layer_err.setdefault(grp.anchor.name, [0.0, 0.0])
-                layer_err[grp.anchor.name][0] += float(((d - f) ** 2).sum())
-                layer_err[grp.anchor.name][1] += float((f ** 2).sum())
-        for o in g.outputs:
-            f, d = want[o].astype(np.float64), values[o].astype(np.float64)
-            out_err.append((float(((d - f) ** 2).sum()), float((f ** 2).sum())))
-            if f.ndim >= 2:
-                agree += int((f.argmax(-1) == d.argmax(-1)).sum())
-                total += f.reshape(-1, f.shape[-1]).shape[0]
-    layers = []
-    for grp in groups:
-        if grp.anchor.name in layer_err:
-            e, s = layer_err[grp.anchor.name]
-            rel = math.sqrt(e / s) if s else 0.0
-            layers.append(LayerError(grp.anchor.name, grp.anchor.op, rel, 10 * math.log10(s / e) if e else math.inf))
-    e = sum(x for x, _ in out_err)
-    s = sum(y for _, y in out_err)
-    return QuantizationReport(method, tuple(layers), agree / total if total else 1.0, math.sqrt(e / s) if s else 0.0)
+    return QuantizedModel(qgraph, measure(g, qgraph, groups, twins, feeds, how, tuple(float_layers), alone))

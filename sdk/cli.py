@@ -79,18 +79,24 @@ def keygen(out_dir: Path, name: str, force: bool) -> None:
               help="Take the mean error of the int8 weights out of each bias (with --calibration).")
 @click.option("--reduce-range", is_flag=True,
               help="7-bit weights (|w| <= 63): faster on AVX2 CPUs without VNNI, a little less accurate (with --calibration).")
+@click.option("--float-layer", "float_layers", multiple=True, metavar="NAME",
+              help="Keep this layer (a name in the report) in float; repeatable (with --calibration).")
+@click.option("--sensitivity", is_flag=True,
+              help="Report what each layer costs the output alone (one more calibration pass a layer).")
 def import_(model: Path, output: Path, key: Path, name: str | None, model_version: str, int8: bool,
             calibration: Path | None, calibration_method: str, percentile: float, bias_correction: bool,
-            reduce_range: bool) -> None:
+            reduce_range: bool, float_layers: tuple[str, ...], sensitivity: bool) -> None:
     """Import an ONNX model and write it as a signed bundle."""
     graph = api.import_model(model)
     if calibration is not None and not int8:
         raise CuvilError("--calibration is for --int8")
-    if reduce_range and calibration is None:
-        raise CuvilError("--reduce-range is for --int8 --calibration (a QDQ model keeps its own weights)")
+    for flag, given in (("--reduce-range", reduce_range), ("--float-layer", float_layers), ("--sensitivity", sensitivity)):
+        if given and calibration is None:
+            raise CuvilError(f"{flag} is for --int8 --calibration (a QDQ model keeps its own quantization)")
     if int8:
         graph = _int8(graph, calibration, dict(method=calibration_method, percentile=percentile,
-                                               bias_correction=bias_correction, reduce_range=reduce_range))
+                                               bias_correction=bias_correction, reduce_range=reduce_range,
+                                               float_layers=float_layers, sensitivity=sensitivity))
     done = api.export(graph, output, key, name=name, version=model_version)
     click.echo(f"wrote {done.path} ({done.size} bytes, {done.weight_bytes} weight bytes)")
     click.echo(f"signed by {done.signer}, content {done.content_hash}")

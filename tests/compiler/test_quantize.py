@@ -166,3 +166,29 @@ def test_mse_and_entropy_calibrations_quantize_and_report(float_graph, method):
     assert f"{method} calibration" in done.report.format() and done.report.output_rel_rms < 0.1
     ops = Counter(n.op for n in optimize(done.graph).nodes)
     assert ops["QConv"] == 2 and ops["QMatMul"] == 1
+
+
+def test_sensitivity_names_the_costly_layer_and_float_layers_keeps_it_float():
+    """The input's first feature is 300x the others: its u8 grid leaves the others a few steps, so
+    the first layer alone costs the output most; kept in float, the output error drops."""
+    torch.manual_seed(3)
+    net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+    x = np.stack(draws((16,), 256, 0))
+    x[:, 0] *= 300
+    with torch.no_grad():
+        net[0].weight[:, 0] /= 300  # the large feature weighs like the others
+    g = optimize(import_onnx(export_onnx(net, (torch.randn(1, 16),), dynamic_batch=True)), passes=())
+    first = next(n.name for n in g.nodes if n.op == "Gemm")
+    done = quantize(g, {"input": x}, sensitivity=True)
+    alone = {e.node: e.alone_rel_rms for e in done.report.layers}
+    assert len(alone) == 3 and max(alone, key=alone.get) == first and f"costs most: {first}" in done.report.format()
+    kept = quantize(g, {"input": x}, float_layers=[first])
+    assert kept.report.float_layers == (first,) and first not in {e.node for e in kept.report.layers}
+    assert f"kept in float: {first}" in kept.report.format()
+    assert kept.report.output_rel_rms < 0.5 * done.report.output_rel_rms
+    ops = [n.op for n in optimize(kept.graph).nodes]
+    assert ops.count("QMatMul") == 2 and ops[0] == "FusedGemm"  # the first layer in float, with its ReLU
+    gemm = next(n for n in kept.graph.nodes if n.name == first)
+    assert all(i in g.constants and np.array_equal(kept.graph.constants[i], g.constants[i]) for i in gemm.inputs[1:])
+    with pytest.raises(QuantizationError, match="not layers int8 runs here"):
+        quantize(g, {"input": x}, float_layers=["nope"])

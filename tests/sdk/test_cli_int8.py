@@ -72,3 +72,9 @@ def test_calibration_method_and_bias_correction_options(tmp_path):
     assert "(mse calibration, bias correction)" in _run(*args, "--calibration-method", "mse")
     bad = _run(*args, "--calibration-method", "kl", ok=False)
     assert "kl" in bad and "Traceback" not in bad
+    out = _run(*args, "--sensitivity", "--float-layer", "/2/Gemm")
+    assert "kept in float: /2/Gemm" in out and "costs most: /0/Gemm" in out  # the only int8 layer left
+    model = cuvil.load(tmp_path / "i8.cuvil", trusted_keys=[tmp_path / "k" / "cuvil.pub"])
+    assert [n.op for n in model.graph.nodes if n.op in ("Gemm", "QMatMul")] == ["QMatMul", "Gemm"]
+    bad = _run(*args, "--float-layer", "/9/Gemm", ok=False)
+    assert "/9/Gemm" in bad and "/0/Gemm, /2/Gemm" in bad and "Traceback" not in bad
