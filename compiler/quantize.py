@@ -153,6 +153,7 @@ class _Rewriter:
         self.pre: dict[str, list[Node]] = {}  # node name -> nodes to place before it
         self.post: dict[str, list[Node]] = {}  # node name -> nodes to place after it
         self.rename: dict[str, dict[str, str]] = {}  # node name -> {old input: new input}
+        self.attrs: dict[str, dict[str, object]] = {}  # node name -> attributes to change
 
     def qdq(self, value: str, params: tuple[float, int], before: str | None, after: str | None) -> str:
         if value in self.dq_of:
@@ -206,6 +207,8 @@ class _Rewriter:
                     if np.all(np.abs(bq) < 2**31 - 1):
                         new_inputs[n.inputs[2]] = self.const_dq(n.inputs[2], bq.astype(np.int32),
                                                                 np.broadcast_to(bs, bq.shape).copy(), 0, n.name)
+                        if n.op == "Gemm" and n.attr["beta"] != 1.0:  # the quantized bias holds beta * b
+                            self.attrs[n.name] = {"beta": 1.0}
         self.rename[n.name] = new_inputs
         if self.requantize_outputs or not _float_output(self.g, grp):
             self.qdq(grp.output, self.params[grp.output], before=None, after=grp.last.name)
@@ -224,7 +227,8 @@ class _Rewriter:
         for n in self.g.nodes:
             nodes += self.pre.get(n.name, [])
             ren = self.rename.get(n.name) or ({} if n.name in inserted else self.dq_of)
-            nodes.append(n.replace(inputs=tuple(ren.get(i, i) for i in n.inputs)))
+            attrs = {**n.attr, **self.attrs.get(n.name, {})}
+            nodes.append(n.replace(inputs=tuple(ren.get(i, i) for i in n.inputs), attrs=attrs))
             nodes += self.post.get(n.name, [])
         swap = {}
         for o in self.g.outputs:

@@ -192,3 +192,26 @@ def test_sensitivity_names_the_costly_layer_and_float_layers_keeps_it_float():
     assert all(i in g.constants and np.array_equal(kept.graph.constants[i], g.constants[i]) for i in gemm.inputs[1:])
     with pytest.raises(QuantizationError, match="not layers int8 runs here"):
         quantize(g, {"input": x}, float_layers=["nope"])
+
+
+def test_a_gemm_with_alpha_and_beta_keeps_its_bias_once():
+    """The quantized bias holds beta * b, so the Gemm's beta becomes 1 (it multiplied the bias twice
+    before) and the pattern fuses to a QMatMul; bias correction works in the same units."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((8, 16)).astype(np.float32), 3 * rng.standard_normal(8).astype(np.float32)
+    node = helper.make_node("Gemm", ["input", "W", "b"], ["output"], transB=1, alpha=2.0, beta=0.5)
+    proto = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 8])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")]), opset_imports=[helper.make_opsetid("", 17)])
+    g = import_onnx(onnx.load_from_string(proto.SerializeToString()))
+    x = {"input": rng.standard_normal((64, 16)).astype(np.float32) + 0.5}
+    want = 2.0 * x["input"] @ w.T + 0.5 * b
+    for on in (False, True):
+        q = quantize(g, x, bias_correction=on).graph
+        got = run_reference(q, x)["output"]
+        assert np.linalg.norm(got - want) < 0.02 * np.linalg.norm(want)
+        assert [n.op for n in optimize(q).nodes][-1] == "QMatMul"
