@@ -5,8 +5,9 @@ QConv (one group) and QMatMul with constant weights run the integer GEMM of ``co
 with the instruction set's dot product (``codegen/int_dot.py``): weights packed once into its 4-byte
 units (byte quads, or int16 pairs for ``avx2-wd``) plus their row or column sums, activations packed
 per run into scratch (a conv's im2col) in the units and byte encoding the dot product wants. The zero point is taken out afterwards, exactly:
-``sum((x - zp) * w) = sum(x_enc * w) - zp_enc * sum(w)``. Grouped convs and weights computed at
-run time go to ``quant_grouped.py``; QMatMul's direct loops take weights computed at run time.
+``sum((x - zp) * w) = sum(x_enc * w) - zp_enc * sum(w)``. On ``vpdpbusd`` a conv with wide output
+rows skips the im2col and reads its taps in place (``quant_direct.py``), the same weight rows and
+epilogue. Grouped convs and weights computed at run time go to ``quant_grouped.py``; QMatMul's direct loops take weights computed at run time.
 Every path requantizes with ``codegen/quant_math.py``, bit for bit the reference's float32 arithmetic.
 """
 
@@ -27,6 +28,7 @@ from ..int_dot import Dot, choose_dot, pairs_bounded
 from ..int_gemm import GemmGeometry, emit_int_gemm, padded_cols, store_bytes
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
+from .quant_direct import DIRECT, direct_ok, direct_scratch, emit_direct_qconv
 from .quant_dwrows import DWROWS, dwrows_ok, dwrows_scratch, emit_dwrows_qconv, pack_dwrows
 from .quant_depthwise import LANES, emit_lanes_qconv, lanes_ok, lanes_scratch, pack_lanes
 from .quant_grouped import emit_grouped_qconv, grouped_scratch, valid_span
@@ -64,7 +66,8 @@ def _dot_of(key: KernelKey, target: Target, prefix: str = QUADS) -> Dot | None:
 def _requant_epilogue(ctx: KernelContext, a, prefix: str, m_values: np.ndarray, per_row: bool, rows_sums,
                       bias, zp_enc: int, out_row: ir.Value, cols: int, dot: Dot):
     """The epilogue: + bias - zp_enc * sum(w), times the multiplier, saturated, stored as bytes (or,
-    in the float-output form, stored as float32)."""
+    in the float-output form, stored as float32). Its ``partial``: True (``cols - col`` lanes valid),
+    False (all), or the count of valid lanes."""
     vl = dot.vl
     vt = dot.lanes_type
     ft = ir.VectorType(h.F32, vl)
@@ -89,7 +92,7 @@ def _requant_epilogue(ctx: KernelContext, a, prefix: str, m_values: np.ndarray, 
             mult = (b.load(b.bitcast(gep(b, mtab, colv), ft.as_pointer()), align=4) if mtab is not None
                     else h.const(ft, float(m_values[0])))
         q = qm.finish(b, acc, mult, a)
-        valid = (cols - col) if partial else None
+        valid = partial if not isinstance(partial, bool) else (cols - col) if partial else None
         store_bytes(b, q, gep(b, out_row(b, row), colv), valid)
 
     return epilogue
@@ -120,6 +123,9 @@ def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
         m = key.in_types[1].shape[0]
         dot = choose_dot(target, pairs_bounded(arr.reshape(m, -1))) if i == 1 else None
         return pack_rows(key, i, arr, dot, _zp_enc(key, dot) if dot else 0)
+    if i == 1 and direct_ok(key, target):
+        dot = choose_dot(target, False)
+        return _pack_broadcast_rows(_conv_rows(arr, dot.per_unit), dot, DIRECT)
     if i == 1 and _conv_gemm_ok(key):
         dot = choose_dot(target, pairs_bounded(_gemm_rows(key, arr, 4)))
         prefix = TAPS if taps_ok(key, dot.per_unit) else QUADS
@@ -206,6 +212,9 @@ def _qconv_scratch(key: KernelKey, target: Target) -> int:
     taps = _dot_of(key, target, TAPS)
     if taps is not None:
         return taps_scratch(key, taps)
+    in_place = _dot_of(key, target, DIRECT)
+    if in_place is not None:
+        return direct_scratch(key, in_place)
     dot = _dot_of(key, target)
     if _lanes_packed(key):
         return lanes_scratch(key, target)
@@ -295,8 +304,9 @@ def _im2col_quads(ctx: KernelContext, plan: _ConvPlan, quads: ir.Value, fill: in
     return b.bitcast(cols, h.I8P)
 
 
-def _qconv_gemm(ctx: KernelContext, dot: Dot, taps: bool = False) -> None:
-    """The im2col GEMM; with ``taps``, units of neighbouring taps (``quant_taps.py``)."""
+def _qconv_gemm(ctx: KernelContext, dot: Dot, taps: bool = False, in_place: bool = False) -> None:
+    """The im2col GEMM; with ``taps``, units of neighbouring taps (``quant_taps.py``); ``in_place``:
+    the taps read in place (``quant_direct.py``)."""
     a, b = ctx.attrs, ctx.b
     plan = _conv_plan(ctx.key, dot)
     geo = taps_geometry(ctx.key, dot) if taps else plan.geo
@@ -309,15 +319,18 @@ def _qconv_gemm(ctx: KernelContext, dot: Dot, taps: bool = False) -> None:
     bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
     mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
     with h.for_range(b, n_img, name="n") as n:
-        if taps:
-            vptr = emit_taps_im2col(ctx, dot, n, flip, fill, _fill_word(fill, dot.per_unit))
-        else:
-            quads = _channel_quads(ctx, plan, n, flip, fill)
-            vptr = b.bitcast(quads, h.I8P) if plan.direct else _im2col_quads(ctx, plan, quads, fill)
         out_img = gep(b, ctx.outs[0], b.mul(n, h.i64(m * geo.cols)))
         epi = _requant_epilogue(ctx, a, "w", mvals, True, sums, bias, zp_enc,
                                 lambda bb, row: gep(bb, out_img, bb.mul(row, h.i64(geo.cols))), geo.cols, dot)
-        emit_int_gemm(b, dot, ctx.target, geo, wq, vptr, epi)
+        if in_place:
+            emit_direct_qconv(ctx, dot, n, flip, fill, wq, epi)
+        else:
+            if taps:
+                vptr = emit_taps_im2col(ctx, dot, n, flip, fill, _fill_word(fill, dot.per_unit))
+            else:
+                quads = _channel_quads(ctx, plan, n, flip, fill)
+                vptr = b.bitcast(quads, h.I8P) if plan.direct else _im2col_quads(ctx, plan, quads, fill)
+            emit_int_gemm(b, dot, ctx.target, geo, wq, vptr, epi)
 
 
 def _qconv_rows(ctx: KernelContext, dot: Dot) -> None:
@@ -342,6 +355,8 @@ def emit_qconv(ctx: KernelContext) -> None:
         _qconv_rows(ctx, rows)
     elif taps is not None:
         _qconv_gemm(ctx, taps, taps=True)
+    elif (in_place := _dot_of(ctx.key, ctx.target, DIRECT)) is not None:
+        _qconv_gemm(ctx, in_place, in_place=True)
     elif dot is not None and _conv_gemm_ok(ctx.key):
         _qconv_gemm(ctx, dot)
     elif _lanes_packed(ctx.key):
