@@ -1,14 +1,14 @@
-"""Quant family kernels with integer dot products: QConv, QMatMul (QuantizeLinear, DequantizeLinear and
-QAdd, element by element, are in ``quant_elementwise.py``).
+"""QConv with integer dot products (QMatMul is in ``quant_matmul.py``; QuantizeLinear, DequantizeLinear
+and QAdd, element by element, in ``quant_elementwise.py``).
 
-QConv (one group) and QMatMul with constant weights run the integer GEMM of ``codegen/int_gemm.py``
-with the instruction set's dot product (``codegen/int_dot.py``): weights packed once into its 4-byte
-units (byte quads, or int16 pairs for ``avx2-wd``) plus their row or column sums, activations packed
-per run into scratch (a conv's im2col) in the units and byte encoding the dot product wants. The zero point is taken out afterwards, exactly:
-``sum((x - zp) * w) = sum(x_enc * w) - zp_enc * sum(w)``. On ``vpdpbusd`` a conv with wide output
-rows skips the im2col and reads its taps in place (``quant_direct.py``), the same weight rows and
-epilogue. Grouped convs and weights computed at run time go to ``quant_grouped.py``; QMatMul's direct loops take weights computed at run time.
-Every path requantizes with ``codegen/quant_math.py``, bit for bit the reference's float32 arithmetic.
+QConv (one group) with constant weights runs the integer GEMM of ``codegen/int_gemm.py`` with the
+instruction set's dot product (``codegen/int_dot.py``): weights packed once into its 4-byte units
+(byte quads, or int16 pairs for ``avx2-wd``) plus their row sums, activations packed per run into
+scratch (the im2col) in the units and byte encoding the dot product wants. The zero point is taken
+out afterwards, exactly: ``sum((x - zp) * w) = sum(x_enc * w) - zp_enc * sum(w)`` (``quant_units.py``).
+On ``vpdpbusd`` a conv with wide output rows skips the im2col and reads its taps in place
+(``quant_direct.py``), the same weight rows and epilogue. Grouped convs and weights computed at run
+time go to ``quant_grouped.py``. Every path requantizes with ``codegen/quant_math.py``, bit for bit the reference's float32 arithmetic.
 """
 
 from __future__ import annotations
@@ -19,13 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-from ....ir.dtypes import DType
 from ....ops.quant import multiplier
 from ....target import Target
 from ... import irhelpers as h
-from ... import quant_math as qm
 from ..int_dot import Dot, choose_dot, pairs_bounded
-from ..int_gemm import GemmGeometry, emit_int_gemm, padded_cols, store_bytes
+from ..int_gemm import GemmGeometry, emit_int_gemm, padded_cols
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
 from .quant_direct import DIRECT, direct_ok, direct_scratch, emit_direct_qconv
@@ -34,71 +32,10 @@ from .quant_depthwise import LANES, emit_lanes_qconv, lanes_ok, lanes_scratch, p
 from .quant_grouped import emit_grouped_qconv, grouped_scratch, valid_span
 from .quant_rows import ROWS, emit_rows_qconv, pack_rows, rows_ok, rows_scratch
 from .quant_taps import TAPS, emit_taps_im2col, taps_geometry, taps_ok, taps_rows, taps_scratch
+from .quant_units import QUADS, dot_of, encoding, requant_epilogue, sums_bytes
 from .quant_winograd import F2X2_LAYOUT, emit_winograd_qconv, pack_winograd, winograd_ok, winograd_scratch
 
-QUADS = "quads:"  # + the Dot kind the packing was made for
-SUMS_BYTES_ALIGN = 64
 
-
-# --- shared by QConv and QMatMul -------------------------------------------------------------------
-def _encoding(x_dtype: DType, dot: Dot) -> tuple[bool, int]:
-    """(flip the sign bit of each activation byte, what that adds to the zero point)."""
-    if x_dtype is DType.I8 and not dot.u_signed:
-        return True, 128
-    if x_dtype is DType.U8 and dot.u_signed:
-        return True, -128
-    return False, 0
-
-
-def _sums_bytes(n: int) -> int:
-    return -(-4 * n // SUMS_BYTES_ALIGN) * SUMS_BYTES_ALIGN
-
-
-def _dot_of(key: KernelKey, target: Target, prefix: str = QUADS) -> Dot | None:
-    layout = key.packed[1]
-    if not layout or not layout.startswith(prefix):
-        return None
-    kind = layout[len(prefix):]
-    dot = choose_dot(target, kind == "avx2-ubsw")
-    return dot if dot.kind == kind else None
-
-
-def _requant_epilogue(ctx: KernelContext, a, prefix: str, m_values: np.ndarray, per_row: bool, rows_sums,
-                      bias, zp_enc: int, out_row: ir.Value, cols: int, dot: Dot):
-    """The epilogue: + bias - zp_enc * sum(w), times the multiplier, saturated, stored as bytes (or,
-    in the float-output form, stored as float32). Its ``partial``: True (``cols - col`` lanes valid),
-    False (all), or the count of valid lanes."""
-    vl = dot.vl
-    vt = dot.lanes_type
-    ft = ir.VectorType(h.F32, vl)
-    mtab = qm.table(ctx.b, f"{ctx.name}.m", m_values, h.F32) if m_values.size > 1 else None
-
-    def lanes(b, ptr, col):
-        return b.load(b.bitcast(gep(b, ptr, col), vt.as_pointer()), align=4)
-
-    def epilogue(b, row, col, acc, partial):
-        colv = h.i64(col) if isinstance(col, int) else col
-        if per_row:
-            comp = b.mul(h.load(b, rows_sums, row), h.const(h.I32, -zp_enc))
-            if bias is not None:
-                comp = b.add(comp, h.load(b, bias, row))
-            acc = b.add(acc, qm.splat_value(b, comp, vt))
-            mult = qm.splat_value(b, h.load(b, mtab, row), ft) if mtab is not None else h.const(ft, float(m_values[0]))
-        else:
-            comp = b.mul(lanes(b, rows_sums, colv), h.const(vt, -zp_enc))
-            if bias is not None:
-                comp = b.add(comp, lanes(b, bias, colv))
-            acc = b.add(acc, comp)
-            mult = (b.load(b.bitcast(gep(b, mtab, colv), ft.as_pointer()), align=4) if mtab is not None
-                    else h.const(ft, float(m_values[0])))
-        q = qm.finish(b, acc, mult, a)
-        valid = partial if not isinstance(partial, bool) else (cols - col) if partial else None
-        store_bytes(b, q, gep(b, out_row(b, row), colv), valid)
-
-    return epilogue
-
-
-# --- QConv ----------------------------------------------------------------------------------------
 def _conv_gemm_ok(key: KernelKey) -> bool:
     return dict(key.attrs)["group"] == 1 and key.packed[1] is not None and len(key.in_types[0].shape) == 4
 
@@ -140,7 +77,7 @@ def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
 
 def _zp_enc(key: KernelKey, dot: Dot) -> int:
     """The activations' zero point in the encoding ``dot`` reads."""
-    return dict(key.attrs)["x_zero_point"] + _encoding(key.in_types[0].dtype, dot)[1]
+    return dict(key.attrs)["x_zero_point"] + encoding(key.in_types[0].dtype, dot)[1]
 
 
 def _lanes_packed(key: KernelKey) -> bool:
@@ -159,7 +96,7 @@ def _pack_broadcast_rows(rows: np.ndarray, dot: Dot, prefix: str = QUADS):
     k4 = -(-k // dot.per_unit)
     quads = np.zeros((m, dot.per_unit * k4), dot.unit_dtype)
     quads[:, :k] = rows
-    sums = np.zeros(_sums_bytes(m) // 4, np.int32)
+    sums = np.zeros(sums_bytes(m) // 4, np.int32)
     sums[:m] = rows.astype(np.int64).sum(axis=1)
     return prefix + dot.kind, np.concatenate([sums.view(np.uint8), quads.view(np.uint8).reshape(-1)])
 
@@ -203,19 +140,19 @@ def _conv_plan(key: KernelKey, dot: Dot) -> _ConvPlan:
 def _qconv_scratch(key: KernelKey, target: Target) -> int:
     if key.packed[1] == F2X2_LAYOUT:
         return winograd_scratch(key, target)
-    rows = _dot_of(key, target, ROWS)
+    rows = dot_of(key, target, ROWS)
     if rows is not None:
         return rows_scratch(key, rows)
-    dw = _dot_of(key, target, DWROWS)
+    dw = dot_of(key, target, DWROWS)
     if dw is not None:
         return dwrows_scratch(key, dw)
-    taps = _dot_of(key, target, TAPS)
+    taps = dot_of(key, target, TAPS)
     if taps is not None:
         return taps_scratch(key, taps)
-    in_place = _dot_of(key, target, DIRECT)
+    in_place = dot_of(key, target, DIRECT)
     if in_place is not None:
         return direct_scratch(key, in_place)
-    dot = _dot_of(key, target)
+    dot = dot_of(key, target)
     if _lanes_packed(key):
         return lanes_scratch(key, target)
     if dot is None or not _conv_gemm_ok(key):
@@ -311,16 +248,16 @@ def _qconv_gemm(ctx: KernelContext, dot: Dot, taps: bool = False, in_place: bool
     plan = _conv_plan(ctx.key, dot)
     geo = taps_geometry(ctx.key, dot) if taps else plan.geo
     n_img, m = ctx.out_shape[0], ctx.out_shape[1]
-    flip, shift = _encoding(ctx.in_types[0].dtype, dot)
+    flip, shift = encoding(ctx.in_types[0].dtype, dot)
     zp_enc = a["x_zero_point"] + shift
     fill = zp_enc & 0xFF
     sums = b.bitcast(ctx.ins[1], h.I32.as_pointer())
-    wq = gep(b, ctx.ins[1], _sums_bytes(m))
+    wq = gep(b, ctx.ins[1], sums_bytes(m))
     bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
     mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
     with h.for_range(b, n_img, name="n") as n:
         out_img = gep(b, ctx.outs[0], b.mul(n, h.i64(m * geo.cols)))
-        epi = _requant_epilogue(ctx, a, "w", mvals, True, sums, bias, zp_enc,
+        epi = requant_epilogue(ctx, a, "w", mvals, True, sums, bias, zp_enc,
                                 lambda bb, row: gep(bb, out_img, bb.mul(row, h.i64(geo.cols))), geo.cols, dot)
         if in_place:
             emit_direct_qconv(ctx, dot, n, flip, fill, wq, epi)
@@ -335,7 +272,7 @@ def _qconv_gemm(ctx: KernelContext, dot: Dot, taps: bool = False, in_place: bool
 
 def _qconv_rows(ctx: KernelContext, dot: Dot) -> None:
     plan = _conv_plan(ctx.key, dot)
-    flip, _ = _encoding(ctx.in_types[0].dtype, dot)
+    flip, _ = encoding(ctx.in_types[0].dtype, dot)
     fill = _zp_enc(ctx.key, dot) & 0xFF
     with h.for_range(ctx.b, ctx.out_shape[0], name="n") as n:
         emit_rows_qconv(ctx, dot, _channel_quads(ctx, plan, n, flip, fill), n)
@@ -343,19 +280,19 @@ def _qconv_rows(ctx: KernelContext, dot: Dot) -> None:
 
 @kernel("QConv", pack=_pack_qconv, scratch=_qconv_scratch)
 def emit_qconv(ctx: KernelContext) -> None:
-    dot = _dot_of(ctx.key, ctx.target)
-    rows = _dot_of(ctx.key, ctx.target, ROWS)
-    dw = _dot_of(ctx.key, ctx.target, DWROWS)
-    taps = _dot_of(ctx.key, ctx.target, TAPS)
+    dot = dot_of(ctx.key, ctx.target)
+    rows = dot_of(ctx.key, ctx.target, ROWS)
+    dw = dot_of(ctx.key, ctx.target, DWROWS)
+    taps = dot_of(ctx.key, ctx.target, TAPS)
     if ctx.key.packed[1] == F2X2_LAYOUT:
         emit_winograd_qconv(ctx)
     elif dw is not None:
-        emit_dwrows_qconv(ctx, dw, _encoding(ctx.in_types[0].dtype, dw)[0], _zp_enc(ctx.key, dw))
+        emit_dwrows_qconv(ctx, dw, encoding(ctx.in_types[0].dtype, dw)[0], _zp_enc(ctx.key, dw))
     elif rows is not None:
         _qconv_rows(ctx, rows)
     elif taps is not None:
         _qconv_gemm(ctx, taps, taps=True)
-    elif (in_place := _dot_of(ctx.key, ctx.target, DIRECT)) is not None:
+    elif (in_place := dot_of(ctx.key, ctx.target, DIRECT)) is not None:
         _qconv_gemm(ctx, in_place, in_place=True)
     elif dot is not None and _conv_gemm_ok(ctx.key):
         _qconv_gemm(ctx, dot)
@@ -363,95 +300,3 @@ def emit_qconv(ctx: KernelContext) -> None:
         emit_lanes_qconv(ctx)
     else:
         emit_grouped_qconv(ctx)
-
-
-# --- QMatMul --------------------------------------------------------------------------------------
-def _pack_qmatmul(key: KernelKey, i: int, arr: np.ndarray, target: Target):
-    k, n = key.in_types[1].shape
-    if len(key.in_types) == 3 and key.packed[2] != "const":
-        return None  # a bias computed at run time takes the direct loops, which read plain weights
-    if i == 1:
-        dot = choose_dot(target, pairs_bounded(arr.T))
-        per = dot.per_unit
-        k4, cols_pad = -(-k // per), -(-n // dot.vl) * dot.vl
-        quads = np.zeros((per * k4, cols_pad), dot.unit_dtype)
-        quads[:k, :n] = arr
-        vec = quads.reshape(k4, per, cols_pad).transpose(0, 2, 1)  # [k4][cols][per]
-        sums = np.zeros(_sums_bytes(cols_pad) // 4, np.int32)
-        sums[:n] = arr.astype(np.int64).sum(axis=0)
-        return QUADS + dot.kind, np.concatenate([sums.view(np.uint8), np.ascontiguousarray(vec).view(np.uint8).reshape(-1)])
-    if i == 2:
-        padded = np.zeros(-(-n // 16) * 16, np.int32)
-        padded[:n] = arr
-        return "padded", padded
-    return None
-
-
-def _matmul_geometry(key: KernelKey, dot: Dot) -> GemmGeometry:
-    k, n = key.in_types[1].shape
-    rows = math.prod(key.in_types[0].shape[:-1])
-    return GemmGeometry(rows=rows, cols=n, cols_pad=-(-n // dot.vl) * dot.vl, k4=-(-k // dot.per_unit),
-                        vec_is_u=False)
-
-
-def _qmatmul_scratch(key: KernelKey, target: Target) -> int:
-    dot = _dot_of(key, target)
-    if dot is None or (len(key.in_types) == 3 and key.packed[2] != "padded"):
-        return 0
-    geo = _matmul_geometry(key, dot)
-    return geo.rows * 4 * geo.k4 + 64
-
-
-def _qmatmul_gemm(ctx: KernelContext, dot: Dot) -> None:
-    a, b = ctx.attrs, ctx.b
-    geo = _matmul_geometry(ctx.key, dot)
-    k = ctx.shape(1)[0]
-    flip, shift = _encoding(ctx.in_types[0].dtype, dot)
-    zp_enc = a["a_zero_point"] + shift
-    per = dot.per_unit
-    elem = ir.IntType(32 // per)
-    rows_in = b.bitcast(ctx.scratch, elem.as_pointer())
-    h.memset0(b, ctx.scratch, geo.rows * 4 * geo.k4)  # K's padding: its weights are zero
-    with h.loop_nest(b, (geo.rows, k), name="a") as (r, kk):
-        v = h.load(b, ctx.ins[0], b.add(b.mul(r, h.i64(k)), kk))
-        if flip:
-            v = b.xor(v, ir.Constant(h.I8, 0x80))
-        h.store(b, v if per == 4 else b.zext(v, elem), rows_in, b.add(b.mul(r, h.i64(per * geo.k4)), kk))
-    sums = b.bitcast(ctx.ins[1], h.I32.as_pointer())
-    bq = gep(b, ctx.ins[1], _sums_bytes(geo.cols_pad))
-    bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
-    mvals = multiplier(a["a_scale"], a["b_scale"], a["y_scale"])
-    if mvals.size > 1:
-        mvals = np.concatenate([mvals, np.ones(geo.cols_pad - mvals.size, np.float32)])
-    epi = _requant_epilogue(ctx, a, "b", mvals, False, sums, bias, zp_enc,
-                            lambda bb, row: gep(bb, ctx.outs[0], bb.mul(row, h.i64(geo.cols))), geo.cols, dot)
-    emit_int_gemm(b, dot, ctx.target, geo, ctx.scratch, bq, epi)
-
-
-def _qmatmul_direct(ctx: KernelContext) -> None:
-    a, b = ctx.attrs, ctx.b
-    k, n = ctx.shape(1)
-    rows = math.prod(ctx.shape(0)[:-1])
-    dtype = ctx.in_types[0].dtype
-    mvals = multiplier(a["a_scale"], a["b_scale"], a["y_scale"])
-    az = h.const(h.I32, a["a_zero_point"])
-    with h.loop_nest(b, (rows, n)) as (r, col):
-        init = h.load(b, ctx.ins[2], col) if len(ctx.in_types) == 3 else h.const(h.I32, 0)
-
-        def step(acc, kk):
-            xv = b.sub(qm.widen(b, h.load(b, ctx.ins[0], b.add(b.mul(r, h.i64(k)), kk)), dtype), az)
-            wv = b.sext(h.load(b, ctx.ins[1], b.add(b.mul(kk, h.i64(n)), col)), h.I32)
-            return b.add(acc, b.mul(xv, wv))
-
-        acc = h.reduce_range(b, k, init, step, name="k")
-        mult = qm.channel_value(b, mvals, h.F32, col, f"{ctx.name}.m")
-        h.store(b, qm.finish(b, acc, mult, a), ctx.outs[0], b.add(b.mul(r, h.i64(n)), col))
-
-
-@kernel("QMatMul", pack=_pack_qmatmul, scratch=_qmatmul_scratch)
-def emit_qmatmul(ctx: KernelContext) -> None:
-    dot = _dot_of(ctx.key, ctx.target)
-    if dot is not None and (len(ctx.in_types) == 2 or ctx.key.packed[2] == "padded"):
-        _qmatmul_gemm(ctx, dot)
-    else:
-        _qmatmul_direct(ctx)

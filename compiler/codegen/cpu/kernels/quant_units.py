@@ -1,0 +1,78 @@
+"""What the int8 GEMM kernels (``quant.py``'s QConv, ``quant_matmul.py``'s QMatMul) share: the tag of
+weights packed for a dot product, the activations' byte encoding, the packed row or column sums
+and the epilogue that takes the zero point out with them and requantizes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ....ir.dtypes import DType
+from ....target import Target
+from ... import irhelpers as h
+from ... import quant_math as qm
+from ..int_dot import Dot, choose_dot
+from ..int_gemm import store_bytes
+from ...irhelpers import gep
+from .base import KernelContext, KernelKey
+
+QUADS = "quads:"  # + the Dot kind the packing was made for
+SUMS_BYTES_ALIGN = 64
+
+
+def encoding(x_dtype: DType, dot: Dot) -> tuple[bool, int]:
+    """(flip the sign bit of each activation byte, what that adds to the zero point)."""
+    if x_dtype is DType.I8 and not dot.u_signed:
+        return True, 128
+    if x_dtype is DType.U8 and dot.u_signed:
+        return True, -128
+    return False, 0
+
+
+def sums_bytes(n: int) -> int:
+    return -(-4 * n // SUMS_BYTES_ALIGN) * SUMS_BYTES_ALIGN
+
+
+def dot_of(key: KernelKey, target: Target, prefix: str = QUADS) -> Dot | None:
+    layout = key.packed[1]
+    if not layout or not layout.startswith(prefix):
+        return None
+    kind = layout[len(prefix):]
+    dot = choose_dot(target, kind == "avx2-ubsw")
+    return dot if dot.kind == kind else None
+
+
+def requant_epilogue(ctx: KernelContext, a, prefix: str, m_values: np.ndarray, per_row: bool, rows_sums,
+                      bias, zp_enc: int, out_row: ir.Value, cols: int, dot: Dot):
+    """The epilogue: + bias - zp_enc * sum(w), times the multiplier, saturated, stored as bytes (or,
+    in the float-output form, stored as float32). Its ``partial``: True (``cols - col`` lanes valid),
+    False (all), or the count of valid lanes."""
+    vl = dot.vl
+    vt = dot.lanes_type
+    ft = ir.VectorType(h.F32, vl)
+    mtab = qm.table(ctx.b, f"{ctx.name}.m", m_values, h.F32) if m_values.size > 1 else None
+
+    def lanes(b, ptr, col):
+        return b.load(b.bitcast(gep(b, ptr, col), vt.as_pointer()), align=4)
+
+    def epilogue(b, row, col, acc, partial):
+        colv = h.i64(col) if isinstance(col, int) else col
+        if per_row:
+            comp = b.mul(h.load(b, rows_sums, row), h.const(h.I32, -zp_enc))
+            if bias is not None:
+                comp = b.add(comp, h.load(b, bias, row))
+            acc = b.add(acc, qm.splat_value(b, comp, vt))
+            mult = qm.splat_value(b, h.load(b, mtab, row), ft) if mtab is not None else h.const(ft, float(m_values[0]))
+        else:
+            comp = b.mul(lanes(b, rows_sums, colv), h.const(vt, -zp_enc))
+            if bias is not None:
+                comp = b.add(comp, lanes(b, bias, colv))
+            acc = b.add(acc, comp)
+            mult = (b.load(b.bitcast(gep(b, mtab, colv), ft.as_pointer()), align=4) if mtab is not None
+                    else h.const(ft, float(m_values[0])))
+        q = qm.finish(b, acc, mult, a)
+        valid = partial if not isinstance(partial, bool) else (cols - col) if partial else None
+        store_bytes(b, q, gep(b, out_row(b, row), colv), valid)
+
+    return epilogue
