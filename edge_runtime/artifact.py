@@ -1,8 +1,9 @@
 """The complete compiled artifact as one sealed cache file, so a cache hit never lowers again.
 
 The file is a :mod:`.sealed` file: ``meta`` (JSON) holds everything the Session needs (entry
-symbol, arena bytes, IO specs, the memory plan, counts, the object files' lengths), the body is the
-object files, the tail the packed weights. The tail starts on a page boundary, so the weights are
+symbol, arena bytes, IO specs, the memory plan, counts, the object files' lengths, the prelinked
+image's layout), the body is the object files and the objects prelinked (:mod:`.prelink`, which a
+warm start loads without linking), the tail the packed weights. The tail starts on a page boundary, so the weights are
 mapped straight from the file with no copy (a page-aligned mapping is 64-byte aligned, as the
 kernels assume). The seal's MAC is checked before anything is parsed, and before the code is
 loaded. JSON, not pickle, so reading an entry never executes anything.
@@ -20,9 +21,12 @@ from ..compiler.codegen.lowered import IOSpec, LoweredModel
 from ..compiler.ir.dtypes import DType
 from ..compiler.memory.plan import MemoryPlan
 from ..compiler.target import Target
+from .elf import ObjectFormatError
+from .objload import UnsupportedObjectError
+from .prelink import Prelinked, PrelinkError, prelink
 from .sealed import Opened, Sealer, SealError, TailCheck
 
-FORMAT = "cuvil artifact 3"
+FORMAT = "cuvil artifact 4"
 
 
 class ArtifactError(SealError):
@@ -43,6 +47,7 @@ class OpenedArtifact:
     lowered: LoweredModel
     objects: list[bytes]
     weights_check: TailCheck
+    image: Prelinked | None = None  # the objects linked at address 0; None where they could not be
 
     def checked(self) -> Artifact:
         """The entry once its weights' check holds; SealError when it fails."""
@@ -112,7 +117,25 @@ def write_artifact(sealer: Sealer, path: str | os.PathLike, name: str, lowered: 
     meta = _meta(lowered)
     meta["format"] = FORMAT
     meta["objects"] = [len(o) for o in objects]
-    sealer.write(path, name, json.dumps(meta, separators=(",", ":")).encode(), objects, lowered.weights)
+    try:
+        image = prelink(objects, lowered.entry)
+    except (UnsupportedObjectError, ObjectFormatError, PrelinkError):
+        image = None  # linked from the objects on each load (or by llvmlite)
+    meta["image"] = _image_json(image) if image else None
+    body = objects + ([image.data] if image else [])
+    sealer.write(path, name, json.dumps(meta, separators=(",", ":")).encode(), body, lowered.weights)
+
+
+def _image_json(image: Prelinked) -> dict:
+    return {"size": image.size, "bytes": len(image.data), "regions": [list(r) for r in image.regions],
+            "fixups": [list(f) for f in image.fixups], "entries": list(image.entries)}
+
+
+def _image(v: dict, data: bytes) -> Prelinked:
+    """The prelinked image ``v`` describes; ValueError (a miss) for any inconsistency."""
+    return Prelinked(_count(v["size"]), data, tuple((_count(o), _count(n)) for o, n in v["regions"]),
+                     tuple((_count(at), name) for at, name in v["fixups"]),
+                     tuple(e if type(e) is int and e == -1 else _count(e) for e in v["entries"])).check()
 
 
 def read_artifact(sealer: Sealer, path: str | os.PathLike, name: str, target: Target) -> Artifact:
@@ -135,13 +158,18 @@ def open_artifact(sealer: Sealer, path: str | os.PathLike, name: str, target: Ta
             raise ArtifactError(f"artifact format {str(meta.get('format'))[:40]!r}")
         lengths = [int(k) for k in meta["objects"]]
         lowered = _lowered(meta, target)
+        image_meta = meta["image"]
+        image_bytes = 0 if image_meta is None else _count(image_meta["bytes"])
+        if not lengths or min(lengths) < 0 or sum(lengths) + image_bytes != len(opened.body):
+            raise ArtifactError("object and image lengths do not add up to the body")
+        image = None if image_meta is None else _image(image_meta, opened.body[sum(lengths):])
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError, RecursionError) as e:
+        if isinstance(e, ArtifactError):
+            raise
         raise ArtifactError(f"bad metadata: {type(e).__name__}") from None
     _check_layout(lowered)
-    if not lengths or min(lengths) < 0 or sum(lengths) != len(opened.body):
-        raise ArtifactError("object lengths do not add up to the body")
     objects, pos = [], 0
     for k in lengths:
         objects.append(opened.body[pos:pos + k])
         pos += k
-    return OpenedArtifact(lowered, objects, opened.tail)
+    return OpenedArtifact(lowered, objects, opened.tail, image)

@@ -41,8 +41,9 @@ def default_dir() -> Path:
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
-CACHE_MODULES = ("jit.py", "artifact.py", "cache.py", "sealed.py")
-"""The modules besides the compiler that build and read cache entries, so their bytes are in the fingerprint too."""
+CACHE_MODULES = ("jit.py", "artifact.py", "cache.py", "sealed.py", "elf.py", "objload.py", "prelink.py")
+"""The modules besides the compiler that build and read cache entries (prelinked code included), so their
+bytes are in the fingerprint too."""
 
 
 def _top() -> str:

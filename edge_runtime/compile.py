@@ -25,6 +25,7 @@ from .cache import CompileCache, cache_key, graph_digest
 from .host_memo import host_target
 from .loader import Model
 from .objload import LoadedCode, UnsupportedObjectError, load_object
+from .prelink import Prelinked, load_prelinked
 from .session import CompileStats, Session, new_arena
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     if art is not None:
         if request and (early is None or early.key != key):
             cache.remember(request, key)
-        code = load_code(art.objects, art.lowered.entry, tgt)
+        code = load_code(art.objects, art.lowered.entry, tgt, art.image)
         t2 = time.perf_counter()
         stats = CompileStats(lower_ms=0.0, llvm_ms=0.0, load_ms=(t2 - t1) * 1e3, cache_hit=True,
                              kernel_count=art.lowered.kernel_count, node_count=art.lowered.node_count,
@@ -189,9 +190,15 @@ def _build(graph: Graph, tgt: Target, batch: int, optimize: bool, profile: bool,
     return lowered, objs, lower_s
 
 
-def load_code(objects: list[bytes], entry: str, target: Target) -> LoadedCode:
-    """Link the model's objects with Cuvil's own loader (no llvmlite: a warm start neither imports nor
-    maps it); with llvmlite's MCJIT where that loader meets something it does not implement."""
+def load_code(objects: list[bytes], entry: str, target: Target, image: Prelinked | None = None) -> LoadedCode:
+    """The model's code: ``image`` (the objects as a cache entry keeps them prelinked) copied and
+    completed, else the objects linked with Cuvil's own loader (no llvmlite: a warm start neither
+    imports nor maps it); with llvmlite's MCJIT where that loader meets something it does not implement."""
+    if image is not None:
+        try:
+            return load_prelinked(image, entry, amx=target.has("amx-tile"))
+        except UnsupportedObjectError:
+            pass  # a symbol this process lacks: the objects are linked below, which says what is missing
     try:
         return load_object(objects, entry, amx=target.has("amx-tile"))
     except UnsupportedObjectError:

@@ -205,11 +205,18 @@ def _exports(objs: list[elf.ElfObject]) -> dict[str, tuple[int, elf.Symbol]]:
     return out
 
 
+IN_IMAGE, ABSOLUTE, EXTERNAL = 0, 1, 2
+"""Where a symbol's address comes from: the image's base plus an offset, the object itself, the process."""
+
+
 class _Linker:
     def __init__(self, data: list[bytes], objs: list[elf.ElfObject], image: Image, layout: _Layout,
-                 exported: dict[str, tuple[int, elf.Symbol]]):
+                 exported: dict[str, tuple[int, elf.Symbol]], fixups: list[tuple[int, str]] | None = None):
+        """``fixups``: prelink (:mod:`.prelink`) into ``image`` at base 0 and append to it each 8-byte value a
+        load must complete, as (offset, "" to add the base, or the external symbol whose address to add)."""
         self.data, self.objs, self.image, self.layout, self.exported = data, objs, image, layout, exported
         self.externals: dict[str, int] = {}
+        self.fixups = fixups
 
     def defined(self, k: int, sym: elf.Symbol) -> int:
         """The address of a symbol defined in object ``k``."""
@@ -223,23 +230,36 @@ class _Linker:
             raise elf.ObjectFormatError("malformed object file: a symbol lies outside a loaded section")
         return self.image.base + place + sym.value
 
-    def address(self, k: int, index: int) -> tuple[object, int, bool]:
-        """(key, address, external) of symbol ``index`` of object ``k``."""
+    def address(self, k: int, index: int) -> tuple[object, int, int]:
+        """(key, address, IN_IMAGE / ABSOLUTE / EXTERNAL) of symbol ``index`` of object ``k``."""
         sym = self.objs[k].symbols[index]
         if sym.bind in (elf.STB_GLOBAL, elf.STB_WEAK) and sym.name:
             if sym.name in self.exported:
                 ko, s = self.exported[sym.name]
-                return sym.name, self.defined(ko, s), False
+                return sym.name, self.defined(ko, s), ABSOLUTE if s.section == elf.SHN_ABS else IN_IMAGE
             if sym.section == elf.SHN_UNDEF:
-                return sym.name, self.external(sym.name), True
-        return (k, index), (self.defined(k, sym) if index else 0), False
+                return sym.name, self.external(sym.name), EXTERNAL
+        if not index or sym.section == elf.SHN_ABS:
+            return (k, index), self.defined(k, sym) if index else 0, ABSOLUTE
+        return (k, index), self.defined(k, sym), IN_IMAGE
 
     def external(self, name: str) -> int:
+        """``name``'s address in this process (0 when prelinking: a load adds it); Unsupported when it has none."""
         if name not in self.externals:
-            self.externals[name] = process_symbol(name)
-            if not self.externals[name]:
+            if not process_symbol(name):
                 raise UnsupportedObjectError(f"the code calls {name}, which this process does not define")
+            self.externals[name] = 0 if self.fixups is not None else process_symbol(name)
         return self.externals[name]
+
+    def complete(self, at: int, key: object, kind: int) -> None:
+        """Prelinking: the 8-byte value at ``at`` gets the base or ``key``'s address added at load."""
+        if self.fixups is not None and kind != ABSOLUTE:
+            self.fixups.append((at, key if kind == EXTERNAL else ""))
+
+    def fixed(self, r: elf.Relocation, depends: bool) -> None:
+        """Prelinking: a value of a width or form no load completes must not depend on where things are."""
+        if self.fixups is not None and depends:
+            raise UnsupportedObjectError(f"relocation type {r.kind} to that symbol cannot be prelinked")
 
     def link(self) -> None:
         m, base = self.image.map, self.image.base
@@ -265,33 +285,40 @@ class _Linker:
                 if s.kind != elf.SHT_NOBITS:
                     m[at:at + s.size] = self.data[k][s.offset:s.offset + s.size]
         for key, slot in self.layout.got.items():
-            _U64.pack_into(m, slot, self._key_address(key))
+            address, kind = self._key_address(key)
+            _U64.pack_into(m, slot, address)
+            self.complete(slot, key, kind)
         for name, stub in self.layout.stubs.items():
             rel = self.layout.got[name] - (stub + 6)
             m[stub:stub + 6] = STUB + _I32.pack(rel)
 
-    def _key_address(self, key) -> int:
+    def _key_address(self, key) -> tuple[int, int]:
         if isinstance(key, tuple):
-            return self.address(*key)[1]
+            return self.address(*key)[1:]
         if key in self.exported:
-            return self.defined(*self.exported[key])
-        return self.external(key)
+            ko, s = self.exported[key]
+            return self.defined(ko, s), ABSOLUTE if s.section == elf.SHN_ABS else IN_IMAGE
+        return self.external(key), EXTERNAL
 
     def apply(self, m: mmap.mmap, k: int, at: int, place: int, r: elf.Relocation, room: int) -> None:
         if r.kind == R_NONE:
             return
-        key, s, external = self.address(k, r.symbol)
+        key, s, kind = self.address(k, r.symbol)
         if r.kind in GOT_RELATIVE:
             value, width, signed = self.image.base + self.layout.got[key] + r.addend - place, 4, True
-        elif r.kind == R_PLT32 and external:
+        elif r.kind == R_PLT32 and kind == EXTERNAL:
             value, width, signed = self.image.base + self.layout.stubs[key] + r.addend - place, 4, True
         elif r.kind in (R_PC32, R_PLT32):
+            self.fixed(r, kind != IN_IMAGE)
             value, width, signed = s + r.addend - place, 4, True
         elif r.kind == R_PC64:
+            self.fixed(r, kind != IN_IMAGE)
             value, width, signed = (s + r.addend - place) & (1 << 64) - 1, 8, False
         elif r.kind == R_64:
+            self.complete(at, key, kind)
             value, width, signed = (s + r.addend) & (1 << 64) - 1, 8, False
         else:  # R_32 (zero-extended), R_32S (sign-extended)
+            self.fixed(r, kind != ABSOLUTE)
             value, width, signed = s + r.addend, 4, r.kind == R_32S
         if width > room:
             raise elf.ObjectFormatError("malformed object file: a relocation runs past its section")
@@ -300,8 +327,12 @@ class _Linker:
         (_I32 if signed else _U32 if width == 4 else _U64).pack_into(m, at, value)
 
 
-def load(objects: list[bytes], names: list[str]) -> tuple[Image, tuple[int, ...]]:
-    """Link ``objects`` into one new image; the image and the address of each of ``names`` (0: absent)."""
+REGION_PROT = (PROT_READ | PROT_EXEC, PROT_READ, PROT_READ | PROT_WRITE)  # code, read-only data, writable data
+
+
+def linker(objects: list[bytes], image_of, fixups: list[tuple[int, str]] | None = None) -> _Linker:
+    """A linker of ``objects`` into ``image_of(size)``: an :class:`Image`, or for :mod:`.prelink` anything
+    with ``map``, ``base`` and ``size`` (``fixups``: the list that collects what a load completes)."""
     if platform.machine() != "x86_64":
         raise UnsupportedObjectError(f"no own loader for {platform.machine()}")
     objs = [elf.read_object(o) for o in objects]
@@ -311,14 +342,18 @@ def load(objects: list[bytes], names: list[str]) -> tuple[Image, tuple[int, ...]
     exported = _exports(objs)
     got_keys, stub_names = _keys(objs, exported)
     layout = _layout(objs, got_keys, stub_names)
-    image = Image(layout.size)
-    linker = _Linker(objects, objs, image, layout, exported)
-    linker.fill()
-    linker.link()
-    for (offset, size), prot in zip(layout.regions, (PROT_READ | PROT_EXEC, PROT_READ, PROT_READ | PROT_WRITE)):
-        image.protect(offset, size, prot)
-    addresses = tuple(linker.defined(*exported[n]) if n in exported else 0 for n in names)
-    return image, addresses
+    image = image_of(layout.size)
+    return _Linker(objects, objs, image, layout, exported, fixups)
+
+
+def load(objects: list[bytes], names: list[str]) -> tuple[Image, tuple[int, ...]]:
+    """Link ``objects`` into one new image; the image and the address of each of ``names`` (0: absent)."""
+    link = linker(objects, Image)
+    link.fill()
+    link.link()
+    for (offset, size), prot in zip(link.layout.regions, REGION_PROT):
+        link.image.protect(offset, size, prot)
+    return link.image, tuple(link.defined(*link.exported[n]) if n in link.exported else 0 for n in names)
 
 
 def load_object(objects: list[bytes], entry: str, amx: bool = False) -> LoadedCode:

@@ -14,7 +14,7 @@ import pytest
 from cuvil.compiler.errors import CompileError
 from cuvil.compiler.frontends.torch import import_torch
 from cuvil.edge_runtime import compile as compile_mod
-from cuvil.edge_runtime import elf, jit, objload
+from cuvil.edge_runtime import elf, jit, objload, prelink
 from cuvil.edge_runtime.compile import compile_graph, resolve
 from cuvil.edge_runtime.session import CompileStats, Session
 
@@ -63,15 +63,18 @@ def zoo_objects():
 
 
 @pytest.mark.parametrize("name", ["mlp", "small_cnn", "tiny_transformer"])
-def test_zoo_model_gives_the_same_bits_with_either_loader(zoo_objects, name):
+def test_zoo_model_gives_the_same_bits_with_every_loader(zoo_objects, name):
+    """Linked here, prelinked (:mod:`.prelink`, what a warm start loads) and by llvmlite's MCJIT."""
     lowered, weights, objs, inputs = zoo_objects[name]
     stats = CompileStats(0.0, 0.0, 0.0, False, lowered.kernel_count, lowered.node_count, 0)
     feeds = {s.name: x for s, x in zip(lowered.inputs, inputs)}
     ours = Session(lowered, objload.load_object(objs, lowered.entry), stats, weights=weights).run(feeds)
-    theirs = Session(lowered, jit.load_object(objs, lowered.entry, resolve("host")), stats, weights=weights).run(feeds)
-    assert ours.keys() == theirs.keys()
-    for k in ours:
-        assert ours[k].tobytes() == theirs[k].tobytes(), k
+    for code in (prelink.load_prelinked(prelink.prelink(objs, lowered.entry), lowered.entry),
+                 jit.load_object(objs, lowered.entry, resolve("host"))):
+        theirs = Session(lowered, code, stats, weights=weights).run(feeds)
+        assert ours.keys() == theirs.keys()
+        for k in ours:
+            assert ours[k].tobytes() == theirs[k].tobytes(), k
 
 
 def test_code_pages_are_never_writable_and_executable(zoo_objects):
