@@ -14,9 +14,9 @@ import importlib.util
 import os
 import platform
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from ..compiler.target import Target
+from .llvm_facts import HostFacts, llvm_host_facts
 from .profile import DeviceProfile, ProfileError, check_consistent, load_profile
 
 HOST = "host"
@@ -65,20 +65,13 @@ def profile_from_host(triple: str, cpu: str, features: Mapping[str, bool],
     return profile
 
 
-@dataclass(frozen=True)
-class HostFacts:
-    """What LLVM says of this CPU: the one part of detection that needs llvmlite (and maps ~45 MB of it)."""
-
-    triple: str
-    cpu: str
-    features: tuple[tuple[str, bool], ...]  # sorted (name, enabled)
+_TOLD: list[HostFacts] = []
 
 
-def llvm_host_facts() -> HostFacts:
-    import llvmlite.binding as llvm
-
-    return HostFacts(llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                     tuple(sorted((str(k), bool(v)) for k, v in llvm.get_host_cpu_features().items())))
+def know_host(facts: HostFacts) -> None:
+    """Facts about this CPU learned without LLVM in this process (a sealed memo, an LLVM helper
+    process): :func:`host_profile` uses them instead of loading llvmlite to ask again."""
+    _TOLD[:] = [facts]
 
 
 def profile_of(facts: HostFacts) -> DeviceProfile:
@@ -89,8 +82,9 @@ def profile_of(facts: HostFacts) -> DeviceProfile:
 
 @functools.lru_cache(maxsize=1)
 def host_profile() -> DeviceProfile:
-    """The profile of the running CPU, from llvmlite's host CPU name and feature map (asked once)."""
-    return profile_of(llvm_host_facts())
+    """The profile of the running CPU, from llvmlite's host CPU name and feature map (asked once,
+    unless :func:`know_host` told them)."""
+    return profile_of(_TOLD[0] if _TOLD else llvm_host_facts())
 
 
 _VOLATILE_CPUINFO = ("cpu MHz", "bogomips", "BogoMIPS")

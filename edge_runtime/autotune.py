@@ -46,10 +46,9 @@ from ..compiler.codegen.cpu.kernels.split import split_ranges
 from ..compiler.codegen.irtext import module_text
 from ..compiler.ir.graph import Graph
 from ..compiler.target import ConvChoice, Geometry, Target
-from . import jit, pool_probe
-from .objload import UnsupportedObjectError, request_amx
-from .objload import load as load_image
-from .parallel import LIGHT_LEVEL
+from . import pool_probe
+from .levels import LIGHT_LEVEL
+from .linking import load_functions
 
 MARGIN = 0.10  # a candidate must beat the cost model's choice by this fraction to replace it
 ROUND_S = 0.002  # one timing round per candidate: about this long
@@ -185,7 +184,7 @@ class Retarget:
         sync_us, probe_s = None, 0.0
         if target.threads > 1 and tunable_convs(graph):  # what a split costs here decides which layers split
             t0 = time.perf_counter()
-            sync_us = pool_probe.handoff_us(target)
+            sync_us = pool_probe.handoff_us(target, self.llvm)
             probe_s = time.perf_counter() - t0
             target = dataclasses.replace(target, tuning=target.tuning.replace(parallel_sync_us=sync_us))
         report = tune(graph, target, llvm=self.llvm)
@@ -247,6 +246,8 @@ class _Built:
         if llvm is not None:
             self.pending = llvm.submit(LIGHT_LEVEL, text)  # as the model's conv kernels
         else:
+            from . import jit
+
             self.obj = jit.emit_object(text, target, jit=True, speed_level=LIGHT_LEVEL)
             self.emit_s = clock() - t0
         self.build_s: float | None = None
@@ -256,7 +257,7 @@ class _Built:
             return self.build_s
         t0 = self.clock()
         obj, llvm_s = (self.llvm.result(self.pending), self.llvm.seconds[self.pending]) if self.llvm else (self.obj, 0.0)
-        self.code, address = _load(obj, self.target)
+        self.code, (address,) = load_functions([obj], ["k"], self.target)
         self.build_s = self.emit_s + llvm_s + self.clock() - t0
         N, C, H, W = self.geom[:4]
         x, y, bias = (_aligned(self.rng.standard_normal((N, C, H, W))), _aligned(np.zeros(self.out_shape)),
@@ -266,20 +267,6 @@ class _Built:
         fn, ptrs = _FN(address), (x.ctypes.data, w.ctypes.data, bias.ctypes.data, None, y.ctypes.data, s.ctypes.data)
         self.call = lambda: fn(*ptrs)
         return self.build_s
-
-
-def _load(obj: bytes, target: Target) -> tuple[object, int]:
-    """A candidate's code (what keeps it mapped, the address of ``k``) through Cuvil's own loader, as
-    the model's: MCJIT here would fault in ~30 MiB of LLVM's code pages at a cold compile's peak;
-    MCJIT only for what that loader does not implement."""
-    if target.has("amx-tile"):
-        request_amx()
-    try:
-        image, (address,) = load_image([obj], ["k"])
-        return image, address
-    except UnsupportedObjectError:
-        code = jit.load_functions([obj], ["k"], target)
-        return code, code.addresses[0]
 
 
 def _aligned(a: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.errors import CompileError
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
-from ..devices.detect import cpu_identity, resolve_target
+from ..devices.detect import HostFacts, cpu_identity, llvm_host_facts, resolve_target
 from . import split_check
 from .cache import CompileCache, cache_key, graph_digest
 from .host_memo import host_target
@@ -95,14 +95,61 @@ def compile_model(model: Model, target: str | Target = "host", batch: int = 1,
     return _compile(model.graph_once, target, batch, cache_dir, use_cache, model.content_hash, **options)
 
 
+class _Spare:
+    """On a miss of the remembered host facts (:mod:`.host_memo`), LLVM's facts about this CPU are
+    asked of an LLVM helper process started for the purpose, which this compile then uses as a
+    helper: asking llvmlite here would load its library into this process (~40 MiB of a cold
+    compile's peak) for three answers. Only where this compile may use helpers (``jobs`` not 1,
+    more than one CPU); the helper is stopped on leaving if no compile took it. While it starts,
+    the graph is optimized (``optimize``: the pass pipeline needs no Target): ``graphs`` holds the
+    result for the lowering to take, ``jobs`` the helpers :func:`auto_jobs` gives the graph."""
+
+    def __init__(self, graph_of: Callable[[], Graph], batch: int, jobs: int | None, optimize: bool) -> None:
+        self.graph_of, self.batch, self.jobs, self.optimize = graph_of, batch, jobs, optimize
+        self.helpers = None
+        self.graphs: list[Graph] = []
+
+    def host_facts(self) -> HostFacts:
+        from .parallel import Helpers, workers
+
+        if (workers() if self.jobs is None else self.jobs) > 1:
+            self.helpers = Helpers(1)
+            facts = self.helpers.host_facts(self._optimize if self.optimize else None)
+            if facts is not None:
+                return facts
+        return llvm_host_facts()
+
+    def _optimize(self) -> None:
+        from ..compiler.codegen.driver import optimized
+
+        graph = self.graph_of()
+        self.jobs = auto_jobs(graph) if self.jobs is None else self.jobs
+        self.graphs.append(optimized(graph, self.batch))
+
+    def __enter__(self) -> _Spare:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.helpers is not None:
+            self.helpers.close()
+
+
 def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, cache_dir, use_cache: bool,
              content_hash: str | None, optimize: bool = True, profile: bool = False, jobs: int | None = None,
              guard_pages: bool = False, tune: bool | None = None, threads: int | None = None) -> Session:
+    with _Spare(graph_of, batch, jobs, optimize) as spare:
+        return _compile_spared(spare, graph_of, target, batch, cache_dir, use_cache, content_hash, optimize, profile,
+                               jobs, guard_pages, tune, threads)
+
+
+def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | Target, batch: int, cache_dir,
+                    use_cache: bool, content_hash: str | None, optimize: bool, profile: bool, jobs: int | None,
+                    guard_pages: bool, tune: bool | None, threads: int | None) -> Session:
     t0 = time.perf_counter()
     cache = CompileCache(cache_dir) if use_cache else None
     request = f"{content_hash} {target!r} {batch} {optimize} {profile} {tune} {threads}" if content_hash else None
     early = cache.open_early(request) if cache and request else None  # the weights' check starts now
-    host = host_target(cache) if cache else resolve_target("host")
+    host = host_target(cache, spare.host_facts) if cache else resolve_target("host")
     tgt = resolve(target, host)
     tune = tgt.tuning.autotune if tune is None else tune
     if threads is not None:
@@ -137,7 +184,9 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     from . import autotune
 
     tuner = autotune.Retarget() if tune else None
-    lowered, objs, lower_s = _build(graph_of(), tgt, batch, optimize, profile, jobs, tuner)
+    optimized = spare.graphs  # optimized while the helper started: the lowering takes it over
+    lowered, objs, lower_s = _build(optimized or [graph_of()], tgt, batch, optimize and not optimized, profile,
+                                    spare.jobs, tuner, spare.helpers)
     t2 = time.perf_counter()
     session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
     plans = split_check.fallbacks(lowered.target) if tuner and lowered.split_nodes else ()
@@ -148,7 +197,7 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
             break
         plan, plans = (plans[0], plans[1:]) if verdict.settled else (plans[-1], ())  # unsettled: straight to whole
         session.close()  # measured: this split does not pay here; the next plan is built and checked
-        lowered, objs, more_s = _build(graph_of(), tgt, batch, optimize, profile, jobs, lambda g, t, f=plan: f)
+        lowered, objs, more_s = _build([graph_of()], tgt, batch, optimize, profile, jobs, lambda g, t, f=plan: f)
         lower_s += more_s
         session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
         if not lowered.split_nodes:
@@ -170,21 +219,23 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     return session
 
 
-def _build(graph: Graph, tgt: Target, batch: int, optimize: bool, profile: bool, jobs: int | None,
-           retarget) -> tuple[LoweredModel, list[bytes], float]:
-    """Lower ``graph`` (``retarget``: the tuner, or a fixed Target) and compile its objects; the
-    seconds spent lowering (LLVM overlaps it: the rest of the time is LLVM's)."""
+def _build(graphs: list[Graph], tgt: Target, batch: int, optimize: bool, profile: bool, jobs: int | None,
+           retarget, started=None) -> tuple[LoweredModel, list[bytes], float]:
+    """Lower the graph in ``graphs`` (taken out: the lowering frees each weight once packed, and a
+    graph nobody else holds is gone before LLVM adds its own peak; ``retarget``: the tuner, or a
+    fixed Target) and compile its objects; the seconds spent lowering (LLVM overlaps it: the rest of
+    the time is LLVM's). ``started``: helpers started already (:class:`_Spare`), used too."""
     from ..compiler.codegen.lower import lower
     from .autotune import Retarget
     from .parallel import Helpers
     from .stream import KernelStream
 
     t0 = time.perf_counter()
-    with Helpers((auto_jobs(graph) if jobs is None else jobs) - 1) as helpers, KernelStream(tgt, helpers) as stream:
+    with Helpers((auto_jobs(graphs[0]) if jobs is None else jobs) - 1, adopt=started) as helpers, \
+            KernelStream(tgt, helpers) as stream:
         if isinstance(retarget, Retarget):
             retarget.llvm = stream  # LLVM compiles each finished kernel while the rest is lowered
-        lowered = lower(graph, tgt, batch, optimize=optimize, profile=profile, retarget=retarget, stream=stream)
-        del graph  # a lazily loaded model's weights are freed here, before LLVM adds its own peak
+        lowered = lower(graphs.pop(), tgt, batch, optimize=optimize, profile=profile, retarget=retarget, stream=stream)
         lower_s = time.perf_counter() - t0
         objs = stream.finish()
     return lowered, objs, lower_s

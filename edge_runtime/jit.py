@@ -17,6 +17,7 @@ from ..compiler.errors import CompileError
 from ..compiler.target import Target
 from ..devices.detect import resolve_target
 from .elf import global_names
+from .levels import FULL_LEVEL, UNROLL_LOOPS
 from .objload import LoadedCode, code_for, entry_names, request_amx
 
 _LOCK = threading.Lock()
@@ -59,15 +60,7 @@ def target_machine(target: Target, jit: bool = False) -> llvm.TargetMachine:
                                    codemodel="jitdefault" if jit else "default", jit=jit)
 
 
-# Speed level 2 with the vectorizers on and the separate unrolling pass off: the GEMM/conv
-# micro-kernels arrive already vectorized and unrolled, and the loop vectorizer interleaves the
-# plain loops itself. Measured on the zoo (ResNet-18, MobileNetV2, transformer): 30-45% less LLVM
-# time than level 3 with full unrolling, run time unchanged within noise.
-SPEED_LEVEL = 2
-UNROLL_LOOPS = False
-
-
-def optimize(ir_text: str, tm: llvm.TargetMachine, speed_level: int = SPEED_LEVEL,
+def optimize(ir_text: str, tm: llvm.TargetMachine, speed_level: int = FULL_LEVEL,
              unroll: bool = UNROLL_LOOPS) -> llvm.ModuleRef:
     """Parse, verify and run the module pipeline with the target machine's cost model. Each module
     gets an LLVM context of its own: a cold compile runs LLVM on several threads at once (the
@@ -89,7 +82,7 @@ def optimize(ir_text: str, tm: llvm.TargetMachine, speed_level: int = SPEED_LEVE
     return mod
 
 
-def emit_object(ir_text: str, target: Target, jit: bool = False, speed_level: int = SPEED_LEVEL) -> bytes:
+def emit_object(ir_text: str, target: Target, jit: bool = False, speed_level: int = FULL_LEVEL) -> bytes:
     tm = target_machine(target, jit=jit)
     return tm.emit_object(optimize(ir_text, tm, speed_level))
 

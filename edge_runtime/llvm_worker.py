@@ -2,7 +2,10 @@
 
 Started by :func:`command` (spawned, never forked: safe in a process that runs gRPC or ONNX Runtime
 threads); ``python -m cuvil.edge_runtime.llvm_worker`` works too, but imports all of Cuvil first. Input:
-one JSON line describing the Target (:func:`target_to_json`), then modules (:func:`frame`); each is
+optionally a line :data:`~cuvil.devices.llvm_facts.FACTS_REQUEST` (answered at once with LLVM's facts
+about this CPU, :func:`~cuvil.devices.llvm_facts.answer_request`: the parent then never loads llvmlite
+for them), then one JSON
+line describing the Target (:func:`target_to_json`), then modules (:func:`frame`); each is
 compiled as it arrives and its object file written at once after its 8-byte length (:func:`read_object`).
 Exit status 0, or 1 with a one-line reason on stderr.
 """
@@ -17,6 +20,7 @@ from typing import BinaryIO
 
 from ..compiler.target import ConvChoice, Target, TargetKind
 from ..compiler.tuning import Tuning
+from ..devices import llvm_facts
 
 
 def target_to_json(target: Target) -> str:
@@ -69,30 +73,37 @@ def read_object(stream: BinaryIO) -> bytes | None:
     return obj if len(obj) == size else None
 
 
-BOOT = """import importlib, sys, types
-for name, path in zip(sys.argv[1:4], sys.argv[4:7]):
+BOOT = """import importlib, json, sys, types
+sys.path[:0] = json.loads(sys.argv.pop(1))
+for name, path in zip(sys.argv[1:5], sys.argv[5:9]):
     sys.modules[name] = types.ModuleType(name)
     sys.modules[name].__path__ = [path]
-sys.exit(importlib.import_module(sys.argv[3] + ".llvm_worker").main())
+head = importlib.import_module(sys.argv[3] + ".llvm_facts").answer_request(sys.stdin.buffer, sys.stdout.buffer)
+sys.exit(importlib.import_module(sys.argv[4] + ".llvm_worker").main(head))
 """
 
 
 def command() -> list[str]:
-    """The helper's command line: the three packages it needs stand in as bare modules, so their
-    ``__init__`` (the whole public API: 0.7 s of CPU and 90 MB per helper) never runs; the worker
-    itself imports only llvmlite, the Target and jit."""
+    """The helper's command line: the packages it needs stand in as bare modules, so their
+    ``__init__`` (the whole public API: 0.7 s of CPU and 90 MB per helper) never runs; ``-S`` with
+    this process's module path, so ``site`` (``.pth`` files: the editable install's finder, certifi)
+    does not run either. It answers a request for host facts having imported only llvmlite (a cold
+    compile may be waiting for them), then imports the Target and jit."""
     root = __package__.rsplit(".", 1)[0]
-    packages = (root, f"{root}.compiler", __package__)
-    return [sys.executable, "-c", BOOT, *packages, *(list(sys.modules[p].__path__)[0] for p in packages)]
+    packages = (root, f"{root}.compiler", llvm_facts.__package__, __package__)
+    return [sys.executable, "-S", "-c", BOOT, json.dumps(sys.path), *packages,
+            *(list(sys.modules[p].__path__)[0] for p in packages)]
 
 
-def main() -> int:
+def main(head: bytes | None = None) -> int:
     """Compile each module as it arrives and write its object at once: the parent sends the next
-    module when it has read this one's object (:mod:`.stream`)."""
+    module when it has read this one's object (:mod:`.stream`). ``head``: the Target's line when it
+    was read already (:func:`~cuvil.devices.llvm_facts.answer_request`); None: read it after jit's
+    import (the parent may be busy lowering meanwhile)."""
     from .jit import emit_object
 
     inp, out = sys.stdin.buffer, sys.stdout.buffer
-    head = inp.readline()
+    head = inp.readline() if head is None else head
     if not head.strip():
         return 0  # not needed after all: the parent closed the pipe
     try:
@@ -108,4 +119,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(llvm_facts.answer_request(sys.stdin.buffer, sys.stdout.buffer)))

@@ -1,4 +1,4 @@
-"""LLVM helper processes for cold compiles, and the levels the module optimizer runs at.
+"""LLVM helper processes for cold compiles.
 
 LLVM spends most of a cold compile optimising and generating code for kernels that never call
 each other, and llvmlite serialises every call behind one lock, so threads of one process cannot
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 
 from ..compiler.codegen.irhelpers import PREVECTORIZED
-from .jit import SPEED_LEVEL as FULL_LEVEL
+from ..devices.llvm_facts import FACTS_REQUEST, HostFacts
 from .llvm_worker import command
 
 LIGHT_ATTR = f'"{PREVECTORIZED}"'  # on a prevectorized kernel's define line
-LIGHT_LEVEL = 0  # prevectorized kernels: no module optimizer, code generation at full level (same speed, measured)
 HELPER_TIMEOUT_S = 600
 
 
@@ -29,29 +29,49 @@ def workers() -> int:
 
 
 class Helpers:
-    """LLVM helper processes, started before lowering so their start-up (llvmlite, ~0.1 s) overlaps the Python lowering instead of adding to the cold compile."""
+    """LLVM helper processes, started before lowering so their start-up (llvmlite, ~0.1 s) overlaps the
+    Python lowering instead of adding to the cold compile. ``adopt``: helpers started earlier (to ask
+    :meth:`host_facts`), taken over and all used even beyond ``count``: their start-up is paid."""
 
-    def __init__(self, count: int):
+    def __init__(self, count: int, adopt: Helpers | None = None):
         cmd = command()
         self.procs: list[subprocess.Popen] = []
-        for _ in range(max(0, count)):
+        if adopt is not None:
+            self.procs, adopt.procs = adopt.procs, []
+        for _ in range(max(0, count) - len(self.procs)):
             try:
                 self.procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                    stderr=subprocess.PIPE))
             except OSError:
                 break  # no helper: the parts are compiled here
 
+    def host_facts(self, meanwhile: Callable[[], None] | None = None) -> HostFacts | None:
+        """LLVM's facts about this CPU, asked of the first helper (which loads llvmlite anyway), so
+        this process need not load it for them; ``meanwhile`` runs here while the helper starts.
+        None without a helper, or when it failed (then it is stopped)."""
+        if not self.procs:
+            return None
+        p = self.procs[0]
+        try:
+            p.stdin.write(FACTS_REQUEST + b"\n")
+            p.stdin.flush()
+            asked = True
+        except OSError:
+            asked = False
+        if meanwhile is not None:
+            meanwhile()
+        if asked:
+            try:
+                return HostFacts.from_json(p.stdout.readline())
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        self.procs.remove(p)
+        _stop(p)
+        return None
+
     def close(self) -> None:
         for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            for f in (p.stdin, p.stdout, p.stderr):
-                if f is not None:
-                    try:
-                        f.close()
-                    except OSError:  # a dead helper's stdin: its unflushed bytes have nowhere to go
-                        pass
+            _stop(p)
         self.procs = []
 
     def __enter__(self) -> Helpers:
@@ -59,3 +79,15 @@ class Helpers:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+    for f in (p.stdin, p.stdout, p.stderr):
+        if f is not None:
+            try:
+                f.close()
+            except OSError:  # a dead helper's stdin: its unflushed bytes have nowhere to go
+                pass

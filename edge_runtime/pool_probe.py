@@ -18,7 +18,6 @@ their futex (``Tuning.pool_spin``): the first split layer after a long unsplit s
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
 import statistics
 import time
@@ -28,7 +27,8 @@ from llvmlite import ir
 from ..compiler.codegen.cpu.workers import JOB_TYPE, Pool
 from ..compiler.codegen.irhelpers import I64, target_attrs
 from ..compiler.target import Target
-from . import jit
+from .levels import FULL_LEVEL
+from .linking import load_functions
 
 PART_US = 20.0  # a part long enough that a worker waking late shows, short enough to repeat often
 _ENTRY = "probe"
@@ -58,18 +58,18 @@ def _busy_job(module: ir.Module) -> ir.Function:
 
 
 class Probe:
-    """The pool of ``target.threads`` threads with a busy job, started; ``close()`` joins the workers."""
+    """The pool of ``target.threads`` threads with a busy job, started; ``close()`` joins the workers.
+    ``llvm``: where its LLVM work goes (a compile's :class:`.stream.KernelStream`; default: here)."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, llvm=None) -> None:
         module = ir.Module(name="pool_probe")
         module.triple = target.triple
         attrs = target_attrs(target)
         job = _busy_job(module)
         Pool(module, _ENTRY, target, attrs)
-        obj = jit.emit_object(str(module), target, jit=True)  # the pool at the level the model's pool gets
+        obj = _object(str(module), target, llvm)
         names = [job.name] + [f"{_ENTRY}_{n}" for n in ("par", "start", "stop", "nudge")]
-        self.code = jit.load_functions([obj], names, target)
-        job_at, par_at, start_at, stop_at, nudge_at = self.code.addresses
+        self.code, (job_at, par_at, start_at, stop_at, nudge_at) = load_functions([obj], names, target)
         self.threads = target.threads
         self.iters = (ctypes.c_int64 * 8)(1000)
         self._job, self._job_at = _JOB(job_at), job_at
@@ -128,20 +128,33 @@ def grid_us(measured: float) -> float:
     return max(FLOOR_US, 2.0 ** math.ceil(math.log2(max(measured, 1e-3))))
 
 
-@functools.lru_cache(maxsize=8)
-def handoff_us(target: Target) -> float:
+def _object(text: str, target: Target, llvm) -> bytes:
+    """The pool at the level the model's pool gets."""
+    if llvm is not None:
+        return llvm.result(llvm.submit(FULL_LEVEL, text))
+    from . import jit
+
+    return jit.emit_object(text, target, jit=True, speed_level=FULL_LEVEL)
+
+
+_MEASURED: dict[Target, float] = {}
+
+
+def handoff_us(target: Target, llvm=None) -> float:
     """The cost of one split layer's handoff at ``target.threads`` (workers spinning, as between
     back-to-back layers): the least of ``BLOCKS`` medians ``BLOCK_GAP_S`` apart, on the power-of-two
     grid, at most the profile's ``parallel_sync_us`` (a machine whose other cores stay busy reads as a
     part's length or more; the whole-model check, :mod:`.split_check`, decides for that machine);
-    measured once per process and target."""
-    probe = Probe(target)
+    measured once per process and target (``llvm``: as :class:`Probe`'s)."""
+    if target in _MEASURED:
+        return _MEASURED[target]
+    probe = Probe(target, llvm)
     try:
         least = float("inf")
         for i in range(BLOCKS):
             if i:
                 time.sleep(BLOCK_GAP_S)
             least = min(least, probe.handoff_us(samples=BLOCK_SAMPLES))
-        return min(grid_us(least), target.tuning.parallel_sync_us)
+        return _MEASURED.setdefault(target, min(grid_us(least), target.tuning.parallel_sync_us))
     finally:
         probe.close()

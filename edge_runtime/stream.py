@@ -3,7 +3,7 @@
 A cold compile used to lower the whole model in Python (one core busy), print it, and only then
 hand it to LLVM. Here the lowering reports each node it finished (``lower(..., stream=)``); the
 kernel groups it added (``k<i>_...`` plus the internal helpers they call) are printed once and
-batched into modules (prevectorized ones apart, at :data:`.parallel.LIGHT_LEVEL`), and consumers
+batched into modules (prevectorized ones apart, at :data:`.levels.LIGHT_LEVEL`), and consumers
 take those modules meanwhile: each helper process (:mod:`.llvm_worker`, one module at a time) or,
 with none, a thread of this process (llvmlite releases the GIL inside LLVM). With helpers, LLVM
 never runs in this process (its code pages would add ~30 MiB to a cold compile's peak): the entry
@@ -29,9 +29,9 @@ from llvmlite import ir
 
 from ..compiler.codegen.irtext import function_text, global_text
 from ..compiler.target import Target
-from .jit import emit_object
+from .levels import FULL_LEVEL, LIGHT_LEVEL
 from .llvm_worker import frame, read_object, target_to_json
-from .parallel import FULL_LEVEL, HELPER_TIMEOUT_S, LIGHT_ATTR, LIGHT_LEVEL, Helpers
+from .parallel import HELPER_TIMEOUT_S, LIGHT_ATTR, Helpers
 
 MIN_PART_BYTES = 150_000  # fewer, larger modules: each is an object a warm start loads
 MAX_PART_BYTES = 600_000
@@ -167,8 +167,15 @@ class KernelStream:
     def _compile(self, i: int) -> None:
         level, text = self.texts[i]
         t0 = time.perf_counter()
-        obj = emit_object(text, self.target, jit=True, speed_level=level)
+        obj = self._emit(text, level)
         self._done(i, obj, time.perf_counter() - t0)
+
+    def _emit(self, text: str, level: int) -> bytes:
+        """LLVM in this process: :mod:`.jit` (llvmlite's library, ~40 MiB resident) is imported only
+        here, so a compile whose helpers deliver every module never loads it."""
+        from .jit import emit_object
+
+        return emit_object(text, self.target, jit=True, speed_level=level)
 
     def _local(self) -> None:
         while (i := self._take()) is not None:
@@ -226,7 +233,7 @@ class KernelStream:
             first = self.submit(FULL_LEVEL, text)
             del text
             return self._collect([first] + self.kernels)
-        objs = [emit_object(text, self.target, jit=True, speed_level=FULL_LEVEL)]
+        objs = [self._emit(text, FULL_LEVEL)]
         del text
         while True:
             with self.cv:

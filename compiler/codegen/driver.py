@@ -60,6 +60,14 @@ class Prepared:
         return lo, lo + self.graph.types[name].nbytes(self.plan.batch)
 
 
+def optimized(graph: Graph, batch: int) -> Graph:
+    """``graph`` through the pass pipeline (the limits checked first): the part of :func:`prepare`
+    that needs no Target, so a caller may run it before it knows the Target; ``prepare`` of the
+    result with ``optimize=False`` is then ``prepare`` of ``graph``."""
+    check_graph(graph, batch)
+    return optimize_graph(graph)
+
+
 def prepare(graph: Graph, target: Target, batch: int, *, optimize: bool, kernels: Container[str], backend: str,
             retarget: Retarget | None = None) -> Prepared:
     """Everything before code: see the module doc. ``kernels``: the ops the backend can lower."""

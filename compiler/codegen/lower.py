@@ -46,9 +46,10 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
     with _no_cycle_collection():
         prep, consts = hand_over_constants(
             prepare(graph, target, batch, optimize=optimize, kernels=KERNELS, backend="native", retarget=retarget))
+        name = entry_name(graph, batch)
+        del graph  # a graph handed over optimized already (a cold compile's) must not keep the weights alive
         low = CpuLowering(prep, emit, profile, stream, consts)
         del consts  # the lowering's now: it lets each array go after its last node
-        name = entry_name(graph, batch)
         low.run(name)
         if stream is not None:
             stream(low.module)

@@ -12,7 +12,7 @@ from cuvil.devices.detect import cpu_identity
 from cuvil.edge_runtime.autotune import MARGIN, pick, tune, worth_timing
 from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.compile import compile_graph
-from cuvil.edge_runtime.parallel import LIGHT_LEVEL
+from cuvil.edge_runtime.levels import LIGHT_LEVEL
 
 from ..hosts import HOST
 
@@ -167,7 +167,7 @@ def test_tuned_session_matches_untuned(cnn, tmp_path):
 
 
 def test_candidates_are_loaded_by_cuvils_loader_and_by_mcjit_only_when_it_refuses(monkeypatch):
-    from cuvil.edge_runtime import autotune
+    from cuvil.edge_runtime import linking
     from cuvil.edge_runtime.objload import UnsupportedObjectError
 
     big = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=100.0))
@@ -180,6 +180,6 @@ def test_candidates_are_loaded_by_cuvils_loader_and_by_mcjit_only_when_it_refuse
     def refuse(objects, names):
         raise UnsupportedObjectError("a relocation this loader does not implement")
 
-    monkeypatch.setattr(autotune, "load_image", refuse)
+    monkeypatch.setattr(linking, "load_image", refuse)
     (r,) = tune(_one_conv(32, 16), big, llvm=_Compiler()).results
     assert len(r.seconds) >= 2 and len(engines) == len(r.seconds)

@@ -245,7 +245,7 @@ def test_a_warm_start_opens_its_entry_before_the_key_is_computed(cache_dir, monk
     entry, order = _entry(cache_dir), []
     real_open, real_host = Sealer.open, compile_mod.host_target
     monkeypatch.setattr(Sealer, "open", lambda self, path, name: order.append(str(path)) or real_open(self, path, name))
-    monkeypatch.setattr(compile_mod, "host_target", lambda cache: order.append("host") or real_host(cache))
+    monkeypatch.setattr(compile_mod, "host_target", lambda cache, ask: order.append("host") or real_host(cache, ask))
     warm = compile_graph(graph, cache_dir=cache_dir, content_hash="ab" * 32)
     assert warm.stats.cache_hit
     assert order[0] == str(entry) and order.count(str(entry)) == 1 and "host" in order

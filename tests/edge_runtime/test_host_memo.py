@@ -43,3 +43,20 @@ def test_without_a_cpu_stamp_detection_is_llvms(cache, monkeypatch):
     monkeypatch.setattr(host_memo, "host_stamp", lambda: None)
     assert host_memo.host_target(cache) == detect.resolve_target("host")
     assert not (cache.dir / host_memo.HOST_FILE).exists()
+
+
+
+def test_on_a_miss_the_facts_come_from_ask_and_this_process_is_told_them(cache, monkeypatch):
+    """A cold compile asks an LLVM helper process (``ask``); then neither the remembered file nor the
+    host profile (sealing that file asks it) loads LLVM here."""
+    real, asked = detect.llvm_host_facts(), []
+    monkeypatch.setattr(host_memo, "llvm_host_facts", _no_llvm)
+    monkeypatch.setattr(detect, "llvm_host_facts", _no_llvm)
+    detect.host_profile.cache_clear()
+    try:
+        got = host_memo.host_target(cache, lambda: asked.append(1) or real)
+        assert got == detect.profile_of(real).target() and asked == [1]
+        assert detect.host_profile() == detect.profile_of(real)
+        assert host_memo.host_target(cache, _no_llvm) == got and asked == [1]  # remembered
+    finally:
+        detect.host_profile.cache_clear()

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 from cuvil.compiler import DType, TensorType
 from cuvil.compiler.frontends.builder import GraphBuilder
+from cuvil.devices import detect
 from cuvil.edge_runtime import llvm_worker, parallel, stream
 from cuvil.edge_runtime.compile import auto_jobs, compile_graph, resolve
+from cuvil.edge_runtime.levels import LIGHT_LEVEL
 from cuvil.edge_runtime.llvm_worker import target_from_json, target_to_json
 
 
@@ -87,3 +93,61 @@ def test_only_big_graphs_get_helpers(monkeypatch):
 
     assert auto_jobs(_conv_graph(convs=2)) == 1
     assert auto_jobs(_conv_graph(convs=comp.HELPER_WORTHY_KERNELS)) == comp.MAX_AUTO_JOBS
+
+
+_EMPTY_MODULE = '; ModuleID = "t"\ndefine void @"f"() {\nentry:\n  ret void\n}\n'
+
+
+def test_a_helper_tells_llvms_host_facts_then_compiles():
+    with parallel.Helpers(1) as helpers:
+        assert helpers.host_facts() == detect.llvm_host_facts()
+        with stream.KernelStream(resolve("host"), helpers) as s:
+            assert s.result(s.submit(LIGHT_LEVEL, _EMPTY_MODULE))[:4] == b"\x7fELF"
+
+
+def test_a_helper_that_cannot_tell_host_facts_is_stopped(monkeypatch):
+    monkeypatch.setattr(llvm_worker.sys, "executable", "/bin/false")
+    with parallel.Helpers(1) as helpers:
+        procs = list(helpers.procs)
+        assert helpers.host_facts() is None and helpers.procs == []
+    assert all(p.returncode is not None for p in procs)
+
+
+def test_a_cold_compile_with_helpers_never_loads_llvm_into_this_process(tmp_path):
+    """Host facts, kernels, the tuner's candidates and the pool probe (two threads) all go to the
+    helper: llvmlite's library (~40 MiB resident) stays out of the compiling process, and the code
+    computes what a one-process compile's does."""
+    graph = _conv_graph()
+    want = _run(compile_graph(graph, use_cache=False, jobs=1, threads=2))
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from cuvil.edge_runtime.compile import compile_graph
+        from tests.edge_runtime.test_parallel import _conv_graph, _run
+        session = compile_graph(_conv_graph(), cache_dir=sys.argv[1], jobs=2, tune=True, threads=2)
+        np.savez(sys.argv[2], **_run(session))
+        print(session.stats.tune_ms > 0, "llvmlite.binding" in sys.modules)
+    """)
+    out = tmp_path / "out.npz"
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "cache"), str(out)], capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "False"]  # tuned, and no llvmlite.binding
+    got = np.load(out)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-4)  # tuning may pick another kernel
+
+
+def test_the_graph_optimized_while_the_helper_tells_host_facts_gives_the_same_code(tmp_path, monkeypatch):
+    """An empty cache (no remembered host facts) with helpers: the pass pipeline runs while the helper
+    starts, and the lowering takes that graph as it would have made it."""
+    from cuvil.compiler.codegen import driver
+
+    graph = _conv_graph()
+    want = _run(compile_graph(graph, use_cache=False, jobs=2))
+    early, optimized = [], driver.optimized
+    monkeypatch.setattr(driver, "optimized", lambda g, batch: early.append(batch) or optimized(g, batch))
+    got = _run(compile_graph(graph, cache_dir=tmp_path / "cache", jobs=2))
+    assert early == [1]
+    for k, v in want.items():
+        np.testing.assert_array_equal(got[k], v)

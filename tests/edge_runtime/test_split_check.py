@@ -42,7 +42,7 @@ def no_probe(monkeypatch):
     """The tuner's handoff probe and kernel timing are not what these tests are about."""
     from cuvil.edge_runtime import autotune, pool_probe
 
-    monkeypatch.setattr(pool_probe, "handoff_us", lambda target: 1.0)
+    monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: 1.0)
     monkeypatch.setattr(autotune, "tune", lambda graph, target, llvm=None: autotune.TuneReport((), 0, 0.0, 0.0))
 
 
@@ -172,7 +172,7 @@ def test_a_split_at_a_dear_handoff_that_does_not_pay_is_tried_at_the_cheapest(gr
                                                                                tmp_path, verdicts, split_nodes, sync_us):
     from cuvil.edge_runtime import pool_probe
 
-    monkeypatch.setattr(pool_probe, "handoff_us", lambda target: 4.0)
+    monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: 4.0)
     said = iter(verdicts)
     monkeypatch.setattr(split_check, "check", lambda session: verdict(next(said)))
     two = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
@@ -193,7 +193,7 @@ def test_a_whole_verdict_taken_without_free_cores_is_taken_again_once_the_cores_
         graph, feeds, monkeypatch, no_probe, tmp_path):
     from cuvil.edge_runtime import pool_probe
 
-    monkeypatch.setattr(pool_probe, "handoff_us", lambda target: 4.0)  # a cheaper plan is there to try
+    monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: 4.0)  # a cheaper plan is there to try
     checked = []
     monkeypatch.setattr(split_check, "check", lambda session: checked.append(session.lowered.split_nodes) or verdict(False, False))
     busy = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)

@@ -13,7 +13,7 @@ from cuvil.compiler import DType, TensorType
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.edge_runtime import jit, parallel, stream
 from cuvil.edge_runtime.compile import compile_graph, resolve
-from cuvil.edge_runtime.parallel import FULL_LEVEL, LIGHT_LEVEL
+from cuvil.edge_runtime.levels import FULL_LEVEL, LIGHT_LEVEL
 from cuvil.edge_runtime.stream import KernelStream
 
 from tests.edge_runtime.test_parallel import _conv_graph, _run
@@ -32,13 +32,13 @@ def one_group_per_module(monkeypatch):
 
 def _streamed(graph, profile: str, monkeypatch) -> tuple[list[tuple[int, str]], str, list[bytes], object]:
     """(kernel modules as (level, text), the entry's module, objects, lowered) of one streamed compile."""
-    seen, emit = [], stream.emit_object
+    seen, emit = [], jit.emit_object
 
     def spy(text, target, jit, speed_level):
         seen.append((speed_level, text))
         return emit(text, target, jit=jit, speed_level=speed_level)
 
-    monkeypatch.setattr(stream, "emit_object", spy)  # no helpers: everything compiles in this process
+    monkeypatch.setattr(jit, "emit_object", spy)  # no helpers: everything compiles in this process
     with KernelStream(resolve(profile)) as s:
         lowered = lower(graph, resolve(profile), stream=s)
         objs = s.finish()
@@ -110,8 +110,8 @@ def _pointwise_chain(widths=(16, 24, 32, 40, 48)):
 
 def test_with_a_helper_process_no_module_is_compiled_in_this_one(monkeypatch):
     """LLVM run in the compiling process faults in ~30 MiB of its code: with a helper, all of it goes there."""
-    host, here = resolve("host"), []
-    monkeypatch.setattr(stream, "emit_object", lambda *a, **k: here.append(a) or jit.emit_object(*a, **k))
+    host, here, emit = resolve("host"), [], jit.emit_object
+    monkeypatch.setattr(jit, "emit_object", lambda *a, **k: here.append(a) or emit(*a, **k))
     one = '; ModuleID = "t"\ndefine void @"f"() {\nentry:\n  ret void\n}\n'
     with parallel.Helpers(1) as helpers, KernelStream(host, helpers) as s:
         i = s.submit(LIGHT_LEVEL, one)
@@ -124,7 +124,7 @@ def test_with_a_helper_process_no_module_is_compiled_in_this_one(monkeypatch):
 def test_one_plan_gives_the_same_objects_however_busy_the_consumers_are(monkeypatch):
     """Batches close on size alone: a consumer kept busy (by the tuner's candidates, another
     process) must not change how kernels are split into objects, so equal plans run equal code."""
-    host, emit, gate = resolve("host"), stream.emit_object, threading.Event()
+    host, emit, gate = resolve("host"), jit.emit_object, threading.Event()
     monkeypatch.setattr(stream, "MIN_PART_BYTES", 1)  # every kernel group closes its batch
 
     def held(text, target, jit, speed_level):  # the consumer thread waits until lowering has ended
@@ -140,5 +140,5 @@ def test_one_plan_gives_the_same_objects_however_busy_the_consumers_are(monkeypa
 
     free = objects()
     gate.clear()
-    monkeypatch.setattr(stream, "emit_object", held)
+    monkeypatch.setattr(jit, "emit_object", held)
     assert objects() == free and len(free) == 5  # the entry's and one per conv
