@@ -19,7 +19,11 @@ parent's over the fork). A cold compile's LLVM helper processes (:mod:`cuvil.edg
 are not in that figure: the column ``helper`` is the largest one's own peak (sampled every 20 ms),
 alive beside the device process while it compiles. The first line names the host CPU and vector ISA.
 
-    python benchmarks/cold_compile.py [--models resnet18,resnet50] [--repeats 3] [--no-tune] [--json out.json]
+``--steps``: each warm-start step (``CompileStats.steps``: opening the entry, host facts, fingerprint,
+code load, arena, the wait for the weights' check, ...; then the first inference), median wall and
+main-thread CPU ms, so where a warm start's time goes is read off the benchmark itself.
+
+    python benchmarks/cold_compile.py [--models resnet18,resnet50] [--repeats 3] [--no-tune] [--steps] [--json out.json]
 """
 
 from __future__ import annotations
@@ -76,11 +80,13 @@ else:
     model = load(bundle, [pub], lazy=mode == "warm")
     w0, c0 = time.perf_counter(), cpu_s()
     sess = compile_model(model, cache_dir=cache, tune=tune == "1")
+    r0, rc0 = time.perf_counter(), time.thread_time()
     sess.run(feeds)
     out["start_ms"], out["start_cpu_ms"] = (time.perf_counter() - w0) * 1e3, (cpu_s() - c0) * 1e3
     s = sess.stats
     out.update(hit=s.cache_hit, lower_ms=s.lower_ms, llvm_ms=s.llvm_ms, tune_ms=s.tune_ms, kernels=s.kernel_count,
-               nodes=s.node_count)
+               nodes=s.node_count, steps=[*s.steps, ("first inference", (time.perf_counter() - r0) * 1e3,
+                                                     (time.thread_time() - rc0) * 1e3)])
     run = lambda: sess.run(feeds)
 for _ in range(100):
     run()
@@ -138,7 +144,15 @@ def measure(name: str, work: Path, repeats: int, tune: bool) -> dict:
     ort = child("ort", files, tune)
     return {"model": name, "cold": cold, "warm_ms": float(np.median([w["start_ms"] for w in warm])),
             "warm_cpu_ms": float(np.median([w["start_cpu_ms"] for w in warm])),
-            "warm_rss_mib": max(w["peak_rss_mib"] for w in warm), "ort": ort}
+            "warm_rss_mib": max(w["peak_rss_mib"] for w in warm), "ort": ort, "warm_steps": warm_steps(warm)}
+
+
+def warm_steps(warm: list[dict]) -> list[tuple[str, float, float]]:
+    """Each step of the warm starts (``CompileStats.steps`` and the first inference): median wall and
+    main-thread CPU ms over the processes."""
+    names = [step[0] for step in warm[0]["steps"]]
+    return [(n, float(np.median([w["steps"][i][1] for w in warm])), float(np.median([w["steps"][i][2] for w in warm])))
+            for i, n in enumerate(names)]
 
 
 def verdict(r: dict) -> str:
@@ -157,6 +171,7 @@ def main() -> None:
     ap.add_argument("--models", default="resnet18," + ",".join(ARCHS))
     ap.add_argument("--repeats", type=int, default=3, help="warm-start processes per model (median)")
     ap.add_argument("--no-tune", action="store_true", help="compile without on-device autotuning")
+    ap.add_argument("--steps", action="store_true", help="print each warm-start step's median wall / CPU ms")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     print(f"{describe_host()}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; "
@@ -176,6 +191,9 @@ def main() -> None:
               f"{c['llvm_ms'] / 1e3:6.2f} {c['tune_ms'] / 1e3:5.2f} {c['kernels']:4d}/{c['nodes']:<4d} "
               f"{r['warm_ms']:7.1f} {r['warm_cpu_ms']:6.1f} | {c['peak_rss_mib']:12.0f} {c['helper_rss_mib']:6.0f} {r['warm_rss_mib']:5.0f} "
               f"{r['ort']['peak_rss_mib']:5.0f} | {verdict(r)}", flush=True)
+        if args.steps:
+            print("  warm steps, median wall / main-thread CPU ms: " +
+                  ", ".join(f"{n} {w:.2f} / {c:.2f}" for n, w, c in r["warm_steps"]), flush=True)
         results.append(r)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

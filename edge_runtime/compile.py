@@ -26,7 +26,7 @@ from .host_memo import host_target
 from .loader import Model
 from .objload import LoadedCode, UnsupportedObjectError, load_object
 from .prelink import Prelinked, load_prelinked
-from .session import CompileStats, Session, new_arena
+from .session import CompileStats, Session, StepClock, new_arena
 
 log = logging.getLogger(__name__)
 
@@ -145,11 +145,13 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
 def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | Target, batch: int, cache_dir,
                     use_cache: bool, content_hash: str | None, optimize: bool, profile: bool, jobs: int | None,
                     guard_pages: bool, tune: bool | None, threads: int | None) -> Session:
-    t0 = time.perf_counter()
+    t0, clock = time.perf_counter(), StepClock()
     cache = CompileCache(cache_dir) if use_cache else None
     request = f"{content_hash} {target!r} {batch} {optimize} {profile} {tune} {threads}" if content_hash else None
     early = cache.open_early(request) if cache and request else None  # the weights' check starts now
+    clock.mark("open entry")
     host = host_target(cache, spare.host_facts) if cache else resolve_target("host")
+    clock.mark("host facts")
     tgt = resolve(target, host)
     tune = tgt.tuning.autotune if tune is None else tune
     if threads is not None:
@@ -160,9 +162,13 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
                            f"'cuvil compile --target {tgt.name} -o FILE' writes its object file, "
                            f"'cuvil run --device {tgt.name}' runs it emulated")
     tuned_on = f" tuned-on={cpu_identity()}" if tune else ""
+    clock.mark("target")
+    fingerprint = cache.fingerprint() if cache else None
+    clock.mark("fingerprint")
     key = cache_key(f"{content_hash or graph_digest(graph_of())} optimize={optimize} profile={profile}{tuned_on}", tgt,
-                    batch, cache.fingerprint()) if cache else ""
+                    batch, fingerprint) if cache else ""
     art = cache.get(key, tgt, early) if cache else None
+    clock.mark("key, entry parsed")
     if art is not None and tune and split_check.recheck(art.lowered.split_settled, cache.age_s(key), tgt.threads):
         log.info("compiling again: the cores have room now for the split decision the entry left open (%s)",
                  art.lowered.split_reason)
@@ -174,13 +180,19 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
             cache.remember(request, key)
         code = load_code(art.objects, art.lowered.entry, tgt, art.image)
         t2 = time.perf_counter()
-        stats = CompileStats(lower_ms=0.0, llvm_ms=0.0, load_ms=(t2 - t1) * 1e3, cache_hit=True,
-                             kernel_count=art.lowered.kernel_count, node_count=art.lowered.node_count,
-                             object_bytes=sum(map(len, art.objects)), cache_ms=(t1 - t0) * 1e3)
+        clock.mark("code load")
         arena = None if guard_pages else new_arena(art.lowered)  # still while the weights' check runs
+        clock.mark("arena")
         weights = cache.weights(key, art)  # checked while the code loaded; nothing read them before
+        clock.mark("weights' check")
         if weights is not None:
-            return Session(art.lowered, code, stats, weights=weights, guard_pages=guard_pages, arena=arena)
+            stats = CompileStats(lower_ms=0.0, llvm_ms=0.0, load_ms=(t2 - t1) * 1e3, cache_hit=True,
+                                 kernel_count=art.lowered.kernel_count, node_count=art.lowered.node_count,
+                                 object_bytes=sum(map(len, art.objects)), cache_ms=(t1 - t0) * 1e3)
+            session = Session(art.lowered, code, stats, weights=weights, guard_pages=guard_pages, arena=arena)
+            clock.mark("session")
+            session.stats = dataclasses.replace(stats, steps=clock.steps())
+            return session
     from . import autotune
 
     tuner = autotune.Retarget() if tune else None

@@ -203,6 +203,19 @@ def test_the_remembered_fingerprint_is_the_computed_one_and_follows_the_sources(
     assert cache.fingerprint() == "e" * 64
 
 
+def test_a_hit_times_its_steps_and_a_miss_has_none(cache_dir):
+    """A warm start's stats say where its time went (``cold_compile.py --steps`` prints them)."""
+    graph = mlp_graph()
+    cold = compile_graph(graph, cache_dir=cache_dir, content_hash="ab" * 32)
+    warm = compile_graph(graph, cache_dir=cache_dir, content_hash="ab" * 32)
+    assert cold.stats.steps == () and warm.stats.cache_hit
+    assert [n for n, _, _ in warm.stats.steps] == ["open entry", "host facts", "target", "fingerprint",
+                                                   "key, entry parsed", "code load", "arena", "weights' check",
+                                                   "session"]
+    assert all(wall >= 0 and cpu >= 0 for _, wall, cpu in warm.stats.steps)
+    assert sum(w for n, w, _ in warm.stats.steps[:5]) <= warm.stats.cache_ms + 0.05  # the steps before the hit's code load
+
+
 def _package(top):
     for rel in ("compiler/a.py", "compiler/ir/b.py", "compiler/ir/notes.txt",
                 *(f"edge_runtime/{n}" for n in cache_mod.CACHE_MODULES), "edge_runtime/other.py"):
