@@ -10,7 +10,7 @@ Winograd F(2x2, 3x3) on AVX2-class targets, its 16 products per 2x2 tile, on int
 the lower of its form's ceilings with these instructions; the rest of its time is transforms,
 requantization, packing and memory.
 
-    python benchmarks/int8_conv_ceiling.py [--target x86-avx2] [--runs 200]
+    python benchmarks/int8_conv_ceiling.py [--target x86-avx2] [--runs 200] [--against FIELD=VALUE]
 
 Printed: per conv shape and weight range the least wall time over ``--runs`` runs beside its
 ceilings, from the best step rates timed in turns with those runs (a busy machine or a moving clock
@@ -21,7 +21,9 @@ microseconds on one thread.
 from __future__ import annotations
 
 import argparse
+import ast
 import ctypes
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -35,6 +37,7 @@ from llvmlite import ir  # noqa: E402
 
 from cuvil.compiler import DType, TensorType  # noqa: E402
 from cuvil.compiler.codegen.cpu.int_dot import choose_dot  # noqa: E402
+from cuvil.compiler.tuning import check_overrides  # noqa: E402
 from cuvil.compiler.frontends.builder import GraphBuilder  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
@@ -165,17 +168,18 @@ def conv_session(target, c: int, hw: int, m: int, k: int, stride: int, pad: int,
     return sess
 
 
-def timed(sess, loops: dict, runs: int, slices: int = 5) -> tuple[float, dict[str, float]]:
-    """The conv's least wall time (us) over ``runs`` runs, and each step's best rate, in turns (a
-    busy machine, or a clock that moves, only ever slows both)."""
-    best, rates = float("inf"), dict.fromkeys(loops, 0.0)
+def timed(sessions: list, loops: dict, runs: int, slices: int = 5) -> tuple[list[float], dict[str, float]]:
+    """Each session's least wall time (us) over ``runs`` runs, and each step's best rate, in turns (a
+    busy machine, or a clock that moves, only ever slows them all)."""
+    best, rates = [float("inf")] * len(sessions), dict.fromkeys(loops, 0.0)
     for _ in range(slices):
         for form, fn in loops.items():
             rates[form] = max(rates[form], products_per_us(fn, form))
-        for _ in range(max(1, runs // slices)):
-            t0 = time.perf_counter_ns()
-            sess.run_raw()
-            best = min(best, (time.perf_counter_ns() - t0) / 1e3)
+        for i, sess in enumerate(sessions):
+            for _ in range(max(1, runs // slices)):
+                t0 = time.perf_counter_ns()
+                sess.run_raw()
+                best[i] = min(best[i], (time.perf_counter_ns() - t0) / 1e3)
     return best, rates
 
 
@@ -183,18 +187,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="x86-avx2")
     ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--against", metavar="FIELD=VALUE", help="also time each conv compiled with this tuning field "
+                    "set (e.g. int8_direct_min_width=0: the im2col GEMM), in turns with the target's own")
     args = ap.parse_args()
     target = resolve_target(args.target)
+    other = None
+    if args.against:
+        field, value = args.against.split("=", 1)
+        other = dataclasses.replace(target, tuning=target.tuning.replace(**check_overrides({field: ast.literal_eval(value)})))
     loops = step_loops(target)
     print(f"target {target.name}; rates in products/us: wd = vpmaddwd + vpaddd (16 a step), ubsw = vpmaddubsw + "
           f"vpmaddwd + vpaddd (32){', dp = vpdpbusd zmm (64)' if 'dp' in loops else ''}")
-    print(f"{'conv':20} {'weights':>7} {'us':>7} {'direct ceil':>11} {'wino ceil':>9} {'us / best ceil':>14} "
+    print(f"{'conv':20} {'weights':>7} {'us':>7} " + (f"{args.against + ' us':>28} " if other else "") + f"{'direct ceil':>11} {'wino ceil':>9} {'us / best ceil':>14} "
           + " ".join(f"{form + ' rate':>9}" for form in loops))
-    totals = {127: [0.0, 0.0], 63: [0.0, 0.0]}
+    totals = {127: [0.0, 0.0, 0.0], 63: [0.0, 0.0, 0.0]}
     for name, c, hw, m, k, stride, pad, count in CONVS:
         for wmax in (127, 63):
-            sess = conv_session(target, c, hw, m, k, stride, pad, wmax)
-            us, rate = timed(sess, loops, args.runs)
+            sessions = [conv_session(t, c, hw, m, k, stride, pad, wmax) for t in (target, other) if t is not None]
+            (us, *against), rate = timed(sessions, loops, args.runs)
             direct_rate = max(rate[form] for form in loops if form != "ubsw" or wmax == 63)  # ubsw: 7-bit only
             direct = direct_products(c, hw, m, k, stride, pad) / direct_rate
             wino = winograd_products(target, c, hw, m, k, stride)
@@ -202,12 +212,15 @@ def main() -> None:
             ceiling = min(direct, wino_us or direct)
             totals[wmax][0] += count * us
             totals[wmax][1] += count * ceiling
-            print(f"{name:20} {'8-bit' if wmax == 127 else '7-bit':>7} {us:7.1f} {direct:11.1f} "
+            totals[wmax][2] += count * sum(against)
+            print(f"{name:20} {'8-bit' if wmax == 127 else '7-bit':>7} {us:7.1f} "
+                  + "".join(f"{a:28.1f} " for a in against) + f"{direct:11.1f} "
                   f"{f'{wino_us:.1f}' if wino_us else '-':>9} {us / ceiling:14.2f} "
                   + " ".join(f"{rate[form]:9.0f}" for form in loops), flush=True)
-    for wmax, (us, ceiling) in totals.items():
-        print(f"ResNet-18 convs, {'8-bit' if wmax == 127 else '7-bit'} weights: {us / 1e3:.2f} ms measured, "
-              f"{ceiling / 1e3:.2f} ms at the ceiling")
+    for wmax, (us, ceiling, against_us) in totals.items():
+        print(f"ResNet-18 convs, {'8-bit' if wmax == 127 else '7-bit'} weights: {us / 1e3:.2f} ms measured"
+              + (f" ({against_us / 1e3:.2f} ms with {args.against})" if other else "")
+              + f", {ceiling / 1e3:.2f} ms at the ceiling")
 
 
 if __name__ == "__main__":

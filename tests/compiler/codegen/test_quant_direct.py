@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from cuvil.compiler import DType, TensorType, run_reference
-from cuvil.compiler.codegen.cpu.kernels.quant_direct import ACC_NAME
+from cuvil.compiler.codegen.cpu.int_dot import Dot
+from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
+from cuvil.compiler.codegen.cpu.kernels.quant_direct import ACC_NAME, direct_plan, kernel_row_sums, padded_rows
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.devices.detect import resolve_target
@@ -114,3 +116,25 @@ def test_direct_qconv_code_broadcasts_weight_quads():
     assert f'"{ACC_NAME}' in llvm_ir
     asm = jit.emit_assembly(llvm_ir, t)
     assert "vpdpbusd\t" in asm and "%zmm" in asm
+
+
+@pytest.mark.parametrize("hw,stride,dilation,pads,want", [
+    (32, 1, 1, (1, 1, 1, 1), {0: (0,), 1: (), 30: (), 31: (2,)}),  # ResNet-18's: one kernel row at each edge
+    (32, 2, 1, (1, 1, 1, 1), {0: (0,), 1: (), 15: ()}),  # stride 2: the last row reads the image's last row
+    (14, 3, 2, (3, 1, 4, 4), {0: (0, 1), 1: (), 4: (), 5: (1, 2)}),  # stride 3, dilation 2: rows 3 oy - 3 + (0, 2, 4)
+])
+def test_padded_kernel_rows(hw, stride, dilation, pads, want):
+    """Which kernel rows of an output row read only padding (those products are skipped)."""
+    oh = (hw + pads[0] + pads[2] - 2 * dilation - 1) // stride + 1
+    ow = (20 + pads[1] + pads[3] - 2 * dilation - 1) // stride + 1
+    attrs = (("dilations", (dilation, dilation)), ("group", 1), ("pads", pads), ("strides", (stride, stride)))
+    key = KernelKey("QConv", attrs, (TensorType(DType.U8, (1, 4, hw, 20)), TensorType(DType.I8, (4, 4, 3, 3))),
+                    (TensorType(DType.U8, (1, 4, oh, ow)),), (None, None), (), (None, "const"))
+    plan = direct_plan(key, Dot("vnni", 16))
+    assert {oy: padded_rows(plan, oy) for oy in want} == want
+
+
+def test_kernel_row_sums():
+    w = np.arange(-54, 54).reshape(2, 3, 3, 6).astype(np.int8)  # [M, C, KH, KW]
+    want = np.array([[sum(int(w[m, c, ty, tx]) for c in range(3) for tx in range(6)) for ty in range(3)] for m in range(2)])
+    assert np.array_equal(kernel_row_sums(w), want)

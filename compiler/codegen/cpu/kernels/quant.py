@@ -26,7 +26,7 @@ from ..int_dot import Dot, choose_dot, pairs_bounded
 from ..int_gemm import GemmGeometry, emit_int_gemm, padded_cols
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
-from .quant_direct import DIRECT, direct_ok, direct_scratch, emit_direct_qconv
+from .quant_direct import DIRECT, direct_ok, direct_scratch, emit_direct_qconv, kernel_row_sums
 from .quant_dwrows import DWROWS, dwrows_ok, dwrows_scratch, emit_dwrows_qconv, pack_dwrows
 from .quant_depthwise import LANES, emit_lanes_qconv, lanes_ok, lanes_scratch, pack_lanes
 from .quant_grouped import emit_grouped_qconv, grouped_scratch, valid_span
@@ -62,7 +62,8 @@ def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
         return pack_rows(key, i, arr, dot, _zp_enc(key, dot) if dot else 0)
     if i == 1 and direct_ok(key, target):
         dot = choose_dot(target, False)
-        return _pack_broadcast_rows(_conv_rows(arr, dot.per_unit), dot, DIRECT)
+        layout, rows = _pack_broadcast_rows(_conv_rows(arr, dot.per_unit), dot, DIRECT)
+        return layout, np.concatenate([rows, kernel_row_sums(arr).view(np.uint8).reshape(-1)])
     if i == 1 and _conv_gemm_ok(key):
         dot = choose_dot(target, pairs_bounded(_gemm_rows(key, arr, 4)))
         prefix = TAPS if taps_ok(key, dot.per_unit) else QUADS
@@ -260,7 +261,8 @@ def _qconv_gemm(ctx: KernelContext, dot: Dot, taps: bool = False, in_place: bool
         epi = requant_epilogue(ctx, a, "w", mvals, True, sums, bias, zp_enc,
                                 lambda bb, row: gep(bb, out_img, bb.mul(row, h.i64(geo.cols))), geo.cols, dot)
         if in_place:
-            emit_direct_qconv(ctx, dot, n, flip, fill, wq, epi)
+            row_sums = gep(b, wq, m * geo.k4 * 4)  # after the broadcast rows (``_pack_qconv``)
+            emit_direct_qconv(ctx, dot, n, flip, zp_enc, wq, b.bitcast(row_sums, h.I32.as_pointer()), epi)
         else:
             if taps:
                 vptr = emit_taps_im2col(ctx, dot, n, flip, fill, _fill_word(fill, dot.per_unit))
