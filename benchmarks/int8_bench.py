@@ -20,12 +20,14 @@ gets a one-line row naming the error.
 
     python benchmarks/int8_bench.py [--models mlp,small_cnn,resnet18,mobilenet_v2] [--target host|x86-avx2]
                                     [--rounds 20] [--block 20] [--profile K] [--reduce-range]
+                                    [--against FIELD=VALUE]
     python benchmarks/int8_bench.py --models mobilenet_v1,shufflenet_v2,kws_dscnn,squeezenet --rounds 10
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -41,6 +43,8 @@ from cuvil.compiler.bundle.writer import bundle_bytes as signed_bundle  # noqa: 
 from cuvil.compiler.frontends.onnx import import_onnx  # noqa: E402
 from cuvil.compiler.interpreter import run_reference  # noqa: E402
 from cuvil.compiler.passes.pipeline import optimize  # noqa: E402
+from cuvil.compiler.tuning import parse_override  # noqa: E402
+from cuvil.devices.detect import resolve_target  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
 from tests.qdq import ort_session, qdq_model  # noqa: E402
@@ -98,7 +102,16 @@ def profile_rows(q8, feeds: dict, qdq, target: str, top: int, runs: int = 50) ->
     return out
 
 
-def bench(name: str, target: str, rounds: int, block: int, top: int = 0, reduce_range: bool = False) -> dict:
+def against_target(target: str, against: str | None):
+    """``target`` with one tuning field changed (``FIELD=VALUE``), or None without ``against``."""
+    if not against:
+        return None
+    base = resolve_target(target)
+    return dataclasses.replace(base, tuning=base.tuning.replace(**parse_override(against)))
+
+
+def bench(name: str, target: str, rounds: int, block: int, top: int = 0, reduce_range: bool = False,
+          against=None) -> dict:
     model, example = MODELS[name]()
     f32_onnx, qdq = qdq_model(model, example, reduce_range=reduce_range)
     f32 = optimize(import_onnx(f32_onnx))
@@ -112,6 +125,9 @@ def bench(name: str, target: str, rounds: int, block: int, top: int = 0, reduce_
     ort_feeds = {qdq.graph.input[0].name: x}
     runners = {"cuvil_int8": lambda: s8.run(feeds), "ort_int8": lambda: ort8.run(None, ort_feeds),
                "cuvil_fp32": lambda: s32.run(feeds)}
+    if against is not None:
+        s8b = compile_graph(q8, target=against, threads=1)
+        runners["against"] = lambda: s8b.run(feeds)
     wall, cpu = time_interleaved(runners, rounds, block)
     med = {k: float(np.median(v)) for k, v in wall.items()}
     cmed = {k: float(np.median(v)) for k, v in cpu.items()}
@@ -130,7 +146,10 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=20)
     ap.add_argument("--profile", type=int, default=0, metavar="K", help="per model, the K int8 nodes with the most cycles beside ORT's")
     ap.add_argument("--reduce-range", action="store_true", help="7-bit weights (ONNX Runtime's reduce_range) in the int8 model")
+    ap.add_argument("--against", metavar="FIELD=VALUE", help="also time the int8 model compiled with this tuning field "
+                    "set (e.g. int8_direct_min_width=0), interleaved with the others")
     args = ap.parse_args()
+    other = against_target(args.target, args.against)
     import onnxruntime
 
     print(f"{describe_host()}; target {args.target}; ONNX Runtime {onnxruntime.__version__}; 1 thread, batch 1; "
@@ -139,13 +158,16 @@ def main() -> None:
           f"{'fp32/int8':>9} | {'cpu: int8':>9} {'ort':>6} {'fp32':>6} {'int8/ort':>8} {'fp32/int8':>9} | {'bundle':>7} exact")
     for name in args.models.split(","):
         try:
-            r = bench(name, args.target, args.rounds, args.block, args.profile, args.reduce_range)
+            r = bench(name, args.target, args.rounds, args.block, args.profile, args.reduce_range, other)
         except Exception as e:  # a model beyond the zoo may not quantize or compile: its row says why
             print(f"{name:14} {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
             continue
         print(f"{name:14} {r['cuvil_int8']:13.3f} {r['ort_int8']:11.3f} {r['cuvil_fp32']:13.3f} {r['int8/ort']:8.2f} "
               f"{r['fp32/int8']:9.2f} | {r['cpu']['cuvil_int8']:9.3f} {r['cpu']['ort_int8']:6.3f} {r['cpu']['cuvil_fp32']:6.3f} "
               f"{r['cpu int8/ort']:8.2f} {r['cpu fp32/int8']:9.2f} | {r['bundle int8/fp32']:7.3f} {r['exact']}", flush=True)
+        if other is not None:
+            print(f"{'':14} {r['against']:13.3f} with {args.against}: int8/ort {r['against'] / r['ort_int8']:.2f}, cpu "
+                  f"{r['cpu']['against']:.3f} ms, {r['cpu']['against'] / r['cpu']['ort_int8']:.2f}", flush=True)
         if r["profile"]:
             print("\n".join(r["profile"]), flush=True)
 

@@ -21,7 +21,6 @@ microseconds on one thread.
 from __future__ import annotations
 
 import argparse
-import ast
 import ctypes
 import dataclasses
 import sys
@@ -37,7 +36,7 @@ from llvmlite import ir  # noqa: E402
 
 from cuvil.compiler import DType, TensorType  # noqa: E402
 from cuvil.compiler.codegen.cpu.int_dot import choose_dot  # noqa: E402
-from cuvil.compiler.tuning import check_overrides  # noqa: E402
+from cuvil.compiler.tuning import parse_override  # noqa: E402
 from cuvil.compiler.frontends.builder import GraphBuilder  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
@@ -193,8 +192,7 @@ def main() -> None:
     target = resolve_target(args.target)
     other = None
     if args.against:
-        field, value = args.against.split("=", 1)
-        other = dataclasses.replace(target, tuning=target.tuning.replace(**check_overrides({field: ast.literal_eval(value)})))
+        other = dataclasses.replace(target, tuning=target.tuning.replace(**parse_override(args.against)))
     loops = step_loops(target)
     print(f"target {target.name}; rates in products/us: wd = vpmaddwd + vpaddd (16 a step), ubsw = vpmaddubsw + "
           f"vpmaddwd + vpaddd (32){', dp = vpdpbusd zmm (64)' if 'dp' in loops else ''}")

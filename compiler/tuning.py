@@ -10,6 +10,7 @@ masked-store policy); an on-device tuner adds measured conv choices beside it (`
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -138,3 +139,15 @@ def check_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
             value = tuple(value)
         out[key] = value
     return out
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """One ``FIELD=VALUE`` of a command line (``int8_direct_min_width=0``, ``winograd_widths=[256]``), checked."""
+    field, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(f"a tuning override is FIELD=VALUE, got {text!r}")
+    try:
+        parsed = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        raise ValueError(f"tuning field {field!r}: {value!r} is not a Python literal") from None
+    return check_overrides({field.strip(): parsed})

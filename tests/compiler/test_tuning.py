@@ -10,7 +10,7 @@ import pytest
 from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
 from cuvil.compiler.codegen.cpu.tiles import choose_tile
 from cuvil.compiler.target import Target
-from cuvil.compiler.tuning import Tuning, default_tuning
+from cuvil.compiler.tuning import Tuning, default_tuning, parse_override
 from cuvil.devices.profile import PROFILE_DIR, ProfileError, load_profile, parse_profile
 from cuvil.edge_runtime.cache import cache_key
 
@@ -75,3 +75,11 @@ def test_a_target_built_by_hand_gets_its_isa_defaults():
     assert t.tuning == shipped.replace(autotune=False)  # tests/conftest.py turns autotuning off suite-wide
     assert shipped.autotune and t.tuning.vector_registers == 32
     assert isinstance(hash(t), int) and Tuning().replace(rows_kernels=(3, 5)).rows_kernels == (3, 5)
+
+
+def test_a_command_line_override_is_parsed_and_checked():
+    assert parse_override("int8_direct_min_width=0") == {"int8_direct_min_width": 0}
+    assert parse_override("winograd_widths=[256]") == {"winograd_widths": (256,)}
+    for bad in ("int8_direct_min_width", "int8_direct_min_width=-1", "no_such_field=1", "autotune=maybe"):
+        with pytest.raises(ValueError):
+            parse_override(bad)
