@@ -3,9 +3,9 @@
 The file is a :mod:`.sealed` file: ``meta`` (JSON) holds everything the Session needs (entry
 symbol, arena bytes, IO specs, the memory plan, counts, the object files' lengths, the prelinked
 image's layout), the body is the object files and the objects prelinked (:mod:`.prelink`, which a
-warm start loads without linking), the tail the packed weights. The tail starts on a page boundary, so the weights are
-mapped straight from the file with no copy (a page-aligned mapping is 64-byte aligned, as the
-kernels assume). The seal's MAC is checked before anything is parsed, and before the code is
+warm start loads without linking), the tail the packed weights. The tail starts on a page
+boundary, so the weights are mapped straight from the file with no copy (a page-aligned mapping is
+64-byte aligned, as the kernels assume). The seal's MAC is checked before anything is parsed, and before the code is
 loaded. JSON, not pickle, so reading an entry never executes anything.
 """
 
