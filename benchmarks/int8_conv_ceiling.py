@@ -196,7 +196,8 @@ def main() -> None:
     loops = step_loops(target)
     print(f"target {target.name}; rates in products/us: wd = vpmaddwd + vpaddd (16 a step), ubsw = vpmaddubsw + "
           f"vpmaddwd + vpaddd (32){', dp = vpdpbusd zmm (64)' if 'dp' in loops else ''}")
-    print(f"{'conv':20} {'weights':>7} {'us':>7} " + (f"{args.against + ' us':>28} " if other else "") + f"{'direct ceil':>11} {'wino ceil':>9} {'us / best ceil':>14} "
+    print(f"{'conv':20} {'weights':>7} {'us':>7} " + (f"{args.against + ' us':>28} " if other else "")
+          + f"{'direct ceil':>11} {'wino ceil':>9} {'us / best ceil':>14} "
           + " ".join(f"{form + ' rate':>9}" for form in loops))
     totals = {127: [0.0, 0.0, 0.0], 63: [0.0, 0.0, 0.0]}
     for name, c, hw, m, k, stride, pad, count in CONVS:

@@ -136,5 +136,6 @@ def test_padded_kernel_rows(hw, stride, dilation, pads, want):
 
 def test_kernel_row_sums():
     w = np.arange(-54, 54).reshape(2, 3, 3, 6).astype(np.int8)  # [M, C, KH, KW]
-    want = np.array([[sum(int(w[m, c, ty, tx]) for c in range(3) for tx in range(6)) for ty in range(3)] for m in range(2)])
+    want = np.array([[sum(int(w[m, c, ty, tx]) for c in range(3) for tx in range(6)) for ty in range(3)]
+                     for m in range(2)])
     assert np.array_equal(kernel_row_sums(w), want)

@@ -8,7 +8,8 @@ scratch (the im2col) in the units and byte encoding the dot product wants. The z
 out afterwards, exactly: ``sum((x - zp) * w) = sum(x_enc * w) - zp_enc * sum(w)`` (``quant_units.py``).
 On ``vpdpbusd`` a conv with wide output rows skips the im2col and reads its taps in place
 (``quant_direct.py``), the same weight rows and epilogue. Grouped convs and weights computed at run
-time go to ``quant_grouped.py``. Every path requantizes with ``codegen/quant_math.py``, bit for bit the reference's float32 arithmetic.
+time go to ``quant_grouped.py``. Every path requantizes with ``codegen/quant_math.py``, bit for bit
+the reference's float32 arithmetic.
 """
 
 from __future__ import annotations
