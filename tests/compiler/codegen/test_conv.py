@@ -70,6 +70,12 @@ CASES = [
     (1, 1, 49, 10, 16, 10, 4, (2, 2), (4, 1, 5, 2), (1, 1), 1, True, False, "Relu"),  # im2col, taps looped (KWS stem)
     (1, 3, 20, 13, 12, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 1, True, True, "none"),  # im2col, 25 taps looped
 ] + [(1, 8, 6, 10, 12, 3, 3, (1, 1), P1, (1, 1), 1, True, True, act) for act in ACT_REF if act not in ("none", "Relu")]
+DWSTRIDE2 = [  # stride-2 depthwise read in place: zmm rows with a partial vector, ymm rows with a lookahead block
+    (1, 6, 64, 66, 6, 3, 3, (2, 2), P1, (1, 1), 6, True, True, "Relu"),
+    (1, 3, 7, 33, 3, 3, 3, (2, 2), (1, 0, 1, 0), (1, 1), 3, False, True, "none"),
+    (2, 4, 10, 40, 4, 3, 3, (2, 2), (0, 1, 0, 1), (1, 1), 4, True, False, "Clip"),
+]
+CASES += DWSTRIDE2
 
 
 def _geom(case):
@@ -128,7 +134,8 @@ def test_conv_matches_numpy(host_fns, i, rng):
 def test_every_method_is_covered(target):
     """The cases walk every method each x86 profile picks (Winograd and rows: 256-bit plans only)."""
     methods = {(conv_plan(target, *_geom(c)).method, conv_plan(target, *_geom(c)).copy) for c in CASES}
-    want = {("direct", True), ("direct", False), ("im2col", True), ("depthwise", True), ("transposed", False)}
+    want = {("direct", True), ("direct", False), ("im2col", True), ("depthwise", True), ("transposed", False),
+            ("dwstride2", False)}
     if target is AVX2:
         want |= {("winograd", False), ("rows", False)}
     assert want <= methods
@@ -156,14 +163,14 @@ def test_256_bit_methods_match_numpy(rng):
 
 
 def test_residual_may_alias_output(host_fns, rng):
-    for i in (1, 5, 10, 17, 25, 26):
+    for i in (1, 5, 10, 17, 25, 26, CASES.index(DWSTRIDE2[0])):
         Y, ref = _run(host_fns[f"c{i}"], HOST, CASES[i], rng, inplace=True)
         np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5)
 
 
 def test_conv_reads_nothing_past_x(host_fns, rng):
     """X ending right before a PROT_NONE page (checked in a child process, a fault fails the test)."""
-    for i in (4, 5, 6, 9, 12, 16, 17, 26, 27, 28):
+    for i in (4, 5, 6, 9, 12, 16, 17, 26, 27, 28, *(CASES.index(c) for c in DWSTRIDE2)):
         def check(i=i):
             Y, ref = _run(host_fns[f"c{i}"], HOST, CASES[i], rng, x_guard=True)
             return np.allclose(Y, ref, rtol=1e-4, atol=1e-5)
@@ -176,7 +183,7 @@ def test_conv_other_widths(target, rng):
     """4- and 16-lane plans run on this host too: other tiles, masks and method choices."""
     if target is WIDE16 and not HOST.has("avx2"):
         pytest.skip("16-lane plans are emulated with AVX2 halves")
-    cases = [CASES[i] for i in (0, 1, 3, 5, 6, 9, 10, 12, 17, 18, 22, 23, 25, 26, 27, 28)]
+    cases = [CASES[i] for i in (0, 1, 3, 5, 6, 9, 10, 12, 17, 18, 22, 23, 25, 26, 27, 28)] + DWSTRIDE2
     fns = _emit_all(target, cases)
     for i, case in enumerate(cases):
         Y, ref = _run(fns[f"c{i}"], target, case, rng)
@@ -220,6 +227,26 @@ def test_avx512_assembly_uses_zmm_fma():
     emit_conv2d(m, "d", t, 1, 96, 48, 48, 96, 3, 3, (1, 1), P1, (1, 1), 96, bias=True)
     asm = assembly(m, t)
     assert len(re.findall(r"vfmadd\d+ps\s+[^\n]*zmm", asm)) >= 100
+    assert "Spill" not in asm and "Reload" not in asm
+
+
+def test_stride2_depthwise_reads_the_input_in_place():
+    """Stride-2 3x3 depthwise convs wider than the dwlanes planes take ``dwstride2`` on the x86 profiles
+    (MobileNetV1's 32x64x64/2, Zen 4: 11.5 us, the phase-plane copy's kernel 22.3), no scratch; the
+    copy's kernel stays a tuner candidate; 128-bit targets keep it."""
+    geom = (1, 32, 64, 64, 32, 3, 3, (2, 2), P1, (1, 1), 32)
+    for name, lanes in (("x86-avx512", 16), ("x86-avx2", 8)):
+        p = conv_plan(resolve_target(name), *geom)
+        assert (p.method, p.vl, p.copy, p.scratch_bytes) == ("dwstride2", lanes, False, 0)
+        assert "depthwise" in {c.method for c in conv_candidates(resolve_target(name), geom)}
+    assert conv_plan(resolve_target("x86-avx512"), 1, 128, 16, 16, 128, 3, 3, (2, 2), P1, (1, 1), 128).method == "dwlanes"
+    assert conv_plan(resolve_target("x86-avx512"), 1, 32, 64, 64, 32, 3, 3, (1, 1), P1, (1, 1), 32).method == "depthwise"
+    assert conv_plan(resolve_target("rpi5"), *geom).method == "depthwise"
+    m = ir.Module()
+    m.triple = resolve_target("x86-avx512").triple
+    emit_conv2d(m, "d", resolve_target("x86-avx512"), *geom[:7], (2, 2), P1, (1, 1), 32, bias=True, activation="Relu")
+    asm = assembly(m, resolve_target("x86-avx512"))
+    assert re.search(r"vperm[it]2ps\s+[^\n]*zmm", asm) and len(re.findall(r"vfmadd\d+ps\s+[^\n]*zmm", asm)) >= 18
     assert "Spill" not in asm and "Reload" not in asm
 
 

@@ -4,8 +4,8 @@
 model's first: Winograd F(2x2) and F(4x4) for 3x3 stride-1 convs (dilated ones on their phase
 planes), ``rows`` for 3x3 convs with small outputs, ``direct`` / ``im2col`` / ``transposed`` where
 they apply, and for depthwise convs the row kernel (half width too on 512-bit targets: narrow planes
-waste fewer lanes) and ``dwlanes`` (channels in lanes) whichever of them the cost model did not
-pick. A choice is put into effect by ``with_choices`` (a Target whose ``conv_plan`` returns it), so
+waste fewer lanes), ``dwstride2`` (stride 2, read in place) and ``dwlanes`` (channels in lanes)
+whichever of them the cost model did not pick. A choice is put into effect by ``with_choices`` (a Target whose ``conv_plan`` returns it), so
 the packer and the emitter cannot disagree.
 """
 
@@ -21,7 +21,7 @@ from ....target import ConvChoice, Geometry, Target
 from ..tiles import choose_tile
 from .emit import emit_conv2d
 from .pack import pack_conv_weights
-from .plan import IM2COL_MAX_PIECES, TALL_MIN_ROWS, ConvPlan, conv_plan, plan_for, winograd_applies
+from .plan import IM2COL_MAX_PIECES, TALL_MIN_ROWS, ConvPlan, conv_plan, dwstride2_applies, plan_for, winograd_applies
 
 MAX_CANDIDATES = 5
 
@@ -69,6 +69,8 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
         rows = p.OW if method == "rows" else p.OCg if method in ("direct", "im2col") else p.OH * p.OW
         if method == "depthwise":
             mr, nv = 1, max(1, min(p.OH * p.vpr, 16))
+        elif method == "dwstride2":
+            mr, nv = 1, p.vpr
         elif method == "dwlanes":
             mr, nv = lanes, 1
         else:
@@ -79,9 +81,10 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
 
     OH, OW = _output_plane(geom)
     if group == C == OC and group > 1:
-        if vl == 16:
-            add("depthwise", 8)
-            add("depthwise", 16)
+        for lanes in (8, 16) if vl == 16 else (vl,):
+            add("depthwise", lanes)
+        if dwstride2_applies(KH, KW, strides, pads, dil):
+            add("dwstride2")
         add("dwlanes")
         return tuple(out[:MAX_CANDIDATES])
     three = KH == KW == 3 and group == 1

@@ -24,6 +24,7 @@ from ..vecops import define_kernel
 from .dilated import emit_dilated_winograd
 from .direct import emit_direct
 from .dwlanes import emit_depthwise_lanes
+from .dwstride2 import emit_depthwise_stride2
 from .plan import conv_plan
 from .rows import emit_conv_rows
 from .winograd import emit_winograd
@@ -43,6 +44,8 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
         emit_winograd(fn, target, N, C, H, W, OC, pads, m=p.mr, **epilogue)
     elif p.method == "dwlanes":
         emit_depthwise_lanes(fn, p, scalar_tails=not target.tuning.masked_stores, **epilogue)
+    elif p.method == "dwstride2":
+        emit_depthwise_stride2(fn, p, scalar_tails=not target.tuning.masked_stores, **epilogue)
     elif p.method == "rows":
         emit_conv_rows(fn, p, **epilogue)
     else:

@@ -43,7 +43,7 @@ class ConvPlan:
     dw: int
     group: int
     vl: int
-    method: str  # "depthwise" | "dwlanes" | "direct" | "im2col" | "transposed" | "winograd" | "rows"
+    method: str  # "depthwise" | "dwlanes" | "dwstride2" | "direct" | "im2col" | "transposed" | "winograd" | "rows"
     mr: int
     nv: int
     copy: bool  # inputs go through a zero-padded, stride-phase-split copy in scratch
@@ -267,6 +267,9 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
             return ConvPlan(**base, method="dwlanes", mr=vl, nv=1, copy=False)  # tiles: VL pixels x VL channels
         if vl == 16 and (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 <= target.tuning.half_width_depthwise_max_ow:
             base["vl"] = 8  # narrow rows waste fewer lanes of a ymm (AVX-512VL) than of a zmm
+        if vl * 32 in target.tuning.dwstride2_widths and dwstride2_applies(KH, KW, strides, pads, dilations):
+            tmp = ConvPlan(**base, method="dwstride2", mr=1, nv=1, copy=False)
+            return ConvPlan(**base, method="dwstride2", mr=1, nv=tmp.vpr, copy=False)  # nv: vectors per output row
         tmp = ConvPlan(**base, method="depthwise", mr=1, nv=1, copy=True)  # nv: vectors per tile,
         nv = max(1, min(tmp.OH * tmp.vpr, target.tuning.vector_registers // 2))  # whole rows where they fit
         return ConvPlan(**base, method="depthwise", mr=1, nv=nv, copy=True)
@@ -297,6 +300,11 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     else:
         mr, nv = choose_tile(target, tmp.OCg, tmp.slots)
     return ConvPlan(**base, method=method, mr=mr, nv=nv, copy=copy)
+
+
+def dwstride2_applies(KH: int, KW: int, strides, pads, dilations) -> bool:
+    """A depthwise conv the ``dwstride2`` method runs: 3x3, stride 2, undilated, padding of at most one."""
+    return KH == KW == 3 and tuple(strides) == (2, 2) and tuple(dilations) == (1, 1) and max(pads) <= 1
 
 
 def tall_1x1(t: Tuning, p: ConvPlan) -> bool:
