@@ -48,7 +48,7 @@ class Tuning:
     depthwise_lanes_max_ow: int = 10  # f32 depthwise 3x3 up to this output width keep channels in lanes (Zen 4, x86-avx512 vs rows in ymm: 64x25x5 0.94x, 960x7x7 0.6x, 160x10x10 0.8x, 576x14x14 1.5x; x86-avx2 64x25x5 0.4x)
     tall_1x1_min_pixels: int = 0  # 1x1 convs over this many pixels or more take a tall tile (plan.TALL_MIN_ROWS x 1 vector); 0: never. TALL_1X1_MIN_PIXELS
     tall_1x1_min_channels: int = 64  # and with this many channels in and out (32 -> 64 at 64x64: 0.94-1.06x)
-    dwstride2_widths: tuple[int, ...] = (256, 512)  # vector widths where stride-2 3x3 depthwise convs read the input in place (conv/dwstride2.py; Zen 4)
+    dwstride2_widths: tuple[int, ...] = (256, 512)  # stride-2 3x3 depthwise read in place (conv/dwstride2.py; Zen 4)
     half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
     int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
     int8_direct_min_width: int = 16  # VNNI int8 convs (kxk, a quad of channels or more) with output rows this wide or wider read their taps in place, output columns in lanes (quant_direct.py), rather than through an im2col; 0: never

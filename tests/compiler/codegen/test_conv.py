@@ -239,8 +239,9 @@ def test_stride2_depthwise_reads_the_input_in_place():
         p = conv_plan(resolve_target(name), *geom)
         assert (p.method, p.vl, p.copy, p.scratch_bytes) == ("dwstride2", lanes, False, 0)
         assert "depthwise" in {c.method for c in conv_candidates(resolve_target(name), geom)}
-    assert conv_plan(resolve_target("x86-avx512"), 1, 128, 16, 16, 128, 3, 3, (2, 2), P1, (1, 1), 128).method == "dwlanes"
-    assert conv_plan(resolve_target("x86-avx512"), 1, 32, 64, 64, 32, 3, 3, (1, 1), P1, (1, 1), 32).method == "depthwise"
+    avx512 = resolve_target("x86-avx512")
+    assert conv_plan(avx512, 1, 128, 16, 16, 128, 3, 3, (2, 2), P1, (1, 1), 128).method == "dwlanes"
+    assert conv_plan(avx512, 1, 32, 64, 64, 32, 3, 3, (1, 1), P1, (1, 1), 32).method == "depthwise"
     assert conv_plan(resolve_target("rpi5"), *geom).method == "depthwise"
     m = ir.Module()
     m.triple = resolve_target("x86-avx512").triple

@@ -5,8 +5,8 @@ model's first: Winograd F(2x2) and F(4x4) for 3x3 stride-1 convs (dilated ones o
 planes), ``rows`` for 3x3 convs with small outputs, ``direct`` / ``im2col`` / ``transposed`` where
 they apply, and for depthwise convs the row kernel (half width too on 512-bit targets: narrow planes
 waste fewer lanes), ``dwstride2`` (stride 2, read in place) and ``dwlanes`` (channels in lanes)
-whichever of them the cost model did not pick. A choice is put into effect by ``with_choices`` (a Target whose ``conv_plan`` returns it), so
-the packer and the emitter cannot disagree.
+whichever of them the cost model did not pick. A choice is put into effect by ``with_choices`` (a
+Target whose ``conv_plan`` returns it), so the packer and the emitter cannot disagree.
 """
 
 from __future__ import annotations

@@ -94,7 +94,8 @@ def _row_panels(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
 
 
 PACKERS: dict[str, Callable[[np.ndarray, ConvPlan, Target], np.ndarray]] = {
-    "winograd": _winograd, "depthwise": _depthwise, "dwstride2": _depthwise, "dwlanes": _dwlanes, "rows": _rows, "transposed": _transposed,
+    "winograd": _winograd, "depthwise": _depthwise, "dwstride2": _depthwise, "dwlanes": _dwlanes, "rows": _rows,
+    "transposed": _transposed,
     "direct": _row_panels, "im2col": _row_panels,
 }
 
