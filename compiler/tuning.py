@@ -52,6 +52,7 @@ class Tuning:
     half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
     int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
     int8_direct_min_width: int = 16  # VNNI int8 convs (kxk, a quad of channels or more) with output rows this wide or wider read their taps in place, output columns in lanes (quant_direct.py), rather than through an im2col; 0: never
+    int8_direct_min_lane_use: float = 1.0  # and whose rows fill at least this share of their vectors' lanes (1: whole vectors; Zen 4, in place / im2col: 32- and 80-wide rows 0.84-0.92x, 40-wide (83%) 1.11x, 20-wide (62.5%) 1.46x)
     int8_dwrows_min_pixels: int = 9  # int8 depthwise by window-row quads above this many outputs (byte-quad targets; 3x3 planes keep channels in lanes)
     int8_depthwise_lanes_max_pixels: int = 64  # int8 depthwise with channels in lanes up to 8x8 outputs; larger planes stream rows (faster there, Zen 4)
     int8_winograd_min_tiles: int = 16  # int8 3x3 convs on AVX2 int16 pairs take Winograd F(2x2,3x3) from 16 output tiles (8x8), checked before int8_rows_max_pixels (the packer tries Winograd first); fewer re-read 3.6x the weight bytes for little work

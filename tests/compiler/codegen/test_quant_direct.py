@@ -56,6 +56,7 @@ def test_direct_qconv_is_exact(kind, case):
     dtype, stride, dilation, pads, shape, m, k = CASES[case]
     kh, kw = (k, k) if isinstance(k, int) else k
     target = _target(kind)
+    target = dataclasses.replace(target, tuning=target.tuning.replace(int8_direct_min_lane_use=0.0))  # partial vectors
     rng = np.random.default_rng(case)
     w = rng.integers(-128, 128, (m, shape[1], kh, kw)).astype(np.int8)
     bias = rng.integers(-5000, 5000, (m,)).astype(np.int32) if case % 2 == 0 else None
@@ -91,17 +92,22 @@ def test_direct_qconv_extreme_values(dtype, x_zp):
     assert {lo, hi} <= seen  # both saturation bounds reached
 
 
-@pytest.mark.parametrize("profile,width,tuned,chosen", [
-    ("x86-avx512-vnni", 16, 16, True), ("x86-avx512-vnni", 15, 16, False), ("x86-avx512-vnni", 32, 0, False),
-    ("x86-avx512-vnni", 8, 8, True), ("x86-avx2", 32, 16, False), ("x86-avx512", 32, 16, False),
-    ("x86-amx", 32, 16, False),
+@pytest.mark.parametrize("profile,width,tuned,lane_use,chosen", [
+    ("x86-avx512-vnni", 16, 16, 1.0, True), ("x86-avx512-vnni", 15, 16, 0.0, False),
+    ("x86-avx512-vnni", 32, 0, 1.0, False), ("x86-avx512-vnni", 8, 8, 0.5, True),
+    ("x86-avx512-vnni", 8, 8, 1.0, False),
+    ("x86-avx512-vnni", 20, 16, 1.0, False), ("x86-avx512-vnni", 20, 16, 0.6, True),
+    ("x86-avx512-vnni", 48, 16, 1.0, True),
+    ("x86-avx2", 32, 16, 1.0, False), ("x86-avx512", 32, 16, 1.0, False), ("x86-amx", 32, 16, 1.0, False),
 ])
-def test_direct_qconv_chosen_as_tuned(profile, width, tuned, chosen):
+def test_direct_qconv_chosen_as_tuned(profile, width, tuned, lane_use, chosen):
     """Only on ``vpdpbusd`` (not AMX's tiles, not AVX2 or AVX-512 without VNNI), from
-    ``int8_direct_min_width`` output columns (0: never); planes of at most ``int8_rows_max_pixels``
-    keep the channels-in-lanes kernel."""
+    ``int8_direct_min_width`` output columns (0: never) whose rows fill ``int8_direct_min_lane_use``
+    of their vectors (20 columns: 62.5% of two zmm); planes of at most ``int8_rows_max_pixels`` keep
+    the channels-in-lanes kernel."""
     t = resolve_target(profile)
-    t = dataclasses.replace(t, tuning=t.tuning.replace(int8_direct_min_width=tuned, int8_rows_max_pixels=0))
+    t = dataclasses.replace(t, tuning=t.tuning.replace(int8_direct_min_width=tuned, int8_rows_max_pixels=0,
+                                                       int8_direct_min_lane_use=lane_use))
     w = np.random.default_rng(0).integers(-128, 128, (16, 8, 3, 3)).astype(np.int8)
     llvm_ir = lower(_graph(DType.U8, w, None, 1, [1, 1, 1, 1], (1, 8, 4, width)), t, optimize=False).llvm_ir
     assert (f'"{ACC_NAME}' in llvm_ir) == chosen

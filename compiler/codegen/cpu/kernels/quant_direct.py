@@ -97,15 +97,18 @@ def direct_plan(key: KernelKey, dot: Dot) -> DirectPlan:
 def direct_ok(key: KernelKey, target: Target) -> bool:
     """One group, 2-D, a kernel larger than 1x1, constant weights, at least a quad of input channels
     (fewer: ``quant_taps.py``), on ``vpdpbusd`` (not AMX), output rows of ``int8_direct_min_width``
-    or more (narrower rows waste lanes)."""
+    or more that fill ``int8_direct_min_lane_use`` of their vectors (a row's last vector is partly
+    idle; the im2col GEMM's pixel vectors run on across rows)."""
     a = dict(key.attrs)
     if a["group"] != 1 or len(key.in_types[0].shape) != 4 or key.packed[1] is None:
         return False
-    min_width = target.tuning.int8_direct_min_width
+    tuning, dot = target.tuning, choose_dot(target, False)
     m, c, kh, kw = key.in_types[1].shape
-    if not min_width or kh * kw < 2 or c < 4 or m == 0 or choose_dot(target, False).kind != "vnni":
+    if not tuning.int8_direct_min_width or kh * kw < 2 or c < 4 or m == 0 or dot.kind != "vnni":
         return False
-    return key.out_types[0].shape[3] >= min_width and key.out_types[0].shape[2] > 0
+    oh, ow = key.out_types[0].shape[2:]
+    lane_use = ow / (-(-ow // dot.vl) * dot.vl)
+    return ow >= tuning.int8_direct_min_width and oh > 0 and lane_use >= tuning.int8_direct_min_lane_use
 
 
 def direct_scratch(key: KernelKey, dot: Dot) -> int:
