@@ -72,7 +72,8 @@ def gemm_tile(target: Target, M: int, N: int, wide: bool = False) -> tuple[int, 
 def pack_gemm_b(W: np.ndarray, target: Target, *, trans_b: bool = False, alpha: float = 1.0) -> np.ndarray:
     """B[K,N] (or [N,K] with trans_b) -> panels [ceil(N/VL), K, VL], zero-padded, times alpha."""
     padded = _padded_b(W, target, trans_b, alpha)
-    return np.ascontiguousarray(padded.reshape(padded.shape[0], -1, vector_lanes(target)).transpose(1, 0, 2))
+    K, NP, vl = *padded.shape, vector_lanes(target)
+    return np.ascontiguousarray(padded.reshape(K, NP // vl, vl).transpose(1, 0, 2))
 
 
 def pack_gemv_b(W: np.ndarray, target: Target, *, trans_b: bool = False, alpha: float = 1.0) -> np.ndarray:
@@ -84,7 +85,7 @@ def pack_gemv_b(W: np.ndarray, target: Target, *, trans_b: bool = False, alpha: 
     panels; one 16-vector panel 0.94x), and whole rows of a wide B put every k on another page."""
     padded = _padded_b(W, target, trans_b, alpha)
     width = gemm_tile(target, 1, padded.shape[1], wide=True)[1] * vector_lanes(target)
-    return np.concatenate([padded[:, j:j + width].ravel() for j in range(0, padded.shape[1], width)])
+    return np.concatenate([padded[:, j:j + width].ravel() for j in range(0, padded.shape[1], width)] or [padded.ravel()])
 
 
 def _padded_b(W: np.ndarray, target: Target, trans_b: bool, alpha: float) -> np.ndarray:

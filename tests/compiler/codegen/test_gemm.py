@@ -153,6 +153,9 @@ def test_gemv_packing_layout():
     np.testing.assert_array_equal(P[:2 * w].reshape(2, w), W[:, :w])
     np.testing.assert_array_equal(P[2 * w:].reshape(2, 512 - w)[:, :500 - w], W[:, w:])
     assert not P[2 * w:].reshape(2, 512 - w)[:, 500 - w:].any()
+    for K, N in ((0, 2), (3, 0)):  # empty operands (the op fuzzer's MatMul of [0, 0] by [0, 2])
+        empty = np.zeros((K, N), np.float32)
+        assert pack_gemv_b(empty, t).size == pack_gemm_b(empty, t).size == 0
 
 
 def test_gemv_tile_spans_the_registers():
