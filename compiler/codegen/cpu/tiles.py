@@ -85,7 +85,8 @@ def pack_gemv_b(W: np.ndarray, target: Target, *, trans_b: bool = False, alpha: 
     panels; one 16-vector panel 0.94x), and whole rows of a wide B put every k on another page."""
     padded = _padded_b(W, target, trans_b, alpha)
     width = gemm_tile(target, 1, padded.shape[1], wide=True)[1] * vector_lanes(target)
-    return np.concatenate([padded[:, j:j + width].ravel() for j in range(0, padded.shape[1], width)] or [padded.ravel()])
+    panels = [padded[:, j:j + width].ravel() for j in range(0, padded.shape[1], width)]
+    return np.concatenate(panels) if panels else padded.ravel()
 
 
 def _padded_b(W: np.ndarray, target: Target, trans_b: bool, alpha: float) -> np.ndarray:
