@@ -107,6 +107,8 @@ def main() -> None:
     ap.add_argument("--target", default="host")
     ap.add_argument("--forms", default=FORMS)
     args = ap.parse_args()
+    if args.count <= 0 or args.count % BATCH:
+        ap.error(f"--count must be a positive multiple of {BATCH} (the compiled batch)")
     print(f"{describe_host()}; target {args.target}; {args.count} inputs; errors against Cuvil fp32 "
           f"(max/std: the largest error over the fp32 outputs' standard deviation)")
     print(f"{'model':13} {'form':24} {'top-1':>7} {'centred':>7} {'max err':>8} {'/std':>6} {'mean err':>9} "
