@@ -1,4 +1,4 @@
-"""MaxPool and AveragePool kernels (``kernels/pool.py``) against the NumPy reference.
+"""MaxPool and AveragePool kernels (``kernels/pool.py``, ``kernels/pool_generic.py``) against the NumPy reference.
 
 The f32 kernels split every pool at compile time (vector interior columns, scalar or masked border
 columns, runs of border rows, strided lane gathers, a separable two-sweep path for tall windows),

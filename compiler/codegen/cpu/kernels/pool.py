@@ -11,14 +11,12 @@ A window much taller than its row stride (3x3, 5x5 at stride 1) is pooled separa
 scratch then columns, about 2K operations per output instead of K*K and code linear in K.
 
 An int8 2-D MaxPool on the byte-quad targets shuffles bytes instead (``quant_pool.py``). Other
-dtypes, 3-D pools and windows too big to unroll (``MAX_VECTOR_LOADS``) take the generic loop:
-taps unrolled (a run-time loop over more than ``MAX_UNROLLED_TAPS``), out-of-range taps masked with
-selects on a clamped (always in-bounds) load.
+dtypes, 3-D pools and windows too big to unroll (``MAX_VECTOR_LOADS``) take the generic loop
+(``pool_generic.py``).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -30,8 +28,8 @@ from .. import vecops
 from ...irhelpers import gep
 from ..vecops import load_vec, store_vec, vec_type
 from .base import KernelContext, KernelKey, kernel
+from .pool_generic import emit_generic_pool, window_count
 from .quant_pool import byte_maxpool_ok, byte_maxpool_scratch, emit_byte_maxpool
-from .reduce import lowest, combine
 
 
 # ---------------------------------------------------------------------------- f32 vector path ---
@@ -74,7 +72,6 @@ def _axes(key: KernelKey) -> tuple[_Axis, _Axis]:
     return (_Axis(1, 1), axes[0]) if nd == 1 else (axes[0], axes[1])
 
 
-MAX_UNROLLED_TAPS = 64
 """The generic path unrolls at most this many taps per window; bigger windows loop over them."""
 MAX_VECTOR_LOADS = 256
 """The vector path unrolls every tap's loads of an output vector (``_vector_loads``); a window that
@@ -139,13 +136,6 @@ def _tree(vals: list[ir.Value], op) -> ir.Value:
     while len(vals) > 1:
         vals = [op(vals[i], vals[i + 1]) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
     return vals[0]
-
-
-def _clipped(b: ir.IRBuilder, start: ir.Value, k: int, lo: int, hi: int) -> ir.Value:
-    """``min(start + k, hi) - max(start, lo)`` in i64, at run time."""
-    end = b.add(start, h.i64(k))
-    end = b.select(b.icmp_signed("<", end, h.i64(hi)), end, h.i64(hi))
-    return b.sub(end, b.select(b.icmp_signed(">", start, h.i64(lo)), start, h.i64(lo)))
 
 
 # Stride 2 on 8 lanes: two in-lane ``vshufps`` halves each keep columns 0 1 4 5 2 3 6 7 (lane order),
@@ -304,7 +294,7 @@ def _row_count(b: ir.IRBuilder, p: _Pass, oh: ir.Value) -> ir.Value:
     """``p.row_div.counted(oh)`` as a float, at run time."""
     ax = p.row_div
     lo, hi = (-ax.pad_lo, ax.size + ax.pad_hi) if p.include_pad else (0, ax.size)
-    return b.sitofp(_clipped(b, b.sub(b.mul(oh, h.i64(ax.stride)), h.i64(ax.pad_lo)), ax.k, lo, hi), h.F32)
+    return b.sitofp(window_count(b, b.sub(b.mul(oh, h.i64(ax.stride)), h.i64(ax.pad_lo)), ax.k, lo, hi), h.F32)
 
 
 def _row(b: ir.IRBuilder, p: _Pass, xp: ir.Value, yp: ir.Value, oh: ir.Value, taps: tuple[int, ...],
@@ -383,57 +373,13 @@ def _vector_pool(ctx: KernelContext, kind: str) -> None:
                         **common), tmp, gep(b, y, b.mul(nc, h.i64(rows.out * cols.out))))
 
 
-# ------------------------------------------------------------------------------- generic path ---
-def _generic(ctx: KernelContext, kind: str) -> None:
-    shape, out_shape = ctx.shape(0), ctx.out_shape
-    nd = len(shape) - 2
-    a = ctx.attrs
-    kernel_shape, strides, pads = a["kernel_shape"], a["strides"], a["pads"]
-    dil = a.get("dilations", (1,) * nd)
-    dtype = ctx.in_types[0].dtype
-    ty = h.LLTYPE[dtype]
-    b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
-    spatial, osp = shape[2:], out_shape[2:]
-    in_plane, out_plane = math.prod(spatial), math.prod(osp)
-    istr = h.contiguous_strides(spatial)
-    with h.for_range(b, shape[0] * shape[1], name="nc") as nc:
-        xb, yb = b.mul(nc, h.i64(in_plane)), b.mul(nc, h.i64(out_plane))
-        with h.loop_nest(b, osp, name="o") as o:
-            starts = [b.sub(b.mul(o[i], h.i64(strides[i])), h.i64(pads[i])) for i in range(nd)]
-            def tap(acc: ir.Value, taps) -> ir.Value:  # taps: one offset per axis, ints or i64 values
-                ok: ir.Value = ir.Constant(h.I1, 1)
-                off = xb
-                for i, t in enumerate(taps):
-                    p = b.add(starts[i], b.mul(t, h.i64(dil[i])) if isinstance(t, ir.Value) else h.i64(t * dil[i]))
-                    inside = b.and_(b.icmp_signed(">=", p, h.i64(0)), b.icmp_signed("<", p, h.i64(spatial[i])))
-                    ok = b.and_(ok, inside)
-                    off = b.add(off, b.mul(b.select(inside, p, h.i64(0)), h.i64(istr[i])))
-                return b.select(ok, combine(b, kind, dtype, acc, h.load(b, x, off)), acc)
-
-            acc = lowest(dtype, ty) if kind == "max" else h.const(ty, 0.0)
-            if math.prod(kernel_shape) <= MAX_UNROLLED_TAPS:
-                for taps in itertools.product(*(range(k) for k in kernel_shape)):
-                    acc = tap(acc, taps)
-            else:
-                kst = h.contiguous_strides(kernel_shape)
-                acc = h.reduce_range(b, math.prod(kernel_shape), acc, lambda a_, r: tap(a_, [
-                    b.urem(b.udiv(r, h.i64(st)), h.i64(k)) for st, k in zip(kst, kernel_shape)]), name="tap")
-            if kind == "avg":  # counted: per axis, the window clipped to the input (or input plus pads)
-                count = h.i64(1)
-                for i, st in enumerate(starts):
-                    lo, hi = (-pads[i], spatial[i] + pads[nd + i]) if a["count_include_pad"] else (0, spatial[i])
-                    count = b.mul(count, _clipped(b, st, kernel_shape[i], lo, hi))
-                acc = b.fdiv(acc, b.sitofp(count, ty))
-            h.store(b, acc, y, b.add(yb, h.linear(b, o, h.contiguous_strides(osp))))
-
-
 def _pool(ctx: KernelContext, kind: str) -> None:
     if kind == "max" and byte_maxpool_ok(ctx.key, ctx.target):
         emit_byte_maxpool(ctx)
     elif _vectorizable(ctx.key):
         _vector_pool(ctx, "sum" if kind == "avg" else kind)
     else:
-        _generic(ctx, kind)
+        emit_generic_pool(ctx, kind)
 
 
 @kernel("MaxPool", scratch=_scratch)
