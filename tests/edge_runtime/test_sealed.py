@@ -108,6 +108,20 @@ def test_a_tail_checked_on_a_thread_is_refused_when_its_result_is_asked(tmp_path
         opened.tail.result()
 
 
+@pytest.mark.parametrize("free, big, want", [(2, True, 1), (3, True, 2), (2, False, 2), (1, True, 1)])
+def test_a_check_beside_the_callers_work_leaves_the_caller_its_core(tmp_path, monkeypatch, free, big, want):
+    """A tail checked on a thread while the caller loads code takes one idle core fewer than a check on
+    the caller's own thread (2 CPUs: one AES thread, not two beside the busy caller)."""
+    path = _write(tmp_path, tail_mac=GMAC)
+    monkeypatch.setattr(sealed, "BACKGROUND_CHECK_BYTES", 1000 if big else 1 << 20)  # the 5000-byte tail
+    monkeypatch.setattr(sealed, "tail_check_threads", lambda: free)
+    asked = []
+    monkeypatch.setitem(sealed.TAIL_MACS, GMAC, lambda key, data, threads: asked.append(threads) or
+                        sealed._gmac(key, data, threads))
+    assert Sealer(SECRET).open(path, "key-a").tail.result().tobytes() == b"w" * 5000
+    assert asked == [want]
+
+
 @pytest.mark.parametrize("cores, running, want", [(2, 1, 2), (2, 2, 1), (2, 11, 1), (16, 1, 4), (16, 14, 3), (1, 1, 1)])
 def test_the_check_spreads_over_idle_cores_only(monkeypatch, cores, running, want):
     monkeypatch.setattr(sealed.os, "sched_getaffinity", lambda pid: set(range(cores)))
