@@ -95,6 +95,31 @@ def test_a_graph_too_small_to_pay_for_two_builds_builds_nothing(cnn, monkeypatch
     assert report.results == () and report.skipped >= 1 and report.budget_s == 0.0
 
 
+def test_the_tuner_collects_its_candidates_garbage_inside_a_lowering_that_does_not(cnn, monkeypatch):
+    """The lowering turns the cyclic collector off; each tuning candidate's llvmlite module is cyclic
+    garbage once printed, so the tuner turns it on while it runs and off again after."""
+    import gc
+
+    from cuvil.edge_runtime import autotune
+
+    _, lowered_graph, _ = cnn
+    seen = []
+
+    def fake_tune(graph, target, llvm=None):
+        seen.append(gc.isenabled())
+        return autotune.TuneReport((), 0, 0.0, 0.0)
+
+    monkeypatch.setattr(autotune, "tune", fake_tune)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        autotune.Retarget()(lowered_graph, dataclasses.replace(HOST, threads=1))
+        assert seen == [True] and not gc.isenabled()
+    finally:
+        if was:
+            gc.enable()
+
+
 def test_at_two_threads_the_tuner_measures_each_split_against_the_whole_layer(cnn):
     _, lowered_graph, _ = cnn
     split_all = HOST.tuning.replace(parallel_sync_ratio=0.0, autotune_budget_s=60.0, autotune_fraction=100.0)
