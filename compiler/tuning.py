@@ -66,6 +66,7 @@ class Tuning:
     parallel_sync_us: float = 5.0  # handing a layer's parts to the workers and waiting for them; the tuner measures it (pool_probe)
     conv_macs_per_us: int = 100_000  # one core's conv speed the split model assumes (Zen 4: 480k on ResNet-18's, 57k on MobileNetV2's)
     parallel_sync_ratio: float = 2.0  # a part must be worth this many handoffs: min multiply-adds per part = ratio x sync x speed
+    pool_pin: bool = True  # worker i runs only on the i-th CPU the process may use (the caller keeps the first); see docs/threads.md
     pool_spin: int = 4096  # rounds a waiting worker or caller spins before it sleeps on a futex (~300 us of x86 pause on Zen 4: on quiet cores 256 rounds made ResNet-18 at 2 threads 1.57x faster than 1 thread instead of 1.84x, MobileNetV2 0.95x instead of 1.06x)
 
     def replace(self, **changes: Any) -> Tuning:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -111,6 +112,36 @@ def test_two_sessions_in_one_process_keep_their_own_workers(small_cnn, tmp_path)
     a.close()  # joining a's workers leaves b's running
     assert b.run(feeds)[name].tobytes() == want.tobytes()
     assert a.run(feeds)[name].tobytes() == want.tobytes()  # a closed session runs every part itself
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: no second CPU to bind a worker to "
+                                                           "(a host of two or more CPUs runs this)")
+@pytest.mark.parametrize("pin", [True, False])
+def test_a_worker_binds_itself_to_the_cpu_after_the_callers(small_cnn, tmp_path, pin):
+    """Worker 1 runs only on the second CPU of the process's mask (the caller keeps the first); with
+    ``pool_pin`` off it may run on any."""
+    graph, inputs = small_cnn
+    cpus = sorted(os.sched_getaffinity(0))
+    target = dataclasses.replace(SPLIT_ALL, tuning=SPLIT_ALL.tuning.replace(pool_pin=pin))
+    before = set(os.listdir("/proc/self/task"))
+    session = compile_graph(graph, target, cache_dir=tmp_path, tune=False, threads=2)
+    session.run(dict(zip(graph.inputs, inputs)))
+    masks: list[set[int]] = []
+    for _ in range(500):  # the worker binds itself when it first runs: wait for that, at most 5 s
+        masks = []
+        for tid in set(os.listdir("/proc/self/task")) - before:
+            try:
+                masks.append(os.sched_getaffinity(int(tid)))
+            except OSError:
+                continue  # a thread of the compile that ended meanwhile
+        if not pin or {cpus[1]} in masks:
+            break
+        time.sleep(0.01)
+    session.close()
+    if pin:
+        assert {cpus[1]} in masks
+    else:
+        assert masks and all(m == set(cpus) for m in masks)
 
 
 def test_a_forked_child_runs_without_its_parents_workers(small_cnn, tmp_path):

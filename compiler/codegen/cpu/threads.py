@@ -11,6 +11,8 @@ from ...target import Target
 MAX_THREADS = 64
 FUTEX_SYSCALL: Mapping[str, int] = {"x86_64": 202, "aarch64": 98}
 """Linux ``SYS_futex`` by architecture (the triple's first part)."""
+AFFINITY_SYSCALLS: Mapping[str, tuple[int, int]] = {"x86_64": (204, 203), "aarch64": (123, 122)}
+"""Linux ``SYS_sched_getaffinity`` and ``SYS_sched_setaffinity`` by architecture."""
 
 
 def check_threads(target: Target) -> None:

@@ -30,6 +30,17 @@ def test_threads_bring_a_pool_and_one_thread_none(profile, futex):
     assert "pthread_create" in many and "pthread_join" in many and f"@\"syscall\"({futex}" in many
 
 
+@pytest.mark.parametrize("profile,calls", [("x86-avx512", ("i64 204", "i64 203")), ("rpi5", ("i64 123", "i64 122")),
+                                           ("arm64-sve2", ("i64 123", "i64 122"))])
+def test_workers_bind_themselves_to_a_cpu_unless_the_profile_says_not(profile, calls):
+    """sched_getaffinity, then sched_setaffinity, by the architecture's numbers; neither with pool_pin off."""
+    target = dataclasses.replace(resolve_target(profile), threads=2)
+    pinned = lower(_graph(), target).llvm_ir
+    assert all(f'@"syscall"({c}' in pinned for c in calls)
+    free = lower(_graph(), dataclasses.replace(target, tuning=target.tuning.replace(pool_pin=False))).llvm_ir
+    assert "pthread_create" in free and not any(f'@"syscall"({c}' in free for c in calls)
+
+
 @pytest.mark.parametrize("threads", [0, -1, MAX_THREADS + 1, 2.0, True, "2"])
 def test_bad_thread_counts_are_compile_errors(threads):
     with pytest.raises(CompileError, match="threads must be an integer"):
