@@ -15,10 +15,7 @@ With ``--threads N`` every runtime uses N threads (ORT's intra-op pool, torch's,
 Cuvil at one thread runs in the same interleaving: the table adds its speed-up over one thread,
 p99/p50 at N threads and at one thread, the share of inferences during which the scheduler preempted
 a thread of this process (other work on the cores) and p99/p50 over the inferences it did not: the
-tail that is the code's own, not the machine's. At N threads each block starts after ``SETTLE_S`` of
-idle: ORT's, PyTorch's and Cuvil's pools spin for a while after a run (Cuvil's workers about 300 us),
-and a block that begins while the previous runtime's threads still spin on a core meets a machine no
-device gives one runtime; Cuvil's workers, bound to their CPU, cannot move away from such a spinner.
+tail that is the code's own, not the machine's.
 
     python benchmarks/zoo_bench.py [--models mlp,resnet18] [--rounds 30] [--block 20] [--threads 2] [--json out.json]
 """
@@ -73,21 +70,16 @@ def time_block(fn, n: int, preempted: list[bool] | None = None) -> list[float]:
     return out
 
 
-SETTLE_S = 0.02
-
-
-def time_interleaved(runners: dict, rounds: int, block: int, settle_s: float = 0.0) -> tuple[dict[str, list[float]],
-                                                                                          dict[str, list[bool]]]:
+def time_interleaved(runners: dict, rounds: int, block: int) -> tuple[dict[str, list[float]], dict[str, list[bool]]]:
     """Warm every runner up, then ``rounds`` rounds in which each times ``block`` calls in turn: the
-    competitors share the machine's noisy moments alike; ``settle_s`` of idle before each block.
-    Returns the timings and, per call, whether it was preempted (see ``time_block``)."""
+    competitors share the machine's noisy moments alike. Returns the timings and, per call, whether
+    it was preempted (see ``time_block``)."""
     for fn in runners.values():
         time_block(fn, 5)
     samples: dict[str, list[float]] = {k: [] for k in runners}
     preempted: dict[str, list[bool]] = {k: [] for k in runners}
     for _ in range(rounds):
         for key, fn in runners.items():
-            time.sleep(settle_s)
             samples[key] += time_block(fn, block, preempted[key])
     return samples, preempted
 
@@ -140,7 +132,7 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int, threads: int 
     runners = {"cuvil": lambda: sess.run(feeds), "untuned": lambda: untuned.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds), "torch": run_torch}
     if threads > 1:
         runners["cuvil_1t"] = lambda: one.run(feeds)
-    samples, preempted = time_interleaved(runners, rounds, block, SETTLE_S if threads > 1 else 0.0)
+    samples, preempted = time_interleaved(runners, rounds, block)
     rss = rss_growth_kib(lambda: sess.run(feeds), rss_runs) if rss_runs else 0
     flops = summarize(graph).flops
     plan = sess.memory_plan
