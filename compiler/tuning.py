@@ -48,6 +48,8 @@ class Tuning:
     depthwise_lanes_max_ow: int = 10  # f32 depthwise 3x3 up to this output width keep channels in lanes (Zen 4, x86-avx512 vs rows in ymm: 64x25x5 0.94x, 960x7x7 0.6x, 160x10x10 0.8x, 576x14x14 1.5x; x86-avx2 64x25x5 0.4x)
     tall_1x1_min_pixels: int = 0  # 1x1 convs over this many pixels or more take a tall tile (plan.TALL_MIN_ROWS x 1 vector); 0: never. TALL_1X1_MIN_PIXELS
     tall_1x1_min_channels: int = 64  # and with this many channels in and out (32 -> 64 at 64x64: 0.94-1.06x)
+    tall_1x1_deep_min_pixels: int = 0  # deep 1x1 convs (tall_1x1_deep_channels in and out) take the tall tile from this many pixels; 0: never. TALL_1X1_DEEP_MIN_PIXELS
+    tall_1x1_deep_channels: int = 256
     dwstride2_widths: tuple[int, ...] = (256, 512)  # stride-2 3x3 depthwise read in place (conv/dwstride2.py; Zen 4)
     half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
     int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
@@ -103,11 +105,20 @@ against the cost model's 11-14 x 2 tiles: 64->128 at 64x64 0.70-0.73x, 64->256 0
 and at 32x32 0.91-1.05x, so smaller planes keep the wide tile (the tuner times both)."""
 
 
+TALL_1X1_DEEP_MIN_PIXELS = 1024
+"""x86 512-bit: 1x1 convs with 256 channels or more in and out take the tall tile from 32x32 pixels
+(their weights, 0.5-1 MiB, stream past one pixel vector at a time). Zen 4, x86-avx512, each conv alone,
+untuned, 7 interleaved rounds, time against the wide 14x2 tile: ResNeXt-tiny's 512->512 at 32x32
+0.964-0.967, 256->512 at 32x32 0.950-0.951; at 16x16 (512->1024) 0.994-1.003, so not there; 64 channels
+at 32x32 stay wide (TALL_1X1_MIN_PIXELS)."""
+
+
 def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
     """The ISA facts of a target, other fields at their defaults."""
     x86 = triple.startswith(_X86)
     return Tuning(
         tall_1x1_min_pixels=TALL_1X1_MIN_PIXELS if x86 and vector_bits == 512 else 0,
+        tall_1x1_deep_min_pixels=TALL_1X1_DEEP_MIN_PIXELS if x86 and vector_bits == 512 else 0,
         vector_registers=(32 if vector_bits == 512 else 16) if x86 else 32,
         panel_bytes=PANEL_512 if vector_bits == 512 else Tuning.panel_bytes,
         reserved_registers=1 if x86 else 2,

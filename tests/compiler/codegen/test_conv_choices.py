@@ -25,6 +25,7 @@ GEOMETRIES = [  # (N, C, H, W, OC, KH, KW, strides, pads, dilations, group): one
     (1, 20, 14, 14, 20, 3, 3, (1, 1), P1, (1, 1), 20),  # depthwise: rows first, dwlanes (channel tail)
     (1, 32, 30, 30, 40, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), 1),  # dilated: winograd on phase planes, direct
     (1, 64, 60, 60, 72, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 1x1 over 3,600 pixels: tall at 512 bits, wide
+    (1, 256, 32, 32, 320, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # deep 1x1 at 32x32: tall over a packed panel
 ]
 
 
@@ -66,6 +67,17 @@ def test_large_1x1_convs_take_the_tall_tile_at_512_bits_and_the_tuner_still_time
     assert conv_plan(AVX512, *small).nv > 1
     narrow = (1, 32, 64, 64, 256, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # 32 channels in
     assert conv_plan(AVX512, *narrow).nv > 1
+
+
+def test_deep_1x1_convs_take_the_tall_tile_from_32x32_at_512_bits():
+    deep = GEOMETRIES[-1]  # 256 -> 320 channels
+    p = conv_plan(AVX512, *deep)
+    assert (p.method, p.nv, p.pack_b) == ("direct", 1, True) and p.mr >= TALL_MIN_ROWS
+    assert conv_plan(resolve_target("x86-avx2"), *deep).nv > 1
+    shallower = (1, 128, 32, 32, 512, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # 128 channels in: wide
+    assert conv_plan(AVX512, *shallower).nv > 1
+    small = (1, 512, 16, 16, 1024, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # 16x16: wide
+    assert conv_plan(AVX512, *small).nv > 1
 
 
 def test_with_choices_makes_conv_plan_return_the_choice():

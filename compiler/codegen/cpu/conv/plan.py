@@ -309,9 +309,10 @@ def dwstride2_applies(KH: int, KW: int, strides, pads, dilations) -> bool:
 
 def tall_1x1(t: Tuning, p: ConvPlan) -> bool:
     """A 1x1 stride-1 conv over ``Tuning.tall_1x1_min_pixels`` or more, with ``tall_1x1_min_channels`` in
-    and out: a tall tile."""
-    return (0 < t.tall_1x1_min_pixels <= p.OH * p.OW and p.T == 1 and p.sh == p.sw == 1 and not any(p.pads)
-            and min(p.Cg, p.OCg) >= t.tall_1x1_min_channels)
+    and out, or a deep one (``tall_1x1_deep_channels``) over ``tall_1x1_deep_min_pixels``: a tall tile."""
+    rules = ((t.tall_1x1_min_pixels, t.tall_1x1_min_channels), (t.tall_1x1_deep_min_pixels, t.tall_1x1_deep_channels))
+    return (p.T == 1 and p.sh == p.sw == 1 and not any(p.pads)
+            and any(0 < pixels <= p.OH * p.OW and min(p.Cg, p.OCg) >= chans for pixels, chans in rules))
 
 
 def plan_for(base: dict, method: str, mr: int, nv: int, vl: int) -> ConvPlan:
