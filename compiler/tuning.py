@@ -50,6 +50,9 @@ class Tuning:
     tall_1x1_min_channels: int = 64  # and with this many channels in and out (32 -> 64 at 64x64: 0.94-1.06x)
     tall_1x1_deep_min_pixels: int = 0  # deep 1x1 convs (tall_1x1_deep_channels in and out) take the tall tile from this many pixels; 0: never. TALL_1X1_DEEP_MIN_PIXELS
     tall_1x1_deep_channels: int = 256
+    short_1x1_max_k: int = 0  # 1x1 convs over at most this many input channels and short_1x1_min_pixels or more take tiles of short_1x1_rows rows, wide along the pixels; 0: never. SHORT_1X1_MAX_K
+    short_1x1_min_pixels: int = 900  # measured from 30x30 up
+    short_1x1_rows: int = 4  # 4x6 at 512 bits (3x7: 0.93-1.0 of the wide tile's time where 4x6 took 0.92-0.95)
     dwstride2_widths: tuple[int, ...] = (256, 512)  # stride-2 3x3 depthwise read in place (conv/dwstride2.py; Zen 4)
     half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
     int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
@@ -113,12 +116,21 @@ untuned, 7 interleaved rounds, time against the wide 14x2 tile: ResNeXt-tiny's 5
 at 32x32 stay wide (TALL_1X1_MIN_PIXELS)."""
 
 
+SHORT_1X1_MAX_K = 32
+"""x86 512-bit: 1x1 convs over 32 input channels or fewer take 4-row tiles (4x6 at 512 bits) instead of the
+cost model's 11-14 x 2. Zen 4, x86-avx512, each conv alone, untuned, 7-9 interleaved rounds, time
+against 13x2 / 11x2: 16->32 at 64x64 0.80, 16->32 at 60x60 0.93, 32->64 at 32x32 0.84, 32->64 at 30x30
+0.98, 32->64 at 64x64 0.90, 24->144 at 56x56 0.95, 16->96 at 112x112 0.89; over 64 channels no gain
+(64->64 at 32x32 1.01, 64->128 and 128->128 at 16x16 1.00-1.05)."""
+
+
 def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
     """The ISA facts of a target, other fields at their defaults."""
     x86 = triple.startswith(_X86)
     return Tuning(
         tall_1x1_min_pixels=TALL_1X1_MIN_PIXELS if x86 and vector_bits == 512 else 0,
         tall_1x1_deep_min_pixels=TALL_1X1_DEEP_MIN_PIXELS if x86 and vector_bits == 512 else 0,
+        short_1x1_max_k=SHORT_1X1_MAX_K if x86 and vector_bits == 512 else 0,
         vector_registers=(32 if vector_bits == 512 else 16) if x86 else 32,
         panel_bytes=PANEL_512 if vector_bits == 512 else Tuning.panel_bytes,
         reserved_registers=1 if x86 else 2,

@@ -38,21 +38,23 @@ def grid_cost(rows: int, slots: int, mr: int, nv: int, per_cell: float = 0.0) ->
     return cost
 
 
-def choose_tile(target: Target, rows: int, slots: int, max_nv: int = 8, min_mr: int = 1) -> tuple[int, int]:
+def choose_tile(target: Target, rows: int, slots: int, max_nv: int = 8, min_mr: int = 1,
+                max_mr: int = 28) -> tuple[int, int]:
     """(MR, NV): accumulator rows x vector columns minimising modelled cycles over the whole
     rows x slots problem, tails included (rows: output rows / channels, slots: vectors)."""
-    return tile_cost(target, rows, slots, max_nv, min_mr)[1:]
+    return tile_cost(target, rows, slots, max_nv, min_mr, max_mr)[1:]
 
 
-def tile_cost(target: Target, rows: int, slots: int, max_nv: int = 8, min_mr: int = 1) -> tuple[float, int, int]:
+def tile_cost(target: Target, rows: int, slots: int, max_nv: int = 8, min_mr: int = 1,
+              max_mr: int = 28) -> tuple[float, int, int]:
     """(modelled cycles per k step of the whole problem, MR, NV) of the best tile with at least
-    ``min_mr`` rows (where registers allow: one vector column always may)."""
+    ``min_mr`` rows (where registers allow: one vector column always may) and at most ``max_mr``."""
     if rows <= 0 or slots <= 0:
         return 0.0, 1, 1
     regs, reserved = target.tuning.vector_registers, target.tuning.reserved_registers
     best: tuple[float, int, int, int] | None = None
     for nv in range(1, min(max_nv, slots) + 1):
-        mr_max = max(1, min(rows, (regs - nv - reserved) // nv, 16 if regs == 16 else 28))
+        mr_max = max(1, min(rows, (regs - nv - reserved) // nv, 16 if regs == 16 else 28, max_mr))
         for mr in range(min(min_mr, mr_max) if nv == 1 else min_mr, mr_max + 1):
             cost = grid_cost(rows, slots, mr, nv, per_cell=0.02)
             key = (cost, -mr * nv, mr, nv)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from llvmlite import ir
@@ -26,6 +28,7 @@ GEOMETRIES = [  # (N, C, H, W, OC, KH, KW, strides, pads, dilations, group): one
     (1, 32, 30, 30, 40, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), 1),  # dilated: winograd on phase planes, direct
     (1, 64, 60, 60, 72, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 1x1 over 3,600 pixels: tall at 512 bits, wide
     (1, 256, 32, 32, 320, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # deep 1x1 at 32x32: tall over a packed panel
+    (1, 32, 32, 32, 64, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # short 1x1 (K = 32): 4-row tiles over a packed panel
 ]
 
 
@@ -70,7 +73,7 @@ def test_large_1x1_convs_take_the_tall_tile_at_512_bits_and_the_tuner_still_time
 
 
 def test_deep_1x1_convs_take_the_tall_tile_from_32x32_at_512_bits():
-    deep = GEOMETRIES[-1]  # 256 -> 320 channels
+    deep = GEOMETRIES[-2]  # 256 -> 320 channels
     p = conv_plan(AVX512, *deep)
     assert (p.method, p.nv, p.pack_b) == ("direct", 1, True) and p.mr >= TALL_MIN_ROWS
     assert conv_plan(resolve_target("x86-avx2"), *deep).nv > 1
@@ -78,6 +81,19 @@ def test_deep_1x1_convs_take_the_tall_tile_from_32x32_at_512_bits():
     assert conv_plan(AVX512, *shallower).nv > 1
     small = (1, 512, 16, 16, 1024, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # 16x16: wide
     assert conv_plan(AVX512, *small).nv > 1
+
+
+def test_short_1x1_convs_take_4_row_tiles_at_512_bits_and_the_tuner_still_times_the_cost_models():
+    short = GEOMETRIES[-1]  # 32 -> 64 channels at 32x32
+    p = conv_plan(AVX512, *short)
+    assert (p.method, p.mr, p.nv, p.pack_b) == ("direct", 4, 6, True)
+    assert any(c.method == "direct" and c.mr > 4 for c in conv_candidates(AVX512, short))
+    off = dataclasses.replace(AVX512, tuning=AVX512.tuning.replace(short_1x1_max_k=0))
+    assert conv_plan(off, *short).mr > 4
+    for other in [(1, 64, 32, 32, 64), (1, 32, 28, 28, 64), (1, 32, 32, 32, 66)]:  # K 64; 784 pixels; 66 rows
+        assert conv_plan(AVX512, *other, 1, 1).mr > 4, other
+    wide = (1, 16, 64, 64, 32, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # MobileNetV1's 16 -> 32 at 64x64
+    assert conv_plan(AVX512, *wide).mr == 4
 
 
 def test_with_choices_makes_conv_plan_return_the_choice():

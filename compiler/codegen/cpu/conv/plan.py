@@ -297,6 +297,9 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     tmp = ConvPlan(**base, method=method, mr=1, nv=1, copy=copy)
     if method == "direct" and tall_1x1(target.tuning, tmp):
         mr, nv = choose_tile(target, tmp.OCg, tmp.slots, max_nv=1, min_mr=TALL_MIN_ROWS)
+    elif method == "direct" and short_1x1(target.tuning, tmp):
+        rows = target.tuning.short_1x1_rows
+        mr, nv = choose_tile(target, tmp.OCg, tmp.slots, min_mr=rows, max_mr=rows)
     else:
         mr, nv = choose_tile(target, tmp.OCg, tmp.slots)
     return ConvPlan(**base, method=method, mr=mr, nv=nv, copy=copy)
@@ -313,6 +316,13 @@ def tall_1x1(t: Tuning, p: ConvPlan) -> bool:
     rules = ((t.tall_1x1_min_pixels, t.tall_1x1_min_channels), (t.tall_1x1_deep_min_pixels, t.tall_1x1_deep_channels))
     return (p.T == 1 and p.sh == p.sw == 1 and not any(p.pads)
             and any(0 < pixels <= p.OH * p.OW and min(p.Cg, p.OCg) >= chans for pixels, chans in rules))
+
+
+def short_1x1(t: Tuning, p: ConvPlan) -> bool:
+    """A 1x1 stride-1 conv over ``Tuning.short_1x1_max_k`` input channels or fewer and
+    ``short_1x1_min_pixels`` or more, in whole tiles of ``short_1x1_rows`` output channels: a short, wide tile."""
+    return (0 < p.Cg <= t.short_1x1_max_k and p.OH * p.OW >= t.short_1x1_min_pixels and p.OCg % t.short_1x1_rows == 0
+            and p.T == 1 and p.sh == p.sw == 1 and not any(p.pads))
 
 
 def plan_for(base: dict, method: str, mr: int, nv: int, vl: int) -> ConvPlan:
