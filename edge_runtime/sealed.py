@@ -259,7 +259,7 @@ class Sealer:
         finally:
             os.close(fd)
 
-        free = tail_check_threads()
+        free = tail_check_threads() if tail_len else 1  # a tail-less memo asks nothing of /proc on a warm start
         background = tail_len >= BACKGROUND_CHECK_BYTES and free > 1
         threads = free - 1 if background else free  # a check beside the caller's work leaves it its core
 
