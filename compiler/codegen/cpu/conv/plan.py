@@ -314,15 +314,19 @@ def tall_1x1(t: Tuning, p: ConvPlan) -> bool:
     """A 1x1 stride-1 conv over ``Tuning.tall_1x1_min_pixels`` or more, with ``tall_1x1_min_channels`` in
     and out, or a deep one (``tall_1x1_deep_channels``) over ``tall_1x1_deep_min_pixels``: a tall tile."""
     rules = ((t.tall_1x1_min_pixels, t.tall_1x1_min_channels), (t.tall_1x1_deep_min_pixels, t.tall_1x1_deep_channels))
-    return (p.T == 1 and p.sh == p.sw == 1 and not any(p.pads)
-            and any(0 < pixels <= p.OH * p.OW and min(p.Cg, p.OCg) >= chans for pixels, chans in rules))
+    return _plain_1x1(p) and any(0 < pixels <= p.OH * p.OW and min(p.Cg, p.OCg) >= chans for pixels, chans in rules)
 
 
 def short_1x1(t: Tuning, p: ConvPlan) -> bool:
     """A 1x1 stride-1 conv over ``Tuning.short_1x1_max_k`` input channels or fewer and
     ``short_1x1_min_pixels`` or more, in whole tiles of ``short_1x1_rows`` output channels: a short, wide tile."""
-    return (0 < p.Cg <= t.short_1x1_max_k and p.OH * p.OW >= t.short_1x1_min_pixels and p.OCg % t.short_1x1_rows == 0
-            and p.T == 1 and p.sh == p.sw == 1 and not any(p.pads))
+    return (_plain_1x1(p) and 0 < p.Cg <= t.short_1x1_max_k and p.OH * p.OW >= t.short_1x1_min_pixels
+            and p.OCg % t.short_1x1_rows == 0)
+
+
+def _plain_1x1(p: ConvPlan) -> bool:
+    """A 1x1 (one tap), stride-1, unpadded conv: a plain GEMM over the pixels."""
+    return p.T == 1 and p.sh == p.sw == 1 and not any(p.pads)
 
 
 def plan_for(base: dict, method: str, mr: int, nv: int, vl: int) -> ConvPlan:
