@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import gc
 import operator
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -46,6 +44,7 @@ from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, mu
 from ..compiler.codegen.cpu.kernels.conv import tunable_convs
 from ..compiler.codegen.cpu.kernels.split import split_ranges
 from ..compiler.codegen.irtext import module_text
+from ..compiler.codegen.lower import cycle_collection
 from ..compiler.ir.graph import Graph
 from ..compiler.target import ConvChoice, Geometry, Target
 from . import pool_probe
@@ -183,7 +182,10 @@ class Retarget:
         self.llvm = llvm
 
     def __call__(self, graph: Graph, target: Target) -> Target:
-        with cycle_collection():
+        # the lowering turns the collector off; the candidates' modules are cyclic garbage once printed, and
+        # kept to its end they made tuning ResNet-50's cold peak: 355-356 MiB, 349 collected (a full
+        # collection per layer gave 316 at 125-145 ms of compile time: not taken)
+        with cycle_collection(on=True):
             return self._retarget(graph, target)
 
     def _retarget(self, graph: Graph, target: Target) -> Target:
@@ -197,22 +199,6 @@ class Retarget:
         self.report = dataclasses.replace(report, spent_s=report.spent_s + probe_s, sync_us=sync_us)
         tuned = with_choices(target, self.report.choices)
         return dataclasses.replace(tuned, conv_parts=tuple(sorted(self.report.parts.items(), key=repr)))
-
-
-@contextmanager
-def cycle_collection() -> Iterator[None]:
-    """The cyclic collector on while tuning: the lowering that calls the tuner turns it off (what the
-    lowering builds stays reachable), but each candidate's llvmlite module is garbage, in cycles, as
-    soon as its text is printed, and left to the end of the lowering they made the tuning ResNet-50's
-    cold peak: 355-356 MiB, 349 with the collector on (four runs each; a full collection per layer
-    gave 316, at 125-145 ms of compile time: not taken)."""
-    was = gc.isenabled()
-    gc.enable()
-    try:
-        yield
-    finally:
-        if not was:
-            gc.disable()
 
 
 def interleaved_seconds(calls: dict, rounds: int = ROUNDS, round_s: float = ROUND_S,

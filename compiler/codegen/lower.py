@@ -43,7 +43,7 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
     kernels finished so far while the rest is lowered; ``llvm_ir`` is then empty (the caller saw it all).
     """
     check_threads(target)
-    with _no_cycle_collection():
+    with cycle_collection(on=False):
         prep, consts = hand_over_constants(
             prepare(graph, target, batch, optimize=optimize, kernels=KERNELS, backend="native", retarget=retarget))
         name = entry_name(graph, batch)
@@ -65,16 +65,21 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
 
 
 @contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """Lowering allocates ~10^5 llvmlite objects that all stay reachable until the text is printed:
-    the cyclic collector's passes over them find nothing and cost 25-30% of lowering (ResNet-50)."""
+def cycle_collection(on: bool) -> Iterator[None]:
+    """The cyclic collector on or off for a while, as it was after. Off while lowering: its ~10^5
+    llvmlite objects all stay reachable until the text is printed, and the collector's passes over
+    them find nothing and cost 25-30% of lowering (ResNet-50). On while tuning inside it: each
+    candidate's module is cyclic garbage once printed (``edge_runtime/autotune.py``)."""
     was = gc.isenabled()
-    gc.disable()
+    if on:
+        gc.enable()
+    else:
+        gc.disable()
     try:
         yield
     finally:
-        if was:
-            gc.enable()
+        if was != on:
+            (gc.enable if was else gc.disable)()
 
 
 def _arena_end(low: CpuLowering) -> int:
