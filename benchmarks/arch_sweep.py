@@ -13,12 +13,13 @@ the most cycles, their shapes and conv method, beside ORT's own profile of the s
 Timing runs share the machine, so run it under the benchmark lock:
 
     flock /tmp/pf/bench.lock python benchmarks/arch_sweep.py [--models vgg_small,squeezenet] [--rounds 20]
-        [--block 10] [--frontends onnx,torch] [--profile 12 [--profile-all]] [--json out.json]
+        [--block 10] [--frontends onnx,torch] [--profile 12 [--profile-all]] [--size 32] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import shutil
@@ -215,12 +216,14 @@ def main() -> None:
     ap.add_argument("--frontends", default="onnx", help="comma list of onnx,torch (torch is added where onnx is unsupported)")
     ap.add_argument("--profile", type=int, default=0, metavar="K", help="top-K node profile of each slow or wrong row")
     ap.add_argument("--profile-all", action="store_true", help="--profile every row that compiled, not only failures")
+    ap.add_argument("--size", type=int, help="input side for the image models that take one (default: each model's own)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(1)
     rows = []
     for name in args.models.split(","):
-        module, example = ARCHS[name]()
+        sized = args.size and "size" in inspect.signature(ARCHS[name]).parameters
+        module, example = ARCHS[name](**({"size": args.size} if sized else {}))
         proto = export_onnx(module, example, None)
         frontends = args.frontends.split(",")
         for fe in frontends:  # grows by "torch" when the ONNX import is unsupported

@@ -1,6 +1,7 @@
 """Target-free graph passes: each a pure ``Graph -> Graph`` function, one concept per module."""
 
 from .conv_transpose import conv_transpose
+from .crop_taps import crop_taps
 from .dce import dce
 from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
@@ -9,4 +10,4 @@ from .fuse_qdq import fuse_qdq
 from .pipeline import DEFAULT_PIPELINE, optimize
 from .simplify import simplify
 
-__all__ = ["DEFAULT_PIPELINE", "conv_transpose", "dce", "fold_batchnorm", "fold_constants", "fuse", "fuse_qdq", "optimize", "simplify"]
+__all__ = ["DEFAULT_PIPELINE", "conv_transpose", "crop_taps", "dce", "fold_batchnorm", "fold_constants", "fuse", "fuse_qdq", "optimize", "simplify"]

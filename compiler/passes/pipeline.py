@@ -4,7 +4,8 @@ Order matters: folding constants first exposes constant BN parameters; simplify 
 casts and expands into views before fusion looks at who reads what; BN folds into Conv/Gemm
 before fusion so the fused kernels see one bias; QDQ patterns become integer ops before
 float fusion could take their Conv/Gemm apart from the QuantizeLinear; ConvTranspose becomes Conv
-before fusion so its activation fuses; dce last drops the weights folding replaced.
+before fusion so its activation fuses, and its kernel is cropped like any Conv's (crop_taps: taps
+that read only padding); dce last drops the weights folding and cropping replaced.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..errors import VerifyError
 from ..ir.graph import Graph
 from ..ir.verify import verify
 from .conv_transpose import conv_transpose
+from .crop_taps import crop_taps
 from .dce import dce
 from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
@@ -23,7 +25,8 @@ from .fuse_qdq import fuse_qdq
 from .simplify import simplify
 
 Pass = Callable[[Graph], Graph]
-DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, simplify, fold_batchnorm, fuse_qdq, conv_transpose, fuse, dce)
+DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, simplify, fold_batchnorm, fuse_qdq, conv_transpose, crop_taps, fuse,
+                                     dce)
 
 
 def optimize(graph: Graph, passes: Sequence[Pass] = DEFAULT_PIPELINE, verify_each: bool = False) -> Graph:
