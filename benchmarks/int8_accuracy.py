@@ -18,10 +18,14 @@ is, which class this input raises most, which does depend on the input. Not a ti
 ``int8_bench.py --reduce-range`` times the 7-bit form.
 
 A form is a calibration method (``minmax``, ``percentile``, ``mse``, ``entropy``), optionally with
-``+bc`` (bias correction), ``+7bit`` (``reduce_range``) and ``+float=LAYER`` (kept in float):
+``+bc`` (bias correction), ``+7bit`` (``reduce_range``) and ``+float=LAYER`` (kept in float).
+
+``--trained``: each model is first trained on scikit-learn's digits (``tests/digits_zoo.py``: 797
+digits train, 32 of them calibrate, 1,000 held-out digits evaluate), so fp32 is right on most inputs
+and top-1 agreement means what it says; each form then also prints its accuracy on those digits.
 
     python benchmarks/int8_accuracy.py [--models mlp,small_cnn,resnet18,mobilenet_v2] [--count 1000]
-        [--forms minmax,percentile,mse,entropy,minmax+bc,minmax+7bit]
+        [--forms minmax,percentile,mse,entropy,minmax+bc,minmax+7bit] [--trained]
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ import numpy as np  # noqa: E402
 from cuvil.compiler.interpreter import run_reference  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
-from tests.int8_zoo import CNN_AND_MLP, int8_model  # noqa: E402
+from tests.digits_zoo import TEST, digit_data, trained as trained_model  # noqa: E402
+from tests.int8_zoo import CALIBRATION, CNN_AND_MLP, int8_model, quantized  # noqa: E402
 
 BATCH, SEED, CHECKED = 100, 7, 4
 FORMS = "minmax,percentile,mse,entropy,minmax+bc,minmax+7bit"
@@ -70,21 +75,30 @@ def options(form: str) -> dict:
             "float_layers": floats}
 
 
-def compare(name: str, count: int, target: str, forms: list[str]) -> None:
-    ref = None
+def compare(name: str, count: int, target: str, forms: list[str], trained: bool) -> None:
+    ref = labels = None
+    if trained:
+        module, example = trained_model(name)
+        train_x, _, xs, labels = digit_data(tuple(example[0].shape[1:]))
+        xs, labels = xs[:count], labels[:count]
+        build = lambda form: quantized(name, module, example, train_x[:CALIBRATION], **options(form))  # noqa: E731
+    else:
+        build = lambda form: int8_model(name, **options(form))  # noqa: E731
     for form in forms:
-        m = int8_model(name, **options(form))
+        m = build(form)
         if ref is None:
-            xs = m.inputs(count, seed=SEED)
+            xs = m.inputs(count, seed=SEED) if labels is None else xs
             ref, _ = outputs(m.fp32, xs, target, exact_check=False)
             spread = float(ref.std()) or 1.0
-            print(input_dependence(name, ref), flush=True)
+            print(input_dependence(name, ref) + ("" if labels is None else
+                  f"; fp32 accuracy on {len(labels)} held-out digits {(ref.argmax(-1) == labels).mean():.1%}"), flush=True)
         ys, exact = outputs(m.int8, xs, target, exact_check=True)
         err = np.abs(ys.astype(np.float64) - ref)
         agree = float((ys.argmax(-1) == ref.argmax(-1)).mean())
         centred = float((centred_top1(ys) == centred_top1(ref)).mean())
+        accuracy = "" if labels is None else f" {(ys.argmax(-1) == labels).mean():8.1%}"
         print(f"{name:13} {form[:24]:24} {agree:7.1%} {centred:7.1%} {err.max():8.4f} {err.max() / spread:6.3f} "
-              f"{err.mean():9.5f} {exact:>5}", flush=True)
+              f"{err.mean():9.5f} {exact:>5}{accuracy}", flush=True)
 
 
 def centred_top1(ys: np.ndarray) -> np.ndarray:
@@ -106,15 +120,20 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--target", default="host")
     ap.add_argument("--forms", default=FORMS)
+    ap.add_argument("--trained", action="store_true",
+                    help="train each model on the digits first (tests/digits_zoo.py; minutes for ResNet-18 and "
+                         "MobileNetV2), calibrate on training digits, evaluate on held-out ones")
     args = ap.parse_args()
     if args.count <= 0 or args.count % BATCH:
         ap.error(f"--count must be a positive multiple of {BATCH} (the compiled batch)")
+    if args.trained and args.count > TEST:
+        ap.error(f"--trained evaluates on the {TEST} held-out digits: --count at most {TEST}")
     print(f"{describe_host()}; target {args.target}; {args.count} inputs; errors against Cuvil fp32 "
           f"(max/std: the largest error over the fp32 outputs' standard deviation)")
     print(f"{'model':13} {'form':24} {'top-1':>7} {'centred':>7} {'max err':>8} {'/std':>6} {'mean err':>9} "
-          f"{'exact':>5}")
+          f"{'exact':>5}{' accuracy' if args.trained else ''}")
     for name in args.models.split(","):
-        compare(name, args.count, args.target, args.forms.split(","))
+        compare(name, args.count, args.target, args.forms.split(","), args.trained)
 
 
 if __name__ == "__main__":

@@ -38,8 +38,13 @@ def int8_model(name: str, reduce_range: bool = False, **options) -> Int8Model:
     """``name`` quantized with full-range weights, or 7-bit ones (``reduce_range``); ``options`` go to
     ``quantize`` (``method``, ``bias_correction``, ...), its defaults otherwise."""
     model, example = ZOO[name]()
-    fp32 = import_onnx(export_onnx(model, example, dynamic_batch=True))
     shape = tuple(example[0].shape[1:])
-    done = quantize(fp32, {fp32.inputs[0]: np.stack(draws(shape, CALIBRATION, 100))}, reduce_range=reduce_range,
-                    **options)
-    return Int8Model(name, shape, fp32, integer_form(done.graph), done.graph)
+    return quantized(name, model, example, np.stack(draws(shape, CALIBRATION, 100)), reduce_range=reduce_range,
+                     **options)
+
+
+def quantized(name: str, model, example, calibration: np.ndarray, **options) -> Int8Model:
+    """``model`` exported, imported and quantized from ``calibration`` (samples along axis 0)."""
+    fp32 = import_onnx(export_onnx(model, example, dynamic_batch=True))
+    done = quantize(fp32, {fp32.inputs[0]: calibration}, **options)
+    return Int8Model(name, tuple(example[0].shape[1:]), fp32, integer_form(done.graph), done.graph)
