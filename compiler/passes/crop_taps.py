@@ -1,7 +1,7 @@
 """crop_taps: a Conv's kernel taps that read only padding, for every output position, are dropped.
 
-Small inputs make such taps common: ResNet-18 on 32x32 images reaches its last stage at 1x1
-pixels, where a 3x3 conv with one pixel of padding reads its centre tap only; the other eight
+Small inputs make such taps common: torchvision's ResNet-18 layout on 32x32 images reaches its
+last stage at 1x1 pixels, where a 3x3 conv with one pixel of padding reads its centre tap only; the other eight
 multiply zeros, yet their weights (8/9 of the stage's 9.4 MB per conv) are streamed from memory on
 every inference. Cropping the kernel to the taps some output reads, and the pads to what the
 cropped window still needs, leaves every output the same sum of the same non-zero products (a
@@ -21,7 +21,11 @@ from .rewrite import Names, as_constant, rebuild
 def used_taps(n: int, k: int, stride: int, dilation: int, pad_begin: int, out: int) -> tuple[int, int] | None:
     """First and last tap of a ``k``-tap window that some output position reads inside ``n``
     input positions; None when every tap reads padding only."""
-    used = [t for t in range(k) if any(0 <= o * stride - pad_begin + t * dilation < n for o in range(out))]
+    def read(t: int) -> bool:  # the first output whose read of tap t is not before the input, is inside it
+        first = max(0, -(-(pad_begin - t * dilation) // stride))
+        return first < out and first * stride - pad_begin + t * dilation < n
+
+    used = [t for t in range(k) if read(t)]
     return (used[0], used[-1]) if used else None
 
 

@@ -1,8 +1,11 @@
+import itertools
+
 import numpy as np
 import pytest
 
 from cuvil.compiler import N, Node
 from cuvil.compiler.passes import DEFAULT_PIPELINE, crop_taps, dce, optimize
+from cuvil.compiler.passes.crop_taps import used_taps
 
 from .graphs import assert_same, f32, graph, weights
 
@@ -22,6 +25,14 @@ def cropped(g):
 
 
 @pytest.mark.parametrize("group,bias", [(1, True), (1, False), (8, True)])
+def test_used_taps_is_the_definition_in_closed_form():
+    """Tap t is read if some output o reads position o*stride - pad + t*dilation inside the input: the
+    pass solves that per tap (a 16,000-sample audio conv would otherwise loop 16,000 times per tap)."""
+    for n, k, s, d, pb, out in itertools.product(range(1, 7), range(1, 5), range(1, 4), range(1, 4), range(5), range(1, 6)):
+        used = [t for t in range(k) if any(0 <= o * s - pb + t * d < n for o in range(out))]
+        assert used_taps(n, k, s, d, pb, out) == ((used[0], used[-1]) if used else None), (n, k, s, d, pb, out)
+
+
 def test_3x3_on_one_pixel_keeps_the_centre_tap(rng, group, bias):
     """ResNet-18's last stage at 32x32 inputs: every tap but the centre reads padding."""
     g = conv_graph(rng, (8, 1, 1), (8 if group == 8 else 6, 8 // group, 3, 3), bias,
