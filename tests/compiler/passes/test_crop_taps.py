@@ -24,7 +24,6 @@ def cropped(g):
     return out, out.constants[conv.inputs[1]], conv.attr["pads"]
 
 
-@pytest.mark.parametrize("group,bias", [(1, True), (1, False), (8, True)])
 def test_used_taps_is_the_definition_in_closed_form():
     """Tap t is read if some output o reads position o*stride - pad + t*dilation inside the input: the
     pass solves that per tap (a 16,000-sample audio conv would otherwise loop 16,000 times per tap)."""
@@ -33,6 +32,7 @@ def test_used_taps_is_the_definition_in_closed_form():
         assert used_taps(n, k, s, d, pb, out) == ((used[0], used[-1]) if used else None), (n, k, s, d, pb, out)
 
 
+@pytest.mark.parametrize("group,bias", [(1, True), (1, False), (8, True)])
 def test_3x3_on_one_pixel_keeps_the_centre_tap(rng, group, bias):
     """ResNet-18's last stage at 32x32 inputs: every tap but the centre reads padding."""
     g = conv_graph(rng, (8, 1, 1), (8 if group == 8 else 6, 8 // group, 3, 3), bias,
