@@ -68,6 +68,10 @@ PAYS, WHOLE, UNSETTLED = (True, True), (False, True), (False, False)
     ([R(4.0, 6.3, BUSY)] * 8, PAYS),  # pays even without free cores: all the more on free ones
     ([R(1.0, 1.0, None)] * 3, WHOLE),  # a kernel that does not count waits: the rounds are trusted
     ([R(1.0, 1.0)] * 2, UNSETTLED),
+    # (fastest, fastest, waited, median, median): the small CNN's split, fastest ahead, median behind
+    ([R(0.016, 0.018, 0.0, 0.022, 0.0185)] * 3, WHOLE),
+    ([R(3.2, 6.0, 0.0, 3.4, 6.1)] * 3, PAYS),
+    ([R(0.80, 1.0, 0.0, 0.86, 1.0)] * 3, WHOLE),  # the median saves 14%
 ])
 def test_the_verdict_on_a_table_of_rounds(rounds, verdict):
     got = split_check.decide(rounds)
@@ -135,6 +139,7 @@ def test_the_rounds_go_on_until_enough_had_free_cores(graph, monkeypatch, no_pro
     got = split_check.measure(session, round_s=0.0, waited=lambda: next(reads) * per_read)
     assert len(got) == rounds and all(r.clean is (per_read == 0.0) for r in got)
     assert all(0 < r.threaded < 1 and 0 < r.serial < 1 for r in got) and session._stop.alive  # workers on again
+    assert all(r.threaded <= r.threaded_median < 1 and r.serial <= r.serial_median < 1 for r in got)
     session.close()
 
 
