@@ -271,6 +271,7 @@ class _Built:
         x, y, bias = (_aligned(self.rng.standard_normal((N, C, H, W))), _aligned(np.zeros(self.out_shape)),
                       _aligned(self.rng.standard_normal(self.geom[4])))
         w, s = _aligned(self.wp), _aligned(np.zeros(max(16, self.scratch_bytes // 4 + 16)))
+        self.wp = None  # the aligned copy serves from now on: one copy of the packed weights per candidate, not two
         self.buffers = (x, y, bias, w, s)
         fn, ptrs = _FN(address), (x.ctypes.data, w.ctypes.data, bias.ctypes.data, None, y.ctypes.data, s.ctypes.data)
         self.call = lambda: fn(*ptrs)
