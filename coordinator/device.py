@@ -186,7 +186,7 @@ class DeviceState:
         if data is None:
             if not path.is_file():
                 raise BundleMissing(f"bundle {content_hash[:12]} is not held by {self.device_id}")
-            model = load(path, self.trust())
+            model = load(path, self.trust(), lazy=True)  # weights read only on a compile-cache miss, not kept
             held = True
         else:
             model = load_bytes(data, self.trust())

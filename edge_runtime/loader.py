@@ -8,7 +8,9 @@ memory mapping would not do: a file's pages change under a mapping, private or s
 ``load(..., lazy=True)`` checks only the signed head (header and manifest, which names every
 weight by its SHA-256) and reads the rest when ``Model.graph`` is first used, checked the same
 way and refused unless its content hash is the one verified at load: a device whose compile
-cache holds the model (keyed by that hash) then never reads, hashes or holds the weights.
+cache holds the model (keyed by that hash) then never reads, hashes or holds the weights. A device
+loads the bundles it holds this way (``coordinator/device.py``); what it needs before compiling,
+the inputs' types, comes from the signed manifest (:meth:`Model.input_types`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..compiler.bundle.format import MANIFEST_OFFSET, Header
 from ..compiler.bundle.reader import Bundle, BundleHead, read_bundle, read_head
-from ..compiler.errors import BundleError
+from ..compiler.errors import BundleError, ParseError
 from ..compiler.ir.graph import Graph
+from ..compiler.ir.types import TensorType
 from .private import open_regular, read_exactly
 from .trust import TrustStore, resolve_trust
 
@@ -44,6 +47,7 @@ class Model:
     signer: str
     path: Path | None
     size: int
+    inputs: tuple[tuple[str, str], ...] = ()  # (name, type text) as the signed manifest gives them
     _graph: Graph | None = field(default=None, repr=False)
     _keys: tuple[Ed25519PublicKey, ...] = field(default=(), repr=False)
 
@@ -63,6 +67,16 @@ class Model:
             raise BundleError(f"{self.path.name} changed after it was loaded: it holds another bundle now")
         return bundle.graph
 
+    def input_types(self) -> dict[str, TensorType]:
+        """Each input's type, from the signed manifest: a lazily loaded model need not read its weights
+        to say what it takes."""
+        from ..compiler.ir.text import parse_type  # the op table: not imported for a warm start's head
+
+        try:
+            return {name: parse_type(text) for name, text in self.inputs}
+        except ParseError as e:
+            raise BundleError(f"bad input type in the manifest: {e}") from None
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run with the reference interpreter (the native session takes over in a later layer)."""
         from ..compiler.interpreter import run_reference
@@ -72,7 +86,8 @@ class Model:
     @classmethod
     def _from_bundle(cls, bundle: Bundle, path: Path | None) -> Model:
         m = bundle.manifest
-        return cls(m.name, m.version, m.producer, bundle.content_hash, bundle.signer, path, bundle.size, bundle.graph)
+        return cls(m.name, m.version, m.producer, bundle.content_hash, bundle.signer, path, bundle.size, m.inputs,
+                   bundle.graph)
 
 
 def read_file(path: str | os.PathLike) -> bytes:
@@ -124,7 +139,7 @@ def load(path: str | os.PathLike, trusted_keys: Trusted = None, lazy: bool = Fal
         return Model._from_bundle(read_bundle(read_file(path), store.keys), Path(path))
     head = _head(path, store.keys, require_trust=True)
     m = head.manifest
-    return Model(m.name, m.version, m.producer, head.content_hash, head.signer, Path(path), head.size,
+    return Model(m.name, m.version, m.producer, head.content_hash, head.signer, Path(path), head.size, m.inputs,
                  _keys=tuple(store.keys))
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..compiler.ir.infer import bind_batch
+from ..compiler.errors import BundleError
+from ..compiler.ir.types import Batch
 from ..devices.profile import DeviceProfile
 from .compile import compile_model, runnable_here
 from .latency import LatencyReport, histogram, measure
@@ -75,9 +76,11 @@ def inference_threads(profile: DeviceProfile, cores: int | None = None) -> int:
 
 def prepare(model: Model, profile: DeviceProfile, cache_dir: str | os.PathLike, cores: int | None = None) -> Runner:
     """The model compiled (or read from ``cache_dir``) for ``profile``, running on at most ``cores``."""
-    graph = model.graph
-    (in_name,) = graph.inputs[:1]
-    in_shape = tuple(int(d) for d in bind_batch(graph, 1).input_types[in_name].shape)
+    types = model.input_types()  # from the manifest: a lazily loaded model's cache hit reads no weights
+    if not types:
+        raise BundleError(f"{model.name} takes no input")
+    in_name, in_type = next(iter(types.items()))
+    in_shape = tuple(d.bind(1) if isinstance(d, Batch) else int(d) for d in in_type.shape)
     threads = inference_threads(profile, cores)
     if native(profile):
         return _native_runner(model, profile.target(), cache_dir, in_name, in_shape, False, threads)

@@ -224,6 +224,16 @@ def _unquote(token: str, line: int) -> str:
         raise ParseError(f"line {line}: bad string {token[:20]}") from None
 
 
+def parse_type(text: str) -> TensorType:
+    """A tensor type from its printed form (``str(TensorType)``, as a bundle's manifest names its
+    inputs); ParseError for anything else."""
+    tokens = _Tokens(text)
+    t = tokens.type()
+    if tokens.peek() is not None:
+        raise ParseError(f"unexpected {tokens.peek()[1]!r} after the type {text[:40]!r}")
+    return t
+
+
 def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
                 limits: Limits = DEFAULT_LIMITS) -> Graph:
     """Parse the text form; ``constants`` supplies weights when the text has no data section.

@@ -22,6 +22,7 @@ from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
 from .fuse import fuse
 from .fuse_qdq import fuse_qdq
+from .rewrite import owned_constants
 from .simplify import simplify
 
 Pass = Callable[[Graph], Graph]
@@ -30,9 +31,13 @@ DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, simplify, fold_batchnorm, 
 
 
 def optimize(graph: Graph, passes: Sequence[Pass] = DEFAULT_PIPELINE, verify_each: bool = False) -> Graph:
-    """Run ``passes`` in order; with ``verify_each`` the verifier runs before and after every pass."""
+    """Run ``passes`` in order; with ``verify_each`` the verifier runs before and after every pass. The
+    result owns its constants (:func:`.rewrite.owned_constants`): once the input graph goes, so do
+    the buffers it was read from."""
     if verify_each:
         verify(graph)
+    if not passes:
+        return graph
     for p in passes:
         graph = p(graph)
         if verify_each:
@@ -40,4 +45,4 @@ def optimize(graph: Graph, passes: Sequence[Pass] = DEFAULT_PIPELINE, verify_eac
                 verify(graph)
             except VerifyError as e:
                 raise VerifyError(f"after pass {p.__name__}: {e}") from None
-    return graph
+    return owned_constants(graph)

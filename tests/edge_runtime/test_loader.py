@@ -233,3 +233,22 @@ def test_a_warm_start_imports_no_code_generator_op_table_or_api():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_lazy_models_input_types_come_from_its_signed_manifest(bundle, keys):
+    model = load(bundle, [keys.public_path], lazy=True)
+    _overwrite_w(bundle, 7.0)  # the weights no longer verify: the types must not need them
+    assert model.input_types() == small_graph().input_types and "graph" not in vars(model)
+    assert load(bundle, [keys.public_path], lazy=True).input_types() == model.input_types()
+
+
+def test_a_bad_input_type_in_a_manifest_is_a_bundle_error():
+    import dataclasses
+
+    from cuvil.edge_runtime.loader import Model
+
+    good = Model("m", "1", "p", "0" * 64, "s", None, 0, (("x", "f32[N,8]"),))
+    assert str(good.input_types()["x"]) == "f32[N,8]"
+    for text in ("f32[N,8] extra", "nonsense", "f32[N,"):
+        with pytest.raises(BundleError, match="bad input type"):
+            dataclasses.replace(good, inputs=(("x", text),)).input_types()

@@ -53,3 +53,21 @@ def test_zoo_models_keep_their_outputs(name):
     assert counts == ZOO_EXPECT[name]
     assert "BatchNormalization" not in ops(out) and len(out.nodes) < len(g.nodes)
     assert_same(g, out, np.random.default_rng(0), tol=1e-5, trials=1)
+
+
+def test_the_result_owns_constants_that_kept_a_mostly_unused_buffer_alive(rng):
+    """A bundle's weights are views of the file's bytes: a constant no pass replaced must not keep the
+    whole buffer alive, but views that cover most of it stay views (a copy would hold both)."""
+    big = weights(rng, 1000)
+    big.flags.writeable = False
+    small = np.zeros(10, np.float32)
+    small.flags.writeable = False
+    g = graph({"x": f32(N, 8)}, {"a": big[:8], "b": big[8:16], "c": small[:8]}, [
+        Node.make("Add", ["x", "a"], ["y"]), Node.make("Mul", ["y", "b"], ["z"]), Node.make("Add", ["z", "c"], ["o"])],
+        ["o"])
+    assert np.shares_memory(g.constants["a"], big) and np.shares_memory(g.constants["c"], small)
+    out = optimize(g, passes=(dce,))
+    assert not np.shares_memory(out.constants["a"], big) and not np.shares_memory(out.constants["b"], big)
+    assert np.array_equal(out.constants["a"], big[:8]) and not out.constants["a"].flags.writeable
+    assert np.shares_memory(out.constants["c"], small)  # 8 of its 10 floats: left a view
+    assert_same(g, out, rng)
