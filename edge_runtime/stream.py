@@ -79,6 +79,11 @@ class KernelStream:
         for t in self.threads:
             t.start()
 
+    @property
+    def workers(self) -> int:
+        """LLVM compiles that run at once: one per helper process, else this process's one thread."""
+        return len(self.threads)
+
     def __call__(self, module: ir.Module) -> None:
         self.module = module
         if not self.header:

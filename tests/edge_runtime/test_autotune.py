@@ -159,6 +159,8 @@ def test_the_tuner_times_the_cost_models_split_and_adds_none():
 class _Compiler:
     """Records what the tuner hands over, compiles it at once (a stand-in for the compile's stream)."""
 
+    workers = 1
+
     def __init__(self):
         self.levels, self.objects, self.seconds = [], [], []
 
@@ -170,6 +172,23 @@ class _Compiler:
 
     def result(self, i: int) -> bytes:
         return self.objects[i]
+
+
+@pytest.mark.parametrize("workers, compiler, budget", [
+    (1, True, 0.5 * 11 * 0.07),  # one LLVM worker: its 70 ms a kernel set the pace, the IR overlaps
+    (2, True, 0.5 * 11 * 0.035),  # two: 35 ms a kernel, still above the IR's 30
+    (4, True, 0.5 * 11 * 0.03),  # four: the IR sets the pace
+    (1, False, 0.5 * 11 * 0.10),  # LLVM in turn with the IR: their sum
+])
+def test_the_budget_is_a_fraction_of_the_untuned_compile_with_its_ir_and_llvm_overlapping(workers, compiler, budget):
+    from cuvil.edge_runtime.autotune import _budget
+
+    llvm = type("Stream", (), {"workers": workers})() if compiler else None
+    stages = [(0.02, 0.06), (0.04, 0.08)]  # (IR s, LLVM s) of the cost-model kernels built so far
+    half = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_fraction=0.5, autotune_budget_s=60.0))
+    assert _budget(half, stages, 11, llvm) == pytest.approx(budget)
+    capped = dataclasses.replace(half, tuning=half.tuning.replace(autotune_budget_s=0.1))
+    assert _budget(capped, stages, 11, llvm) == pytest.approx(min(0.1, budget))
 
 
 def test_each_candidates_llvm_work_goes_to_the_compiler_it_is_given():
