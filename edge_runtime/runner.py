@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from ..compiler.errors import BundleError
-from ..compiler.ir.types import Batch
 from ..devices.profile import DeviceProfile
 from .compile import compile_model, runnable_here
 from .latency import LatencyReport, histogram, measure
@@ -80,7 +79,7 @@ def prepare(model: Model, profile: DeviceProfile, cache_dir: str | os.PathLike, 
     if not types:
         raise BundleError(f"{model.name} takes no input")
     in_name, in_type = next(iter(types.items()))
-    in_shape = tuple(d.bind(1) if isinstance(d, Batch) else int(d) for d in in_type.shape)
+    in_shape = tuple(int(d) for d in in_type.bind(1).shape)
     threads = inference_threads(profile, cores)
     if native(profile):
         return _native_runner(model, profile.target(), cache_dir, in_name, in_shape, False, threads)
