@@ -101,8 +101,9 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     Budget: the untuned compile is estimated from the cost-model kernels built so far, one per
     distinct conv layer (they dominate lowering and LLVM), their IR and LLVM work overlapping as in
     the compile (:func:`_budget`); no kernel is built once the time spent plus the mean build would
-    pass ``autotune_fraction`` of the estimate or ``autotune_budget_s``. Largest layers first; the rest keep the cost model's choice. A graph whose
-    budget cannot pay for two builds (``autotune_fraction`` x layers < 2) is not tuned at all.
+    pass ``autotune_fraction`` of the estimate or ``autotune_budget_s``. Largest layers first; the
+    rest keep the cost model's choice. A graph whose budget cannot pay for two builds
+    (``autotune_fraction`` x layers < 2) is not tuned at all.
     ``llvm``: where the candidates' LLVM work goes (default: here, in turn); a layer's candidates are
     all queued before the first is waited for, so their IR and their LLVM work overlap."""
     t0 = clock()
