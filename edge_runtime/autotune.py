@@ -155,8 +155,7 @@ def _budget(target: Target, stages: list[tuple[float, float]], layers: int, llvm
     ``autotune_budget_s``. Their sum, as if done in turn, made ResNet-18's untuned compile look 1.9x
     as long as it is (1.38 against 0.73 s), and tuning added 75-86% to it."""
     emit, llvm_s = (float(np.mean([st[k] for st in stages])) for k in (0, 1))
-    workers = llvm.workers if llvm is not None else 1
-    untuned = layers * (max(emit, llvm_s / workers) if llvm is not None else emit + llvm_s)
+    untuned = layers * max(emit, llvm_s / (llvm.workers if llvm is not None else 1))  # no compiler: LLVM is in emit
     return min(target.tuning.autotune_budget_s, target.tuning.autotune_fraction * untuned)
 
 

@@ -6,10 +6,10 @@ part is timed alone (:mod:`.autotune`): neither sees what the parts of a whole m
 compile times it with its workers and without them (every part then runs on the caller, which
 costs what the unsplit model costs plus about 1%), in interleaved rounds, and keeps the split when
 the threaded run's fastest beats the serial one's by ``MARGIN`` and its median run the serial median
-by as much. Else the model is built again split at the cheapest handoff (:func:`generous`) and checked the same way, and failing that with every
-layer whole, and at N threads it runs exactly the 1-thread code with no workers: a small model never
-gets slower for having threads (measured on a 2-core Zen 4: the small CNN with one layer split ran
-0.89x its 1-thread speed).
+by as much. Else the model is built again split at the cheapest handoff (:func:`generous`) and
+checked the same way, and failing that with every layer whole, and at N threads it runs exactly the
+1-thread code with no workers: a small model never gets slower for having threads (measured on a
+2-core Zen 4: the small CNN with one layer split ran 0.89x its 1-thread speed).
 
 A verdict of "whole" is trusted only from rounds in which the workers had free cores
 (:mod:`.cpu_share`): with another process on the second core of that Zen 4 every threaded run
@@ -88,10 +88,11 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN) -> Verdict:
     threaded, serial = min(r.threaded for r in used), min(r.serial for r in used)
     basis = (f"fastest of {len(used)} rounds{' with free cores' if clean else ''}: threaded {threaded * 1e3:.3f} ms, "
              f"serial {serial * 1e3:.3f} ms")
-    timed = [r for r in used if r.threaded_median is not None and r.serial_median is not None]
+    with_medians = [r for r in used if r.threaded_median is not None and r.serial_median is not None]
     typical = True
-    if timed:
-        t_med, s_med = (float(np.median([getattr(r, f) for r in timed])) for f in ("threaded_median", "serial_median"))
+    if with_medians:
+        t_med = float(np.median([r.threaded_median for r in with_medians]))
+        s_med = float(np.median([r.serial_median for r in with_medians]))
         basis += f"; medians {t_med * 1e3:.3f} and {s_med * 1e3:.3f} ms"
         typical = t_med < (1 - margin) * s_med
     if threaded < (1 - margin) * serial and typical:

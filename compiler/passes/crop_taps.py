@@ -11,8 +11,6 @@ a negative pad (dilations larger than the pad), that dimension is left whole.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import VerifyError
 from ..ir.graph import Graph, Node
 from .rewrite import Names, as_constant, rebuild
@@ -70,7 +68,7 @@ def crop_taps(graph: Graph) -> Graph:
             continue
         keep, pads = crop
         name = names.fresh(f"{node.inputs[1]}.cropped")
-        consts[name] = as_constant(np.asarray(w)[(slice(None), slice(None), *keep)], w.dtype)
+        consts[name] = as_constant(w[(slice(None), slice(None), *keep)], w.dtype)
         nodes.append(node.replace(inputs=(node.inputs[0], name, *node.inputs[2:]), attrs={**node.attr, "pads": pads}))
         changed = True
     if not changed:
