@@ -11,7 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from cuvil.compiler.codegen.cpu.conv.plan import WinogradGeometry, conv_plan
+from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
+from cuvil.compiler.codegen.cpu.conv.winograd_geometry import WinogradGeometry
 from cuvil.compiler.target import Target
 
 from ...hosts import HOST, executable

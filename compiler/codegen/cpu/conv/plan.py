@@ -5,8 +5,8 @@
 ``winograd.py``) and the tile; the emitter (``emit.py``) and the packer (``pack.py``) both call it,
 so they cannot disagree. The thresholds are the target's ``Tuning``; an on-device tuner's measured
 choice (``Target.conv_choices``) overrides the model. :func:`conv_scratch_bytes` is what the memory
-planner reserves for the conv's ``scratch`` argument. Also here: :class:`WinogradGeometry` (sizes
-and scratch layout of a Winograd conv) and the ``rows`` method's column tiles.
+planner reserves for the conv's ``scratch`` argument. Also here: the ``rows`` method's column tiles;
+a Winograd conv's geometry is in ``winograd_geometry.py``.
 """
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from ....target import Target
 from ....tuning import Tuning
-from ..tiles import choose_tile, grid_cost, vector_lanes
+from ..tiles import choose_tile, vector_lanes
 from .phases import WinogradImages, winograd_images
+from .winograd_geometry import WinogradGeometry, round_up, winograd_applies, winograd_tile, winograd_wins
 
 IM2COL_MAX_PIECES = 2048  # code-size bound on the unrolled im2col row copies (per channel)
 TALL_MIN_ROWS = 16  # output channels of a tall direct tile, one pixel vector wide (Tuning.tall_1x1_min_pixels)
@@ -195,7 +196,7 @@ class ConvPlan:
         if self.dh == 1:
             return 0, 0
         im, g = self.winograd_images, self.winograd_geometry
-        return _up(im.count * self.C * im.H * im.W, 16), _up(im.count * self.OC * g.OH * g.OW, 16)
+        return round_up(im.count * self.C * im.H * im.W, 16), round_up(im.count * self.OC * g.OH * g.OW, 16)
 
     @property
     def scratch_bytes(self) -> int:
@@ -209,31 +210,6 @@ class ConvPlan:
     @property
     def pads(self) -> tuple[int, int, int, int]:
         return self.pt, self.pl, self.pb, self.pr
-
-
-def winograd_applies(KH: int, KW: int, strides, pads, dilations, group: int, H: int, W: int,
-                     t: Tuning) -> WinogradImages | None:
-    """The images a 3x3 stride-1 conv's Winograd transforms (:func:`winograd_images`), or None where it cannot."""
-    if not (KH == KW == 3 and tuple(strides) == (1, 1) and group == 1):
-        return None
-    im = winograd_images(H, W, pads, dilations, t)
-    if im is None or max(im.pads) > 2 or min(im.H + im.pads[0] + im.pads[2], im.W + im.pads[1] + im.pads[3]) < 3:
-        return None
-    return im
-
-
-def winograd_tile(t: Tuning, H: int, W: int, pads) -> int:
-    """m of F(m x m, 3x3) for a Winograd conv."""
-    pt, pl, pb, pr = pads
-    return t.winograd_f4 if (H + pt + pb - 2) * (W + pl + pr - 2) >= t.winograd_f4_min_pixels else 2
-
-
-def winograd_wins(t: Tuning, vl: int, C: int, H: int, W: int, OC: int, pads) -> bool:
-    """Shapes where Winograd beats the direct kernel (measured, see winograd.py)."""
-    if vl * 32 not in t.winograd_widths:
-        return False
-    pt, pl, pb, pr = pads
-    return C >= 16 and OC >= 16 and (H + pt + pb - 2) * (W + pl + pr - 2) >= t.winograd_min_pixels
 
 
 def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, KW: int,
@@ -360,85 +336,3 @@ def column_tiles(panels: int, nv: int) -> list[tuple[int, int, int]]:
     not 20x3 + 2x2: a smaller second loop body, measured as fast)."""
     full, rest = divmod(panels, nv)
     return [g for g in ((0, full, nv), (full * nv, 1, rest)) if g[1] and g[2]]
-
-
-def _up(x: int, k: int) -> int:
-    return -(-x // k) * k
-
-
-@dataclass(frozen=True)
-class WinogradGeometry:
-    """Sizes and scratch offsets (in floats) of a Winograd F(m x m, 3x3) conv (``winograd.py``).
-
-    TH x TW tiles of m x m outputs, a = m + 2, A = a*a transform points, per_load tiles per VL-float
-    load; a chunk of VL tiles is R whole tile rows (R > 1) or one of nch segments of a tile row;
-    blocks of TRB tile rows (nblk of them); St: row length of V and M, slots: its vectors; vs, ms:
-    per-point strides of V and M; the zero row (zlen floats), V and M follow each other in scratch.
-    """
-
-    OH: int
-    OW: int
-    TH: int
-    TW: int
-    m: int
-    a: int
-    A: int
-    R: int
-    nch: int
-    per_load: int
-    TRB: int
-    nblk: int
-    St: int
-    slots: int
-    vs: int
-    ms: int
-    zlen: int
-
-    @property
-    def v_off(self) -> int:
-        return self.zlen
-
-    @property
-    def m_off(self) -> int:
-        return self.zlen + self.A * self.vs
-
-    @property
-    def floats(self) -> int:
-        return self.zlen + self.A * (self.vs + self.ms)
-
-    @staticmethod
-    def of(vl: int, C: int, H: int, W: int, OC: int, pads, m: int, block_bytes: int) -> WinogradGeometry:
-        """``block_bytes``: V + M of a block of tile rows at most (``Tuning.winograd_block_bytes``)."""
-        pt, pl, pb, pr = pads
-        OH, OW = H + pt + pb - 2, W + pl + pr - 2
-        TH, TW, a = -(-OH // m), -(-OW // m), m + 2
-        A, per_load = a * a, vl // m  # tiles per VL-float load
-        R, nch = (vl // TW, 1) if vl % TW == 0 and TW % per_load == 0 else (1, -(-TW // vl))
-
-        def stride(rows: int) -> int:
-            return rows * TW if R > 1 else _up((rows - 1) * TW + nch * vl, vl)
-
-        rows = _up(TH, R)
-        while rows > R and 4 * A * (C + OC) * stride(rows) > block_bytes:
-            rows -= R
-        nblk = -(-TH // rows)
-        TRB = _up(-(-TH // nblk), R)
-        St = stride(TRB)
-        zlen = _up(m * nch * vl + 2 * vl + m, 16)  # the zero row that padding rows read
-        vs, ms = C * St + 16, OC * St + 16  # per-point strides: +64 B, so a tile's A points don't share L1 sets
-        return WinogradGeometry(OH, OW, TH, TW, m, a, A, R, nch, per_load, TRB, nblk, St, -(-TRB * TW // vl), vs, ms, zlen)
-
-
-def winograd_gemm_tile(target: Target, g: WinogradGeometry, OC: int) -> tuple[int, int]:
-    """(MR, NV) of the point GEMMs: the fewest modelled cycles (``tiles.grid_cost``) among tiles
-    that keep their NV B vectors in registers and broadcast at most 8 U values a step: measured on
-    znver3, 13x1 ran at 0.7x of 6x2 and 3x4 (17 registers) spilled."""
-    best = None
-    for nv in range(1, min(g.slots, 8) + 1):
-        for mr in range(1, min(OC, 8) + 1):
-            if mr * nv + nv + 1 > target.tuning.vector_registers:
-                continue
-            cost = grid_cost(OC, g.slots, mr, nv)
-            if best is None or (cost, -mr * nv) < best[:2]:
-                best = (cost, -mr * nv, mr, nv)
-    return best[2], best[3]

@@ -26,7 +26,7 @@ Measured on znver3 (1 thread, in ResNet-18, U from DRAM) against the earlier cha
 F2 1.4x. F4 at 256x8x8 stays slower than F2 (4 tiles fill half a vector; U 9.4 MB).
 
 Weights: ``pack.pack_winograd_weights(W[OC, C, 3, 3], target, m, H, W, pads) -> [A, ceil(OC/MR), C, MR]``.
-Geometry and the GEMM tile: ``plan.WinogradGeometry``, ``plan.winograd_gemm_tile``.
+Geometry and the GEMM tile: ``winograd_geometry.py``.
 fp32 error: F2 below the direct kernel's; F4 (0, +-1, +-1/2) up to ~2e-5 of the output range.
 """
 
@@ -42,7 +42,7 @@ from ..gemm import UNROLL, Out, epilogue, tile_grid
 from ...irhelpers import I1, I64, for_range, gep, i64, memset0, prefetch as h_prefetch, set_fn_attrs, target_attrs, vector
 from ...mathfns import fma
 from ..vecops import F32P, broadcast, load_vec, store_vec, vec_type
-from .plan import WinogradGeometry, winograd_gemm_tile
+from .winograd_geometry import WinogradGeometry, winograd_gemm_tile
 from .winograd_math import MATS, sandwich, unzip_groups, unzip_lanes, zip_groups, zip_lanes
 def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: int, OC: int, pads, *,
                   bias: bool, residual: bool, activation: str, act_alpha: float, act_beta: float, m: int = 2) -> None:
