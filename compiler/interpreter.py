@@ -15,14 +15,18 @@ from .ir.types import Batch, TensorType
 
 def bind_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int | None]:
     """Check inputs against the graph's input types; return them and the batch size they imply."""
-    missing = [n for n in graph.inputs if n not in inputs]
-    extra = [n for n in inputs if n not in graph.inputs]
+    return bind_types(graph.input_types, inputs)
+
+
+def bind_types(types: Mapping[str, TensorType], inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int | None]:
+    """:func:`bind_inputs` against input types alone (a bundle's manifest gives them without its graph)."""
+    missing = [n for n in types if n not in inputs]
+    extra = [n for n in inputs if n not in types]
     if missing or extra:
         raise InterpreterError(f"inputs do not match the graph: missing {missing}, unexpected {extra}")
     batch: int | None = None
     bound: dict[str, np.ndarray] = {}
-    for name in graph.inputs:
-        want: TensorType = graph.types[name]
+    for name, want in types.items():
         arr = np.asarray(inputs[name])
         if DType.from_numpy(arr.dtype) != want.dtype:
             raise InterpreterError(f"input {name!r} has dtype {arr.dtype}, the graph wants {want.dtype.value}")

@@ -152,9 +152,12 @@ def make_delta(parent: PathLike, target: PathLike, key: Ed25519PrivateKey | Path
     return DeltaMade(Path(out), len(data), len(new), m.parent, m.target)
 
 
-def load(path: PathLike, trusted_keys: Trusted = None) -> Model:
-    """Verify the bundle against ``trusted_keys`` (key files, public keys; default: the trust directory), then load it."""
-    return _load(path, trusted_keys)
+def load(path: PathLike, trusted_keys: Trusted = None, *, lazy: bool = False) -> Model:
+    """Verify the bundle against ``trusted_keys`` (key files, public keys; default: the trust directory), then load it.
+
+    ``lazy=True``: verify the signed head now and read the weights (checked against it) when the graph is
+    first needed, so compiling it on a cache hit never reads them."""
+    return _load(path, trusted_keys, lazy=lazy)
 
 
 def keygen(out_dir: PathLike, name: str = "cuvil", force: bool = False) -> KeyPair:
@@ -189,18 +192,19 @@ def inspect_model(path: PathLike, trusted_keys: Trusted = None) -> Inspection:
     return Inspection(print_graph(graph, data=False), graph, summarize(graph), None)
 
 
-def read_inputs(graph: Graph, npy: PathLike | None = None, npz: PathLike | None = None) -> dict[str, np.ndarray]:
-    """Inputs from one ``.npy`` (single-input graphs) or an ``.npz`` keyed by input name. Never unpickles."""
+def read_inputs(model: Graph | Model, npy: PathLike | None = None, npz: PathLike | None = None) -> dict[str, np.ndarray]:
+    """Inputs from one ``.npy`` (single-input models) or an ``.npz`` keyed by input name. Never unpickles."""
     if (npy is None) == (npz is None):
         raise CuvilError("give exactly one of an .npy input or an .npz of inputs")
+    names = [name for name, _ in model.inputs] if isinstance(model, Model) else list(model.inputs)
     try:
         if npy is not None:
-            if len(graph.inputs) != 1:
-                raise CuvilError(f"the model has {len(graph.inputs)} inputs {list(graph.inputs)}: pass an .npz")
+            if len(names) != 1:
+                raise CuvilError(f"the model has {len(names)} inputs {names}: pass an .npz")
             arr = np.load(npy, allow_pickle=False)
             if not isinstance(arr, np.ndarray):
                 raise CuvilError(f"{npy} is not an .npy array file")
-            return {graph.inputs[0]: arr}
+            return {names[0]: arr}
         with np.load(npz, allow_pickle=False) as archive:
             return {k: archive[k] for k in archive.files}
     except (ValueError, zipfile.BadZipFile, EOFError) as e:

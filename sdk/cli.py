@@ -202,8 +202,8 @@ def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None,
         raise click.UsageError("give exactly one of --input X.npy or --inputs IN.npz")
     if reference and device:
         raise click.UsageError("--reference and --device exclude each other")
-    model = api.load(path, trust or None)
-    inputs = api.read_inputs(model.graph, npy, npz)
+    model = api.load(path, trust or None, lazy=True)  # a cache hit never reads the weights
+    inputs = api.read_inputs(model, npy, npz)
     if reference:
         outputs = api.run_reference(model, inputs)
     elif device is None:

@@ -13,21 +13,17 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .compiler.interpreter import bind_inputs
+from .compiler.interpreter import bind_types
 from .compiler.ir.graph import Graph
 from .compiler.ir.limits import check_graph
 from .compiler.ir.types import Batch
 from .devices import DeviceProfile, host_profile, list_profiles, load_profile, resolve_profile
-from .edge_runtime.compile import compile_graph
+from .edge_runtime.compile import compile_graph, compile_model
 from .edge_runtime.latency import LatencyReport, measure
 from .edge_runtime.loader import Model
 from .edge_runtime.session import Session
 
 PathLike = str | os.PathLike
-
-
-def _parts(model: Graph | Model) -> tuple[Graph, str | None]:
-    return (model.graph, model.content_hash) if isinstance(model, Model) else (model, None)
 
 
 def default_threads(target: str = "host") -> int:
@@ -44,18 +40,18 @@ def compile(model: Graph | Model, target: str = "host", batch: int = 1,  # noqa:
     ``threads``: threads one inference runs on (default: :func:`default_threads`); outputs are the same
     bits for any count.
     """
-    graph, content = _parts(model)
     if threads is None:
         threads = default_threads(target)
-    return compile_graph(graph, target, batch=batch, cache_dir=cache_dir, content_hash=content, guard_pages=guard_pages,
-                         threads=threads)
+    if isinstance(model, Model):  # keyed by its hash: a lazily loaded model's cache hit reads no weights
+        return compile_model(model, target, batch, cache_dir, guard_pages=guard_pages, threads=threads)
+    return compile_graph(model, target, batch=batch, cache_dir=cache_dir, guard_pages=guard_pages, threads=threads)
 
 
 def run_native(model: Graph | Model, inputs: Mapping[str, np.ndarray], cache_dir: PathLike | None = None,
                threads: int | None = None) -> dict[str, np.ndarray]:
     """Compile for the batch size the inputs carry, then run once natively."""
-    graph, _ = _parts(model)
-    _, batch = bind_inputs(graph, inputs)
+    types = model.input_types() if isinstance(model, Model) else model.input_types
+    _, batch = bind_types(types, inputs)
     return compile(model, "host", batch or 1, cache_dir, threads=threads).run(inputs)
 
 
@@ -90,7 +86,7 @@ def bench(model: Graph | Model, runs: int = 200, warmup: int = 20, batch: int = 
           threads: int | None = None) -> BenchResult:
     """Cold compile (empty cache), warm start (cache hit to first result), then latency after warm-up."""
     threads = default_threads() if threads is None else threads
-    graph, _ = _parts(model)
+    graph = model.graph if isinstance(model, Model) else model
     check_graph(graph, batch)  # before the synthetic inputs, which are as large as the batch asks
     feeds = synthetic_inputs(graph, batch)
     with tempfile.TemporaryDirectory(prefix="cuvil-bench-") as cache:

@@ -107,3 +107,44 @@ def test_threads_reach_the_session_and_the_cli(tmp_path, signed):
     res = runner.invoke(main, ["devices"])
     rpi5 = next(line for line in res.output.splitlines() if line.startswith("rpi5 "))
     assert "threads" in res.output.splitlines()[0] and " 4 " in rpi5  # the Pi's 4 cores
+
+
+def _spoil_last_weight_byte(bundle):
+    data = bytearray(bundle.read_bytes())
+    data[-1] ^= 0xFF  # the weights come last; the signed head is untouched
+    bundle.write_bytes(bytes(data))
+
+
+def test_a_lazily_loaded_model_runs_from_the_cache_without_reading_its_weights(tmp_path, signed):
+    bundle, pub = signed
+    x = np.random.default_rng(2).standard_normal((2, 8)).astype(np.float32)
+    first = cuvil.run_native(cuvil.load(bundle, [pub], lazy=True), {"x": x}, cache_dir=tmp_path / "cache")["y"]
+    np.testing.assert_allclose(first, expected(x), rtol=1e-4, atol=1e-5)
+    _spoil_last_weight_byte(bundle)
+    with pytest.raises(cuvil.BundleError):
+        cuvil.load(bundle, [pub])  # the weights are damaged now
+    model = cuvil.load(bundle, [pub], lazy=True)  # the signed head still verifies
+    again = cuvil.run_native(model, {"x": x}, cache_dir=tmp_path / "cache")["y"]  # a hit: the checked entry's weights
+    assert again.tobytes() == first.tobytes() and "graph" not in vars(model)
+    with pytest.raises(cuvil.BundleError):  # a miss reads them, checked
+        cuvil.run_native(cuvil.load(bundle, [pub], lazy=True), {"x": x}, cache_dir=tmp_path / "other")
+
+
+def test_cli_run_reads_no_weights_on_a_cache_hit_and_refuses_damaged_ones_on_a_miss(tmp_path, signed, monkeypatch):
+    bundle, pub = signed
+    np.save(tmp_path / "x.npy", np.ones((1, 8), np.float32))
+    runner = CliRunner()
+
+    def run(out: str):
+        return runner.invoke(main, ["run", str(bundle), "--trust", str(pub), "--input", str(tmp_path / "x.npy"),
+                                    "--output", str(tmp_path / out)])
+
+    assert run("a.npz").exit_code == 0
+    _spoil_last_weight_byte(bundle)
+    res = run("b.npz")
+    assert res.exit_code == 0, res.output
+    with np.load(tmp_path / "a.npz") as a, np.load(tmp_path / "b.npz") as b:
+        assert a["y"].tobytes() == b["y"].tobytes()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    res = run("c.npz")
+    assert res.exit_code != 0 and len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output
