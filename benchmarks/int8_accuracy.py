@@ -18,7 +18,10 @@ is, which class this input raises most, which does depend on the input. Not a ti
 ``int8_bench.py --reduce-range`` times the 7-bit form.
 
 A form is a calibration method (``minmax``, ``percentile``, ``mse``, ``entropy``), optionally with
-``+bc`` (bias correction), ``+7bit`` (``reduce_range``) and ``+float=LAYER`` (kept in float).
+``+bc`` (bias correction), ``+7bit`` (``reduce_range``) and ``+float=LAYER`` (kept in float); or
+``ort``: ONNX Runtime's own static quantization of the same exported model from the same calibration
+inputs (per-channel int8 weights, u8 activations, min/max), run by ONNX Runtime, the reference for
+what post-training quantization of that model gives elsewhere.
 
 ``--trained``: each model is first trained on scikit-learn's digits (``tests/digits_zoo.py``: 797
 digits train, 32 of them calibrate, 1,000 held-out digits evaluate), so fp32 is right on most inputs
@@ -40,14 +43,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from cuvil.compiler.frontends.onnx import import_onnx  # noqa: E402
 from cuvil.compiler.interpreter import run_reference  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
 from tests.digits_zoo import TEST, digit_data, trained as trained_model  # noqa: E402
-from tests.int8_zoo import CALIBRATION, CNN_AND_MLP, int8_model, quantized  # noqa: E402
+from tests.int8_zoo import CALIBRATION, CNN_AND_MLP, quantized  # noqa: E402
+from tests.qdq import draws, ort_session, quantize_static  # noqa: E402
+from tests.zoo import ZOO, export_onnx  # noqa: E402
 
 BATCH, SEED, CHECKED = 100, 7, 4
-FORMS = "minmax,percentile,mse,entropy,minmax+bc,minmax+7bit"
+FORMS = "minmax,percentile,mse,entropy,minmax+bc,minmax+7bit,ort"
 
 
 def outputs(graph, xs: np.ndarray, target: str, exact_check: bool) -> tuple[np.ndarray, str]:
@@ -75,24 +81,33 @@ def options(form: str) -> dict:
             "float_layers": floats}
 
 
+def ort_outputs(module, example, calibration: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """ONNX Runtime's static quantization of ``module`` from ``calibration``, run by ONNX Runtime on ``xs``."""
+    qdq = quantize_static(export_onnx(module, example, dynamic_batch=True), [x[None] for x in calibration])
+    sess = ort_session(qdq)
+    name = sess.get_inputs()[0].name
+    return np.concatenate([sess.run(None, {name: xs[i:i + BATCH]})[0] for i in range(0, len(xs), BATCH)])
+
+
 def compare(name: str, count: int, target: str, forms: list[str], trained: bool) -> None:
-    ref = labels = None
     if trained:
         module, example = trained_model(name)
         train_x, _, xs, labels = digit_data(tuple(example[0].shape[1:]))
-        xs, labels = xs[:count], labels[:count]
-        build = lambda form: quantized(name, module, example, train_x[:CALIBRATION], **options(form))  # noqa: E731
+        xs, labels, calibration = xs[:count], labels[:count], train_x[:CALIBRATION]
     else:
-        build = lambda form: int8_model(name, **options(form))  # noqa: E731
+        module, example = ZOO[name]()
+        shape = tuple(example[0].shape[1:])  # as tests/int8_zoo.int8_model draws them
+        xs, labels, calibration = np.stack(draws(shape, count, SEED)), None, np.stack(draws(shape, CALIBRATION, 100))
+    ref, _ = outputs(import_onnx(export_onnx(module, example, dynamic_batch=True)), xs, target, exact_check=False)
+    spread = float(ref.std()) or 1.0
+    print(input_dependence(name, ref) + ("" if labels is None else
+          f"; fp32 accuracy on {len(labels)} held-out digits {(ref.argmax(-1) == labels).mean():.1%}"), flush=True)
     for form in forms:
-        m = build(form)
-        if ref is None:
-            xs = m.inputs(count, seed=SEED) if labels is None else xs
-            ref, _ = outputs(m.fp32, xs, target, exact_check=False)
-            spread = float(ref.std()) or 1.0
-            print(input_dependence(name, ref) + ("" if labels is None else
-                  f"; fp32 accuracy on {len(labels)} held-out digits {(ref.argmax(-1) == labels).mean():.1%}"), flush=True)
-        ys, exact = outputs(m.int8, xs, target, exact_check=True)
+        if form == "ort":
+            ys, exact = ort_outputs(module, example, calibration, xs), "-"
+        else:
+            ys, exact = outputs(quantized(name, module, example, calibration, **options(form)).int8, xs, target,
+                                exact_check=True)
         err = np.abs(ys.astype(np.float64) - ref)
         agree = float((ys.argmax(-1) == ref.argmax(-1)).mean())
         centred = float((centred_top1(ys) == centred_top1(ref)).mean())
