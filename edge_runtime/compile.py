@@ -8,6 +8,7 @@ never loads them (~100 modules, ~7 MB).
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import os
@@ -138,8 +139,19 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
              content_hash: str | None, optimize: bool = True, profile: bool = False, jobs: int | None = None,
              guard_pages: bool = False, tune: bool | None = None, threads: int | None = None) -> Session:
     with _Spare(graph_of, batch, jobs, optimize) as spare:
-        return _compile_spared(spare, graph_of, target, batch, cache_dir, use_cache, content_hash, optimize, profile,
-                               jobs, guard_pages, tune, threads)
+        session = _compile_spared(spare, graph_of, target, batch, cache_dir, use_cache, content_hash, optimize,
+                                  profile, jobs, guard_pages, tune, threads)
+    if not session.stats.cache_hit:
+        _release_freed_memory()
+    return session
+
+
+def _release_freed_memory() -> None:
+    """Give the heap pages a cold compile freed back to the system (glibc's ``malloc_trim``): the device
+    process runs on at its steady size, not its compile's (ResNet-18: 140 -> 128 MiB). No-op elsewhere."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | Target, batch: int, cache_dir,
