@@ -25,11 +25,11 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..compiler.bundle.format import MANIFEST_OFFSET, Header
-from ..compiler.bundle.reader import Bundle, BundleHead, read_bundle, read_head
+from ..compiler.bundle.reader import Bundle, BundleHead, read_bundle, read_bundle_parts, read_head
 from ..compiler.errors import BundleError, ParseError
 from ..compiler.ir.graph import Graph
 from ..compiler.ir.types import TensorType
-from .private import open_regular, read_exactly
+from .private import open_regular, read_at, read_exactly
 from .trust import TrustStore, resolve_trust
 
 Trusted = TrustStore | Iterable[str | os.PathLike | Ed25519PublicKey] | None
@@ -62,7 +62,7 @@ class Model:
         reads it without keeping it (a cold compile frees the weights before LLVM runs)."""
         if self._graph is not None or "graph" in vars(self):
             return self._graph or vars(self)["graph"]
-        bundle = read_bundle(read_file(self.path), self._keys)
+        bundle = read_bundle_file(self.path, self._keys)
         if bundle.content_hash != self.content_hash:
             raise BundleError(f"{self.path.name} changed after it was loaded: it holds another bundle now")
         return bundle.graph
@@ -119,12 +119,28 @@ def read_file_head(path: str | os.PathLike, trusted_keys: Trusted = None) -> Bun
 def _head(path: str | os.PathLike, keys: Iterable[Ed25519PublicKey], require_trust: bool) -> BundleHead:
     fd, st = open_regular(path)
     try:
-        first = read_exactly(fd, MANIFEST_OFFSET)
-        header = Header.unpack(first, st.st_size)
-        head = first + read_exactly(fd, header.manifest_length)
+        head = _head_bytes(fd, st.st_size)
     finally:
         os.close(fd)
     return read_head(head, st.st_size, keys, require_trust=require_trust)
+
+
+def _head_bytes(fd: int, size: int) -> bytes:
+    """The header and the manifest, as the header sizes it."""
+    first = read_exactly(fd, MANIFEST_OFFSET)
+    return first + read_exactly(fd, Header.unpack(first, size).manifest_length)
+
+
+def read_bundle_file(path: str | os.PathLike, keys: Iterable[Ed25519PublicKey]) -> Bundle:
+    """The verified bundle at ``path``, each weight read into private memory of its own: no buffer of
+    the whole file, so the lowering frees each weight once packed and nothing copies them again."""
+    fd, st = open_regular(path)
+    try:
+        return read_bundle_parts(_head_bytes(fd, st.st_size), st.st_size, lambda start, n: read_at(fd, start, n), keys)
+    except MemoryError:
+        raise BundleError(f"a bundle of {st.st_size} bytes does not fit in memory") from None
+    finally:
+        os.close(fd)
 
 
 def load(path: str | os.PathLike, trusted_keys: Trusted = None, lazy: bool = False) -> Model:
@@ -136,7 +152,7 @@ def load(path: str | os.PathLike, trusted_keys: Trusted = None, lazy: bool = Fal
     """
     store = resolve_trust(trusted_keys)
     if not lazy:
-        return Model._from_bundle(read_bundle(read_file(path), store.keys), Path(path))
+        return Model._from_bundle(read_bundle_file(path, store.keys), Path(path))
     head = _head(path, store.keys, require_trust=True)
     m = head.manifest
     return Model(m.name, m.version, m.producer, head.content_hash, head.signer, Path(path), head.size, m.inputs,

@@ -84,6 +84,18 @@ def read_exactly(fd: int, n: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def read_at(fd: int, start: int, length: int) -> memoryview:
+    """``length`` bytes of ``fd`` from ``start`` into a private buffer of their own (fewer where the file
+    ends early); one copy, and the file position is left as it was."""
+    view, got = memoryview(bytearray(length)), 0
+    while got < length:
+        n = os.preadv(fd, [view[got:]], start + got)
+        if n == 0:
+            break
+        got += n
+    return view[:got]
+
+
 def read_regular(path: str | os.PathLike) -> bytes:
     """The whole regular file at ``path`` in private memory (fewer bytes where it shrank meanwhile);
     OSError for anything else, never blocking on a FIFO."""

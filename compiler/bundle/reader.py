@@ -4,14 +4,15 @@ Only the fixed-size header is read before the signature check, and only to find 
 and the signer's key id. Everything after that runs on signed data, yet is still checked as if it
 were hostile (a trusted key can sign a buggy file): every malformed input ends in a BundleError,
 and a graph past the device's resource limits in a LimitError, raised while parsing, before the
-work it asks for starts. Weights are zero-copy, read-only views of the buffer.
+work it asks for starts. Weights are read-only views of the bytes as read: of the caller's buffer
+(zero-copy), or each of its own buffer where the file is read weight by weight.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,21 +70,33 @@ def read_head(head: Any, size: int, trusted_keys: Iterable[Ed25519PublicKey], li
 
 def read_bundle(buf: Any, trusted_keys: Iterable[Ed25519PublicKey], *, require_trust: bool = True,
                 limits: Limits = DEFAULT_LIMITS) -> Bundle:
-    """Verify and parse the bundle in ``buf`` (bytes, or any buffer that nobody writes meanwhile).
+    """Verify and parse the bundle in ``buf`` (bytes, or any buffer that nobody writes meanwhile); its
+    weights are zero-copy views of ``buf``.
 
     With ``require_trust=False`` a signer outside ``trusted_keys`` is accepted, but the signature
     must still verify under the key the bundle names.
     """
     view = memoryview(buf).cast("B")
-    size = view.nbytes
-    header, manifest_bytes, trusted = read_signed_head(view, size, trusted_keys, require_trust)
+    return read_bundle_parts(view, view.nbytes, lambda start, length: view[start:start + length], trusted_keys,
+                             require_trust=require_trust, limits=limits)
+
+
+def read_bundle_parts(head: Any, size: int, segment: Callable[[int, int], Any],
+                      trusted_keys: Iterable[Ed25519PublicKey], *, require_trust: bool = True,
+                      limits: Limits = DEFAULT_LIMITS) -> Bundle:
+    """:func:`read_bundle` of a file of ``size`` bytes given its ``head`` (header and manifest at least)
+    and ``segment(start, length)``: those bytes of the file, in memory nobody writes meanwhile, or
+    fewer where the file ends early. A file reader returns each weight in a buffer of its own, so each
+    can be freed on its own (the lowering drops a weight once packed) and none is copied again."""
+    header, manifest_bytes, trusted = read_signed_head(memoryview(head).cast("B"), size, trusted_keys, require_trust)
     # ---- everything below runs on signed bytes only ----
     header.check_layout(size)
     manifest = Manifest.decode(manifest_bytes, limits.max_nodes)
     if header.data_offset + manifest.data_length != header.file_length:
         raise BundleError("the weight table does not end where the file does")
-    _check_zero(view, MANIFEST_OFFSET + header.manifest_length, header.data_offset, "manifest padding")
-    arrays = _segments(view, header.data_offset, manifest.weights)
+    pad = MANIFEST_OFFSET + header.manifest_length
+    _check_zero(_exactly(segment, pad, header.data_offset - pad), pad, "manifest padding")
+    arrays = _segments(segment, header.data_offset, manifest.weights)
     graph = _graph(manifest, arrays, limits)
     return Bundle(graph, manifest, header, manifest.content_hash,
                   fingerprint(header.signer_key), trusted, size)
@@ -127,28 +140,37 @@ def _verify_signature(view: memoryview, header: Header, manifest_bytes: bytes,
     return header.signer_key in by_raw
 
 
-def _check_zero(view: memoryview, start: int, end: int, what: str) -> None:
-    if any(view[start:end]):
-        raise BundleError(f"{what} at bytes {start}..{end} is not zero")
+def _exactly(segment: Callable[[int, int], Any], start: int, length: int) -> memoryview:
+    got = memoryview(segment(start, length)).cast("B")
+    if got.nbytes != length:
+        raise BundleError(f"bundle shrank while it was read (bytes {start}..{start + length})")
+    return got
 
 
-def _segments(view: memoryview, data_offset: int, weights: tuple[WeightEntry, ...]) -> dict[str, np.ndarray]:
-    """Hash-check every segment and padding; return read-only zero-copy arrays over them."""
+def _check_zero(part: memoryview, start: int, what: str) -> None:
+    if any(part):
+        raise BundleError(f"{what} at bytes {start}..{start + part.nbytes} is not zero")
+
+
+def _segments(segment: Callable[[int, int], Any], data_offset: int,
+              weights: tuple[WeightEntry, ...]) -> dict[str, np.ndarray]:
+    """Hash-check every segment and padding; return read-only arrays over the segments as read."""
     arrays: dict[str, np.ndarray] = {}
     pos = data_offset
     for w in weights:
         start = data_offset + w.offset
-        _check_zero(view, pos, start, f"padding before weight {w.name!r}")
-        segment = view[start:start + w.length]
-        if hashlib.sha256(segment).hexdigest() != w.sha256:
+        if start > pos:
+            _check_zero(_exactly(segment, pos, start - pos), pos, f"padding before weight {w.name!r}")
+        part = _exactly(segment, start, w.length)
+        if hashlib.sha256(part).hexdigest() != w.sha256:
             raise BundleError(f"weight {w.name!r} does not match its SHA-256: the bundle was modified")
         dtype = w.dtype.numpy.newbyteorder("<")
         if w.length == 0:
             arr = np.empty(w.shape, dtype=w.dtype.numpy)
         elif w.dtype.bits < 8:  # packed: the one other case that copies
-            arr = unpack(np.frombuffer(view, np.uint8, count=w.length, offset=start), w.dtype, w.shape)
+            arr = unpack(np.frombuffer(part, np.uint8), w.dtype, w.shape)
         else:
-            arr = np.frombuffer(view, dtype=dtype, count=math.prod(w.shape), offset=start).reshape(w.shape)
+            arr = np.frombuffer(part, dtype=dtype, count=math.prod(w.shape)).reshape(w.shape)
             if not dtype.isnative:  # big-endian host: the one case that copies
                 arr = arr.astype(w.dtype.numpy)
         arr.flags.writeable = False

@@ -58,15 +58,18 @@ def as_constant(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 def owned_constants(graph: Graph) -> Graph:
     """``graph`` with the constants that view a buffer mostly used by nothing else copied into their own.
-    A bundle's arrays are zero-copy views of the file's bytes, so the few constants no pass replaced
-    (a classifier's weights, biases) kept all of ResNet-50's 94 MB alive through tuning and lowering,
-    beside the folded copies of the rest. Views that still cover half their buffer or more stay views:
-    copying them would hold both."""
+    A bundle read from memory has zero-copy views of that buffer as its arrays, so the few constants no
+    pass replaced (a classifier's weights, biases) would keep the whole buffer alive through tuning and
+    lowering, beside the folded copies of the rest. Views that still cover half their buffer or more
+    stay views: copying them would hold both. (A bundle read from a file has each weight in a buffer of
+    its own: nothing to copy.)"""
     views: dict[int, tuple[int, list[str]]] = {}  # buffer id -> (its bytes, the constants viewing it)
     for name, arr in graph.constants.items():
         root = arr
         while isinstance(root, np.ndarray) and root.base is not None:
             root = root.base
+        if isinstance(root, memoryview):  # numpy makes one per frombuffer: group by what it exports
+            root = root.obj
         if root is not arr:
             size = root.nbytes if isinstance(root, (np.ndarray, memoryview)) else len(root) if isinstance(
                 root, (bytes, bytearray)) else 0

@@ -1,4 +1,4 @@
-"""Loading on a device: verify first, weights zero-copy views of a private copy, the trust store, no heavy imports."""
+"""Loading on a device: verify first, each weight in a private copy of its own, the trust store, no heavy imports."""
 
 from __future__ import annotations
 
@@ -55,8 +55,9 @@ def test_load_verifies_and_views_private_weights_read_only(bundle, keys):
     assert model.graph == small_graph() and model.size == bundle.stat().st_size and len(model.content_hash) == 64
     w = model.graph.constants["w"]
     assert not w.flags.writeable
-    base = _base(w)  # zero-copy: the array is a view of the one private copy of the file, never a mapping
-    assert isinstance(base, bytes) and not isinstance(base, mmap.mmap) and len(base) == model.size
+    base = _base(w)  # one private copy of its bytes, of its own (freed with it), never a mapping of the file
+    assert isinstance(base, bytearray) and not isinstance(base, mmap.mmap) and len(base) == w.nbytes
+    assert _base(model.graph.constants["b"]) is not base
 
 
 def test_a_write_after_verification_cannot_reach_the_model(bundle, keys, tmp_path):

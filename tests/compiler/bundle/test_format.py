@@ -8,12 +8,14 @@ import os
 import struct
 import zlib
 
+import numpy as np
 import pytest
 
 from cuvil.compiler import print_graph
 from cuvil.compiler import atomic_file
 from cuvil.compiler.bundle import ALIGN, MAGIC, bundle_bytes, read_bundle, save_bundle
-from cuvil.compiler.bundle.format import HEADER, MANIFEST_OFFSET, MAX_MANIFEST_BYTES, canonical_json, load_manifest
+from cuvil.compiler.bundle.reader import read_bundle_parts
+from cuvil.compiler.bundle.format import Header, HEADER, MANIFEST_OFFSET, MAX_MANIFEST_BYTES, canonical_json, load_manifest
 from cuvil.compiler.errors import BundleError
 
 from .helpers import big_graph, new_key, resign, small_graph, split
@@ -236,3 +238,35 @@ def test_sub_byte_weights_are_packed_and_come_back_the_same(key):
     for name, arr in consts.items():
         got = bundle.graph.constants[name]
         assert got.dtype == arr.dtype and got.shape == arr.shape and got.tobytes() == arr.tobytes()
+
+
+def test_a_bundle_read_in_parts_is_the_bundle_and_owns_each_weight(data, key, graph):
+    view = memoryview(data)
+    head = view[:MANIFEST_OFFSET + Header.unpack(data, len(data)).manifest_length]  # what a file reader reads first
+    parts = read_bundle_parts(head, len(data), lambda start, n: bytearray(view[start:start + n]), [key.public_key()])
+    whole = read_bundle(data, [key.public_key()])
+    assert parts.graph == whole.graph == graph and parts.content_hash == whole.content_hash
+    bases = []
+    for arr in parts.graph.constants.values():
+        while isinstance(arr, np.ndarray) and arr.base is not None:
+            arr = arr.base
+        bases.append(arr.obj if isinstance(arr, memoryview) else arr)
+    assert len({id(b) for b in bases if isinstance(b, bytearray)}) == sum(
+        1 for w in whole.manifest.weights if w.length and w.dtype.bits >= 8)
+
+
+def test_a_file_that_ends_early_while_read_in_parts_is_refused(data, key):
+    view = memoryview(data)
+    for short_at in (len(data) - 1, len(data) // 2):  # in the last weight; in the middle
+        def segment(start, n, end=short_at):
+            return bytearray(view[start:min(start + n, end)])
+        with pytest.raises(BundleError, match="shrank while it was read"):
+            read_bundle_parts(view, len(data), segment, [key.public_key()])
+
+
+def test_a_damaged_weight_read_in_parts_is_refused(data, key):
+    damaged = bytearray(data)
+    damaged[-1] ^= 1
+    view = memoryview(bytes(damaged))
+    with pytest.raises(BundleError, match="SHA-256"):
+        read_bundle_parts(view, len(view), lambda start, n: bytearray(view[start:start + n]), [key.public_key()])

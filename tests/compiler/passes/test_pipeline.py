@@ -71,3 +71,20 @@ def test_the_result_owns_constants_that_kept_a_mostly_unused_buffer_alive(rng):
     assert np.array_equal(out.constants["a"], big[:8]) and not out.constants["a"].flags.writeable
     assert np.shares_memory(out.constants["c"], small)  # 8 of its 10 floats: left a view
     assert_same(g, out, rng)
+
+
+def test_views_of_one_buffer_through_memoryviews_count_together(rng):
+    """numpy gives each ``frombuffer`` array a memoryview of its own: views of one buffer that cover most
+    of it stay views (a bundle read from memory), one covering little of it is copied."""
+    w = weights(rng, 64)
+    view = memoryview(w.tobytes() + bytes(16))  # as a bundle reader holds the bytes it verified
+    a = np.frombuffer(view, np.float32, count=32)
+    b = np.frombuffer(view, np.float32, count=32, offset=128)
+    assert a.base is not b.base
+    g = graph({"x": f32(N, 32)}, {"a": a, "b": b}, [Node.make("Add", ["x", "a"], ["y"]), Node.make("Mul", ["y", "b"], ["o"])],
+              ["o"])
+    out = optimize(g, passes=(dce,))
+    assert np.shares_memory(out.constants["a"], a) and np.shares_memory(out.constants["b"], b)
+    lone = graph({"x": f32(N, 32)}, {"a": a}, [Node.make("Add", ["x", "a"], ["o"])], ["o"])
+    alone = optimize(lone, passes=(dce,))
+    assert not np.shares_memory(alone.constants["a"], a) and np.array_equal(alone.constants["a"], a)
