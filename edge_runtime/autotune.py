@@ -46,6 +46,7 @@ from ..compiler.codegen.cpu.kernels.split import split_ranges
 from ..compiler.codegen.irtext import module_text
 from ..compiler.codegen.lower import cycle_collection
 from ..compiler.ir.graph import Graph
+from ..compiler.spread import spread
 from ..compiler.target import ConvChoice, Geometry, Target
 from . import pool_probe
 from .levels import LIGHT_LEVEL
@@ -118,7 +119,7 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     for i, (geom, cands) in enumerate(layers):
         if i and clock() - t0 + 2 * mean_build > budget:
             break
-        weights = random_weights(geom, np.random.default_rng(0))  # one draw for all of the layer's candidates
+        weights = random_weights(geom)  # one draw for all of the layer's candidates
         built = [_Built(target, geom, cands[0], weights, clock, llvm)]
         if not i:  # the first layer's default sets the budget: wait for it
             mean_build = built[0].wait()
@@ -180,7 +181,7 @@ def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tupl
         return None
     largest = max(ranges, key=lambda r: r.rows[1] - r.rows[0])
     part = _Built(largest.target, largest.geometry, whole.choice,
-                  random_weights(largest.geometry, np.random.default_rng(0)), clock)  # held: its code and buffers live while timed
+                  random_weights(largest.geometry), clock)  # held: its code and buffers live while timed
     part.wait()
     timed = interleaved_seconds({1: whole.call, len(ranges): part.call})
     timed[len(ranges)] = tuple(t + fixed.tuning.parallel_sync_us * 1e-6 for t in timed[len(ranges)])
@@ -260,7 +261,6 @@ class _Built:
                  clock: Callable[[], float], llvm: Compiler | None = None) -> None:
         t0 = clock()
         self.choice, self.geom, self.target, self.clock, self.llvm = choice, geom, target, clock, llvm
-        self.rng = np.random.default_rng(0)
         module = ir.Module(name="tune")
         module.triple = target.triple
         self.wp, self.scratch_bytes, self.out_shape = emit_choice(module, "k", target, geom, choice, weights)
@@ -284,8 +284,8 @@ class _Built:
         self.llvm_s = llvm_s
         self.build_s = self.emit_s + llvm_s + self.clock() - t0
         N, C, H, W = self.geom[:4]
-        x, y, bias = (_aligned(self.rng.standard_normal((N, C, H, W))), _aligned(np.zeros(self.out_shape)),
-                      _aligned(self.rng.standard_normal(self.geom[4])))
+        x, y, bias = (_aligned(spread((N, C, H, W))), _aligned(np.zeros(self.out_shape)),
+                      _aligned(spread(self.geom[4], seed=1)))
         w, s = _aligned(self.wp), _aligned(np.zeros(max(16, self.scratch_bytes // 4 + 16)))
         self.wp = None  # the aligned copy serves from now on: one copy of the packed weights per candidate, not two
         self.buffers = (x, y, bias, w, s)

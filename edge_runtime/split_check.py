@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compiler.errors import InterpreterError, RunTimeCheckError
+from ..compiler.spread import spread
 from ..compiler.target import Target
 from . import cpu_share
 from .session import Session
@@ -114,10 +115,10 @@ def recheck(settled: bool, age_s: float, threads: int, room: Callable[[int], boo
 
 
 def random_inputs(session: Session, seed: int = 0) -> dict[str, np.ndarray]:
-    """Finite inputs of the session's shapes (float: normal; integer: zeros, valid as any index)."""
-    rng = np.random.default_rng(seed)
-    return {s.name: (rng.standard_normal(s.shape) if s.dtype.numpy.kind == "f" else np.zeros(s.shape)).astype(s.dtype.numpy)
-            for s in session.lowered.inputs}
+    """Finite inputs of the session's shapes (float: :func:`~cuvil.compiler.spread.spread`; integer: zeros,
+    valid as any index)."""
+    return {s.name: (spread(s.shape, seed + i) if s.dtype.numpy.kind == "f" else np.zeros(s.shape)).astype(s.dtype.numpy)
+            for i, s in enumerate(session.lowered.inputs)}
 
 
 def measure(session: Session, round_s: float = ROUND_S, clock: Callable[[], float] = time.perf_counter,

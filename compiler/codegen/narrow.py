@@ -14,7 +14,6 @@ import functools
 import math
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 from llvmlite import ir
 
@@ -54,7 +53,7 @@ def _code(dtype: DType, v: float) -> int:
 
 @functools.cache
 def float_format(dtype: DType) -> FloatFormat:
-    info = ml_dtypes.finfo(dtype.numpy)
+    info = dtype.finfo
     sign = _code(dtype, -float(info.max)) ^ _code(dtype, float(info.max))
     codes = np.arange(sign, dtype=np.uint8).view(dtype.numpy).astype(np.float32)
     specials = [c for c in range(sign) if not np.isfinite(codes[c])]

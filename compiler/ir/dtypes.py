@@ -48,6 +48,15 @@ class DType(enum.Enum):
         return np.dtype(name)
 
     @property
+    def finfo(self):
+        """The float type's limits (``np.finfo``'s fields; ml_dtypes' for the narrow floats, imported then)."""
+        if self in NARROW:
+            import ml_dtypes
+
+            return ml_dtypes.finfo(self.numpy)
+        return np.finfo(self.numpy)
+
+    @property
     def itemsize(self) -> int:
         return _NARROW_ITEMSIZE.get(self) or self.numpy.itemsize
 

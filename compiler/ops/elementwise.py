@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import ml_dtypes
 import numpy as np
 
 from ..ir.dtypes import E8M0_ROUNDING, SATURABLE, DType
@@ -143,7 +142,7 @@ def _cast(xs, a):
     if to is DType.F8E8M0:
         return [_to_e8m0(x, bool(a["saturate"]), a["round_mode"])]
     if a["saturate"] and to in SATURABLE:
-        top = float(ml_dtypes.finfo(to.numpy).max)
+        top = float(to.finfo.max)
         x = np.clip(x, -top, top)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN and overflow have defined results here
         return [x.astype(to.numpy)]

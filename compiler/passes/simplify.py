@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import ml_dtypes
 import numpy as np
 
 from ..ir.dtypes import SATURABLE, DType
@@ -40,11 +39,11 @@ def exact_widening(a: DType, b: DType) -> bool:
         return ib.min <= ia.min and ia.max <= ib.max
     if kb not in "fV":
         return False
-    fb = ml_dtypes.finfo(b.numpy)
+    fb = b.finfo
     if ka in "iu":
         ia = np.iinfo(a.numpy)
         return max(-int(ia.min), int(ia.max)) <= 2 ** (fb.nmant + 1)
-    fa = ml_dtypes.finfo(a.numpy)
+    fa = a.finfo
     return fa.nmant <= fb.nmant and fa.maxexp <= fb.maxexp and fa.minexp - fa.nmant >= fb.minexp - fb.nmant
 
 
@@ -78,7 +77,7 @@ class _Exact:
         out = node.outputs[0]
         if node.op == "Cast" and types[out].dtype.is_float:
             src = types[node.inputs[0]].dtype
-            self.known[out] = frozenset(d for d in _NARROWS if d is src or exact_widening(d, src) and d in self.of(node.inputs[0]))
+            self.known[out] = frozenset(d for d in _NARROWS if d is src or d in self.of(node.inputs[0]) and exact_widening(d, src))
         elif node.op in SELECTS and len(node.outputs) == 1:
             picks = SELECTS[node.op]
             ins = [node.inputs[i] for i in (range(len(node.inputs)) if picks is None else picks) if i < len(node.inputs)]

@@ -26,7 +26,7 @@ def test_every_conv_candidate_prints_as_llvmlite_prints_it(profile):
         for choice in conv_candidates(target, geom):
             module = ir.Module(name="k")
             module.triple = target.triple
-            emit_choice(module, "k", target, geom, choice, random_weights(geom, np.random.default_rng(0)))
+            emit_choice(module, "k", target, geom, choice, random_weights(geom))
             text = module_text(module)
             assert text == str(module), (profile, geom, choice)
             llvm.parse_assembly(text).verify()

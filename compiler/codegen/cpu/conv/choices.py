@@ -17,6 +17,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
+from ....spread import spread
 from ....target import ConvChoice, Geometry, Target
 from ..tiles import choose_tile
 from .emit import emit_conv2d
@@ -123,11 +124,11 @@ def multiplies(target: Target, geom: Geometry, choice: ConvChoice) -> int:
     return N * OC * (C // group) * OH * OW * KH * KW
 
 
-def random_weights(geom: Geometry, rng: np.random.Generator) -> np.ndarray:
-    """Weights [OC, C/group, KH, KW] of a conv of ``geom`` to time candidates with: drawn once per layer
-    (a 512-channel 3x3 layer's draw took about as long as emitting a candidate's IR)."""
+def random_weights(geom: Geometry) -> np.ndarray:
+    """Weights [OC, C/group, KH, KW] of a conv of ``geom`` to time candidates with: made once per layer
+    (a 512-channel 3x3 layer's normal draw took about as long as emitting a candidate's IR)."""
     _, C, _, _, OC, KH, KW, *_, group = geom
-    w = rng.standard_normal((OC, C // group, KH, KW), dtype=np.float32)  # drawn as float32: no float64 copy
+    w = spread((OC, C // group, KH, KW))
     w *= np.float32(1 / np.sqrt(C // group * KH * KW))
     return w
 
