@@ -126,8 +126,10 @@ def _head(path: str | os.PathLike, keys: Iterable[Ed25519PublicKey], require_tru
 
 
 def _head_bytes(fd: int, size: int) -> bytes:
-    """The header and the manifest, as the header sizes it."""
+    """The header and the manifest, as the header sizes it (``size``: the file's at open)."""
     first = read_exactly(fd, MANIFEST_OFFSET)
+    if len(first) < min(size, MANIFEST_OFFSET):
+        raise BundleError(f"bundle shrank while it was read ({len(first)} of {size} bytes)")
     return first + read_exactly(fd, Header.unpack(first, size).manifest_length)
 
 

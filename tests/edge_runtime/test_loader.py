@@ -253,3 +253,21 @@ def test_a_bad_input_type_in_a_manifest_is_a_bundle_error():
     for text in ("f32[N,8] extra", "nonsense", "f32[N,"):
         with pytest.raises(BundleError, match="bad input type"):
             dataclasses.replace(good, inputs=(("x", text),)).input_types()
+
+
+def test_a_bundle_that_shrinks_under_the_reader_is_a_bundle_error(bundle, keys, tmp_path):
+    """The size comes from fstat at open; a file cut short after that is refused, never a struct error."""
+    from cuvil.edge_runtime.loader import _head_bytes, read_bundle_file
+
+    short = tmp_path / "short.cuvil"
+    short.write_bytes(bundle.read_bytes()[:10])
+    fd = os.open(short, os.O_RDONLY)
+    try:
+        with pytest.raises(BundleError, match="shrank"):
+            _head_bytes(fd, bundle.stat().st_size)  # the size it had when opened
+    finally:
+        os.close(fd)
+    cut = tmp_path / "cut.cuvil"
+    cut.write_bytes(bundle.read_bytes()[:-1])
+    with pytest.raises(BundleError, match="truncated"):
+        read_bundle_file(cut, [load_public_key(keys.public_path)])
