@@ -72,6 +72,8 @@ class Header:
         """Read the header from ``buf``; check only what locating the signed bytes needs."""
         if file_size < MANIFEST_OFFSET:
             raise BundleError(f"file is too short to be a Cuvil {what} ({file_size} bytes)")
+        if len(buf) < HEADER.size:
+            raise BundleError(f"{what} is truncated inside its header ({len(buf)} bytes read)")
         found, version, flags, mlen, data_offset, file_length, key = HEADER.unpack_from(buf, 0)
         if found != magic:
             raise BundleError(f"not a Cuvil {what} (bad magic bytes)")

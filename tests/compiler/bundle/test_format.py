@@ -270,3 +270,9 @@ def test_a_damaged_weight_read_in_parts_is_refused(data, key):
     view = memoryview(bytes(damaged))
     with pytest.raises(BundleError, match="SHA-256"):
         read_bundle_parts(view, len(view), lambda start, n: bytearray(view[start:start + n]), [key.public_key()])
+
+
+def test_a_head_shorter_than_the_header_is_refused_whatever_size_is_claimed(data, key):
+    with pytest.raises(BundleError, match="truncated inside its header"):
+        read_bundle_parts(memoryview(data)[:20], len(data), lambda start, n: memoryview(data)[start:start + n],
+                          [key.public_key()])
