@@ -48,7 +48,7 @@ from cuvil.compiler.interpreter import run_reference  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
 from tests.digits_zoo import TEST, digit_data, trained as trained_model  # noqa: E402
-from tests.int8_zoo import CALIBRATION, CNN_AND_MLP, quantized  # noqa: E402
+from tests.int8_zoo import CALIBRATION, CNN_AND_MLP, calibration_inputs, quantized_graph  # noqa: E402
 from tests.qdq import draws, ort_session, quantize_static  # noqa: E402
 from tests.zoo import ZOO, export_onnx  # noqa: E402
 
@@ -81,10 +81,10 @@ def options(form: str) -> dict:
             "float_layers": floats}
 
 
-def ort_outputs(module, example, calibration: np.ndarray, xs: np.ndarray) -> np.ndarray:
-    """ONNX Runtime's static quantization of ``module`` from ``calibration``, run by ONNX Runtime on ``xs``."""
-    qdq = quantize_static(export_onnx(module, example, dynamic_batch=True), [x[None] for x in calibration])
-    sess = ort_session(qdq)
+def ort_outputs(proto, calibration: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """ONNX Runtime's static quantization of the exported model ``proto`` from ``calibration``, run by
+    ONNX Runtime on ``xs``."""
+    sess = ort_session(quantize_static(proto, [x[None] for x in calibration]))
     name = sess.get_inputs()[0].name
     return np.concatenate([sess.run(None, {name: xs[i:i + BATCH]})[0] for i in range(0, len(xs), BATCH)])
 
@@ -96,17 +96,19 @@ def compare(name: str, count: int, target: str, forms: list[str], trained: bool)
         xs, labels, calibration = xs[:count], labels[:count], train_x[:CALIBRATION]
     else:
         module, example = ZOO[name]()
-        shape = tuple(example[0].shape[1:])  # as tests/int8_zoo.int8_model draws them
-        xs, labels, calibration = np.stack(draws(shape, count, SEED)), None, np.stack(draws(shape, CALIBRATION, 100))
-    ref, _ = outputs(import_onnx(export_onnx(module, example, dynamic_batch=True)), xs, target, exact_check=False)
+        shape = tuple(example[0].shape[1:])
+        xs, labels, calibration = np.stack(draws(shape, count, SEED)), None, calibration_inputs(shape)
+    proto = export_onnx(module, example, dynamic_batch=True)  # once: every form quantizes this export
+    fp32 = import_onnx(proto)
+    ref, _ = outputs(fp32, xs, target, exact_check=False)
     spread = float(ref.std()) or 1.0
     print(input_dependence(name, ref) + ("" if labels is None else
           f"; fp32 accuracy on {len(labels)} held-out digits {(ref.argmax(-1) == labels).mean():.1%}"), flush=True)
     for form in forms:
         if form == "ort":
-            ys, exact = ort_outputs(module, example, calibration, xs), "-"
+            ys, exact = ort_outputs(proto, calibration, xs), "-"
         else:
-            ys, exact = outputs(quantized(name, module, example, calibration, **options(form)).int8, xs, target,
+            ys, exact = outputs(quantized_graph(name, fp32, calibration, **options(form)).int8, xs, target,
                                 exact_check=True)
         err = np.abs(ys.astype(np.float64) - ref)
         agree = float((ys.argmax(-1) == ref.argmax(-1)).mean())

@@ -18,6 +18,7 @@ from tests.qdq import draws
 from tests.zoo import ZOO, export_onnx
 
 CALIBRATION = 32
+CALIBRATION_SEED = 100  # evaluation inputs take other seeds
 CNN_AND_MLP = ("mlp", "small_cnn", "resnet18", "mobilenet_v2")
 
 
@@ -33,18 +34,26 @@ class Int8Model:
         return np.stack(draws(self.shape, count, seed))
 
 
+def calibration_inputs(shape: tuple[int, ...]) -> np.ndarray:
+    """The zoo's calibration inputs for a model taking ``shape`` (without the batch axis)."""
+    return np.stack(draws(shape, CALIBRATION, CALIBRATION_SEED))
+
+
 @functools.lru_cache(maxsize=None)  # each test module asks for every model once per test: quantize each once
 def int8_model(name: str, reduce_range: bool = False, **options) -> Int8Model:
     """``name`` quantized with full-range weights, or 7-bit ones (``reduce_range``); ``options`` go to
     ``quantize`` (``method``, ``bias_correction``, ...), its defaults otherwise."""
     model, example = ZOO[name]()
-    shape = tuple(example[0].shape[1:])
-    return quantized(name, model, example, np.stack(draws(shape, CALIBRATION, 100)), reduce_range=reduce_range,
+    return quantized(name, model, example, calibration_inputs(tuple(example[0].shape[1:])), reduce_range=reduce_range,
                      **options)
 
 
 def quantized(name: str, model, example, calibration: np.ndarray, **options) -> Int8Model:
     """``model`` exported, imported and quantized from ``calibration`` (samples along axis 0)."""
-    fp32 = import_onnx(export_onnx(model, example, dynamic_batch=True))
+    return quantized_graph(name, import_onnx(export_onnx(model, example, dynamic_batch=True)), calibration, **options)
+
+
+def quantized_graph(name: str, fp32: Graph, calibration: np.ndarray, **options) -> Int8Model:
+    """The imported float graph ``fp32`` quantized from ``calibration`` (samples along axis 0)."""
     done = quantize(fp32, {fp32.inputs[0]: calibration}, **options)
-    return Int8Model(name, tuple(example[0].shape[1:]), fp32, integer_form(done.graph), done.graph)
+    return Int8Model(name, tuple(calibration.shape[1:]), fp32, integer_form(done.graph), done.graph)
