@@ -50,11 +50,21 @@ def quantize_static(model: onnx.ModelProto, calibration: list[np.ndarray], per_c
         return onnx.load(str(dst))
 
 
+def draws_like(example: torch.Tensor, count: int, seed: int) -> list[np.ndarray]:
+    """``count`` inputs like ``example``: standard normal floats, or integers (token ids) in
+    ``[0, example.max()]``."""
+    if example.dtype.is_floating_point:
+        return draws(tuple(example.shape), count, seed)
+    rng = np.random.default_rng(seed)
+    high = int(example.max()) + 1
+    return [rng.integers(0, high, tuple(example.shape)).astype(example.numpy().dtype) for _ in range(count)]
+
+
 def qdq_model(module: torch.nn.Module, example: tuple[torch.Tensor, ...], calibration_count: int = 16,
               seed: int = 100, **options) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """(fp32 ONNX, QDQ ONNX) of a torch module, calibrated on inputs drawn like ``example``."""
     f32 = export_onnx(module, example, dynamic_batch=True)
-    calib = draws(tuple(example[0].shape), calibration_count, seed)
+    calib = draws_like(example[0], calibration_count, seed)
     return f32, quantize_static(f32, calib, **options)
 
 

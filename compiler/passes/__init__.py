@@ -4,10 +4,10 @@ from .conv_transpose import conv_transpose
 from .crop_taps import crop_taps
 from .dce import dce
 from .fold_batchnorm import fold_batchnorm
-from .fold_constants import fold_constants
+from .fold_constants import fold_constants, fold_dequantized_weights
 from .fuse import fuse
 from .fuse_qdq import fuse_qdq
 from .pipeline import DEFAULT_PIPELINE, optimize
 from .simplify import simplify
 
-__all__ = ["DEFAULT_PIPELINE", "conv_transpose", "crop_taps", "dce", "fold_batchnorm", "fold_constants", "fuse", "fuse_qdq", "optimize", "simplify"]
+__all__ = ["DEFAULT_PIPELINE", "conv_transpose", "crop_taps", "dce", "fold_batchnorm", "fold_constants", "fold_dequantized_weights", "fuse", "fuse_qdq", "optimize", "simplify"]

@@ -3,7 +3,8 @@
 Order matters: folding constants first exposes constant BN parameters; simplify turns no-op
 casts and expands into views before fusion looks at who reads what; BN folds into Conv/Gemm
 before fusion so the fused kernels see one bias; QDQ patterns become integer ops before
-float fusion could take their Conv/Gemm apart from the QuantizeLinear; ConvTranspose becomes Conv
+float fusion could take their Conv/Gemm apart from the QuantizeLinear, and the weights no integer op
+took are dequantized once, here, so the float passes see constants; ConvTranspose becomes Conv
 before fusion so its activation fuses, and its kernel is cropped like any Conv's (crop_taps: taps
 that read only padding); dce last drops the weights folding and cropping replaced.
 """
@@ -19,15 +20,15 @@ from .conv_transpose import conv_transpose
 from .crop_taps import crop_taps
 from .dce import dce
 from .fold_batchnorm import fold_batchnorm
-from .fold_constants import fold_constants
+from .fold_constants import fold_constants, fold_dequantized_weights
 from .fuse import fuse
 from .fuse_qdq import fuse_qdq
 from .rewrite import owned_constants
 from .simplify import simplify
 
 Pass = Callable[[Graph], Graph]
-DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, simplify, fold_batchnorm, fuse_qdq, conv_transpose, crop_taps, fuse,
-                                     dce)
+DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, simplify, fold_batchnorm, fuse_qdq, fold_dequantized_weights,
+                                     conv_transpose, crop_taps, fuse, dce)
 
 
 def optimize(graph: Graph, passes: Sequence[Pass] = DEFAULT_PIPELINE, verify_each: bool = False) -> Graph:

@@ -1,7 +1,8 @@
 import numpy as np
 
-from cuvil.compiler import N, Node
-from cuvil.compiler.passes import fold_constants
+from cuvil.compiler import N, Node, TensorType
+from cuvil.compiler.ir.dtypes import DType
+from cuvil.compiler.passes import fold_constants, fold_dequantized_weights
 
 from .graphs import assert_same, f32, graph, ops, weights
 
@@ -51,4 +52,31 @@ def test_a_result_much_bigger_than_its_inputs_stays_computed(rng):
     assert ops(out) == ["Expand", "Add", "Add"]
     assert "f" in out.constants and "e" not in out.constants
     assert sum(v.nbytes for v in out.constants.values()) < 8192
+    assert_same(g, out, rng)
+
+
+def _dequantized(rng):
+    """A weight DequantizeLinear'd per channel (axis 0) and an activation DequantizeLinear'd per tensor."""
+    q = rng.integers(-127, 128, (3, 4)).astype(np.int8)
+    return graph({"x": f32(N, 4), "xq": TensorType(DType.U8, (N, 4))}, {"wq": q}, [
+        Node.make("DequantizeLinear", ["wq"], ["w"], scale=[0.5, 0.25, 0.125], zero_point=[0, 0, 0], axis=0),
+        Node.make("DequantizeLinear", ["xq"], ["xd"], scale=[0.1], zero_point=[128]),
+        Node.make("Add", ["x", "xd"], ["s"]),
+        Node.make("Transpose", ["w"], ["wt"], perm=[1, 0]),
+        Node.make("MatMul", ["s", "wt"], ["y"]),
+    ], ["y"])
+
+
+def test_fold_constants_leaves_a_weights_dequantize_for_fuse_qdq(rng):
+    g = _dequantized(rng)
+    assert "DequantizeLinear" in ops(fold_constants(g))
+
+
+def test_fold_dequantized_weights_folds_the_weights_only(rng):
+    g = _dequantized(rng)
+    out = fold_dequantized_weights(g)
+    assert ops(out).count("DequantizeLinear") == 1  # the activation's stays
+    want = g.constants["wq"].astype(np.float32) * np.array([[0.5], [0.25], [0.125]], np.float32)
+    np.testing.assert_array_equal(out.constants["w"], want)
+    assert out.constants["w"].dtype == np.float32
     assert_same(g, out, rng)
