@@ -72,11 +72,11 @@ def test_fold_constants_leaves_a_weights_dequantize_for_fuse_qdq(rng):
     assert "DequantizeLinear" in ops(fold_constants(g))
 
 
-def test_fold_dequantized_weights_folds_the_weights_only(rng):
+def test_fold_dequantized_weights_folds_the_weights_and_what_they_make_constant(rng):
     g = _dequantized(rng)
     out = fold_dequantized_weights(g)
-    assert ops(out).count("DequantizeLinear") == 1  # the activation's stays
+    assert ops(out) == ["DequantizeLinear", "Add", "MatMul"]  # the activation's stays; the Transpose folds too
     want = g.constants["wq"].astype(np.float32) * np.array([[0.5], [0.25], [0.125]], np.float32)
-    np.testing.assert_array_equal(out.constants["w"], want)
-    assert out.constants["w"].dtype == np.float32
+    np.testing.assert_array_equal(out.constants["wt"], want.T)
+    assert out.constants["wt"].dtype == np.float32
     assert_same(g, out, rng)
