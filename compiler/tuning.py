@@ -60,6 +60,8 @@ class Tuning:
     int8_direct_min_lane_use: float = 1.0  # and whose rows fill at least this share of their vectors' lanes (1: whole vectors; Zen 4, in place / im2col: 32- and 80-wide rows 0.84-0.92x, 40-wide (83%) 1.11x, 20-wide (62.5%) 1.46x)
     int8_dwrows_min_pixels: int = 9  # int8 depthwise by window-row quads above this many outputs (byte-quad targets; 3x3 planes keep channels in lanes)
     int8_depthwise_lanes_max_pixels: int = 64  # int8 depthwise with channels in lanes up to 8x8 outputs; larger planes stream rows (faster there, Zen 4)
+    int8_depthwise_lanes_max_width: int = 0  # and, where the window-row quads cannot take it (no byte-quad dot product: AVX2, AVX-512 without VNNI; 5x5 windows), at stride 1 with outputs up to this wide; 0: never. x86 sets it by vector width (default_tuning)
+    int8_depthwise_lanes_max_width_strided: int = 0  # the same at stride 2 and more; 0: never (x86: 32)
     int8_winograd_min_tiles: int = 16  # int8 3x3 convs on AVX2 int16 pairs take Winograd F(2x2,3x3) from 16 output tiles (8x8), checked before int8_rows_max_pixels (the packer tries Winograd first); fewer re-read 3.6x the weight bytes for little work
     int8_winograd_prefetch_blocks: int = 1  # int8 Winograd's GEMMs prefetch their weights' next column block (ResNet-18's 8x8 convs at x86-avx2, Zen 4: 1.15 -> 0.66-0.69 M cycles; 2 ahead 0.71-0.76, 4: 0.85; the other int8 GEMMs: none, it slowed the MLP's QMatMul 1.5x)
     int8_winograd_block_bytes: int = 128 * 1024  # int8 Winograd: a block of tiles' M, with its transformed input and the weights, within L2 (ResNet-18's 64-channel 32x32 convs at x86-avx2, Zen 4: 771 -> 713 k cycles)
@@ -124,6 +126,16 @@ against 13x2 / 11x2: 16->32 at 64x64 0.80, 16->32 at 60x60 0.93, 32->64 at 32x32
 (64->64 at 32x32 1.01, 64->128 and 128->128 at 16x16 1.00-1.05)."""
 
 
+DW_LANES_MAX_WIDTH = {256: 14, 512: 5}
+"""int8 depthwise at stride 1 with channels in lanes up to this output width where the window-row
+quads cannot take it, by vector bits (Zen 4, k cycles, lanes vs row loops: at 256 bits 25x5 60 -> 22,
+12x12 193 -> 54, 14x14 70 -> 24, but 16x16 68 vs 46 and 64x64 372 vs 89; at 512 bits without VNNI
+25x5 30 -> 20, but 12x12 74 vs 49 and 14x14 27 vs 14)."""
+DW_LANES_MAX_WIDTH_STRIDED = 32
+"""The same at stride 2 (Zen 4, both widths: 24x24 from 48x48 178 -> 114 and 155 -> 130 k cycles,
+12x12 from 24x24 220 -> 53, 16x16 from 32x32 100 -> 39 at 512 bits; 28x28 from 56x56 0.95-1.1x)."""
+
+
 def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
     """The ISA facts of a target, other fields at their defaults."""
     x86 = triple.startswith(_X86)
@@ -135,6 +147,8 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         panel_bytes=PANEL_512 if vector_bits == 512 else Tuning.panel_bytes,
         reserved_registers=1 if x86 else 2,
         masked_stores=triple.startswith("x86_64") and not cpu.startswith(MICROCODED_MASKED_STORES),
+        int8_depthwise_lanes_max_width=(DW_LANES_MAX_WIDTH.get(vector_bits, 0) if x86 else 0),
+        int8_depthwise_lanes_max_width_strided=DW_LANES_MAX_WIDTH_STRIDED if x86 else 0,
     )
 
 

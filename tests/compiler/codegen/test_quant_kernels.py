@@ -10,6 +10,7 @@ import pytest
 
 from cuvil.compiler import DType, TensorType, run_reference
 from cuvil.compiler.codegen.cpu.int_dot import choose_dot
+from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
 from cuvil.compiler.codegen.cpu.kernels.quant_rows import WIDENED
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.frontends.builder import GraphBuilder
@@ -79,6 +80,7 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.I8, 127, 21, 1, [1, 0, 2, 1], (1, 21, 5, 6), 21),  # depthwise, small plane: channels in lanes, a tail
     (DType.U8, 127, 40, 2, [1, 1, 1, 1], (2, 40, 7, 7), 40),  # depthwise, stride 2, small plane: channels in lanes
     (DType.U8, 127, 3, 2, [1, 0, 1, 2], (1, 3, 27, 26), 3),  # depthwise, stride 2, large plane: column phases
+    # (x86: channels in lanes, its output rows being 13 wide)
     (DType.I8, 127, 2, 3, [2, 1, 0, 1], (1, 4, 10, 11), 6),  # grouped, stride 3: column phases
     (DType.U8, 128, 1, 1, [1, 1, 1, 1], (1, 20, 9, 9), 21),  # AVX2: Winograd F(2x2, 3x3), odd plane, channel tails
     (DType.I8, 128, 1, 1, [0, 2, 1, 0], (2, 32, 10, 17), 12),  # AVX2: Winograd, uneven pads, two images, signed blocks
@@ -88,6 +90,9 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     # input transposed by 16 channels x 16 columns, 4 columns and 4 channels left over; an even plane: a tile row's
     # two outputs stored as one 16-bit word per channel, 5 output channels in the last vector
     (DType.I8, 127, 20, 1, [1, 1, 1, 1], (1, 20, 3, 3), 20),  # depthwise, 3x3 plane: channels in lanes on every target
+    (DType.U8, 127, 16, 1, [1, 1, 1, 1], (1, 16, 25, 5), 16),  # depthwise, 125 pixels 5 wide: x86 without byte
+    # quads keeps channels in lanes
+    (DType.I8, 127, 16, 2, [1, 1, 1, 1], (1, 16, 9, 70), 16),  # depthwise, stride 2, 35 wide: column phases on x86
 ]
 WINOGRAD_CASES = (10, 11, 13)
 ROWS_CASES = (1, 12)  # x86-avx2, int16 pairs: planes of at most 64 pixels, k x k, one group (2: vpmaddubsw)
@@ -348,3 +353,30 @@ def test_gpu_kernels_use_dp4a_and_equal_the_reference(tmp_path):
     got, want = SimulatedGpu(program).run(feeds), run_reference(graph, feeds)
     assert np.array_equal(got[y], want[y])
     assert got[logits].dtype == np.float32 and np.array_equal(got[logits], want[logits])  # the float-output form
+
+
+@pytest.mark.parametrize("profile,shape,stride,lanes", [
+    ("x86-avx2", (1, 16, 25, 5), 1, True),  # 5 wide: the row loops fill a third of a vector
+    ("x86-avx2", (1, 16, 12, 12), 1, True),
+    ("x86-avx2", (1, 16, 16, 16), 1, False),  # from 16 wide the row loops win
+    ("x86-avx2", (1, 16, 48, 48), 2, True),  # 24 wide at stride 2
+    ("x86-avx2", (1, 16, 9, 70), 2, False),  # 35 wide at stride 2: column phases
+    ("x86-avx512", (1, 16, 25, 5), 1, True),
+    ("x86-avx512", (1, 16, 12, 12), 1, False),  # at 512 bits the row loops win from 12 wide
+    ("x86-avx512", (1, 16, 48, 48), 2, True),
+    ("rpi5", (1, 16, 25, 5), 1, False),  # byte quads (sdot): window rows
+])
+def test_depthwise_channels_in_lanes_by_output_width(profile, shape, stride, lanes):
+    """A 3x3 depthwise QConv whose plane is over ``int8_depthwise_lanes_max_pixels`` keeps channels in
+    lanes where the window-row quads cannot take it and its output rows are short (x86's
+    ``int8_depthwise_lanes_max_width``, ``..._strided``)."""
+    from cuvil.compiler.codegen.cpu.kernels.quant import _pack_qconv
+    from cuvil.compiler.codegen.cpu.kernels.quant_depthwise import LANES
+
+    c = shape[1]
+    graph = _qconv_graph(DType.U8, np.ones((c, 1, 3, 3), np.int8), np.zeros(c, np.int32), c, stride, [1, 1, 1, 1], shape)
+    node = graph.nodes[0]
+    key = KernelKey(node.op, tuple(sorted(node.attr.items())), tuple(graph.types[i] for i in node.inputs),
+                    tuple(graph.types[o] for o in node.outputs), (None,) * 3, (), (None, "const", "const"))
+    packed = _pack_qconv(key, 1, graph.constants[node.inputs[1]], resolve_target(profile))
+    assert (packed is not None and packed[0] == LANES) == lanes

@@ -37,8 +37,9 @@ def _channels_padded(c: int, target: Target) -> int:
 
 
 def lanes_ok(key: KernelKey, target: Target) -> bool:
-    """A depthwise conv (one output per input channel) whose output plane is small, with
-    constant weights and bias (``key`` as the packer sees it)."""
+    """A depthwise conv (one output per input channel) whose output plane is small or whose output
+    rows are short (the packer asks after the window-row quads, so the rows rule serves where those
+    cannot: AVX2, 5x5 windows), with constant weights and bias (``key`` as the packer sees it)."""
     a = dict(key.attrs)
     if len(key.in_types[0].shape) != 4 or target.scalable or "const" != key.packed[1]:
         return False
@@ -47,7 +48,10 @@ def lanes_ok(key: KernelKey, target: Target) -> bool:
     _, c, _, _ = key.in_types[0].shape
     m, cg, kh, kw = key.in_types[1].shape
     oh, ow = key.out_types[0].shape[2:]
-    return cg == 1 and m == c == a["group"] and kh * kw <= MAX_UNROLLED_TAPS and c > 0 and oh * ow <= target.tuning.int8_depthwise_lanes_max_pixels
+    t = target.tuning
+    short = ow <= (t.int8_depthwise_lanes_max_width_strided if max(a["strides"]) > 1 else t.int8_depthwise_lanes_max_width)
+    return cg == 1 and m == c == a["group"] and kh * kw <= MAX_UNROLLED_TAPS and c > 0 and (
+        oh * ow <= t.int8_depthwise_lanes_max_pixels or short)
 
 
 def pack_lanes(key: KernelKey, i: int, arr: np.ndarray, target: Target) -> tuple[str, np.ndarray] | None:
