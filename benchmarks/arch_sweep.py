@@ -10,10 +10,15 @@ Cuvil and ORT each run ``--block`` inferences in turn for ``--rounds`` rounds; m
 ``--profile K`` prints, for every slow or wrong row (``--profile-all``: every row), the K nodes with
 the most cycles, their shapes and conv method, beside ORT's own profile of the same node.
 
+``--target PROFILE`` compiles Cuvil's side for a device profile whose code runs here: ``x86-avx2`` on
+an AVX-512 host stands in for an AVX2 host's row (on Zen 4, whose 512-bit units are two 256-bit halves,
+ONNX Runtime's AVX-512 kernels have the FLOPs of its AVX2 ones). The first line names the host.
+
 Timing runs share the machine, so run it under the benchmark lock:
 
     flock /tmp/pf/bench.lock python benchmarks/arch_sweep.py [--models vgg_small,squeezenet] [--rounds 20]
-        [--block 10] [--frontends onnx,torch] [--profile 12 [--profile-all]] [--size 32] [--json out.json]
+        [--block 10] [--frontends onnx,torch] [--profile 12 [--profile-all]] [--size 32] [--target x86-avx2]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import torch  # noqa: E402
 import cuvil  # noqa: E402
 from cuvil.compiler.frontends.onnx import import_onnx  # noqa: E402
 from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
+from tests.hosts import describe_host  # noqa: E402
 from tests.archs import ARCHS  # noqa: E402
 from tests.zoo import export_onnx  # noqa: E402
 from zoo_bench import time_block, time_interleaved  # noqa: E402  (this folder is on sys.path)
@@ -78,9 +84,9 @@ def import_graph(frontend: str, proto, module, example):
     return import_onnx(proto) if frontend == "onnx" else import_torch(module, example)
 
 
-def bench_row(name: str, frontend: str, module, example, proto, rounds: int, block: int) -> dict:
-    """One (architecture, frontend): import, cold compile, error vs ORT, interleaved medians."""
-    row: dict = {"model": name, "frontend": frontend}
+def bench_row(name: str, frontend: str, module, example, proto, rounds: int, block: int, target: str = "host") -> dict:
+    """One (architecture, frontend): import, cold compile for ``target``, error vs ORT, interleaved medians."""
+    row: dict = {"model": name, "frontend": frontend, "_target": target}
     rng = np.random.default_rng(1234)  # not the export's inputs: a baked-in activation would show
     inputs = [random_like(rng, x.numpy()) for x in example]
     ort_sess = ort_session(proto)
@@ -92,7 +98,7 @@ def bench_row(name: str, frontend: str, module, example, proto, rounds: int, blo
         graph = import_graph(frontend, proto, module, example)
         stage, t1 = "compile", time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="cuvil-arch-") as cache:  # cold: an empty cache
-            sess = cuvil.compile(graph, cache_dir=cache, threads=1)  # the default is the host's cores
+            sess = cuvil.compile(graph, target=target, cache_dir=cache, threads=1)  # the default: the cores
         stage, t2 = "run", time.perf_counter()
         feeds = dict(zip(graph.inputs, inputs))
         got = sess.run(feeds)[graph.outputs[0]]
@@ -119,18 +125,18 @@ def verdict(r: dict) -> str:
     return f"FAIL ({', '.join(bad)})" if bad else "ok"
 
 
-def conv_method(node, graph) -> str:
+def conv_method(node, graph, target: str = "host") -> str:
     """The conv plan the lowering picks for this node (diagnosis only: '' when it cannot tell)."""
     try:
         from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
-        from cuvil.edge_runtime.jit import host_target
+        from cuvil.devices.detect import resolve_target
 
         xs, ws, a = graph.types[node.inputs[0]].shape, graph.types[node.inputs[1]].shape, dict(node.attrs)
         if len(xs) == 3:
             xs, ws = (xs[0], xs[1], 1, xs[2]), (ws[0], ws[1], 1, ws[2])
             a = {"strides": (1, *a["strides"]), "pads": (0, a["pads"][0], 0, a["pads"][1]),
                  "dilations": (1, *a["dilations"]), "group": a["group"]}
-        p = conv_plan(host_target(), *xs, ws[0], *ws[2:], tuple(a["strides"]), tuple(a["pads"]),
+        p = conv_plan(resolve_target(target), *xs, ws[0], *ws[2:], tuple(a["strides"]), tuple(a["pads"]),
                       tuple(a["dilations"]), a["group"])
         return p.method
     except Exception:  # private API that other work is changing; the profile still stands without it
@@ -166,7 +172,7 @@ def profile_rows(r: dict, runs: int = 50, top: int = 12) -> list[str]:
     from cuvil.edge_runtime.compile import compile_graph
 
     graph = r["_graph"]
-    sess = compile_graph(graph, use_cache=False, profile=True)
+    sess = compile_graph(graph, target=r["_target"], use_cache=False, profile=True, threads=1)
     sess.run(dict(zip(graph.inputs, r["_inputs"])))
     time_block(sess.run_raw, 20)
     med_us = float(np.min(time_block(sess.run_raw, runs))) * 1e3
@@ -186,7 +192,7 @@ def profile_rows(r: dict, runs: int = 50, top: int = 12) -> list[str]:
         extra = ""
         if n.op in ("Conv", "FusedConv"):
             extra = (f" k={og.types[n.inputs[1]].shape[2:]} s={a['strides']} d={a['dilations']} g={a['group']}"
-                     f" -> {og.types[n.outputs[0]].shape} [{conv_method(n, og)}]")
+                     f" -> {og.types[n.outputs[0]].shape} [{conv_method(n, og, r['_target'])}]")
         ort_s = f"{ort_us:7.0f}" if ort_us is not None else f"{'-':>7s}"
         out.append(f"    {v * med_us:8.0f} {v * 100:5.1f}% {ort_s}  {n.op} {name[:32]} {shapes}{extra}")
     return out
@@ -217,9 +223,12 @@ def main() -> None:
     ap.add_argument("--profile", type=int, default=0, metavar="K", help="top-K node profile of each slow or wrong row")
     ap.add_argument("--profile-all", action="store_true", help="--profile every row that compiled, not only failures")
     ap.add_argument("--size", type=int, help="input side for the image models that take one (default: each model's own)")
+    ap.add_argument("--target", default="host", help="device profile Cuvil compiles for (its code must run here): "
+                    "x86-avx2 on an AVX-512 host approximates an AVX2 host's row")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    print(f"{describe_host()}; target {args.target}; ONNX Runtime {ort.__version__}; 1 thread, batch 1", flush=True)
     rows = []
     for name in args.models.split(","):
         sized = args.size and "size" in inspect.signature(ARCHS[name]).parameters
@@ -228,7 +237,7 @@ def main() -> None:
         frontends = args.frontends.split(",")
         for fe in frontends:  # grows by "torch" when the ONNX import is unsupported
             print(f"{name} ({fe}) ...", file=sys.stderr, flush=True)
-            rows.append(bench_row(name, fe, module, example, proto, args.rounds, args.block))
+            rows.append(bench_row(name, fe, module, example, proto, args.rounds, args.block, args.target))
             if fe == "onnx" and rows[-1].get("stage") == "import" and "torch" not in frontends:
                 frontends.append("torch")
     print(table(rows))
