@@ -40,7 +40,7 @@ class Tuning:
     winograd_prefetch_bytes: int = 2048  # how far ahead the point GEMMs prefetch U (best of 1-8 KiB)
     rows_widths: tuple[int, ...] = (256, 512)  # vector widths where the 'rows' conv was measured to win
     rows_kernels: tuple[int, ...] = (3,)  # square kernel sizes it applies to
-    rows_min_channels: int = 64  # C and OC: measured on ResNet-18's 64..512-channel 3x3 layers
+    rows_min_channels: int = 16  # C and OC (ResNet-18's 64..512-channel 3x3 layers, then down to 16 on planes Winograd does not take, Zen 4, us rows / next best: x86-avx2 48->192 at 6x6 60 / 73, 24->96 at 6x6 15.8 / 19.2, 32->128 at 4x4 12.4 / 13.7, 16->16 at 6x6 2.1 / 2.6, but 16->24 at 7x7 5.7 / 4.8; x86-avx512 48->192 at 6x6 52 / 73, 64->16 at 7x7 7.0 / 14.7)
     rows_max_pixels: int = 64  # up to 8x8 outputs; 16x16 (a 64->128 stride-2 conv) only matched direct
     rows_channel_block: int = 16  # channels per block: 13.8 KB of a 3-vector tile's 3x3 weights stay in L1
     rows_prefetch_blocks: int = 2  # how many blocks ahead the weights are prefetched (4: no better)

@@ -66,7 +66,8 @@ CASES = [
     (1, 5, 37, 35, 5, 3, 3, (2, 2), (0, 1, 1, 0), (1, 1), 5, False, False, "none"),  # depthwise, same
     (1, 16, 1, 100, 24, 1, 5, (1, 2), (0, 2, 0, 2), (1, 2), 1, True, False, "none"),  # 1-D, as lowered
     (1, 8, 5, 5, 4, 5, 5, (1, 1), P0, (1, 1), 1, True, False, "none"),  # one output pixel
-    (1, 48, 6, 6, 512, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "Relu"),  # im2col, weights over L2: rows outer
+    (1, 12, 6, 6, 2048, 3, 3, (1, 1), P1, (1, 1), 1, True, True, "Relu"),  # im2col (under rows_min_channels), weights
+    # over L2: rows outer
     (1, 1, 49, 10, 16, 10, 4, (2, 2), (4, 1, 5, 2), (1, 1), 1, True, False, "Relu"),  # im2col, taps looped (KWS stem)
     (1, 3, 20, 13, 12, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 1, True, True, "none"),  # im2col, 25 taps looped
 ] + [(1, 8, 6, 10, 12, 3, 3, (1, 1), P1, (1, 1), 1, True, True, act) for act in ACT_REF if act not in ("none", "Relu")]
