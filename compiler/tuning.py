@@ -53,6 +53,7 @@ class Tuning:
     short_1x1_max_k: int = 0  # 1x1 convs over at most this many input channels and short_1x1_min_pixels or more take tiles of short_1x1_rows rows, wide along the pixels; 0: never. SHORT_1X1_MAX_K
     short_1x1_min_pixels: int = 900  # measured from 30x30 up
     short_1x1_rows: int = 4  # 4x6 at 512 bits (3x7: 0.93-1.0 of the wide tile's time where 4x6 took 0.92-0.95)
+    aliased_1x1_im2col_max_k: int = 0  # 1x1 convs over at most this many input channels whose channel planes lie a multiple of 4 KiB apart take im2col's packed panels, not direct; 0: never. ALIASED_1X1_MAX_K
     dwstride2_widths: tuple[int, ...] = (256, 512)  # stride-2 3x3 depthwise read in place (conv/dwstride2.py; Zen 4)
     half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
     int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
@@ -126,6 +127,15 @@ against 13x2 / 11x2: 16->32 at 64x64 0.80, 16->32 at 60x60 0.93, 32->64 at 32x32
 (64->64 at 32x32 1.01, 64->128 and 128->128 at 16x16 1.00-1.05)."""
 
 
+ALIASED_1X1_MAX_K = 32
+"""x86 256-bit: a 1x1 conv read in place with its planes a multiple of 4 KiB apart (32x32, 64x64 images)
+loads the same L1 sets on every input channel of a direct tile. Zen 4, x86-avx2, each conv alone, direct /
+im2col: over 8 to 32 input channels and 16 to 128 outputs at 32x32 and 64x64 im2col won all 24 shapes
+(1.0-3.0x; MobileNetV1's 16->32 at 64x64 103 / 52 us, 32->64 at 32x32 82 / 44), at 56x56 and 112x112 direct
+won 15 of 24; from 64 input channels direct wins or ties at every size. 512-bit tiles (short_1x1) do not
+show it (16->32 at 64x64: 43 / 49)."""
+
+
 DW_LANES_MAX_WIDTH = {256: 14, 512: 5}
 """int8 depthwise at stride 1 with channels in lanes up to this output width where the window-row
 quads cannot take it, by vector bits (Zen 4, k cycles, lanes vs row loops: at 256 bits 25x5 60 -> 22,
@@ -148,6 +158,7 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         reserved_registers=1 if x86 else 2,
         masked_stores=triple.startswith("x86_64") and not cpu.startswith(MICROCODED_MASKED_STORES),
         int8_depthwise_lanes_max_width=(DW_LANES_MAX_WIDTH.get(vector_bits, 0) if x86 else 0),
+        aliased_1x1_im2col_max_k=ALIASED_1X1_MAX_K if x86 and vector_bits == 256 else 0,
         int8_depthwise_lanes_max_width_strided=DW_LANES_MAX_WIDTH_STRIDED if x86 else 0,
     )
 

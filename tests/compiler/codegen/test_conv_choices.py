@@ -96,6 +96,23 @@ def test_short_1x1_convs_take_4_row_tiles_at_512_bits_and_the_tuner_still_times_
     assert conv_plan(AVX512, *wide).mr == 4
 
 
+@pytest.mark.parametrize("c,h,w,method", [
+    (16, 64, 64, "im2col"),  # MobileNetV1's 16 -> 32 at 64x64: planes 16 KiB apart
+    (32, 32, 32, "im2col"),  # 4 KiB apart
+    (16, 56, 56, "direct"),  # 12.25 KiB apart: no aliasing
+    (64, 64, 64, "direct"),  # from 64 input channels direct wins or ties anyway
+])
+def test_1x1_convs_whose_planes_alias_in_l1_take_im2col_at_256_bits(c, h, w, method):
+    avx2 = resolve_target("x86-avx2")
+    geom = (1, c, h, w, 32, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    assert conv_plan(avx2, *geom).method == method
+    assert conv_plan(AVX512, *geom).method == "direct"  # 512-bit short tiles do not show it
+    off = dataclasses.replace(avx2, tuning=avx2.tuning.replace(aliased_1x1_im2col_max_k=0))
+    assert conv_plan(off, *geom).method == "direct"
+    few = (1, c, h, w, 2, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # 2 outputs: the input is read once
+    assert conv_plan(avx2, *few).method == "direct"
+
+
 def test_with_choices_makes_conv_plan_return_the_choice():
     t = resolve_target("x86-avx512")
     geom = GEOMETRIES[0]
