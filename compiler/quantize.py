@@ -47,6 +47,7 @@ ACTIVATIONS = ("Relu", "Clip")
 PASS_THROUGH = ("MaxPool", "Flatten", "Reshape")  # output keeps the input's parameters
 WEIGHT_MAX = {False: 127, True: 63}  # |w| bound by reduce_range
 CHUNK = 16  # calibration inputs run through the interpreter at once
+LISTED_LAYERS = 8  # an error names this many layers at most (MobileNetV2 has 63: one line must stay readable)
 
 
 class QuantizationError(CuvilError):
@@ -289,8 +290,11 @@ def quantize(graph: Graph, calibration_inputs, *, method: str = DEFAULT_METHOD, 
         raise QuantizationError("the graph has no Conv, Gemm, MatMul or Add that int8 can run")
     unknown = sorted(set(float_layers) - {grp.anchor.name for grp in groups})
     if unknown:
-        raise QuantizationError(f"float_layers {unknown} are not layers int8 runs here; those are "
-                                f"{', '.join(grp.anchor.name for grp in groups)}")
+        names = [grp.anchor.name for grp in groups]
+        listed = ", ".join(names[:LISTED_LAYERS]) + (f" and {len(names) - LISTED_LAYERS} more (the report lists "
+                                                     f"them all)" if len(names) > LISTED_LAYERS else "")
+        raise QuantizationError(f"float_layers {unknown[:LISTED_LAYERS]} are not layers int8 runs here; those are "
+                                f"{listed}")
     groups = [grp for grp in groups if grp.anchor.name not in float_layers]
     if not groups:
         raise QuantizationError("float_layers leaves no layer to quantize")

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from cuvil.compiler import DType, run_reference
+from cuvil.compiler import DType, N, TensorType, run_reference
+from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.compiler.frontends.onnx import import_onnx
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.passes.pipeline import optimize
@@ -192,6 +193,19 @@ def test_sensitivity_names_the_costly_layer_and_float_layers_keeps_it_float():
     assert all(i in g.constants and np.array_equal(kept.graph.constants[i], g.constants[i]) for i in gemm.inputs[1:])
     with pytest.raises(QuantizationError, match="not layers int8 runs here"):
         quantize(g, {"input": x}, float_layers=["nope"])
+
+
+def test_an_unknown_float_layer_names_a_few_layers_not_all(rng):
+    """A model with many layers: the error stays one readable line."""
+    gb = GraphBuilder("deep")
+    h = gb.input("input", TensorType(DType.F32, (N, 8)))
+    for i in range(20):
+        h = gb.add1("Gemm", [h, gb.constant(rng.standard_normal((8, 8)).astype(np.float32), f"w{i}")], name=f"layer{i}")
+    g = gb.build([h])
+    with pytest.raises(QuantizationError) as info:
+        quantize(g, {"input": rng.standard_normal((16, 8)).astype(np.float32)}, float_layers=["nope"])
+    msg = str(info.value)
+    assert "layer0, layer1" in msg and "layer19" not in msg and "and 12 more" in msg and "\n" not in msg
 
 
 def test_a_gemm_with_alpha_and_beta_keeps_its_bias_once():
