@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compiler.bundle.format import is_sha256_hex
 from ..compiler.errors import CuvilError
 from ..edge_runtime import runner
 from ..edge_runtime.loader import Model, load, load_bytes
@@ -48,7 +49,6 @@ from ..edge_runtime.privacy.request import release_id as request_id
 from ..edge_runtime.trust import TrustStore
 from .device_class import device_class, isa
 
-_HASH_CHARS = set("0123456789abcdef")
 
 
 class DeviceError(CuvilError):
@@ -172,7 +172,7 @@ class DeviceState:
         return sorted(p.stem for p in (self.root / "bundles").glob("*.cuvil"))
 
     def bundle_path(self, content_hash: str) -> Path:
-        if len(content_hash) != 64 or not set(content_hash) <= _HASH_CHARS:
+        if not is_sha256_hex(content_hash):
             raise DeviceError(f"bad bundle hash {content_hash!r}")
         return self.root / "bundles" / f"{content_hash}.cuvil"
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..compiler.bundle.format import is_sha256_hex
 from .aggregate import compare
 from .exchange import Reply, Request, exchange
 from .messages import Code
@@ -64,7 +65,7 @@ def switch(coord: Coordinator, device_ids: Sequence[str], bundle: BundleRef, act
 
     def on_reply(req: Request, rep: Reply) -> Request | None:
         device_id = device_of[req.node_id]
-        if rep.ok and _is_hash(rep.payload.get("active")):
+        if rep.ok and is_sha256_hex(rep.payload.get("active")):
             active[device_id] = rep.payload["active"]
             if active[device_id] == bundle.content_hash:
                 coord.devices[req.node_id].held.add(bundle.content_hash)
@@ -80,8 +81,6 @@ def switch(coord: Coordinator, device_ids: Sequence[str], bundle: BundleRef, act
     return active
 
 
-def _is_hash(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 @dataclass(frozen=True)

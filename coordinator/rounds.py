@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compiler.bundle.format import is_sha256_hex
 from .aggregate import ClassAggregate, aggregate_round, compare
 from .config import RunConfig
 from .deltas import DeltaBook
@@ -153,7 +154,7 @@ class Coordinator:
                 record = DeviceRecord(view.device_id, view.profile, _text(p.get("cpu", "")),
                                       _text(p.get("features", ""), 2000), _text(p.get("runtime_version", "")),
                                       view.emulated, _text(p.get("isa", "")), int(p.get("threads", 0)),
-                                      tuple(sorted(h for h in held if _is_hash(h))))
+                                      tuple(sorted(h for h in held if is_sha256_hex(h))))
             except (KeyError, TypeError, ValueError) as e:
                 self.emit("inventory_error", node_id=req.node_id, reason=f"bad device info: {e}")
                 return
@@ -394,10 +395,6 @@ class Coordinator:
 def _text(value: Any, limit: int = 200) -> str:
     """A string a device sent, cut to ``limit`` characters (it is shown escaped, never obeyed)."""
     return str(value)[:limit]
-
-
-def _is_hash(text: str) -> bool:
-    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
 def _report_dict(row: Mapping[str, Any]) -> dict[str, Any]:

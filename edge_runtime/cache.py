@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..compiler.bundle.format import is_sha256_hex
 from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
@@ -221,7 +222,7 @@ class CompileCache:
                 guess = os.read(fd, 65).decode("ascii")
             finally:
                 os.close(fd)
-            if len(guess) != 64 or guess.strip("0123456789abcdef"):
+            if not is_sha256_hex(guess):
                 return None
             return EarlyEntry(guess, self.sealer.open(self.path(guess), guess))
         except (OSError, SealError, UnicodeDecodeError):
@@ -253,7 +254,7 @@ class CompileCache:
         stamp, path = source_stamp(), self.dir / self.FINGERPRINT
         try:
             got = self.sealer.read(path, stamp).meta.decode("ascii")
-            if len(got) == 64 and all(c in "0123456789abcdef" for c in got):
+            if is_sha256_hex(got):
                 return got
         except (OSError, SealError, UnicodeDecodeError):
             pass

@@ -51,7 +51,7 @@ from ..errors import CuvilError
 from ..ir.graph import Graph
 from ..ir.infer import PROBES
 from ..ir.types import N, Dim, TensorType
-from . import onnx_bounded, onnx_composed, onnx_pool, onnx_quant, onnx_recurrent, onnx_resample, onnx_signal  # noqa: F401  (register their translators)
+from . import onnx_bounded, onnx_composed, onnx_pool, onnx_quant, onnx_recurrent, onnx_resample, onnx_shape, onnx_signal  # noqa: F401  (register their translators)
 from .builder import GraphBuilder, Unsupported
 from .onnx_functions import MAX_DEPTH, expand, function_body, has_function, schema_of
 from .onnx_subgraphs import CONTROL_OPS, SubgraphHost, all_nodes

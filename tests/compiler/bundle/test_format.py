@@ -15,7 +15,8 @@ from cuvil.compiler import print_graph
 from cuvil.compiler import atomic_file
 from cuvil.compiler.bundle import ALIGN, MAGIC, bundle_bytes, read_bundle, save_bundle
 from cuvil.compiler.bundle.reader import read_bundle_parts
-from cuvil.compiler.bundle.format import Header, HEADER, MANIFEST_OFFSET, MAX_MANIFEST_BYTES, canonical_json, load_manifest
+from cuvil.compiler.bundle.format import (Header, HEADER, MANIFEST_OFFSET, MAX_MANIFEST_BYTES, canonical_json, is_sha256_hex,
+                                         load_manifest)
 from cuvil.compiler.errors import BundleError
 
 from .helpers import big_graph, new_key, resign, small_graph, split
@@ -276,3 +277,11 @@ def test_a_head_shorter_than_the_header_is_refused_whatever_size_is_claimed(data
     with pytest.raises(BundleError, match="truncated inside its header"):
         read_bundle_parts(memoryview(data)[:20], len(data), lambda start, n: memoryview(data)[start:start + n],
                           [key.public_key()])
+
+
+@pytest.mark.parametrize("value,ok", [
+    ("ab" * 32, True), ("AB" * 32, False), ("ab" * 31, False), ("ab" * 33, False), ("g" + "a" * 63, False),
+    (" " + "a" * 63, False), (b"a" * 64, False), (None, False), (["a"] * 64, False), ("a" * 63 + "\n", False),
+])
+def test_is_sha256_hex_takes_lower_case_hex_of_64_only(value, ok):
+    assert is_sha256_hex(value) is ok
