@@ -75,6 +75,10 @@ QDQ_NETS = {  # beyond the zoo, quantized by onnxruntime.quantization (QDQ, per-
     "pad_pool_depthwise": (lambda: nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.ZeroPad2d((0, 1, 0, 1)), nn.MaxPool2d(2, 1),
         nn.Conv2d(8, 8, 3, 2, 1, groups=8), nn.ReLU(), nn.Conv2d(8, 8, 3, 2, 1, groups=8), nn.Conv2d(8, 5, 1)), (1, 3, 17, 13)),
+    # a U-Net's 2x2 up-convolution has no integer form: its int8 weights are dequantized when compiling
+    # and it runs as a float 1x1 Conv between a DequantizeLinear and a QuantizeLinear
+    "up_conv": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.ConvTranspose2d(8, 4, 2, stride=2),
+                                      nn.ReLU(), nn.Conv2d(4, 3, 1)), (1, 3, 8, 8)),
 }
 
 
