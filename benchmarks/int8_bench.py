@@ -120,7 +120,8 @@ def bench(name: str, target: str, rounds: int, block: int, top: int = 0, reduce_
     x = example[0].numpy()
     batch = x.shape[0]  # bound at import: a recurrent or attention model builds batch-sized constants
     f32 = optimize(import_onnx(f32_onnx, batch_size=batch))
-    q8 = optimize(import_onnx(qdq, batch_size=batch))
+    imported = import_onnx(qdq, batch_size=batch)
+    q8 = optimize(imported)
     feeds = {f32.inputs[0]: x}
     s32 = compile_graph(f32, target=target, threads=1)  # a profile's default is its cores: 8 for x86-avx2
     s8 = compile_graph(q8, target=target, threads=1)
@@ -138,7 +139,7 @@ def bench(name: str, target: str, rounds: int, block: int, top: int = 0, reduce_
     return {"model": name, **med, "int8/ort": med["cuvil_int8"] / med["ort_int8"],
             "fp32/int8": med["cuvil_fp32"] / med["cuvil_int8"], "cpu": cmed,
             "cpu int8/ort": cmed["cuvil_int8"] / cmed["ort_int8"], "cpu fp32/int8": cmed["cuvil_fp32"] / cmed["cuvil_int8"],
-            "bundle int8/fp32": bundle_bytes(integer_form(import_onnx(qdq, batch_size=batch))) / bundle_bytes(f32), "exact": exact,
+            "bundle int8/fp32": bundle_bytes(integer_form(imported)) / bundle_bytes(f32), "exact": exact,
             "profile": profile_rows(q8, feeds, qdq, target, top) if top else []}
 
 

@@ -40,7 +40,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from llvmlite import ir
 
-from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, random_weights, with_choices
+from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, timing_weights, with_choices
 from ..compiler.codegen.cpu.kernels.conv import tunable_convs
 from ..compiler.codegen.cpu.kernels.split import split_ranges
 from ..compiler.codegen.irtext import module_text
@@ -119,7 +119,7 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     for i, (geom, cands) in enumerate(layers):
         if i and clock() - t0 + 2 * mean_build > budget:
             break
-        weights = random_weights(geom)  # one draw for all of the layer's candidates
+        weights = timing_weights(geom)  # made once for all of the layer's candidates
         built = [_Built(target, geom, cands[0], weights, clock, llvm)]
         if not i:  # the first layer's default sets the budget: wait for it
             mean_build = built[0].wait()
@@ -181,7 +181,7 @@ def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tupl
         return None
     largest = max(ranges, key=lambda r: r.rows[1] - r.rows[0])
     part = _Built(largest.target, largest.geometry, whole.choice,
-                  random_weights(largest.geometry), clock)  # held: its code and buffers live while timed
+                  timing_weights(largest.geometry), clock)  # held: its code and buffers live while timed
     part.wait()
     timed = interleaved_seconds({1: whole.call, len(ranges): part.call})
     timed[len(ranges)] = tuple(t + fixed.tuning.parallel_sync_us * 1e-6 for t in timed[len(ranges)])

@@ -47,13 +47,13 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 assert HEADER.size == 40 + PUBLIC_KEY_SIZE
 
 
-HEX_DIGITS = frozenset("0123456789abcdef")
+_HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 def is_sha256_hex(value: object) -> bool:
     """Is ``value`` a SHA-256 in lower-case hex, as content hashes and cache keys are written? The one
     check for a hash that came from outside (a device's report, a file name, a hint file)."""
-    return isinstance(value, str) and len(value) == 64 and HEX_DIGITS.issuperset(value)
+    return isinstance(value, str) and len(value) == 64 and _HEX_DIGITS.issuperset(value)
 
 
 def align(n: int) -> int:

@@ -9,7 +9,7 @@ import pytest
 from llvmlite import binding as llvm
 from llvmlite import ir
 
-from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, random_weights
+from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, timing_weights
 from cuvil.compiler.codegen.irtext import function_text, module_text
 from cuvil.compiler.codegen.lower import lower
 from cuvil.devices.detect import resolve_target
@@ -26,7 +26,7 @@ def test_every_conv_candidate_prints_as_llvmlite_prints_it(profile):
         for choice in conv_candidates(target, geom):
             module = ir.Module(name="k")
             module.triple = target.triple
-            emit_choice(module, "k", target, geom, choice, random_weights(geom))
+            emit_choice(module, "k", target, geom, choice, timing_weights(geom))
             text = module_text(module)
             assert text == str(module), (profile, geom, choice)
             llvm.parse_assembly(text).verify()

@@ -124,7 +124,7 @@ def multiplies(target: Target, geom: Geometry, choice: ConvChoice) -> int:
     return N * OC * (C // group) * OH * OW * KH * KW
 
 
-def random_weights(geom: Geometry) -> np.ndarray:
+def timing_weights(geom: Geometry) -> np.ndarray:
     """Weights [OC, C/group, KH, KW] of a conv of ``geom`` to time candidates with: made once per layer
     (a 512-channel 3x3 layer's normal draw took about as long as emitting a candidate's IR)."""
     _, C, _, _, OC, KH, KW, *_, group = geom

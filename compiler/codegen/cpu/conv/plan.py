@@ -270,7 +270,7 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     P = tmp.OH * tmp.OW
     eff_direct, eff_im2col = tmp.OW / (tmp.vpr * vl), P / (math.ceil(P / vl) * vl)
     pieces = (tmp.OH + math.ceil(P / vl)) * tmp.T  # unrolled row-piece copies per channel
-    use_im2col = (eff_im2col - eff_direct >= 0.1 or aliased_1x1(target.tuning, tmp, copy)) and pieces <= IM2COL_MAX_PIECES
+    use_im2col = (eff_im2col - eff_direct >= 0.1 or aliased_1x1(target.tuning, tmp)) and pieces <= IM2COL_MAX_PIECES
     method = "im2col" if use_im2col else "direct"
     tmp = ConvPlan(**base, method=method, mr=1, nv=1, copy=copy)
     if method == "direct" and tall_1x1(target.tuning, tmp):
@@ -302,12 +302,13 @@ def short_1x1(t: Tuning, p: ConvPlan) -> bool:
             and p.OCg % t.short_1x1_rows == 0)
 
 
-def aliased_1x1(t: Tuning, p: ConvPlan, copy: bool) -> bool:
-    """A plain 1x1 conv read in place over ``Tuning.aliased_1x1_im2col_max_k`` input channels or fewer whose
-    channel planes lie a multiple of ``ALIAS_BYTES`` apart, with ``ALIASED_MIN_OC`` outputs or more: the
-    direct tiles' loads of every channel fall in the same L1 sets and each block of output channels reads
-    them again, so im2col's packed panels win (``tuning.ALIASED_1X1_MAX_K``)."""
-    return (_plain_1x1(p) and not copy and 0 < p.Cg <= t.aliased_1x1_im2col_max_k and p.OCg >= ALIASED_MIN_OC
+def aliased_1x1(t: Tuning, p: ConvPlan) -> bool:
+    """A plain 1x1 conv over ``Tuning.aliased_1x1_im2col_max_k`` input channels or fewer whose float32
+    channel planes lie a multiple of ``ALIAS_BYTES`` apart (so whole vectors: read in place, no copy), with
+    ``ALIASED_MIN_OC`` outputs or more: the direct tiles' loads of every channel fall in the same L1 sets
+    and each block of output channels reads them again, so im2col's packed panels win
+    (``tuning.ALIASED_1X1_MAX_K``)."""
+    return (_plain_1x1(p) and 0 < p.Cg <= t.aliased_1x1_im2col_max_k and p.OCg >= ALIASED_MIN_OC
             and p.H * p.W * 4 % ALIAS_BYTES == 0)
 
 
