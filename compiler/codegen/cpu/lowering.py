@@ -185,7 +185,7 @@ class CpuLowering:
             first = Layer(node, kd, parts, alias, out_ranges[0][0])
             self.lower_parts(b, [first] + self.partner(node, parts), arena, weights)
             return
-        key = KernelKey(node.op, node.attrs, in_types, out_types, alias, tuple(scalars), tuple(packed))
+        key = kd.code_of(KernelKey(node.op, node.attrs, in_types, out_types, alias, tuple(scalars), tuple(packed)))
         fn = self.kernels.get(key) or self.emit_kernel(key, kd)
         outs = [h.byte_ptr(b, arena, lo, h.LLTYPE[t.dtype]) for (lo, _), t in zip(out_ranges, out_types)]
         extra = []
@@ -293,7 +293,7 @@ class CpuLowering:
                     args.append(h.byte_ptr(jb, j_weights, at, h.LLTYPE[t.dtype]))
                 elif alias[i] is None:
                     args.append(h.byte_ptr(jb, j_arena, self.prep.span(name)[0] + part.byte_offsets[i], h.LLTYPE[t.dtype]))
-            ready.append((dataclasses.replace(key, packed=tuple(packed)), args, part))
+            ready.append((kd.code_of(dataclasses.replace(key, packed=tuple(packed))), args, part))
         return ready
 
     def pack_key(self, node: Node, in_types, out_types) -> KernelKey:

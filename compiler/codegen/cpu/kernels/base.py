@@ -8,7 +8,7 @@ it, caches it by :class:`KernelKey` and calls it from the model's one entry poin
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ class KernelContext:
     outs: list[ir.Value]
     scratch: ir.Value | None = None  # i8*, KernelDef.scratch(key, target) bytes, 64-byte aligned
     fault: ir.Value | None = None  # i32*, the model's fault word (OpDef.run_time_check)
+    tables: dict[str, ir.Value] = field(default_factory=dict)  # what an emitter found in its packed constants
 
     @property
     def module(self) -> ir.Module:
@@ -93,6 +94,7 @@ class KernelContext:
 Emitter = Callable[[KernelContext], None]
 Packer = Callable[[KernelKey, int, np.ndarray, Target], "tuple[str, np.ndarray] | None"]
 Scratch = Callable[[KernelKey, Target], int]
+CodeKey = Callable[[KernelKey], KernelKey]
 
 
 @dataclass(frozen=True)
@@ -105,12 +107,19 @@ class KernelDef:
     memory the kernel needs (the lowering shares one arena region among all kernels). ``scalars``: constant
     one-element inputs are folded into the code. Every emitter honours the op's in-place rule
     (``OpDef.shares``): an input the planner placed on the output arrives as ``key.alias``.
+    ``code_key(key)``: the key the code depends on, where the packer carries some attributes in the
+    packed constants instead (layers, and the parts of a split layer, that differ only there share
+    one function).
     """
 
     emit: Emitter
     pack: Packer | None = None
     scratch: Scratch | None = None
     scalars: bool = False
+    code_key: CodeKey | None = None
+
+    def code_of(self, key: KernelKey) -> KernelKey:
+        return key if self.code_key is None else self.code_key(key)
 
 
 KERNELS: dict[str, KernelDef] = {}

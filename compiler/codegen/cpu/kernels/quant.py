@@ -9,18 +9,19 @@ out afterwards, exactly: ``sum((x - zp) * w) = sum(x_enc * w) - zp_enc * sum(w)`
 On ``vpdpbusd`` a conv with wide output rows skips the im2col and reads its taps in place
 (``quant_direct.py``), the same weight rows and epilogue. Grouped convs and weights computed at run
 time go to ``quant_grouped.py``. Every path requantizes with ``codegen/quant_math.py``, bit for bit
-the reference's float32 arithmetic.
+the reference's float32 arithmetic; packed weights carry their multipliers (``quant_units.py``), so
+the code of a packed QConv does not depend on its scales.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
 
-from ....ops.quant import multiplier
 from ....target import Target
 from ... import irhelpers as h
 from ..int_dot import Dot, choose_dot, pairs_bounded
@@ -33,7 +34,8 @@ from .quant_depthwise import LANES, emit_lanes_qconv, lanes_ok, lanes_scratch, p
 from .quant_grouped import emit_grouped_qconv, grouped_scratch, valid_span
 from .quant_rows import ROWS, emit_rows_qconv, pack_rows, rows_ok, rows_scratch
 from .quant_taps import TAPS, emit_taps_im2col, taps_geometry, taps_ok, taps_rows, taps_scratch
-from .quant_units import QUADS, dot_of, encoding, requant_epilogue, sums_bytes
+from .quant_units import (MULTIPLIERS, QUADS, SCALES, dot_of, encoding, multipliers, requant_epilogue, sums_bytes,
+                          table_rows, with_multipliers)
 from .quant_winograd import F2X2_LAYOUT, emit_winograd_qconv, pack_winograd, winograd_ok, winograd_scratch
 
 
@@ -52,6 +54,25 @@ def _conv_rows(arr: np.ndarray, per_unit: int) -> np.ndarray:
 
 
 def _pack_qconv(key: KernelKey, i: int, arr: np.ndarray, target: Target):
+    """``_pack_layout``'s packing, the weights after their multipliers (``with_multipliers``)."""
+    got = _pack_layout(key, i, arr, target)
+    if got is None or i != 1:
+        return got
+    return got[0], with_multipliers(key, got[1])
+
+
+def _carries_multipliers(key: KernelKey) -> bool:
+    return key.packed[1] not in (None, "const")
+
+
+def _qconv_code(key: KernelKey) -> KernelKey:
+    """Packed weights carry the multipliers: the scales leave the code's key."""
+    if not _carries_multipliers(key):
+        return key
+    return dataclasses.replace(key, attrs=tuple((k, v) for k, v in key.attrs if k not in SCALES))
+
+
+def _pack_layout(key: KernelKey, i: int, arr: np.ndarray, target: Target):
     """The kernel is chosen here, by the layout its weights get: AVX2's Winograd first (from 16
     tiles: ResNet-18's 8x8 3x3 convs 1.12-1.15 M cycles transposed, 0.63-0.74 M by Winograd with its
     GEMM prefetching the weights, Zen 4), then small planes transposed."""
@@ -256,10 +277,10 @@ def _qconv_gemm(ctx: KernelContext, dot: Dot, taps: bool = False, in_place: bool
     sums = b.bitcast(ctx.ins[1], h.I32.as_pointer())
     wq = gep(b, ctx.ins[1], sums_bytes(m))
     bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
-    mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
+    mults = multipliers(ctx)
     with h.for_range(b, n_img, name="n") as n:
         out_img = gep(b, ctx.outs[0], b.mul(n, h.i64(m * geo.cols)))
-        epi = requant_epilogue(ctx, a, "w", mvals, True, sums, bias, zp_enc,
+        epi = requant_epilogue(ctx, a, mults, True, sums, bias, zp_enc,
                                 lambda bb, row: gep(bb, out_img, bb.mul(row, h.i64(geo.cols))), geo.cols, dot)
         if in_place:
             row_sums = gep(b, wq, m * geo.k4 * 4)  # after the broadcast rows (``_pack_qconv``)
@@ -281,8 +302,11 @@ def _qconv_rows(ctx: KernelContext, dot: Dot) -> None:
         emit_rows_qconv(ctx, dot, _channel_quads(ctx, plan, n, flip, fill), n)
 
 
-@kernel("QConv", pack=_pack_qconv, scratch=_qconv_scratch)
+@kernel("QConv", pack=_pack_qconv, scratch=_qconv_scratch, code_key=_qconv_code)
 def emit_qconv(ctx: KernelContext) -> None:
+    if _carries_multipliers(ctx.key):  # the multipliers, then the weights as their path packed them
+        ctx.tables[MULTIPLIERS] = ctx.b.bitcast(ctx.ins[1], h.F32.as_pointer())
+        ctx.ins[1] = gep(ctx.b, ctx.ins[1], 4 * table_rows(ctx.shape(1)[0]))
     dot = dot_of(ctx.key, ctx.target)
     rows = dot_of(ctx.key, ctx.target, ROWS)
     dw = dot_of(ctx.key, ctx.target, DWROWS)

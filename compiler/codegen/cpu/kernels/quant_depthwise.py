@@ -16,12 +16,13 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from ....ops.quant import clamp_bounds, multiplier
+from ....ops.quant import clamp_bounds
 from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey
+from .quant_units import multipliers
 from .quant_grouped import MAX_UNROLLED_TAPS, padded_dims
 
 LANES = "dw-lanes"
@@ -150,8 +151,7 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
     vl, cp = _lanes(ctx.target), _channels_padded(c, ctx.target)
     vt, v16, ft = ir.VectorType(h.I32, vl), ir.VectorType(I16, vl), ir.VectorType(h.F32, vl)
     lo, hi = clamp_bounds(a["to"], a["clamp"])
-    mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
-    mtab = qm.table(b, f"{ctx.name}.m", np.resize(mvals, cp), h.F32) if mvals.size > 1 else None
+    mtab, m_one = multipliers(ctx, pad=cp)
     plane = b.bitcast(ctx.scratch, I16.as_pointer())
     weights = b.bitcast(ctx.ins[1], h.I32.as_pointer())
     bias = b.bitcast(ctx.ins[2], h.I32.as_pointer()) if len(ctx.in_types) == 3 else None
@@ -166,7 +166,7 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
         for t, origin in enumerate(origins):
             x = b.sext(vload(plane, b.add(at, b.add(ch, h.i64(origin))), v16), vt)
             acc = b.add(acc, b.mul(x, vload(weights, b.add(ch, h.i64(t * cp)), vt)))
-        mult = vload(mtab, ch, ft) if mtab is not None else h.const(ft, float(mvals[0]))
+        mult = vload(mtab, ch, ft) if mtab is not None else h.const(ft, m_one)
         q = qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
         for lane in range(valid):
             dst = b.add(b.mul(b.add(ch, h.i64(lane)), h.i64(oh * ow)), out_px)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-from ....ops.quant import clamp_bounds, multiplier
+from ....ops.quant import clamp_bounds
 from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
@@ -33,6 +33,7 @@ from ..int_dot import Dot, choose_dot
 from ..int_gemm import store_bytes
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey
+from .quant_units import multipliers
 from .quant_grouped import padded_dims
 
 DWROWS = "dw-rows:"  # + the Dot kind the packing was made for
@@ -151,7 +152,7 @@ def emit_dwrows_qconv(ctx: KernelContext, dot: Dot, flip: bool, zp_enc: int) -> 
     vl, vt, bt = dot.vl, dot.lanes_type, dot.bytes_type
     ft = ir.VectorType(h.F32, vl)
     lo, hi = clamp_bounds(a["to"], a["clamp"])
-    mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
+    mtab, m_one = multipliers(ctx)
     plane = ctx.scratch
     sums = b.bitcast(ctx.ins[1], h.I32.as_pointer())
     wq = b.bitcast(gep(b, ctx.ins[1], 4 * (-(-c // SUMS_PAD) * SUMS_PAD)), h.I32.as_pointer())
@@ -167,7 +168,7 @@ def emit_dwrows_qconv(ctx: KernelContext, dot: Dot, flip: bool, zp_enc: int) -> 
         if bias is not None:
             init = b.add(init, h.load(b, bias, ch))
         init = qm.splat_value(b, init, vt)
-        mult = qm.splat_value(b, qm.channel_value(b, mvals, h.F32, ch, f"{ctx.name}.m"), ft)
+        mult = qm.splat_value(b, h.load(b, mtab, ch), ft) if mtab is not None else h.const(ft, m_one)
         wrows = [b.bitcast(qm.splat_value(b, h.load(b, wq, b.add(b.mul(ch, h.i64(kh)), h.i64(ty))), vt), bt)
                  for ty in range(kh)]
         out_plane = gep(b, ctx.outs[0], b.mul(b.add(b.mul(n, h.i64(c)), ch), h.i64(oh * ow)))

@@ -18,7 +18,7 @@ from ..int_dot import Dot, choose_dot, pairs_bounded
 from ..int_gemm import GemmGeometry, emit_int_gemm
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
-from .quant_units import QUADS, dot_of, encoding, requant_epilogue, sums_bytes
+from .quant_units import QUADS, dot_of, encoding, multipliers, requant_epilogue, sums_bytes
 
 
 def _pack_qmatmul(key: KernelKey, i: int, arr: np.ndarray, target: Target):
@@ -75,10 +75,8 @@ def _qmatmul_gemm(ctx: KernelContext, dot: Dot) -> None:
     sums = b.bitcast(ctx.ins[1], h.I32.as_pointer())
     bq = gep(b, ctx.ins[1], sums_bytes(geo.cols_pad))
     bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
-    mvals = multiplier(a["a_scale"], a["b_scale"], a["y_scale"])
-    if mvals.size > 1:
-        mvals = np.concatenate([mvals, np.ones(geo.cols_pad - mvals.size, np.float32)])
-    epi = requant_epilogue(ctx, a, "b", mvals, False, sums, bias, zp_enc,
+    mults = multipliers(ctx, ("a_scale", "b_scale", "y_scale"), geo.cols_pad)
+    epi = requant_epilogue(ctx, a, mults, False, sums, bias, zp_enc,
                             lambda bb, row: gep(bb, ctx.outs[0], bb.mul(row, h.i64(geo.cols))), geo.cols, dot)
     emit_int_gemm(b, dot, ctx.target, geo, ctx.scratch, bq, epi)
 

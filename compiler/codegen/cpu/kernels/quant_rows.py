@@ -26,13 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-from ....ops.quant import clamp_bounds, multiplier
+from ....ops.quant import clamp_bounds
 from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
 from ..int_dot import Dot, choose_dot
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey
+from .quant_units import multipliers
 
 ROWS = "qrows:"  # + the Dot kind the packing was made for
 BIAS = "qrows-bias"
@@ -160,9 +161,8 @@ def emit_rows_qconv(ctx: KernelContext, dot: Dot, quads: ir.Value, n: ir.Value) 
     vl, m = dot.vl, plan.m
     m_pad = -(-m // vl) * vl
     lo, hi = clamp_bounds(a["to"], a["clamp"])
-    mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
+    mtab, m_one = multipliers(ctx, pad=m_pad)
     ft = ir.VectorType(h.F32, vl)
-    mtab = qm.table(b, f"{ctx.name}.m", np.resize(mvals, m_pad), h.F32) if mvals.size > 1 else None
     comp = b.bitcast(ctx.ins[1], h.I32.as_pointer())
     weights = gep(b, ctx.ins[1], _comp_bytes(plan, m_pad))
     bias = b.bitcast(ctx.ins[2], h.I32.as_pointer()) if len(ctx.in_types) == 3 else None
@@ -194,7 +194,7 @@ def emit_rows_qconv(ctx: KernelContext, dot: Dot, quads: ir.Value, n: ir.Value) 
             acc = b.add(h.load(b, staged, b.add(i, h.i64(j * count))), lanes(comp, b.add(ch, b.mul(px, h.i64(m_pad))), dot.lanes_type))
             if bias is not None:
                 acc = b.add(acc, lanes(bias, ch, dot.lanes_type))
-            mult = lanes(mtab, ch, ft) if mtab is not None else h.const(ft, float(mvals[0]))
+            mult = lanes(mtab, ch, ft) if mtab is not None else h.const(ft, m_one)
             q = qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
             b.store(q, b.bitcast(gep(b, by_pixel, b.add(ch, b.mul(px, h.i64(m_pad)))), q.type.as_pointer()), align=1)
 

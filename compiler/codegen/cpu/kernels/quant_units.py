@@ -1,6 +1,11 @@
 """What the int8 GEMM kernels (``quant.py``'s QConv, ``quant_matmul.py``'s QMatMul) share: the tag of
-weights packed for a dot product, the activations' byte encoding, the packed row or column sums
-and the epilogue that takes the zero point out with them and requantizes.
+weights packed for a dot product, the activations' byte encoding, the packed row or column sums,
+the requantization multipliers and the epilogue that takes the zero point out with them and
+requantizes.
+
+A QConv's packed weights carry its multipliers ahead of them (``with_multipliers``), so its code does
+not depend on its scales: layers that differ only in their scales, and the output-channel parts of
+a split layer, share one function.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from ....ir.dtypes import DType
+from ....ops.quant import multiplier
 from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
@@ -19,6 +25,37 @@ from .base import KernelContext, KernelKey
 
 QUADS = "quads:"  # + the Dot kind the packing was made for
 SUMS_BYTES_ALIGN = 64
+MULTIPLIERS = "multipliers"  # KernelContext.tables: the float32 multiplier of each output row
+SCALES = ("x_scale", "w_scale", "y_scale")  # what a QConv's multipliers are made of
+TABLE_ALIGN = 64  # more than any path pads its rows to (whole vectors of int32 lanes)
+
+
+def table_rows(m: int) -> int:
+    """Entries of the multiplier table carried ahead of ``m`` rows of packed weights."""
+    return -(-m // TABLE_ALIGN) * TABLE_ALIGN
+
+
+def with_multipliers(key: KernelKey, packed: np.ndarray) -> np.ndarray:
+    """The QConv's float32 multipliers, one per output row (a per-tensor scale repeated; padding rows
+    repeat the first ones), as bytes ahead of ``packed``; 256-byte whole, so ``packed`` keeps its
+    alignment."""
+    a = dict(key.attrs)
+    m = np.resize(multiplier(*(a[n] for n in SCALES)), table_rows(key.in_types[1].shape[0]))
+    return np.concatenate([m.astype(np.float32).view(np.uint8), np.ascontiguousarray(packed).reshape(-1).view(np.uint8)])
+
+
+def multipliers(ctx: KernelContext, names: tuple[str, str, str] = SCALES, pad: int = 0) -> tuple[ir.Value | None, float]:
+    """The requantization multipliers as (a float32 table, one entry per row, or None; the one value
+    when None): the table the packed weights carry, else made from the scales ``names`` (``pad``:
+    at least this many entries, the first ones repeated)."""
+    carried = ctx.tables.get(MULTIPLIERS)
+    if carried is not None:
+        return carried, 0.0
+    a = ctx.attrs
+    m = multiplier(*(a[n] for n in names))
+    if m.size == 1:
+        return None, float(m[0])
+    return qm.table(ctx.b, f"{ctx.name}.m", np.resize(m, max(pad, m.size)), h.F32), 0.0
 
 
 def encoding(x_dtype: DType, dot: Dot) -> tuple[bool, int]:
@@ -43,15 +80,15 @@ def dot_of(key: KernelKey, target: Target, prefix: str = QUADS) -> Dot | None:
     return dot if dot.kind == kind else None
 
 
-def requant_epilogue(ctx: KernelContext, a, prefix: str, m_values: np.ndarray, per_row: bool, rows_sums,
+def requant_epilogue(ctx: KernelContext, a, mults: tuple[ir.Value | None, float], per_row: bool, rows_sums,
                       bias, zp_enc: int, out_row: ir.Value, cols: int, dot: Dot):
-    """The epilogue: + bias - zp_enc * sum(w), times the multiplier, saturated, stored as bytes (or,
-    in the float-output form, stored as float32). Its ``partial``: True (``cols - col`` lanes valid),
-    False (all), or the count of valid lanes."""
+    """The epilogue: + bias - zp_enc * sum(w), times the multiplier (``mults``: as ``multipliers``
+    gives them), saturated, stored as bytes (or, in the float-output form, stored as float32). Its
+    ``partial``: True (``cols - col`` lanes valid), False (all), or the count of valid lanes."""
     vl = dot.vl
     vt = dot.lanes_type
     ft = ir.VectorType(h.F32, vl)
-    mtab = qm.table(ctx.b, f"{ctx.name}.m", m_values, h.F32) if m_values.size > 1 else None
+    mtab, m_one = mults
 
     def lanes(b, ptr, col):
         return b.load(b.bitcast(gep(b, ptr, col), vt.as_pointer()), align=4)
@@ -63,14 +100,14 @@ def requant_epilogue(ctx: KernelContext, a, prefix: str, m_values: np.ndarray, p
             if bias is not None:
                 comp = b.add(comp, h.load(b, bias, row))
             acc = b.add(acc, qm.splat_value(b, comp, vt))
-            mult = qm.splat_value(b, h.load(b, mtab, row), ft) if mtab is not None else h.const(ft, float(m_values[0]))
+            mult = qm.splat_value(b, h.load(b, mtab, row), ft) if mtab is not None else h.const(ft, m_one)
         else:
             comp = b.mul(lanes(b, rows_sums, colv), h.const(vt, -zp_enc))
             if bias is not None:
                 comp = b.add(comp, lanes(b, bias, colv))
             acc = b.add(acc, comp)
             mult = (b.load(b.bitcast(gep(b, mtab, colv), ft.as_pointer()), align=4) if mtab is not None
-                    else h.const(ft, float(m_values[0])))
+                    else h.const(ft, m_one))
         q = qm.finish(b, acc, mult, a)
         valid = partial if not isinstance(partial, bool) else (cols - col) if partial else None
         store_bytes(b, q, gep(b, out_row(b, row), colv), valid)

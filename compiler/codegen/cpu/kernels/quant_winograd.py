@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ....ops.quant import clamp_bounds, multiplier
+from ....ops.quant import clamp_bounds
 from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
@@ -35,6 +35,7 @@ from ..int_dot import Dot, choose_dot
 from ..int_gemm import GemmGeometry, emit_int_gemm, padded_cols
 from ..int_gemm import tile as gemm_tile
 from .base import KernelContext, KernelKey
+from .quant_units import multipliers
 from .quant_depthwise import fill_centred
 
 F2X2_LAYOUT = "wino-f2x2"
@@ -158,8 +159,7 @@ def _output_transform(ctx: KernelContext, mbuf: ir.Value, img: ir.Value, t0: ir.
     vl = _dot(ctx.target).vl
     vt, ft = ir.VectorType(h.I32, vl), ir.VectorType(h.F32, vl)
     lo, hi = clamp_bounds(a["to"], a["clamp"])
-    mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
-    mtab = qm.table(b, f"{ctx.name}.m", np.resize(mvals, mp), h.F32) if mvals.size > 1 else None
+    mtab, m_one = multipliers(ctx, pad=mp)
     bias = b.bitcast(ctx.ins[2], h.I32.as_pointer()) if len(ctx.in_types) == 3 else None
 
     def vload(ptr: ir.Value, index: ir.Value, typ: ir.VectorType) -> ir.Value:
@@ -178,7 +178,7 @@ def _output_transform(ctx: KernelContext, mbuf: ir.Value, img: ir.Value, t0: ir.
         base = b.add(b.mul(tile, h.i64(mp)), ch)
         mv = [[vload(mbuf, b.add(base, h.i64((4 * i + j) * t * mp)), vt) for j in range(4)] for i in range(4)]
         rows = [_at([mv[i][j] for i in range(4)], b) for j in range(4)]  # [j][output row]
-        mult = vload(mtab, ch, ft) if mtab is not None else h.const(ft, float(mvals[0]))
+        mult = vload(mtab, ch, ft) if mtab is not None else h.const(ft, m_one)
         add = vload(bias, ch, vt) if bias is not None else None
         for r in range(2):
             qs = []
