@@ -18,6 +18,7 @@ from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
 from cuvil.devices import resolve_target  # noqa: E402
 from cuvil.edge_runtime.emulated import EmulatedModel  # noqa: E402
 from tests.archs import ARCHS  # noqa: E402
+from tests.int8_zoo import int8_model  # noqa: E402
 from tests.zoo import ZOO  # noqa: E402
 
 pytestmark = [
@@ -47,3 +48,20 @@ def test_emulated_outputs_are_the_same_bits_at_1_2_and_3_threads(name, profile, 
         for one, other in zip(outs[1], outs[threads]):
             for key in one:
                 assert one[key].tobytes() == other[key].tobytes(), f"{key} differs at {threads} threads"
+
+
+@pytest.mark.parametrize("profile,bits", [("rpi5", None), ("arm64-sve2", 256), ("jetson-xavier", None)])
+def test_emulated_int8_outputs_are_the_same_bits_at_1_and_2_threads(profile, bits, tmp_path):
+    """The int8 small CNN's integer convs split by output channels: NEON and SVE `sdot`, and a core
+    without dot products (Xavier's Carmel)."""
+    model = int8_model("small_cnn")
+    examples = [{model.int8.inputs[0]: model.inputs(1, seed)} for seed in range(2)]
+    base = resolve_target(profile)
+    base = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
+    outs = {}
+    for threads in (1, 2):
+        em = EmulatedModel(model.int8, dataclasses.replace(base, threads=threads), use_cache=False, workdir=tmp_path)
+        assert (em.lowered.split_nodes > 0) == (threads > 1)
+        outs[threads] = em.run(examples, bits)
+    for one, two in zip(outs[1], outs[2]):
+        assert all(one[k].tobytes() == two[k].tobytes() for k in one)

@@ -23,6 +23,8 @@ from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
 from cuvil.devices import resolve_target  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.archs import ARCHS, UNSUPPORTED  # noqa: E402
+from tests.hosts import executable  # noqa: E402
+from tests.int8_zoo import CNN_AND_MLP, int8_model  # noqa: E402
 from tests.zoo import ZOO  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
@@ -38,8 +40,8 @@ def _graph(builder, **kw):
     return import_torch(model, example), [x.numpy() for x in example]
 
 
-def _outputs(graph, inputs, threads: int, tmp_path) -> tuple[dict[str, np.ndarray], int]:
-    session = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=threads)
+def _outputs(graph, inputs, threads: int, tmp_path, target=SPLIT_ALL) -> tuple[dict[str, np.ndarray], int]:
+    session = compile_graph(graph, target, cache_dir=tmp_path, tune=False, threads=threads)
     assert session.threads == threads
     out = session.run(dict(zip(graph.inputs, inputs)))
     split = session.lowered.split_nodes
@@ -47,11 +49,11 @@ def _outputs(graph, inputs, threads: int, tmp_path) -> tuple[dict[str, np.ndarra
     return out, split
 
 
-def _same_bits_at_1_2_3(graph, inputs, tmp_path) -> int:
-    one, _ = _outputs(graph, inputs, 1, tmp_path)
+def _same_bits_at_1_2_3(graph, inputs, tmp_path, target=SPLIT_ALL) -> int:
+    one, _ = _outputs(graph, inputs, 1, tmp_path, target)
     splits = 0
     for threads in (2, 3):
-        out, split = _outputs(graph, inputs, threads, tmp_path)
+        out, split = _outputs(graph, inputs, threads, tmp_path, target)
         splits += split
         for name in one:
             assert one[name].tobytes() == out[name].tobytes(), f"{name} differs at {threads} threads"
@@ -70,6 +72,18 @@ def test_zoo_outputs_are_the_same_bits_at_1_2_and_3_threads(name, tmp_path):
 def test_architectures_are_the_same_bits_at_1_2_and_3_threads(name, tmp_path):
     graph, inputs = _graph(ARCHS[name], **SMALLER.get(name, {}))
     _same_bits_at_1_2_3(graph, inputs, tmp_path)
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512-vnni"])
+@pytest.mark.parametrize("name", CNN_AND_MLP)
+def test_int8_zoo_outputs_are_the_same_bits_at_1_2_and_3_threads(name, profile, tmp_path):
+    """Integer convs split by output channels (AVX2's int16 pairs and Winograd; VNNI's in-place taps,
+    window rows and channels in lanes), each part the kernel its own shape gets."""
+    base = executable(profile)
+    target = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
+    model = int8_model(name)
+    splits = _same_bits_at_1_2_3(model.int8, [model.inputs(1, seed=7)], tmp_path, target)
+    assert (splits > 0) == (name != "mlp")  # the MLP has no conv
 
 
 @pytest.fixture(scope="module")

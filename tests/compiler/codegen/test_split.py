@@ -1,11 +1,12 @@
-"""How layers split over threads: output-channel ranges of whole vectors or groups, big layers only."""
+"""How layers split over threads: output-channel ranges of whole vectors or groups (int8 convs: of 8
+channels), big layers only."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
-from cuvil.compiler.codegen.cpu.kernels.split import conv_parts
+from cuvil.compiler.codegen.cpu.kernels.split import conv_parts, qconv_parts
 from cuvil.compiler.ir.dtypes import DType
 from cuvil.compiler.ir.types import TensorType
 from cuvil.devices import resolve_target
@@ -90,3 +91,56 @@ def test_a_layer_kept_whole_says_why():
     assert why(32, 20, 16) == "20 output channels are no whole 8-lane vectors"
     assert why(32, 8, 16) == "one 8-channel unit of output"
     assert why(32, 40, 16, sync_us=2000.0) == "2.95M multiply-adds: under two parts of 2.00M"
+
+
+def _qkey(c: int, oc: int, hw: int, group: int = 1, per_channel: bool = True) -> KernelKey:
+    w_scale = tuple(0.01 * (i + 1) for i in range(oc)) if per_channel else (0.5,)
+    attrs = (("dilations", (1, 1)), ("group", group), ("pads", (1, 1, 1, 1)), ("strides", (1, 1)),
+             ("w_scale", w_scale), ("x_scale", 0.1), ("x_zero_point", 128), ("y_scale", 0.2))
+    ins = (TensorType(DType.U8, (1, c, hw, hw)), TensorType(DType.I8, (oc, c // group, 3, 3)),
+           TensorType(DType.I32, (oc,)))
+    return KernelKey("QConv", attrs, ins, (TensorType(DType.U8, (1, oc, hw, hw)),), (), (), (None, "const", "const"))
+
+
+def test_an_int8_conv_splits_in_units_of_eight_channels_the_last_part_taking_the_rest():
+    parts = qconv_parts(_qkey(32, 44, 16), _target(2))  # 5 units of 8 and 4 channels more
+    assert [p.rows for p in parts] == [(0, 24), (24, 44)]
+    assert [p.out_offset for p in parts] == [0, 24 * 16 * 16]  # one byte per output element
+    assert [p.key.out_types[0].shape for p in parts] == [(1, 24, 16, 16), (1, 20, 16, 16)]
+    assert [p.key.in_types[1].shape for p in parts] == [(24, 32, 3, 3), (20, 32, 3, 3)]
+    assert all(p.key.in_types[0].shape == (1, 32, 16, 16) and p.byte_offsets[0] == 0 for p in parts)
+
+
+def test_an_int8_parts_per_channel_scales_are_its_own_channels():
+    key = _qkey(32, 44, 16)
+    scales = dict(key.attrs)["w_scale"]
+    parts = qconv_parts(key, _target(2))
+    assert [dict(p.key.attrs)["w_scale"] for p in parts] == [scales[:24], scales[24:]]
+    one_scale = qconv_parts(_qkey(32, 44, 16, per_channel=False), _target(2))
+    assert [dict(p.key.attrs)["w_scale"] for p in one_scale] == [(0.5,), (0.5,)]
+
+
+def test_an_int8_depthwise_conv_splits_by_channels_and_moves_the_input():
+    parts = qconv_parts(_qkey(48, 48, 16, group=48), _target(3))
+    assert [p.rows for p in parts] == [(0, 16), (16, 32), (32, 48)]
+    assert [p.byte_offsets[0] for p in parts] == [0, 16 * 16 * 16, 32 * 16 * 16]
+    assert all(dict(p.key.attrs)["group"] == 16 and p.key.in_types[0].shape == (1, 16, 16, 16) for p in parts)
+
+
+def test_int8_convs_that_stay_whole():
+    assert qconv_parts(_qkey(32, 44, 16), _target(1)) is None  # one thread
+    assert qconv_parts(_qkey(32, 44, 16), _target(2, sync_us=1e6)) is None  # too small to pay
+    assert qconv_parts(_qkey(32, 12, 16), _target(2)) is None  # one unit of 8 channels
+    assert qconv_parts(_qkey(32, 32, 16, group=2), _target(2)) is None  # grouped, not depthwise
+    key = _qkey(32, 44, 16)
+    batch2 = dataclasses.replace(key, in_types=(TensorType(DType.U8, (2, 32, 16, 16)),) + key.in_types[1:])
+    assert qconv_parts(batch2, _target(2)) is None
+    computed = dataclasses.replace(key, packed=(None, None, "const"))  # weights computed at run time
+    assert qconv_parts(computed, _target(2)) is None
+
+
+def test_an_int8_depthwise_conv_takes_its_producers_ranges_when_they_fit():
+    depthwise = _qkey(48, 48, 16, group=48)
+    assert [p.rows for p in qconv_parts(depthwise, _target(2), rows=[(0, 24), (24, 48)])] == [(0, 24), (24, 48)]
+    assert qconv_parts(depthwise, _target(2), rows=[(0, 20), (20, 48)]) is None  # not whole units of 8
+    assert qconv_parts(depthwise, _target(2), rows=[(0, 16), (16, 32), (32, 48)]) is None  # more parts than threads

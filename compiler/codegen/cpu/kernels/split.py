@@ -10,6 +10,11 @@ How many parts is the cost model's choice unless the on-device tuner measured th
 (``Target.conv_parts``: the split's slowest part plus ``Tuning.parallel_sync_us`` against the whole).
 The model gives a part only to work worth ``parallel_sync_ratio`` handoffs (``min_part_macs``), so a
 small layer stays on one thread; the handoff's cost is the device's, measured by the tuner.
+
+An int8 conv (QConv, one group or depthwise) splits the same way, in units of 8 output channels
+(``qconv_parts``): its sums are integers, exact in any order, so each part simply gets the kernel its
+own shape gets, and its packed weights carry its own requantization multipliers, so equal parts
+share one function.
 """
 
 from __future__ import annotations
@@ -121,19 +126,59 @@ def conv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
     oc, group = g["w_shape"][0], g["group"]
     geom = (*g["in_shape"], oc, *g["w_shape"][2:], g["strides"], g["pads"], g["dilations"], group)
     ranges = split_ranges(target, geom, rows=rows)
-    if ranges is None:
+    return None if ranges is None else _parts(key, [(r.rows, r.target) for r in ranges])
+
+
+QCONV_UNIT = 8
+"""Output channels per unit of a split int8 conv: the integer GEMM's register tiles are at most 8 rows
+high, so parts of whole units keep the whole layer's full tiles (the last part takes the rest)."""
+
+
+def qconv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
+    """The parts of an int8 conv of batch one (one group, or depthwise), or None when it stays on one
+    thread. Its sums are integers, exact in any order, so any channel ranges give the same bits; each
+    part's kernel is chosen for its own shape like any layer's. ``rows``: as for ``conv_parts``."""
+    if target.threads < 2 or key.packed[1:2] != ("const",):
         return None
+    n, c = key.in_types[0].shape[:2]
+    oc, cg, kh, kw = key.in_types[1].shape
+    group = dict(key.attrs)["group"]
+    if n != 1 or not (group == 1 or group == c == oc):
+        return None
+    units = oc // QCONV_UNIT
+    if rows is None:
+        macs = oc * math.prod(key.out_types[0].shape[2:]) * cg * kh * kw
+        count = min(target.threads, units, int(macs // max(1.0, min_part_macs(target))))
+        if count < 2:
+            return None
+        rows = _ranges(units, count, QCONV_UNIT)
+        rows[-1] = (rows[-1][0], oc)
+    elif not _tiles(rows, oc, QCONV_UNIT, target.threads):
+        return None
+    return _parts(key, [(r, target) for r in rows])
+
+
+PER_CHANNEL_ATTRS = {"QConv": ("w_scale",)}
+"""op -> its attributes that hold one value per output channel (a part takes its range's values)."""
+
+
+def _parts(key: KernelKey, ranges: list[tuple[tuple[int, int], Target]]) -> list[Part] | None:
+    """Each output-channel range of the layer ``key`` as a layer of its own, compiled for its target:
+    the slices of its constants, its input channels (whole groups) and its output's offset."""
     x_t, out_t = key.in_types[0], key.out_types[0]
+    oc, cg = key.in_types[1].shape[:2]
+    group = dict(key.attrs)["group"]
     plane_out = math.prod(out_t.shape[2:]) * out_t.dtype.itemsize
     plane_in = math.prod(x_t.shape[2:]) * x_t.dtype.itemsize
-    cg = g["in_shape"][1] // group
+    sliced = PER_CHANNEL_ATTRS.get(key.op, ())
     found = []
-    for r in ranges:
-        lo, hi = r.rows
+    for (lo, hi), sub_target in ranges:
         m = hi - lo
-        sub_c, sub_group = r.geometry[1], r.geometry[10]
+        sub_group = 1 if group == 1 else m // (oc // group)
+        sub_c = x_t.shape[1] if group == 1 else sub_group * cg
         x_off = 0 if group == 1 else (lo // (oc // group)) * cg * plane_in
-        attrs = tuple((k, sub_group if k == "group" else v) for k, v in key.attrs)
+        attrs = tuple((k, sub_group if k == "group" else v[lo:hi] if k in sliced and len(v) == oc else v)
+                      for k, v in key.attrs)
         ins, offs = [], []
         for i, t in enumerate(key.in_types):
             if i == 0:
@@ -149,7 +194,7 @@ def conv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
                 return None
         outs = (TensorType(out_t.dtype, (1, m, *out_t.shape[2:])),)
         sub = KernelKey(key.op, attrs, tuple(ins), outs, key.alias, key.scalars, key.packed)
-        found.append(Part(sub, r.target, tuple(offs), lo * plane_out, (lo, hi)))
+        found.append(Part(sub, sub_target, tuple(offs), lo * plane_out, (lo, hi)))
     return found
 
 
@@ -189,5 +234,5 @@ def slice_constant(arr: np.ndarray, part: Part, rows_of: int) -> np.ndarray:
     return arr[lo:hi] if arr.ndim and arr.shape[0] == rows_of else arr
 
 
-SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts}
+SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts}
 """op -> how its layers split (ops not named here always run on one thread)."""
