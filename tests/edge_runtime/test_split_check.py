@@ -72,6 +72,9 @@ PAYS, WHOLE, UNSETTLED = (True, True), (False, True), (False, False)
     ([R(0.016, 0.018, 0.0, 0.022, 0.0185)] * 3, WHOLE),
     ([R(3.2, 6.0, 0.0, 3.4, 6.1)] * 3, PAYS),
     ([R(0.80, 1.0, 0.0, 0.86, 1.0)] * 3, WHOLE),  # the median saves 14%
+    # the fastest pays, the threaded median is far from it and the serial one is not: the second core
+    # was taken in most runs (ResNet-18, a compile on the 2-core Zen 4): whole for now, checked again
+    ([R(3.46, 5.83, 0.0, 5.69, 6.11)] * 3, UNSETTLED),
 ])
 def test_the_verdict_on_a_table_of_rounds(rounds, verdict):
     got = split_check.decide(rounds)
