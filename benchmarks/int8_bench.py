@@ -1,5 +1,5 @@
 """Cuvil int8 vs ONNX Runtime int8 vs Cuvil fp32 on the zoo (and the sweep's architectures): batch 1,
-one thread, interleaved.
+one thread (``--threads N``: every runtime at N, and Cuvil int8 at one thread beside them), interleaved.
 
 The int8 model is ONNX Runtime's own static QDQ quantization (per-channel int8 weights, uint8
 activations, 16 calibration inputs drawn like the example input); Cuvil imports that same QDQ file.
@@ -12,7 +12,9 @@ int8 output equals its int8 reference interpreter exactly.
 Times are wall clock and the calling thread's CPU time (every runtime runs on the calling thread at
 one thread). On a loaded machine wall-clock medians move with the load from run to run (ratios
 near 1 flip); CPU time leaves out the time the thread was descheduled, so the ``cpu`` ratios are
-the ones to compare across runs.
+the ones to compare across runs at one thread. At N threads the CPU columns count the calling thread
+only, so the wall-clock ratios are the ones to read; each block starts once the threads of the block
+before stopped spinning (``zoo_bench.settle``).
 
 ``--models`` takes zoo names (``tests/zoo.py``) and architectures of the sweep (``tests/archs.py``:
 models beyond the zoo, quantized the same way); a model that does not import, quantize or compile
@@ -20,7 +22,7 @@ gets a one-line row naming the error.
 
     python benchmarks/int8_bench.py [--models mlp,small_cnn,resnet18,mobilenet_v2] [--target host|x86-avx2]
                                     [--rounds 20] [--block 20] [--profile K] [--reduce-range]
-                                    [--against FIELD=VALUE]
+                                    [--against FIELD=VALUE] [--threads N]
     python benchmarks/int8_bench.py --models mobilenet_v1,shufflenet_v2,kws_dscnn,squeezenet --rounds 10
 """
 
@@ -55,14 +57,19 @@ from tests.zoo import ZOO  # noqa: E402
 MODELS = ZOO | {k: v for k, v in ARCHS.items() if k not in ZOO}
 
 
-def time_interleaved(runners: dict, rounds: int, block: int) -> tuple[dict, dict]:
-    """Wall and thread-CPU ms per inference, one sample per block, runners in turn each round."""
+def time_interleaved(runners: dict, rounds: int, block: int, settled: bool = False) -> tuple[dict, dict]:
+    """Wall and thread-CPU ms per inference, one sample per block, runners in turn each round
+    (``settled``: each block after the threads of the one before stopped spinning)."""
+    from zoo_bench import settle  # this folder is on sys.path when run as a script
+
     wall: dict[str, list[float]] = {k: [] for k in runners}
     cpu: dict[str, list[float]] = {k: [] for k in runners}
     for fn in runners.values():
         fn()
     for _ in range(rounds):
         for key, fn in runners.items():
+            if settled:
+                settle()
             w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
             for _ in range(block):
                 fn()
@@ -114,7 +121,7 @@ def against_target(target: str, against: str | None):
 
 
 def bench(name: str, target: str, rounds: int, block: int, top: int = 0, reduce_range: bool = False,
-          against=None) -> dict:
+          against=None, threads: int = 1) -> dict:
     model, example = MODELS[name]()
     f32_onnx, qdq = qdq_model(model, example, reduce_range=reduce_range)
     x = example[0].numpy()
@@ -123,24 +130,28 @@ def bench(name: str, target: str, rounds: int, block: int, top: int = 0, reduce_
     imported = import_onnx(qdq, batch_size=batch)
     q8 = optimize(imported)
     feeds = {f32.inputs[0]: x}
-    s32 = compile_graph(f32, target=target, threads=1)  # a profile's default is its cores: 8 for x86-avx2
-    s8 = compile_graph(q8, target=target, threads=1)
+    s32 = compile_graph(f32, target=target, threads=threads)  # a profile's default is its cores: 8 for x86-avx2
+    s8 = compile_graph(q8, target=target, threads=threads)
     exact = bool(np.array_equal(s8.run(feeds)[q8.outputs[0]], run_reference(q8, feeds)[q8.outputs[0]]))
-    ort8 = ort_session(qdq)
+    ort8 = ort_session(qdq, threads)
     ort_feeds = {qdq.graph.input[0].name: x}
     runners = {"cuvil_int8": lambda: s8.run(feeds), "ort_int8": lambda: ort8.run(None, ort_feeds),
                "cuvil_fp32": lambda: s32.run(feeds)}
     if against is not None:
-        s8b = compile_graph(q8, target=against, threads=1)
+        s8b = compile_graph(q8, target=against, threads=threads)
         runners["against"] = lambda: s8b.run(feeds)
-    wall, cpu = time_interleaved(runners, rounds, block)
+    if threads > 1:
+        s8_one = compile_graph(q8, target=target, threads=1)
+        runners["int8_1t"] = lambda: s8_one.run(feeds)
+    wall, cpu = time_interleaved(runners, rounds, block, settled=threads > 1)
     med = {k: float(np.median(v)) for k, v in wall.items()}
     cmed = {k: float(np.median(v)) for k, v in cpu.items()}
     return {"model": name, **med, "int8/ort": med["cuvil_int8"] / med["ort_int8"],
             "fp32/int8": med["cuvil_fp32"] / med["cuvil_int8"], "cpu": cmed,
             "cpu int8/ort": cmed["cuvil_int8"] / cmed["ort_int8"], "cpu fp32/int8": cmed["cuvil_fp32"] / cmed["cuvil_int8"],
             "bundle int8/fp32": bundle_bytes(integer_form(imported)) / bundle_bytes(f32), "exact": exact,
-            "profile": profile_rows(q8, feeds, qdq, target, top) if top else []}
+            "profile": profile_rows(q8, feeds, qdq, target, top) if top else [],
+            "split": s8.lowered.split_nodes, "speedup": med["int8_1t"] / med["cuvil_int8"] if threads > 1 else 1.0}
 
 
 def main() -> None:
@@ -151,25 +162,29 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=20)
     ap.add_argument("--profile", type=int, default=0, metavar="K", help="per model, the K int8 nodes with the most cycles beside ORT's")
     ap.add_argument("--reduce-range", action="store_true", help="7-bit weights (ONNX Runtime's reduce_range) in the int8 model")
+    ap.add_argument("--threads", type=int, default=1, help="threads for every runtime (Cuvil int8 also runs at 1)")
     ap.add_argument("--against", metavar="FIELD=VALUE", help="also time the int8 model compiled with this tuning field "
                     "set (e.g. int8_direct_min_width=0), interleaved with the others")
     args = ap.parse_args()
     other = against_target(args.target, args.against)
     import onnxruntime
 
-    print(f"{describe_host()}; target {args.target}; ONNX Runtime {onnxruntime.__version__}; 1 thread, batch 1; "
+    print(f"{describe_host()}; target {args.target}; ONNX Runtime {onnxruntime.__version__}; {args.threads} thread(s), batch 1; "
           f"{'7-bit (reduce_range)' if args.reduce_range else 'full-range'} int8 weights")
     print(f"{'model':14} {'cuvil int8 ms':>13} {'ort int8 ms':>11} {'cuvil fp32 ms':>13} {'int8/ort':>8} "
           f"{'fp32/int8':>9} | {'cpu: int8':>9} {'ort':>6} {'fp32':>6} {'int8/ort':>8} {'fp32/int8':>9} | {'bundle':>7} exact")
     for name in args.models.split(","):
         try:
-            r = bench(name, args.target, args.rounds, args.block, args.profile, args.reduce_range, other)
+            r = bench(name, args.target, args.rounds, args.block, args.profile, args.reduce_range, other, args.threads)
         except Exception as e:  # a model beyond the zoo may not quantize or compile: its row says why
             print(f"{name:14} {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
             continue
         print(f"{name:14} {r['cuvil_int8']:13.3f} {r['ort_int8']:11.3f} {r['cuvil_fp32']:13.3f} {r['int8/ort']:8.2f} "
               f"{r['fp32/int8']:9.2f} | {r['cpu']['cuvil_int8']:9.3f} {r['cpu']['ort_int8']:6.3f} {r['cpu']['cuvil_fp32']:6.3f} "
               f"{r['cpu int8/ort']:8.2f} {r['cpu fp32/int8']:9.2f} | {r['bundle int8/fp32']:7.3f} {r['exact']}", flush=True)
+        if args.threads > 1:
+            print(f"{'':14} int8 at {args.threads} threads {r['speedup']:.2f}x its 1-thread speed "
+                  f"({r['int8_1t']:.3f} ms), {r['split']} layers split", flush=True)
         if other is not None:
             print(f"{'':14} {r['against']:13.3f} with {args.against}: int8/ort {r['against'] / r['ort_int8']:.2f}, cpu "
                   f"{r['cpu']['against']:.3f} ms, {r['cpu']['against'] / r['cpu']['ort_int8']:.2f}", flush=True)

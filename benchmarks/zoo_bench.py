@@ -15,7 +15,8 @@ With ``--threads N`` every runtime uses N threads (ORT's intra-op pool, torch's,
 Cuvil at one thread runs in the same interleaving: the table adds its speed-up over one thread,
 p99/p50 at N threads and at one thread, the share of inferences during which the scheduler preempted
 a thread of this process (other work on the cores) and p99/p50 over the inferences it did not: the
-tail that is the code's own, not the machine's.
+tail that is the code's own, not the machine's. Each block then starts once the threads of the block
+before stopped spinning (``settle``): one runtime's spinning pool must not slow the next one's.
 
     python benchmarks/zoo_bench.py [--models mlp,resnet18] [--rounds 30] [--block 20] [--threads 2] [--json out.json]
 """
@@ -70,16 +71,34 @@ def time_block(fn, n: int, preempted: list[bool] | None = None) -> list[float]:
     return out
 
 
-def time_interleaved(runners: dict, rounds: int, block: int) -> tuple[dict[str, list[float]], dict[str, list[bool]]]:
+def settle(limit_s: float = 0.25, window_s: float = 0.005) -> None:
+    """Wait until no thread of this process spins any more (its CPU time grows by under a tenth of a
+    ``window_s`` sleep), at most ``limit_s``. ONNX Runtime's pool threads keep spinning about 45 ms
+    after a 2-thread run (Zen 4, 2 cores), on the core the next runtime's worker wants: Cuvil's int8
+    ResNet-18 at 2 threads read 0.93x its 1-thread speed in blocks after ORT's, 1.6x alone."""
+    end = time.perf_counter() + limit_s
+    while time.perf_counter() < end:
+        c0 = time.process_time()
+        time.sleep(window_s)
+        if time.process_time() - c0 < 0.1 * window_s:
+            return
+
+
+def time_interleaved(runners: dict, rounds: int, block: int,
+                     settled: bool = False) -> tuple[dict[str, list[float]], dict[str, list[bool]]]:
     """Warm every runner up, then ``rounds`` rounds in which each times ``block`` calls in turn: the
-    competitors share the machine's noisy moments alike. Returns the timings and, per call, whether
-    it was preempted (see ``time_block``)."""
+    competitors share the machine's noisy moments alike. ``settled``: each block starts once the
+    threads of the one before stopped spinning (``settle``; for runtimes on several threads, as a
+    device that runs one model has its cores). Returns the timings and, per call, whether it was
+    preempted (see ``time_block``)."""
     for fn in runners.values():
         time_block(fn, 5)
     samples: dict[str, list[float]] = {k: [] for k in runners}
     preempted: dict[str, list[bool]] = {k: [] for k in runners}
     for _ in range(rounds):
         for key, fn in runners.items():
+            if settled:
+                settle()
             samples[key] += time_block(fn, block, preempted[key])
     return samples, preempted
 
@@ -147,7 +166,7 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int, threads: int 
     runners = {"cuvil": lambda: sess.run(feeds), "untuned": lambda: untuned.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds), "torch": run_torch}
     if threads > 1:
         runners["cuvil_1t"] = lambda: one.run(feeds)
-    samples, preempted = time_interleaved(runners, rounds, block)
+    samples, preempted = time_interleaved(runners, rounds, block, settled=threads > 1)
     steady = steady_tails({k: runners[k] for k in ("cuvil", "onnxruntime", "cuvil_1t")},
                           {k: float(np.median(xs)) for k, xs in samples.items()}) if threads > 1 else {}
     rss = rss_growth_kib(lambda: sess.run(feeds), rss_runs) if rss_runs else 0

@@ -68,11 +68,11 @@ def qdq_model(module: torch.nn.Module, example: tuple[torch.Tensor, ...], calibr
     return f32, quantize_static(f32, calib, **options)
 
 
-def ort_session(model: onnx.ModelProto):
+def ort_session(model: onnx.ModelProto, threads: int = 1):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
     buf = io.BytesIO()
