@@ -26,7 +26,7 @@ pytestmark = [
                        reason="needs qemu-user, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross"),
     pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning"),
 ]
-MODELS = {"small_cnn": ZOO["small_cnn"], "kws_dscnn": ARCHS["kws_dscnn"]}
+MODELS = {"mlp": ZOO["mlp"], "small_cnn": ZOO["small_cnn"], "kws_dscnn": ARCHS["kws_dscnn"]}
 
 
 @pytest.mark.parametrize("profile,bits", [("rpi5", None), ("arm64-sve2", 256)])

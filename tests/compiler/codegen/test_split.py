@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
-from cuvil.compiler.codegen.cpu.kernels.split import conv_parts, qconv_parts
+from cuvil.compiler.codegen.cpu.kernels.split import conv_parts, gemm_parts, qconv_parts
 from cuvil.compiler.ir.dtypes import DType
 from cuvil.compiler.ir.types import TensorType
 from cuvil.devices import resolve_target
@@ -144,3 +144,42 @@ def test_an_int8_depthwise_conv_takes_its_producers_ranges_when_they_fit():
     assert [p.rows for p in qconv_parts(depthwise, _target(2), rows=[(0, 24), (24, 48)])] == [(0, 24), (24, 48)]
     assert qconv_parts(depthwise, _target(2), rows=[(0, 20), (20, 48)]) is None  # not whole units of 8
     assert qconv_parts(depthwise, _target(2), rows=[(0, 16), (16, 32), (32, 48)]) is None  # more parts than threads
+
+
+def _gemm_key(n: int, k: int, bias: tuple[int, ...] | None = (None,), op: str = "Gemm", trans_b: int = 1,
+              m: int = 1) -> KernelKey:
+    attrs = (("alpha", 1.0), ("beta", 1.0), ("transA", 0), ("transB", trans_b))
+    ins = [TensorType(DType.F32, (m, k)), TensorType(DType.F32, (n, k) if trans_b else (k, n))]
+    if bias is not None:
+        ins.append(TensorType(DType.F32, (n,) if bias == (None,) else bias))
+    if op == "FusedGemm":
+        attrs += (("act_alpha", 0.0), ("act_beta", 0.0), ("activation", "Relu"), ("has_bias", int(bias is not None)),
+                  ("has_residual", 1))
+        ins.append(TensorType(DType.F32, (m, n)))
+    packed = (None, "const") + ("const",) * (bias is not None) + (None,) * (op == "FusedGemm")
+    return KernelKey(op, attrs, tuple(ins), (TensorType(DType.F32, (m, n)),), (), (), packed)
+
+
+def test_a_fully_connected_layer_splits_into_column_ranges_of_whole_vectors():
+    parts = gemm_parts(_gemm_key(44, 64), _target(2))  # 5 vectors of 8 columns and 4 more
+    assert [p.rows for p in parts] == [(0, 24), (24, 44)]
+    assert [p.out_offset for p in parts] == [0, 24 * 4]
+    assert [p.key.in_types[1].shape for p in parts] == [(24, 64), (20, 64)]  # B's rows: [N, K] with transB
+    assert [p.key.in_types[2].shape for p in parts] == [(24,), (20,)]
+    assert all(p.key.in_types[0].shape == (1, 64) and p.byte_offsets[0] == 0 for p in parts)
+
+
+def test_a_fused_layers_residual_is_sliced_as_its_output_and_one_bias_value_serves_all():
+    parts = gemm_parts(_gemm_key(48, 64, bias=(1,), op="FusedGemm"), _target(2))
+    assert [p.rows for p in parts] == [(0, 24), (24, 48)]
+    assert [p.key.in_types[2].shape for p in parts] == [(1,), (1,)]
+    assert [(p.key.in_types[3].shape, p.byte_offsets[3]) for p in parts] == [((1, 24), 0), ((1, 24), 24 * 4)]
+
+
+def test_fully_connected_layers_that_stay_whole():
+    assert gemm_parts(_gemm_key(44, 64), _target(1)) is None  # one thread
+    assert gemm_parts(_gemm_key(44, 64, m=2), _target(2)) is None  # batch of two: a column is no contiguous range
+    assert gemm_parts(_gemm_key(44, 64, trans_b=0), _target(2)) is None  # B [K, N]: its columns are no rows
+    assert gemm_parts(_gemm_key(44, 64, bias=(1, 44)), _target(2)) is None  # a bias shaped like the output
+    assert gemm_parts(_gemm_key(12, 64), _target(2)) is None  # one vector of columns
+    assert gemm_parts(_gemm_key(44, 64), _target(2, sync_us=1e6)) is None  # too small to pay

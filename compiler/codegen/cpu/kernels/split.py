@@ -14,7 +14,9 @@ small layer stays on one thread; the handoff's cost is the device's, measured by
 An int8 conv (QConv, one group or depthwise) splits the same way, in units of 8 output channels
 (``qconv_parts``): its sums are integers, exact in any order, so each part simply gets the kernel its
 own shape gets, and its packed weights carry its own requantization multipliers, so equal parts
-share one function.
+share one function. A fully connected layer of batch one (Gemm or FusedGemm, A of one row, B the
+[N, K] weights of ``transB``) splits into column ranges of whole vectors (``gemm_parts``): the
+micro-kernel sums each output over K in order, one accumulator, whatever the columns around it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ....ir.dtypes import DType
 from ....ir.types import TensorType
 from ....target import Target
 from ..conv.choices import choice_of, with_choices
@@ -158,6 +161,28 @@ def qconv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | No
     return _parts(key, [(r, target) for r in rows])
 
 
+def gemm_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
+    """The column ranges of a fully connected layer of batch one, or None when it stays on one thread:
+    A [1, K], constant B [N, K] (``transB``), a constant bias of N values or one, no ``transA``."""
+    a = dict(key.attrs)
+    if target.threads < 2 or rows is not None or a["transA"] or not a["transB"] or key.packed[1] != "const":
+        return None
+    if key.in_types[0].dtype is not DType.F32 or key.out_types[0].shape[0] != 1:
+        return None
+    n, k = key.in_types[1].shape
+    bias = 2 if key.op == "Gemm" and len(key.in_types) == 3 or key.op == "FusedGemm" and a["has_bias"] else None
+    if bias is not None and (key.packed[bias] != "const" or math.prod(key.in_types[bias].shape) not in (1, n)
+                             or tuple(key.in_types[bias].shape) == (1, n)):
+        return None  # a bias computed at run time, or shaped like the output (a part would read it as a residual)
+    vl = target.vector_floats
+    count = min(target.threads, n // vl, int(n * k // max(1.0, min_part_macs(target))))
+    if count < 2:
+        return None
+    ranges = _ranges(n // vl, count, vl)
+    ranges[-1] = (ranges[-1][0], n)
+    return _parts(key, [(r, target) for r in ranges])
+
+
 PER_CHANNEL_ATTRS = {"QConv": ("w_scale",)}
 """op -> its attributes that hold one value per output channel (a part takes its range's values)."""
 
@@ -167,7 +192,7 @@ def _parts(key: KernelKey, ranges: list[tuple[tuple[int, int], Target]]) -> list
     the slices of its constants, its input channels (whole groups) and its output's offset."""
     x_t, out_t = key.in_types[0], key.out_types[0]
     oc, cg = key.in_types[1].shape[:2]
-    group = dict(key.attrs)["group"]
+    group = dict(key.attrs).get("group", 1)
     plane_out = math.prod(out_t.shape[2:]) * out_t.dtype.itemsize
     plane_in = math.prod(x_t.shape[2:]) * x_t.dtype.itemsize
     sliced = PER_CHANNEL_ATTRS.get(key.op, ())
@@ -189,6 +214,9 @@ def _parts(key: KernelKey, ranges: list[tuple[tuple[int, int], Target]]) -> list
                 offs.append(lo * plane_out)
             elif key.packed[i] == "const" and t.shape and t.shape[0] == oc:  # weights, bias
                 ins.append(TensorType(t.dtype, (m, *t.shape[1:])))
+                offs.append(0)
+            elif key.packed[i] == "const" and math.prod(t.shape) == 1:  # one value for every channel
+                ins.append(t)
                 offs.append(0)
             else:
                 return None
@@ -234,5 +262,6 @@ def slice_constant(arr: np.ndarray, part: Part, rows_of: int) -> np.ndarray:
     return arr[lo:hi] if arr.ndim and arr.shape[0] == rows_of else arr
 
 
-SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts}
+SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts, "Gemm": gemm_parts,
+             "FusedGemm": gemm_parts}
 """op -> how its layers split (ops not named here always run on one thread)."""
