@@ -13,7 +13,7 @@ import pytest
 from cuvil.compiler import DType, TensorType, run_reference
 from cuvil.compiler.codegen.cpu.int_dot import Dot
 from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
-from cuvil.compiler.codegen.cpu.kernels.quant_direct import ACC_NAME, direct_plan, kernel_row_sums, padded_rows
+from cuvil.compiler.codegen.cpu.kernels.quant_direct import ACC_NAME, direct_plan, even_rows, kernel_row_sums, padded_rows
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.devices.detect import resolve_target
@@ -145,3 +145,10 @@ def test_kernel_row_sums():
     want = np.array([[sum(int(w[m, c, ty, tx]) for c in range(3) for tx in range(6)) for ty in range(3)]
                      for m in range(2)])
     assert np.array_equal(kernel_row_sums(w), want)
+
+
+@pytest.mark.parametrize("m, most, rows", [(64, 6, 4), (60, 6, 6), (10, 6, 5), (11, 6, 6), (7, 3, 3), (9, 1, 1)])
+def test_a_register_tile_takes_channels_that_divide_the_layers(m, most, rows):
+    """The most channels down to just over half of them that divide ``m``; else the most (with a
+    shorter last tile)."""
+    assert even_rows(m, most) == rows

@@ -208,6 +208,15 @@ def padded_rows(plan: DirectPlan, oy: int) -> tuple[int, ...]:
     return tuple(ty for ty in range(plan.kh) if not 0 <= oy * sh + ty * dh - pt < plan.hh)
 
 
+def even_rows(m: int, most: int) -> int:
+    """Channels per register tile: the largest of ``most`` down to just over half of it that divides
+    ``m``, else ``most``. A tile count that divides saves emitting a second, shorter tile for the rest
+    of the channels in every row group: ResNet-18's int8 build for the Zen 4 fell from 113k LLVM
+    instructions and 4.8 s to 2.9 s (4 channels a tile where 6 fit, at the same speed: 2.29 against
+    2.30 ms)."""
+    return next((d for d in range(most, most // 2, -1) if m % d == 0), most)
+
+
 def emit_direct_qconv(ctx: KernelContext, dot: Dot, n: ir.Value, flip: bool, zp_enc: int, weights: ir.Value,
                       row_sums: ir.Value, epilogue: Epilogue) -> None:
     """Image ``n``: pack its planes, then every (pixel tile, channel block) register tile.
@@ -271,7 +280,7 @@ def emit_direct_qconv(ctx: KernelContext, dot: Dot, n: ir.Value, flip: bool, zp_
     def channel_blocks(oy0: ir.Value, skips: list[tuple[int, ...]]) -> None:
         for piece in pieces:
             nvec = len(skips) * len(piece)
-            mr = max(1, min(8, (ctx.target.tuning.vector_registers - nvec - 2) // nvec))
+            mr = even_rows(m, max(1, min(8, (ctx.target.tuning.vector_registers - nvec - 2) // nvec)))
             full = m // mr * mr
             if full:
                 with h.for_range(b, full, step=mr, name="dm") as r0:
