@@ -51,10 +51,11 @@ def test_emulated_outputs_are_the_same_bits_at_1_2_and_3_threads(name, profile, 
 
 
 @pytest.mark.parametrize("profile,bits", [("rpi5", None), ("arm64-sve2", 256), ("jetson-xavier", None)])
-def test_emulated_int8_outputs_are_the_same_bits_at_1_and_2_threads(profile, bits, tmp_path):
-    """The int8 small CNN's integer convs split by output channels: NEON and SVE `sdot`, and a core
-    without dot products (Xavier's Carmel)."""
-    model = int8_model("small_cnn")
+@pytest.mark.parametrize("name", ["small_cnn", "mlp"])
+def test_emulated_int8_outputs_are_the_same_bits_at_1_and_2_threads(name, profile, bits, tmp_path):
+    """The int8 small CNN's integer convs split by output channels, the MLP's fully connected layers by
+    columns: NEON and SVE `sdot`, and a core without dot products (Xavier's Carmel)."""
+    model = int8_model(name)
     examples = [{model.int8.inputs[0]: model.inputs(1, seed)} for seed in range(2)]
     base = resolve_target(profile)
     base = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))

@@ -275,7 +275,6 @@ class CpuLowering:
                    j_weights: ir.Value) -> list[tuple[KernelKey, list[ir.Value], Part]]:
         """Per part: its kernel key, its operands (addressed in its block), the part."""
         node, kd, alias = layer.node, layer.kd, layer.alias
-        oc = self.g.types[node.outputs[0]].shape[1]
         ready = []
         for blk, part in zip(blocks, layer.parts):
             jb.position_at_end(blk)
@@ -284,7 +283,7 @@ class CpuLowering:
             for i, name in enumerate(node.inputs):
                 t = key.in_types[i]
                 if name in self.g.constants:
-                    layout, arr = None, slice_constant(self.consts[name], part, oc)
+                    layout, arr = None, slice_constant(self.consts[name], part, i)
                     got = kd.pack(part.key, i, arr, part.target) if kd.pack is not None else None
                     if got is not None:
                         layout, arr = got

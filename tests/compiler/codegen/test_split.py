@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
-from cuvil.compiler.codegen.cpu.kernels.split import conv_parts, gemm_parts, qconv_parts
+from cuvil.compiler.codegen.cpu.kernels.split import conv_parts, gemm_parts, qconv_parts, qmatmul_parts, slice_constant
 from cuvil.compiler.ir.dtypes import DType
 from cuvil.compiler.ir.types import TensorType
 from cuvil.devices import resolve_target
@@ -183,3 +185,32 @@ def test_fully_connected_layers_that_stay_whole():
     assert gemm_parts(_gemm_key(44, 64, bias=(1, 44)), _target(2)) is None  # a bias shaped like the output
     assert gemm_parts(_gemm_key(12, 64), _target(2)) is None  # one vector of columns
     assert gemm_parts(_gemm_key(44, 64), _target(2, sync_us=1e6)) is None  # too small to pay
+
+
+def _qmatmul_key(n: int, k: int, m: int = 1, bias: bool = True) -> KernelKey:
+    attrs = (("a_scale", 0.1), ("a_zero_point", 3), ("b_scale", tuple(0.01 * (j + 1) for j in range(n))),
+             ("y_scale", 0.2), ("y_zero_point", 5))
+    ins = (TensorType(DType.U8, (m, k)), TensorType(DType.I8, (k, n))) + ((TensorType(DType.I32, (n,)),) if bias else ())
+    return KernelKey("QMatMul", attrs, ins, (TensorType(DType.U8, (m, n)),), (), (), (None, "const") + ("const",) * bias)
+
+
+def test_an_int8_fully_connected_layer_splits_its_weights_by_columns():
+    key = _qmatmul_key(44, 64)
+    parts = qmatmul_parts(key, _target(2))
+    assert [p.rows for p in parts] == [(0, 24), (24, 44)]
+    assert [p.out_offset for p in parts] == [0, 24]  # one byte per output
+    assert [p.key.in_types[1].shape for p in parts] == [(64, 24), (64, 20)]  # B is [K, N]: its columns
+    assert [p.axes for p in parts] == [(None, 1, 0)] * 2
+    scales = dict(key.attrs)["b_scale"]
+    assert [dict(p.key.attrs)["b_scale"] for p in parts] == [scales[:24], scales[24:]]
+    b = np.arange(64 * 44).reshape(64, 44)
+    assert np.array_equal(slice_constant(b, parts[1], 1), b[:, 24:44])
+    assert slice_constant(b, parts[1], 0) is b  # not sliced: the activations' input
+
+
+def test_int8_fully_connected_layers_that_stay_whole():
+    assert qmatmul_parts(_qmatmul_key(44, 64), _target(1)) is None
+    assert qmatmul_parts(_qmatmul_key(44, 64, m=4), _target(2)) is None  # four rows: columns are no contiguous range
+    assert qmatmul_parts(_qmatmul_key(12, 64), _target(2)) is None  # one vector of columns
+    computed = dataclasses.replace(_qmatmul_key(44, 64), packed=(None, None, "const"))
+    assert qmatmul_parts(computed, _target(2)) is None

@@ -44,6 +44,7 @@ class Part:
     byte_offsets: tuple[int, ...]  # per input: added to the arena pointer (constants: unused)
     out_offset: int  # bytes into the output
     rows: tuple[int, int]  # the output-channel range of the constant slices
+    axes: tuple[int | None, ...] = ()  # per input: the axis of a constant sliced to ``rows`` (None: whole)
 
 
 def _ranges(units: int, parts: int, unit: int) -> list[tuple[int, int]]:
@@ -163,17 +164,13 @@ def qconv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | No
 
 def gemm_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
     """The column ranges of a fully connected layer of batch one, or None when it stays on one thread:
-    A [1, K], constant B [N, K] (``transB``), a constant bias of N values or one, no ``transA``."""
+    A [1, K], constant B [N, K] (``transB``), no ``transA`` (a bias: see ``_parts``)."""
     a = dict(key.attrs)
     if target.threads < 2 or rows is not None or a["transA"] or not a["transB"] or key.packed[1] != "const":
         return None
     if key.in_types[0].dtype is not DType.F32 or key.out_types[0].shape[0] != 1:
         return None
     n, k = key.in_types[1].shape
-    bias = 2 if key.op == "Gemm" and len(key.in_types) == 3 or key.op == "FusedGemm" and a["has_bias"] else None
-    if bias is not None and (key.packed[bias] != "const" or math.prod(key.in_types[bias].shape) not in (1, n)
-                             or tuple(key.in_types[bias].shape) == (1, n)):
-        return None  # a bias computed at run time, or shaped like the output (a part would read it as a residual)
     vl = target.vector_floats
     count = min(target.threads, n // vl, int(n * k // max(1.0, min_part_macs(target))))
     if count < 2:
@@ -183,16 +180,38 @@ def gemm_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
     return _parts(key, [(r, target) for r in ranges])
 
 
-PER_CHANNEL_ATTRS = {"QConv": ("w_scale",)}
+def qmatmul_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
+    """The column ranges of an int8 fully connected layer of batch one (A [1, K], constant B [K, N]
+    and bias), or None when it stays on one thread. Integer sums: any ranges give the same bits."""
+    if target.threads < 2 or rows is not None or key.packed[1] != "const" or len(key.in_types[0].shape) != 2:
+        return None
+    if key.in_types[0].shape[0] != 1 or any(p != "const" for p in key.packed[2:]):
+        return None
+    k, n = key.in_types[1].shape
+    vl = target.vector_floats  # int32 lanes: the integer GEMM's columns per vector
+    count = min(target.threads, n // vl, int(n * k // max(1.0, min_part_macs(target))))
+    if count < 2:
+        return None
+    ranges = _ranges(n // vl, count, vl)
+    ranges[-1] = (ranges[-1][0], n)
+    return _parts(key, [(r, target) for r in ranges])
+
+
+PER_CHANNEL_ATTRS = {"QConv": ("w_scale",), "QMatMul": ("b_scale",)}
 """op -> its attributes that hold one value per output channel (a part takes its range's values)."""
+CHANNEL_AXIS = {"QMatMul": {1: 1}}
+"""op -> {input: the axis of its output channels} where that is not axis 0 (QMatMul's B is [K, N])."""
 
 
 def _parts(key: KernelKey, ranges: list[tuple[tuple[int, int], Target]]) -> list[Part] | None:
     """Each output-channel range of the layer ``key`` as a layer of its own, compiled for its target:
-    the slices of its constants, its input channels (whole groups) and its output's offset."""
+    the slices of its constants, its input channels (whole groups) and its output's offset; None when
+    an input is none of those (a constant neither per channel nor one value, a tensor computed at run
+    time that is not shaped like the output)."""
     x_t, out_t = key.in_types[0], key.out_types[0]
-    oc, cg = key.in_types[1].shape[:2]
+    oc, cg = out_t.shape[1], key.in_types[1].shape[1]
     group = dict(key.attrs).get("group", 1)
+    channel_axis = CHANNEL_AXIS.get(key.op, {})
     plane_out = math.prod(out_t.shape[2:]) * out_t.dtype.itemsize
     plane_in = math.prod(x_t.shape[2:]) * x_t.dtype.itemsize
     sliced = PER_CHANNEL_ATTRS.get(key.op, ())
@@ -204,17 +223,19 @@ def _parts(key: KernelKey, ranges: list[tuple[tuple[int, int], Target]]) -> list
         x_off = 0 if group == 1 else (lo // (oc // group)) * cg * plane_in
         attrs = tuple((k, sub_group if k == "group" else v[lo:hi] if k in sliced and len(v) == oc else v)
                       for k, v in key.attrs)
-        ins, offs = [], []
+        ins, offs, axes = [], [], []
         for i, t in enumerate(key.in_types):
+            axis = channel_axis.get(i, 0)
             if i == 0:
                 ins.append(TensorType(t.dtype, (1, sub_c, *t.shape[2:])))
                 offs.append(x_off)
-            elif tuple(t.shape) == tuple(out_t.shape):  # a residual: sliced as the output
+            elif key.packed[i] != "const" and tuple(t.shape) == tuple(out_t.shape):  # a residual: sliced as the output
                 ins.append(TensorType(t.dtype, (1, m, *t.shape[2:])))
                 offs.append(lo * plane_out)
-            elif key.packed[i] == "const" and t.shape and t.shape[0] == oc:  # weights, bias
-                ins.append(TensorType(t.dtype, (m, *t.shape[1:])))
+            elif key.packed[i] == "const" and len(t.shape) > axis and t.shape[axis] == oc:  # weights, bias
+                ins.append(TensorType(t.dtype, t.shape[:axis] + (m,) + t.shape[axis + 1:]))
                 offs.append(0)
+                axes.append((i, axis))
             elif key.packed[i] == "const" and math.prod(t.shape) == 1:  # one value for every channel
                 ins.append(t)
                 offs.append(0)
@@ -222,7 +243,8 @@ def _parts(key: KernelKey, ranges: list[tuple[tuple[int, int], Target]]) -> list
                 return None
         outs = (TensorType(out_t.dtype, (1, m, *out_t.shape[2:])),)
         sub = KernelKey(key.op, attrs, tuple(ins), outs, key.alias, key.scalars, key.packed)
-        found.append(Part(sub, sub_target, tuple(offs), lo * plane_out, (lo, hi)))
+        sliced_axes = tuple(dict(axes).get(i) for i in range(len(key.in_types)))
+        found.append(Part(sub, sub_target, tuple(offs), lo * plane_out, (lo, hi), sliced_axes))
     return found
 
 
@@ -256,12 +278,15 @@ def _split(target: Target, plan, geom, unit: int, rows: list[tuple[int, int]]) -
     return found
 
 
-def slice_constant(arr: np.ndarray, part: Part, rows_of: int) -> np.ndarray:
-    """The part's rows of a constant whose first dimension is the layer's ``rows_of`` output channels."""
+def slice_constant(arr: np.ndarray, part: Part, i: int) -> np.ndarray:
+    """The part's output channels of constant input ``i`` (whole when the part takes all of it)."""
+    axis = part.axes[i] if i < len(part.axes) else None
+    if axis is None:
+        return arr
     lo, hi = part.rows
-    return arr[lo:hi] if arr.ndim and arr.shape[0] == rows_of else arr
+    return arr[(slice(None),) * axis + (slice(lo, hi),)]
 
 
 SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts, "Gemm": gemm_parts,
-             "FusedGemm": gemm_parts}
+             "FusedGemm": gemm_parts, "QMatMul": qmatmul_parts}
 """op -> how its layers split (ops not named here always run on one thread)."""
