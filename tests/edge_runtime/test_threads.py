@@ -87,6 +87,21 @@ def test_int8_zoo_outputs_are_the_same_bits_at_1_2_and_3_threads(name, profile, 
     assert splits > 0  # the MLP: its fully connected layers
 
 
+def test_a_matmul_model_of_one_row_is_the_same_bits_at_1_2_and_3_threads(tmp_path):
+    """ONNX's MatMul + Add form of fully connected layers (as Keras and TensorFlow export them)."""
+    from cuvil.compiler.frontends.builder import GraphBuilder
+    from cuvil.compiler.ir.types import TensorType
+
+    rng = np.random.default_rng(4)
+    b = GraphBuilder("matmuls")
+    v = b.input("x", TensorType.parse("f32[1,256]"))
+    for k, n in ((256, 512), (512, 72)):
+        w = b.constant(rng.standard_normal((k, n)).astype(np.float32))
+        v = b.add1("Relu", [b.add1("Add", [b.add1("MatMul", [v, w]), b.constant(rng.standard_normal(n).astype(np.float32))])])
+    graph = b.build([v])
+    assert _same_bits_at_1_2_3(graph, [rng.standard_normal((1, 256)).astype(np.float32)], tmp_path) > 0
+
+
 @pytest.fixture(scope="module")
 def small_cnn():
     return _graph(ZOO["small_cnn"])

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
-from cuvil.compiler.codegen.cpu.kernels.split import conv_parts, gemm_parts, qconv_parts, qmatmul_parts, slice_constant
+from cuvil.compiler.codegen.cpu.kernels.split import conv_parts, gemm_parts, qconv_parts, matmul_parts, slice_constant
 from cuvil.compiler.ir.dtypes import DType
 from cuvil.compiler.ir.types import TensorType
 from cuvil.devices import resolve_target
@@ -196,7 +196,7 @@ def _qmatmul_key(n: int, k: int, m: int = 1, bias: bool = True) -> KernelKey:
 
 def test_an_int8_fully_connected_layer_splits_its_weights_by_columns():
     key = _qmatmul_key(44, 64)
-    parts = qmatmul_parts(key, _target(2))
+    parts = matmul_parts(key, _target(2))
     assert [p.rows for p in parts] == [(0, 24), (24, 44)]
     assert [p.out_offset for p in parts] == [0, 24]  # one byte per output
     assert [p.key.in_types[1].shape for p in parts] == [(64, 24), (64, 20)]  # B is [K, N]: its columns
@@ -209,8 +209,18 @@ def test_an_int8_fully_connected_layer_splits_its_weights_by_columns():
 
 
 def test_int8_fully_connected_layers_that_stay_whole():
-    assert qmatmul_parts(_qmatmul_key(44, 64), _target(1)) is None
-    assert qmatmul_parts(_qmatmul_key(44, 64, m=4), _target(2)) is None  # four rows: columns are no contiguous range
-    assert qmatmul_parts(_qmatmul_key(12, 64), _target(2)) is None  # one vector of columns
+    assert matmul_parts(_qmatmul_key(44, 64), _target(1)) is None
+    assert matmul_parts(_qmatmul_key(44, 64, m=4), _target(2)) is None  # four rows: columns are no contiguous range
+    assert matmul_parts(_qmatmul_key(12, 64), _target(2)) is None  # one vector of columns
     computed = dataclasses.replace(_qmatmul_key(44, 64), packed=(None, None, "const"))
-    assert qmatmul_parts(computed, _target(2)) is None
+    assert matmul_parts(computed, _target(2)) is None
+
+
+def test_a_float_matmul_of_one_row_by_constant_weights_splits_by_columns():
+    key = KernelKey("MatMul", (), (TensorType(DType.F32, (1, 64)), TensorType(DType.F32, (64, 44))),
+                    (TensorType(DType.F32, (1, 44)),), (), (), (None, "const"))
+    parts = matmul_parts(key, _target(2))
+    assert [(p.rows, p.key.in_types[1].shape, p.out_offset) for p in parts] == [((0, 24), (64, 24), 0),
+                                                                                ((24, 44), (64, 20), 96)]
+    rows3 = dataclasses.replace(key, in_types=(TensorType(DType.F32, (1, 1, 64)), key.in_types[1]))
+    assert matmul_parts(rows3, _target(2)) is None  # A of rank 3: whole

@@ -15,8 +15,9 @@ An int8 conv (QConv, one group or depthwise) splits the same way, in units of 8 
 (``qconv_parts``): its sums are integers, exact in any order, so each part simply gets the kernel its
 own shape gets, and its packed weights carry its own requantization multipliers, so equal parts
 share one function. A fully connected layer of batch one (Gemm or FusedGemm, A of one row, B the
-[N, K] weights of ``transB``) splits into column ranges of whole vectors (``gemm_parts``): the
-micro-kernel sums each output over K in order, one accumulator, whatever the columns around it.
+[N, K] weights of ``transB``; a MatMul or QMatMul of one row by constant [K, N] weights) splits into
+column ranges of whole vectors (``gemm_parts``, ``matmul_parts``): the micro-kernel sums each output
+over K in order, one accumulator, whatever the columns around it.
 """
 
 from __future__ import annotations
@@ -171,24 +172,27 @@ def gemm_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
     if key.in_types[0].dtype is not DType.F32 or key.out_types[0].shape[0] != 1:
         return None
     n, k = key.in_types[1].shape
-    vl = target.vector_floats
-    count = min(target.threads, n // vl, int(n * k // max(1.0, min_part_macs(target))))
-    if count < 2:
-        return None
-    ranges = _ranges(n // vl, count, vl)
-    ranges[-1] = (ranges[-1][0], n)
-    return _parts(key, [(r, target) for r in ranges])
+    return _column_parts(key, target, n, k)
 
 
-def qmatmul_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
-    """The column ranges of an int8 fully connected layer of batch one (A [1, K], constant B [K, N]
-    and bias), or None when it stays on one thread. Integer sums: any ranges give the same bits."""
+def matmul_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
+    """The column ranges of a float or int8 (QMatMul, with its bias) MatMul of one row by constant
+    weights, A [1, K] by B [K, N], or None when it stays on one thread. Each output sums over K in
+    order in one accumulator (float), or exactly (integers): any ranges give the same bits."""
     if target.threads < 2 or rows is not None or key.packed[1] != "const" or len(key.in_types[0].shape) != 2:
         return None
-    if key.in_types[0].shape[0] != 1 or any(p != "const" for p in key.packed[2:]):
+    if key.in_types[0].shape[0] != 1 or len(key.in_types[1].shape) != 2 or any(p != "const" for p in key.packed[2:]):
+        return None
+    if key.op == "MatMul" and key.in_types[0].dtype is not DType.F32:
         return None
     k, n = key.in_types[1].shape
-    vl = target.vector_floats  # int32 lanes: the integer GEMM's columns per vector
+    return _column_parts(key, target, n, k)
+
+
+def _column_parts(key: KernelKey, target: Target, n: int, k: int) -> list[Part] | None:
+    """``n`` output columns over K = ``k`` in ranges of whole vectors (32-bit lanes: floats or the
+    integer GEMM's int32 sums), the last taking the rest, as many as threads and the cost model allow."""
+    vl = target.vector_floats
     count = min(target.threads, n // vl, int(n * k // max(1.0, min_part_macs(target))))
     if count < 2:
         return None
@@ -199,8 +203,8 @@ def qmatmul_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | 
 
 PER_CHANNEL_ATTRS = {"QConv": ("w_scale",), "QMatMul": ("b_scale",)}
 """op -> its attributes that hold one value per output channel (a part takes its range's values)."""
-CHANNEL_AXIS = {"QMatMul": {1: 1}}
-"""op -> {input: the axis of its output channels} where that is not axis 0 (QMatMul's B is [K, N])."""
+CHANNEL_AXIS = {"QMatMul": {1: 1}, "MatMul": {1: 1}}
+"""op -> {input: the axis of its output channels} where that is not axis 0 (a MatMul's B is [K, N])."""
 
 
 def _parts(key: KernelKey, ranges: list[tuple[tuple[int, int], Target]]) -> list[Part] | None:
@@ -288,5 +292,5 @@ def slice_constant(arr: np.ndarray, part: Part, i: int) -> np.ndarray:
 
 
 SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts, "Gemm": gemm_parts,
-             "FusedGemm": gemm_parts, "QMatMul": qmatmul_parts}
+             "FusedGemm": gemm_parts, "MatMul": matmul_parts, "QMatMul": matmul_parts}
 """op -> how its layers split (ops not named here always run on one thread)."""
