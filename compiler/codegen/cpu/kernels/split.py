@@ -150,17 +150,11 @@ def qconv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | No
     group = dict(key.attrs)["group"]
     if n != 1 or not (group == 1 or group == c == oc):
         return None
-    units = oc // QCONV_UNIT
     if rows is None:
-        macs = oc * math.prod(key.out_types[0].shape[2:]) * cg * kh * kw
-        count = min(target.threads, units, int(macs // max(1.0, min_part_macs(target))))
-        if count < 2:
-            return None
-        rows = _ranges(units, count, QCONV_UNIT)
-        rows[-1] = (rows[-1][0], oc)
+        rows = _cost_model_ranges(target, oc, QCONV_UNIT, oc * math.prod(key.out_types[0].shape[2:]) * cg * kh * kw)
     elif not _tiles(rows, oc, QCONV_UNIT, target.threads):
         return None
-    return _parts(key, [(r, target) for r in rows])
+    return _parts(key, [(r, target) for r in rows]) if rows else None
 
 
 def gemm_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
@@ -172,7 +166,8 @@ def gemm_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
     if key.in_types[0].dtype is not DType.F32 or key.out_types[0].shape[0] != 1:
         return None
     n, k = key.in_types[1].shape
-    return _column_parts(key, target, n, k)
+    ranges = _cost_model_ranges(target, n, target.vector_floats, n * k)
+    return _parts(key, [(r, target) for r in ranges]) if ranges else None
 
 
 def matmul_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
@@ -186,19 +181,19 @@ def matmul_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | N
     if key.op == "MatMul" and key.in_types[0].dtype is not DType.F32:
         return None
     k, n = key.in_types[1].shape
-    return _column_parts(key, target, n, k)
+    ranges = _cost_model_ranges(target, n, target.vector_floats, n * k)  # int32 sums: as many lanes as floats
+    return _parts(key, [(r, target) for r in ranges]) if ranges else None
 
 
-def _column_parts(key: KernelKey, target: Target, n: int, k: int) -> list[Part] | None:
-    """``n`` output columns over K = ``k`` in ranges of whole vectors (32-bit lanes: floats or the
-    integer GEMM's int32 sums), the last taking the rest, as many as threads and the cost model allow."""
-    vl = target.vector_floats
-    count = min(target.threads, n // vl, int(n * k // max(1.0, min_part_macs(target))))
+def _cost_model_ranges(target: Target, total: int, unit: int, macs: float) -> list[tuple[int, int]] | None:
+    """Ranges of whole ``unit``s over ``total`` output channels, the last taking the rest: one per
+    thread at most, per unit and per ``min_part_macs`` of the layer's ``macs``; None under two."""
+    count = min(target.threads, total // unit, int(macs // max(1.0, min_part_macs(target))))
     if count < 2:
         return None
-    ranges = _ranges(n // vl, count, vl)
-    ranges[-1] = (ranges[-1][0], n)
-    return _parts(key, [(r, target) for r in ranges])
+    ranges = _ranges(total // unit, count, unit)
+    ranges[-1] = (ranges[-1][0], total)
+    return ranges
 
 
 PER_CHANNEL_ATTRS = {"QConv": ("w_scale",), "QMatMul": ("b_scale",)}
