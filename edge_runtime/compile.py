@@ -181,11 +181,12 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
                     batch, fingerprint) if cache else ""
     art = cache.get(key, tgt, early) if cache else None
     clock.mark("key, entry parsed")
+    confirm = False  # this compile re-takes a whole entry's decision: a second "whole" settles it
     if art is not None and tune and split_check.recheck(art.lowered.split_settled, cache.age_s(key), tgt.threads):
         log.info("compiling again: the cores have room now for the split decision the entry left open (%s)",
                  art.lowered.split_reason)
         cache.weights(key, art)  # its check's thread ends before the new check times anything
-        art = None
+        confirm, art = art.lowered.split_nodes == 0, None
     t1 = time.perf_counter()
     if art is not None:
         if request and (early is None or early.key != key):
@@ -216,10 +217,10 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     plans = split_check.fallbacks(lowered.target) if tuner and lowered.split_nodes else ()
     verdict = None
     while plans:
-        verdict = split_check.check(session)
+        verdict = split_check.check(session, confirm=confirm)
         if verdict.split:
             break
-        plan, plans = (plans[0], plans[1:]) if verdict.settled else (plans[-1], ())  # unsettled: straight to whole
+        plan, plans = (plans[0], plans[1:]) if verdict.measured else (plans[-1], ())  # no free cores: straight to whole
         session.close()  # measured: this split does not pay here; the next plan is built and checked
         lowered, objs, more_s = _build([graph_of()], tgt, batch, optimize, profile, jobs, lambda g, t, f=plan: f)
         lower_s += more_s

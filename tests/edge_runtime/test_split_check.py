@@ -77,9 +77,18 @@ PAYS, WHOLE, UNSETTLED = (True, True), (False, True), (False, False)
     ([R(3.46, 5.83, 0.0, 5.69, 6.11)] * 3, UNSETTLED),
 ])
 def test_the_verdict_on_a_table_of_rounds(rounds, verdict):
-    got = split_check.decide(rounds)
+    got = split_check.decide(rounds, confirm=True)  # a second check (see the next test for a first)
     assert (got.split, got.settled) == verdict
     assert ("unsettled" in got.reason) is (got.settled is False) and "ms" in got.reason
+
+
+def test_a_first_whole_on_free_cores_waits_for_a_second_check_and_tries_cheaper_splits_meanwhile():
+    rounds = [R(1.0, 1.0), R(0.99, 1.01), R(1.02, 0.98)]
+    first, second = split_check.decide(rounds), split_check.decide(rounds, confirm=True)
+    assert (first.split, first.settled, first.measured) == (False, False, True) and "confirms" in first.reason
+    assert (second.split, second.settled, second.measured) == (False, True, True)
+    busy = split_check.decide([R(7.0, 6.3, BUSY)] * 8, confirm=True)  # no free cores: nothing to confirm with
+    assert (busy.settled, busy.measured) == (False, False)
 
 
 def test_a_busy_round_does_not_count_against_the_split_when_free_ones_exist():
@@ -147,23 +156,24 @@ def test_the_rounds_go_on_until_enough_had_free_cores(graph, monkeypatch, no_pro
 
 
 def verdict(split: bool, settled: bool = True) -> split_check.Verdict:
-    return split_check.Verdict(split, settled, f"{'split' if split else 'whole'} (a test's verdict)")
+    """A verdict on free cores when ``settled``, else one without them."""
+    return split_check.Verdict(split, settled, f"{'split' if split else 'whole'} (a test's verdict)", measured=settled)
 
 
 def test_a_split_that_does_not_pay_is_rebuilt_whole_and_cached_so(graph, feeds, monkeypatch, no_probe, tmp_path):
     one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1).run(feeds)
-    monkeypatch.setattr(split_check, "check", lambda session: verdict(False))
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: verdict(False))
     two = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
     assert two.threads == 2 and two.lowered.split_nodes == 0 and two._stop is None  # no workers to spin or nudge
     assert all(one[k].tobytes() == v.tobytes() for k, v in two.run(feeds).items())
-    monkeypatch.setattr(split_check, "check", lambda session: verdict(True))  # a cache hit: nothing measured again
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: verdict(True))  # a cache hit: nothing measured again
     again = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
     assert again.stats.cache_hit and again.lowered.split_nodes == 0
 
 
 def test_a_split_that_pays_is_kept_and_timed_both_ways(graph, feeds, monkeypatch, no_probe, tmp_path):
     seen = []
-    monkeypatch.setattr(split_check, "check", lambda session: seen.append(split_check.measure(session)) or verdict(True))
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: seen.append(split_check.measure(session)) or verdict(True))
     two = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
     assert two.lowered.split_nodes == 2 and two._stop.alive  # the workers run again after the check
     ((*_, last),) = seen
@@ -182,7 +192,7 @@ def test_a_split_at_a_dear_handoff_that_does_not_pay_is_tried_at_the_cheapest(gr
 
     monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: 4.0)
     said = iter(verdicts)
-    monkeypatch.setattr(split_check, "check", lambda session: verdict(next(said)))
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: verdict(next(said)))
     two = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
     assert two.lowered.split_nodes == split_nodes and two.lowered.target.tuning.parallel_sync_us == sync_us
     assert next(said, None) is None  # each plan that splits was checked once; the whole one is not
@@ -203,7 +213,7 @@ def test_a_whole_verdict_taken_without_free_cores_is_taken_again_once_the_cores_
 
     monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: 4.0)  # a cheaper plan is there to try
     checked = []
-    monkeypatch.setattr(split_check, "check", lambda session: checked.append(session.lowered.split_nodes) or verdict(False, False))
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: checked.append(session.lowered.split_nodes) or verdict(False, False))
     busy = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
     assert checked == [2] and busy.lowered.split_nodes == 0  # unsettled: straight to whole, the 1 us plan not built
     assert not busy.lowered.split_settled and "test" in busy.lowered.split_reason
@@ -215,7 +225,7 @@ def test_a_whole_verdict_taken_without_free_cores_is_taken_again_once_the_cores_
     still = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
     assert still.stats.cache_hit and still.lowered.split_nodes == 0 and not still.lowered.split_settled
     monkeypatch.setattr(cpu_share, "room_for", lambda threads: True)
-    monkeypatch.setattr(split_check, "check", lambda session: checked.append(session.lowered.split_nodes) or verdict(True))
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: checked.append(session.lowered.split_nodes) or verdict(True))
     quiet = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
     assert not quiet.stats.cache_hit and quiet.lowered.split_nodes == 2 and quiet.lowered.split_settled
     again = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
@@ -224,4 +234,28 @@ def test_a_whole_verdict_taken_without_free_cores_is_taken_again_once_the_cores_
     one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1).run(feeds)
     assert all(one[k].tobytes() == v.tobytes() for k, v in again.run(feeds).items())
     for s in (busy, young, still, quiet, again):
+        s.close()
+
+
+def test_a_whole_verdict_on_free_cores_is_settled_by_a_second_check_on_a_later_warm_start(
+        graph, monkeypatch, no_probe, tmp_path):
+    asked = []
+
+    def whole(session, confirm=False):  # free cores, no gain: as a real check of a model that does not pay
+        asked.append(confirm)
+        return split_check.decide([R(1.0, 1.0)] * 3, confirm=confirm)
+
+    monkeypatch.setattr(split_check, "check", whole)
+    first = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    assert first.lowered.split_nodes == 0 and not first.lowered.split_settled and asked == [False]
+    monkeypatch.setattr(split_check, "RECHECK_AFTER_S", 0.0)
+    monkeypatch.setattr(cpu_share, "room_for", lambda threads: True)
+    second = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    assert not second.stats.cache_hit and second.lowered.split_settled and asked[-1] is True
+    third = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    assert third.stats.cache_hit and third.lowered.split_settled and third.lowered.split_nodes == 0
+    checks = len(asked)
+    compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    assert len(asked) == checks  # settled: never checked again
+    for s in (first, second, third):
         s.close()
