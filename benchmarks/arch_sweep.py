@@ -1,4 +1,5 @@
-"""Cuvil vs ONNX Runtime on architectures beyond the zoo (``tests/archs.py``): batch 1, fp32, one thread.
+"""Cuvil vs ONNX Runtime on architectures beyond the zoo (``tests/archs.py``): batch 1, fp32, one thread
+(``--threads N``: both at N, Cuvil at one thread beside them).
 
 Why: the compile path is judged on models nobody tuned for, so this finds, per architecture, an
 import or compile failure (its one-line error), outputs outside rtol 1e-4 / atol 1e-5 of ONNX
@@ -14,11 +15,16 @@ the most cycles, their shapes and conv method, beside ORT's own profile of the s
 an AVX-512 host stands in for an AVX2 host's row (on Zen 4, whose 512-bit units are two 256-bit halves,
 ONNX Runtime's AVX-512 kernels have the FLOPs of its AVX2 ones). The first line names the host.
 
+``--threads N`` compiles Cuvil's side for N threads (and once more for one, timed beside it) and gives
+ONNX Runtime N intra-op threads; the table adds Cuvil's 1-thread time, its speed-up and the layers
+split, and each block starts once the threads of the one before stopped spinning
+(``zoo_bench.settle``). A model slower at N threads than at one is marked FAIL (slower).
+
 Timing runs share the machine, so run it under the benchmark lock:
 
     flock /tmp/pf/bench.lock python benchmarks/arch_sweep.py [--models vgg_small,squeezenet] [--rounds 20]
         [--block 10] [--frontends onnx,torch] [--profile 12 [--profile-all]] [--size 32] [--target x86-avx2]
-        [--json out.json]
+        [--threads 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -49,11 +55,12 @@ from tests.zoo import export_onnx  # noqa: E402
 from zoo_bench import time_block, time_interleaved  # noqa: E402  (this folder is on sys.path)
 
 RTOL, ATOL, MAX_RATIO = 1e-4, 1e-5, 1.5
+MIN_SPEEDUP = 0.95  # at N threads a model must not run slower than this share of its 1-thread speed (noise aside)
 
 
-def ort_session(proto) -> ort.InferenceSession:
+def ort_session(proto, threads: int = 1) -> ort.InferenceSession:
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
@@ -84,12 +91,13 @@ def import_graph(frontend: str, proto, module, example):
     return import_onnx(proto) if frontend == "onnx" else import_torch(module, example)
 
 
-def bench_row(name: str, frontend: str, module, example, proto, rounds: int, block: int, target: str = "host") -> dict:
+def bench_row(name: str, frontend: str, module, example, proto, rounds: int, block: int, target: str = "host",
+              threads: int = 1) -> dict:
     """One (architecture, frontend): import, cold compile for ``target``, error vs ORT, interleaved medians."""
-    row: dict = {"model": name, "frontend": frontend, "_target": target}
+    row: dict = {"model": name, "frontend": frontend, "_target": target, "threads": threads}
     rng = np.random.default_rng(1234)  # not the export's inputs: a baked-in activation would show
     inputs = [random_like(rng, x.numpy()) for x in example]
-    ort_sess = ort_session(proto)
+    ort_sess = ort_session(proto, threads)
     ort_feeds = {i.name: x for i, x in zip(ort_sess.get_inputs(), inputs)}
     ref = ort_sess.run(None, ort_feeds)[0]
     stage = "import"
@@ -98,16 +106,24 @@ def bench_row(name: str, frontend: str, module, example, proto, rounds: int, blo
         graph = import_graph(frontend, proto, module, example)
         stage, t1 = "compile", time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="cuvil-arch-") as cache:  # cold: an empty cache
-            sess = cuvil.compile(graph, target=target, cache_dir=cache, threads=1)  # the default: the cores
+            sess = cuvil.compile(graph, target=target, cache_dir=cache, threads=threads)  # the default: the cores
         stage, t2 = "run", time.perf_counter()
         feeds = dict(zip(graph.inputs, inputs))
         got = sess.run(feeds)[graph.outputs[0]]
+        if threads > 1:
+            with tempfile.TemporaryDirectory(prefix="cuvil-arch-") as cache:
+                one = cuvil.compile(graph, target=target, cache_dir=cache, threads=1)
+            if one.run(feeds)[graph.outputs[0]].tobytes() != got.tobytes():
+                raise RuntimeError(f"the output at {threads} threads differs from the output at 1")
     except Exception as e:  # a non-Cuvil type here is itself a finding: one_line names the type
         return row | {"error": one_line(e), "stage": stage}
     row.update(import_s=t1 - t0, compile_s=t2 - t1, _graph=graph, _proto=proto, _inputs=inputs)
     row.update(errors(got, ref))
     runners = {"cuvil": lambda: sess.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds)}
-    samples, preempted = time_interleaved(runners, rounds, block)
+    if threads > 1:
+        runners["cuvil_1t"] = lambda: one.run(feeds)
+        row["split"] = sess.lowered.split_nodes
+    samples, preempted = time_interleaved(runners, rounds, block, settled=threads > 1)
     for key, xs in samples.items():
         row[f"{key}_median_ms"] = float(np.median(xs))
         kept = [x for x, hit in zip(xs, preempted[key]) if not hit]
@@ -115,6 +131,8 @@ def bench_row(name: str, frontend: str, module, example, proto, rounds: int, blo
     row["ratio_vs_ort"] = row["cuvil_median_ms"] / row["onnxruntime_median_ms"]
     # on shared cores: the calls no other process's work interrupted (zoo_bench.time_block), alike for both
     row["unpreempted_ratio_vs_ort"] = row["cuvil_unpreempted_median_ms"] / row["onnxruntime_unpreempted_median_ms"]
+    if threads > 1:
+        row["speedup"] = row["cuvil_1t_median_ms"] / row["cuvil_median_ms"]
     return row
 
 
@@ -122,6 +140,7 @@ def verdict(r: dict) -> str:
     if "error" in r:
         return f"FAIL ({r['stage']})"
     bad = (["wrong"] if not r["close"] else []) + (["slow"] if r["ratio_vs_ort"] > MAX_RATIO else [])
+    bad += ["slower than 1 thread"] if r.get("speedup", 1.0) < MIN_SPEEDUP else []
     return f"FAIL ({', '.join(bad)})" if bad else "ok"
 
 
@@ -199,16 +218,18 @@ def profile_rows(r: dict, runs: int = 50, top: int = 12) -> list[str]:
 
 
 def table(rows: list[dict]) -> str:
+    threaded = any(r.get("threads", 1) > 1 for r in rows)
     head = ("model", "frontend", "cuvil ms", "ORT ms", "cuvil/ORT", "unpreempted", "max abs", "max rel", "compile s",
-            "verdict")
+            *(("cuvil 1t ms", "speed-up", "split") if threaded else ()), "verdict")
     cells = []
     for r in rows:
         if "error" in r:
-            cells.append([r["model"], r["frontend"], "-", "-", "-", "-", "-", "-", "-", f"{verdict(r)} {r['error']}"])
+            cells.append([r["model"], r["frontend"], *["-"] * (len(head) - 3), f"{verdict(r)} {r['error']}"])
             continue
+        more = [f"{r['cuvil_1t_median_ms']:.3f}", f"{r['speedup']:.2f}", str(r["split"])] if threaded else []
         cells.append([r["model"], r["frontend"], f"{r['cuvil_median_ms']:.3f}", f"{r['onnxruntime_median_ms']:.3f}",
                       f"{r['ratio_vs_ort']:.2f}", f"{r['unpreempted_ratio_vs_ort']:.2f}", f"{r['max_abs_err']:.1e}",
-                      f"{r['max_rel_err']:.1e}", f"{r['compile_s']:.1f}", verdict(r)])
+                      f"{r['max_rel_err']:.1e}", f"{r['compile_s']:.1f}", *more, verdict(r)])
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head[:-1])] + [0]
     fmt = lambda cs: " | ".join(c.ljust(w) for c, w in zip(cs, widths)).rstrip()  # noqa: E731
     return "\n".join([fmt(head), "-+-".join("-" * (w or 7) for w in widths), *(fmt(c) for c in cells)])
@@ -225,10 +246,12 @@ def main() -> None:
     ap.add_argument("--size", type=int, help="input side for the image models that take one (default: each model's own)")
     ap.add_argument("--target", default="host", help="device profile Cuvil compiles for (its code must run here): "
                     "x86-avx2 on an AVX-512 host approximates an AVX2 host's row")
+    ap.add_argument("--threads", type=int, default=1, help="threads for both runtimes (Cuvil also runs at 1)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"{describe_host()}; target {args.target}; ONNX Runtime {ort.__version__}; 1 thread, batch 1", flush=True)
+    print(f"{describe_host()}; target {args.target}; ONNX Runtime {ort.__version__}; {args.threads} thread(s), batch 1",
+          flush=True)
     rows = []
     for name in args.models.split(","):
         sized = args.size and "size" in inspect.signature(ARCHS[name]).parameters
@@ -237,7 +260,7 @@ def main() -> None:
         frontends = args.frontends.split(",")
         for fe in frontends:  # grows by "torch" when the ONNX import is unsupported
             print(f"{name} ({fe}) ...", file=sys.stderr, flush=True)
-            rows.append(bench_row(name, fe, module, example, proto, args.rounds, args.block, args.target))
+            rows.append(bench_row(name, fe, module, example, proto, args.rounds, args.block, args.target, args.threads))
             if fe == "onnx" and rows[-1].get("stage") == "import" and "torch" not in frontends:
                 frontends.append("torch")
     print(table(rows))
