@@ -33,7 +33,7 @@ from ..int_dot import Dot, choose_dot
 from ..int_gemm import store_bytes
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey
-from .quant_units import multipliers
+from .quant_units import multiplier_at, multipliers
 from .quant_grouped import padded_dims
 
 DWROWS = "dw-rows:"  # + the Dot kind the packing was made for
@@ -152,7 +152,7 @@ def emit_dwrows_qconv(ctx: KernelContext, dot: Dot, flip: bool, zp_enc: int) -> 
     vl, vt, bt = dot.vl, dot.lanes_type, dot.bytes_type
     ft = ir.VectorType(h.F32, vl)
     lo, hi = clamp_bounds(a["to"], a["clamp"])
-    mtab, m_one = multipliers(ctx)
+    mults = multipliers(ctx)
     plane = ctx.scratch
     sums = b.bitcast(ctx.ins[1], h.I32.as_pointer())
     wq = b.bitcast(gep(b, ctx.ins[1], 4 * (-(-c // SUMS_PAD) * SUMS_PAD)), h.I32.as_pointer())
@@ -168,7 +168,7 @@ def emit_dwrows_qconv(ctx: KernelContext, dot: Dot, flip: bool, zp_enc: int) -> 
         if bias is not None:
             init = b.add(init, h.load(b, bias, ch))
         init = qm.splat_value(b, init, vt)
-        mult = qm.splat_value(b, h.load(b, mtab, ch), ft) if mtab is not None else h.const(ft, m_one)
+        mult = qm.splat_value(b, multiplier_at(b, mults, ch), ft)
         wrows = [b.bitcast(qm.splat_value(b, h.load(b, wq, b.add(b.mul(ch, h.i64(kh)), h.i64(ty))), vt), bt)
                  for ty in range(kh)]
         out_plane = gep(b, ctx.outs[0], b.mul(b.add(b.mul(n, h.i64(c)), ch), h.i64(oh * ow)))

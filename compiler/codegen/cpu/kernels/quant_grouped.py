@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ....ops.quant import clamp_bounds, multiplier
+from ....ops.quant import clamp_bounds
 from ... import irhelpers as h
 from ... import quant_math as qm
 from .base import KernelContext, KernelKey
+from .quant_units import multiplier_at, multipliers
 
 I16 = ir.IntType(16)
 MAX_UNROLLED_TAPS = 64  # a depthwise window up to 8x8 is summed by straight-line code
@@ -109,16 +110,16 @@ def emit_grouped_qconv(ctx: KernelContext) -> None:
     sw, pw = _phase_width(ctx.key)
     mg = m // g
     lo, hi = clamp_bounds(a["to"], a["clamp"])
-    mvals = multiplier(a["x_scale"], a["w_scale"], a["y_scale"])
+    mults = multipliers(ctx)
     plane = b.bitcast(ctx.scratch, I16.as_pointer())
     acc = h.byte_ptr(b, ctx.scratch, _plane_bytes(ctx.key), h.I32)
     depthwise = cg == 1 and kh * kw <= MAX_UNROLLED_TAPS
     if not depthwise:
-        _grouped_planes(ctx, plane, acc, mvals, lo, hi)
+        _grouped_planes(ctx, plane, acc, mults, lo, hi)
         return
     with h.loop_nest(b, (n_img, m)) as (n, oc):
         init = h.load(b, ctx.ins[2], oc) if len(ctx.in_types) == 3 else h.const(h.I32, 0)
-        mult = qm.channel_value(b, mvals, h.F32, oc, f"{ctx.name}.m")
+        mult = multiplier_at(b, mults, oc)
         base = b.mul(b.add(b.mul(n, h.i64(m)), oc), h.i64(oh * ow))
         ch0 = b.mul(b.udiv(oc, h.i64(mg)), h.i64(cg))
         _fill_plane(ctx, n, ch0, plane)
@@ -135,7 +136,7 @@ def emit_grouped_qconv(ctx: KernelContext) -> None:
             h.store(b, q, ctx.outs[0], b.add(base, h.linear(b, (oy, ox), (ow, 1))))
 
 
-def _grouped_planes(ctx: KernelContext, plane, acc, mvals, lo: int, hi: int) -> None:
+def _grouped_planes(ctx: KernelContext, plane, acc, mults, lo: int, hi: int) -> None:
     """Per block of a group's outputs (``_block``): their int32 planes (biases), then each input
     channel's plane filled once and added, tap by tap, into every output of the block; then all
     requantized."""
@@ -165,6 +166,6 @@ def _grouped_planes(ctx: KernelContext, plane, acc, mvals, lo: int, hi: int) -> 
                         h.store(b, b.add(h.load(b, acc, out), b.mul(x, wv)), acc, out)
         with h.loop_nest(b, (jb, px), name="rq") as (j, p):
             oc = b.add(oc0, j)
-            mult = qm.channel_value(b, mvals, h.F32, oc, f"{ctx.name}.m")
+            mult = multiplier_at(b, mults, oc)
             q = qm.requantize(b, h.load(b, acc, b.add(b.mul(j, h.i64(px)), p)), mult, a["y_zero_point"], lo, hi)
             h.store(b, q, ctx.outs[0], b.add(b.mul(b.add(b.mul(n, h.i64(m)), oc), h.i64(px)), p))

@@ -10,7 +10,6 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from ....ops.quant import multiplier
 from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
@@ -18,7 +17,7 @@ from ..int_dot import Dot, choose_dot, pairs_bounded
 from ..int_gemm import GemmGeometry, emit_int_gemm
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
-from .quant_units import QUADS, dot_of, encoding, multipliers, requant_epilogue, sums_bytes
+from .quant_units import QUADS, dot_of, encoding, multiplier_at, multipliers, requant_epilogue, sums_bytes
 
 
 def _pack_qmatmul(key: KernelKey, i: int, arr: np.ndarray, target: Target):
@@ -86,7 +85,7 @@ def _qmatmul_direct(ctx: KernelContext) -> None:
     k, n = ctx.shape(1)
     rows = math.prod(ctx.shape(0)[:-1])
     dtype = ctx.in_types[0].dtype
-    mvals = multiplier(a["a_scale"], a["b_scale"], a["y_scale"])
+    mults = multipliers(ctx, ("a_scale", "b_scale", "y_scale"))
     az = h.const(h.I32, a["a_zero_point"])
     with h.loop_nest(b, (rows, n)) as (r, col):
         init = h.load(b, ctx.ins[2], col) if len(ctx.in_types) == 3 else h.const(h.I32, 0)
@@ -97,7 +96,7 @@ def _qmatmul_direct(ctx: KernelContext) -> None:
             return b.add(acc, b.mul(xv, wv))
 
         acc = h.reduce_range(b, k, init, step, name="k")
-        mult = qm.channel_value(b, mvals, h.F32, col, f"{ctx.name}.m")
+        mult = multiplier_at(b, mults, col)
         h.store(b, qm.finish(b, acc, mult, a), ctx.outs[0], b.add(b.mul(r, h.i64(n)), col))
 
 

@@ -58,6 +58,12 @@ def multipliers(ctx: KernelContext, names: tuple[str, str, str] = SCALES, pad: i
     return qm.table(ctx.b, f"{ctx.name}.m", np.resize(m, max(pad, m.size)), h.F32), 0.0
 
 
+def multiplier_at(b: ir.IRBuilder, mults: tuple[ir.Value | None, float], row: ir.Value) -> ir.Value:
+    """Row ``row``'s float32 multiplier, from what :func:`multipliers` gave."""
+    mtab, m_one = mults
+    return h.load(b, mtab, row) if mtab is not None else ir.Constant(h.F32, m_one)
+
+
 def encoding(x_dtype: DType, dot: Dot) -> tuple[bool, int]:
     """(flip the sign bit of each activation byte, what that adds to the zero point)."""
     if x_dtype is DType.I8 and not dot.u_signed:
@@ -100,7 +106,7 @@ def requant_epilogue(ctx: KernelContext, a, mults: tuple[ir.Value | None, float]
             if bias is not None:
                 comp = b.add(comp, h.load(b, bias, row))
             acc = b.add(acc, qm.splat_value(b, comp, vt))
-            mult = qm.splat_value(b, h.load(b, mtab, row), ft) if mtab is not None else h.const(ft, m_one)
+            mult = qm.splat_value(b, multiplier_at(b, mults, row), ft)
         else:
             comp = b.mul(lanes(b, rows_sums, colv), h.const(vt, -zp_enc))
             if bias is not None:

@@ -45,7 +45,7 @@ class Part:
     byte_offsets: tuple[int, ...]  # per input: added to the arena pointer (constants: unused)
     out_offset: int  # bytes into the output
     rows: tuple[int, int]  # the output-channel range of the constant slices
-    axes: tuple[int | None, ...] = ()  # per input: the axis of a constant sliced to ``rows`` (None: whole)
+    axes: tuple[int | None, ...]  # per input: the axis of a constant sliced to ``rows`` (None: whole)
 
 
 def _ranges(units: int, parts: int, unit: int) -> list[tuple[int, int]]:
@@ -225,6 +225,7 @@ def _parts(key: KernelKey, ranges: list[tuple[tuple[int, int], Target]]) -> list
         ins, offs, axes = [], [], []
         for i, t in enumerate(key.in_types):
             axis = channel_axis.get(i, 0)
+            axes.append(None)
             if i == 0:
                 ins.append(TensorType(t.dtype, (1, sub_c, *t.shape[2:])))
                 offs.append(x_off)
@@ -234,7 +235,7 @@ def _parts(key: KernelKey, ranges: list[tuple[tuple[int, int], Target]]) -> list
             elif key.packed[i] == "const" and len(t.shape) > axis and t.shape[axis] == oc:  # weights, bias
                 ins.append(TensorType(t.dtype, t.shape[:axis] + (m,) + t.shape[axis + 1:]))
                 offs.append(0)
-                axes.append((i, axis))
+                axes[-1] = axis
             elif key.packed[i] == "const" and math.prod(t.shape) == 1:  # one value for every channel
                 ins.append(t)
                 offs.append(0)
@@ -242,8 +243,7 @@ def _parts(key: KernelKey, ranges: list[tuple[tuple[int, int], Target]]) -> list
                 return None
         outs = (TensorType(out_t.dtype, (1, m, *out_t.shape[2:])),)
         sub = KernelKey(key.op, attrs, tuple(ins), outs, key.alias, key.scalars, key.packed)
-        sliced_axes = tuple(dict(axes).get(i) for i in range(len(key.in_types)))
-        found.append(Part(sub, sub_target, tuple(offs), lo * plane_out, (lo, hi), sliced_axes))
+        found.append(Part(sub, sub_target, tuple(offs), lo * plane_out, (lo, hi), tuple(axes)))
     return found
 
 
@@ -279,11 +279,8 @@ def _split(target: Target, plan, geom, unit: int, rows: list[tuple[int, int]]) -
 
 def slice_constant(arr: np.ndarray, part: Part, i: int) -> np.ndarray:
     """The part's output channels of constant input ``i`` (whole when the part takes all of it)."""
-    axis = part.axes[i] if i < len(part.axes) else None
-    if axis is None:
-        return arr
-    lo, hi = part.rows
-    return arr[(slice(None),) * axis + (slice(lo, hi),)]
+    axis = part.axes[i]
+    return arr if axis is None else arr[(slice(None),) * axis + (slice(*part.rows),)]
 
 
 SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts, "Gemm": gemm_parts,
