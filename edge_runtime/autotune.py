@@ -28,6 +28,7 @@ model's choice. The result is cached with the compiled artifact, keyed by the ex
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import operator
@@ -51,6 +52,7 @@ from ..compiler.target import ConvChoice, Geometry, Target
 from . import pool_probe
 from .levels import LIGHT_LEVEL
 from .linking import load_functions
+from .tuning_record import TuningRecord
 
 MARGIN = 0.10  # a candidate must beat the cost model's choice by this fraction to replace it
 ROUND_S = 0.002  # one timing round per candidate: about this long
@@ -68,6 +70,7 @@ class LayerResult:
     parts: int = 1  # threads sharing the layer: the tuner's pick (one: whole)
     default_parts: int = 1  # the cost model's
     parts_seconds: tuple[tuple[int, tuple[float, ...]], ...] = ()  # (parts, predicted seconds per round) when the split was measured
+    recorded: bool = False  # the choice came from the tuning record, untimed
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,12 @@ class TuneReport:
     spent_s: float
     budget_s: float
     sync_us: float | None = None  # the pool's handoff measured here (more than one thread), in the tuned Target
+    untimed: tuple[tuple[Geometry, ConvChoice], ...] = ()  # the layers skipped, with the cost model's choice
+
+    @property
+    def settled(self) -> dict[Geometry, ConvChoice]:
+        """Every tunable layer's choice, timed, recorded or the cost model's: what the tuning record keeps."""
+        return {r.geometry: r.choice for r in self.results} | dict(self.untimed)
 
     @property
     def choices(self) -> dict[Geometry, ConvChoice]:
@@ -96,9 +105,11 @@ def pick(default: K, rounds: Mapping[K, Sequence[float]], margin: float = MARGIN
 
 
 def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_counter,
-         llvm: Compiler | None = None) -> TuneReport:
+         llvm: Compiler | None = None, known: Mapping[Geometry, ConvChoice] | None = None) -> TuneReport:
     """Measure the candidates of ``graph``'s conv layers (already optimized and batch-bound).
 
+    ``known``: choices fixed already (:mod:`.tuning_record`); a layer whose recorded choice is one of
+    its candidates takes it untimed, and only its split is measured (more than one thread).
     Budget: the untuned compile is estimated from the cost-model kernels built so far, one per
     distinct conv layer (they dominate lowering and LLVM), their IR and LLVM work overlapping as in
     the compile (:func:`_budget`); no kernel is built once the time spent plus the mean build would
@@ -110,13 +121,15 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     t0 = clock()
     layers = [(g, c) for g, _ in sorted(tunable_convs(graph).items(), key=lambda kv: -kv[1])
               if len(c := worth_timing(target, g)) > 1]
-    results: list[LayerResult] = []
+    fixed = {g: known[g] for g, c in layers if known and known.get(g) in c}
+    done = {g: LayerResult(g, fixed[g], c[0], {}, recorded=True) for g, c in layers if g in fixed}
+    todo = [(g, (fixed[g],) if g in fixed else c) for g, c in layers if g not in fixed or _may_split(target, g, fixed[g])]
     mean_build, budget = 0.0, target.tuning.autotune_budget_s
     if budget <= 0 or target.tuning.autotune_fraction * len(layers) < 2:
         # the budget could not pay for the first layer's default and one rival: build nothing (a small
         # graph's compile would otherwise pay for a default kernel built only to be thrown away)
-        return TuneReport((), len(layers), clock() - t0, 0.0)
-    for i, (geom, cands) in enumerate(layers):
+        return _report(layers, done, clock() - t0, 0.0)
+    for i, (geom, cands) in enumerate(todo):
         if i and clock() - t0 + 2 * mean_build > budget:
             break
         weights = timing_weights(geom)  # made once for all of the layer's candidates
@@ -134,19 +147,31 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
             mean_build = (mean_build * i + build_s[0]) / (i + 1)
             stages.append(built[0].stages())
             budget = _budget(target, stages, len(layers), llvm)
-        if len(built) < 2:
+        if len(built) < 2 and geom not in fixed:
             break
-        seconds = interleaved_seconds({b.choice: b.call for b in built})
-        choice = pick(cands[0], seconds)
+        seconds = interleaved_seconds({b.choice: b.call for b in built}) if len(built) > 1 else {}
+        choice = pick(cands[0], seconds) if seconds else cands[0]
         whole = next(b for b in built if b.choice == choice)
         split = _split_seconds(target, geom, whole, clock) if clock() - t0 + mean_build <= budget else None
-        result = LayerResult(geom, choice, cands[0], seconds)
+        result = done.get(geom) or LayerResult(geom, choice, cands[0], seconds)
         if split is not None:
             default_parts, timed = split
             result = dataclasses.replace(result, parts=pick(default_parts, timed), default_parts=default_parts,
                                          parts_seconds=tuple(timed.items()))
-        results.append(result)
-    return TuneReport(tuple(results), len(layers) - len(results), clock() - t0, budget)
+        done[geom] = result
+    return _report(layers, done, clock() - t0, budget)
+
+
+def _report(layers: list[tuple[Geometry, tuple[ConvChoice, ...]]], done: dict[Geometry, LayerResult],
+            spent_s: float, budget_s: float) -> TuneReport:
+    """The report of ``done``, in the order of ``layers``; those not done keep the cost model's choice."""
+    untimed = tuple((g, c[0]) for g, c in layers if g not in done)
+    return TuneReport(tuple(done[g] for g, _ in layers if g in done), len(untimed), spent_s, budget_s, untimed=untimed)
+
+
+def _may_split(target: Target, geom: Geometry, choice: ConvChoice) -> bool:
+    """True when the cost model splits ``geom`` at ``choice`` over the target's threads."""
+    return target.threads > 1 and split_ranges(with_choices(target, {geom: choice}), geom) is not None
 
 
 def _budget(target: Target, stages: list[tuple[float, float]], layers: int, llvm: Compiler | None) -> float:
@@ -190,11 +215,12 @@ def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tupl
 
 class Retarget:
     """``lower``'s retarget hook: tunes the optimized graph, keeps the report, returns the tuned Target.
-    ``llvm``: where the candidates' LLVM work goes (default: done here, in turn)."""
+    ``llvm``: where the candidates' LLVM work goes (default: done here, in turn); ``record``: this
+    CPU's tuning record, whose choices are taken and which keeps this compile's (none: time all)."""
 
-    def __init__(self, llvm: Compiler | None = None) -> None:
+    def __init__(self, llvm: Compiler | None = None, record: TuningRecord | None = None) -> None:
         self.report: TuneReport | None = None
-        self.llvm = llvm
+        self.llvm, self.record = llvm, record
 
     def __call__(self, graph: Graph, target: Target) -> Target:
         # the lowering turns the collector off; the candidates' modules are cyclic garbage once printed, and
@@ -204,13 +230,15 @@ class Retarget:
             return self._retarget(graph, target)
 
     def _retarget(self, graph: Graph, target: Target) -> Target:
-        sync_us, probe_s = None, 0.0
-        if target.threads > 1 and tunable_convs(graph):  # what a split costs here decides which layers split
+        sync_us, probe_s, convs = None, 0.0, tunable_convs(graph)
+        if target.threads > 1 and convs:  # what a split costs here decides which layers split
             t0 = time.perf_counter()
             sync_us = pool_probe.handoff_us(target, self.llvm)
             probe_s = time.perf_counter() - t0
             target = dataclasses.replace(target, tuning=target.tuning.replace(parallel_sync_us=sync_us))
-        report = tune(graph, target, llvm=self.llvm)
+        with self.record.held() if self.record and convs else contextlib.nullcontext({}) as known:
+            report = tune(graph, target, llvm=self.llvm, known=known)
+            known.update(report.settled)
         self.report = dataclasses.replace(report, spent_s=report.spent_s + probe_s, sync_us=sync_us)
         tuned = with_choices(target, self.report.choices)
         return dataclasses.replace(tuned, conv_parts=tuple(sorted(self.report.parts.items(), key=repr)))

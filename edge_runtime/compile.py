@@ -28,6 +28,8 @@ from .loader import Model
 from .objload import LoadedCode, UnsupportedObjectError, load_object
 from .prelink import Prelinked, load_prelinked
 from .session import CompileStats, Session, StepClock, new_arena
+from .tuning_record import TuningRecord
+from .tuning_record import scope as tuning_scope
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +210,8 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
             return session
     from . import autotune
 
-    tuner = autotune.Retarget() if tune else None
+    record = TuningRecord(cache.dir, cache.sealer, tuning_scope(tgt, fingerprint)) if cache and cache.sealer else None
+    tuner = autotune.Retarget(record=record) if tune else None
     optimized = spare.graphs  # optimized while the helper started: the lowering takes it over
     lowered, objs, lower_s = _build(optimized or [graph_of()], tgt, batch, optimize and not optimized, profile,
                                     spare.jobs, tuner, spare.helpers)

@@ -9,6 +9,7 @@ import pytest
 
 from cuvil.compiler.target import ConvChoice
 from cuvil.devices.detect import cpu_identity
+from cuvil.compiler.codegen.cpu.kernels.conv import tunable_convs
 from cuvil.edge_runtime.autotune import MARGIN, pick, tune, worth_timing
 from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.compile import compile_graph
@@ -105,7 +106,7 @@ def test_the_tuner_collects_its_candidates_garbage_inside_a_lowering_that_does_n
     _, lowered_graph, _ = cnn
     seen = []
 
-    def fake_tune(graph, target, llvm=None):
+    def fake_tune(graph, target, llvm=None, known=None):
         seen.append(gc.isenabled())
         return autotune.TuneReport((), 0, 0.0, 0.0)
 
@@ -228,3 +229,48 @@ def test_candidates_are_loaded_by_cuvils_loader_and_by_mcjit_only_when_it_refuse
     monkeypatch.setattr(linking, "load_image", refuse)
     (r,) = tune(_one_conv(32, 16), big, llvm=_Compiler()).results
     assert len(r.seconds) >= 2 and len(engines) == len(r.seconds)
+
+
+def test_a_recorded_choice_is_taken_untimed_and_nothing_is_built(monkeypatch):
+    from cuvil.edge_runtime import autotune
+
+    graph = _one_conv(32, 16)
+    big = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=100.0))
+    (geom, cands), = [(g, worth_timing(big, g)) for g in tunable_convs(graph)]
+    assert len(cands) >= 2
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a candidate was built")
+
+    monkeypatch.setattr(autotune, "_Built", no_build)
+    (r,) = tune(graph, big, known={geom: cands[-1]}).results
+    assert r.recorded and r.choice == cands[-1] and r.seconds == {}
+    assert tune(graph, big, known={geom: cands[-1]}).settled == {geom: cands[-1]}
+
+
+def test_a_recorded_choice_that_is_not_a_candidate_is_timed_again():
+    graph = _one_conv(32, 16)
+    big = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=100.0))
+    (geom,) = tunable_convs(graph)
+    (r,) = tune(graph, big, known={geom: ConvChoice("nonsense", 99, 99, 3)}).results
+    assert not r.recorded and len(r.seconds) >= 2 and r.choice in worth_timing(big, geom)
+
+
+def test_at_two_threads_only_a_recorded_layers_split_is_timed():
+    graph = _one_conv(64, 16)
+    macs = 64 * 16 * 16 * 64 * 9
+    model_two = HOST.tuning.replace(parallel_sync_us=1.0, conv_macs_per_us=1.0, parallel_sync_ratio=macs / 2,
+                                    autotune_budget_s=60.0, autotune_fraction=100.0)
+    two = dataclasses.replace(HOST, threads=2, tuning=model_two)
+    (geom,) = tunable_convs(graph)
+    recorded = worth_timing(two, geom)[-1]
+    (r,) = tune(graph, two, known={geom: recorded}).results
+    assert r.recorded and r.choice == recorded and r.seconds == {} and set(dict(r.parts_seconds)) == {1, 2}
+
+
+def test_layers_the_budget_did_not_reach_are_settled_at_the_cost_models_choice(cnn):
+    _, lowered_graph, _ = cnn
+    t = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=0.0))
+    report = tune(lowered_graph, t)
+    layers = {g for g in tunable_convs(lowered_graph) if len(worth_timing(t, g)) > 1}
+    assert report.settled == {g: worth_timing(t, g)[0] for g in layers} and len(report.untimed) == report.skipped

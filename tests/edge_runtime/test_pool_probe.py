@@ -42,7 +42,7 @@ def conv_graph():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_tuner_puts_the_measured_handoff_in_the_target(conv_graph, monkeypatch, threads):
     monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: 123.5)
-    monkeypatch.setattr(autotune, "tune", lambda graph, target, llvm=None: autotune.TuneReport((), 0, 0.0, 0.0))
+    monkeypatch.setattr(autotune, "tune", lambda graph, target, llvm=None, known=None: autotune.TuneReport((), 0, 0.0, 0.0))
     tuner = autotune.Retarget()
     tuned = tuner(conv_graph, dataclasses.replace(AVX2, threads=threads))
     if threads == 1:  # nothing is handed over at one thread: nothing measured

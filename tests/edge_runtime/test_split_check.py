@@ -43,7 +43,7 @@ def no_probe(monkeypatch):
     from cuvil.edge_runtime import autotune, pool_probe
 
     monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: 1.0)
-    monkeypatch.setattr(autotune, "tune", lambda graph, target, llvm=None: autotune.TuneReport((), 0, 0.0, 0.0))
+    monkeypatch.setattr(autotune, "tune", lambda graph, target, llvm=None, known=None: autotune.TuneReport((), 0, 0.0, 0.0))
 
 
 @pytest.mark.parametrize("measured, rounded", [(0.0, 1.0), (0.4, 1.0), (1.0, 1.0), (1.1, 2.0), (6.5, 8.0), (8.0, 8.0), (9.0, 16.0)])

@@ -1,0 +1,163 @@
+"""One record of conv choices per CPU, shared by every tuned compile on it: the same model, the same bits.
+
+Timing is noisy. Two tuned compiles of one model could choose different kernels for a layer whose
+candidates run within a few percent of each other, and each kernel sums in its own order: SqueezeNet
+tuned at 1, 2, 1 and 2 threads (no cache) chose another kernel for one layer in the second compile,
+whose output then differed in its last bits. The answer followed the compile, not the model.
+
+So the first tuned compile that meets a layer geometry fixes its choice for this CPU: the measured
+one, or the cost model's where that compile's budget did not reach the layer. Every later tuned
+compile here takes the recorded choice without timing it, at any thread count, and spends its budget
+on layers not seen before. The split of a layer over threads is not recorded: it never changes the
+answer, and whether it pays depends on how free the cores are at the time.
+
+The record is a file in the compile cache's directory, sealed under the device secret and named by
+its scope (:func:`scope`: the CPU, the compiler's fingerprint and the target less its thread count),
+so a changed compiler or profile starts a new record; deleting the file starts over. A damaged,
+replaced or odd record is a miss, logged, and written again; the tuner takes a recorded choice only
+when it is one of the layer's candidates. Tuning holds the record's lock (``flock``) from reading it
+to writing it back, so two compiles on one device neither lose each other's choices nor time their
+kernels at the same time; a compile that cannot have the lock within ``LOCK_WAIT_S`` tunes alone and
+records nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..compiler.target import ConvChoice, Geometry, Target
+from ..devices.detect import cpu_identity
+from .private import private_dir
+from .sealed import Sealer, SealError
+
+log = logging.getLogger(__name__)
+
+LOCK_WAIT_S = 30.0  # longer than any tuning's budget and its builds
+MAX_ENTRIES = 4096  # layer geometries a record keeps; beyond them choices are not recorded
+_GEOMETRY_TUPLES = {7: 2, 8: 4, 9: 2}  # strides, pads, dilations: their positions in a Geometry and lengths
+_MAX_INT = 1 << 31
+
+
+def scope(target: Target, fingerprint: str) -> str:
+    """What a record's choices hold for: this CPU, the compiler (``fingerprint``: the compile cache's)
+    and ``target`` at any thread count, before any choice was fixed in it."""
+    base = dataclasses.replace(target, threads=1, conv_choices=(), conv_parts=())
+    return hashlib.sha256(f"{cpu_identity()}\n{fingerprint}\n{base!r}".encode()).hexdigest()
+
+
+class TuningRecord:
+    """The record of one scope in ``directory``, sealed by ``sealer``."""
+
+    SUFFIX = ".cuvil-tuning"
+
+    def __init__(self, directory: str | os.PathLike, sealer: Sealer, scope: str) -> None:
+        self.dir, self.sealer, self.scope = Path(directory), sealer, scope
+        self.path = self.dir / f"{scope[:32]}{self.SUFFIX}"
+
+    @contextmanager
+    def held(self) -> Iterator[dict[Geometry, ConvChoice]]:
+        """The recorded choices, under the record's lock: what the caller adds to the dict is written
+        back on leaving. Without the lock (another compile held it ``LOCK_WAIT_S``, or the directory
+        refuses a lock file), an empty dict that nothing writes back."""
+        lock = self._lock()
+        if lock is None:
+            yield {}
+            return
+        try:
+            known = self._read()
+            choices = dict(known)
+            yield choices
+            if choices != known and len(choices) <= MAX_ENTRIES:
+                self._write(choices)
+        finally:
+            os.close(lock)  # closing the descriptor releases the flock
+
+    def _lock(self) -> int | None:
+        try:
+            private_dir(self.dir)
+            fd = os.open(self.dir / f"{self.scope[:32]}{self.SUFFIX}-lock",
+                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError as e:
+            log.warning("tuning without the record in %s: %s", self.dir, e.strerror or e)
+            return None
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    log.warning("tuning without the record: another compile held %s for %.0f s", self.path, LOCK_WAIT_S)
+                    return None
+                time.sleep(0.05)
+
+    def _read(self) -> dict[Geometry, ConvChoice]:
+        try:
+            return decode(self.sealer.read(self.path, self.scope).meta)
+        except FileNotFoundError:
+            return {}
+        except (OSError, SealError, ValueError) as e:
+            log.warning("tuning record %s is unusable, recording again: %s", self.path, e)
+            return {}
+
+    def _write(self, choices: dict[Geometry, ConvChoice]) -> None:
+        try:
+            self.sealer.write(self.path, self.scope, encode(choices), [], b"")
+        except (OSError, SealError) as e:
+            log.warning("could not write the tuning record %s: %s", self.path, e)
+
+
+def encode(choices: dict[Geometry, ConvChoice]) -> bytes:
+    rows = sorted([list(_flat(g)), [c.method, c.mr, c.nv, c.vl]] for g, c in choices.items())
+    return json.dumps({"choices": rows}, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> dict[Geometry, ConvChoice]:
+    """The choices in ``data``; ValueError for anything but :func:`encode`'s form."""
+    try:
+        rows = json.loads(data)["choices"]
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError) as e:
+        raise ValueError("not a tuning record") from e
+    if not isinstance(rows, list) or len(rows) > MAX_ENTRIES:
+        raise ValueError("not a list of at most MAX_ENTRIES choices")
+    out: dict[Geometry, ConvChoice] = {}
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 2):
+            raise ValueError("a choice is not a [geometry, choice] pair")
+        geom, choice = _geometry(row[0]), row[1]
+        if not (isinstance(choice, list) and len(choice) == 4 and isinstance(choice[0], str)
+                and len(choice[0]) <= 32 and all(_small_int(v) for v in choice[1:])):
+            raise ValueError("a choice is not [method, mr, nv, vl]")
+        out[geom] = ConvChoice(*choice)
+    return out
+
+
+def _flat(geom: Geometry) -> list[int]:
+    return [v for part in geom for v in (part if isinstance(part, tuple) else (part,))]
+
+
+def _geometry(flat) -> Geometry:
+    """A Geometry from its :func:`_flat` form (19 integers), or ValueError."""
+    if not (isinstance(flat, list) and len(flat) == 11 + sum(n - 1 for n in _GEOMETRY_TUPLES.values())
+            and all(_small_int(v) for v in flat)):
+        raise ValueError("a geometry is not 19 integers")
+    out, i = [], 0
+    for pos in range(11):
+        n = _GEOMETRY_TUPLES.get(pos)
+        out.append(tuple(flat[i:i + n]) if n else flat[i])
+        i += n or 1
+    return tuple(out)
+
+
+def _small_int(v) -> bool:
+    return type(v) is int and 0 <= v < _MAX_INT
