@@ -222,3 +222,35 @@ def test_a_depthwise_conv_joins_its_producers_job(residual, tmp_path):
     assert two.lowered.split_nodes == 3 and len(jobs) == (2 if residual else 3)
     out = two.run(feeds)
     assert all(one[k].tobytes() == out[k].tobytes() for k in one)
+
+
+def _pool_graph():
+    """A conv (32 channels) and its 2x2 max pool, then a padded 3x3 average pool of ceil mode: the max
+    pool joins the conv's job, the average pool has one of its own. The input is pooled last, so no
+    output takes its bytes while a conv part may still read them (that keeps a pool out of the job)."""
+    from cuvil.compiler.frontends.builder import GraphBuilder
+    from cuvil.compiler.ir.types import TensorType
+
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("pools")
+    x = b.input("x", TensorType.parse("f32[1,8,20,20]"))
+    w = b.constant(rng.standard_normal((32, 8, 3, 3)).astype(np.float32))
+    y = b.add1("Conv", [x, w], pads=(1, 1, 1, 1), strides=(1, 1), dilations=(1, 1), group=1)
+    y = b.add1("MaxPool", [y], kernel_shape=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0), dilations=(1, 1))
+    y = b.add1("AveragePool", [y], kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1), ceil_mode=1,
+               count_include_pad=0)
+    z = b.add1("MaxPool", [x], kernel_shape=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0), dilations=(1, 1))
+    return b.build([y, z]), rng.standard_normal((1, 8, 20, 20)).astype(np.float32)
+
+
+def test_pools_split_by_channels_a_max_pool_in_its_producers_job(tmp_path):
+    graph, x = _pool_graph()
+    feeds = {graph.inputs[0]: x}
+    one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1, optimize=False).run(feeds)
+    for threads in (2, 3):
+        many = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=threads, optimize=False)
+        text = lower(graph, dataclasses.replace(SPLIT_ALL, threads=threads), optimize=False).llvm_ir
+        jobs = [line for line in text.splitlines() if line.startswith("define") and "_j" in line.split("(")[0]]
+        assert many.lowered.split_nodes == 4 and len(jobs) == 3  # conv + max pool in one job, each other pool alone
+        out = many.run(feeds)
+        assert all(one[k].tobytes() == out[k].tobytes() for k in one)

@@ -24,7 +24,7 @@ from ...target import Target
 from .. import irhelpers as h
 from ..driver import Prepared, WeightBlock, placement
 from .kernels import KERNELS, KernelContext, KernelDef, KernelKey
-from .kernels.split import SPLITTERS, Part, slice_constant
+from .kernels.split import CHANNELWISE, SPLITTERS, Part, slice_constant
 from .workers import Pool
 
 
@@ -66,6 +66,7 @@ class CpuLowering:
         self.worker_scratch: list[tuple[str, int, int, int]] = []
         self.split_nodes = 0
         self.fused: set[str] = set()
+        self.jobs: set[str] = set()  # nodes that run as jobs of their own (own_jobs)
         self.order: dict[str, int] = {}
         self.pool: Pool | None = None
 
@@ -104,6 +105,7 @@ class CpuLowering:
         b = ir.IRBuilder(entry.append_basic_block("entry"))
         arena, weights = entry.args
         self.order = {node.name: i for i, node in enumerate(self.g.nodes)}
+        self.jobs = self.own_jobs() if self.target.threads > 1 else set()
         nudged = self.ahead_of_jobs()
         last = {name: i for i, node in enumerate(self.g.nodes) for name in node.inputs if name in self.consts}
         done: dict[int, list[str]] = {}
@@ -127,6 +129,23 @@ class CpuLowering:
                 b.store(b.add(b.load(cell), b.sub(t1, t0)), cell)
         b.ret_void()
 
+    def own_jobs(self) -> set[str]:
+        """The nodes that run as jobs of their own: their splitter gives parts. A pool splits on its own
+        only right after another job, while the workers still spin: after a serial layer they may sleep,
+        and waking one cost more than half a pool (Tiny-YOLO's first, 16x160x160 after its unsplit first
+        conv: 0.62x its serial speed, where alone, workers awake, it ran 1.83x)."""
+        found, after_job = set(), False
+        for node in self.g.nodes:
+            if placement(self.prep, node) is None:
+                continue
+            splitter = SPLITTERS.get(node.op)
+            types = (tuple(self.g.types[i] for i in node.inputs), tuple(self.g.types[o] for o in node.outputs))
+            after_job = bool(splitter and (after_job or node.op not in CHANNELWISE)
+                             and splitter(self.pack_key(node, *types), self.target))
+            if after_job:
+                found.add(node.name)
+        return found
+
     def ahead_of_jobs(self) -> set[str]:
         """The nodes before which the caller nudges sleeping workers: the last node with code of its
         own before each job, so the workers wake while it runs and the job finds them spinning."""
@@ -136,9 +155,7 @@ class CpuLowering:
         for node in self.g.nodes:
             if placement(self.prep, node) is None:
                 continue
-            splitter = SPLITTERS.get(node.op)
-            types = (tuple(self.g.types[i] for i in node.inputs), tuple(self.g.types[o] for o in node.outputs))
-            if splitter and splitter(self.pack_key(node, *types), self.target):
+            if node.name in self.jobs:
                 found |= {last} - {None}
                 last = None
             else:
@@ -156,8 +173,7 @@ class CpuLowering:
         packed: list[str | None] = [None] * len(node.inputs)
         args: list[ir.Value | None] = []
         out_ranges = [self.prep.span(o) for o in node.outputs]
-        splitter = SPLITTERS.get(node.op)
-        parts = splitter(self.pack_key(node, in_types, out_types), self.target) if splitter else None
+        parts = SPLITTERS[node.op](self.pack_key(node, in_types, out_types), self.target) if node.name in self.jobs else None
         for i, name in enumerate(node.inputs):
             t = in_types[i]
             if name in g.constants and parts:
@@ -204,7 +220,7 @@ class CpuLowering:
 
     def partner(self, node: Node, parts: list[Part]) -> list[Layer]:
         """The next node when it can run in the same job, part by part after ``node``'s parts (one
-        handoff for two layers): a depthwise conv reading only ``node``'s output, split into the same
+        handoff for two layers): a depthwise conv or a pool reading only ``node``'s output, split into the same
         channel ranges, whose output overlaps none of ``node``'s tensors (a part may still read them)."""
         at = self.order.get(node.name)
         nxt = self.g.nodes[at + 1] if at is not None and at + 1 < len(self.g.nodes) else None
@@ -213,7 +229,8 @@ class CpuLowering:
         if any(i in self.g.constants for i in nxt.inputs[:1]) or not all(i in self.g.constants for i in nxt.inputs[1:]):
             return []
         x_t, out_t = self.g.types[nxt.inputs[0]], self.g.types[nxt.outputs[0]]
-        if len(x_t.shape) < 2 or nxt.attr.get("group", 1) != x_t.shape[1] or out_t.shape[1] != x_t.shape[1]:
+        per_channel = nxt.op in CHANNELWISE or nxt.attr.get("group", 1) == x_t.shape[1]
+        if len(x_t.shape) < 2 or not per_channel or out_t.shape[1] != x_t.shape[1]:
             return []
         alias = placement(self.prep, nxt)
         lo, hi = self.prep.span(nxt.outputs[0])

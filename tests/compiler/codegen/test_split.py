@@ -8,7 +8,8 @@ import dataclasses
 import numpy as np
 
 from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
-from cuvil.compiler.codegen.cpu.kernels.split import conv_parts, gemm_parts, qconv_parts, matmul_parts, slice_constant
+from cuvil.compiler.codegen.cpu.kernels.split import (conv_parts, gemm_parts, matmul_parts, pool_parts, qconv_parts,
+                                                     slice_constant)
 from cuvil.compiler.ir.dtypes import DType
 from cuvil.compiler.ir.types import TensorType
 from cuvil.devices import resolve_target
@@ -224,3 +225,45 @@ def test_a_float_matmul_of_one_row_by_constant_weights_splits_by_columns():
                                                                                 ((24, 44), (64, 20), 96)]
     rows3 = dataclasses.replace(key, in_types=(TensorType(DType.F32, (1, 1, 64)), key.in_types[1]))
     assert matmul_parts(rows3, _target(2)) is None  # A of rank 3: whole
+
+
+def _pool_key(c: int, hw: int, op: str = "MaxPool", batch: int = 1, outs: int = 1) -> KernelKey:
+    attrs = (("kernel_shape", (2, 2)), ("pads", (0, 0, 0, 0)), ("strides", (2, 2)))
+    out = TensorType(DType.F32, (batch, c, hw // 2, hw // 2))
+    return KernelKey(op, attrs, (TensorType(DType.F32, (batch, c, hw, hw)),), (out,) * outs, (), (), (None,))
+
+
+def _pool_target(threads: int, sync_us: float = 0.0, elements_per_us: int = 1000):
+    """A part must be worth one handoff of ``sync_us``: pooling reads ``elements_per_us``."""
+    return dataclasses.replace(_target(threads, sync_us), tuning=_target(threads, sync_us).tuning.replace(
+        pool_elements_per_us=elements_per_us))
+
+
+def test_a_pool_splits_by_channels_each_part_moving_its_input_and_output():
+    parts = pool_parts(_pool_key(5, 16), _pool_target(2))
+    assert [p.rows for p in parts] == [(0, 3), (3, 5)]  # any channel count: a plane is pooled alone
+    assert [p.byte_offsets for p in parts] == [(0,), (3 * 16 * 16 * 4,)]
+    assert [p.out_offset for p in parts] == [0, 3 * 8 * 8 * 4]
+    assert [p.key.in_types[0].shape for p in parts] == [(1, 3, 16, 16), (1, 2, 16, 16)]
+    assert [p.key.out_types[0].shape for p in parts] == [(1, 3, 8, 8), (1, 2, 8, 8)]
+    assert all(p.key.attrs == _pool_key(5, 16).attrs for p in parts)
+    assert len(pool_parts(_pool_key(5, 16, "AveragePool"), _pool_target(3))) == 3
+
+
+def test_the_pools_input_size_and_the_handoff_decide_its_split():
+    elements = 4 * 16 * 16  # 1,024 at 1,000 a microsecond: two parts of 0.512 us
+    assert len(pool_parts(_pool_key(4, 16), _pool_target(2, sync_us=0.5))) == 2
+    assert pool_parts(_pool_key(4, 16), _pool_target(2, sync_us=0.6)) is None
+    assert pool_parts(_pool_key(4, 16), _pool_target(2, sync_us=0.5, elements_per_us=2 * elements)) is None
+
+
+def test_pools_that_stay_whole():
+    assert pool_parts(_pool_key(4, 16), _pool_target(1)) is None  # one thread
+    assert pool_parts(_pool_key(4, 16, batch=2), _pool_target(2)) is None  # batch two
+    assert pool_parts(_pool_key(4, 16, outs=2), _pool_target(2)) is None  # MaxPool's indices too
+    assert pool_parts(_pool_key(1, 16), _pool_target(2)) is None  # one channel
+
+
+def test_a_pool_takes_its_producers_channel_ranges():
+    assert [p.rows for p in pool_parts(_pool_key(40, 16), _pool_target(2), [(0, 24), (24, 40)])] == [(0, 24), (24, 40)]
+    assert pool_parts(_pool_key(40, 16), _pool_target(2), [(0, 24), (24, 32)]) is None  # not all of its channels

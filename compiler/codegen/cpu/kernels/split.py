@@ -17,7 +17,8 @@ own shape gets, and its packed weights carry its own requantization multipliers,
 share one function. A fully connected layer of batch one (Gemm or FusedGemm, A of one row, B the
 [N, K] weights of ``transB``; a MatMul or QMatMul of one row by constant [K, N] weights) splits into
 column ranges of whole vectors (``gemm_parts``, ``matmul_parts``): the micro-kernel sums each output
-over K in order, one accumulator, whatever the columns around it.
+over K in order, one accumulator, whatever the columns around it. A pool of batch one splits by
+channels (``pool_parts``): each plane is pooled alone.
 """
 
 from __future__ import annotations
@@ -196,6 +197,28 @@ def _cost_model_ranges(target: Target, total: int, unit: int, macs: float) -> li
     return ranges
 
 
+def pool_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
+    """The channel ranges of a pool of batch one (MaxPool, AveragePool: any rank), or None when it stays
+    on one thread. Each channel's plane is pooled alone, so any ranges give the same bits. The cost
+    model reads its input's elements at ``Tuning.pool_elements_per_us``. ``rows``: as for ``conv_parts``
+    (a pool right after a split conv runs in its job, part by part: no handoff of its own)."""
+    x_t, out_t = key.in_types[0], key.out_types[0]
+    if target.threads < 2 or len(key.in_types) != 1 or len(key.out_types) != 1 or len(x_t.shape) < 3 or x_t.shape[0] != 1:
+        return None
+    c = x_t.shape[1]
+    if rows is None:
+        t = target.tuning
+        rows = _cost_model_ranges(target, c, 1, math.prod(x_t.shape) * t.conv_macs_per_us / t.pool_elements_per_us)
+    elif not _tiles(rows, c, 1, target.threads):
+        return None
+    if not rows:
+        return None
+    plane_in, plane_out = (math.prod(t.shape[2:]) * t.dtype.itemsize for t in (x_t, out_t))
+    return [Part(KernelKey(key.op, key.attrs, (TensorType(x_t.dtype, (1, hi - lo, *x_t.shape[2:])),),
+                           (TensorType(out_t.dtype, (1, hi - lo, *out_t.shape[2:])),), key.alias, key.scalars, key.packed),
+                 target, (lo * plane_in,), lo * plane_out, (lo, hi), (None,)) for lo, hi in rows]
+
+
 PER_CHANNEL_ATTRS = {"QConv": ("w_scale",), "QMatMul": ("b_scale",)}
 """op -> its attributes that hold one value per output channel (a part takes its range's values)."""
 CHANNEL_AXIS = {"QMatMul": {1: 1}, "MatMul": {1: 1}}
@@ -283,6 +306,8 @@ def slice_constant(arr: np.ndarray, part: Part, i: int) -> np.ndarray:
     return arr if axis is None else arr[(slice(None),) * axis + (slice(*part.rows),)]
 
 
+CHANNELWISE = ("MaxPool", "AveragePool")
+"""Ops whose every output channel reads only the same input channel (as depthwise convs do)."""
 SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts, "Gemm": gemm_parts,
-             "FusedGemm": gemm_parts, "MatMul": matmul_parts, "QMatMul": matmul_parts}
+             "FusedGemm": gemm_parts, "MatMul": matmul_parts, "QMatMul": matmul_parts, **dict.fromkeys(CHANNELWISE, pool_parts)}
 """op -> how its layers split (ops not named here always run on one thread)."""
