@@ -23,7 +23,8 @@ not measured, so a split is only as good as the machine's second core is free.
 
 The time spent is bounded by the profile's ``[tuning]``: at most ``autotune_fraction`` of an
 estimate of the untuned compile and never more than ``autotune_budget_s`` (see :func:`tune`). Layers left when the budget runs out keep the cost
-model's choice. The result is cached with the compiled artifact, keyed by the exact CPU.
+model's choice. The result is cached with the compiled artifact, keyed by the exact CPU, and every
+layer's choice goes to the CPU's tuning record (:mod:`.tuning_record`), which later compiles take untimed.
 """
 
 from __future__ import annotations
