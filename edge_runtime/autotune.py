@@ -53,7 +53,7 @@ from ..compiler.target import ConvChoice, Geometry, Target
 from . import pool_probe
 from .levels import LIGHT_LEVEL
 from .linking import load_functions
-from .tuning_record import TuningRecord
+from .tuning_record import Known, TuningRecord
 
 MARGIN = 0.10  # a candidate must beat the cost model's choice by this fraction to replace it
 ROUND_S = 0.002  # one timing round per candidate: about this long
@@ -88,6 +88,10 @@ class TuneReport:
         """Every tunable layer's choice, timed, recorded or the cost model's: what the tuning record keeps."""
         return {r.geometry: r.choice for r in self.results} | dict(self.untimed)
 
+    def split_decisions(self, threads: int) -> dict[tuple[Geometry, int], bool]:
+        """Each split measured here: whether it pays at ``threads``, as the tuning record keeps it."""
+        return {(r.geometry, threads): r.parts > 1 for r in self.results if r.parts_seconds}
+
     @property
     def choices(self) -> dict[Geometry, ConvChoice]:
         return {r.geometry: r.choice for r in self.results if r.choice != r.default}
@@ -106,11 +110,12 @@ def pick(default: K, rounds: Mapping[K, Sequence[float]], margin: float = MARGIN
 
 
 def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_counter,
-         llvm: Compiler | None = None, known: Mapping[Geometry, ConvChoice] | None = None) -> TuneReport:
+         llvm: Compiler | None = None, known: Known | None = None) -> TuneReport:
     """Measure the candidates of ``graph``'s conv layers (already optimized and batch-bound).
 
-    ``known``: choices fixed already (:mod:`.tuning_record`); a layer whose recorded choice is one of
-    its candidates takes it untimed, and only its split is measured (more than one thread).
+    ``known``: what this CPU's tuning record holds (:mod:`.tuning_record`); a layer whose recorded
+    choice is one of its candidates takes it untimed, and at more than one thread only its split is
+    measured, unless the record says too whether that split pays at this thread count.
     Budget: the untuned compile is estimated from the cost-model kernels built so far, one per
     distinct conv layer (they dominate lowering and LLVM), their IR and LLVM work overlapping as in
     the compile (:func:`_budget`); no kernel is built once the time spent plus the mean build would
@@ -122,9 +127,11 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     t0 = clock()
     layers = [(g, c) for g, _ in sorted(tunable_convs(graph).items(), key=lambda kv: -kv[1])
               if len(c := worth_timing(target, g)) > 1]
-    fixed = {g: known[g] for g, c in layers if known and known.get(g) in c}
-    done = {g: LayerResult(g, fixed[g], c[0], {}, recorded=True) for g, c in layers if g in fixed}
-    todo = [(g, (fixed[g],) if g in fixed else c) for g, c in layers if g not in fixed or _may_split(target, g, fixed[g])]
+    known = known or Known()
+    fixed = {g: known.choices[g] for g, c in layers if known.choices.get(g) in c}
+    done = {g: _recorded(target, g, fixed[g], c[0], known.splits.get((g, target.threads))) for g, c in layers if g in fixed}
+    todo = [(g, (fixed[g],) if g in fixed else c) for g, c in layers
+            if g not in fixed or ((g, target.threads) not in known.splits and _may_split(target, g, fixed[g]))]
     mean_build, budget = 0.0, target.tuning.autotune_budget_s
     if budget <= 0 or target.tuning.autotune_fraction * len(layers) < 2:
         # the budget could not pay for the first layer's default and one rival: build nothing (a small
@@ -168,6 +175,15 @@ def _report(layers: list[tuple[Geometry, tuple[ConvChoice, ...]]], done: dict[Ge
     """The report of ``done``, in the order of ``layers``; those not done keep the cost model's choice."""
     untimed = tuple((g, c[0]) for g, c in layers if g not in done)
     return TuneReport(tuple(done[g] for g, _ in layers if g in done), len(untimed), spent_s, budget_s, untimed=untimed)
+
+
+def _recorded(target: Target, geom: Geometry, choice: ConvChoice, default: ConvChoice, keep: bool | None) -> LayerResult:
+    """A layer the record fixes: its choice, and where the record says whether the cost model's split
+    of it pays at this thread count, that (``keep``; None: not recorded, to be measured)."""
+    result = LayerResult(geom, choice, default, {}, recorded=True)
+    ranges = split_ranges(with_choices(target, {geom: choice}), geom) if keep is not None else None
+    return result if ranges is None else dataclasses.replace(result, parts=len(ranges) if keep else 1,
+                                                              default_parts=len(ranges))
 
 
 def _may_split(target: Target, geom: Geometry, choice: ConvChoice) -> bool:
@@ -237,9 +253,12 @@ class Retarget:
             sync_us = pool_probe.handoff_us(target, self.llvm)
             probe_s = time.perf_counter() - t0
             target = dataclasses.replace(target, tuning=target.tuning.replace(parallel_sync_us=sync_us))
-        with self.record.held() if self.record and convs else contextlib.nullcontext({}) as known:
+        with self.record.held() if self.record and convs else contextlib.nullcontext(Known()) as known:
             report = tune(graph, target, llvm=self.llvm, known=known)
-            known.update(report.settled)
+            known.choices.update(report.settled)
+            known.splits.update(report.split_decisions(target.threads))
+            known.splits.update({(g, target.threads): True for g, c in report.settled.items()  # the cost model's, unmeasured
+                                 if (g, target.threads) not in known.splits and _may_split(target, g, c)})
         self.report = dataclasses.replace(report, spent_s=report.spent_s + probe_s, sync_us=sync_us)
         tuned = with_choices(target, self.report.choices)
         return dataclasses.replace(tuned, conv_parts=tuple(sorted(self.report.parts.items(), key=repr)))

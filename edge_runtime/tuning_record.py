@@ -8,8 +8,10 @@ whose output then differed in its last bits. The answer followed the compile, no
 So the first tuned compile that meets a layer geometry fixes its choice for this CPU: the measured
 one, or the cost model's where that compile's budget did not reach the layer. Every later tuned
 compile here takes the recorded choice without timing it, at any thread count, and spends its budget
-on layers not seen before. The split of a layer over threads is not recorded: it never changes the
-answer, and whether it pays depends on how free the cores are at the time.
+on layers not seen before. Whether a layer's split over N threads pays, as the tuner timed it (its
+largest part alone against the whole layer, on one core), is recorded per thread count too, so a
+later compile at N threads builds nothing for it either; the whole-model check still runs on every
+compile, since what the parts cost together depends on how free the cores are at the time.
 
 The record is a file in the compile cache's directory, sealed under the device secret and named by
 its scope (:func:`scope`: the CPU, the compiler's fingerprint and the target less its thread count),
@@ -32,6 +34,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..compiler.target import ConvChoice, Geometry, Target
@@ -41,6 +44,7 @@ from .sealed import Sealer, SealError
 
 log = logging.getLogger(__name__)
 
+MAX_THREADS = 64  # the most threads a recorded split decision may name (Tuning.max_threads' bound)
 LOCK_WAIT_S = 30.0  # longer than any tuning's budget and its builds
 MAX_ENTRIES = 4096  # layer geometries a record keeps; beyond them choices are not recorded
 _GEOMETRY_TUPLES = {7: 2, 8: 4, 9: 2}  # strides, pads, dilations: their positions in a Geometry and lengths
@@ -54,6 +58,18 @@ def scope(target: Target, fingerprint: str) -> str:
     return hashlib.sha256(f"{cpu_identity()}\n{fingerprint}\n{base!r}".encode()).hexdigest()
 
 
+@dataclass
+class Known:
+    """What a record holds, as a working set the tuner reads and adds to: each layer shape's kernel,
+    and per (shape, threads) whether the cost model's split of it pays (False: the layer runs whole)."""
+
+    choices: dict[Geometry, ConvChoice] = field(default_factory=dict)
+    splits: dict[tuple[Geometry, int], bool] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.choices) + len(self.splits)
+
+
 class TuningRecord:
     """The record of one scope in ``directory``, sealed by ``sealer``."""
 
@@ -64,20 +80,20 @@ class TuningRecord:
         self.path = self.dir / f"{scope[:32]}{self.SUFFIX}"
 
     @contextmanager
-    def held(self) -> Iterator[dict[Geometry, ConvChoice]]:
-        """The recorded choices, under the record's lock: what the caller adds to the dict is written
-        back on leaving. Without the lock (another compile held it ``LOCK_WAIT_S``, or the directory
-        refuses a lock file), an empty dict that nothing writes back."""
+    def held(self) -> Iterator[Known]:
+        """What is recorded, under the record's lock: what the caller adds is written back on leaving.
+        Without the lock (another compile held it ``LOCK_WAIT_S``, or the directory refuses a lock
+        file), an empty :class:`Known` that nothing writes back."""
         lock = self._lock()
         if lock is None:
-            yield {}
+            yield Known()
             return
         try:
-            known = self._read()
-            choices = dict(known)
-            yield choices
-            if choices != known and len(choices) <= MAX_ENTRIES:
-                self._write(choices)
+            read = self._read()
+            known = Known(dict(read.choices), dict(read.splits))
+            yield known
+            if known != read and len(known) <= MAX_ENTRIES:
+                self._write(known)
         finally:
             os.close(lock)  # closing the descriptor releases the flock
 
@@ -101,36 +117,38 @@ class TuningRecord:
                     return None
                 time.sleep(0.05)
 
-    def _read(self) -> dict[Geometry, ConvChoice]:
+    def _read(self) -> Known:
         try:
             return decode(self.sealer.read(self.path, self.scope).meta)
         except FileNotFoundError:
-            return {}
+            return Known()
         except (OSError, SealError, ValueError) as e:
             log.warning("tuning record %s is unusable, recording again: %s", self.path, e)
-            return {}
+            return Known()
 
-    def _write(self, choices: dict[Geometry, ConvChoice]) -> None:
+    def _write(self, known: Known) -> None:
         try:
-            self.sealer.write(self.path, self.scope, encode(choices), [], b"")
+            self.sealer.write(self.path, self.scope, encode(known), [], b"")
         except (OSError, SealError) as e:
             log.warning("could not write the tuning record %s: %s", self.path, e)
 
 
-def encode(choices: dict[Geometry, ConvChoice]) -> bytes:
-    rows = sorted([list(_flat(g)), [c.method, c.mr, c.nv, c.vl]] for g, c in choices.items())
-    return json.dumps({"choices": rows}, separators=(",", ":")).encode()
+def encode(known: Known) -> bytes:
+    choices = sorted([_flat(g), [c.method, c.mr, c.nv, c.vl]] for g, c in known.choices.items())
+    splits = sorted([_flat(g), threads, keep] for (g, threads), keep in known.splits.items())
+    return json.dumps({"choices": choices, "splits": splits}, separators=(",", ":")).encode()
 
 
-def decode(data: bytes) -> dict[Geometry, ConvChoice]:
-    """The choices in ``data``; ValueError for anything but :func:`encode`'s form."""
+def decode(data: bytes) -> Known:
+    """What ``data`` records; ValueError for anything but :func:`encode`'s form."""
     try:
-        rows = json.loads(data)["choices"]
+        doc = json.loads(data)
+        rows, splits = doc["choices"], doc["splits"]
     except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError) as e:
         raise ValueError("not a tuning record") from e
-    if not isinstance(rows, list) or len(rows) > MAX_ENTRIES:
-        raise ValueError("not a list of at most MAX_ENTRIES choices")
-    out: dict[Geometry, ConvChoice] = {}
+    if not (isinstance(rows, list) and isinstance(splits, list) and len(rows) + len(splits) <= MAX_ENTRIES):
+        raise ValueError("not lists of at most MAX_ENTRIES entries")
+    out = Known()
     for row in rows:
         if not (isinstance(row, list) and len(row) == 2):
             raise ValueError("a choice is not a [geometry, choice] pair")
@@ -138,7 +156,12 @@ def decode(data: bytes) -> dict[Geometry, ConvChoice]:
         if not (isinstance(choice, list) and len(choice) == 4 and isinstance(choice[0], str)
                 and len(choice[0]) <= 32 and all(_small_int(v) for v in choice[1:])):
             raise ValueError("a choice is not [method, mr, nv, vl]")
-        out[geom] = ConvChoice(*choice)
+        out.choices[geom] = ConvChoice(*choice)
+    for row in splits:
+        if not (isinstance(row, list) and len(row) == 3 and _small_int(row[1]) and 2 <= row[1] <= MAX_THREADS
+                and type(row[2]) is bool):
+            raise ValueError("a split decision is not [geometry, threads, keep]")
+        out.splits[_geometry(row[0]), row[1]] = row[2]
     return out
 
 

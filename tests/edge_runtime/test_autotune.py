@@ -14,6 +14,7 @@ from cuvil.edge_runtime.autotune import MARGIN, pick, tune, worth_timing
 from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.compile import compile_graph
 from cuvil.edge_runtime.levels import LIGHT_LEVEL
+from cuvil.edge_runtime.tuning_record import Known
 
 from ..hosts import HOST
 
@@ -243,29 +244,37 @@ def test_a_recorded_choice_is_taken_untimed_and_nothing_is_built(monkeypatch):
         raise AssertionError("a candidate was built")
 
     monkeypatch.setattr(autotune, "_Built", no_build)
-    (r,) = tune(graph, big, known={geom: cands[-1]}).results
+    (r,) = tune(graph, big, known=Known({geom: cands[-1]})).results
     assert r.recorded and r.choice == cands[-1] and r.seconds == {}
-    assert tune(graph, big, known={geom: cands[-1]}).settled == {geom: cands[-1]}
+    assert tune(graph, big, known=Known({geom: cands[-1]})).settled == {geom: cands[-1]}
 
 
 def test_a_recorded_choice_that_is_not_a_candidate_is_timed_again():
     graph = _one_conv(32, 16)
     big = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=100.0))
     (geom,) = tunable_convs(graph)
-    (r,) = tune(graph, big, known={geom: ConvChoice("nonsense", 99, 99, 3)}).results
+    (r,) = tune(graph, big, known=Known({geom: ConvChoice("nonsense", 99, 99, 3)})).results
     assert not r.recorded and len(r.seconds) >= 2 and r.choice in worth_timing(big, geom)
 
 
-def test_at_two_threads_only_a_recorded_layers_split_is_timed():
+def _split_in_two():
+    """A conv the cost model splits in two at 2 threads (a part is half its work), all of it timed:
+    (graph, target, its geometry)."""
     graph = _one_conv(64, 16)
     macs = 64 * 16 * 16 * 64 * 9
     model_two = HOST.tuning.replace(parallel_sync_us=1.0, conv_macs_per_us=1.0, parallel_sync_ratio=macs / 2,
                                     autotune_budget_s=60.0, autotune_fraction=100.0)
-    two = dataclasses.replace(HOST, threads=2, tuning=model_two)
     (geom,) = tunable_convs(graph)
+    return graph, dataclasses.replace(HOST, threads=2, tuning=model_two), geom
+
+
+def test_at_two_threads_only_a_recorded_layers_split_is_timed():
+    graph, two, geom = _split_in_two()
     recorded = worth_timing(two, geom)[-1]
-    (r,) = tune(graph, two, known={geom: recorded}).results
+    report = tune(graph, two, known=Known({geom: recorded}, {(geom, 3): False}))  # a decision for 3 threads only
+    (r,) = report.results
     assert r.recorded and r.choice == recorded and r.seconds == {} and set(dict(r.parts_seconds)) == {1, 2}
+    assert report.split_decisions(2) == {(geom, 2): r.parts == 2}  # what the record will keep
 
 
 def test_layers_the_budget_did_not_reach_are_settled_at_the_cost_models_choice(cnn):
@@ -274,3 +283,20 @@ def test_layers_the_budget_did_not_reach_are_settled_at_the_cost_models_choice(c
     report = tune(lowered_graph, t)
     layers = {g for g in tunable_convs(lowered_graph) if len(worth_timing(t, g)) > 1}
     assert report.settled == {g: worth_timing(t, g)[0] for g in layers} and len(report.untimed) == report.skipped
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_recorded_split_decision_is_taken_and_nothing_is_built(keep, monkeypatch):
+    from cuvil.edge_runtime import autotune
+
+    graph, two, geom = _split_in_two()
+    recorded = worth_timing(two, geom)[-1]
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a candidate was built")
+
+    monkeypatch.setattr(autotune, "_Built", no_build)
+    report = tune(graph, two, known=Known({geom: recorded}, {(geom, 2): keep}))
+    (r,) = report.results
+    assert r.recorded and r.default_parts == 2 and r.parts == (2 if keep else 1) and r.parts_seconds == ()
+    assert report.parts == ({} if keep else {geom: 1}) and report.split_decisions(2) == {}  # nothing new to record

@@ -15,7 +15,7 @@ from cuvil.compiler.target import ConvChoice
 from cuvil.edge_runtime import autotune, tuning_record
 from cuvil.edge_runtime.compile import compile_graph
 from cuvil.edge_runtime.sealed import Sealer
-from cuvil.edge_runtime.tuning_record import TuningRecord, decode, encode, scope
+from cuvil.edge_runtime.tuning_record import Known, TuningRecord, decode, encode, scope
 
 from ..hosts import HOST
 
@@ -25,25 +25,34 @@ A, B = ConvChoice("direct", 4, 3, 8), ConvChoice("winograd", 4, 1, 16)
 SCOPE = "5e" * 32
 
 
+def _doc(choices=(), splits=()) -> bytes:
+    return json.dumps({"choices": list(choices), "splits": list(splits)}).encode()
+
+
 @pytest.fixture
 def record(tmp_path):
     return TuningRecord(tmp_path / "cache", Sealer(bytes(range(32))), SCOPE)
 
 
-def test_choices_round_trip_through_the_file_form():
-    assert decode(encode({G1: A, G2: B})) == {G1: A, G2: B}
-    assert decode(encode({})) == {}
+def test_choices_and_split_decisions_round_trip_through_the_file_form():
+    known = Known({G1: A, G2: B}, {(G1, 2): True, (G1, 3): False, (G2, 2): False})
+    assert decode(encode(known)) == known
+    assert decode(encode(Known())) == Known()
 
 
 @pytest.mark.parametrize("data", [
-    b"", b"\xff", b"[]", b'{"choices": 3}', b'{"other": []}',
-    json.dumps({"choices": [[list(range(18)), ["direct", 1, 1, 8]]]}).encode(),  # a geometry of 18 integers
-    json.dumps({"choices": [[[1] * 19, ["direct", 1, 1]]]}).encode(),  # a choice of three fields
-    json.dumps({"choices": [[[1] * 18 + [-1], ["direct", 1, 1, 8]]]}).encode(),  # a negative size
-    json.dumps({"choices": [[[1] * 18 + [True], ["direct", 1, 1, 8]]]}).encode(),  # a boolean for an integer
-    json.dumps({"choices": [[[1] * 19, ["direct", 1, 1.0, 8]]]}).encode(),  # a float
-    json.dumps({"choices": [[[1] * 19, ["x" * 33, 1, 1, 8]]]}).encode(),  # a method name past any of ours
-    json.dumps({"choices": [[[1] * 19, ["direct", 1, 1, 8]]] * (tuning_record.MAX_ENTRIES + 1)}).encode(),
+    b"", b"\xff", b"[]", b'{"choices": 3, "splits": []}', b'{"other": []}', b'{"choices": []}',
+    _doc([[list(range(18)), ["direct", 1, 1, 8]]]),  # a geometry of 18 integers
+    _doc([[[1] * 19, ["direct", 1, 1]]]),  # a choice of three fields
+    _doc([[[1] * 18 + [-1], ["direct", 1, 1, 8]]]),  # a negative size
+    _doc([[[1] * 18 + [True], ["direct", 1, 1, 8]]]),  # a boolean for an integer
+    _doc([[[1] * 19, ["direct", 1, 1.0, 8]]]),  # a float
+    _doc([[[1] * 19, ["x" * 33, 1, 1, 8]]]),  # a method name past any of ours
+    _doc([[[1] * 19, ["direct", 1, 1, 8]]] * (tuning_record.MAX_ENTRIES + 1)),
+    _doc(splits=[[[1] * 19, 1, True]]),  # a split at one thread
+    _doc(splits=[[[1] * 19, tuning_record.MAX_THREADS + 1, True]]),  # more threads than any device runs
+    _doc(splits=[[[1] * 19, 2, 1]]),  # an integer for a boolean
+    _doc(splits=[[[1] * 19, 2]]),  # no decision
 ])
 def test_anything_but_the_record_form_is_refused(data):
     with pytest.raises(ValueError):
@@ -52,68 +61,70 @@ def test_anything_but_the_record_form_is_refused(data):
 
 def test_what_a_holder_adds_is_there_for_the_next(record):
     with record.held() as known:
-        assert known == {}
-        known[G1] = A
+        assert known == Known()
+        known.choices[G1] = A
     with record.held() as known:
-        assert known == {G1: A}
-        known[G2] = B
-    assert TuningRecord(record.dir, record.sealer, SCOPE).held().__enter__() == {G1: A, G2: B}
+        assert known == Known({G1: A})
+        known.choices[G2] = B
+        known.splits[G2, 2] = False
+    with TuningRecord(record.dir, record.sealer, SCOPE).held() as known:
+        assert known == Known({G1: A, G2: B}, {(G2, 2): False})
 
 
 def test_a_record_is_private_to_its_scope_and_its_device(record):
     with record.held() as known:
-        known[G1] = A
+        known.choices[G1] = A
     with TuningRecord(record.dir, record.sealer, "6f" * 32).held() as other_scope:
-        assert other_scope == {}
+        assert other_scope == Known()
     with TuningRecord(record.dir, Sealer(bytes(32)), SCOPE).held() as other_device:
-        assert other_device == {}  # sealed under another secret: not this device's record
+        assert other_device == Known()  # sealed under another secret: not this device's record
 
 
 def test_a_damaged_record_is_ignored_logged_and_written_again(record, caplog):
     with record.held() as known:
-        known[G1] = A
+        known.choices[G1] = A
     data = bytearray(record.path.read_bytes())
     data[data.index(b'"direct"') + 1] ^= 1  # the method's name
     record.path.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING), record.held() as known:
-        assert known == {}
-        known[G2] = B
+        assert known == Known()
+        known.choices[G2] = B
     assert "unusable" in caplog.text
     with record.held() as known:
-        assert known == {G2: B}
+        assert known == Known({G2: B})
 
 
 def test_a_record_sealed_for_another_scope_copied_over_this_one_is_ignored(record, caplog):
     other = TuningRecord(record.dir, record.sealer, "6f" * 32)
     with other.held() as known:
-        known[G1] = B
+        known.choices[G1] = B
     os.replace(other.path, record.path)
     with caplog.at_level(logging.WARNING), record.held() as known:
-        assert known == {}
+        assert known == Known()
 
 
 def test_a_fifo_at_the_record_path_is_ignored_not_waited_on(record, caplog):
     record.dir.mkdir(mode=0o700)
     os.mkfifo(record.path, 0o600)
     with caplog.at_level(logging.WARNING), record.held() as known:
-        assert known == {}
+        assert known == Known()
 
 
 def test_a_compile_that_cannot_have_the_lock_tunes_alone_and_writes_nothing(record, monkeypatch, caplog):
     monkeypatch.setattr(tuning_record, "LOCK_WAIT_S", 0.1)
     with record.held() as known:
-        known[G1] = A
+        known.choices[G1] = A
     lock = os.open(record.dir / f"{SCOPE[:32]}{TuningRecord.SUFFIX}-lock", os.O_RDWR)
     fcntl.flock(lock, fcntl.LOCK_EX)  # another compile tuning now
     try:
         with caplog.at_level(logging.WARNING), record.held() as known:
-            assert known == {}
-            known[G2] = B
+            assert known == Known()
+            known.choices[G2] = B
         assert "another compile held" in caplog.text
     finally:
         os.close(lock)
     with record.held() as known:
-        assert known == {G1: A}
+        assert known == Known({G1: A})
 
 
 def test_the_scope_ignores_the_thread_count_and_fixed_choices_but_not_the_target_or_compiler():
@@ -170,3 +181,21 @@ def test_without_the_record_each_compile_takes_what_its_own_timing_says(tmp_path
     monkeypatch.setattr(autotune, "interleaved_seconds", _fake_timing(0))
     cost_model = compile_graph(graph, target, use_cache=False, tune=True).lowered.target.conv_choices
     assert last and cost_model == () and last != cost_model
+
+
+def test_a_compile_records_every_layer_it_met_even_those_its_budget_did_not_reach(record, monkeypatch):
+    """The first compile fixes what later ones take: a layer it could not time keeps the cost model's
+    kernel, and a split it could not time the cost model's split, in the record as in its code."""
+    from cuvil.compiler.codegen.cpu.kernels.conv import tunable_convs
+    from cuvil.edge_runtime import pool_probe
+
+    from .test_autotune import _one_conv
+
+    monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: 1.0)
+    graph = _one_conv(64, 16)
+    macs = 64 * 16 * 16 * 64 * 9
+    no_time = HOST.tuning.replace(conv_macs_per_us=1.0, parallel_sync_ratio=macs / 2, autotune_budget_s=0.0)
+    tuned = autotune.Retarget(record=record)(graph, dataclasses.replace(HOST, threads=2, tuning=no_time))
+    (geom,) = tunable_convs(graph)
+    with record.held() as known:
+        assert known.choices == {geom: autotune.worth_timing(tuned, geom)[0]} and known.splits == {(geom, 2): True}
