@@ -9,8 +9,9 @@ So the first tuned compile that meets a layer geometry fixes its choice for this
 one, or the cost model's where that compile's budget did not reach the layer. Every later tuned
 compile here takes the recorded choice without timing it, at any thread count, and spends its budget
 on layers not seen before. Whether a layer's split over N threads pays, as the tuner timed it (its
-largest part alone against the whole layer, on one core), is recorded per thread count too, so a
-later compile at N threads builds nothing for it either; the whole-model check still runs on every
+largest part alone against the whole layer, on one core; the cost model's split where the budget
+did not reach it), is recorded per thread count too, so a later compile at N threads builds nothing
+for it either; the whole-model check still runs on every
 compile, since what the parts cost together depends on how free the cores are at the time.
 
 The record is a file in the compile cache's directory, sealed under the device secret and named by
