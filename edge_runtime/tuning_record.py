@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 MAX_THREADS = 64  # the most threads a recorded split decision may name (Tuning.max_threads' bound)
 LOCK_WAIT_S = 30.0  # longer than any tuning's budget and its builds
-MAX_ENTRIES = 4096  # layer geometries a record keeps; beyond them choices are not recorded
+MAX_ENTRIES = 4096  # choices and split decisions a record keeps in all; a compile that would pass it records nothing
 _GEOMETRY_TUPLES = {7: 2, 8: 4, 9: 2}  # strides, pads, dilations: their positions in a Geometry and lengths
 _MAX_INT = 1 << 31
 
