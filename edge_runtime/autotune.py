@@ -127,7 +127,7 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     t0 = clock()
     layers = [(g, c) for g, _ in sorted(tunable_convs(graph).items(), key=lambda kv: -kv[1])
               if len(c := worth_timing(target, g)) > 1]
-    known = known or Known()
+    known = known if known is not None else Known()
     fixed = {g: known.choices[g] for g, c in layers if known.choices.get(g) in c}
     done = {g: _recorded(target, g, fixed[g], c[0], known.splits.get((g, target.threads))) for g, c in layers if g in fixed}
     todo = [(g, (fixed[g],) if g in fixed else c) for g, c in layers

@@ -28,8 +28,7 @@ from .loader import Model
 from .objload import LoadedCode, UnsupportedObjectError, load_object
 from .prelink import Prelinked, load_prelinked
 from .session import CompileStats, Session, StepClock, new_arena
-from .tuning_record import TuningRecord
-from .tuning_record import scope as tuning_scope
+from .tuning_record import TuningRecord, scope as tuning_scope
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +209,8 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
             return session
     from . import autotune
 
-    record = TuningRecord(cache.dir, cache.sealer, tuning_scope(tgt, fingerprint)) if cache and cache.sealer else None
+    record = TuningRecord(cache.dir, cache.sealer, tuning_scope(tgt, fingerprint)) if tune and cache and cache.sealer \
+        else None
     tuner = autotune.Retarget(record=record) if tune else None
     optimized = spare.graphs  # optimized while the helper started: the lowering takes it over
     lowered, objs, lower_s = _build(optimized or [graph_of()], tgt, batch, optimize and not optimized, profile,

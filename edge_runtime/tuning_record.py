@@ -67,7 +67,8 @@ class Known:
     choices: dict[Geometry, ConvChoice] = field(default_factory=dict)
     splits: dict[tuple[Geometry, int], bool] = field(default_factory=dict)
 
-    def __len__(self) -> int:
+    @property
+    def entries(self) -> int:
         return len(self.choices) + len(self.splits)
 
 
@@ -79,6 +80,7 @@ class TuningRecord:
     def __init__(self, directory: str | os.PathLike, sealer: Sealer, scope: str) -> None:
         self.dir, self.sealer, self.scope = Path(directory), sealer, scope
         self.path = self.dir / f"{scope[:32]}{self.SUFFIX}"
+        self.lock_path = self.dir / f"{scope[:32]}{self.SUFFIX}-lock"
 
     @contextmanager
     def held(self) -> Iterator[Known]:
@@ -93,7 +95,7 @@ class TuningRecord:
             read = self._read()
             known = Known(dict(read.choices), dict(read.splits))
             yield known
-            if known != read and len(known) <= MAX_ENTRIES:
+            if known != read and known.entries <= MAX_ENTRIES:
                 self._write(known)
         finally:
             os.close(lock)  # closing the descriptor releases the flock
@@ -101,8 +103,7 @@ class TuningRecord:
     def _lock(self) -> int | None:
         try:
             private_dir(self.dir)
-            fd = os.open(self.dir / f"{self.scope[:32]}{self.SUFFIX}-lock",
-                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
         except OSError as e:
             log.warning("tuning without the record in %s: %s", self.dir, e.strerror or e)
             return None

@@ -114,7 +114,7 @@ def test_a_compile_that_cannot_have_the_lock_tunes_alone_and_writes_nothing(reco
     monkeypatch.setattr(tuning_record, "LOCK_WAIT_S", 0.1)
     with record.held() as known:
         known.choices[G1] = A
-    lock = os.open(record.dir / f"{SCOPE[:32]}{TuningRecord.SUFFIX}-lock", os.O_RDWR)
+    lock = os.open(record.lock_path, os.O_RDWR)
     fcntl.flock(lock, fcntl.LOCK_EX)  # another compile tuning now
     try:
         with caplog.at_level(logging.WARNING), record.held() as known:

@@ -66,7 +66,7 @@ class CpuLowering:
         self.worker_scratch: list[tuple[str, int, int, int]] = []
         self.split_nodes = 0
         self.fused: set[str] = set()
-        self.jobs: set[str] = set()  # nodes that run as jobs of their own (own_jobs)
+        self.jobs: dict[str, list[Part]] = {}  # nodes that run as jobs of their own, with their parts (own_jobs)
         self.order: dict[str, int] = {}
         self.pool: Pool | None = None
 
@@ -105,7 +105,7 @@ class CpuLowering:
         b = ir.IRBuilder(entry.append_basic_block("entry"))
         arena, weights = entry.args
         self.order = {node.name: i for i, node in enumerate(self.g.nodes)}
-        self.jobs = self.own_jobs() if self.target.threads > 1 else set()
+        self.jobs = self.own_jobs() if self.target.threads > 1 else {}
         nudged = self.ahead_of_jobs()
         last = {name: i for i, node in enumerate(self.g.nodes) for name in node.inputs if name in self.consts}
         done: dict[int, list[str]] = {}
@@ -129,21 +129,23 @@ class CpuLowering:
                 b.store(b.add(b.load(cell), b.sub(t1, t0)), cell)
         b.ret_void()
 
-    def own_jobs(self) -> set[str]:
-        """The nodes that run as jobs of their own: their splitter gives parts. A pool splits on its own
+    def own_jobs(self) -> dict[str, list[Part]]:
+        """The nodes that run as jobs of their own, with the parts their splitter gives. A pool splits on its own
         only right after another job, while the workers still spin: after a serial layer they may sleep,
         and waking one cost more than half a pool (Tiny-YOLO's first, 16x160x160 after its unsplit first
         conv: 0.62x its serial speed, where alone, workers awake, it ran 1.83x)."""
-        found, after_job = set(), False
+        found: dict[str, list[Part]] = {}
+        after_job = False
         for node in self.g.nodes:
             if placement(self.prep, node) is None:
                 continue
             splitter = SPLITTERS.get(node.op)
             types = (tuple(self.g.types[i] for i in node.inputs), tuple(self.g.types[o] for o in node.outputs))
-            after_job = bool(splitter and (after_job or node.op not in CHANNELWISE)
-                             and splitter(self.pack_key(node, *types), self.target))
-            if after_job:
-                found.add(node.name)
+            parts = splitter(self.pack_key(node, *types), self.target) \
+                if splitter and (after_job or node.op not in CHANNELWISE) else None
+            if parts:
+                found[node.name] = parts
+            after_job = bool(parts)
         return found
 
     def ahead_of_jobs(self) -> set[str]:
@@ -173,7 +175,7 @@ class CpuLowering:
         packed: list[str | None] = [None] * len(node.inputs)
         args: list[ir.Value | None] = []
         out_ranges = [self.prep.span(o) for o in node.outputs]
-        parts = SPLITTERS[node.op](self.pack_key(node, in_types, out_types), self.target) if node.name in self.jobs else None
+        parts = self.jobs.get(node.name)
         for i, name in enumerate(node.inputs):
             t = in_types[i]
             if name in g.constants and parts:
