@@ -74,6 +74,7 @@ class Tuning:
     parallel_sync_us: float = 5.0  # handing a layer's parts to the workers and waiting for them; the tuner measures it (pool_probe)
     conv_macs_per_us: int = 100_000  # one core's conv speed the split model assumes (Zen 4: 480k on ResNet-18's, 57k on MobileNetV2's)
     pool_elements_per_us: int = 10_000  # one core's pooling speed the split model assumes, input elements per us (Zen 4, Tiny-YOLO's 2x2 max pools: 9.3k over 16x160x160, 14-17k over 32x80x80 and 64x40x40, 1.4k over 256x10x10, where each plane's start dominates)
+    elementwise_elements_per_us: int = 10_000  # one core's elementwise speed the split model assumes, output elements per us (Zen 4: Add, Mul, Relu 11-14k; Sigmoid, Gelu, Erf 2.5-4k, which it underrates: they stay whole more often than they would pay)
     parallel_sync_ratio: float = 2.0  # a part must be worth this many handoffs: min multiply-adds per part = ratio x sync x speed
     pool_pin: bool = True  # worker i runs only on the i-th CPU the process may use (the caller keeps the first); see docs/threads.md
     pool_spin: int = 4096  # rounds a waiting worker or caller spins before it sleeps on a futex (~300 us of x86 pause on Zen 4: on quiet cores 256 rounds made ResNet-18 at 2 threads 1.57x faster than 1 thread instead of 1.84x, MobileNetV2 0.95x instead of 1.06x)
@@ -87,7 +88,7 @@ FIELDS: Mapping[str, type] = {f.name: f.type for f in dataclasses.fields(Tuning)
 BOUNDS: Mapping[str, tuple[int, int]] = {
     "vector_registers": (8, 64), "reserved_registers": (0, 4), "winograd_f4": (2, 4), "rows_channel_block": (1, 4096),
     "rows_prefetch_locality": (0, 3), "rows_prefetch_blocks": (0, 64), "pack_min_row_blocks": (0, 1 << 20),
-    "max_threads": (1, 64), "pool_elements_per_us": (1, 1 << 40), "pool_spin": (0, 1 << 24), "int8_winograd_prefetch_blocks": (0, 64),
+    "max_threads": (1, 64), "pool_elements_per_us": (1, 1 << 40), "elementwise_elements_per_us": (1, 1 << 40), "pool_spin": (0, 1 << 24), "int8_winograd_prefetch_blocks": (0, 64),
 }
 """Integer fields with a narrower range than 0..2^40 (code generation needs them there)."""
 CHOICES: Mapping[str, tuple[int, ...]] = {"winograd_f4": (2, 4)}

@@ -1,7 +1,7 @@
 """Threads under qemu: ARM64 NEON and SVE2 code with its worker pool, the same bits as at one thread.
 
 The harness starts the model's workers (pthreads of the statically linked C library) before the
-first example and joins them after the last; every packed conv is split (``parallel_sync_ratio`` 0).
+first example and joins them after the last; every layer that can split is split (``parallel_sync_ratio`` 0).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ pytestmark = [
                        reason="needs qemu-user, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross"),
     pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning"),
 ]
-MODELS = {"mlp": ZOO["mlp"], "small_cnn": ZOO["small_cnn"], "kws_dscnn": ARCHS["kws_dscnn"]}
+MODELS = {"mlp": ZOO["mlp"], "small_cnn": ZOO["small_cnn"], "kws_dscnn": ARCHS["kws_dscnn"],
+          "tiny_transformer": ZOO["tiny_transformer"]}  # GEMMs by rows, heads, elementwise ops
 
 
 @pytest.mark.parametrize("profile,bits", [("rpi5", None), ("arm64-sve2", 256)])

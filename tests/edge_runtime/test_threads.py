@@ -209,17 +209,23 @@ def _block_graph(residual: bool):
     return b.build([b.add1("Add", [y, x]) if residual else y]), rng.standard_normal((1, 16, 8, 8))
 
 
+def _split_at(graph, threads: int, tmp_path):
+    """The session at ``threads`` (every layer that can split, split), its IR and its jobs' definitions."""
+    session = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=threads, optimize=False)
+    text = lower(graph, dataclasses.replace(SPLIT_ALL, threads=threads), optimize=False).llvm_ir  # the session's was streamed
+    return session, text, [line for line in text.splitlines() if line.startswith("define") and "_j" in line.split("(")[0]]
+
+
 @pytest.mark.parametrize("residual", [True, False])
 def test_a_depthwise_conv_joins_its_producers_job(residual, tmp_path):
     graph, x = _block_graph(residual)
     feeds = {graph.inputs[0]: x.astype(np.float32)}
     one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1, optimize=False).run(feeds)
-    two = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=2, optimize=False)
-    text = lower(graph, dataclasses.replace(SPLIT_ALL, threads=2), optimize=False).llvm_ir  # the session's was streamed
-    jobs = [line for line in text.splitlines() if line.startswith("define") and "_j" in line.split("(")[0]]
-    # expand + depthwise share one handoff, project has its own; without the residual the depthwise
-    # output reuses the bytes of the block's input, which the other expand part may still read: apart
-    assert two.lowered.split_nodes == 3 and len(jobs) == (2 if residual else 3)
+    two, _, jobs = _split_at(graph, 2, tmp_path)
+    # expand + depthwise share one handoff, project (and the residual Add) has its own; without the
+    # residual the depthwise output reuses the bytes of the block's input, which the other expand part
+    # may still read: apart
+    assert two.lowered.split_nodes == (4 if residual else 3) and len(jobs) == (2 if residual else 3)
     out = two.run(feeds)
     assert all(one[k].tobytes() == out[k].tobytes() for k in one)
 
@@ -248,9 +254,49 @@ def test_pools_split_by_channels_a_max_pool_in_its_producers_job(tmp_path):
     feeds = {graph.inputs[0]: x}
     one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1, optimize=False).run(feeds)
     for threads in (2, 3):
-        many = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=threads, optimize=False)
-        text = lower(graph, dataclasses.replace(SPLIT_ALL, threads=threads), optimize=False).llvm_ir
-        jobs = [line for line in text.splitlines() if line.startswith("define") and "_j" in line.split("(")[0]]
+        many, text, jobs = _split_at(graph, threads, tmp_path)
         assert many.lowered.split_nodes == 4 and len(jobs) == 3  # conv + max pool in one job, each other pool alone
         out = many.run(feeds)
         assert all(one[k].tobytes() == out[k].tobytes() for k in one)
+
+
+def _attention_graph():
+    """A transformer block's shapes: tokens by constant weights (rows), a bias Add in place on their
+    output, attention's two MatMuls of computed operands (heads) with a scale between, and a Gemm of
+    a 2-D A (rows of axis 0). 65 tokens: no part of the heads or the bias Add starts on a cache line."""
+    from cuvil.compiler.frontends.builder import GraphBuilder
+    from cuvil.compiler.ir.types import TensorType
+
+    rng = np.random.default_rng(8)
+    b = GraphBuilder("attention")
+    x = b.input("x", TensorType.parse("f32[1,65,64]"))
+
+    def const(*shape):
+        return b.constant((rng.standard_normal(shape) / 8).astype(np.float32))
+
+    def heads(v, perm):
+        return b.add1("Transpose", [b.add1("Reshape", [v], shape=(1, 65, 4, 16))], perm=perm)
+
+    q, k, v = (b.add1("Add", [b.add1("MatMul", [x, const(64, 64)]), const(64)]) for _ in range(3))
+    s = b.add1("Mul", [b.add1("MatMul", [heads(q, (0, 2, 1, 3)), heads(k, (0, 2, 3, 1))]), b.constant(np.float32(0.25))])
+    o = b.add1("MatMul", [b.add1("Softmax", [s], axis=-1), heads(v, (0, 2, 1, 3))])
+    o = b.add1("Reshape", [b.add1("Transpose", [o], perm=(0, 2, 1, 3))], shape=(65, 64))
+    y = b.add1("Relu", [b.add1("Gemm", [o, const(48, 64), const(48)], transB=1)])
+    return b.build([y]), rng.standard_normal((1, 65, 64)).astype(np.float32)
+
+
+def test_gemms_of_several_rows_heads_and_elementwise_ops_split_with_the_same_bits(tmp_path):
+    graph, x = _attention_graph()
+    feeds = {graph.inputs[0]: x}
+    one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1, optimize=False).run(feeds)
+    for threads in (2, 3):
+        many, text, jobs = _split_at(graph, threads, tmp_path)
+        # 3 x (MatMul + its bias Add), the scores' MatMul + scale, the softmax (its output takes the bytes
+        # of Q's heads, which another part's MatMul may still read), the MatMul by V, the Gemm; the Relu
+        # stays whole (the Gemm's rows are axis 0's, and axis 1 of a batch of 65 rows does not split)
+        assert many.lowered.split_nodes == 11 and len(jobs) == 7
+        # the second part's heads start 2 x 65 x 65 floats in (8-byte aligned), at 3 threads the third's 3 x
+        # (4-byte): each part's kernel is told the alignment its pointers have, not the arena's 64 bytes
+        assert f"align {8 if threads == 2 else 4} " in text
+        out = many.run(feeds)
+        assert all(one[k].tobytes() == out[k].tobytes() for k in one), f"differs at {threads} threads"

@@ -24,7 +24,8 @@ from ...target import Target
 from .. import irhelpers as h
 from ..driver import Prepared, WeightBlock, placement
 from .kernels import KERNELS, KernelContext, KernelDef, KernelKey
-from .kernels.split import CHANNELWISE, SPLITTERS, Part, slice_constant
+from .kernels.parts import Part, slice_constant
+from .kernels.split import CHANNELWISE, ELEMENTWISE, FOLLOWERS, ROWWISE, SPLITTERS
 from .workers import Pool
 
 
@@ -142,7 +143,7 @@ class CpuLowering:
             splitter = SPLITTERS.get(node.op)
             types = (tuple(self.g.types[i] for i in node.inputs), tuple(self.g.types[o] for o in node.outputs))
             parts = splitter(self.pack_key(node, *types), self.target) \
-                if splitter and (after_job or node.op not in CHANNELWISE) else None
+                if splitter and (after_job or node.op not in FOLLOWERS) else None
             if parts:
                 found[node.name] = parts
             after_job = bool(parts)
@@ -201,7 +202,7 @@ class CpuLowering:
                 args.append(h.byte_ptr(b, arena, self.prep.span(name)[0], h.LLTYPE[t.dtype]))
         if parts:
             first = Layer(node, kd, parts, alias, out_ranges[0][0])
-            self.lower_parts(b, [first] + self.partner(node, parts), arena, weights)
+            self.lower_parts(b, [first] + self.partners(node, parts), arena, weights)
             return
         key = kd.code_of(KernelKey(node.op, node.attrs, in_types, out_types, alias, tuple(scalars), tuple(packed)))
         fn = self.kernels.get(key) or self.emit_kernel(key, kd)
@@ -220,31 +221,59 @@ class CpuLowering:
             self.profiled.append(node.name)
             self.pending.append((slot, t0, h.cycle_counter(b)))
 
-    def partner(self, node: Node, parts: list[Part]) -> list[Layer]:
-        """The next node when it can run in the same job, part by part after ``node``'s parts (one
-        handoff for two layers): a depthwise conv or a pool reading only ``node``'s output, split into the same
-        channel ranges, whose output overlaps none of ``node``'s tensors (a part may still read them)."""
-        at = self.order.get(node.name)
-        nxt = self.g.nodes[at + 1] if at is not None and at + 1 < len(self.g.nodes) else None
-        if nxt is None or nxt.op not in SPLITTERS or nxt.inputs[0] != node.outputs[0] or len(nxt.outputs) != 1:
+    def partners(self, node: Node, parts: list[Part]) -> list[Layer]:
+        """The nodes after ``node`` that run in its job, part by part after its parts (one handoff for
+        all): each reads the one before it first and computes each range of axis 1 from that range alone
+        (a depthwise conv, a pool, an elementwise op, a softmax or norm over later axes, attention's
+        MatMul by heads), split into the same ranges. Its other operands are constants or tensors no
+        layer of the job writes; its output overlaps no tensor of the job, except an elementwise or
+        row-wise op's in place on its first operand (each part rewrites its own range)."""
+        if any(p.axis != 1 for p in parts):
             return []
-        if any(i in self.g.constants for i in nxt.inputs[:1]) or not all(i in self.g.constants for i in nxt.inputs[1:]):
-            return []
+        tensors = [t for t in list(node.inputs) + list(node.outputs) if t not in self.g.constants]
+        written = list(node.outputs)
+        found, prev = [], node
+        for nxt in self.g.nodes[self.order[node.name] + 1:]:
+            layer = self.partner(prev, nxt, [p.rows for p in parts], tensors, written)
+            if layer is None:
+                break
+            found.append(layer)
+            tensors += [t for t in list(nxt.inputs) + list(nxt.outputs) if t not in self.g.constants]
+            written += list(nxt.outputs)
+            prev = nxt
+        return found
+
+    def partner(self, prev: Node, nxt: Node, rows: list[tuple[int, int]], tensors: list[str],
+                written: list[str]) -> Layer | None:
+        """``nxt`` as a layer of the job whose last layer is ``prev`` (see :meth:`partners`), or None."""
+        if nxt.op not in SPLITTERS or nxt.inputs[0] != prev.outputs[0] or len(nxt.outputs) != 1:
+            return None
+        consts = self.g.constants
         x_t, out_t = self.g.types[nxt.inputs[0]], self.g.types[nxt.outputs[0]]
-        per_channel = nxt.op in CHANNELWISE or nxt.attr.get("group", 1) == x_t.shape[1]
-        if len(x_t.shape) < 2 or not per_channel or out_t.shape[1] != x_t.shape[1]:
-            return []
+        row_local = nxt.op in ELEMENTWISE + ROWWISE or (nxt.op == "MatMul" and nxt.inputs[1] not in consts)
+        if not row_local and not all(i in consts for i in nxt.inputs[1:]):
+            return None
+        per_range = nxt.op in CHANNELWISE or nxt.attr.get("group", 1) == x_t.shape[1] or row_local
+        if len(x_t.shape) < 2 or not per_range or out_t.shape[1] != x_t.shape[1]:
+            return None
         alias = placement(self.prep, nxt)
-        lo, hi = self.prep.span(nxt.outputs[0])
-        mine = [self.prep.span(t) for t in list(node.inputs) + list(node.outputs) if t not in self.g.constants]
-        if alias is None or any(a is not None for a in alias) or any(lo < h and l < hi for l, h in mine):
-            return []
+        in_place = alias is not None and alias[0] is not None and nxt.op in ELEMENTWISE + ROWWISE
+        if alias is None or any(a is not None for a in alias[1:]) or (alias[0] is not None and not in_place):
+            return None
+        if any(self.overlap(t, u) for t in nxt.inputs[1:] if t not in consts for u in written):
+            return None  # another part may be writing it
+        if not in_place and any(self.overlap(nxt.outputs[0], u) for u in tensors):
+            return None
         in_types = tuple(self.g.types[i] for i in nxt.inputs)
-        theirs = SPLITTERS[nxt.op](self.pack_key(nxt, in_types, (out_t,)), self.target, [p.rows for p in parts])
+        theirs = SPLITTERS[nxt.op](self.pack_key(nxt, in_types, (out_t,)), self.target, rows)
         if not theirs:
-            return []
+            return None
         self.fused.add(nxt.name)
-        return [Layer(nxt, KERNELS[nxt.op], theirs, alias, lo)]
+        return Layer(nxt, KERNELS[nxt.op], theirs, alias, self.prep.span(nxt.outputs[0])[0])
+
+    def overlap(self, a: str, b: str) -> bool:
+        (lo, hi), (lo2, hi2) = self.prep.span(a), self.prep.span(b)
+        return lo < hi2 and lo2 < hi
 
     def lower_parts(self, b: ir.IRBuilder, layers: list[Layer], arena: ir.Value, weights: ir.Value) -> None:
         """One job for the pool: part p runs part p of each layer in turn, each part with scratch of its own."""
@@ -263,7 +292,7 @@ class CpuLowering:
         ready = [self.part_calls(jb, layer, blocks, j_arena, j_weights) for layer in layers]
         stride = max((-(-layer.kd.scratch(key, part.target) // h.ALIGN) * h.ALIGN
                       for layer, calls in zip(layers, ready) if layer.kd.scratch is not None
-                      for key, _, part in calls), default=0)  # one stride for all parts: the largest need
+                      for key, _, part, _ in calls), default=0)  # one stride for all parts: the largest need
         self.scratch_bytes = max(self.scratch_bytes, stride * count)
         for p, blk in enumerate(blocks):
             jb.position_at_end(blk)
@@ -271,9 +300,10 @@ class CpuLowering:
             if stride:
                 self.worker_scratch.append((layers[0].node.name, p, lo, lo + stride))
             for layer, calls in zip(layers, ready):
-                key, args, part = calls[p]
-                choice = part.target.conv_choices
-                fn = self.kernels.get((key, choice)) or self.emit_kernel(key, layer.kd, part.target, cache=(key, choice))
+                key, args, part, at = calls[p]
+                aligns = tuple(map(_alignment, (layer.out_at + part.out_offset, *at)))
+                cache = (key, part.target.conv_choices, aligns)
+                fn = self.kernels.get(cache) or self.emit_kernel(key, layer.kd, part.target, cache, aligns)
                 out = h.byte_ptr(jb, j_arena, layer.out_at + part.out_offset, h.LLTYPE[key.out_types[0].dtype])
                 extra = [h.byte_ptr(jb, j_arena, lo, h.I8)] if layer.kd.scratch is not None else []
                 if get_op(key.op).run_time_check:
@@ -291,14 +321,15 @@ class CpuLowering:
                 self.profiled.append(layer.node.name)
 
     def part_calls(self, jb: ir.IRBuilder, layer: Layer, blocks: list, j_arena: ir.Value,
-                   j_weights: ir.Value) -> list[tuple[KernelKey, list[ir.Value], Part]]:
-        """Per part: its kernel key, its operands (addressed in its block), the part."""
+                   j_weights: ir.Value) -> list[tuple[KernelKey, list[ir.Value], Part, list[int]]]:
+        """Per part: its kernel key, its operands (addressed in its block), the part, and each operand's
+        byte offset in its block (the alignment its kernel may assume)."""
         node, kd, alias = layer.node, layer.kd, layer.alias
         ready = []
         for blk, part in zip(blocks, layer.parts):
             jb.position_at_end(blk)
             key = dataclasses.replace(part.key, alias=alias)
-            args, packed = [], list(key.packed)
+            args, at, packed = [], [], list(key.packed)
             for i, name in enumerate(node.inputs):
                 t = key.in_types[i]
                 if name in self.g.constants:
@@ -307,11 +338,13 @@ class CpuLowering:
                     if got is not None:
                         layout, arr = got
                     packed[i] = layout
-                    at = self.weights.add((f"{name}#{part.rows[0]}:{part.rows[1]}", layout), arr)
-                    args.append(h.byte_ptr(jb, j_weights, at, h.LLTYPE[t.dtype]))
+                    stored = f"{name}#{part.rows[0]}:{part.rows[1]}" if part.axes[i] is not None else name  # whole: once
+                    at.append(self.weights.add((stored, layout), arr))
+                    args.append(h.byte_ptr(jb, j_weights, at[-1], h.LLTYPE[t.dtype]))
                 elif alias[i] is None:
-                    args.append(h.byte_ptr(jb, j_arena, self.prep.span(name)[0] + part.byte_offsets[i], h.LLTYPE[t.dtype]))
-            ready.append((kd.code_of(dataclasses.replace(key, packed=tuple(packed))), args, part))
+                    at.append(self.prep.span(name)[0] + part.byte_offsets[i])
+                    args.append(h.byte_ptr(jb, j_arena, at[-1], h.LLTYPE[t.dtype]))
+            ready.append((kd.code_of(dataclasses.replace(key, packed=tuple(packed))), args, part, at))
         return ready
 
     def pack_key(self, node: Node, in_types, out_types) -> KernelKey:
@@ -319,13 +352,18 @@ class CpuLowering:
         consts = tuple("const" if n in self.g.constants else None for n in node.inputs)
         return KernelKey(node.op, node.attrs, in_types, out_types, (), (), consts)
 
-    def emit_kernel(self, key: KernelKey, kd: KernelDef, target: Target | None = None, cache=None) -> ir.Function:
+    def emit_kernel(self, key: KernelKey, kd: KernelDef, target: Target | None = None, cache=None,
+                    aligns: tuple[int, ...] = ()) -> ir.Function:
+        """``aligns``: the alignment of the outputs' and passed inputs' pointers where a part's offsets
+        leave less than the arena's (default: every tensor starts on ``h.ALIGN``)."""
         out_tys = [h.LLTYPE[t.dtype].as_pointer() for t in key.out_types]
         passed = [i for i in range(len(key.in_types)) if key.alias[i] is None and i not in dict(key.scalars)]
         in_tys = [h.LLTYPE[key.in_types[i].dtype].as_pointer() for i in passed]
         checks = get_op(key.op).run_time_check
         extra = ([h.I8P] if kd.scratch is not None else []) + ([h.I32.as_pointer()] if checks else [])
         fn = self.new_function(f"k{len(self.kernels)}_{key.op}", out_tys + in_tys + extra, internal=True)
+        for arg, align in zip(fn.args, aligns):
+            arg.attributes.align = align
         self.kernels[key if cache is None else cache] = fn
         if not self.emit:
             return fn  # a declaration is enough when only weights, plan and sizes are wanted
@@ -344,3 +382,8 @@ class CpuLowering:
         kd.emit(KernelContext(b, target or self.target, key, ins, outs, scratch, fault))
         b.ret_void()
         return fn
+
+
+def _alignment(offset: int) -> int:
+    """The alignment a pointer at ``offset`` bytes into the arena or weights (both ``h.ALIGN``-aligned) has."""
+    return min(h.ALIGN, offset & -offset) if offset else h.ALIGN

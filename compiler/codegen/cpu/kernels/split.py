@@ -18,7 +18,8 @@ share one function. A fully connected layer of batch one (Gemm or FusedGemm, A o
 [N, K] weights of ``transB``; a MatMul or QMatMul of one row by constant [K, N] weights) splits into
 column ranges of whole vectors (``gemm_parts``, ``matmul_parts``): the micro-kernel sums each output
 over K in order, one accumulator, whatever the columns around it. A pool of batch one splits by
-channels (``pool_parts``): each plane is pooled alone.
+channels (``pool_parts``): each plane is pooled alone. Elementwise ops and GEMMs of several rows split
+along rows instead (``split_rows.py``).
 """
 
 from __future__ import annotations
@@ -26,37 +27,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from ....ir.dtypes import DType
 from ....ir.types import TensorType
+from ....ops import OP_TABLE
 from ....target import Target
 from ..conv.choices import choice_of, with_choices
 from ..conv.plan import conv_plan
-from .conv import geometry
 from .base import KernelKey
-
-
-@dataclass(frozen=True)
-class Part:
-    """One part of a split layer: its kernel and how its operands are found in the whole layer's."""
-
-    key: KernelKey  # the part's kernel (``packed`` holds "const" for constant inputs)
-    target: Target  # the whole layer's conv choice fixed for the part's geometry
-    byte_offsets: tuple[int, ...]  # per input: added to the arena pointer (constants: unused)
-    out_offset: int  # bytes into the output
-    rows: tuple[int, int]  # the output-channel range of the constant slices
-    axes: tuple[int | None, ...]  # per input: the axis of a constant sliced to ``rows`` (None: whole)
-
-
-def _ranges(units: int, parts: int, unit: int) -> list[tuple[int, int]]:
-    """``parts`` ranges of whole units, sizes differing by at most one unit, in channels."""
-    out, lo = [], 0
-    for p in range(parts):
-        n = units // parts + (p < units % parts)
-        out.append((lo * unit, (lo + n) * unit))
-        lo += n
-    return out
+from .conv import geometry
+from .parts import Part, cost_model_ranges, covers, even_ranges, min_part_macs, slice_constant  # noqa: F401  (slice_constant: the lowering's)
+from .split_rows import ROWWISE, elementwise_parts, gemm_row_parts, heads_parts, rowwise_parts
 
 
 @dataclass(frozen=True)
@@ -66,12 +46,6 @@ class Range:
     rows: tuple[int, int]  # output channels
     geometry: tuple  # the part's conv_plan arguments
     target: Target  # the whole layer's choice fixed for the part's geometry
-
-
-def min_part_macs(target: Target) -> float:
-    """The cost model's smallest part: worth ``parallel_sync_ratio`` handoffs at the assumed speed."""
-    t = target.tuning
-    return t.parallel_sync_ratio * t.parallel_sync_us * t.conv_macs_per_us
 
 
 def split_ranges(target: Target, geom: tuple, parts: int | None = None,
@@ -99,7 +73,7 @@ def decide_split(target: Target, geom: tuple, parts: int | None = None,
     else:
         unit, units = oc // group, group
     if rows is not None:
-        if not _tiles(rows, oc, unit, target.threads):
+        if not covers(rows, oc, unit, target.threads):
             return None, "the producer's channel ranges do not fit"
         found = _split(target, plan, geom, unit, rows)
         return found, "" if found else "a part would sum in another order"
@@ -109,7 +83,7 @@ def decide_split(target: Target, geom: tuple, parts: int | None = None,
     if parts is None:
         parts = int(macs // max(1.0, min_part_macs(target)))
     for k in range(min(target.threads, units, parts), 1, -1):  # the most parts that sum in the whole layer's order
-        found = _split(target, plan, geom, unit, _ranges(units, k, unit))
+        found = _split(target, plan, geom, unit, even_ranges(units, k, unit))
         if found is not None:
             return found, ""
     if units < 2:
@@ -152,49 +126,48 @@ def qconv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | No
     if n != 1 or not (group == 1 or group == c == oc):
         return None
     if rows is None:
-        rows = _cost_model_ranges(target, oc, QCONV_UNIT, oc * math.prod(key.out_types[0].shape[2:]) * cg * kh * kw)
-    elif not _tiles(rows, oc, QCONV_UNIT, target.threads):
+        rows = cost_model_ranges(target, oc, QCONV_UNIT, oc * math.prod(key.out_types[0].shape[2:]) * cg * kh * kw)
+    elif not covers(rows, oc, QCONV_UNIT, target.threads):
         return None
     return _parts(key, [(r, target) for r in rows]) if rows else None
 
 
 def gemm_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
     """The column ranges of a fully connected layer of batch one, or None when it stays on one thread:
-    A [1, K], constant B [N, K] (``transB``), no ``transA`` (a bias: see ``_parts``)."""
+    A [1, K], constant B [N, K] (``transB``), no ``transA`` (a bias: see ``_parts``). An A of several
+    rows splits by rows (``split_rows.gemm_row_parts``)."""
     a = dict(key.attrs)
-    if target.threads < 2 or rows is not None or a["transA"] or not a["transB"] or key.packed[1] != "const":
+    if target.threads < 2 or rows is not None or a["transA"] or key.packed[1] != "const" or key.in_types[0].dtype is not DType.F32:
         return None
-    if key.in_types[0].dtype is not DType.F32 or key.out_types[0].shape[0] != 1:
+    if key.out_types[0].shape[0] != 1:
+        return gemm_row_parts(key, target)
+    if not a["transB"]:
         return None
     n, k = key.in_types[1].shape
-    ranges = _cost_model_ranges(target, n, target.vector_floats, n * k)
+    ranges = cost_model_ranges(target, n, target.vector_floats, n * k)
     return _parts(key, [(r, target) for r in ranges]) if ranges else None
 
 
 def matmul_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
     """The column ranges of a float or int8 (QMatMul, with its bias) MatMul of one row by constant
     weights, A [1, K] by B [K, N], or None when it stays on one thread. Each output sums over K in
-    order in one accumulator (float), or exactly (integers): any ranges give the same bits."""
-    if target.threads < 2 or rows is not None or key.packed[1] != "const" or len(key.in_types[0].shape) != 2:
+    order in one accumulator (float), or exactly (integers): any ranges give the same bits. A float
+    MatMul of several rows splits by rows, one of two computed operands by heads (``split_rows``)."""
+    if target.threads < 2 or (key.op == "MatMul" and key.in_types[0].dtype is not DType.F32):
+        return None
+    if key.op == "MatMul" and key.packed[1] != "const":
+        return heads_parts(key, target, rows)
+    if rows is not None:
+        return None
+    if key.op == "MatMul" and math.prod(key.in_types[0].shape[:-1]) > 1:
+        return gemm_row_parts(key, target)
+    if key.packed[1] != "const" or len(key.in_types[0].shape) != 2:
         return None
     if key.in_types[0].shape[0] != 1 or len(key.in_types[1].shape) != 2 or any(p != "const" for p in key.packed[2:]):
         return None
-    if key.op == "MatMul" and key.in_types[0].dtype is not DType.F32:
-        return None
     k, n = key.in_types[1].shape
-    ranges = _cost_model_ranges(target, n, target.vector_floats, n * k)  # int32 sums: as many lanes as floats
+    ranges = cost_model_ranges(target, n, target.vector_floats, n * k)  # int32 sums: as many lanes as floats
     return _parts(key, [(r, target) for r in ranges]) if ranges else None
-
-
-def _cost_model_ranges(target: Target, total: int, unit: int, macs: float) -> list[tuple[int, int]] | None:
-    """Ranges of whole ``unit``s over ``total`` output channels, the last taking the rest: one per
-    thread at most, per unit and per ``min_part_macs`` of the layer's ``macs``; None under two."""
-    count = min(target.threads, total // unit, int(macs // max(1.0, min_part_macs(target))))
-    if count < 2:
-        return None
-    ranges = _ranges(total // unit, count, unit)
-    ranges[-1] = (ranges[-1][0], total)
-    return ranges
 
 
 def pool_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
@@ -208,8 +181,8 @@ def pool_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
     c = x_t.shape[1]
     if rows is None:
         t = target.tuning
-        rows = _cost_model_ranges(target, c, 1, math.prod(x_t.shape) * t.conv_macs_per_us / t.pool_elements_per_us)
-    elif not _tiles(rows, c, 1, target.threads):
+        rows = cost_model_ranges(target, c, 1, math.prod(x_t.shape) * t.conv_macs_per_us / t.pool_elements_per_us)
+    elif not covers(rows, c, 1, target.threads):
         return None
     if not rows:
         return None
@@ -270,13 +243,6 @@ def _parts(key: KernelKey, ranges: list[tuple[tuple[int, int], Target]]) -> list
     return found
 
 
-def _tiles(rows: list[tuple[int, int]], oc: int, unit: int, threads: int) -> bool:
-    """``rows`` cover 0..oc in order, in whole units, at most one per thread."""
-    ends = [0] + [hi for _, hi in rows]
-    return (0 < len(rows) <= threads and ends[-1] == oc
-            and all(lo == ends[i] and lo < hi and lo % unit == 0 for i, (lo, hi) in enumerate(rows)))
-
-
 def _arithmetic(plan) -> tuple:
     """What decides the order a plan sums in, beyond its method and tile: a K-blocked packed panel
     stores partial sums between blocks (the direct 1x1 kernel packs only with enough row blocks)."""
@@ -300,14 +266,15 @@ def _split(target: Target, plan, geom, unit: int, rows: list[tuple[int, int]]) -
     return found
 
 
-def slice_constant(arr: np.ndarray, part: Part, i: int) -> np.ndarray:
-    """The part's output channels of constant input ``i`` (whole when the part takes all of it)."""
-    axis = part.axes[i]
-    return arr if axis is None else arr[(slice(None),) * axis + (slice(*part.rows),)]
-
-
 CHANNELWISE = ("MaxPool", "AveragePool")
 """Ops whose every output channel reads only the same input channel (as depthwise convs do)."""
+ELEMENTWISE = tuple(sorted(op for op, d in OP_TABLE.items() if d.elementwise and not d.view))
+"""Ops whose every output element reads only the same element of each operand (broadcast)."""
+FOLLOWERS = CHANNELWISE + ELEMENTWISE + ROWWISE
+"""Ops that split on their own only right after another job (while its workers still spin) and may
+join the job of the layer before them, range by range."""
 SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts, "Gemm": gemm_parts,
-             "FusedGemm": gemm_parts, "MatMul": matmul_parts, "QMatMul": matmul_parts, **dict.fromkeys(CHANNELWISE, pool_parts)}
+             "FusedGemm": gemm_parts, "MatMul": matmul_parts, "QMatMul": matmul_parts,
+             **dict.fromkeys(CHANNELWISE, pool_parts), **dict.fromkeys(ELEMENTWISE, elementwise_parts),
+             **dict.fromkeys(ROWWISE, rowwise_parts)}
 """op -> how its layers split (ops not named here always run on one thread)."""
