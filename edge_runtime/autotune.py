@@ -233,11 +233,14 @@ def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tupl
 class Retarget:
     """``lower``'s retarget hook: tunes the optimized graph, keeps the report, returns the tuned Target.
     ``llvm``: where the candidates' LLVM work goes (default: done here, in turn); ``record``: this
-    CPU's tuning record, whose choices are taken and which keeps this compile's (none: time all)."""
+    CPU's tuning record, whose choices are taken and which keeps this compile's (none: time all);
+    ``handoff_us``: the handoff to split at, not measured (a structure's recorded verdict); ``plan``:
+    the Target to build, from the tuned one (default: the tuned one)."""
 
-    def __init__(self, llvm: Compiler | None = None, record: TuningRecord | None = None) -> None:
+    def __init__(self, llvm: Compiler | None = None, record: TuningRecord | None = None,
+                 handoff_us: float | None = None, plan: Callable[[Target], Target] | None = None) -> None:
         self.report: TuneReport | None = None
-        self.llvm, self.record = llvm, record
+        self.llvm, self.record, self.handoff_us, self.plan = llvm, record, handoff_us, plan
 
     def __call__(self, graph: Graph, target: Target) -> Target:
         # the lowering turns the collector off; the candidates' modules are cyclic garbage once printed, and
@@ -250,7 +253,7 @@ class Retarget:
         sync_us, probe_s, convs = None, 0.0, tunable_convs(graph)
         if target.threads > 1 and convs:  # what a split costs here decides which layers split
             t0 = time.perf_counter()
-            sync_us = pool_probe.handoff_us(target, self.llvm)
+            sync_us = self.handoff_us if self.handoff_us is not None else pool_probe.handoff_us(target, self.llvm)
             probe_s = time.perf_counter() - t0
             target = dataclasses.replace(target, tuning=target.tuning.replace(parallel_sync_us=sync_us))
         with self.record.held() if self.record and convs else contextlib.nullcontext(Known()) as known:
@@ -261,7 +264,8 @@ class Retarget:
                                  if (g, target.threads) not in known.splits and _may_split(target, g, c)})
         self.report = dataclasses.replace(report, spent_s=report.spent_s + probe_s, sync_us=sync_us)
         tuned = with_choices(target, self.report.choices)
-        return dataclasses.replace(tuned, conv_parts=tuple(sorted(self.report.parts.items(), key=repr)))
+        tuned = dataclasses.replace(tuned, conv_parts=tuple(sorted(self.report.parts.items(), key=repr)))
+        return tuned if self.plan is None else self.plan(tuned)
 
 
 def interleaved_seconds(calls: dict, rounds: int = ROUNDS, round_s: float = ROUND_S,

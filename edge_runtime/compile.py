@@ -28,7 +28,7 @@ from .loader import Model
 from .objload import LoadedCode, UnsupportedObjectError, load_object
 from .prelink import Prelinked, load_prelinked
 from .session import CompileStats, Session, StepClock, new_arena
-from .tuning_record import TuningRecord, scope as tuning_scope
+from .tuning_record import TuningRecord, scope as tuning_scope, structure_digest
 
 log = logging.getLogger(__name__)
 
@@ -211,25 +211,38 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
 
     record = TuningRecord(cache.dir, cache.sealer, tuning_scope(tgt, fingerprint)) if tune and cache and cache.sealer \
         else None
-    tuner = autotune.Retarget(record=record) if tune else None
-    optimized = spare.graphs  # optimized while the helper started: the lowering takes it over
-    lowered, objs, lower_s = _build(optimized or [graph_of()], tgt, batch, optimize and not optimized, profile,
-                                    spare.jobs, tuner, spare.helpers)
+    graphs = spare.graphs  # optimized while the helper started: the lowering takes it over
+    if not graphs:
+        from ..compiler.codegen.driver import optimized
+
+        graphs.append(optimized(graph_of(), batch) if optimize else graph_of())
+    structure = structure_digest(graphs[0], batch, f"optimize={optimize} profile={profile}") \
+        if record and tgt.threads > 1 else None
+    settled = record.verdict(structure, tgt.threads) if structure else None
+    tuner = None if not tune else autotune.Retarget(record=record) if settled is None else \
+        autotune.Retarget(record=record, handoff_us=settled[1], plan=lambda t: _nth_plan(t, settled[0]))
+    lowered, objs, lower_s = _build(graphs, tgt, batch, False, profile, spare.jobs, tuner, spare.helpers)
     t2 = time.perf_counter()
     session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
-    plans = split_check.fallbacks(lowered.target) if tuner and lowered.split_nodes else ()
-    verdict = None
+    plans = split_check.fallbacks(lowered.target) if tuner and lowered.split_nodes and settled is None else ()
+    verdict, plan_index = None, 0
+    if settled is not None:
+        verdict = split_check.Verdict(bool(lowered.split_nodes), True, "as this CPU's tuning record settled it for "
+                                      f"this model's structure (plan {settled[0]}, handoff {settled[1]:g} us)")
     while plans:
         verdict = split_check.check(session, confirm=confirm)
         if verdict.split:
             break
-        plan, plans = (plans[0], plans[1:]) if verdict.measured else (plans[-1], ())  # no free cores: straight to whole
+        plan_index, plan, plans = (plan_index + 1, plans[0], plans[1:]) if verdict.measured else \
+            (plan_index + len(plans), plans[-1], ())  # no free cores: straight to whole
         session.close()  # measured: this split does not pay here; the next plan is built and checked
         lowered, objs, more_s = _build([graph_of()], tgt, batch, optimize, profile, jobs, lambda g, t, f=plan: f)
         lower_s += more_s
         session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
         if not lowered.split_nodes:
             break
+    if verdict is not None and verdict.settled and settled is None and structure and tuner.report:
+        record.settle(structure, tgt.threads, plan_index, tuner.report.sync_us or tgt.tuning.parallel_sync_us)
     if verdict is not None:
         lowered = dataclasses.replace(lowered, split_settled=verdict.settled, split_reason=verdict.reason)
         session.lowered = dataclasses.replace(session.lowered, split_settled=verdict.settled, split_reason=verdict.reason)
@@ -245,6 +258,12 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
                                  tune_ms=tuner.report.spent_s * 1e3 if tuner and tuner.report else 0.0,
                                  tuned_layers=len(tuner.report.choices) if tuner and tuner.report else 0)
     return session
+
+
+def _nth_plan(tuned: Target, index: int) -> Target:
+    """Plan ``index`` of a tuned compile: 0 the tuned split, then :func:`.split_check.fallbacks` in turn."""
+    plans = (tuned, *split_check.fallbacks(tuned))
+    return plans[min(index, len(plans) - 1)]
 
 
 def _build(graphs: list[Graph], tgt: Target, batch: int, optimize: bool, profile: bool, jobs: int | None,

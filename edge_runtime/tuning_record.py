@@ -11,8 +11,12 @@ compile here takes the recorded choice without timing it, at any thread count, a
 on layers not seen before. Whether a layer's split over N threads pays, as the tuner timed it (its
 largest part alone against the whole layer, on one core; the cost model's split where the budget
 did not reach it), is recorded per thread count too, so a later compile at N threads builds nothing
-for it either; the whole-model check still runs on every
-compile, since what the parts cost together depends on how free the cores are at the time.
+for it either. The whole-model check (:mod:`.split_check`) runs on each new model structure: once it
+settles which plan a structure runs at N threads (the tuned split, the split at the cheapest handoff,
+or every layer whole), that plan and the handoff it was made at are recorded under the structure's
+digest (:func:`structure_digest`: the graph without its weights' values), and the structure's later
+versions (new weights: what a rollout brings) build that plan at once, with no handoff probe, no
+check and no rebuild. A verdict left unsettled (busy cores, a first "whole") records nothing.
 
 The record is a file in the compile cache's directory, sealed under the device secret and named by
 its scope (:func:`scope`: the CPU, the compiler's fingerprint and the target less its thread count),
@@ -38,6 +42,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..compiler.bundle.format import is_sha256_hex
+from ..compiler.ir.graph import Graph
 from ..compiler.target import ConvChoice, Geometry, Target
 from ..devices.detect import cpu_identity
 from .private import private_dir
@@ -47,9 +53,19 @@ log = logging.getLogger(__name__)
 
 MAX_THREADS = 64  # the most threads a recorded split decision may name (Tuning.max_threads' bound)
 LOCK_WAIT_S = 30.0  # longer than any tuning's budget and its builds
-MAX_ENTRIES = 4096  # choices and split decisions a record keeps in all; a compile that would pass it records nothing
+MAX_ENTRIES = 4096  # choices, split decisions and verdicts a record keeps in all; a compile that would pass it records nothing
+MAX_PLAN = 2  # a verdict's plan: 0 the tuned split, then split_check.fallbacks' (the cheapest handoff's, all whole)
+MAX_HANDOFF_US = 1e6
 _GEOMETRY_TUPLES = {7: 2, 8: 4, 9: 2}  # strides, pads, dilations: their positions in a Geometry and lengths
 _MAX_INT = 1 << 31
+
+
+def structure_digest(graph: Graph, batch: int, form: str) -> str:
+    """sha256 of ``graph``'s text without its constants' values (their names, dtypes and shapes stay),
+    the batch and ``form`` (how the compile lowers it): what a model's versions share."""
+    from ..compiler.ir.text import print_graph  # the op table: a warm start never needs it
+
+    return hashlib.sha256(f"{batch} {form}\n{print_graph(graph, data=False)}".encode()).hexdigest()
 
 
 def scope(target: Target, fingerprint: str) -> str:
@@ -62,14 +78,16 @@ def scope(target: Target, fingerprint: str) -> str:
 @dataclass
 class Known:
     """What a record holds, as a working set the tuner reads and adds to: each layer shape's kernel,
-    and per (shape, threads) whether the cost model's split of it pays (False: the layer runs whole)."""
+    per (shape, threads) whether the cost model's split of it pays (False: the layer runs whole), and
+    per (structure digest, threads) the settled plan and the handoff (us) it was made at."""
 
     choices: dict[Geometry, ConvChoice] = field(default_factory=dict)
     splits: dict[tuple[Geometry, int], bool] = field(default_factory=dict)
+    verdicts: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
 
     @property
     def entries(self) -> int:
-        return len(self.choices) + len(self.splits)
+        return len(self.choices) + len(self.splits) + len(self.verdicts)
 
 
 class TuningRecord:
@@ -93,12 +111,23 @@ class TuningRecord:
             return
         try:
             read = self._read()
-            known = Known(dict(read.choices), dict(read.splits))
+            known = Known(dict(read.choices), dict(read.splits), dict(read.verdicts))
             yield known
             if known != read and known.entries <= MAX_ENTRIES:
                 self._write(known)
         finally:
             os.close(lock)  # closing the descriptor releases the flock
+
+    def verdict(self, structure: str, threads: int) -> tuple[int, float] | None:
+        """The settled (plan, handoff us) of ``structure`` at ``threads``, read without the lock (the
+        file is replaced whole), or None."""
+        return self._read().verdicts.get((structure, threads))
+
+    def settle(self, structure: str, threads: int, plan: int, handoff_us: float) -> None:
+        """Record a structure's settled plan at ``threads``."""
+        if 0 <= plan <= MAX_PLAN and 0 < handoff_us <= MAX_HANDOFF_US and 2 <= threads <= MAX_THREADS:
+            with self.held() as known:
+                known.verdicts[structure, threads] = (plan, float(handoff_us))
 
     def _lock(self) -> int | None:
         try:
@@ -138,17 +167,19 @@ class TuningRecord:
 def encode(known: Known) -> bytes:
     choices = sorted([_flat(g), [c.method, c.mr, c.nv, c.vl]] for g, c in known.choices.items())
     splits = sorted([_flat(g), threads, keep] for (g, threads), keep in known.splits.items())
-    return json.dumps({"choices": choices, "splits": splits}, separators=(",", ":")).encode()
+    verdicts = sorted([d, threads, plan, handoff] for (d, threads), (plan, handoff) in known.verdicts.items())
+    return json.dumps({"choices": choices, "splits": splits, "verdicts": verdicts}, separators=(",", ":")).encode()
 
 
 def decode(data: bytes) -> Known:
     """What ``data`` records; ValueError for anything but :func:`encode`'s form."""
     try:
         doc = json.loads(data)
-        rows, splits = doc["choices"], doc["splits"]
-    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError) as e:
+        rows, splits, verdicts = doc["choices"], doc["splits"], doc.get("verdicts", [])
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError, AttributeError) as e:
         raise ValueError("not a tuning record") from e
-    if not (isinstance(rows, list) and isinstance(splits, list) and len(rows) + len(splits) <= MAX_ENTRIES):
+    if not (isinstance(rows, list) and isinstance(splits, list) and isinstance(verdicts, list)
+            and len(rows) + len(splits) + len(verdicts) <= MAX_ENTRIES):
         raise ValueError("not lists of at most MAX_ENTRIES entries")
     out = Known()
     for row in rows:
@@ -164,6 +195,12 @@ def decode(data: bytes) -> Known:
                 and type(row[2]) is bool):
             raise ValueError("a split decision is not [geometry, threads, keep]")
         out.splits[_geometry(row[0]), row[1]] = row[2]
+    for row in verdicts:
+        if not (isinstance(row, list) and len(row) == 4 and is_sha256_hex(row[0]) and _small_int(row[1])
+                and 2 <= row[1] <= MAX_THREADS and _small_int(row[2]) and row[2] <= MAX_PLAN
+                and type(row[3]) in (int, float) and 0 < row[3] <= MAX_HANDOFF_US):
+            raise ValueError("a verdict is not [structure digest, threads, plan, handoff us]")
+        out.verdicts[row[0], row[1]] = (row[2], float(row[3]))
     return out
 
 

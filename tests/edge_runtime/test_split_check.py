@@ -21,15 +21,20 @@ AVX2 = resolve_target("x86-avx2")  # runs on every build host
 SPLIT_ALL = dataclasses.replace(AVX2, tuning=AVX2.tuning.replace(parallel_sync_ratio=0.0))
 
 
-@pytest.fixture(scope="module")
-def graph():
-    rng = np.random.default_rng(1)
+def _convs(seed: int, channels=((8, 32), (32, 32))):
+    """Convs of these (in, out) channels over 12x12; ``seed`` draws the weights (a model's versions)."""
+    rng = np.random.default_rng(seed)
     b = GraphBuilder("two_convs")
     x = b.input("x", TensorType.parse("f32[1,8,12,12]"))
-    for c, oc in ((8, 32), (32, 32)):
+    for c, oc in channels:
         w = b.constant(rng.standard_normal((oc, c, 3, 3)).astype(np.float32))
         x = b.add1("Conv", [x, w], pads=(1, 1, 1, 1), strides=(1, 1), dilations=(1, 1), group=1)
     return b.build([x])
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return _convs(1)
 
 
 @pytest.fixture
@@ -259,3 +264,47 @@ def test_a_whole_verdict_on_free_cores_is_settled_by_a_second_check_on_a_later_w
     assert len(asked) == checks  # settled: never checked again
     for s in (first, second, third):
         s.close()
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("measured, where the tuning record had settled it")
+
+
+@pytest.mark.parametrize("verdicts, handoff, split_nodes, sync_us", [
+    ((True,), 1.0, 2, 1.0),  # the tuned split paid
+    ((False,), 1.0, 0, 1.0),  # it did not, on free cores: every layer whole
+    ((False, True), 4.0, 2, 1.0),  # the split at the cheapest handoff paid where the probe's did not
+])
+def test_a_settled_plan_holds_for_the_structures_next_versions(feeds, monkeypatch, no_probe, tmp_path, verdicts,
+                                                               handoff, split_nodes, sync_us):
+    """A rollout's next version (the same layers, new weights) builds the plan its structure settled
+    on at once: no handoff probe, no check, no rebuild; another structure is checked as before."""
+    from cuvil.edge_runtime import pool_probe
+
+    monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: handoff)
+    said = iter(verdicts)
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: verdict(next(said)))
+    first = compile_graph(_convs(1), SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    assert first.lowered.split_nodes == split_nodes and first.lowered.split_settled and next(said, None) is None
+    monkeypatch.setattr(pool_probe, "handoff_us", _refuse)
+    monkeypatch.setattr(split_check, "check", _refuse)
+    version2 = _convs(2)
+    second = compile_graph(version2, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    assert not second.stats.cache_hit and second.lowered.split_nodes == split_nodes and second.lowered.split_settled
+    assert second.lowered.target.tuning.parallel_sync_us == sync_us and "tuning record" in second.lowered.split_reason
+    assert (second._stop is None) == (split_nodes == 0)  # a whole plan starts no workers
+    one = compile_graph(version2, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1).run(feeds)
+    assert all(one[k].tobytes() == v.tobytes() for k, v in second.run(feeds).items())
+    with pytest.raises(AssertionError, match="measured"):  # another structure is not the record's
+        compile_graph(_convs(2, ((8, 32), (32, 16))), SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    for s in (first, second):
+        s.close()
+
+
+def test_an_unsettled_verdict_records_nothing(feeds, monkeypatch, no_probe, tmp_path):
+    checked = []
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: checked.append(1) or verdict(False, False))
+    for seed in (1, 2):  # busy cores in both: the second version is checked again
+        s = compile_graph(_convs(seed), SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+        assert s.lowered.split_nodes == 0 and not s.lowered.split_settled
+    assert checked == [1, 1]

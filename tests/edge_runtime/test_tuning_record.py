@@ -25,8 +25,9 @@ A, B = ConvChoice("direct", 4, 3, 8), ConvChoice("winograd", 4, 1, 16)
 SCOPE = "5e" * 32
 
 
-def _doc(choices=(), splits=()) -> bytes:
-    return json.dumps({"choices": list(choices), "splits": list(splits)}).encode()
+def _doc(choices=(), splits=(), verdicts=None) -> bytes:
+    doc = {"choices": list(choices), "splits": list(splits)} | ({} if verdicts is None else {"verdicts": verdicts})
+    return json.dumps(doc).encode()
 
 
 @pytest.fixture
@@ -34,10 +35,13 @@ def record(tmp_path):
     return TuningRecord(tmp_path / "cache", Sealer(bytes(range(32))), SCOPE)
 
 
-def test_choices_and_split_decisions_round_trip_through_the_file_form():
-    known = Known({G1: A, G2: B}, {(G1, 2): True, (G1, 3): False, (G2, 2): False})
+def test_choices_split_decisions_and_verdicts_round_trip_through_the_file_form():
+    known = Known({G1: A, G2: B}, {(G1, 2): True, (G1, 3): False, (G2, 2): False}, {(SCOPE, 2): (1, 4.0), (SCOPE, 3): (0, 1.0)})
     assert decode(encode(known)) == known
     assert decode(encode(Known())) == Known()
+    before = json.loads(encode(Known(splits={(G1, 2): True})))
+    del before["verdicts"]  # a record written before verdicts were kept
+    assert decode(json.dumps(before).encode()) == Known(splits={(G1, 2): True})
 
 
 @pytest.mark.parametrize("data", [
@@ -53,6 +57,17 @@ def test_choices_and_split_decisions_round_trip_through_the_file_form():
     _doc(splits=[[[1] * 19, tuning_record.MAX_THREADS + 1, True]]),  # more threads than any device runs
     _doc(splits=[[[1] * 19, 2, 1]]),  # an integer for a boolean
     _doc(splits=[[[1] * 19, 2]]),  # no decision
+    _doc(verdicts=[["ab" * 31, 2, 0, 1.0]]),  # a digest of 62 digits
+    _doc(verdicts=[["AB" * 32, 2, 0, 1.0]]),  # upper-case hex
+    _doc(verdicts=[[SCOPE, 1, 0, 1.0]]),  # a verdict at one thread
+    _doc(verdicts=[[SCOPE, 2, tuning_record.MAX_PLAN + 1, 1.0]]),  # a plan past the last
+    _doc(verdicts=[[SCOPE, 2, True, 1.0]]),  # a boolean for the plan
+    _doc(verdicts=[[SCOPE, 2, 0, 0.0]]),  # a free handoff
+    _doc(verdicts=[[SCOPE, 2, 0, 1e300]]),  # a handoff past any machine's
+    _doc(verdicts=[[SCOPE, 2, 0, "1"]]),  # a string
+    _doc(verdicts=[[SCOPE, 2, 0]]),  # no handoff
+    _doc(verdicts={"a": 1}),  # not a list
+    b'{"choices": [], "splits": [], "verdicts": [["' + SCOPE.encode() + b'", 2, 0, NaN]]}',
 ])
 def test_anything_but_the_record_form_is_refused(data):
     with pytest.raises(ValueError):
