@@ -300,3 +300,24 @@ def test_gemms_of_several_rows_heads_and_elementwise_ops_split_with_the_same_bit
         assert f"align {8 if threads == 2 else 4} " in text
         out = many.run(feeds)
         assert all(one[k].tobytes() == out[k].tobytes() for k in one), f"differs at {threads} threads"
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+def test_convs_ending_in_a_partial_vector_of_channels_split_with_the_same_bits(profile, tmp_path):
+    """20 and 12 output channels (2.5 and 1.5 vectors of 8 lanes; 1.25 and 0.75 of 16): the last part
+    takes the partial vector, as the whole layer has it, through the 3x3 (Winograd or direct), 1x1 and
+    strided kernels."""
+    from cuvil.compiler.frontends.builder import GraphBuilder
+    from cuvil.compiler.ir.types import TensorType
+
+    base = executable(profile)
+    target = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
+    rng = np.random.default_rng(9)
+    b = GraphBuilder("partial")
+    y = b.input("x", TensorType.parse("f32[1,16,24,24]"))
+    for c, oc, k, stride in ((16, 20, 3, 1), (20, 12, 1, 1), (12, 20, 3, 2), (20, 36, 3, 1)):
+        w = b.constant(rng.standard_normal((oc, c, k, k)).astype(np.float32) / k)
+        y = b.add1("Relu", [b.add1("Conv", [y, w, b.constant(rng.standard_normal(oc).astype(np.float32))],
+                                   pads=(k // 2,) * 4, strides=(stride, stride), dilations=(1, 1), group=1)])
+    graph = b.build([y])
+    assert _same_bits_at_1_2_3(graph, [rng.standard_normal((1, 16, 24, 24)).astype(np.float32)], tmp_path, target) >= 4

@@ -38,6 +38,12 @@ def test_channel_ranges_are_whole_vectors_and_cover_the_layer():
     assert all(p.key.in_types[0].shape == (1, 32, 16, 16) for p in parts)  # every part reads all input channels
 
 
+def test_a_partial_vector_of_channels_goes_to_the_last_part_with_the_fewer_whole_ones():
+    assert [p.rows for p in conv_parts(_key(32, 20, 16), _target(2))] == [(0, 8), (8, 20)]  # 2.5 vectors of 8
+    assert [p.rows for p in conv_parts(_key(32, 44, 16), _target(2))] == [(0, 24), (24, 44)]  # 5.5: 3 whole, 2 + the half
+    assert [p.key.out_types[0].shape[1] for p in conv_parts(_key(32, 12, 16), _target(3))] == [8, 4]  # 1.5: two parts
+
+
 def test_depthwise_splits_by_groups_and_moves_the_input():
     parts = conv_parts(_key(48, 48, 16, group=48), _target(3))
     assert [p.rows for p in parts] == [(0, 16), (16, 32), (32, 48)]
@@ -91,7 +97,7 @@ def test_a_layer_kept_whole_says_why():
 
     assert why(32, 40, 16) == ""  # split
     assert why(32, 40, 16, threads=1) == "one thread"
-    assert why(32, 20, 16) == "20 output channels are no whole 8-lane vectors"
+    assert why(32, 20, 16) == ""  # split: the last part takes the partial vector
     assert why(32, 8, 16) == "one 8-channel unit of output"
     assert why(32, 40, 16, sync_us=2000.0) == "2.95M multiply-adds: under two parts of 2.00M"
 

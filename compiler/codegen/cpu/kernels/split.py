@@ -5,7 +5,8 @@ and depthwise convs), each a convolution of its own over the same input: its wei
 the slice's, its output and residual start at the slice's first channel. Every part keeps the
 method and tile the whole layer got (cost model or tuner), so each output element is computed by
 the same instructions in the same order as at one thread: the answer does not depend on the
-thread count. Ranges are whole vectors of channels, so no part adds a tail the whole layer lacks.
+thread count. Ranges are whole vectors of channels, the last taking the whole layer's partial vector
+where it has one, so no part adds a tail the whole layer lacks.
 How many parts is the cost model's choice unless the on-device tuner measured the layer
 (``Target.conv_parts``: the split's slowest part plus ``Tuning.parallel_sync_us`` against the whole).
 The model gives a part only to work worth ``parallel_sync_ratio`` handoffs (``min_part_macs``), so a
@@ -67,9 +68,7 @@ def decide_split(target: Target, geom: tuple, parts: int | None = None,
     macs = oc * plan.OH * plan.OW * (c // group) * kh * kw
     if group == 1:
         unit = plan.vl
-        units = oc // unit
-        if oc % unit:
-            return None, f"{oc} output channels are no whole {unit}-lane vectors"
+        units = -(-oc // unit)  # the last part takes the whole layer's partial vector, if it has one
     else:
         unit, units = oc // group, group
     if rows is not None:
@@ -83,7 +82,7 @@ def decide_split(target: Target, geom: tuple, parts: int | None = None,
     if parts is None:
         parts = int(macs // max(1.0, min_part_macs(target)))
     for k in range(min(target.threads, units, parts), 1, -1):  # the most parts that sum in the whole layer's order
-        found = _split(target, plan, geom, unit, even_ranges(units, k, unit))
+        found = _split(target, plan, geom, unit, _channel_ranges(oc, units, k, unit))
         if found is not None:
             return found, ""
     if units < 2:
@@ -93,6 +92,16 @@ def decide_split(target: Target, geom: tuple, parts: int | None = None,
     if parts < 2:
         return None, f"{macs / 1e6:.2f}M multiply-adds: under two parts of {min_part_macs(target) / 1e6:.2f}M"
     return None, "a part would sum in another order"
+
+
+def _channel_ranges(oc: int, units: int, parts: int, unit: int) -> list[tuple[int, int]]:
+    """``parts`` ranges of whole ``unit``s over ``oc`` channels; where ``oc`` ends in a partial unit, the last
+    range ends there, and the ranges holding more units come last (it is the short one)."""
+    sizes = [hi - lo for lo, hi in even_ranges(units, parts, unit)]
+    if oc % unit:
+        sizes.reverse()
+    ends = [sum(sizes[:i + 1]) for i in range(parts)]
+    return [(lo, min(hi, oc)) for lo, hi in zip([0] + ends[:-1], ends)]
 
 
 def conv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
