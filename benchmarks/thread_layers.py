@@ -5,9 +5,8 @@ The fewest cycles over many runs is a node's own cost even on a shared machine (
 adds cycles); a split layer whose N-thread minimum stays at its 1-thread cost never ran beside a
 worker, which is what a machine without a free core shows. A depthwise conv that joined its
 producer's job is counted in the producer's row (its cycles at N threads are the job's). The last
-column says how each conv runs at N threads: its parts, joined to its producer's job, or why it
-stays whole (too few multiply-adds for two parts worth a handoff, output channels that are no whole
-vectors, ...). ``--sync-us`` sets the handoff the cost model assumes (what the tuner would measure
+column says how each layer runs at N threads: its parts, joined to its producer's job, or (a conv) why it
+stays whole (too few multiply-adds for two parts worth a handoff, one vector of output channels, ...). ``--sync-us`` sets the handoff the cost model assumes (what the tuner would measure
 here; default the profile's). The load average is printed before and after.
 
     python benchmarks/thread_layers.py [--model resnet18] [--threads 2] [--runs 50] [--top 25] [--sync-us 2]
@@ -27,7 +26,7 @@ import torch  # noqa: E402
 
 from cuvil.compiler.codegen.cpu.kernels.conv import geometry  # noqa: E402
 from cuvil.compiler.codegen.cpu.kernels.base import KernelKey  # noqa: E402
-from cuvil.compiler.codegen.cpu.kernels.split import decide_split  # noqa: E402
+from cuvil.compiler.codegen.cpu.kernels.split import SPLITTERS, decide_split  # noqa: E402
 from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
 from cuvil.compiler.ir.infer import bind_batch  # noqa: E402
 from cuvil.compiler.passes.pipeline import optimize  # noqa: E402
@@ -38,18 +37,26 @@ from tests.zoo import ZOO  # noqa: E402
 
 
 def how_split(graph, target) -> dict[str, str]:
-    """Conv node -> its parts at ``target.threads``, or why it stays whole (the optimized graph's names)."""
+    """Node -> its parts at ``target.threads`` by the cost model (a conv: or why it stays whole), for
+    every node a splitter takes (the optimized graph's names); a node that joins its producer's job is
+    marked in the table from the cycles."""
     g = bind_batch(optimize(graph), 1)
     found = {}
     for node in g.nodes:
-        if node.op not in ("Conv", "FusedConv") or len(node.inputs) < 2 or node.inputs[1] not in g.constants:
+        splitter = SPLITTERS.get(node.op)
+        if splitter is None:
             continue
-        geo = geometry(KernelKey(node.op, node.attrs, tuple(g.types[i] for i in node.inputs[:2]), (), (), (), ()))
+        packed = tuple("const" if i in g.constants else None for i in node.inputs)
+        key = KernelKey(node.op, node.attrs, tuple(g.types[i] for i in node.inputs),
+                        tuple(g.types[o] for o in node.outputs), (), (), packed)
+        geo = geometry(key) if node.op in ("Conv", "FusedConv") and packed[1:2] == ("const",) else None
         if geo is not None:
             geom = (*geo["in_shape"], geo["w_shape"][0], *geo["w_shape"][2:], geo["strides"], geo["pads"],
                     geo["dilations"], geo["group"])
             ranges, why = decide_split(target, geom)
             found[node.name] = f"{len(ranges)} parts" if ranges else why
+        elif (parts := splitter(key, target)) is not None:
+            found[node.name] = f"{len(parts)} parts"
     return found
 
 
