@@ -50,7 +50,7 @@ from ..compiler.codegen.lower import cycle_collection
 from ..compiler.ir.graph import Graph
 from ..compiler.spread import spread
 from ..compiler.target import ConvChoice, Geometry, Target
-from . import pool_probe
+from . import pool_probe, split_check
 from .levels import LIGHT_LEVEL
 from .linking import load_functions
 from .tuning_record import Known, TuningRecord
@@ -234,13 +234,14 @@ class Retarget:
     """``lower``'s retarget hook: tunes the optimized graph, keeps the report, returns the tuned Target.
     ``llvm``: where the candidates' LLVM work goes (default: done here, in turn); ``record``: this
     CPU's tuning record, whose choices are taken and which keeps this compile's (none: time all);
-    ``handoff_us``: the handoff to split at, not measured (a structure's recorded verdict); ``plan``:
-    the Target to build, from the tuned one (default: the tuned one)."""
+    ``structure``: the graph's :func:`.tuning_record.structure_digest`, whose recorded verdict at this
+    thread count (``settled``: plan index, handoff us) fixes the handoff, unmeasured, and the plan built."""
 
     def __init__(self, llvm: Compiler | None = None, record: TuningRecord | None = None,
-                 handoff_us: float | None = None, plan: Callable[[Target], Target] | None = None) -> None:
+                 structure: str | None = None) -> None:
         self.report: TuneReport | None = None
-        self.llvm, self.record, self.handoff_us, self.plan = llvm, record, handoff_us, plan
+        self.settled: tuple[int, float] | None = None
+        self.llvm, self.record, self.structure = llvm, record, structure
 
     def __call__(self, graph: Graph, target: Target) -> Target:
         # the lowering turns the collector off; the candidates' modules are cyclic garbage once printed, and
@@ -251,12 +252,14 @@ class Retarget:
 
     def _retarget(self, graph: Graph, target: Target) -> Target:
         sync_us, probe_s, convs = None, 0.0, tunable_convs(graph)
-        if target.threads > 1 and convs:  # what a split costs here decides which layers split
-            t0 = time.perf_counter()
-            sync_us = self.handoff_us if self.handoff_us is not None else pool_probe.handoff_us(target, self.llvm)
-            probe_s = time.perf_counter() - t0
-            target = dataclasses.replace(target, tuning=target.tuning.replace(parallel_sync_us=sync_us))
-        with self.record.held() if self.record and convs else contextlib.nullcontext(Known()) as known:
+        verdict = self.structure if target.threads > 1 else None
+        with self.record.held() if self.record and (convs or verdict) else contextlib.nullcontext(Known()) as known:
+            self.settled = known.verdicts.get((verdict, target.threads)) if verdict else None
+            if target.threads > 1 and convs:  # what a split costs here decides which layers split
+                t0 = time.perf_counter()
+                sync_us = self.settled[1] if self.settled else pool_probe.handoff_us(target, self.llvm)
+                probe_s = time.perf_counter() - t0
+                target = dataclasses.replace(target, tuning=target.tuning.replace(parallel_sync_us=sync_us))
             report = tune(graph, target, llvm=self.llvm, known=known)
             known.choices.update(report.settled)
             known.splits.update(report.split_decisions(target.threads))
@@ -265,7 +268,10 @@ class Retarget:
         self.report = dataclasses.replace(report, spent_s=report.spent_s + probe_s, sync_us=sync_us)
         tuned = with_choices(target, self.report.choices)
         tuned = dataclasses.replace(tuned, conv_parts=tuple(sorted(self.report.parts.items(), key=repr)))
-        return tuned if self.plan is None else self.plan(tuned)
+        if self.settled is None:
+            return tuned
+        plans = split_check.plans(tuned)
+        return plans[min(self.settled[0], len(plans) - 1)]
 
 
 def interleaved_seconds(calls: dict, rounds: int = ROUNDS, round_s: float = ROUND_S,

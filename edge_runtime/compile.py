@@ -218,25 +218,24 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
         graphs.append(optimized(graph_of(), batch) if optimize else graph_of())
     structure = structure_digest(graphs[0], batch, f"optimize={optimize} profile={profile}") \
         if record and tgt.threads > 1 else None
-    settled = record.verdict(structure, tgt.threads) if structure else None
-    tuner = None if not tune else autotune.Retarget(record=record) if settled is None else \
-        autotune.Retarget(record=record, handoff_us=settled[1], plan=lambda t: _nth_plan(t, settled[0]))
+    tuner = autotune.Retarget(record=record, structure=structure) if tune else None
     lowered, objs, lower_s = _build(graphs, tgt, batch, False, profile, spare.jobs, tuner, spare.helpers)
     t2 = time.perf_counter()
     session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
-    plans = split_check.fallbacks(lowered.target) if tuner and lowered.split_nodes and settled is None else ()
+    settled = tuner.settled if tuner else None
+    plans = split_check.plans(lowered.target) if tuner and lowered.split_nodes and settled is None else ()
     verdict, plan_index = None, 0
     if settled is not None:
         verdict = split_check.Verdict(bool(lowered.split_nodes), True, "as this CPU's tuning record settled it for "
                                       f"this model's structure (plan {settled[0]}, handoff {settled[1]:g} us)")
-    while plans:
+    while plan_index < len(plans) - 1:
         verdict = split_check.check(session, confirm=confirm)
         if verdict.split:
             break
-        plan_index, plan, plans = (plan_index + 1, plans[0], plans[1:]) if verdict.measured else \
-            (plan_index + len(plans), plans[-1], ())  # no free cores: straight to whole
+        plan_index = plan_index + 1 if verdict.measured else len(plans) - 1  # no free cores: straight to whole
         session.close()  # measured: this split does not pay here; the next plan is built and checked
-        lowered, objs, more_s = _build([graph_of()], tgt, batch, optimize, profile, jobs, lambda g, t, f=plan: f)
+        lowered, objs, more_s = _build([graph_of()], tgt, batch, optimize, profile, jobs,
+                                       lambda g, t, f=plans[plan_index]: f)
         lower_s += more_s
         session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
         if not lowered.split_nodes:
@@ -258,12 +257,6 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
                                  tune_ms=tuner.report.spent_s * 1e3 if tuner and tuner.report else 0.0,
                                  tuned_layers=len(tuner.report.choices) if tuner and tuner.report else 0)
     return session
-
-
-def _nth_plan(tuned: Target, index: int) -> Target:
-    """Plan ``index`` of a tuned compile: 0 the tuned split, then :func:`.split_check.fallbacks` in turn."""
-    plans = (tuned, *split_check.fallbacks(tuned))
-    return plans[min(index, len(plans) - 1)]
 
 
 def _build(graphs: list[Graph], tgt: Target, batch: int, optimize: bool, profile: bool, jobs: int | None,

@@ -207,6 +207,12 @@ def generous(target: Target) -> Target:
                                tuning=target.tuning.replace(parallel_sync_us=pool_probe.FLOOR_US))
 
 
+def plans(tuned: Target) -> tuple[Target, ...]:
+    """A tuned compile's plans in the order it tries them: the tuned split, then :func:`fallbacks`. A
+    settled verdict names its plan by its index here (:mod:`.tuning_record`)."""
+    return (tuned, *fallbacks(tuned))
+
+
 def fallbacks(target: Target) -> tuple[Target, ...]:
     """The plans a compile tries, in turn, after its tuned split was measured not to pay: the split at
     the cheapest handoff (unless that was the plan), then every layer whole. Each is built and checked

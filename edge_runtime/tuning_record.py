@@ -118,11 +118,6 @@ class TuningRecord:
         finally:
             os.close(lock)  # closing the descriptor releases the flock
 
-    def verdict(self, structure: str, threads: int) -> tuple[int, float] | None:
-        """The settled (plan, handoff us) of ``structure`` at ``threads``, read without the lock (the
-        file is replaced whole), or None."""
-        return self._read().verdicts.get((structure, threads))
-
     def settle(self, structure: str, threads: int, plan: int, handoff_us: float) -> None:
         """Record a structure's settled plan at ``threads``."""
         if 0 <= plan <= MAX_PLAN and 0 < handoff_us <= MAX_HANDOFF_US and 2 <= threads <= MAX_THREADS:

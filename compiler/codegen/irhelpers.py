@@ -291,13 +291,14 @@ def set_fn_attrs(fn: ir.Function, flags: Sequence[str] = (), strings: Mapping[st
     fn.attributes = attrs
 
 
-def mark_pointer_args(fn: ir.Function, noalias: Sequence[bool], align: int = ALIGN) -> None:
-    """Attach ``noalias``, ``align`` and ``nocapture``-style facts the vectorizer uses."""
-    for arg, na in zip(fn.args, noalias):
+def mark_pointer_args(fn: ir.Function, noalias: Sequence[bool], align: int = ALIGN, aligns: Sequence[int] = ()) -> None:
+    """Attach ``noalias``, ``align`` and ``nocapture``-style facts the vectorizer uses; ``aligns``: the
+    first arguments' own alignments where they have less than ``align`` (a split layer's part)."""
+    for i, (arg, na) in enumerate(zip(fn.args, noalias)):
         if isinstance(arg.type, ir.PointerType):
             if na:
                 arg.add_attribute("noalias")
-            arg.attributes.align = align
+            arg.attributes.align = aligns[i] if i < len(aligns) else align
             arg.add_attribute("nonnull")
 
 

@@ -71,12 +71,12 @@ class CpuLowering:
         self.order: dict[str, int] = {}
         self.pool: Pool | None = None
 
-    def new_function(self, name: str, args: list[ir.Type], internal: bool) -> ir.Function:
+    def new_function(self, name: str, args: list[ir.Type], internal: bool, aligns: tuple[int, ...] = ()) -> ir.Function:
         fn = ir.Function(self.module, ir.FunctionType(h.VOID, args), name=name)
         if internal:
             fn.linkage = "internal"
         h.set_fn_attrs(fn, ["nounwind"] + (["noinline"] if internal else []), self.attrs)
-        h.mark_pointer_args(fn, [True] * len(args))
+        h.mark_pointer_args(fn, [True] * len(args), aligns=aligns)
         return fn
 
     def bound_entry(self, entry: ir.Function) -> None:
@@ -250,14 +250,15 @@ class CpuLowering:
             return None
         consts = self.g.constants
         x_t, out_t = self.g.types[nxt.inputs[0]], self.g.types[nxt.outputs[0]]
-        row_local = nxt.op in ELEMENTWISE + ROWWISE or (nxt.op == "MatMul" and nxt.inputs[1] not in consts)
+        in_lines = nxt.op in ELEMENTWISE or nxt.op in ROWWISE  # computes each range of axis 1 from that range
+        row_local = in_lines or (nxt.op == "MatMul" and nxt.inputs[1] not in consts)
         if not row_local and not all(i in consts for i in nxt.inputs[1:]):
             return None
         per_range = nxt.op in CHANNELWISE or nxt.attr.get("group", 1) == x_t.shape[1] or row_local
         if len(x_t.shape) < 2 or not per_range or out_t.shape[1] != x_t.shape[1]:
             return None
         alias = placement(self.prep, nxt)
-        in_place = alias is not None and alias[0] is not None and nxt.op in ELEMENTWISE + ROWWISE
+        in_place = alias is not None and alias[0] is not None and in_lines
         if alias is None or any(a is not None for a in alias[1:]) or (alias[0] is not None and not in_place):
             return None
         if any(self.overlap(t, u) for t in nxt.inputs[1:] if t not in consts for u in written):
@@ -301,10 +302,11 @@ class CpuLowering:
                 self.worker_scratch.append((layers[0].node.name, p, lo, lo + stride))
             for layer, calls in zip(layers, ready):
                 key, args, part, at = calls[p]
-                aligns = tuple(map(_alignment, (layer.out_at + part.out_offset, *at)))
+                out_at = layer.out_at + part.out_offset
+                aligns = tuple(map(_alignment, (out_at, *at)))
                 cache = (key, part.target.conv_choices, aligns)
                 fn = self.kernels.get(cache) or self.emit_kernel(key, layer.kd, part.target, cache, aligns)
-                out = h.byte_ptr(jb, j_arena, layer.out_at + part.out_offset, h.LLTYPE[key.out_types[0].dtype])
+                out = h.byte_ptr(jb, j_arena, out_at, h.LLTYPE[key.out_types[0].dtype])
                 extra = [h.byte_ptr(jb, j_arena, lo, h.I8)] if layer.kd.scratch is not None else []
                 if get_op(key.op).run_time_check:
                     extra.append(h.byte_ptr(jb, j_arena, self.fault_offset, h.I32))
@@ -361,9 +363,7 @@ class CpuLowering:
         in_tys = [h.LLTYPE[key.in_types[i].dtype].as_pointer() for i in passed]
         checks = get_op(key.op).run_time_check
         extra = ([h.I8P] if kd.scratch is not None else []) + ([h.I32.as_pointer()] if checks else [])
-        fn = self.new_function(f"k{len(self.kernels)}_{key.op}", out_tys + in_tys + extra, internal=True)
-        for arg, align in zip(fn.args, aligns):
-            arg.attributes.align = align
+        fn = self.new_function(f"k{len(self.kernels)}_{key.op}", out_tys + in_tys + extra, internal=True, aligns=aligns)
         self.kernels[key if cache is None else cache] = fn
         if not self.emit:
             return fn  # a declaration is enough when only weights, plan and sizes are wanted

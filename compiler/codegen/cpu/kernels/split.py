@@ -37,7 +37,7 @@ from ..conv.plan import conv_plan
 from .base import KernelKey
 from .conv import geometry
 from .parts import Part, cost_model_ranges, covers, even_ranges, min_part_macs, slice_constant  # noqa: F401  (slice_constant: the lowering's)
-from .split_rows import ROWWISE, elementwise_parts, gemm_row_parts, heads_parts, rowwise_parts
+from .split_rows import ROWWISE, axis_one_part, elementwise_parts, gemm_row_parts, heads_parts, rowwise_parts
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ def pool_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
     on one thread. Each channel's plane is pooled alone, so any ranges give the same bits. The cost
     model reads its input's elements at ``Tuning.pool_elements_per_us``. ``rows``: as for ``conv_parts``
     (a pool right after a split conv runs in its job, part by part: no handoff of its own)."""
-    x_t, out_t = key.in_types[0], key.out_types[0]
+    x_t = key.in_types[0]
     if target.threads < 2 or len(key.in_types) != 1 or len(key.out_types) != 1 or len(x_t.shape) < 3 or x_t.shape[0] != 1:
         return None
     c = x_t.shape[1]
@@ -195,10 +195,7 @@ def pool_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
         return None
     if not rows:
         return None
-    plane_in, plane_out = (math.prod(t.shape[2:]) * t.dtype.itemsize for t in (x_t, out_t))
-    return [Part(KernelKey(key.op, key.attrs, (TensorType(x_t.dtype, (1, hi - lo, *x_t.shape[2:])),),
-                           (TensorType(out_t.dtype, (1, hi - lo, *out_t.shape[2:])),), key.alias, key.scalars, key.packed),
-                 target, (lo * plane_in,), lo * plane_out, (lo, hi), (None,)) for lo, hi in rows]
+    return [axis_one_part(key, target, lo, hi) for lo, hi in rows]
 
 
 PER_CHANNEL_ATTRS = {"QConv": ("w_scale",), "QMatMul": ("b_scale",)}

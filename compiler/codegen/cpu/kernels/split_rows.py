@@ -49,7 +49,7 @@ def elementwise_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]
         return None
     if not rows:
         return None
-    return [_axis_one_part(key, target, lo, hi, batch_only=False) for lo, hi in rows]
+    return [axis_one_part(key, target, lo, hi) for lo, hi in rows]
 
 
 ROWWISE = ("Softmax", "LogSoftmax", "LayerNormalization")
@@ -76,7 +76,7 @@ def heads_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | No
         found = rows if covers(rows, shape[1], 1, target.threads) else None
     else:
         found = cost_model_ranges(target, shape[1], 1, math.prod(shape) * key.in_types[0].shape[-1])
-    return [_axis_one_part(key, target, lo, hi, batch_only=True) for lo, hi in found] if found else None
+    return [axis_one_part(key, target, lo, hi, batch_only=True) for lo, hi in found] if found else None
 
 
 def gemm_row_parts(key: KernelKey, target: Target) -> list[Part] | None:
@@ -119,10 +119,10 @@ def gemm_row_parts(key: KernelKey, target: Target) -> list[Part] | None:
     return parts
 
 
-def _axis_one_part(key: KernelKey, target: Target, lo: int, hi: int, batch_only: bool) -> Part:
+def axis_one_part(key: KernelKey, target: Target, lo: int, hi: int, batch_only: bool = False) -> Part:
     """The part of ``key`` over ``lo:hi`` of its output's axis 1, each operand cut where it spans that
     axis under broadcasting and read whole where it does not (``batch_only``: a MatMul, whose last two
-    axes are its matrices')."""
+    axes are its matrices'). Pools split this way too (``split.pool_parts``)."""
     out_t = key.out_types[0]
     rank = len(out_t.shape)
     ins, offs, axes = [], [], []
