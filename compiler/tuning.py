@@ -73,6 +73,7 @@ class Tuning:
     max_threads: int = 8  # the default thread count: the device's cores, at most this many
     parallel_sync_us: float = 5.0  # handing a layer's parts to the workers and waiting for them; the tuner measures it (pool_probe)
     conv_macs_per_us: int = 100_000  # one core's conv speed the split model assumes (Zen 4: 480k on ResNet-18's, 57k on MobileNetV2's)
+    gemm_macs_per_us: int = 50_000  # one core's speed on a GEMM by packed weights the split model assumes, rows by rows (Zen 4: 57k on the tiny transformer's 32x64 by 64x192 and smaller, and on ViT-tiny's 3.2M-multiply-add projections: near its FMA peak, where conv_macs_per_us counts Winograd's saved multiplies)
     pool_elements_per_us: int = 10_000  # one core's pooling speed the split model assumes, input elements per us (Zen 4, Tiny-YOLO's 2x2 max pools: 9.3k over 16x160x160, 14-17k over 32x80x80 and 64x40x40, 1.4k over 256x10x10, where each plane's start dominates)
     elementwise_elements_per_us: int = 10_000  # one core's elementwise speed the split model assumes, output elements per us (Zen 4: Add, Mul, Relu 11-14k; Sigmoid, Gelu, Erf 2.5-4k, which it underrates: they stay whole more often than they would pay)
     parallel_sync_ratio: float = 2.0  # a part must be worth this many handoffs: min multiply-adds per part = ratio x sync x speed
@@ -88,7 +89,7 @@ FIELDS: Mapping[str, type] = {f.name: f.type for f in dataclasses.fields(Tuning)
 BOUNDS: Mapping[str, tuple[int, int]] = {
     "vector_registers": (8, 64), "reserved_registers": (0, 4), "winograd_f4": (2, 4), "rows_channel_block": (1, 4096),
     "rows_prefetch_locality": (0, 3), "rows_prefetch_blocks": (0, 64), "pack_min_row_blocks": (0, 1 << 20),
-    "max_threads": (1, 64), "pool_elements_per_us": (1, 1 << 40), "elementwise_elements_per_us": (1, 1 << 40), "pool_spin": (0, 1 << 24), "int8_winograd_prefetch_blocks": (0, 64),
+    "max_threads": (1, 64), "pool_elements_per_us": (1, 1 << 40), "gemm_macs_per_us": (1, 1 << 40), "elementwise_elements_per_us": (1, 1 << 40), "pool_spin": (0, 1 << 24), "int8_winograd_prefetch_blocks": (0, 64),
 }
 """Integer fields with a narrower range than 0..2^40 (code generation needs them there)."""
 CHOICES: Mapping[str, tuple[int, ...]] = {"winograd_f4": (2, 4)}

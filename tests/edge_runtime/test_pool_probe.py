@@ -51,6 +51,26 @@ def test_the_tuner_puts_the_measured_handoff_in_the_target(conv_graph, monkeypat
         assert tuner.report.sync_us == 123.5 and tuned.tuning.parallel_sync_us == 123.5
 
 
+def _matmul_graph(rows: int):
+    from cuvil.compiler.frontends.builder import GraphBuilder
+    from cuvil.compiler.ir.types import TensorType
+
+    b = GraphBuilder("tokens")
+    x = b.input("x", TensorType.parse(f"f32[1,{rows},64]"))
+    w = b.constant(np.ones((64, 192), np.float32), "w")
+    return b.build([b.add1("MatMul", [x, w])])
+
+
+@pytest.mark.parametrize("rows, probed", [(32, True), (1, False)])
+def test_a_graph_without_convs_is_probed_when_a_gemm_of_several_rows_may_split(monkeypatch, rows, probed):
+    asked = []
+    monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: asked.append(target) or 0.5)
+    tuner = autotune.Retarget()
+    tuned = tuner(_matmul_graph(rows), dataclasses.replace(AVX2, threads=2))
+    assert len(asked) == int(probed)  # a transformer's token projections; one row (a GEMV) never splits by rows
+    assert tuned.tuning.parallel_sync_us == (0.5 if probed else AVX2.tuning.parallel_sync_us)
+
+
 def test_the_kept_handoff_is_on_the_grid_and_at_most_the_profiles():
     capped = dataclasses.replace(AVX2, threads=2, tuning=AVX2.tuning.replace(parallel_sync_us=3.0))
     assert pool_probe.handoff_us(capped) in (1.0, 2.0, 3.0)  # a busy machine reads 20 us or more: capped

@@ -14,10 +14,10 @@ from cuvil.devices import resolve_target
 AVX2 = resolve_target("x86-avx2")  # 8 lanes
 
 
-def _target(threads: int, sync_us: float = 0.0, elements_per_us: int = 1000):
+def _target(threads: int, sync_us: float = 0.0, elements_per_us: int = 1000, gemm_macs_per_us: int = 1000):
     """A part must be worth one handoff of ``sync_us`` at 1,000 multiply-adds (elements) per microsecond."""
     tuning = AVX2.tuning.replace(parallel_sync_us=sync_us, conv_macs_per_us=1000, parallel_sync_ratio=1.0,
-                                 elementwise_elements_per_us=elements_per_us)
+                                 elementwise_elements_per_us=elements_per_us, gemm_macs_per_us=gemm_macs_per_us)
     return dataclasses.replace(AVX2, threads=threads, tuning=tuning)
 
 
@@ -104,6 +104,15 @@ def test_gemms_that_stay_whole():
     q = _key("MatMul", [TensorType(DType.I32, (1, 65, 128)), TensorType(DType.I32, (128, 384))],
              TensorType(DType.I32, (1, 65, 384)), consts=(1,))
     assert matmul_parts(q, _target(2)) is None  # float only
+
+
+def test_a_gemm_is_costed_at_the_gemm_speed_not_the_conv_speed():
+    key = _key("MatMul", [_f32(1, 64, 128), _f32(128, 384)], _f32(1, 64, 384), consts=(1,))  # 3.1M multiply-adds
+    assert len(matmul_parts(key, _target(2, sync_us=1000, gemm_macs_per_us=1000))) == 2  # 3.1 ms: parts worth 1 ms
+    assert matmul_parts(key, _target(2, sync_us=1000, gemm_macs_per_us=4000)) is None  # 0.8 ms: not worth one
+    heads = _key("MatMul", [_f32(1, 4, 64, 32), _f32(1, 4, 32, 64)], _f32(1, 4, 64, 64))  # 0.5M multiply-adds
+    assert len(matmul_parts(heads, _target(2, sync_us=200, gemm_macs_per_us=1000))) == 2
+    assert matmul_parts(heads, _target(2, sync_us=200, gemm_macs_per_us=4000)) is None
 
 
 def test_attention_splits_by_heads_and_a_shared_operand_is_read_whole():

@@ -75,7 +75,7 @@ def heads_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | No
     if rows is not None:
         found = rows if covers(rows, shape[1], 1, target.threads) else None
     else:
-        found = cost_model_ranges(target, shape[1], 1, math.prod(shape) * key.in_types[0].shape[-1])
+        found = cost_model_ranges(target, shape[1], 1, gemm_macs(target, math.prod(shape) * key.in_types[0].shape[-1]))
     return [axis_one_part(key, target, lo, hi, batch_only=True) for lo, hi in found] if found else None
 
 
@@ -93,7 +93,7 @@ def gemm_row_parts(key: KernelKey, target: Target) -> list[Part] | None:
         if a["transA"] or (has_bias and key.packed[2] != "const"):  # a computed bias: not the micro-kernel's
             return None
     m, k, n = math.prod(a_t.shape[:-1]), a_t.shape[-1], out_t.shape[-1]
-    found = cost_model_ranges(target, m, gemm_tile(target, m, n)[0], m * n * k)
+    found = cost_model_ranges(target, m, gemm_tile(target, m, n)[0], gemm_macs(target, m * n * k))
     if not found or any(hi - lo < 2 for lo, hi in found):  # one row is a GEMV: its weights in another layout
         return None
     rows_axis = 1 if len(out_t.shape) > 2 and out_t.shape[0] == 1 and math.prod(out_t.shape[2:-1]) == 1 else 0
@@ -117,6 +117,24 @@ def gemm_row_parts(key: KernelKey, target: Target) -> list[Part] | None:
         sub = KernelKey(key.op, key.attrs, tuple(ins), outs, key.alias, key.scalars, key.packed)
         parts.append(Part(sub, target, tuple(offs), lo * n * out_t.dtype.itemsize, (lo, hi), tuple(axes), rows_axis))
     return parts
+
+
+def gemm_macs(target: Target, macs: int) -> float:
+    """A GEMM's multiply-adds in the split model's conv units: a GEMM runs at ``gemm_macs_per_us``,
+    near the FMA peak, where ``conv_macs_per_us`` counts the multiplies Winograd saves."""
+    t = target.tuning
+    return macs * t.conv_macs_per_us / t.gemm_macs_per_us
+
+
+def row_gemms(graph) -> bool:
+    """Whether the graph has a GEMM of several rows by constant 2-D weights (what ``gemm_row_parts``
+    splits): then, as with convs, the handoff a split pays here is worth measuring."""
+    for node in graph.nodes:
+        if node.op in ("MatMul", "Gemm", "FusedGemm") and len(node.inputs) > 1 and node.inputs[1] in graph.constants:
+            a, w = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
+            if len(w.shape) == 2 and len(a.shape) >= 2 and math.prod(a.shape[:-1]) > 1:
+                return True
+    return False
 
 
 def axis_one_part(key: KernelKey, target: Target, lo: int, hi: int, batch_only: bool = False) -> Part:
