@@ -17,7 +17,7 @@ from ..compiler.errors import CompileError
 from ..compiler.target import Target
 from ..devices.detect import resolve_target
 from .elf import global_names
-from .levels import FULL_LEVEL, UNROLL_LOOPS
+from .levels import FULL_LEVEL, SLOTS_LEVEL, SLOTS_PASSES, UNROLL_LOOPS
 from .objload import LoadedCode, code_for, entry_names, request_amx
 
 _LOCK = threading.Lock()
@@ -72,6 +72,13 @@ def optimize(ir_text: str, tm: llvm.TargetMachine, speed_level: int = FULL_LEVEL
         mod.verify()
     except RuntimeError as e:
         raise CompileError(f"generated LLVM IR is invalid: {e}") from None
+    if speed_level == SLOTS_LEVEL:
+        pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=0))
+        pm = llvm.create_new_module_pass_manager()
+        for name in SLOTS_PASSES:
+            getattr(pm, f"add_{name}_pass")()
+        pm.run(mod, pb)
+        return mod
     pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
     pto.loop_vectorization = True
     pto.slp_vectorization = True

@@ -9,3 +9,9 @@ less LLVM time than level 3 with full unrolling, run time unchanged within noise
 UNROLL_LOOPS = False
 LIGHT_LEVEL = 0
 """Prevectorized kernels: no module optimizer, code generation at full level (same speed, measured)."""
+SLOTS_LEVEL = -1
+"""Prevectorized kernels whose emitter keeps its sums in stack slots (the int8 convs with small outputs,
+``rows``, and those reading their input in place): :data:`SLOTS_PASSES` put them in registers and clean
+up, then code generation at full level; no loop optimizer, no vectorizer. The other int8 kernels
+(im2col GEMMs, QAdd, quantize) need the loop vectorizer: level 2."""
+SLOTS_PASSES = ("sroa", "instruction_combine", "simplify_cfg", "new_gvn", "loop_strength_reduce")

@@ -13,11 +13,12 @@ import os
 import subprocess
 from collections.abc import Callable
 
-from ..compiler.codegen.irhelpers import PREVECTORIZED
+from ..compiler.codegen.irhelpers import PREVECTORIZED, SLOTTED
 from ..devices.llvm_facts import FACTS_REQUEST, HostFacts
 from .llvm_worker import command
 
 LIGHT_ATTR = f'"{PREVECTORIZED}"'  # on a prevectorized kernel's define line
+SLOTS_ATTR = f'"{SLOTTED}"'  # on one whose sums live in stack slots
 HELPER_TIMEOUT_S = 600
 
 

@@ -3,7 +3,8 @@
 A cold compile used to lower the whole model in Python (one core busy), print it, and only then
 hand it to LLVM. Here the lowering reports each node it finished (``lower(..., stream=)``); the
 kernel groups it added (``k<i>_...`` plus the internal helpers they call) are printed once and
-batched into modules (prevectorized ones apart, at :data:`.levels.LIGHT_LEVEL`), and consumers
+batched into modules (prevectorized ones apart, at :data:`.levels.LIGHT_LEVEL` or, sums in stack
+slots, :data:`.levels.SLOTS_LEVEL`), and consumers
 take those modules meanwhile: each helper process (:mod:`.llvm_worker`, one module at a time) or,
 with none, a thread of this process (llvmlite releases the GIL inside LLVM). With helpers, LLVM
 never runs in this process (its code pages would add ~30 MiB to a cold compile's peak): the entry
@@ -29,9 +30,9 @@ from llvmlite import ir
 
 from ..compiler.codegen.irtext import function_text, global_text
 from ..compiler.target import Target
-from .levels import FULL_LEVEL, LIGHT_LEVEL
+from .levels import FULL_LEVEL, LIGHT_LEVEL, SLOTS_LEVEL
 from .llvm_worker import frame, read_object, target_to_json
-from .parallel import HELPER_TIMEOUT_S, LIGHT_ATTR, Helpers
+from .parallel import HELPER_TIMEOUT_S, LIGHT_ATTR, SLOTS_ATTR, Helpers
 
 MIN_PART_BYTES = 150_000  # fewer, larger modules: each is an object a warm start loads
 MAX_PART_BYTES = 600_000
@@ -39,6 +40,13 @@ _REF = re.compile(r'@"([^"]+)"')
 _DEFINE = re.compile(r'^define (internal )?(.*?)@"([^"]+)"\((.*)\)(.*)$')
 _GROUP = re.compile(r"^(k\d+)_")  # a kernel and the functions of its own: k<i>_...
 _WRAPPER = re.compile(r"^k\d+_[A-Za-z0-9]+$")  # what the lowering calls from the entry point
+LEVELS = {LIGHT_ATTR: LIGHT_LEVEL, SLOTS_ATTR: SLOTS_LEVEL, None: FULL_LEVEL}
+"""A kernel group's speed level by the first of these attributes on a member's define line."""
+
+
+def _level(members: list[tuple[str, str]]) -> int:
+    heads = [text.split("\n", 1)[0] for _, text in members]
+    return next(level for attr, level in LEVELS.items() if attr is None or any(attr in h for h in heads))
 
 
 def _printed(fn: ir.Function) -> str:
@@ -63,7 +71,7 @@ class KernelStream:
         self.helpers: dict[str, str] = {}  # shared internal functions, printed
         self.wrappers: dict[str, str] = {}  # streamed kernels' define lines (the entry declares them)
         self.entry: list[str] = []  # external non-kernel functions: printed at the end (the entry grows)
-        self.batch: dict[bool, list[tuple[str, str]]] = {False: [], True: []}
+        self.batch: dict[int, list[tuple[str, str]]] = {level: [] for level in LEVELS.values()}
         self.texts: list[tuple[int, str]] = []
         self.results: list[bytes | None] = []
         self.seconds: list[float] = []  # LLVM time of each module (a helper's: its round trip)
@@ -103,15 +111,15 @@ class KernelStream:
                 self.entry.append(name)
         self.seen = len(names)
         for members in groups.values():
-            light = any(LIGHT_ATTR in text.split("\n", 1)[0] for _, text in members)
-            self.batch[light] += members
+            level = _level(members)
+            self.batch[level] += members
             for name, text in members:
                 if _WRAPPER.match(name):
                     self.wrappers[name] = text.split("\n", 1)[0]
-            size = sum(len(t) for _, t in self.batch[light])
+            size = sum(len(t) for _, t in self.batch[level])
             shares = any(n in self.helpers for _, t in members for n in _REF.findall(t))
             if size >= MAX_PART_BYTES or (size >= MIN_PART_BYTES and not shares):
-                self._flush(light)
+                self._flush(level)
 
     def _module(self, members: list[tuple[str, str]], extra: list[str] = ()) -> str:
         """A self-contained module: ``members``, the internal helpers they call (transitively), the
@@ -127,10 +135,10 @@ class KernelStream:
         singles = [s for s in self.singles if s.startswith("declare ") or s.split(" ", 1)[0] in text]
         return "\n".join(self.header + singles + list(extra) + body) + "\n"
 
-    def _flush(self, light: bool) -> None:
-        members, self.batch[light] = self.batch[light], []
+    def _flush(self, level: int) -> None:
+        members, self.batch[level] = self.batch[level], []
         if members:
-            self.kernels.append(self.submit(LIGHT_LEVEL if light else FULL_LEVEL, self._module(members)))
+            self.kernels.append(self.submit(level, self._module(members)))
 
     def submit(self, level: int, text: str) -> int:
         """Queue a self-contained module (the tuner's candidates come this way too); its index for :meth:`result`."""
@@ -226,8 +234,8 @@ class KernelStream:
         with none, the entry is compiled here and this thread helps drain the queue."""
         module = self.module
         self(module)
-        for light in (False, True):
-            self._flush(light)
+        for level in LEVELS.values():
+            self._flush(level)
         entry = [(n, global_text(module.globals[n])) for n in self.entry]
         declared = [f'declare {m.group(2)}@"{m.group(3)}"({m.group(4)})'
                     for m in map(_DEFINE.match, self.wrappers.values())]

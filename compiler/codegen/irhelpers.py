@@ -269,6 +269,11 @@ PREVECTORIZED = "cuvil-prevectorized"
 (ResNet-18: 0.6 of its 1.1 CPU-s), so the edge runtime gives such kernels code generation alone."""
 
 
+SLOTTED = "cuvil-prevectorized-slots"
+"""String attribute of a prevectorized function whose sums live in stack slots (``entry_alloca``): it
+needs them promoted to registers, not the module optimizer (the edge runtime's ``SLOTS_LEVEL``)."""
+
+
 class _StringFnAttrs(ir.values.FunctionAttributes):
     """FunctionAttributes that also accept ``"key"="value"`` string attributes."""
 

@@ -13,8 +13,9 @@ from cuvil.compiler import DType, TensorType
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.edge_runtime import jit, parallel, stream
 from cuvil.edge_runtime.compile import compile_graph, resolve
-from cuvil.edge_runtime.levels import FULL_LEVEL, LIGHT_LEVEL
-from cuvil.edge_runtime.stream import KernelStream
+from cuvil.edge_runtime.levels import FULL_LEVEL, LIGHT_LEVEL, SLOTS_LEVEL
+from cuvil.edge_runtime.parallel import LIGHT_ATTR, SLOTS_ATTR
+from cuvil.edge_runtime.stream import KernelStream, _level
 
 from tests.edge_runtime.test_parallel import _conv_graph, _run
 
@@ -71,6 +72,37 @@ def test_prevectorized_conv_kernels_skip_the_module_optimizer_and_the_rest_does_
     assert set(levels) == {LIGHT_LEVEL, FULL_LEVEL} and LIGHT_LEVEL < FULL_LEVEL
     assert {"k0_FusedConv", "k0_FusedConv_mk"} <= set(levels[LIGHT_LEVEL]) and "k1_MatMul" in levels[FULL_LEVEL]
     assert not any("Conv" in n for n in levels[FULL_LEVEL]) and not any("MatMul" in n for n in levels[LIGHT_LEVEL])
+
+
+def _two_qconvs():
+    """A 3x3 QConv over a 4x4 plane (the ``rows`` kernel: sums in stack slots), then a 1x1 stride-2 one (an
+    im2col GEMM, whose packing loops want the loop vectorizer)."""
+    gb = GraphBuilder("qconvs")
+    x = gb.input("x", TensorType(DType.U8, (1, 32, 4, 4)))
+    rng = np.random.default_rng(0)
+    q = dict(x_scale=0.05, x_zero_point=9, w_scale=np.full(32, 0.01, np.float32), y_scale=0.3, y_zero_point=100,
+             to=DType.U8, clamp=[0, 255], dilations=[1, 1], group=1)
+    w3 = gb.constant(rng.integers(-127, 128, (32, 32, 3, 3)).astype(np.int8), "w3")
+    y = gb.add1("QConv", [x, w3], strides=[1, 1], pads=[1, 1, 1, 1], **q)
+    w1 = gb.constant(rng.integers(-127, 128, (32, 32, 1, 1)).astype(np.int8), "w1")
+    return gb.build([gb.add1("QConv", [y, w1], strides=[2, 2], pads=[0, 0, 0, 0], **q)])
+
+
+def test_int8_convs_with_sums_in_stack_slots_get_registers_not_the_module_optimizer(monkeypatch):
+    modules, _, _, _ = _streamed(_two_qconvs(), "x86-avx512-vnni", monkeypatch)
+    levels = {level: re.findall(r'^define [^@]*@"([^"]+)"', t, re.M) for level, t in modules}
+    assert "k0_QConv" in levels[SLOTS_LEVEL] and "k1_QConv" in levels[FULL_LEVEL]
+    (slotted,) = [t for level, t in modules if level == SLOTS_LEVEL]
+    obj = jit.emit_object(slotted, resolve("x86-avx512-vnni"), jit=True, speed_level=SLOTS_LEVEL)
+    assert obj[:4] == b"\x7fELF"
+
+
+def test_a_kernel_groups_level_is_its_first_marked_members():
+    def head(attrs: str) -> str:
+        return f'define void @"k0_X"() {attrs}\n{{\n}}'
+    assert _level([("k0_X", head(""))]) == FULL_LEVEL
+    assert _level([("k0_X", head(SLOTS_ATTR)), ("k0_X_mk", head(""))]) == SLOTS_LEVEL
+    assert _level([("k0_X", head(SLOTS_ATTR)), ("k0_X_mk", head(LIGHT_ATTR))]) == LIGHT_LEVEL
 
 
 def test_code_does_not_depend_on_how_kernels_are_batched_or_who_compiles_them(monkeypatch):

@@ -26,7 +26,7 @@ from ....target import Target
 from ... import irhelpers as h
 from ..int_dot import Dot, choose_dot, pairs_bounded
 from ..int_gemm import GemmGeometry, emit_int_gemm, padded_cols
-from ...irhelpers import gep
+from ...irhelpers import SLOTTED, gep, set_fn_attrs
 from .base import KernelContext, KernelKey, kernel
 from .quant_direct import DIRECT, direct_ok, direct_scratch, emit_direct_qconv, kernel_row_sums
 from .quant_dwrows import DWROWS, dwrows_ok, dwrows_scratch, emit_dwrows_qconv, pack_dwrows
@@ -317,10 +317,12 @@ def emit_qconv(ctx: KernelContext) -> None:
         emit_dwrows_qconv(ctx, dw, encoding(ctx.in_types[0].dtype, dw)[0], _zp_enc(ctx.key, dw))
     elif rows is not None:
         _qconv_rows(ctx, rows)
+        set_fn_attrs(ctx.b.function, strings={SLOTTED: "true"})
     elif taps is not None:
         _qconv_gemm(ctx, taps, taps=True)
     elif (in_place := dot_of(ctx.key, ctx.target, DIRECT)) is not None:
         _qconv_gemm(ctx, in_place, in_place=True)
+        set_fn_attrs(ctx.b.function, strings={SLOTTED: "true"})
     elif dot is not None and _conv_gemm_ok(ctx.key):
         _qconv_gemm(ctx, dot)
     elif _lanes_packed(ctx.key):
