@@ -15,8 +15,8 @@ A verdict of "whole" is trusted only from rounds in which the workers had free c
 (:mod:`.cpu_share`): with another process on the second core of that Zen 4 every threaded run
 stalls on a preempted worker, and even the fastest of 25 ran 7-14% slower than the serial one, so
 the check flipped and the cached verdict kept ResNet-18 whole on quiet cores (3 of 4 compiles
-while other work ran). The rounds go on until ``CLEAN_ROUNDS`` of them had free cores or
-``MAX_ROUNDS`` ran; a "whole" without enough clean rounds is *unsettled*: the compile keeps the
+while other work ran). The rounds go on until ``CLEAN_ROUNDS`` of them had free cores (``EARLY_ROUNDS``
+for a split that saves twice the margin) or ``MAX_ROUNDS`` ran; a "whole" without enough clean rounds is *unsettled*: the compile keeps the
 model whole (what runs faster now) but the cache entry says so, and a warm start a minute or more
 later with room on the cores compiles and checks again (:func:`recheck`). A "whole" on free cores is
 settled by a second such check only (one check read "whole" for a MobileNetV2 that four others split).
@@ -42,11 +42,13 @@ from .session import Session
 
 MARGIN = 0.15  # the workers must save at least this fraction of the serial time (see decide)
 CLEAN_ROUNDS = 3  # rounds with free cores that settle a verdict
+EARLY_ROUNDS = 2  # rounds with free cores that settle a split saving twice MARGIN (see clearly_split)
 MAX_ROUNDS = 8  # interleaved rounds at most, each workers on then off
 BUSY_SHARE = 0.10  # threads waiting for a CPU longer than this share of a round: no free cores (0-4% on free ones)
 ROUND_S = 0.02  # timed runs per round and side: about this long, at least MIN_RUNS
 MIN_RUNS = 5
-WARM_RUNS = 5  # untimed runs before each side's timed ones
+WARM_RUNS = 2  # untimed runs before each side's timed ones, at least (ResNet-18: 7-13 ms)
+WARM_S = 0.002  # and at least this long: a small model's first runs wake the workers and warm their caches
 RECHECK_AFTER_S = 60.0  # an unsettled entry serves as it is for this long (see recheck)
 UNSPLIT_RATIO = 1e12  # ``parallel_sync_ratio`` that no layer's work is worth: every layer stays whole
 
@@ -129,6 +131,14 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = Fals
                                  f"workers{busy}; {basis}", measured=False)
 
 
+def clearly_split(rounds: Sequence[Round], margin: float = MARGIN) -> bool:
+    """``EARLY_ROUNDS`` rounds with free cores in which the split saves twice ``margin``, fastest and
+    median: a third round would not turn that verdict, and a cold compile saves one round of both
+    sides (ResNet-18 at 2 threads on the 2-core Zen 4: about 100 ms; it saves 40-45%)."""
+    clean = [r for r in rounds if r.clean]
+    return len(clean) >= EARLY_ROUNDS and decide(clean, 2 * margin).split
+
+
 def recheck(settled: bool, age_s: float, threads: int, room: Callable[[int], bool] | None = None) -> bool:
     """Whether a cache entry's split decision is to be taken again: it was left unsettled, the entry is
     ``RECHECK_AFTER_S`` old (a machine that stays busy recompiles a model at most once a minute, and
@@ -145,9 +155,9 @@ def random_inputs(session: Session, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def measure(session: Session, round_s: float = ROUND_S, clock: Callable[[], float] = time.perf_counter,
-            waited: Callable[[], float | None] = cpu_share.waited_s) -> tuple[Round, ...]:
-    """Interleaved rounds, workers on then joined, until ``CLEAN_ROUNDS`` had free cores or
-    ``MAX_ROUNDS`` ran. Every run copies its inputs in (``run``, not ``run_raw``): a run on the arena's
+            waited: Callable[[], float | None] = cpu_share.waited_s, early: bool = True) -> tuple[Round, ...]:
+    """Interleaved rounds, workers on then joined, until ``CLEAN_ROUNDS`` had free cores (``early``:
+    or :func:`clearly_split` holds) or ``MAX_ROUNDS`` ran. Every run copies its inputs in (``run``, not ``run_raw``): a run on the arena's
     leftovers would read indices that later tensors overwrote, and time a Gather's fault instead of the model."""
     inputs = random_inputs(session)
     session.run(inputs)
@@ -156,8 +166,10 @@ def measure(session: Session, round_s: float = ROUND_S, clock: Callable[[], floa
     reps = max(MIN_RUNS, int(round_s / max(clock() - t, 1e-7)))
 
     def timed() -> tuple[float, float]:  # the fastest and the median run
-        for _ in range(WARM_RUNS):  # the first runs after a start wake the workers and warm their caches
+        warm, until = 0, clock() + WARM_S
+        while warm < WARM_RUNS or clock() < until:
             session.run(inputs)
+            warm += 1
         runs = []
         for _ in range(reps):
             t = clock()
@@ -166,7 +178,8 @@ def measure(session: Session, round_s: float = ROUND_S, clock: Callable[[], floa
         return min(runs), float(np.median(runs))
 
     rounds: list[Round] = []
-    while len(rounds) < MAX_ROUNDS and sum(r.clean for r in rounds) < CLEAN_ROUNDS:
+    while len(rounds) < MAX_ROUNDS and sum(r.clean for r in rounds) < CLEAN_ROUNDS \
+            and not (early and clearly_split(rounds)):
         session.set_workers(True)
         w0, t0 = waited(), clock()
         threaded = timed()

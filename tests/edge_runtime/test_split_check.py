@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 
 import numpy as np
 import pytest
@@ -153,11 +154,43 @@ def test_a_model_that_refuses_the_checks_inputs_keeps_its_split(monkeypatch):
 def test_the_rounds_go_on_until_enough_had_free_cores(graph, monkeypatch, no_probe, tmp_path, per_read, rounds):
     session = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=2)
     reads = iter(range(100))  # each read of the waits adds per_read seconds: busy throughout, or never
-    got = split_check.measure(session, round_s=0.0, waited=lambda: next(reads) * per_read)
+    got = split_check.measure(session, round_s=0.0, waited=lambda: next(reads) * per_read, early=False)
     assert len(got) == rounds and all(r.clean is (per_read == 0.0) for r in got)
     assert all(0 < r.threaded < 1 and 0 < r.serial < 1 for r in got) and session._stop.alive  # workers on again
     assert all(r.threaded <= r.threaded_median < 1 and r.serial <= r.serial_median < 1 for r in got)
     session.close()
+
+
+class _Sleeper:
+    """A stand-in session whose run sleeps ``threaded`` or ``serial`` seconds as its workers are on or off."""
+
+    def __init__(self, threaded: float, serial: float) -> None:
+        self.times, self.on, self.runs = {True: threaded, False: serial}, True, 0
+
+    def run(self, inputs) -> None:
+        self.runs += 1
+        time.sleep(self.times[self.on])
+
+    def set_workers(self, on: bool) -> None:
+        self.on = on
+
+
+@pytest.mark.parametrize("threaded, rounds", [(0.001, split_check.EARLY_ROUNDS), (0.004, split_check.CLEAN_ROUNDS)])
+def test_a_split_that_clearly_pays_is_settled_a_round_early(monkeypatch, threaded, rounds):
+    monkeypatch.setattr(split_check, "random_inputs", lambda session: {})
+    got = split_check.measure(_Sleeper(threaded, 0.004), round_s=0.0, waited=lambda: 0.0)
+    assert len(got) == rounds  # 1 against 4 ms: two rounds; alike: the three that settle any verdict
+    assert split_check.clearly_split(got) is (threaded < 0.004)
+
+
+def test_each_side_warms_up_for_two_runs_or_two_milliseconds(monkeypatch):
+    monkeypatch.setattr(split_check, "random_inputs", lambda session: {})
+    slow, fast = _Sleeper(0.004, 0.004), _Sleeper(0.0, 0.0)
+    split_check.measure(slow, round_s=0.0, waited=lambda: 0.0)
+    split_check.measure(fast, round_s=0.0, waited=lambda: 0.0)
+    per_round = 2 * (split_check.WARM_RUNS + split_check.MIN_RUNS)
+    assert slow.runs == 2 + split_check.CLEAN_ROUNDS * per_round  # two runs before the rounds size them
+    assert fast.runs > 2 + split_check.CLEAN_ROUNDS * per_round  # a run takes no time: warmed for 2 ms a side
 
 
 def verdict(split: bool, settled: bool = True) -> split_check.Verdict:
