@@ -14,7 +14,12 @@ bundle (no torch), so the numbers are what a device sees:
 - warm: the cache that cold run left, ``load(lazy=True)`` before the clock, then
   ``compile_model`` + the first result (median of ``--repeats`` processes; the bundle's weights
   are never read, the code generator never imported), then 100 inferences;
-- ort: ``InferenceSession`` (1 thread) of the ONNX export and 100 inferences.
+- ort: ``InferenceSession`` of the ONNX export and 100 inferences.
+
+``--threads N`` (default 1): the threads the session runs on, ONNX Runtime's ``intra_op_num_threads``
+alike. A device runs at its cores' count (``cuvil.compile``'s default), and above one thread a cold
+compile also measures the pool's handoff and times the built model with and without its workers
+(``docs/threads.md``); a warm start also starts the workers.
 
 Peak RSS is each process's own high-water mark (``VmHWM``; ``ru_maxrss`` would carry this
 parent's over the fork). A cold compile's LLVM helper processes (:mod:`cuvil.edge_runtime.llvm_worker`)
@@ -25,7 +30,8 @@ alive beside the device process while it compiles. The first line names the host
 code load, arena, the wait for the weights' check, ...; then the first inference), median wall and
 main-thread CPU ms, so where a warm start's time goes is read off the benchmark itself.
 
-    python benchmarks/cold_compile.py [--models resnet18,resnet50] [--repeats 3] [--no-tune] [--steps] [--json out.json]
+    python benchmarks/cold_compile.py [--models resnet18,resnet50] [--repeats 3] [--no-tune] [--threads N] [--steps]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CHILD = r"""
 import json, os, resource, sys, threading, time
-mode, bundle, pub, npz, cache, onnx_path, tune = sys.argv[1:8]
+mode, bundle, pub, npz, cache, onnx_path, tune, threads = sys.argv[1:9]
 helper = [0.0]  # the LLVM helpers' own peak (VmHWM: ru_maxrss would count this process's pages at the fork)
 def watch():  # children: processes started after this one (pids above ours) whose parent is this one
     me = os.getpid()
@@ -67,7 +73,7 @@ feeds = dict(np.load(npz))
 out = {}
 if mode == "ort":
     import onnxruntime as ort
-    so = ort.SessionOptions(); so.intra_op_num_threads = 1; so.inter_op_num_threads = 1
+    so = ort.SessionOptions(); so.intra_op_num_threads = int(threads); so.inter_op_num_threads = 1
     w0, c0 = time.perf_counter(), cpu_s()
     sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
     feeds = dict(zip([i.name for i in sess.get_inputs()], feeds.values()))
@@ -81,7 +87,7 @@ else:
         import cuvil.compiler.codegen.lower, cuvil.edge_runtime.autotune, cuvil.edge_runtime.parallel
     model = load(bundle, [pub], lazy=True)  # as a device loads a bundle it holds
     w0, c0 = time.perf_counter(), cpu_s()
-    sess = compile_model(model, cache_dir=cache, tune=tune == "1")
+    sess = compile_model(model, cache_dir=cache, tune=tune == "1", threads=int(threads))
     r0, rc0 = time.perf_counter(), time.thread_time()
     sess.run(feeds)
     out["start_ms"], out["start_cpu_ms"] = (time.perf_counter() - w0) * 1e3, (cpu_s() - c0) * 1e3
@@ -102,11 +108,11 @@ COLD_GOAL_S = {"resnet18": 1.0}
 SWEEP_GOAL_S, WARM_GOAL_MS = 3.0, 10.0
 
 
-def child(mode: str, files: dict[str, Path], tune: bool) -> dict:
+def child(mode: str, files: dict[str, Path], tune: bool, threads: int = 1) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), OMP_NUM_THREADS="1")
     args = [str(files[k]) for k in ("bundle", "pub", "npz", "cache", "onnx")]
-    done = subprocess.run([sys.executable, "-c", CHILD, mode, *args, str(int(tune))], capture_output=True, text=True,
-                          env=env)
+    done = subprocess.run([sys.executable, "-c", CHILD, mode, *args, str(int(tune)), str(threads)], capture_output=True,
+                          text=True, env=env)
     if done.returncode:
         raise RuntimeError((done.stderr.strip().splitlines() or ["no output"])[-1])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -120,7 +126,7 @@ def build(name: str):
     return ZOO[name]() if name in ZOO else ARCHS[name]()[:2]
 
 
-def measure(name: str, work: Path, repeats: int, tune: bool) -> dict:
+def measure(name: str, work: Path, repeats: int, tune: bool, threads: int = 1) -> dict:
     from cuvil import api
     from cuvil.compiler.errors import UnsupportedModelError
     from cuvil.compiler.frontends.onnx import import_onnx
@@ -139,11 +145,11 @@ def measure(name: str, work: Path, repeats: int, tune: bool) -> dict:
     api.export(graph, files["bundle"], keys.private_path)
     np.savez(files["npz"], **{n: t.numpy() for n, t in zip(graph.inputs, example)})
     files["onnx"].write_bytes(proto.SerializeToString())
-    cold = child("cold", files, tune)
-    warm = [child("warm", files, tune) for _ in range(repeats)]
+    cold = child("cold", files, tune, threads)
+    warm = [child("warm", files, tune, threads) for _ in range(repeats)]
     if not all(w["hit"] for w in warm):
         raise RuntimeError("warm start missed the cache")
-    ort = child("ort", files, tune)
+    ort = child("ort", files, tune, threads)
     return {"model": name, "cold": cold, "warm_ms": float(np.median([w["start_ms"] for w in warm])),
             "warm_cpu_ms": float(np.median([w["start_cpu_ms"] for w in warm])),
             "warm_rss_mib": max(w["peak_rss_mib"] for w in warm), "ort": ort, "warm_steps": warm_steps(warm)}
@@ -173,18 +179,19 @@ def main() -> None:
     ap.add_argument("--models", default="resnet18," + ",".join(ARCHS))
     ap.add_argument("--repeats", type=int, default=3, help="warm-start processes per model (median)")
     ap.add_argument("--no-tune", action="store_true", help="compile without on-device autotuning")
+    ap.add_argument("--threads", type=int, default=1, help="threads the session (and ONNX Runtime) runs on")
     ap.add_argument("--steps", action="store_true", help="print each warm-start step's median wall / CPU ms")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     print(f"{describe_host()}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; "
-          f"tuning {'off' if args.no_tune else 'on'}", flush=True)
+          f"tuning {'off' if args.no_tune else 'on'}; {args.threads} thread(s)", flush=True)
     print(f"{'model':18s} {'cold s':>7s} {'cpu s':>6s} {'lower':>6s} {'llvm':>6s} {'tune':>5s} {'kern/node':>9s} "
           f"{'warm ms':>7s} {'cpu ms':>6s} | {'RSS MiB cold':>12s} {'helper':>6s} {'warm':>5s} {'ORT':>5s} | verdict", flush=True)
     results = []
     for name in args.models.split(","):
         with tempfile.TemporaryDirectory(prefix="cuvil-cold-") as tmp:
             try:
-                r = measure(name, Path(tmp), args.repeats, not args.no_tune)
+                r = measure(name, Path(tmp), args.repeats, not args.no_tune, args.threads)
             except Exception as e:  # noqa: BLE001 — one row per model, the sweep goes on
                 print(f"{name:18s} FAIL {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
                 continue
