@@ -15,9 +15,10 @@ A verdict of "whole" is trusted only from rounds in which the workers had free c
 (:mod:`.cpu_share`): with another process on the second core of that Zen 4 every threaded run
 stalls on a preempted worker, and even the fastest of 25 ran 7-14% slower than the serial one, so
 the check flipped and the cached verdict kept ResNet-18 whole on quiet cores (3 of 4 compiles
-while other work ran). The rounds go on until ``CLEAN_ROUNDS`` of them had free cores (``EARLY_ROUNDS``
-for a split that saves twice the margin) or ``MAX_ROUNDS`` ran; a "whole" without enough clean rounds is *unsettled*: the compile keeps the
-model whole (what runs faster now) but the cache entry says so, and a warm start a minute or more
+while other work ran). The rounds go on until ``CLEAN_ROUNDS`` of them had free cores
+(``EARLY_ROUNDS`` for a split that saves twice the margin) or ``MAX_ROUNDS`` ran; a "whole" without
+enough clean rounds is *unsettled*: the compile keeps the model whole (what runs faster now) but the
+cache entry says so, and a warm start a minute or more
 later with room on the cores compiles and checks again (:func:`recheck`). A "whole" on free cores is
 settled by a second such check only (one check read "whole" for a MobileNetV2 that four others split).
 The outcome is cached with the artifact, keyed by the exact CPU; a settled one also goes to the CPU's
@@ -157,8 +158,9 @@ def random_inputs(session: Session, seed: int = 0) -> dict[str, np.ndarray]:
 def measure(session: Session, round_s: float = ROUND_S, clock: Callable[[], float] = time.perf_counter,
             waited: Callable[[], float | None] = cpu_share.waited_s, early: bool = True) -> tuple[Round, ...]:
     """Interleaved rounds, workers on then joined, until ``CLEAN_ROUNDS`` had free cores (``early``:
-    or :func:`clearly_split` holds) or ``MAX_ROUNDS`` ran. Every run copies its inputs in (``run``, not ``run_raw``): a run on the arena's
-    leftovers would read indices that later tensors overwrote, and time a Gather's fault instead of the model."""
+    or :func:`clearly_split` holds) or ``MAX_ROUNDS`` ran. Every run copies its inputs in (``run``, not
+    ``run_raw``): a run on the arena's leftovers would read indices that later tensors overwrote, and
+    time a Gather's fault instead of the model."""
     inputs = random_inputs(session)
     session.run(inputs)
     t = clock()

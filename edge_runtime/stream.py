@@ -4,9 +4,9 @@ A cold compile used to lower the whole model in Python (one core busy), print it
 hand it to LLVM. Here the lowering reports each node it finished (``lower(..., stream=)``); the
 kernel groups it added (``k<i>_...`` plus the internal helpers they call) are printed once and
 batched into modules (prevectorized ones apart, at :data:`.levels.LIGHT_LEVEL` or, sums in stack
-slots, :data:`.levels.SLOTS_LEVEL`), and consumers
-take those modules meanwhile: each helper process (:mod:`.llvm_worker`, one module at a time) or,
-with none, a thread of this process (llvmlite releases the GIL inside LLVM). With helpers, LLVM
+slots, :data:`.levels.SLOTS_LEVEL`), and consumers take those modules meanwhile: each helper
+process (:mod:`.llvm_worker`, one module at a time) or, with none, a thread of this process
+(llvmlite releases the GIL inside LLVM). With helpers, LLVM
 never runs in this process (its code pages would add ~30 MiB to a cold compile's peak): the entry
 points' module is queued too when lowering ends. With none, this process compiles the entry
 points' module, then takes queued modules too. The tuner's candidate kernels go the same way
