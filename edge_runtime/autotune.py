@@ -14,9 +14,11 @@ choice's multiplies are not built at all (:func:`worth_timing`): they never won 
 building them was most of the tuning time. The choice is therefore a pure function of the
 measurements and the profile.
 
-At more than one thread, where a conv or a GEMM of several rows may split, the pool's handoff is
-measured first (:mod:`.pool_probe`) and becomes the target's ``Tuning.parallel_sync_us``, so the
-cost model splits only layers worth that handoff here;
+At more than one thread, in a model with convs, the pool's handoff is measured first
+(:mod:`.pool_probe`) and becomes the target's ``Tuning.parallel_sync_us``, so the cost model splits
+only layers worth that handoff here (a model without convs keeps the profile's handoff: the tiny
+transformer, its GEMMs split at a measured 1 us, passed the whole-model check, 0.043 against 0.054
+ms, and ran 0.94-0.96x its 1-thread speed in ``zoo_bench.py --threads 2`` with a p99 21x its median);
 then each tuned layer that the cost model splits is measured too: the slowest part (the chosen kernel over its output-channel range) plus ``Tuning.parallel_sync_us`` against the
 whole layer; the whole layer replaces the split only when it is ``MARGIN`` faster.
 A part is timed alone, on one core: what two parts contend for (memory bandwidth, a busy CPU) is
@@ -46,7 +48,6 @@ from llvmlite import ir
 from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, timing_weights, with_choices
 from ..compiler.codegen.cpu.kernels.conv import tunable_convs
 from ..compiler.codegen.cpu.kernels.split import split_ranges
-from ..compiler.codegen.cpu.kernels.split_rows import row_gemms
 from ..compiler.codegen.irtext import module_text
 from ..compiler.codegen.lower import cycle_collection
 from ..compiler.ir.graph import Graph
@@ -257,7 +258,7 @@ class Retarget:
         verdict = self.structure if target.threads > 1 else None
         with self.record.held() if self.record and (convs or verdict) else contextlib.nullcontext(Known()) as known:
             self.settled = known.verdicts.get((verdict, target.threads)) if verdict else None
-            if target.threads > 1 and (convs or row_gemms(graph)):  # what a split costs here decides which layers split
+            if target.threads > 1 and convs:  # what a split costs here decides which layers split
                 t0 = time.perf_counter()
                 sync_us = self.settled[1] if self.settled else pool_probe.handoff_us(target, self.llvm)
                 probe_s = time.perf_counter() - t0

@@ -126,17 +126,6 @@ def gemm_macs(target: Target, macs: int) -> float:
     return macs * t.conv_macs_per_us / t.gemm_macs_per_us
 
 
-def row_gemms(graph) -> bool:
-    """Whether the graph has a GEMM of several rows by constant 2-D weights (what ``gemm_row_parts``
-    splits): then, as with convs, the handoff a split pays here is worth measuring."""
-    for node in graph.nodes:
-        if node.op in ("MatMul", "Gemm", "FusedGemm") and len(node.inputs) > 1 and node.inputs[1] in graph.constants:
-            a, w = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
-            if len(w.shape) == 2 and len(a.shape) >= 2 and math.prod(a.shape[:-1]) > 1:
-                return True
-    return False
-
-
 def axis_one_part(key: KernelKey, target: Target, lo: int, hi: int, batch_only: bool = False) -> Part:
     """The part of ``key`` over ``lo:hi`` of its output's axis 1, each operand cut where it spans that
     axis under broadcasting and read whole where it does not (``batch_only``: a MatMul, whose last two
