@@ -8,7 +8,8 @@ and outputs are returned as copies. The arena and weights pointers are handed to
 One arena means one ``run`` at a time: a lock serializes threads that share a session (unguarded,
 two threads gave wrong outputs), and distinct sessions still run in parallel.
 Code compiled for several threads gets its workers here, once: the session starts them after
-binding and joins them when it is closed or collected (a forked child forgets its parent's).
+binding and joins them when it is closed or collected (a forked child forgets its parent's). Before
+each run the calling thread steps off the CPUs its pinned workers hold (:mod:`.placement`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..compiler.errors import InterpreterError, LimitError, RunTimeCheckError
 from ..compiler.memory.plan import MemoryPlan
 from .guard import guarded, make_read_only
 from .objload import LoadedCode
+from .placement import CallerPlacement
 
 ALIGN = 64
 _BIND = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
@@ -148,7 +150,10 @@ class Session:
         self._fault = None if fault is None else ctypes.c_int32.from_address(self._arena_ptr + fault)
         self.threads = lowered.target.threads
         self._stop: weakref.finalize | None = None
+        self._placement: CallerPlacement | None = None
         if self.threads > 1 and code.start and lowered.split_nodes:  # no job, no workers: nothing to wake or spin
+            if lowered.target.tuning.pool_pin:
+                self._placement = CallerPlacement(self.threads)
             self._start, self._join = _BOUND(code.start), _BOUND(code.stop)
             self._start()
             self._stop = weakref.finalize(self, _join, self._join, code, self._arena, self._weights)
@@ -194,6 +199,8 @@ class Session:
                 raise InterpreterError(f"missing input {e.args[0]!r}; the model takes {list(self.input_names)}") from None
             if self._fault is not None:
                 self._fault.value = 0  # a fault of an earlier raw run (stale arena inputs) is not this run's
+            if self._placement is not None:
+                self._placement.step_aside()
             self._fn()
             if self._fault is not None and self._fault.value:
                 self._fault.value = 0
@@ -221,6 +228,8 @@ class Session:
         out, ran = np.zeros((len(xs), *result.shape), result.dtype), np.ones(len(xs), bool)
         fn, fault = self._fn, self._fault
         with self._lock:
+            if self._placement is not None:
+                self._placement.step_aside()
             if fault is not None:
                 fault.value = 0  # as in ``run``: an earlier raw run's fault is not the first example's
             for i, x in enumerate(xs):
@@ -276,4 +285,6 @@ class Session:
         bytes may have been reused by later tensors since the last ``run``: a model whose run-time
         checks read them (Gather's indices) may fault here, which the next ``run`` does not report."""
         with self._lock:
+            if self._placement is not None:
+                self._placement.step_aside()
             self._fn()
