@@ -16,9 +16,8 @@ measurements and the profile.
 
 At more than one thread, in a model with convs, the pool's handoff is measured first
 (:mod:`.pool_probe`) and becomes the target's ``Tuning.parallel_sync_us``, so the cost model splits
-only layers worth that handoff here (a model without convs keeps the profile's handoff: the tiny
-transformer, its GEMMs split at a measured 1 us, passed the whole-model check, 0.043 against 0.054
-ms, and ran 0.94-0.96x its 1-thread speed in ``zoo_bench.py --threads 2`` with a p99 21x its median);
+only layers worth that handoff here (a model without convs keeps the profile's: its small GEMMs split
+at a measured handoff lost, docs/threads.md);
 then each tuned layer that the cost model splits is measured too: the slowest part (the chosen kernel over its output-channel range) plus ``Tuning.parallel_sync_us`` against the
 whole layer; the whole layer replaces the split only when it is ``MARGIN`` faster.
 A part is timed alone, on one core: what two parts contend for (memory bandwidth, a busy CPU) is

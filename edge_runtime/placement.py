@@ -31,12 +31,13 @@ def _sched_getcpu() -> Callable[[], int] | None:
 
 class CallerPlacement:
     """Where a session's pinned workers run, taken from the mask of the thread that starts them (as the
-    workers take theirs); :meth:`step_aside` moves the calling thread off those CPUs. A no-op where
-    the platform has no affinity calls or no ``sched_getcpu``, or no worker has a CPU of its own."""
+    workers take theirs); :meth:`step_aside` moves the calling thread off those CPUs. A no-op at one
+    thread (or ``CallerPlacement(1)`` for workers that are not pinned), where the platform has no
+    affinity calls or no ``sched_getcpu``, or where no worker has a CPU of its own."""
 
     def __init__(self, threads: int, getcpu: Callable[[], int] | None = None) -> None:
         get_mask = getattr(os, "sched_getaffinity", None)
-        cpus = sorted(get_mask(0)) if get_mask and hasattr(os, "sched_setaffinity") else []
+        cpus = sorted(get_mask(0)) if threads > 1 and get_mask and hasattr(os, "sched_setaffinity") else []
         self.workers = frozenset(cpus[1:threads])
         self.others = frozenset(cpus) - self.workers
         self._getcpu = (getcpu or _sched_getcpu()) if self.workers and self.others else None

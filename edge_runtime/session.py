@@ -150,10 +150,9 @@ class Session:
         self._fault = None if fault is None else ctypes.c_int32.from_address(self._arena_ptr + fault)
         self.threads = lowered.target.threads
         self._stop: weakref.finalize | None = None
-        self._placement: CallerPlacement | None = None
-        if self.threads > 1 and code.start and lowered.split_nodes:  # no job, no workers: nothing to wake or spin
-            if lowered.target.tuning.pool_pin:
-                self._placement = CallerPlacement(self.threads)
+        threaded = self.threads > 1 and code.start and lowered.split_nodes  # no job, no workers: nothing to wake
+        self._placement = CallerPlacement(self.threads if threaded and lowered.target.tuning.pool_pin else 1)
+        if threaded:
             self._start, self._join = _BOUND(code.start), _BOUND(code.stop)
             self._start()
             self._stop = weakref.finalize(self, _join, self._join, code, self._arena, self._weights)
@@ -199,8 +198,7 @@ class Session:
                 raise InterpreterError(f"missing input {e.args[0]!r}; the model takes {list(self.input_names)}") from None
             if self._fault is not None:
                 self._fault.value = 0  # a fault of an earlier raw run (stale arena inputs) is not this run's
-            if self._placement is not None:
-                self._placement.step_aside()
+            self._placement.step_aside()
             self._fn()
             if self._fault is not None and self._fault.value:
                 self._fault.value = 0
@@ -228,8 +226,7 @@ class Session:
         out, ran = np.zeros((len(xs), *result.shape), result.dtype), np.ones(len(xs), bool)
         fn, fault = self._fn, self._fault
         with self._lock:
-            if self._placement is not None:
-                self._placement.step_aside()
+            self._placement.step_aside()
             if fault is not None:
                 fault.value = 0  # as in ``run``: an earlier raw run's fault is not the first example's
             for i, x in enumerate(xs):
@@ -285,6 +282,5 @@ class Session:
         bytes may have been reused by later tensors since the last ``run``: a model whose run-time
         checks read them (Gather's indices) may fault here, which the next ``run`` does not report."""
         with self._lock:
-            if self._placement is not None:
-                self._placement.step_aside()
+            self._placement.step_aside()
             self._fn()

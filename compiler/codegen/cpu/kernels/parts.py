@@ -45,9 +45,14 @@ def min_part_macs(target: Target) -> float:
     return t.parallel_sync_ratio * t.parallel_sync_us * t.conv_macs_per_us
 
 
-def cost_model_ranges(target: Target, total: int, unit: int, macs: float) -> list[tuple[int, int]] | None:
+def cost_model_ranges(target: Target, total: int, unit: int, work: float,
+                      per_us: int | None = None) -> list[tuple[int, int]] | None:
     """Ranges of whole ``unit``s over ``total`` output channels, the last taking the rest: one per
-    thread at most, per unit and per ``min_part_macs`` of the layer's ``macs``; None under two."""
+    thread at most, per unit and per ``min_part_macs`` of the layer's ``work`` (multiply-adds, or the
+    elements a pool or elementwise op reads), done at ``per_us`` a microsecond where that is not
+    ``conv_macs_per_us`` (its default: the rate ``min_part_macs`` assumes); None under two."""
+    conv_rate = target.tuning.conv_macs_per_us
+    macs = work if per_us is None else work * conv_rate / per_us
     count = min(target.threads, total // unit, int(macs // max(1.0, min_part_macs(target))))
     if count < 2:
         return None

@@ -189,8 +189,7 @@ def pool_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
         return None
     c = x_t.shape[1]
     if rows is None:
-        t = target.tuning
-        rows = cost_model_ranges(target, c, 1, math.prod(x_t.shape) * t.conv_macs_per_us / t.pool_elements_per_us)
+        rows = cost_model_ranges(target, c, 1, math.prod(x_t.shape), target.tuning.pool_elements_per_us)
     elif not covers(rows, c, 1, target.threads):
         return None
     if not rows:

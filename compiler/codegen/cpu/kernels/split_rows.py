@@ -8,7 +8,8 @@
 * A GEMM of several rows by constant weights (``gemm_row_parts``: a transformer's MatMul of [1, T, K]
   tokens by [K, N]; a Gemm of an [M, K] A) splits into ranges of rows: the micro-kernel sums each
   output over K in order in one accumulator, whatever the rows around it, and every part reads the
-  same packed weights (the lowering stores them once).
+  same packed weights (the lowering stores them once). Its cost model, and attention's below, reads
+  the multiply-adds at ``Tuning.gemm_macs_per_us``.
 * A MatMul of two computed operands with batch axes (``heads_parts``: attention's [1, H, T, d] by
   [1, H, d, T]) splits over axis 1, its heads: each head's product is computed alone. So does a
   softmax or layer norm over later axes (``rowwise_parts``): each of its lines is computed alone.
@@ -43,8 +44,7 @@ def elementwise_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]
     inner = math.prod(shape[2:]) * out_t.dtype.itemsize
     unit = 1 if inner >= LINE_BYTES or inner == 0 else -(-LINE_BYTES // inner)
     if rows is None:
-        t = target.tuning
-        rows = cost_model_ranges(target, shape[1], unit, math.prod(shape) * t.conv_macs_per_us / t.elementwise_elements_per_us)
+        rows = cost_model_ranges(target, shape[1], unit, math.prod(shape), target.tuning.elementwise_elements_per_us)
     elif not covers(rows, shape[1], 1, target.threads):
         return None
     if not rows:
@@ -75,7 +75,8 @@ def heads_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | No
     if rows is not None:
         found = rows if covers(rows, shape[1], 1, target.threads) else None
     else:
-        found = cost_model_ranges(target, shape[1], 1, gemm_macs(target, math.prod(shape) * key.in_types[0].shape[-1]))
+        found = cost_model_ranges(target, shape[1], 1, math.prod(shape) * key.in_types[0].shape[-1],
+                                  target.tuning.gemm_macs_per_us)
     return [axis_one_part(key, target, lo, hi, batch_only=True) for lo, hi in found] if found else None
 
 
@@ -93,7 +94,7 @@ def gemm_row_parts(key: KernelKey, target: Target) -> list[Part] | None:
         if a["transA"] or (has_bias and key.packed[2] != "const"):  # a computed bias: not the micro-kernel's
             return None
     m, k, n = math.prod(a_t.shape[:-1]), a_t.shape[-1], out_t.shape[-1]
-    found = cost_model_ranges(target, m, gemm_tile(target, m, n)[0], gemm_macs(target, m * n * k))
+    found = cost_model_ranges(target, m, gemm_tile(target, m, n)[0], m * n * k, target.tuning.gemm_macs_per_us)
     if not found or any(hi - lo < 2 for lo, hi in found):  # one row is a GEMV: its weights in another layout
         return None
     rows_axis = 1 if len(out_t.shape) > 2 and out_t.shape[0] == 1 and math.prod(out_t.shape[2:-1]) == 1 else 0
@@ -117,13 +118,6 @@ def gemm_row_parts(key: KernelKey, target: Target) -> list[Part] | None:
         sub = KernelKey(key.op, key.attrs, tuple(ins), outs, key.alias, key.scalars, key.packed)
         parts.append(Part(sub, target, tuple(offs), lo * n * out_t.dtype.itemsize, (lo, hi), tuple(axes), rows_axis))
     return parts
-
-
-def gemm_macs(target: Target, macs: int) -> float:
-    """A GEMM's multiply-adds in the split model's conv units: a GEMM runs at ``gemm_macs_per_us``,
-    near the FMA peak, where ``conv_macs_per_us`` counts the multiplies Winograd saves."""
-    t = target.tuning
-    return macs * t.conv_macs_per_us / t.gemm_macs_per_us
 
 
 def axis_one_part(key: KernelKey, target: Target, lo: int, hi: int, batch_only: bool = False) -> Part:
