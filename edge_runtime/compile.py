@@ -246,9 +246,7 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
         lowered = dataclasses.replace(lowered, split_settled=verdict.settled, split_reason=verdict.reason)
         session.lowered = dataclasses.replace(session.lowered, split_settled=verdict.settled, split_reason=verdict.reason)
     if cache:
-        cache.put(key, lowered, objs)
-        if request:
-            cache.remember(request, key)
+        cache.put_behind(key, lowered, objs, request)
     t4 = time.perf_counter()
     llvm_s = t2 - t1 - lower_s
     session.stats = CompileStats(lower_ms=lower_s * 1e3, llvm_ms=llvm_s * 1e3, load_ms=(t4 - t2) * 1e3,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ def cache_dir(tmp_path):
 
 
 def _entry(cache_dir):
+    cache_mod.finish_writes()  # a cold compile writes its entry behind its caller
     (entry,) = [p for p in cache_dir.iterdir() if p.suffix == CompileCache.SUFFIX]
     return entry
 
@@ -80,6 +82,23 @@ def test_profile_session_round_trips(cache_dir):
     assert list(cycles) == list(warm.lowered.profile_nodes) and all(c > 0 for c in cycles.values())
     with pytest.raises(ValueError, match="profile=True"):
         compile_graph(graph, cache_dir=cache_dir).node_cycles()
+
+
+def test_a_cold_compile_hands_over_its_session_before_its_entry_is_written(cache_dir, monkeypatch):
+    """The entry is written on a thread of its own: the session runs while that write is held up, and
+    the next compile in this process waits for the entry and loads it."""
+    graph, release, real_put = mlp_graph(), threading.Event(), CompileCache.put
+
+    def held_put(self, *args):
+        assert release.wait(60)
+        real_put(self, *args)
+
+    monkeypatch.setattr(CompileCache, "put", held_put)
+    session = compile_graph(graph, cache_dir=cache_dir)
+    assert not list(cache_dir.glob(f"*{CompileCache.SUFFIX}"))
+    _check(graph, X, session)
+    release.set()
+    assert compile_graph(graph, cache_dir=cache_dir).stats.cache_hit
 
 
 def test_republished_entry_leaves_mapped_sessions_intact(cache_dir):

@@ -17,7 +17,7 @@ import pytest
 from cuvil.compiler.codegen.lower import lower
 from cuvil.edge_runtime import jit
 from cuvil.edge_runtime.artifact import FORMAT, ArtifactError, read_artifact, write_artifact
-from cuvil.edge_runtime.cache import CompileCache, cache_key
+from cuvil.edge_runtime.cache import CompileCache, cache_key, finish_writes
 from cuvil.edge_runtime.compile import compile_graph, resolve
 from cuvil.edge_runtime import sealed
 from cuvil.edge_runtime.sealed import PAGE, Sealer
@@ -38,7 +38,10 @@ def _key(graph_content: str = CONTENT) -> str:
 
 
 def _compile(graph, cache_dir, content=CONTENT):
-    return compile_graph(graph, cache_dir=cache_dir, content_hash=content)
+    """The session, its cache entry written (a cold compile writes it behind its caller)."""
+    session = compile_graph(graph, cache_dir=cache_dir, content_hash=content)
+    finish_writes()
+    return session
 
 
 @contextmanager

@@ -14,7 +14,7 @@ import pytest
 from cuvil.edge_runtime import compile as compile_mod
 from cuvil.edge_runtime import jit, objload, prelink
 from cuvil.edge_runtime.artifact import ArtifactError, FORMAT, read_artifact, write_artifact
-from cuvil.edge_runtime.cache import CompileCache
+from cuvil.edge_runtime.cache import CompileCache, finish_writes
 from cuvil.edge_runtime.compile import compile_graph, resolve
 from cuvil.edge_runtime.sealed import Sealer
 from cuvil.edge_runtime.session import CompileStats, Session
@@ -106,6 +106,7 @@ def test_a_sealed_entry_with_an_inconsistent_image_is_a_miss(tmp_path, edit):
     target = resolve("host")
     graph = mlp_graph()
     sess = compile_graph(graph, cache_dir=tmp_path, tune=False)
+    finish_writes()
     (path,) = tmp_path.glob(f"*{CompileCache.SUFFIX}")
     sealer, name = CompileCache(tmp_path).sealer, path.name[:-len(CompileCache.SUFFIX)]
     assert read_artifact(sealer, path, name, target).objects  # a good entry, with its image

@@ -15,6 +15,7 @@ from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler.errors import CompileError, InterpreterError
 from cuvil.compiler.frontends.builder import GraphBuilder
 from cuvil.edge_runtime import jit
+from cuvil.edge_runtime.cache import finish_writes
 from cuvil.edge_runtime.compile import compile_graph, lower_for, resolve
 from cuvil.edge_runtime.session import Session, new_arena
 
@@ -162,6 +163,7 @@ def test_second_compile_hits_the_cache(cache_dir):
 def test_corrupt_cache_entry_is_a_miss(cache_dir):
     graph = mlp_graph()
     compile_graph(graph, cache_dir=cache_dir)
+    finish_writes()
     (entry,) = cache_dir.glob("*.cuvil-art")
     entry.write_bytes(entry.read_bytes()[:-100])  # truncated
     again = compile_graph(graph, cache_dir=cache_dir)

@@ -13,6 +13,7 @@ import pytest
 
 from cuvil.compiler.target import ConvChoice
 from cuvil.edge_runtime import autotune, tuning_record
+from cuvil.edge_runtime.cache import finish_writes
 from cuvil.edge_runtime.compile import compile_graph
 from cuvil.edge_runtime.sealed import Sealer
 from cuvil.edge_runtime.tuning_record import Known, TuningRecord, decode, encode, scope
@@ -176,6 +177,7 @@ def test_tuned_compiles_at_one_and_two_threads_take_the_first_ones_choices_and_g
     assert chosen  # the last candidate won: a choice other than the cost model's
     expected = first.run(x)[graph.outputs[0]]
     for threads in (2, 1, 3):
+        finish_writes()  # the last compile's entry is written, then removed
         for art in tmp_path.glob("*.cuvil-art"):
             art.unlink()  # a cold compile each time: only the tuning record is shared
         monkeypatch.setattr(autotune, "interleaved_seconds", _fake_timing(threads))
