@@ -162,7 +162,7 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
         seconds = interleaved_seconds({b.choice: b.call for b in built}) if len(built) > 1 else {}
         choice = pick(cands[0], seconds) if seconds else cands[0]
         whole = next(b for b in built if b.choice == choice)
-        split = _split_seconds(target, geom, whole, clock) if clock() - t0 + mean_build <= budget else None
+        split = _split_seconds(target, geom, whole, clock, llvm) if clock() - t0 + mean_build <= budget else None
         result = done.get(geom) or LayerResult(geom, choice, cands[0], seconds)
         if split is not None:
             default_parts, timed = split
@@ -214,18 +214,19 @@ def worth_timing(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
     return cands[:1] + tuple(c for c in cands[1:] if multiplies(target, geom, c) <= work)
 
 
-def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock) -> tuple[int, dict[int, tuple[float, ...]]] | None:
+def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock,
+                   llvm: Compiler | None = None) -> tuple[int, dict[int, tuple[float, ...]]] | None:
     """(the cost model's parts, {1: the whole layer's seconds, parts: the split's predicted seconds}, per round), or
     None when the cost model keeps this layer whole: the tuner may undo a split, never add one, since a
     part timed alone does not see a busy second core (on a loaded 2-core host, MobileNetV2 tuned to 9 split
-    layers, where the cost model splits 3, ran 1.16x slower than at one thread)."""
+    layers, where the cost model splits 3, ran 1.16x slower than at one thread). ``llvm``: as :func:`tune`'s."""
     fixed = with_choices(target, {geom: whole.choice})
     ranges = split_ranges(fixed, geom)
     if ranges is None:
         return None
     largest = max(ranges, key=lambda r: r.rows[1] - r.rows[0])
     part = _Built(largest.target, largest.geometry, whole.choice,
-                  timing_weights(largest.geometry), clock)  # held: its code and buffers live while timed
+                  timing_weights(largest.geometry), clock, llvm)  # held: its code and buffers live while timed
     part.wait()
     timed = interleaved_seconds({1: whole.call, len(ranges): part.call})
     timed[len(ranges)] = tuple(t + fixed.tuning.parallel_sync_us * 1e-6 for t in timed[len(ranges)])

@@ -234,6 +234,7 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
             break
         plan_index = plan_index + 1 if verdict.measured else len(plans) - 1  # no free cores: straight to whole
         session.close()  # measured: this split does not pay here; the next plan is built and checked
+        session = lowered = objs = None  # its code and weights go before the next plan's are built
         lowered, objs, more_s = _build([graph_of()], tgt, batch, optimize, profile, jobs,
                                        lambda g, t, f=plans[plan_index]: f)
         lower_s += more_s

@@ -341,3 +341,19 @@ def test_an_unsettled_verdict_records_nothing(feeds, monkeypatch, no_probe, tmp_
         s = compile_graph(_convs(seed), SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
         assert s.lowered.split_nodes == 0 and not s.lowered.split_settled
     assert checked == [1, 1]
+
+
+def test_a_rejected_split_is_let_go_before_the_next_plan_is_built(graph, monkeypatch, no_probe, tmp_path):
+    """Each plan is a whole model's packed weights and code: a rebuild beside the rejected one peaked
+    higher (ResNet-18 at 2 threads, the check forced to "whole": 262 against 205 MiB)."""
+    import weakref
+
+    from cuvil.edge_runtime import compile as compile_mod
+
+    rejected, held_at_rebuild, build = [], [], compile_mod._build
+    monkeypatch.setattr(split_check, "check",
+                        lambda session, confirm=False: rejected.append(weakref.ref(session.lowered)) or verdict(False))
+    monkeypatch.setattr(compile_mod, "_build", lambda *a, **k: held_at_rebuild.extend(r() is not None for r in rejected)
+                        or build(*a, **k))
+    two = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    assert two.lowered.split_nodes == 0 and rejected and held_at_rebuild == [False] * len(rejected)
