@@ -9,7 +9,10 @@ the threaded run's fastest beats the serial one's by ``MARGIN`` and its median r
 by as much. Else the model is built again split at the cheapest handoff (:func:`generous`) and
 checked the same way, and failing that with every layer whole, and at N threads it runs exactly the
 1-thread code with no workers: a small model never gets slower for having threads (measured on a
-2-core Zen 4: the small CNN with one layer split ran 0.89x its 1-thread speed).
+2-core Zen 4: the small CNN with one layer split ran 0.89x its 1-thread speed). A split that saves
+under ``IDLE_BELOW_S`` a run back to back is also timed after idle gaps (:func:`after_idle`), as a
+device that runs the model now and then sees it: its workers sleep by then, and one that loses there
+is kept whole too.
 
 A verdict of "whole" is trusted only from rounds in which the workers had free cores
 (:mod:`.cpu_share`): with another process on the second core of that Zen 4 every threaded run
@@ -52,6 +55,9 @@ WARM_RUNS = 2  # untimed runs before each side's timed ones, at least (ResNet-18
 WARM_S = 0.002  # and at least this long: a small model's first runs wake the workers and warm their caches
 RECHECK_AFTER_S = 60.0  # an unsettled entry serves as it is for this long (see recheck)
 UNSPLIT_RATIO = 1e12  # ``parallel_sync_ratio`` that no layer's work is worth: every layer stays whole
+IDLE_BELOW_S = 0.0002  # a split saving less than this per run (median) is timed after idle gaps too (see after_idle)
+IDLE_GAP_S = 0.002  # idle before each such run: longer than any worker spins (``Tuning.pool_spin``), so it sleeps
+IDLE_RUNS = 7  # runs after idle, per side
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,17 @@ class Verdict:
     measured: bool = True
 
 
-def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = False) -> Verdict:
+@dataclass(frozen=True)
+class IdleStarts:
+    """Each side's median run after ``IDLE_GAP_S`` of idle (seconds): the workers asleep, as on a device
+    that runs the model now and then rather than back to back."""
+
+    threaded: float
+    serial: float
+
+
+def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = False,
+           idle: IdleStarts | None = None) -> Verdict:
     """The verdict on ``rounds`` (at least one): the fastest threaded run against the fastest serial
     one, over the rounds with free cores when there are any (other work only adds time, and a round
     without a free core shows the stall of a preempted worker, not the split), over all otherwise.
@@ -100,23 +116,30 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = Fals
     the model whole for good. Even on free cores one check may read "whole" where the split pays
     (MobileNetV2 at 2 threads: fastest 1.20 against 1.31 ms in one compile, where four others split,
     0.73-0.82 against 1.16-1.27 ms), so a first "whole" is settled only when ``confirm`` (this check
-    re-takes a whole entry's decision, on a later warm start)."""
+    re-takes a whole entry's decision, on a later warm start). ``idle``: the runs after idle gaps
+    (:func:`after_idle`); a split whose threaded run is slower there than the serial one is kept whole,
+    settled as a first "whole" is (a second check confirms it)."""
     clean = [r for r in rounds if r.clean]
     used = clean or list(rounds)
     threaded, serial = min(r.threaded for r in used), min(r.serial for r in used)
     basis = (f"fastest of {len(used)} rounds{' with free cores' if clean else ''}: threaded {threaded * 1e3:.3f} ms, "
              f"serial {serial * 1e3:.3f} ms")
-    with_medians = [r for r in used if r.threaded_median is not None and r.serial_median is not None]
+    medians = _medians(used)
     typical, disturbed = True, False
     fastest_pays = threaded < (1 - margin) * serial
-    if with_medians:
-        t_med = float(np.median([r.threaded_median for r in with_medians]))
-        s_med = float(np.median([r.serial_median for r in with_medians]))
+    if medians is not None:
+        t_med, s_med = medians
         basis += f"; medians {t_med * 1e3:.3f} and {s_med * 1e3:.3f} ms"
         typical = t_med < (1 - margin) * s_med
         disturbed = fastest_pays and t_med / threaded > (1 + margin) * s_med / serial
+    if fastest_pays and typical and idle is not None and idle.threaded > idle.serial:
+        return Verdict(False, confirm, f"whole{'' if confirm else ', unsettled until a later check confirms it'}: "
+                                       f"after {IDLE_GAP_S * 1e3:g} ms idle (the workers asleep) the threaded run "
+                                       f"took {idle.threaded * 1e3:.3f} ms, the serial one {idle.serial * 1e3:.3f} "
+                                       f"(medians of {IDLE_RUNS}); back to back, {basis}")
     if fastest_pays and typical:
-        return Verdict(True, True, f"split: {basis}")
+        return Verdict(True, True, f"split: {basis}" + (f"; after {IDLE_GAP_S * 1e3:g} ms idle {idle.threaded * 1e3:.3f} "
+                                                         f"and {idle.serial * 1e3:.3f} ms" if idle else ""))
     if disturbed:
         return Verdict(False, False, f"whole, unsettled: the fastest run saves {margin:.0%} or more, the median run "
                                      f"does not and the threaded runs spread wider than the serial ones; {basis}",
@@ -138,6 +161,43 @@ def clearly_split(rounds: Sequence[Round], margin: float = MARGIN) -> bool:
     sides (ResNet-18 at 2 threads on the 2-core Zen 4: about 100 ms; it saves 40-45%)."""
     clean = [r for r in rounds if r.clean]
     return len(clean) >= EARLY_ROUNDS and decide(clean, 2 * margin).split
+
+
+def _medians(rounds: Sequence[Round]) -> tuple[float, float] | None:
+    """The median of the threaded and of the serial medians over ``rounds``, or None when none timed them."""
+    timed = [r for r in rounds if r.threaded_median is not None and r.serial_median is not None]
+    if not timed:
+        return None
+    return float(np.median([r.threaded_median for r in timed])), float(np.median([r.serial_median for r in timed]))
+
+
+def saving_s(rounds: Sequence[Round]) -> float:
+    """What the split saves a run back to back (seconds): the median serial run less the threaded one, over
+    the rounds :func:`decide` reads (the fastest runs where no medians were timed)."""
+    used = [r for r in rounds if r.clean] or list(rounds)
+    medians = _medians(used)
+    t, s = medians if medians is not None else (min(r.threaded for r in used), min(r.serial for r in used))
+    return s - t
+
+
+def after_idle(session: Session, runs: int = IDLE_RUNS, gap_s: float = IDLE_GAP_S,
+               clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep) -> IdleStarts:
+    """Each side's median run when it follows ``gap_s`` of idle, the sides in turn. Back to back, a worker
+    still spins when the next job comes; a device that runs the model now and then wakes it from its
+    futex first, tens of microseconds a run, which a split of a small model does not save: the small
+    CNN at 2 threads on the 2-core Zen 4 ran 17.4 against 21.0 us back to back, 59 against 34 us after
+    1 ms idle and 175 against 135 us after 20 ms."""
+    inputs = random_inputs(session)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(runs):
+        for on in (True, False):
+            session.set_workers(on)
+            sleep(gap_s)
+            t = clock()
+            session.run(inputs)
+            times[on].append(clock() - t)
+    session.set_workers(True)
+    return IdleStarts(float(np.median(times[True])), float(np.median(times[False])))
 
 
 def recheck(settled: bool, age_s: float, threads: int, room: Callable[[int], bool] | None = None) -> bool:
@@ -199,9 +259,11 @@ def check(session: Session, margin: float = MARGIN, confirm: bool = False) -> Ve
     run-time check) keeps the cost model's split: nothing could be measured."""
     try:
         rounds = measure(session)
+        small = decide(rounds, margin).split and saving_s(rounds) < IDLE_BELOW_S
+        idle = after_idle(session) if small else None
     except (InterpreterError, RunTimeCheckError):
         return Verdict(True, True, "split as the cost model chose: the model refused the check's random inputs")
-    return decide(rounds, margin, confirm)
+    return decide(rounds, margin, confirm, idle)
 
 
 def unsplit(target: Target) -> Target:

@@ -357,3 +357,63 @@ def test_a_rejected_split_is_let_go_before_the_next_plan_is_built(graph, monkeyp
                         or build(*a, **k))
     two = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
     assert two.lowered.split_nodes == 0 and rejected and held_at_rebuild == [False] * len(rejected)
+
+
+class _Napper(_Sleeper):
+    """A stand-in session whose threaded run is ``woken`` seconds dearer when it follows a nap (its workers
+    asleep): ``sleep`` and ``clock`` are the check's, so nothing waits."""
+
+    def __init__(self, threaded: float, serial: float, woken: float) -> None:
+        super().__init__(threaded, serial)
+        self.woken, self.now, self.napped, self.naps = woken, 0.0, False, []
+
+    def run(self, inputs) -> None:
+        self.runs += 1
+        self.now += self.times[self.on] + (self.woken if self.on and self.napped else 0.0)
+        self.napped = False
+
+    def sleep(self, s: float) -> None:
+        self.naps.append(s)
+        self.now += s
+        self.napped = True
+
+
+def test_after_idle_each_side_runs_after_a_nap_in_turn_and_the_workers_end_on(monkeypatch):
+    monkeypatch.setattr(split_check, "random_inputs", lambda session: {})
+    s = _Napper(14e-6, 18e-6, woken=40e-6)
+    got = split_check.after_idle(s, clock=lambda: s.now, sleep=s.sleep)
+    assert got.threaded == pytest.approx(54e-6) and got.serial == pytest.approx(18e-6) and s.on
+    assert s.naps == [split_check.IDLE_GAP_S] * (2 * split_check.IDLE_RUNS) and s.runs == 2 * split_check.IDLE_RUNS
+
+
+def test_a_gap_longer_than_any_worker_spins():
+    """The workers spin ``pool_spin`` rounds of ``pause`` (~300 us on Zen 4, at most ~150 cycles a round on
+    any x86-64 or Arm core here: under 0.7 ms at 1 GHz) before they sleep."""
+    assert split_check.IDLE_GAP_S > resolve_target("x86-avx2").tuning.pool_spin * 150 / 1e9
+
+
+IDLE = split_check.IdleStarts
+
+
+@pytest.mark.parametrize("idle, confirm, verdict", [
+    (IDLE(59e-6, 34e-6), False, UNSETTLED),  # the small CNN after 1 ms idle: a wake-up costs more than it saves
+    (IDLE(59e-6, 34e-6), True, WHOLE),  # a second check agrees: settled
+    (IDLE(30e-6, 34e-6), False, PAYS),  # pays after idle too
+    (None, False, PAYS),  # not timed after idle (a split that saves enough back to back)
+])
+def test_a_split_that_loses_after_idle_is_kept_whole(idle, confirm, verdict):
+    rounds = [R(14e-6, 18e-6, 0.0, 14e-6, 19e-6)] * 3  # back to back it saves over 15%
+    got = split_check.decide(rounds, confirm=confirm, idle=idle)
+    assert (got.split, got.settled) == verdict and got.measured
+    assert ("idle" in got.reason) is (idle is not None) and ("unsettled" in got.reason) is (got.settled is False)
+
+
+@pytest.mark.parametrize("threaded, timed_idle", [(14e-6, True), (3.2e-3, False)])
+def test_only_a_split_that_saves_little_is_timed_after_idle(monkeypatch, threaded, timed_idle):
+    """ResNet-18 saves milliseconds a run, which no wake-up undoes; the small CNN saves 4 us."""
+    serial = 18e-6 if threaded < 1e-3 else 5.8e-3
+    monkeypatch.setattr(split_check, "measure", lambda session: [R(threaded, serial, 0.0, threaded, serial)] * 3)
+    called = []
+    monkeypatch.setattr(split_check, "after_idle", lambda session: called.append(session) or IDLE(59e-6, 34e-6))
+    got = split_check.check("session")
+    assert bool(called) is timed_idle and got.split is not timed_idle
