@@ -114,6 +114,7 @@ def bench_row(name: str, frontend: str, module, example, proto, rounds: int, blo
                 one = cuvil.compile(graph, target=target, cache_dir=cache, threads=1)
                 if one.run(feeds)[graph.outputs[0]].tobytes() != got.tobytes():
                     raise RuntimeError(f"the output at {threads} threads differs from the output at 1")
+            cuvil.finish_writes()  # the entries written behind the compiles, before the directory goes
     except Exception as e:  # a non-Cuvil type here is itself a finding: one_line names the type
         return row | {"error": one_line(e), "stage": stage}
     row.update(import_s=t1 - t0, compile_s=t2 - t1, _graph=graph, _proto=proto, _inputs=inputs)

@@ -139,16 +139,20 @@ def cache_key(content: str, target: Target, batch: int, fingerprint: str | None 
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-_writing: list[threading.Thread] = []
+_writing: dict[Path, threading.Thread] = {}  # entry and hint paths -> the thread writing them
 _writing_lock = threading.Lock()
 
 
-def finish_writes() -> None:
-    """Wait for the entries this process is still writing (:meth:`CompileCache.put_behind`)."""
+def finish_writes(*paths: Path) -> None:
+    """Wait for the cache files this process is still writing (:meth:`CompileCache.put_behind`): those at
+    ``paths``, or every one (before deleting a cache directory, or handing it to another process)."""
     with _writing_lock:
-        threads, _writing[:] = list(_writing), []
+        threads = {t for p, t in _writing.items() if not paths or p in paths}
     for thread in threads:
         thread.join()
+    with _writing_lock:
+        for p in [p for p, t in _writing.items() if not t.is_alive()]:
+            del _writing[p]
 
 
 def device_sealer(secret_path: str | os.PathLike | None = None) -> Sealer | None:
@@ -194,7 +198,7 @@ class CompileCache:
         come from :meth:`weights` only. ``early``: what :meth:`open_early` opened, used when its guess is ``key``."""
         if self.sealer is None:
             return None
-        finish_writes()
+        finish_writes(self.path(key))
         try:
             opened = early.opened if early is not None and early.key == key else None
             return open_artifact(self.sealer, self.path(key), key, target, opened)
@@ -230,7 +234,7 @@ class CompileCache:
         sealed under that key; a wrong or garbled hint costs an open. None when there is none."""
         if self.sealer is None:
             return None
-        finish_writes()
+        finish_writes(self._hint_path(request))
         try:
             fd, _ = open_regular(self._hint_path(request), owned=True)
             try:
@@ -294,7 +298,8 @@ class CompileCache:
         """:meth:`put`, then :meth:`remember` ``request``, on a thread of its own: a cold compile hands
         over its session without waiting for the entry's MAC and write (ResNet-18's 45 MB: 15-390 ms
         on a busy disk). Not a daemon, so the process finishes the entry before it exits; a read of
-        the cache in this process waits for it first (:func:`finish_writes`)."""
+        that entry or hint in this process waits for it first, and :func:`finish_writes` waits for it
+        on demand (another process may miss an entry still being written, and compile it itself)."""
         if self.sealer is None:
             return
 
@@ -305,7 +310,9 @@ class CompileCache:
 
         thread = threading.Thread(target=write, name="cuvil-cache-write")
         with _writing_lock:
-            _writing.append(thread)
+            _writing[self.path(key)] = thread
+            if request:
+                _writing[self._hint_path(request)] = thread
         thread.start()
 
 

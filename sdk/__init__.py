@@ -14,7 +14,7 @@ _FROM = {
     "keygen": ".api", "load": ".api", "read_inputs": ".api", "run_reference": ".api", "save_outputs": ".api",
     "QuantizationReport": ".compiler.quantize", "QuantizedModel": ".compiler.quantize",
     "integer_form": ".compiler.quantize", "quantize": ".compiler.quantize",
-    "Model": ".edge_runtime.loader", "Session": ".edge_runtime.session",
+    "Model": ".edge_runtime.loader", "Session": ".edge_runtime.session", "finish_writes": ".edge_runtime.cache",
     "BenchResult": ".native", "bench": ".native", "compile": ".native", "device_profiles": ".native",
     "run_native": ".native",
 }

@@ -38,7 +38,9 @@ def compile(model: Graph | Model, target: str = "host", batch: int = 1,  # noqa:
     ``guard_pages=True`` puts the session's arena and weights between inaccessible pages, so code that
     reads or writes outside them faults at once (for testing; the weights are then copied, not mapped).
     ``threads``: threads one inference runs on (default: :func:`default_threads`); outputs are the same
-    bits for any count.
+    bits for any count. A cold compile hands over its session first and writes the cache entry on a
+    thread of its own; the process finishes it before exiting, and ``cuvil.finish_writes()`` waits for
+    it (before the cache directory is deleted or another process is to find the entry).
     """
     if threads is None:
         threads = default_threads(target)

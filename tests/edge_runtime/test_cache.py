@@ -101,6 +101,27 @@ def test_a_cold_compile_hands_over_its_session_before_its_entry_is_written(cache
     assert compile_graph(graph, cache_dir=cache_dir).stats.cache_hit
 
 
+def test_a_warm_start_waits_only_for_its_own_entry(cache_dir, monkeypatch):
+    """Another model's entry still being written holds up no warm start of this one; finish_writes()
+    waits for every entry, as before a cache directory is deleted."""
+    a, b = mlp_graph(0), mlp_graph(1)
+    compile_graph(a, cache_dir=cache_dir)
+    release, real_put = threading.Event(), CompileCache.put
+
+    def held_put(self, *args):
+        assert release.wait(60)
+        real_put(self, *args)
+
+    monkeypatch.setattr(CompileCache, "put", held_put)
+    compile_graph(b, cache_dir=cache_dir)  # its entry waits for the release
+    assert compile_graph(a, cache_dir=cache_dir).stats.cache_hit
+    assert any(t.name == "cuvil-cache-write" and t.is_alive() for t in threading.enumerate())
+    release.set()
+    cache_mod.finish_writes()
+    assert not any(t.name == "cuvil-cache-write" for t in threading.enumerate())
+    assert len(list(cache_dir.glob(f"*{CompileCache.SUFFIX}"))) == 2
+
+
 def test_republished_entry_leaves_mapped_sessions_intact(cache_dir):
     """Writers replace entries whole (a new file, os.replace), never in place, so a session whose
     weights are mapped from the old file keeps its bytes while another writer publishes the key."""
