@@ -118,7 +118,8 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = Fals
     0.73-0.82 against 1.16-1.27 ms), so a first "whole" is settled only when ``confirm`` (this check
     re-takes a whole entry's decision, on a later warm start). ``idle``: the runs after idle gaps
     (:func:`after_idle`); a split whose threaded run is slower there than the serial one is kept whole,
-    settled as a first "whole" is (a second check confirms it)."""
+    settled at once when it is slower by ``margin`` (what a worker's wake-up costs does not change from
+    one check to the next), else as a first "whole" is (a second check confirms it)."""
     clean = [r for r in rounds if r.clean]
     used = clean or list(rounds)
     threaded, serial = min(r.threaded for r in used), min(r.serial for r in used)
@@ -133,7 +134,8 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = Fals
         typical = t_med < (1 - margin) * s_med
         disturbed = fastest_pays and t_med / threaded > (1 + margin) * s_med / serial
     if fastest_pays and typical and idle is not None and idle.threaded > idle.serial:
-        return Verdict(False, confirm, f"whole{'' if confirm else ', unsettled until a later check confirms it'}: "
+        settled = confirm or idle.threaded > (1 + margin) * idle.serial  # a clear loss is the wake-up's, not noise
+        return Verdict(False, settled, f"whole{'' if settled else ', unsettled until a later check confirms it'}: "
                                        f"after {IDLE_GAP_S * 1e3:g} ms idle (the workers asleep) the threaded run "
                                        f"took {idle.threaded * 1e3:.3f} ms, the serial one {idle.serial * 1e3:.3f} "
                                        f"(medians of {IDLE_RUNS}); back to back, {basis}")
