@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from cuvil.compiler import DType, TensorType
 from cuvil.compiler.frontends.builder import GraphBuilder
+from cuvil.compiler.codegen.driver import optimized
 from cuvil.devices import detect
 from cuvil.edge_runtime import llvm_worker, parallel, stream
 from cuvil.edge_runtime.compile import auto_jobs, compile_graph, resolve
@@ -93,7 +94,10 @@ def test_only_big_graphs_get_helpers(monkeypatch):
     from cuvil.edge_runtime import compile as comp
 
     assert auto_jobs(_conv_graph(convs=2)) == 1
-    assert auto_jobs(_conv_graph(convs=comp.HELPER_WORTHY_KERNELS)) == comp.MAX_AUTO_JOBS
+    big = _conv_graph(convs=comp.HELPER_WORTHY_KERNELS)
+    assert auto_jobs(big) == comp.MAX_AUTO_JOBS
+    fused = optimized(big, 1)  # what a compile counts when the host facts were remembered: Conv+Relu fused
+    assert {n.op for n in fused.nodes} >= {"FusedConv"} and auto_jobs(fused) == comp.MAX_AUTO_JOBS
 
 
 _EMPTY_MODULE = '; ModuleID = "t"\ndefine void @"f"() {\nentry:\n  ret void\n}\n'
