@@ -155,6 +155,17 @@ def finish_writes(*paths: Path) -> None:
             del _writing[p]
 
 
+def _forget_writes() -> None:
+    """In a forked child: the parent's writers do not run here (the parent finishes its entries), and the
+    parent may have held the lock while forking."""
+    global _writing_lock
+    _writing_lock = threading.Lock()
+    _writing.clear()
+
+
+os.register_at_fork(after_in_child=_forget_writes)
+
+
 def device_sealer(secret_path: str | os.PathLike | None = None) -> Sealer | None:
     """The Sealer under the device secret, or None (logged) when the secret is unusable: no cache then."""
     try:

@@ -122,6 +122,45 @@ def test_a_warm_start_waits_only_for_its_own_entry(cache_dir, monkeypatch):
     assert len(list(cache_dir.glob(f"*{CompileCache.SUFFIX}"))) == 2
 
 
+def test_a_forked_child_waits_for_none_of_its_parents_writes(cache_dir, monkeypatch):
+    """The writer stays in the parent, which finishes the entry; the child neither waits for it nor
+    finds the writers' lock held by a thread the fork left behind."""
+    release, real_put = threading.Event(), CompileCache.put
+
+    def held_put(self, *args):
+        assert release.wait(60)
+        real_put(self, *args)
+
+    monkeypatch.setattr(CompileCache, "put", held_put)
+    compile_graph(mlp_graph(), cache_dir=cache_dir)
+    holding, forked = threading.Event(), threading.Event()
+
+    def hold() -> None:  # another thread holds the lock across the fork, as a writer registering itself may
+        with cache_mod._writing_lock:
+            holding.set()
+            forked.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(60)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        waiting = threading.Thread(target=cache_mod.finish_writes, daemon=True)
+        waiting.start()
+        waiting.join(5)
+        os.write(write, b"0" if waiting.is_alive() or cache_mod._writing else b"1")
+        os._exit(0)
+    forked.set()
+    holder.join()
+    os.close(write)
+    got = os.read(read, 1)
+    os.waitpid(pid, 0)
+    release.set()
+    cache_mod.finish_writes()
+    assert got == b"1" and len(list(cache_dir.glob(f"*{CompileCache.SUFFIX}"))) == 1
+
+
 def test_republished_entry_leaves_mapped_sessions_intact(cache_dir):
     """Writers replace entries whole (a new file, os.replace), never in place, so a session whose
     weights are mapped from the old file keeps its bytes while another writer publishes the key."""
