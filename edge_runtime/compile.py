@@ -53,18 +53,20 @@ def runnable_here(target: Target, host: Target | None = None) -> bool:
 
 
 MAX_AUTO_JOBS = 4
-HELPER_WORTHY_KERNELS = 8  # nodes of HEAVY_OPS on constant weights: lowering then outlasts a helper's start-up
-HEAVY_OPS = frozenset({"Conv", "FusedConv", "QConv", "ConvTranspose", "Gemm", "FusedGemm", "MatMul", "QMatMul"})
-"""Ops whose kernels on constant weights make most of a compile's work, in the graph as it comes and as
-the pass pipeline fuses or quantizes it: counted by Conv, Gemm and MatMul alone, ResNet-18's optimized
-graph (17 FusedConv, 3 Conv) got no LLVM helper, and llvmlite ran in the compiling process."""
+HELPER_WORTHY_KERNELS = 8  # nodes whose kernel packs constant weights: lowering then outlasts a helper's start-up
 
 
 def auto_jobs(graph: Graph) -> int:
-    """Processes for LLVM: one per usable CPU (at most MAX_AUTO_JOBS) for a graph big enough to gain."""
+    """Processes for LLVM: one per usable CPU (at most MAX_AUTO_JOBS) for a graph big enough to gain,
+    counted on the graph the lowering takes, by its kernels that pack constant weights (the kernel
+    table's packers: a fused or quantized conv as well as a Conv; by the op names Conv, Gemm and
+    MatMul, ResNet-18's optimized graph of 17 FusedConv and 3 Conv got no helper, and llvmlite ran
+    in the compiling process)."""
+    from ..compiler.codegen.cpu.lowering import KERNELS
     from .parallel import workers
 
-    heavy = sum(1 for n in graph.nodes if n.op in HEAVY_OPS and any(i in graph.constants for i in n.inputs))
+    heavy = sum(1 for n in graph.nodes if (k := KERNELS.get(n.op)) is not None and k.pack is not None
+                and any(i in graph.constants for i in n.inputs))
     return min(workers(), MAX_AUTO_JOBS) if heavy >= HELPER_WORTHY_KERNELS else 1
 
 
@@ -108,7 +110,7 @@ class _Spare:
     compile's peak) for three answers. Only where this compile may use helpers (``jobs`` not 1,
     more than one CPU); the helper is stopped on leaving if no compile took it. While it starts,
     the graph is optimized (``optimize``: the pass pipeline needs no Target): ``graphs`` holds the
-    result for the lowering to take, ``jobs`` the helpers :func:`auto_jobs` gives the graph."""
+    result for the lowering to take."""
 
     def __init__(self, graph_of: Callable[[], Graph], batch: int, jobs: int | None, optimize: bool) -> None:
         self.graph_of, self.batch, self.jobs, self.optimize = graph_of, batch, jobs, optimize
@@ -128,9 +130,7 @@ class _Spare:
     def _optimize(self) -> None:
         from ..compiler.codegen.driver import optimized
 
-        graph = self.graph_of()
-        self.jobs = auto_jobs(graph) if self.jobs is None else self.jobs
-        self.graphs.append(optimized(graph, self.batch))
+        self.graphs.append(optimized(self.graph_of(), self.batch))
 
     def __enter__(self) -> _Spare:
         return self
@@ -220,10 +220,11 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
         from ..compiler.codegen.driver import optimized
 
         graphs.append(optimized(graph_of(), batch) if optimize else graph_of())
+    jobs = auto_jobs(graphs[0]) if jobs is None else jobs  # once: a rebuilt plan takes as many
     structure = structure_digest(graphs[0], batch, f"optimize={optimize} profile={profile}") \
         if record and tgt.threads > 1 else None
     tuner = autotune.Retarget(record=record, structure=structure) if tune else None
-    lowered, objs, lower_s = _build(graphs, tgt, batch, False, profile, spare.jobs, tuner, spare.helpers)
+    lowered, objs, lower_s = _build(graphs, tgt, batch, False, profile, jobs, tuner, spare.helpers)
     t2 = time.perf_counter()
     session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
     settled = tuner.settled if tuner else None
@@ -262,19 +263,20 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     return session
 
 
-def _build(graphs: list[Graph], tgt: Target, batch: int, optimize: bool, profile: bool, jobs: int | None,
+def _build(graphs: list[Graph], tgt: Target, batch: int, optimize: bool, profile: bool, jobs: int,
            retarget, started=None) -> tuple[LoweredModel, list[bytes], float]:
     """Lower the graph in ``graphs`` (taken out: the lowering frees each weight once packed, and a
     graph nobody else holds is gone before LLVM adds its own peak; ``retarget``: the tuner, or a
     fixed Target) and compile its objects; the seconds spent lowering (LLVM overlaps it: the rest of
-    the time is LLVM's). ``started``: helpers started already (:class:`_Spare`), used too."""
+    the time is LLVM's). ``jobs``: processes for LLVM, this one counted; ``started``: helpers started
+    already (:class:`_Spare`), used too."""
     from ..compiler.codegen.lower import lower
     from .autotune import Retarget
     from .parallel import Helpers
     from .stream import KernelStream
 
     t0 = time.perf_counter()
-    with Helpers((auto_jobs(graphs[0]) if jobs is None else jobs) - 1, adopt=started) as helpers, \
+    with Helpers(jobs - 1, adopt=started) as helpers, \
             KernelStream(tgt, helpers) as stream:
         if isinstance(retarget, Retarget):
             retarget.llvm = stream  # LLVM compiles each finished kernel while the rest is lowered

@@ -82,12 +82,14 @@ class Verdict:
     """Keep the split or not; ``settled``: a split that paid, or "whole" measured on free cores and
     confirmed by a second check, so a cache entry built on it need not be checked again; ``reason``:
     the figures, for the entry; ``measured``: taken on free cores (a "whole" that is not is no reason
-    to try a cheaper split now)."""
+    to try a cheaper split now); ``saving_s``: what a split that pays saves a run back to back (seconds:
+    the median serial run less the threaded one, the fastest where no medians were timed)."""
 
     split: bool
     settled: bool
     reason: str
     measured: bool = True
+    saving_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -140,8 +142,10 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = Fals
                                        f"took {idle.threaded * 1e3:.3f} ms, the serial one {idle.serial * 1e3:.3f} "
                                        f"(medians of {IDLE_RUNS}); back to back, {basis}")
     if fastest_pays and typical:
+        saving = medians[1] - medians[0] if medians is not None else serial - threaded
         return Verdict(True, True, f"split: {basis}" + (f"; after {IDLE_GAP_S * 1e3:g} ms idle {idle.threaded * 1e3:.3f} "
-                                                         f"and {idle.serial * 1e3:.3f} ms" if idle else ""))
+                                                         f"and {idle.serial * 1e3:.3f} ms" if idle else ""),
+                       saving_s=saving)
     if disturbed:
         return Verdict(False, False, f"whole, unsettled: the fastest run saves {margin:.0%} or more, the median run "
                                      f"does not and the threaded runs spread wider than the serial ones; {basis}",
@@ -171,15 +175,6 @@ def _medians(rounds: Sequence[Round]) -> tuple[float, float] | None:
     if not timed:
         return None
     return float(np.median([r.threaded_median for r in timed])), float(np.median([r.serial_median for r in timed]))
-
-
-def saving_s(rounds: Sequence[Round]) -> float:
-    """What the split saves a run back to back (seconds): the median serial run less the threaded one, over
-    the rounds :func:`decide` reads (the fastest runs where no medians were timed)."""
-    used = [r for r in rounds if r.clean] or list(rounds)
-    medians = _medians(used)
-    t, s = medians if medians is not None else (min(r.threaded for r in used), min(r.serial for r in used))
-    return s - t
 
 
 def after_idle(session: Session, runs: int = IDLE_RUNS, gap_s: float = IDLE_GAP_S,
@@ -261,8 +256,8 @@ def check(session: Session, margin: float = MARGIN, confirm: bool = False) -> Ve
     run-time check) keeps the cost model's split: nothing could be measured."""
     try:
         rounds = measure(session)
-        small = decide(rounds, margin).split and saving_s(rounds) < IDLE_BELOW_S
-        idle = after_idle(session) if small else None
+        back_to_back = decide(rounds, margin)
+        idle = after_idle(session) if back_to_back.split and back_to_back.saving_s < IDLE_BELOW_S else None
     except (InterpreterError, RunTimeCheckError):
         return Verdict(True, True, "split as the cost model chose: the model refused the check's random inputs")
     return decide(rounds, margin, confirm, idle)
