@@ -46,7 +46,7 @@ def _handover(graph: Graph, plan: MemoryPlan, live, a: str, b: str) -> bool:
         if old not in node.inputs or node.outputs != (new,) or plan.offsets[old] != plan.offsets[new]:
             continue
         op = get_op(node.op)
-        shares = any(op.shares(node.attr, i) for i, name in enumerate(node.inputs) if name == old)
+        shares = all(op.shares(node.attr, i) for i, name in enumerate(node.inputs) if name == old)
         if shares and (op.view or graph.types[old] == graph.types[new]):
             return True
     return False

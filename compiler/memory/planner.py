@@ -64,7 +64,9 @@ def choose_aliases(graph: Graph, live: dict[str, Lifetime]) -> dict[str, str]:
         op, out = get_op(node.op), node.outputs[0]
         for i, name in enumerate(node.inputs):
             dies = name in live and live[name].end == step and name not in inputs
-            fits = op.shares(node.attr, i) and (op.view or graph.types[name] == graph.types[out])
+            # every place the node reads it must allow it (a conv whose residual is its own input may not)
+            shares = all(op.shares(node.attr, j) for j, other in enumerate(node.inputs) if other == name)
+            fits = shares and (op.view or graph.types[name] == graph.types[out])
             if dies and fits and graph.types[name].dtype.itemsize == graph.types[out].dtype.itemsize:
                 root[out] = root.get(name, name)
                 break

@@ -88,6 +88,27 @@ def test_no_in_place_while_the_operand_is_still_needed(rng):
     assert_plan_runs(g, p, rng)
 
 
+def test_an_input_read_twice_is_reused_only_where_every_read_allows_it(rng):
+    """relu(conv(r) + r): fused, the conv reads r as its input and as its residual; the output may take a
+    residual's bytes, never the input's, which the kernel reads after it writes the first outputs."""
+    from cuvil.compiler.passes import optimize
+
+    w, bias = rng.standard_normal((8, 8, 3, 3)).astype(np.float32), np.zeros(8, np.float32)
+    conv = dict(pads=[1, 1, 1, 1], strides=[1, 1], dilations=[1, 1], group=1)
+    g = optimize(make({"x": f32(1, 8, 6, 6)}, [
+        Node.make("Relu", ["x"], ["r"]), Node.make("Conv", ["r", "w", "b"], ["c"], **conv),
+        Node.make("Add", ["c", "r"], ["s"]), Node.make("Relu", ["s"], ["y"])], ["y"], {"w": w, "b": bias}))
+    fused = next(n for n in g.nodes if n.op == "FusedConv")
+    assert fused.inputs[0] == fused.inputs[-1]  # one tensor, input and residual
+    p = plan_memory(g)
+    assert fused.outputs[0] not in p.aliases
+    assert_plan_runs(g, p, rng)
+    out, src = fused.outputs[0], fused.inputs[0]
+    in_place = corrupt(p, offsets={**p.offsets, out: p.offsets[src]}, aliases={**p.aliases, out: p.aliases.get(src, src)})
+    with pytest.raises(PlanError, match="overlap"):
+        check_plan(g, in_place)
+
+
 def test_broadcast_operand_is_not_reused(rng):
     g = make({"x": f32(4, 16), "v": f32(16)}, [
         Node.make("Exp", ["v"], ["e"]), Node.make("Add", ["x", "e"], ["y"])], ["y"])
