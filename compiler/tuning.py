@@ -37,6 +37,7 @@ class Tuning:
     winograd_f4: int = 4  # large-tile m; F(4x4) errs up to ~2e-5 x max|output| per layer, 2 keeps F(2x2)
     winograd_f4_min_pixels: int = 196  # F(4x4) from 14x14 outputs up (0.57-0.61x F(2x2)'s time at 512 bits, 0.66-0.84x at 256, Zen 4; 12x12: 0.86-1.12x); at 8x8 (4 tiles) F(2x2) is 1.4x faster
     winograd_block_bytes: int = 4 << 20  # V + M of a block of tile rows (64x112x112 blocked: 1.25x)
+    winograd_row_split_channels: int = 64  # a Winograd conv of at most this many output channels splits over threads by tile rows, not channels
     winograd_prefetch_bytes: int = 2048  # how far ahead the point GEMMs prefetch U (best of 1-8 KiB)
     rows_widths: tuple[int, ...] = (256, 512)  # vector widths where the 'rows' conv was measured to win
     rows_kernels: tuple[int, ...] = (3,)  # square kernel sizes it applies to

@@ -224,9 +224,9 @@ def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock,
     ranges = split_ranges(fixed, geom)
     if ranges is None:
         return None
-    largest = max(ranges, key=lambda r: r.rows[1] - r.rows[0])
-    part = _Built(largest.target, largest.geometry, whole.choice,
-                  timing_weights(largest.geometry), clock, llvm)  # held: its code and buffers live while timed
+    largest = max(ranges, key=lambda r: (r.rows[1] - r.rows[0], r.blocks[1] - r.blocks[0] if r.blocks else 0))
+    part = _Built(largest.target, largest.geometry, whole.choice, timing_weights(largest.geometry), clock, llvm,
+                  largest.blocks)  # held: its code and buffers live while timed
     part.wait()
     timed = interleaved_seconds({1: whole.call, len(ranges): part.call})
     timed[len(ranges)] = tuple(t + fixed.tuning.parallel_sync_us * 1e-6 for t in timed[len(ranges)])
@@ -319,12 +319,12 @@ class _Built:
     LLVM, as if done in turn)."""
 
     def __init__(self, target: Target, geom: Geometry, choice: ConvChoice, weights: np.ndarray,
-                 clock: Callable[[], float], llvm: Compiler | None = None) -> None:
+                 clock: Callable[[], float], llvm: Compiler | None = None, blocks: tuple[int, int] | None = None) -> None:
         t0 = clock()
         self.choice, self.geom, self.target, self.clock, self.llvm = choice, geom, target, clock, llvm
         module = ir.Module(name="tune")
         module.triple = target.triple
-        self.wp, self.scratch_bytes, self.out_shape = emit_choice(module, "k", target, geom, choice, weights)
+        self.wp, self.scratch_bytes, self.out_shape = emit_choice(module, "k", target, geom, choice, weights, blocks)
         text = module_text(module)
         self.emit_s = clock() - t0
         if llvm is not None:

@@ -158,6 +158,30 @@ def test_the_tuner_times_the_cost_models_split_and_adds_none():
     assert whole.results[0].parts_seconds == () and whole.parts == {}  # kept whole by the cost model: not timed
 
 
+def test_a_layer_split_by_tile_rows_is_timed_by_its_part_of_the_blocks(monkeypatch):
+    """64 channels at 32x32, Winograd: two parts of one block each; the part built and timed is the first's."""
+    import time
+
+    from cuvil.compiler.codegen.cpu.conv.choices import choice_of, timing_weights
+    from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
+    from cuvil.edge_runtime import autotune
+
+    geom = (1, 64, 32, 32, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    target = dataclasses.replace(HOST, threads=2, tuning=HOST.tuning.replace(parallel_sync_ratio=0.0))
+    choice = choice_of(conv_plan(target, *geom))
+    assert choice.method == "winograd"
+    blocks, emit = [], autotune.emit_choice
+
+    def recording(*args):
+        blocks.append(args[-1])
+        return emit(*args)
+    monkeypatch.setattr(autotune, "emit_choice", recording)
+    whole = autotune._Built(target, geom, choice, timing_weights(geom), time.perf_counter)
+    whole.wait()
+    parts, timed = autotune._split_seconds(target, geom, whole, time.perf_counter)
+    assert parts == 2 and set(timed) == {1, 2} and blocks == [None, (0, 1)]
+
+
 class _Compiler:
     """Records what the tuner hands over, compiles it at once (a stand-in for the compile's stream)."""
 

@@ -321,3 +321,32 @@ def test_convs_ending_in_a_partial_vector_of_channels_split_with_the_same_bits(p
                                    pads=(k // 2,) * 4, strides=(stride, stride), dilations=(1, 1), group=1)])
     graph = b.build([y])
     assert _same_bits_at_1_2_3(graph, [rng.standard_normal((1, 16, 24, 24)).astype(np.float32)], tmp_path, target) >= 4
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+def test_winograd_convs_split_by_tile_rows_with_the_same_bits(profile, tmp_path):
+    """3x3 convs of at most 64 channels over 28x28 (7 x 7 tiles of F(4x4): 2 blocks of 4 and 3 tile rows at 2
+    threads, 3 blocks of 3, 3 and 1 at 3), with bias, a residual and a partial vector of channels (24)."""
+    from cuvil.compiler.codegen.cpu.kernels.split import split_ranges
+    from cuvil.compiler.frontends.builder import GraphBuilder
+    from cuvil.compiler.ir.types import TensorType
+
+    base = executable(profile)
+    target = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("rows")
+    x = b.input("x", TensorType.parse("f32[1,16,28,28]"))
+
+    def conv(v, c, oc):
+        w = b.constant(rng.standard_normal((oc, c, 3, 3)).astype(np.float32) / 3)
+        return b.add1("Conv", [v, w, b.constant(rng.standard_normal(oc).astype(np.float32))],
+                      pads=(1, 1, 1, 1), strides=(1, 1), dilations=(1, 1), group=1)
+    y = b.add1("Relu", [conv(x, 16, 32)])
+    y = b.add1("Relu", [b.add1("Add", [conv(y, 32, 32), y])])
+    graph = b.build([conv(y, 32, 24)])
+    for threads in (2, 3):
+        for c, oc in ((16, 32), (32, 32), (32, 24)):
+            ranges = split_ranges(dataclasses.replace(target, threads=threads),
+                                  (1, c, 28, 28, oc, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1))
+            assert [r.blocks for r in ranges] == [(i, i + 1) for i in range(threads)]
+    assert _same_bits_at_1_2_3(graph, [rng.standard_normal((1, 16, 28, 28)).astype(np.float32)], tmp_path, target) >= 6

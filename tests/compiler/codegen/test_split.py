@@ -1,13 +1,18 @@
 """How layers split over threads: output-channel ranges of whole vectors or groups (int8 convs: of 8
-channels), big layers only."""
+channels), small Winograd convs by blocks of tile rows, big layers only."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+import pytest
+from llvmlite import ir
 
+from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
+from cuvil.compiler.codegen.cpu.conv.winograd_geometry import WinogradGeometry, row_split_bytes
 from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
+from cuvil.compiler.codegen.cpu.kernels.conv import BLOCKS
 from cuvil.compiler.codegen.cpu.kernels.split import (conv_parts, gemm_parts, matmul_parts, pool_parts, qconv_parts,
                                                      slice_constant)
 from cuvil.compiler.ir.dtypes import DType
@@ -24,9 +29,11 @@ def _key(c: int, oc: int, hw: int, k: int = 3, group: int = 1) -> KernelKey:
     return KernelKey("Conv", attrs, ins, (TensorType(DType.F32, (1, oc, hw, hw)),), (), (), (None, "const", "const"))
 
 
-def _target(threads: int, sync_us: float = 0.0):
-    """A part must be worth one handoff of ``sync_us`` at 1,000 multiply-adds per microsecond."""
-    tuning = AVX2.tuning.replace(parallel_sync_us=sync_us, conv_macs_per_us=1000, parallel_sync_ratio=1.0)
+def _target(threads: int, sync_us: float = 0.0, row_split_channels: int = 0):
+    """A part must be worth one handoff of ``sync_us`` at 1,000 multiply-adds per microsecond; Winograd convs of
+    at most ``row_split_channels`` output channels split by tile rows (default: none, all by channels)."""
+    tuning = AVX2.tuning.replace(parallel_sync_us=sync_us, conv_macs_per_us=1000, parallel_sync_ratio=1.0,
+                                 winograd_row_split_channels=row_split_channels)
     return dataclasses.replace(AVX2, threads=threads, tuning=tuning)
 
 
@@ -273,3 +280,34 @@ def test_pools_that_stay_whole():
 def test_a_pool_takes_its_producers_channel_ranges():
     assert [p.rows for p in pool_parts(_pool_key(40, 16), _pool_target(2), [(0, 24), (24, 40)])] == [(0, 24), (24, 40)]
     assert pool_parts(_pool_key(40, 16), _pool_target(2), [(0, 24), (24, 32)]) is None  # not all of its channels
+
+
+def test_small_winograd_convs_split_by_tile_rows():
+    """64 channels at 32x32, F(4x4) on 8 lanes: 8 x 8 tiles, one block of all 8 tile rows whole; split, 2 or 3
+    blocks (4 or 3 tile rows each, the last 2), one part each, each reading and writing the whole layer's tensors."""
+    key = _key(64, 64, 32)
+    for threads, blocks, rows in ((2, [(0, 1), (1, 2)], 4), (3, [(0, 1), (1, 2), (2, 3)], 3)):
+        parts = conv_parts(key, _target(threads, row_split_channels=64))
+        assert [p.rows for p in parts] == blocks and {p.axis for p in parts} == {2}
+        assert [dict(p.key.attrs)[BLOCKS] for p in parts] == blocks
+        assert all(p.out_offset == 0 and set(p.byte_offsets) == {0} and p.axes == (None, None, None) for p in parts)
+        assert all(p.key.in_types == key.in_types and p.key.out_types == key.out_types for p in parts)
+        geom = WinogradGeometry.of(8, 64, 32, 32, 64, (1, 1, 1, 1), 4, parts[0].target.tuning.winograd_block_bytes)
+        assert (geom.nblk, geom.TRB) == (threads, rows)
+    assert conv_parts(_key(64, 72, 32), _target(2, row_split_channels=64))[0].axis == 1  # more channels: by channels
+    assert conv_parts(_key(64, 64, 32), _target(2))[0].axis == 1  # the profile's limit decides
+
+
+def test_a_layer_of_few_tile_rows_splits_by_channels():
+    """16x16 on 16 lanes (x86-avx512), F(4x4): 4 x 4 tiles, 4 tile rows to a vector: one block, no rows to cut."""
+    avx512 = resolve_target("x86-avx512")
+    target = dataclasses.replace(avx512, threads=2, tuning=avx512.tuning.replace(
+        parallel_sync_us=0.0, conv_macs_per_us=1000, parallel_sync_ratio=1.0, winograd_row_split_channels=64))
+    assert [p.rows for p in conv_parts(_key(64, 64, 16), target)] == [(0, 32), (32, 64)]
+    assert row_split_bytes(16, 64, 16, 16, 64, (1, 1, 1, 1), 4, 4 << 20, 2) is None
+
+
+def test_only_winograd_kernels_run_blocks_of_tile_rows():
+    module = ir.Module()
+    with pytest.raises(ValueError, match="Winograd"):  # a 1x1 conv is never Winograd
+        emit_conv2d(module, "k", AVX2, 1, 16, 8, 8, 16, 1, 1, blocks=(0, 1))

@@ -33,15 +33,18 @@ from .winograd import emit_winograd
 def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H: int, W: int, OC: int,
                 KH: int, KW: int, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group: int = 1, *,
                 bias: bool = False, residual: bool = False, activation: str = "none",
-                act_alpha: float = 0.0, act_beta: float = 0.0) -> ir.Function:
-    """Define ``name`` in ``module`` (signature in the module docstring) and return it."""
+                act_alpha: float = 0.0, act_beta: float = 0.0, blocks: tuple[int, int] | None = None) -> ir.Function:
+    """Define ``name`` in ``module`` (signature in the module docstring) and return it. ``blocks``: a
+    Winograd conv's blocks of tile rows this kernel runs (a part of a layer split by rows), default all."""
     p = conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group)
+    if blocks is not None and (p.method != "winograd" or p.dh > 1):
+        raise ValueError(f"emit_conv2d: blocks of tile rows are a Winograd conv's, not a {p.method} conv's")
     fn = define_kernel(module, name, target)
     epilogue = dict(bias=bias, residual=residual, activation=activation, act_alpha=act_alpha, act_beta=act_beta)
     if p.method == "winograd" and p.dh > 1:
         emit_dilated_winograd(fn, p, target, **epilogue)
     elif p.method == "winograd":
-        emit_winograd(fn, target, N, C, H, W, OC, pads, m=p.mr, **epilogue)
+        emit_winograd(fn, target, N, C, H, W, OC, pads, m=p.mr, blocks=blocks, **epilogue)
     elif p.method == "dwlanes":
         emit_depthwise_lanes(fn, p, scalar_tails=not target.tuning.masked_stores, **epilogue)
     elif p.method == "dwstride2":

@@ -45,8 +45,10 @@ from ..vecops import F32P, broadcast, load_vec, store_vec, vec_type
 from .winograd_geometry import WinogradGeometry, winograd_gemm_tile
 from .winograd_math import MATS, sandwich, unzip_groups, unzip_lanes, zip_groups, zip_lanes
 def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: int, OC: int, pads, *,
-                  bias: bool, residual: bool, activation: str, act_alpha: float, act_beta: float, m: int = 2) -> None:
-    """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel, no blocks yet)."""
+                  bias: bool, residual: bool, activation: str, act_alpha: float, act_beta: float, m: int = 2,
+                  blocks: tuple[int, int] | None = None) -> None:
+    """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel, no blocks yet). ``blocks``: run only
+    blocks ``[first, end)`` of tile rows (a part of a layer split by rows: ``split.py``); default all."""
     vl = target.vector_floats
     g = WinogradGeometry.of(vl, C, H, W, OC, pads, m, target.tuning.winograd_block_bytes)
     mr, nv = winograd_gemm_tile(target, g, OC)
@@ -62,7 +64,10 @@ def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: in
         xn = gep(b, X, b.mul(n, i64(C * H * W)))
         yn = gep(b, Y, b.mul(n, i64(OC * P)))
         rn = gep(b, res_p, b.mul(n, i64(OC * P))) if residual else None
-        with for_range(b, g.nblk, name="blk") as blk:
+        first, end = blocks or (0, g.nblk)
+        if not 0 <= first < end <= g.nblk:
+            raise ValueError(f"winograd: blocks {first}..{end} of a layer of {g.nblk}")
+        with for_range(b, end, start=first, name="blk") as blk:
             b.call(front, [xn, Up, scratch, blk])
             _output(b, vl, g, OC, gep(b, scratch, g.m_off), blk, yn, rn, ep)
     b.ret_void()

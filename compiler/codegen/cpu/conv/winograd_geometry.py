@@ -92,18 +92,32 @@ class WinogradGeometry:
         A, per_load = a * a, vl // m  # tiles per VL-float load
         R, nch = (vl // TW, 1) if vl % TW == 0 and TW % per_load == 0 else (1, -(-TW // vl))
 
-        def stride(rows: int) -> int:
-            return rows * TW if R > 1 else round_up((rows - 1) * TW + nch * vl, vl)
-
         rows = round_up(TH, R)
-        while rows > R and 4 * A * (C + OC) * stride(rows) > block_bytes:
+        while rows > R and 4 * A * (C + OC) * _stride(rows, TW, R, nch, vl) > block_bytes:
             rows -= R
         nblk = -(-TH // rows)
         TRB = round_up(-(-TH // nblk), R)
-        St = stride(TRB)
+        St = _stride(TRB, TW, R, nch, vl)
         zlen = round_up(m * nch * vl + 2 * vl + m, 16)  # the zero row that padding rows read
         vs, ms = C * St + 16, OC * St + 16  # per-point strides: +64 B, so a tile's A points don't share L1 sets
         return WinogradGeometry(OH, OW, TH, TW, m, a, A, R, nch, per_load, TRB, nblk, St, -(-TRB * TW // vl), vs, ms, zlen)
+
+
+def _stride(rows: int, TW: int, R: int, nch: int, vl: int) -> int:
+    """The row length of V and M (floats) for a block of ``rows`` tile rows."""
+    return rows * TW if R > 1 else round_up((rows - 1) * TW + nch * vl, vl)
+
+
+def row_split_bytes(vl: int, C: int, H: int, W: int, OC: int, pads, m: int, block_bytes: int, parts: int) -> int | None:
+    """A ``block_bytes`` that cuts the layer into a multiple of ``parts`` blocks of tile rows, each no larger
+    than ``block_bytes`` cuts them (so each of ``parts`` parts runs whole blocks of equal count: a layer split
+    by rows, ``split.py``); None when its tile rows do not make that many blocks."""
+    g = WinogradGeometry.of(vl, C, H, W, OC, pads, m, block_bytes)
+    for n in range(parts * -(-g.nblk // parts), g.TH // g.R + 1, parts):
+        cut = 4 * g.A * (C + OC) * _stride(round_up(-(-g.TH // n), g.R), g.TW, g.R, g.nch, vl)
+        if WinogradGeometry.of(vl, C, H, W, OC, pads, m, cut).nblk == n:
+            return cut
+    return None
 
 
 def winograd_gemm_tile(target: Target, g: WinogradGeometry, OC: int) -> tuple[int, int]:

@@ -107,6 +107,8 @@ def _conv_nd(ctx: KernelContext) -> None:
 
 
 PACKED = "conv"
+BLOCKS = "winograd_blocks"
+"""A part's attribute, not the model's: the blocks of tile rows a Winograd conv split by rows runs (``split.py``)."""
 
 
 def geometry(key: KernelKey) -> dict | None:
@@ -151,7 +153,7 @@ def _micro(ctx: KernelContext) -> None:
     fn = emit_conv2d(ctx.module, f"{ctx.name}_mk", ctx.target, n, c, hh, ww, oc, kh, kw, g["strides"], g["pads"],
                      g["dilations"], g["group"], bias=bias_i is not None, residual=res_i is not None,
                      activation=a["activation"] if fused else "none", act_alpha=a["act_alpha"] if fused else 0.0,
-                     act_beta=a["act_beta"] if fused else 0.0)
+                     act_beta=a["act_beta"] if fused else 0.0, blocks=a.get(BLOCKS))
     fn.linkage = "internal"
     f32p = h.F32.as_pointer()
     null = ir.Constant(f32p, None)
