@@ -179,7 +179,7 @@ class _Sleeper:
 def test_a_split_that_clearly_pays_is_settled_a_round_early(monkeypatch, threaded, rounds):
     monkeypatch.setattr(split_check, "random_inputs", lambda session: {})
     got = split_check.measure(_Sleeper(threaded, 0.004), round_s=0.0, waited=lambda: 0.0)
-    assert len(got) == rounds  # 1 against 4 ms: two rounds; alike: the three that settle any verdict
+    assert len(got) == rounds  # 1 against 4 ms: one round; alike: the three that settle any verdict
     assert split_check.clearly_split(got) is (threaded < 0.004)
 
 
