@@ -21,6 +21,7 @@ compile to compile; a tuned session that kept every choice then ran other code t
 
 from __future__ import annotations
 
+import gc
 import re
 import threading
 import time
@@ -120,6 +121,10 @@ class KernelStream:
             shares = any(n in self.helpers for _, t in members for n in _REF.findall(t))
             if size >= MAX_PART_BYTES or (size >= MIN_PART_BYTES and not shares):
                 self._flush(level)
+        # the dropped bodies' loops (a phi and the instruction it feeds back) are reference cycles, which
+        # the lowering's disabled collector would keep to its end: the young generations hold only what
+        # was made since the last node, so this costs nothing measurable (MobileNetV2's cold peak 94 -> 88 MiB)
+        gc.collect(1)
 
     def _module(self, members: list[tuple[str, str]], extra: list[str] = ()) -> str:
         """A self-contained module: ``members``, the internal helpers they call (transitively), the

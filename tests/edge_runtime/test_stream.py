@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import threading
+import weakref
 
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
+from llvmlite import ir
+
 from cuvil.compiler.codegen.lower import lower
 from cuvil.compiler import DType, TensorType
 from cuvil.compiler.frontends.builder import GraphBuilder
@@ -174,3 +178,38 @@ def test_one_plan_gives_the_same_objects_however_busy_the_consumers_are(monkeypa
     gate.clear()
     monkeypatch.setattr(jit, "emit_object", held)
     assert objects() == free and len(free) == 5  # the entry's and one per conv
+
+
+def _looping_kernel(module: ir.Module) -> weakref.ref:
+    """``k0_Loop(n)``: a counted loop (its phi and the add feeding it back: a reference cycle); a weak
+    reference to the phi."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(64)]), "k0_Loop")
+    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(ir.IntType(64))
+    nxt = b.add(i, ir.Constant(ir.IntType(64), 1))
+    i.add_incoming(ir.Constant(ir.IntType(64), 0), entry)
+    i.add_incoming(nxt, loop)
+    b.cbranch(b.icmp_signed("<", nxt, fn.args[0]), loop, done)
+    b.position_at_end(done)
+    b.ret_void()
+    return weakref.ref(i)
+
+
+def test_a_streamed_kernels_body_is_freed_with_the_collector_off():
+    """The lowering turns the cyclic collector off; a kernel's body, printed and dropped, goes at once."""
+    host = resolve("host")
+    module = ir.Module("m")
+    module.triple = host.triple
+    phi = _looping_kernel(module)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        with KernelStream(host) as s:
+            s(module)
+            assert phi() is None and "k0_Loop" in s.batch[FULL_LEVEL][0][1]
+    finally:
+        if was:
+            gc.enable()
