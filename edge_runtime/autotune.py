@@ -47,7 +47,7 @@ from llvmlite import ir
 from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, timing_weights, with_choices
 from ..compiler.codegen.cpu.kernels.conv import tunable_convs
 from ..compiler.codegen.cpu.kernels.split import split_ranges
-from ..compiler.codegen.irtext import module_text
+from ..compiler.codegen.irtext import drop_body, module_text
 from ..compiler.codegen.lower import cycle_collection
 from ..compiler.ir.graph import Graph
 from ..compiler.spread import spread
@@ -326,6 +326,8 @@ class _Built:
         module.triple = target.triple
         self.wp, self.scratch_bytes, self.out_shape = emit_choice(module, "k", target, geom, choice, weights, blocks)
         text = module_text(module)
+        for fn in module.functions:
+            drop_body(fn)
         self.emit_s = clock() - t0
         if llvm is not None:
             self.pending = llvm.submit(LIGHT_LEVEL, text)  # as the model's conv kernels

@@ -21,7 +21,6 @@ compile to compile; a tuned session that kept every choice then ran other code t
 
 from __future__ import annotations
 
-import gc
 import re
 import threading
 import time
@@ -29,7 +28,7 @@ from collections import deque
 
 from llvmlite import ir
 
-from ..compiler.codegen.irtext import function_text, global_text
+from ..compiler.codegen.irtext import drop_body, function_text, global_text
 from ..compiler.target import Target
 from .levels import FULL_LEVEL, LIGHT_LEVEL, SLOTS_LEVEL
 from .llvm_worker import frame, read_object, target_to_json
@@ -51,13 +50,10 @@ def _level(members: list[tuple[str, str]]) -> int:
 
 
 def _printed(fn: ir.Function) -> str:
-    """``fn``'s text, its body then dropped: the lowering only calls a finished function (its
-    signature), and its instructions (reference cycles with their blocks, which the lowering's
-    disabled collector would keep) are most of the memory a cold compile's peak holds in Python."""
+    """``fn``'s text, its body then dropped (:func:`~cuvil.compiler.codegen.irtext.drop_body`): its
+    instructions are most of the memory a cold compile's peak holds in Python."""
     text = function_text(fn)
-    for block in fn.blocks:
-        block.instructions.clear()
-    fn.blocks.clear()
+    drop_body(fn)
     return text
 
 
@@ -121,10 +117,6 @@ class KernelStream:
             shares = any(n in self.helpers for _, t in members for n in _REF.findall(t))
             if size >= MAX_PART_BYTES or (size >= MIN_PART_BYTES and not shares):
                 self._flush(level)
-        # the dropped bodies' loops (a phi and the instruction it feeds back) are reference cycles, which
-        # the lowering's disabled collector would keep to its end: the young generations hold only what
-        # was made since the last node, so this costs nothing measurable (MobileNetV2's cold peak 94 -> 88 MiB)
-        gc.collect(1)
 
     def _module(self, members: list[tuple[str, str]], extra: list[str] = ()) -> str:
         """A self-contained module: ``members``, the internal helpers they call (transitively), the

@@ -120,6 +120,22 @@ def function_text(fn: ir.Function) -> str:
     return "".join(buf)
 
 
+def drop_body(fn: ir.Function) -> None:
+    """Forget ``fn``'s blocks once printed (a call to it needs only its signature), and the edges that
+    make each loop a reference cycle (a phi and the instruction feeding it back; a block's terminator,
+    which branches to the block): reference counting then frees the body at once, where the cyclic
+    collector, off while a model is lowered and rare in its oldest generation while candidates are
+    tuned, kept it (SqueezeNet's tuning held 6 MiB of candidates' bodies; MobileNetV2's lowering raised
+    its cold peak by 6 MiB)."""
+    for block in fn.blocks:
+        for i in block.instructions:
+            if isinstance(i, ins.PhiInstr):
+                i.incomings.clear()
+        block.instructions.clear()
+        block.terminator = None
+    fn.blocks.clear()
+
+
 def global_text(v: ir.GlobalValue) -> str:
     """``str(v)`` of a module's global: functions through :func:`function_text`."""
     return function_text(v) if isinstance(v, ir.Function) else str(v)

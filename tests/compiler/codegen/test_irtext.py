@@ -10,7 +10,7 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, timing_weights
-from cuvil.compiler.codegen.irtext import function_text, module_text
+from cuvil.compiler.codegen.irtext import drop_body, function_text, module_text
 from cuvil.compiler.codegen.lower import lower
 from cuvil.devices.detect import resolve_target
 
@@ -69,3 +69,28 @@ def test_instructions_left_to_llvmlite_print_the_same():
     assert function_text(fn) == str(fn)
     assert module_text(module) == str(module)
     llvm.parse_assembly(module_text(module)).verify()
+
+
+def test_a_dropped_body_is_freed_without_the_cyclic_collector():
+    """A conv kernel (loops: phis, blocks whose terminators branch to themselves), printed then dropped:
+    with the collector off every block goes at once; the declaration stays, as a call to it needs."""
+    import gc
+    import weakref
+
+    module = ir.Module("m")
+    target = resolve_target("x86-avx2")
+    geom = GEOMETRIES[0]
+    emit_choice(module, "k", target, geom, conv_candidates(target, geom)[0], timing_weights(geom))
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        blocks = [weakref.ref(blk) for fn in module.functions for blk in fn.blocks]
+        assert len(blocks) > 3
+        for fn in module.functions:
+            function_text(fn)
+            drop_body(fn)
+        assert all(ref() is None for ref in blocks)
+        assert "declare" in module_text(module)
+    finally:
+        if was:
+            gc.enable()
