@@ -276,7 +276,8 @@ def generous(target: Target) -> Target:
     figures, a worker that claims its part at once (1 us) or one that claims it after the caller ran
     its own (the part's length); on a quiet 2-core Zen 4 it read the second in 4 of 5 fresh compiles,
     and MobileNetV2 then split 3 layers and lost, where the 49 layers split at 1 us ran 1.42x its
-    1-thread speed."""
+    1-thread speed. (The caller ran on its worker's CPU then; the probe steps off it since 2026-12-05,
+    and a busy second core still reads the second figure.)"""
     from . import pool_probe
 
     return dataclasses.replace(target, conv_parts=(),

@@ -28,6 +28,27 @@ def test_the_probe_times_a_part_and_the_pools_handoff():
     probe.shared()  # joined: the caller runs every part itself, nothing waits for a worker
 
 
+@pytest.mark.parametrize("pin", [True, False])
+def test_the_caller_steps_off_the_workers_cpus_before_each_pair(monkeypatch, pin):
+    """As a session's caller does before each run: on a worker's CPU it would run the worker's part first."""
+    made, stepped = [], []
+
+    class Placement:
+        def __init__(self, threads):
+            made.append(threads)
+
+        def step_aside(self):
+            stepped.append(1)
+            return False
+    monkeypatch.setattr(pool_probe, "CallerPlacement", Placement)
+    probe = Probe(dataclasses.replace(AVX2, threads=2, tuning=AVX2.tuning.replace(pool_pin=pin)))
+    try:
+        probe.handoff_us(samples=7)
+    finally:
+        probe.close()
+    assert made == [2 if pin else 1] and len(stepped) == 7  # unpinned workers hold no CPU of their own
+
+
 @pytest.fixture(scope="module")
 def conv_graph():
     from cuvil.compiler.frontends.builder import GraphBuilder
