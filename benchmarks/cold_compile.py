@@ -53,19 +53,23 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CHILD = r"""
-import json, os, resource, sys, threading, time
+import glob, json, os, resource, sys, threading, time
 mode, bundle, pub, npz, cache, onnx_path, tune, threads = sys.argv[1:9]
 helper = [0.0]  # the LLVM helpers' own peak (VmHWM: ru_maxrss would count this process's pages at the fork)
-def watch():  # children: processes started after this one (pids above ours) whose parent is this one
-    me = os.getpid()
+def children():  # this process's children, as each thread's /proc children file lists them; else a scan of /proc
+    me, listed = os.getpid(), glob.glob("/proc/self/task/*/children")
+    if listed:
+        return [p for f in listed for p in open(f).read().split()]
+    return [p for p in os.listdir("/proc") if p.isdigit() and int(p) > me
+            and int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) == me]
+def watch():  # a few small reads every 20 ms: a scan of all of /proc here slowed the compile's timed runs
     while True:
-        for pid in [p for p in os.listdir("/proc") if p.isdigit() and int(p) > me]:
-            try:
-                if int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) == me:
-                    hwm = [ln for ln in open(f"/proc/{pid}/status") if ln.startswith("VmHWM:")]
-                    helper[0] = max(helper[0], int(hwm[0].split()[1]) / 1024 if hwm else 0.0)
-            except (OSError, IndexError, ValueError):
-                pass
+        try:
+            for pid in children():
+                hwm = [ln for ln in open(f"/proc/{pid}/status") if ln.startswith("VmHWM:")]
+                helper[0] = max(helper[0], int(hwm[0].split()[1]) / 1024 if hwm else 0.0)
+        except (OSError, IndexError, ValueError):
+            pass
         time.sleep(0.02)
 if mode == "cold":
     threading.Thread(target=watch, daemon=True).start()
