@@ -61,13 +61,20 @@ def auto_jobs(graph: Graph) -> int:
     counted on the graph the lowering takes, by its kernels that pack constant weights (the kernel
     table's packers: a fused or quantized conv as well as a Conv; by the op names Conv, Gemm and
     MatMul, ResNet-18's optimized graph of 17 FusedConv and 3 Conv got no helper, and llvmlite ran
-    in the compiling process)."""
+    in the compiling process). A smaller graph gets one helper all the same unless this process has
+    loaded LLVM's library already: loaded for it, it stays resident, and a device that compiled a
+    small model before (its CPU's facts remembered, so no helper started to ask them) peaked at
+    139-170 MiB where the helper's compile peaked at 55-63 and ONNX Runtime at 59-116 (TextCNN, the
+    wide MLP, AlexNet, the 1-D audio CNN, 2026-12-05); the helper's start-up cost it 0-0.15 s."""
+    import sys
+
     from ..compiler.codegen.cpu.lowering import KERNELS
     from .parallel import workers
 
     heavy = sum(1 for n in graph.nodes if (k := KERNELS.get(n.op)) is not None and k.pack is not None
                 and any(i in graph.constants for i in n.inputs))
-    return min(workers(), MAX_AUTO_JOBS) if heavy >= HELPER_WORTHY_KERNELS else 1
+    jobs = min(workers(), MAX_AUTO_JOBS) if heavy >= HELPER_WORTHY_KERNELS else 1
+    return 2 if jobs == 1 and "llvmlite.binding" not in sys.modules else jobs
 
 
 def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,

@@ -93,11 +93,21 @@ def test_only_big_graphs_get_helpers(monkeypatch):
     monkeypatch.setattr(parallel, "workers", lambda: 8)  # compile imports it from parallel when it asks
     from cuvil.edge_runtime import compile as comp
 
+    import llvmlite.binding  # noqa: F401  (loaded: a small graph's LLVM work is done here)
     assert auto_jobs(_conv_graph(convs=2)) == 1
     big = _conv_graph(convs=comp.HELPER_WORTHY_KERNELS)
     assert auto_jobs(big) == comp.MAX_AUTO_JOBS
     fused = optimized(big, 1)  # what a compile counts when the host facts were remembered: Conv+Relu fused
     assert {n.op for n in fused.nodes} >= {"FusedConv"} and auto_jobs(fused) == comp.MAX_AUTO_JOBS
+
+
+def test_a_process_without_llvm_loaded_compiles_a_small_graph_in_a_helper(monkeypatch):
+    import sys
+
+    monkeypatch.delitem(sys.modules, "llvmlite.binding")  # as in a device process: nothing loaded it
+    assert auto_jobs(_conv_graph(convs=2)) == 2
+    monkeypatch.setattr(parallel, "workers", lambda: 1)
+    assert auto_jobs(_conv_graph(convs=8)) == 2  # one CPU: still a helper, not LLVM here
 
 
 _EMPTY_MODULE = '; ModuleID = "t"\ndefine void @"f"() {\nentry:\n  ret void\n}\n'
