@@ -12,6 +12,7 @@ anything first. No llvmlite here: a warm start imports this.
 from __future__ import annotations
 
 import os
+import threading
 
 _TASKS = "/proc/self/task"
 
@@ -19,13 +20,21 @@ _TASKS = "/proc/self/task"
 def waited_s() -> float | None:
     """Seconds this process's threads have waited on a run queue so far, all threads together (a
     thread that exited no longer counts: take differences over a stretch with the same threads);
-    None where the kernel does not say (no schedstat)."""
+    None where the kernel does not say (no schedstat). The calling thread counts, and every thread
+    Python did not start (a session's workers); Python's other threads do not: one that wakes now and
+    then while the caller and its workers hold every core waits because of them, not because another
+    process took a core (a benchmark's watcher thread, polling every 20 ms, made every round of
+    MobileNetV3's check at 2 threads read busy on the 2-core Zen 4, and the compile kept it whole)."""
     total = 0
     try:
         tids = os.listdir(_TASKS)
     except OSError:
         return None
+    me = threading.current_thread()
+    others = {str(t.native_id) for t in threading.enumerate() if t is not me}
     for tid in tids:
+        if tid in others:
+            continue
         try:
             with open(f"{_TASKS}/{tid}/schedstat", "rb") as f:
                 total += int(f.read().split()[1])

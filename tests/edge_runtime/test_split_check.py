@@ -141,6 +141,22 @@ def test_this_process_waits_are_counted_and_never_decrease():
     assert cpu_share.waited_s() >= first >= 0
 
 
+def test_python_threads_but_the_callers_are_not_counted(monkeypatch, tmp_path):
+    """The caller's wait and a native thread's (a worker's) count; another Python thread's does not."""
+    import threading
+
+    waits = {"101": 5_000_000, "102": 7_000_000, "103": 11_000_000}  # ns on the run queue
+    for tid, ns in waits.items():
+        (tmp_path / tid).mkdir()
+        (tmp_path / tid / "schedstat").write_text(f"1000 {ns} 3\n")
+    me = type("T", (), {"native_id": 101})()
+    other = type("T", (), {"native_id": 103})()
+    monkeypatch.setattr(cpu_share, "_TASKS", str(tmp_path))
+    monkeypatch.setattr(threading, "current_thread", lambda: me)
+    monkeypatch.setattr(threading, "enumerate", lambda: [me, other])
+    assert cpu_share.waited_s() == pytest.approx(0.012)  # 101 (the caller) and 102 (native), not 103
+
+
 def test_a_model_that_refuses_the_checks_inputs_keeps_its_split(monkeypatch):
     from cuvil.compiler.errors import RunTimeCheckError
 
