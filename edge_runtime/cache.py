@@ -42,6 +42,23 @@ def default_dir() -> Path:
     return Path(base) / "cuvil"
 
 
+DEFAULT_MAX_BYTES = 2 << 30
+MAX_BYTES_ENV = "CUVIL_CACHE_MAX_BYTES"
+
+
+def default_max_bytes() -> int:
+    """The entries' total size a cache keeps (``CUVIL_CACHE_MAX_BYTES``, default 2 GiB): every model
+    version and every Cuvil upgrade writes new entries, and a development host had gathered 6 GB."""
+    given = os.environ.get(MAX_BYTES_ENV)
+    if given is None:
+        return DEFAULT_MAX_BYTES
+    try:
+        return max(0, int(given))
+    except ValueError:
+        log.warning("%s=%r is not a number of bytes; the cache keeps %d", MAX_BYTES_ENV, given, DEFAULT_MAX_BYTES)
+        return DEFAULT_MAX_BYTES
+
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 CACHE_MODULES = ("jit.py", "artifact.py", "cache.py", "sealed.py", "elf.py", "objload.py", "prelink.py")
 """The modules besides the compiler that build and read cache entries (prelinked code included), so their
@@ -197,9 +214,11 @@ class CompileCache:
     FINGERPRINT = "compiler.cuvil-fingerprint"
     HINT_SUFFIX = ".cuvil-hint"
 
-    def __init__(self, directory: str | os.PathLike | None = None, secret_path: str | os.PathLike | None = None):
+    def __init__(self, directory: str | os.PathLike | None = None, secret_path: str | os.PathLike | None = None,
+                 max_bytes: int | None = None):
         self.dir = Path(directory) if directory is not None else default_dir()
         self.sealer = device_sealer(secret_path)
+        self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
 
     def path(self, key: str) -> Path:
         return self.dir / f"{key}{self.SUFFIX}"
@@ -304,6 +323,39 @@ class CompileCache:
             write_artifact(self.sealer, self.path(key), key, lowered, objects)
         except (OSError, SealError) as e:
             log.warning("could not write compile cache entry %s: %s", self.path(key), _reason(e))
+            return
+        self.evict(keep=self.path(key))
+
+    def evict(self, keep: Path | None = None) -> list[Path]:
+        """Delete the least recently used entries (by the later of their last read and write; a file
+        system mounted ``noatime`` gives the oldest written) until the rest fit in ``max_bytes``; never
+        ``keep`` (the entry just written). Another process still reading one keeps its open file; a
+        later compile of its model misses and writes it again. Returns the deleted paths."""
+        entries = []
+        try:
+            with os.scandir(self.dir) as it:
+                for e in it:
+                    if e.name.endswith(self.SUFFIX) and e.is_file(follow_symlinks=False):
+                        st = e.stat(follow_symlinks=False)
+                        entries.append((max(st.st_atime, st.st_mtime), st.st_size, Path(e.path)))
+        except OSError:
+            return []
+        total, gone = sum(size for _, size, _ in entries), []
+        for _, size, path in sorted(entries):
+            if total <= self.max_bytes:
+                break
+            if path == keep:
+                continue
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            total -= size
+            gone.append(path)
+        if gone:
+            log.info("compile cache %s: %d least recently used entries deleted to keep it within %d bytes",
+                     self.dir, len(gone), self.max_bytes)
+        return gone
 
     def put_behind(self, key: str, lowered: LoweredModel, objects: list[bytes], request: str | None = None) -> None:
         """:meth:`put`, then :meth:`remember` ``request``, on a thread of its own: a cold compile hands
