@@ -12,6 +12,7 @@ import ctypes
 import dataclasses
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 
@@ -66,8 +67,6 @@ def auto_jobs(graph: Graph) -> int:
     small model before (its CPU's facts remembered, so no helper started to ask them) peaked at
     139-170 MiB where the helper's compile peaked at 55-63 and ONNX Runtime at 59-116 (TextCNN, the
     wide MLP, AlexNet, the 1-D audio CNN, 2026-12-05); the helper's start-up cost it 0-0.15 s."""
-    import sys
-
     from ..compiler.codegen.cpu.lowering import KERNELS
     from .parallel import workers
 
