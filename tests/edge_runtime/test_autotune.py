@@ -158,8 +158,9 @@ def test_the_tuner_times_the_cost_models_split_and_adds_none():
     assert whole.results[0].parts_seconds == () and whole.parts == {}  # kept whole by the cost model: not timed
 
 
-def test_a_layer_split_by_tile_rows_is_timed_by_its_part_of_the_blocks(monkeypatch):
-    """64 channels at 32x32, Winograd: two parts of one block each; the part built and timed is the first's."""
+def test_a_layer_split_by_tile_rows_takes_its_share_of_the_whole_layers_time(monkeypatch):
+    """64 channels at 32x32, Winograd: two parts of one block each, nothing built for them (the whole
+    layer's code over half its blocks): half the whole's time, plus the handoff."""
     import time
 
     from cuvil.compiler.codegen.cpu.conv.choices import choice_of, timing_weights
@@ -170,16 +171,18 @@ def test_a_layer_split_by_tile_rows_is_timed_by_its_part_of_the_blocks(monkeypat
     target = dataclasses.replace(HOST, threads=2, tuning=HOST.tuning.replace(parallel_sync_ratio=0.0))
     choice = choice_of(conv_plan(target, *geom))
     assert choice.method == "winograd"
-    blocks, emit = [], autotune.emit_choice
+    built, emit = [], autotune.emit_choice
 
     def recording(*args):
-        blocks.append(args[-1])
+        built.append(args[3])
         return emit(*args)
     monkeypatch.setattr(autotune, "emit_choice", recording)
     whole = autotune._Built(target, geom, choice, timing_weights(geom), time.perf_counter)
     whole.wait()
     parts, timed = autotune._split_seconds(target, geom, whole, time.perf_counter)
-    assert parts == 2 and set(timed) == {1, 2} and blocks == [None, (0, 1)]
+    assert parts == 2 and set(timed) == {1, 2} and built == [geom]  # only the whole layer was built
+    sync = target.tuning.parallel_sync_us * 1e-6
+    assert timed[2] == pytest.approx(tuple(t / 2 + sync for t in timed[1]))
 
 
 class _Compiler:

@@ -173,3 +173,25 @@ def test_the_graph_optimized_while_the_helper_tells_host_facts_gives_the_same_co
     assert early == [1]
     for k, v in want.items():
         np.testing.assert_array_equal(got[k], v)
+
+
+def test_a_miss_with_the_host_facts_remembered_starts_its_helper_before_optimizing(tmp_path, monkeypatch):
+    """As a miss that asks a helper for the facts does, so the helper's start-up overlaps the pass pipeline."""
+    from cuvil.compiler.codegen import driver
+    from cuvil.edge_runtime.cache import finish_writes
+
+    compile_graph(_conv_graph(convs=2), cache_dir=tmp_path, jobs=2, tune=False)  # remembers this CPU's facts
+    finish_writes()
+    events, start, optimize = [], parallel.Helpers.__init__, driver.optimized
+
+    def helpers(self, count, adopt=None):
+        events.append(f"helpers({count}, adopted={adopt is not None})")
+        start(self, count, adopt)
+
+    def optimized_(graph, batch):
+        events.append("optimized")
+        return optimize(graph, batch)
+    monkeypatch.setattr(parallel.Helpers, "__init__", helpers)
+    monkeypatch.setattr(driver, "optimized", optimized_)
+    compile_graph(_conv_graph(convs=3), cache_dir=tmp_path, jobs=2, tune=False)
+    assert events == ["helpers(1, adopted=False)", "optimized", "helpers(1, adopted=True)"]

@@ -134,12 +134,10 @@ def timing_weights(geom: Geometry) -> np.ndarray:
 
 
 def emit_choice(module: ir.Module, name: str, target: Target, geom: Geometry, choice: ConvChoice,
-                weights: np.ndarray, blocks: tuple[int, int] | None = None) -> tuple[np.ndarray, int, tuple[int, ...]]:
-    """Define conv ``name`` (bias, ReLU) as ``choice``; return ``weights`` packed for it, scratch bytes, Y's shape.
-    ``blocks``: as :func:`~.emit.emit_conv2d`'s."""
+                weights: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...]]:
+    """Define conv ``name`` (bias, ReLU) as ``choice``; return ``weights`` packed for it, scratch bytes, Y's shape."""
     N, C, H, W, OC, KH, KW, strides, pads, dil, group = geom
     t = with_choices(target, {geom: choice})
     p = conv_plan(t, *geom)
-    emit_conv2d(module, name, t, N, C, H, W, OC, KH, KW, strides, pads, dil, group, bias=True, activation="Relu",
-                blocks=blocks)
+    emit_conv2d(module, name, t, N, C, H, W, OC, KH, KW, strides, pads, dil, group, bias=True, activation="Relu")
     return pack_conv_weights(weights, t, (N, C, H, W), strides, pads, dil, group), p.scratch_bytes, (N, OC, p.OH, p.OW)
