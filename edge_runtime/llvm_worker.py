@@ -78,9 +78,32 @@ sys.path[:0] = json.loads(sys.argv.pop(1))
 for name, path in zip(sys.argv[1:5], sys.argv[5:9]):
     sys.modules[name] = types.ModuleType(name)
     sys.modules[name].__path__ = [path]
-head = importlib.import_module(sys.argv[3] + ".llvm_facts").answer_request(sys.stdin.buffer, sys.stdout.buffer)
-sys.exit(importlib.import_module(sys.argv[4] + ".llvm_worker").main(head))
+facts = importlib.import_module(sys.argv[3] + ".llvm_facts")
+worker = importlib.import_module(sys.argv[4] + ".llvm_worker")
+if not worker.asked(sys.stdin):
+    worker.warm_up()
+sys.exit(worker.main(facts.answer_request(sys.stdin.buffer, sys.stdout.buffer)))
 """
+
+
+def asked(inp) -> bool:
+    """Whether the parent has written to ``inp`` already (True where that cannot be told)."""
+    import select
+
+    try:
+        return bool(select.select([inp], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+def warm_up() -> None:
+    """Import jit and ready LLVM's host back end before the first module comes. A helper nobody asked
+    for host facts (the parent remembered them) read its first line, the Target, only when the parent's
+    lowering began, and then spent ~70 ms on this: ResNet-18's handoff probe, the first module, waited
+    115-138 ms for it against 71-81 for a helper that answered the facts."""
+    from .jit import init_llvm
+
+    init_llvm(all_targets=False)
 
 
 def command() -> list[str]:
@@ -88,7 +111,8 @@ def command() -> list[str]:
     ``__init__`` (the whole public API: 0.7 s of CPU and 90 MB per helper) never runs; ``-S`` with
     this process's module path, so ``site`` (``.pth`` files: the editable install's finder, certifi)
     does not run either. It answers a request for host facts having imported only llvmlite (a cold
-    compile may be waiting for them), then imports the Target and jit."""
+    compile may be waiting for them), then imports the Target and jit; asked nothing yet, it imports
+    jit first (:func:`warm_up`)."""
     root = __package__.rsplit(".", 1)[0]
     packages = (root, f"{root}.compiler", llvm_facts.__package__, __package__)
     return [sys.executable, "-S", "-c", BOOT, json.dumps(sys.path), *packages,

@@ -120,6 +120,27 @@ def test_a_helper_tells_llvms_host_facts_then_compiles():
             assert s.result(s.submit(LIGHT_LEVEL, _EMPTY_MODULE))[:4] == b"\x7fELF"
 
 
+def test_a_helper_asked_nothing_yet_readies_llvm_before_its_first_line(tmp_path):
+    """Its first line (the Target) comes when the parent's lowering starts; LLVM is loaded before that."""
+    import os
+    import time
+
+    r, w = os.pipe()
+    with os.fdopen(r, "rb", buffering=0) as inp, os.fdopen(w, "wb", buffering=0) as out:
+        assert not llvm_worker.asked(inp)
+        out.write(b"x")
+        assert llvm_worker.asked(inp)
+    with parallel.Helpers(1) as helpers:
+        maps, until = f"/proc/{helpers.procs[0].pid}/maps", time.monotonic() + 30
+        if not os.path.exists(maps):
+            pytest.skip("no /proc/<pid>/maps to read what a process has loaded")
+        while "llvmlite" not in open(maps).read() and time.monotonic() < until:
+            time.sleep(0.01)
+        assert "llvmlite" in open(maps).read()  # nothing was written to it yet
+        with stream.KernelStream(resolve("host"), helpers) as s:
+            assert s.result(s.submit(LIGHT_LEVEL, _EMPTY_MODULE))[:4] == b"\x7fELF"
+
+
 def test_a_helper_that_cannot_tell_host_facts_is_stopped(monkeypatch):
     monkeypatch.setattr(llvm_worker.sys, "executable", "/bin/false")
     with parallel.Helpers(1) as helpers:
