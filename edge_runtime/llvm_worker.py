@@ -110,8 +110,8 @@ def command() -> list[str]:
     """The helper's command line: the packages it needs stand in as bare modules, so their
     ``__init__`` (the whole public API: 0.7 s of CPU and 90 MB per helper) never runs; ``-S`` with
     this process's module path, so ``site`` (``.pth`` files: the editable install's finder, certifi)
-    does not run either. It answers a request for host facts having imported only llvmlite (a cold
-    compile may be waiting for them), then imports the Target and jit; asked nothing yet, it imports
+    does not run either. It answers a request for host facts having imported only llvmlite and the
+    Target (a cold compile may be waiting for them), then imports jit; asked nothing yet, it imports
     jit first (:func:`warm_up`)."""
     root = __package__.rsplit(".", 1)[0]
     packages = (root, f"{root}.compiler", llvm_facts.__package__, __package__)
