@@ -73,7 +73,12 @@ def auto_jobs(graph: Graph) -> int:
     heavy = sum(1 for n in graph.nodes if (k := KERNELS.get(n.op)) is not None and k.pack is not None
                 and any(i in graph.constants for i in n.inputs))
     jobs = min(workers(), MAX_AUTO_JOBS) if heavy >= HELPER_WORTHY_KERNELS else 1
-    return 2 if jobs == 1 and "llvmlite.binding" not in sys.modules else jobs
+    return 2 if jobs == 1 and not llvm_loaded() else jobs
+
+
+def llvm_loaded() -> bool:
+    """Whether this process has loaded LLVM's library (llvmlite's binding) already."""
+    return "llvmlite.binding" in sys.modules
 
 
 def compile_graph(graph: Graph, target: str | Target = "host", batch: int = 1,
@@ -115,8 +120,8 @@ class _Spare:
     helper: asking llvmlite here would load its library into this process (~40 MiB of a cold
     compile's peak) for three answers. Only where this compile may use helpers (``jobs`` not 1,
     more than one CPU); the helper is stopped on leaving if no compile took it. While it starts,
-    the graph is optimized (``optimize``: the pass pipeline needs no Target): ``graphs`` holds the
-    result for the lowering to take."""
+    the graph is read and optimized (``optimize``: the pass pipeline needs no Target): ``graphs`` holds
+    the result for the lowering to take."""
 
     def __init__(self, graph_of: Callable[[], Graph], batch: int, jobs: int | None, optimize: bool) -> None:
         self.graph_of, self.batch, self.jobs, self.optimize = graph_of, batch, jobs, optimize
@@ -128,34 +133,30 @@ class _Spare:
 
         if (workers() if self.jobs is None else self.jobs) > 1:
             self.helpers = Helpers(1)
-            facts = self.helpers.host_facts(self._optimize if self.optimize else None)
+            facts = self.helpers.host_facts(self._prepare)
             if facts is not None:
                 return facts
         return llvm_host_facts()
 
-    def optimized(self) -> Graph:
-        """The graph the lowering takes. On a miss whose host facts were remembered (no helper asked them),
-        the first helper starts here all the same where one will be used (``jobs`` above 1, or by default
-        in a process without LLVM's library: :func:`auto_jobs`), so its start-up (~0.1 s: llvmlite's
-        import) overlaps the pass pipeline, as when it asks the facts; else the first LLVM work waited for
-        it (ResNet-18's cold compile with the facts remembered, 2 threads: 1.03-1.07 s against 0.96-1.08
-        without them)."""
+    def prepare(self) -> None:
+        """Put the graph the lowering takes in ``graphs``, unless done while the helper told the facts. On a
+        miss whose host facts were remembered (no helper asked them), the first helper starts here all the
+        same where one will be used (``jobs`` above 1, or by default in a process without LLVM's library:
+        :func:`auto_jobs`), so its start-up (~0.1 s: llvmlite's import) overlaps the pass pipeline, as when
+        it asks the facts; else the first LLVM work waited for it (ResNet-18's cold compile with the facts
+        remembered, 2 threads: 1.03-1.07 s against 0.96-1.08 without them)."""
         from .parallel import Helpers
 
-        if not self.graphs:
-            wanted = self.jobs > 1 if self.jobs is not None else "llvmlite.binding" not in sys.modules
-            if self.helpers is None and wanted:
-                self.helpers = Helpers(1)
-            if self.optimize:
-                self._optimize()
-            else:
-                self.graphs.append(self.graph_of())
-        return self.graphs[0]
+        if self.graphs:
+            return
+        if self.helpers is None and (self.jobs > 1 if self.jobs is not None else not llvm_loaded()):
+            self.helpers = Helpers(1)
+        self._prepare()
 
-    def _optimize(self) -> None:
+    def _prepare(self) -> None:
         from ..compiler.codegen.driver import optimized
 
-        self.graphs.append(optimized(self.graph_of(), self.batch))
+        self.graphs.append(optimized(self.graph_of(), self.batch) if self.optimize else self.graph_of())
 
     def __enter__(self) -> _Spare:
         return self
@@ -240,8 +241,8 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
 
     record = TuningRecord(cache.dir, cache.sealer, tuning_scope(tgt, fingerprint)) if tune and cache and cache.sealer \
         else None
-    spare.optimized()  # while the first helper starts: the lowering takes it over
-    graphs = spare.graphs
+    spare.prepare()  # while the first helper starts
+    graphs = spare.graphs  # the lowering takes it over
     jobs = auto_jobs(graphs[0]) if jobs is None else jobs  # once: a rebuilt plan takes as many
     structure = structure_digest(graphs[0], batch, f"optimize={optimize} profile={profile}") \
         if record and tgt.threads > 1 else None

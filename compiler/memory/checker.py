@@ -46,8 +46,7 @@ def _handover(graph: Graph, plan: MemoryPlan, live, a: str, b: str) -> bool:
         if old not in node.inputs or node.outputs != (new,) or plan.offsets[old] != plan.offsets[new]:
             continue
         op = get_op(node.op)
-        shares = all(op.shares(node.attr, i) for i, name in enumerate(node.inputs) if name == old)
-        if shares and (op.view or graph.types[old] == graph.types[new]):
+        if op.shares_value(node.attr, node.inputs, old) and (op.view or graph.types[old] == graph.types[new]):
             return True
     return False
 

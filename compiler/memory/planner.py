@@ -62,11 +62,10 @@ def choose_aliases(graph: Graph, live: dict[str, Lifetime]) -> dict[str, str]:
         if len(node.outputs) != 1:
             continue
         op, out = get_op(node.op), node.outputs[0]
-        for i, name in enumerate(node.inputs):
+        for name in node.inputs:
             dies = name in live and live[name].end == step and name not in inputs
-            # every place the node reads it must allow it (a conv whose residual is its own input may not)
-            shares = all(op.shares(node.attr, j) for j, other in enumerate(node.inputs) if other == name)
-            fits = shares and (op.view or graph.types[name] == graph.types[out])
+            fits = op.shares_value(node.attr, node.inputs, name) and \
+                (op.view or graph.types[name] == graph.types[out])
             if dies and fits and graph.types[name].dtype.itemsize == graph.types[out].dtype.itemsize:
                 root[out] = root.get(name, name)
                 break

@@ -127,6 +127,11 @@ class OpDef:
             return i == 0
         return self.elementwise or (self.inplace is not None and self.inplace(attrs, i))
 
+    def shares_value(self, attrs: Attrs, inputs: Sequence[str], name: str) -> bool:
+        """:meth:`shares` for the value ``name``, read at every input that names it: each must allow it (a
+        fused conv whose residual is its own input may share the residual's bytes, not its input's)."""
+        return all(self.shares(attrs, i) for i, other in enumerate(inputs) if other == name)
+
     def normalize_attrs(self, given: Mapping[str, Any]) -> dict[str, AttrValue]:
         """Fill defaults and coerce to canonical Python types; reject unknown or missing attrs."""
         unknown = sorted(set(given) - set(self.attrs))

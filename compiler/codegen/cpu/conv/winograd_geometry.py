@@ -108,15 +108,16 @@ def _stride(rows: int, TW: int, R: int, nch: int, vl: int) -> int:
     return rows * TW if R > 1 else round_up((rows - 1) * TW + nch * vl, vl)
 
 
-def row_split_bytes(vl: int, C: int, H: int, W: int, OC: int, pads, m: int, block_bytes: int, parts: int) -> int | None:
-    """A ``block_bytes`` that cuts the layer into a multiple of ``parts`` blocks of tile rows, each no larger
-    than ``block_bytes`` cuts them (so each of ``parts`` parts runs whole blocks of equal count: a layer split
-    by rows, ``split.py``); None when its tile rows do not make that many blocks."""
+def row_split_bytes(vl: int, C: int, H: int, W: int, OC: int, pads, m: int, block_bytes: int,
+                    parts: int) -> tuple[int, int] | None:
+    """(a ``block_bytes`` that cuts the layer into a multiple of ``parts`` blocks of tile rows, each no larger
+    than ``block_bytes`` cuts them, and that many blocks): so each of ``parts`` parts runs whole blocks of equal
+    count (a layer split by rows, ``split.py``); None when its tile rows do not make that many blocks."""
     g = WinogradGeometry.of(vl, C, H, W, OC, pads, m, block_bytes)
     for n in range(parts * -(-g.nblk // parts), g.TH // g.R + 1, parts):
         cut = 4 * g.A * (C + OC) * _stride(round_up(-(-g.TH // n), g.R), g.TW, g.R, g.nch, vl)
         if WinogradGeometry.of(vl, C, H, W, OC, pads, m, cut).nblk == n:
-            return cut
+            return cut, n
     return None
 
 
