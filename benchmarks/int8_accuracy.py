@@ -6,7 +6,9 @@ inputs drawn like the calibration data (``tests/int8_zoo.py``). Printed per form
 with fp32 (the issue's goal: >= 99%), the largest and the mean absolute output error against fp32
 (in the output's units and, for the largest, as a share of the fp32 outputs' standard deviation),
 and whether the compiled int8 output equals its int8 reference interpreter exactly (first inputs;
-``close`` where a layer kept in float rounds its float32 sums in another order).
+``close`` where a layer kept in float rounds its float32 sums in another order; ``step`` where such
+a layer feeds int8 ones, whose requantization that rounding can move by one step, so the output
+differs by more than float rounding on a few inputs).
 Top-1 agreement moves by whole inputs (0.1% each of 1,000); the mean error ranks the forms more
 finely. The zoo's models are randomly initialised, and some give the same fp32 top-1 class for
 every input (ResNet-18, MobileNetV2; MobileNetV2's outputs barely depend on the input at all): their
@@ -18,7 +20,11 @@ is, which class this input raises most, which does depend on the input. Not a ti
 ``int8_bench.py --reduce-range`` times the 7-bit form.
 
 A form is a calibration method (``minmax``, ``percentile``, ``mse``, ``entropy``), optionally with
-``+bc`` (bias correction), ``+7bit`` (``reduce_range``) and ``+float=LAYER`` (kept in float); or
+``+bc`` (bias correction), ``+7bit`` (``reduce_range``), ``+float=LAYER`` (kept in float) and
+``+agree=T`` (``target_agreement``: the fewest leading layers in float for top-1 agreement T on check
+inputs). The check inputs are never the ones a form is scored on: the evaluation inputs are halved,
+each half's output comes from the quantization checked on the other half (two-fold), and the line
+tells how many layers each half's search kept in float; or
 ``ort``: ONNX Runtime's own static quantization of the same exported model from the same calibration
 inputs (per-channel int8 weights, u8 activations, min/max), run by ONNX Runtime, the reference for
 what post-training quantization of that model gives elsewhere.
@@ -45,6 +51,7 @@ import numpy as np  # noqa: E402
 
 from cuvil.compiler.frontends.onnx import import_onnx  # noqa: E402
 from cuvil.compiler.interpreter import run_reference  # noqa: E402
+from cuvil.compiler.quantize import integer_form, quantize  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
 from tests.digits_zoo import TEST, digit_data, trained as trained_model  # noqa: E402
@@ -56,7 +63,7 @@ BATCH, SEED, CHECKED = 100, 7, 4
 FORMS = "minmax,percentile,mse,entropy,minmax+bc,minmax+7bit,ort"
 
 
-def outputs(graph, xs: np.ndarray, target: str, exact_check: bool) -> tuple[np.ndarray, str]:
+def outputs(graph, xs: np.ndarray, target: str, exact_check: bool, mixed: bool = False) -> tuple[np.ndarray, str]:
     """``graph``'s compiled outputs for ``xs`` (in batches) and whether the first ones equal the
     reference: ``True``, or ``close`` (float32 rounding; a layer kept in float sums in its own order)."""
     sess = compile_graph(graph, target=target, batch=BATCH, use_cache=False)
@@ -67,18 +74,36 @@ def outputs(graph, xs: np.ndarray, target: str, exact_check: bool) -> tuple[np.n
     want = run_reference(graph, {name: xs[:CHECKED]})[out]
     if np.array_equal(ys[:CHECKED], want):
         return ys, "True"
-    return ys, "close" if np.allclose(ys[:CHECKED], want, rtol=1e-4, atol=1e-6) else "False"
+    return ys, "close" if np.allclose(ys[:CHECKED], want, rtol=1e-4, atol=1e-6) else "step" if mixed else "False"
 
 
 def options(form: str) -> dict:
-    """``quantize`` options of a form such as ``mse+bc+7bit`` or ``minmax+bc+float=/0/Gemm``."""
+    """``quantize`` options of a form such as ``mse+bc+7bit``, ``minmax+bc+float=/0/Gemm`` or
+    ``minmax+bc+agree=0.99``."""
     method, *flags = form.split("+")
+    valued = {f.split("=", 1)[0]: f.split("=", 1)[1] for f in flags if "=" in f}
     floats = tuple(f.split("=", 1)[1] for f in flags if f.startswith("float="))
-    unknown = {f for f in flags if not f.startswith("float=")} - {"bc", "7bit"}
+    unknown = {f for f in flags if "=" not in f} - {"bc", "7bit"} | set(valued) - {"float", "agree"}
     if unknown:
         raise SystemExit(f"unknown form flags {sorted(unknown)} in {form!r}")
     return {"method": method, "bias_correction": "bc" in flags, "reduce_range": "7bit" in flags,
-            "float_layers": floats}
+            "float_layers": floats} | ({"target_agreement": float(valued["agree"])} if "agree" in valued else {})
+
+
+def two_fold(fp32, calibration: np.ndarray, xs: np.ndarray, target: str, **opts) -> tuple[np.ndarray, str]:
+    """Outputs for ``xs`` where each half comes from the quantization whose agreement search checked
+    the other half (printing how many leading layers each search kept in float), and their exactness."""
+    half = len(xs) // 2 // BATCH * BATCH
+    parts, kept = [], []
+    for check, scored in ((slice(half, None), slice(0, half)), (slice(0, half), slice(half, None))):
+        done = quantize(fp32, {fp32.inputs[0]: calibration}, check_inputs={fp32.inputs[0]: xs[check]}, **opts)
+        parts.append(outputs(integer_form(done.graph), xs[scored], target, exact_check=True,
+                             mixed=bool(done.report.float_layers)))
+        kept.append(str(done.report.float_search.chosen))
+    exact = next(e for e in ("False", "step", "close", "True") if e in {e for _, e in parts})
+    print(f"{'':13} {opts['target_agreement']:.1%} target: the halves' searches kept {' and '.join(kept)} leading "
+          f"layers in float", flush=True)
+    return np.concatenate([ys for ys, _ in parts]), exact
 
 
 def ort_outputs(proto, calibration: np.ndarray, xs: np.ndarray) -> np.ndarray:
@@ -107,9 +132,11 @@ def compare(name: str, count: int, target: str, forms: list[str], trained: bool)
     for form in forms:
         if form == "ort":
             ys, exact = ort_outputs(proto, calibration, xs), "-"
+        elif "target_agreement" in options(form):
+            ys, exact = two_fold(fp32, calibration, xs, target, **options(form))
         else:
             ys, exact = outputs(quantized_graph(name, fp32, calibration, **options(form)).int8, xs, target,
-                                exact_check=True)
+                                exact_check=True, mixed=bool(options(form)["float_layers"]))
         err = np.abs(ys.astype(np.float64) - ref)
         agree = float((ys.argmax(-1) == ref.argmax(-1)).mean())
         centred = float((centred_top1(ys) == centred_top1(ref)).mean())

@@ -38,7 +38,8 @@ from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fold_constants import fold_constants
 from .passes.fuse_qdq import FLOAT_OUT, fuse_qdq
 from .passes.rewrite import Names, as_constant, rebuild
-from .quantize_report import QuantizationReport, measure, trace
+from .quantize_report import QuantizationReport, agreement, measure, trace
+from .quantize_search import FloatSearch, fewest_float
 
 DEFAULT_METHOD = "minmax"  # calibration: the best measured on the zoo (docs/quantization.md)
 DEFAULT_BIAS_CORRECTION = True  # as measured there: lower mean error on every zoo model
@@ -61,8 +62,8 @@ class QuantizedModel:
 
 
 # --- calibration inputs ---------------------------------------------------------------------------
-def _batches(graph: Graph, calibration) -> list[dict[str, np.ndarray]]:
-    """Calibration inputs as feeds of at most CHUNK samples (batch axis 0); a graph of a fixed batch
+def _batches(graph: Graph, calibration, what: str = "calibration") -> list[dict[str, np.ndarray]]:
+    """Calibration (or ``what``) inputs as feeds of at most CHUNK samples (batch axis 0); a graph of a fixed batch
     size gets feeds of that size."""
     if isinstance(calibration, Mapping):
         calibration = [calibration]
@@ -71,12 +72,12 @@ def _batches(graph: Graph, calibration) -> list[dict[str, np.ndarray]]:
     feeds = []
     for item in calibration:
         if not isinstance(item, Mapping) or set(item) != set(graph.inputs):
-            raise QuantizationError(f"each calibration item must map exactly the inputs {list(graph.inputs)}")
+            raise QuantizationError(f"each {what} item must map exactly the inputs {list(graph.inputs)}")
         n = len(next(iter(item.values())))
         for start in range(0, n - n % step if first.is_static else n, step):
             feeds.append({k: np.asarray(v)[start:start + step] for k, v in item.items()})
     if not feeds:
-        raise QuantizationError("no calibration inputs")
+        raise QuantizationError(f"no {what} inputs")
     return feeds
 
 
@@ -265,7 +266,8 @@ def _rewrite(g: Graph, groups: Sequence[_Group], params: Mapping[str, tuple[floa
 def quantize(graph: Graph, calibration_inputs, *, method: str = DEFAULT_METHOD, percentile: float = 99.99,
              reduce_range: bool = False, requantize_outputs: bool = False,
              bias_correction: bool = DEFAULT_BIAS_CORRECTION, float_layers: Sequence[str] = (),
-             sensitivity: bool = False) -> QuantizedModel:
+             sensitivity: bool = False, target_agreement: float | None = None,
+             check_inputs=None) -> QuantizedModel:
     """Quantize ``graph`` to int8 from ``calibration_inputs`` (a mapping input name -> array with the
     samples along axis 0, or a sequence of such mappings); returns the QDQ graph and its report.
 
@@ -278,11 +280,20 @@ def quantize(graph: Graph, calibration_inputs, *, method: str = DEFAULT_METHOD, 
     per-channel means of its input on the calibration inputs); a layer without a bias is left as it is.
     ``float_layers``: layers (the report's names) kept in float, weights and all; their input is
     quantized only where an int8 layer reads it too. ``sensitivity``: the report gives each layer's
-    cost alone (one more pass over the calibration inputs a layer)."""
+    cost alone (one more pass over the calibration inputs a layer).
+    ``target_agreement``: keep the fewest leading layers in float (``quantize_search.py``) that give
+    this top-1 agreement with the float graph on ``check_inputs`` (same form as the calibration
+    inputs; default: the calibration inputs themselves). Agreement moves by whole inputs, so a target
+    of 99% needs a hundred check inputs or more to mean anything, and held-out data the model was not
+    trained on: a model agrees with itself more readily on its training data."""
     if method not in METHODS:
         raise QuantizationError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if not 50.0 < percentile <= 100.0:
         raise QuantizationError(f"percentile must be in (50, 100], got {percentile}")
+    if target_agreement is not None and not 0.0 < target_agreement <= 1.0:
+        raise QuantizationError(f"target_agreement must be in (0, 1], got {target_agreement}")
+    if check_inputs is not None and target_agreement is None:
+        raise QuantizationError("check_inputs are for target_agreement")
     g = dce(fold_batchnorm(fold_constants(graph)))
     feeds = _batches(g, calibration_inputs)
     groups = _groups(g)
@@ -309,8 +320,31 @@ def quantize(graph: Graph, calibration_inputs, *, method: str = DEFAULT_METHOD, 
             m.add(values[v])
     params = {v: u8_params(*r.bounds(method, percentile)) for v, r in ranges.items()}
     options = (WEIGHT_MAX[bool(reduce_range)], bool(requantize_outputs), {v: m.mean for v, m in means.items()})
+    search = None
+    if target_agreement is not None:
+        check = feeds if check_inputs is None else _batches(g, check_inputs, "check")
+        search = _float_search(g, groups, params, options, check, target_agreement)
+        float_layers = tuple(float_layers) + tuple(grp.anchor.name for grp in groups[:search.chosen])
+        groups = groups[search.chosen:]
     qgraph, twins = _rewrite(g, groups, params, *options)
     alone = {grp.anchor.name: _rewrite(g, [grp], params, *options)[0] for grp in groups} if sensitivity else None
     how = ", ".join([f"{method} calibration" + (f" ({percentile:g}th)" if method == "percentile" else "")]
                     + (["bias correction"] if bias_correction else []))
-    return QuantizedModel(qgraph, measure(g, qgraph, groups, twins, feeds, how, tuple(float_layers), alone))
+    return QuantizedModel(qgraph, measure(g, qgraph, groups, twins, feeds, how, tuple(float_layers), alone, search))
+
+
+def _float_search(g: Graph, groups: Sequence[_Group], params, options, check: list[dict[str, np.ndarray]],
+                  target: float) -> FloatSearch:
+    """How many leading ``groups`` to keep in float for ``target`` agreement on ``check``; at least one
+    layer stays int8."""
+    want = list(trace(g, check, ()))
+    if not any(values[o].ndim >= 2 and values[o].shape[-1] > 1 for values in want[:1] for o in g.outputs):
+        raise QuantizationError("target_agreement needs an output with classes along its last axis (top-1 agreement)")
+    chosen, steps = fewest_float(len(groups) - 1, lambda k: agreement(_rewrite(g, groups[k:], params, *options)[0],
+                                                                          check, want), target)
+    inputs = sum(len(next(iter(f.values()))) for f in check)
+    if chosen is None:
+        raise QuantizationError(f"top-1 agreement {target:.1%} on {inputs} check inputs is not reached even with "
+                                f"{len(groups) - 1} of {len(groups)} layers in float (best "
+                                f"{max(s.agreement for s in steps):.1%}): lower the target or check the inputs")
+    return FloatSearch(target, inputs, steps, chosen)

@@ -17,6 +17,7 @@ import numpy as np
 
 from .interpreter import run_reference
 from .ir.graph import Graph
+from .quantize_search import FloatSearch
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class QuantizationReport:
     top1_agreement: float  # fraction of calibration inputs whose argmax is unchanged
     output_rel_rms: float
     float_layers: tuple[str, ...] = ()  # layers kept in float
+    float_search: FloatSearch | None = None  # how ``target_agreement`` chose the leading float layers
 
     def format(self) -> str:
         alone = any(e.alone_rel_rms is not None for e in self.layers)
@@ -46,6 +48,8 @@ class QuantizationReport:
             lines.append(f"alone: the output's rel. RMS with only that layer in int8; costs most: {worst.node}")
         if self.float_layers:
             lines.append(f"kept in float: {', '.join(self.float_layers)}")
+        if self.float_search is not None:
+            lines.append(self.float_search.format())
         lines.append(f"output: rel. RMS {self.output_rel_rms:.4f}, top-1 agreement {self.top1_agreement:.1%} "
                      f"({self.method})")
         return "\n".join(lines)
@@ -57,6 +61,25 @@ def trace(graph: Graph, feeds: Iterable[Mapping[str, np.ndarray]], names: Sequen
     g = graph.replace(outputs=tuple(dict.fromkeys(list(graph.outputs) + wanted)))
     for feed in feeds:
         yield run_reference(g, feed)
+
+
+def _top1(want: np.ndarray, got: np.ndarray) -> tuple[int, int]:
+    """(inputs whose argmax over the last axis is unchanged, inputs); (0, 0) for an output with no
+    class axis."""
+    if want.ndim < 2:
+        return 0, 0
+    return int((want.argmax(-1) == got.argmax(-1)).sum()), want.reshape(-1, want.shape[-1]).shape[0]
+
+
+def agreement(q: Graph, feeds: Sequence[Mapping[str, np.ndarray]],
+              want: Sequence[Mapping[str, np.ndarray]]) -> float:
+    """Top-1 agreement of ``q``'s outputs for ``feeds`` with ``want`` (the float graph's for them)."""
+    agree = total = 0
+    for values, ref in zip(trace(q, feeds, ()), want):
+        for o in ref:
+            a, t = _top1(ref[o], values[o])
+            agree, total = agree + a, total + t
+    return agree / total if total else 1.0
 
 
 def _rel(err_and_signal: Sequence[float]) -> float:
@@ -76,7 +99,8 @@ def _output_error(g: Graph, q: Graph, feeds) -> float:
 
 
 def measure(g: Graph, q: Graph, groups, twins: Mapping[str, str], feeds, method: str,
-            float_layers: Sequence[str] = (), alone: Mapping[str, Graph] | None = None) -> QuantizationReport:
+            float_layers: Sequence[str] = (), alone: Mapping[str, Graph] | None = None,
+            float_search: FloatSearch | None = None) -> QuantizationReport:
     """Each quantized layer's output error, int8 (QDQ graph ``q``) against float (``g``), over the
     calibration inputs; ``alone`` maps a layer to the graph where it alone is int8."""
     def int8_name(grp) -> str | None:  # a graph output keeps its name (on its dequantized twin if requantized)
@@ -99,9 +123,8 @@ def measure(g: Graph, q: Graph, groups, twins: Mapping[str, str], feeds, method:
             f, d = want[o].astype(np.float64), values[o].astype(np.float64)
             out_err[0] += float(((d - f) ** 2).sum())
             out_err[1] += float((f ** 2).sum())
-            if f.ndim >= 2:
-                agree += int((f.argmax(-1) == d.argmax(-1)).sum())
-                total += f.reshape(-1, f.shape[-1]).shape[0]
+            a, t = _top1(f, d)
+            agree, total = agree + a, total + t
     alone = alone or {}
     layers = []
     for grp in groups:
@@ -112,4 +135,4 @@ def measure(g: Graph, q: Graph, groups, twins: Mapping[str, str], feeds, method:
                                      10 * math.log10(s / e) if e else math.inf,
                                      _output_error(g, solo, feeds) if solo is not None else None))
     return QuantizationReport(method, tuple(layers), agree / total if total else 1.0, _rel(out_err),
-                              tuple(float_layers))
+                              tuple(float_layers), float_search)

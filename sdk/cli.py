@@ -83,20 +83,31 @@ def keygen(out_dir: Path, name: str, force: bool) -> None:
               help="Keep this layer (a name in the report) in float; repeatable (with --calibration).")
 @click.option("--sensitivity", is_flag=True,
               help="Report what each layer costs the output alone (one more calibration pass a layer).")
+@click.option("--target-agreement", type=float, default=None, metavar="FRACTION",
+              help="Keep the fewest leading layers in float that give this top-1 agreement with the float "
+                   "model, e.g. 0.99 (with --calibration).")
+@click.option("--check-inputs", type=_EXISTING, default=None,
+              help="Held-out inputs .npz (like --calibration) that --target-agreement is measured on "
+                   "(default: the calibration inputs).")
 def import_(model: Path, output: Path, key: Path, name: str | None, model_version: str, int8: bool,
             calibration: Path | None, calibration_method: str, percentile: float, bias_correction: bool,
-            reduce_range: bool, float_layers: tuple[str, ...], sensitivity: bool) -> None:
+            reduce_range: bool, float_layers: tuple[str, ...], sensitivity: bool, target_agreement: float | None,
+            check_inputs: Path | None) -> None:
     """Import an ONNX model and write it as a signed bundle."""
     graph = api.import_model(model)
     if calibration is not None and not int8:
         raise CuvilError("--calibration is for --int8")
-    for flag, given in (("--reduce-range", reduce_range), ("--float-layer", float_layers), ("--sensitivity", sensitivity)):
+    for flag, given in (("--reduce-range", reduce_range), ("--float-layer", float_layers),
+                        ("--sensitivity", sensitivity), ("--target-agreement", target_agreement is not None),
+                        ("--check-inputs", check_inputs)):
         if given and calibration is None:
             raise CuvilError(f"{flag} is for --int8 --calibration (a QDQ model keeps its own quantization)")
     if int8:
+        checks = api.read_inputs(graph, npz=check_inputs) if check_inputs is not None else None
         graph = _int8(graph, calibration, dict(method=calibration_method, percentile=percentile,
                                                bias_correction=bias_correction, reduce_range=reduce_range,
-                                               float_layers=float_layers, sensitivity=sensitivity))
+                                               float_layers=float_layers, sensitivity=sensitivity,
+                                               target_agreement=target_agreement, check_inputs=checks))
     done = api.export(graph, output, key, name=name, version=model_version)
     click.echo(f"wrote {done.path} ({done.size} bytes, {done.weight_bytes} weight bytes)")
     click.echo(f"signed by {done.signer}, content {done.content_hash}")

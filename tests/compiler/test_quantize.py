@@ -169,16 +169,23 @@ def test_mse_and_entropy_calibrations_quantize_and_report(float_graph, method):
     assert ops["QConv"] == 2 and ops["QMatMul"] == 1
 
 
-def test_sensitivity_names_the_costly_layer_and_float_layers_keeps_it_float():
-    """The input's first feature is 300x the others: its u8 grid leaves the others a few steps, so
-    the first layer alone costs the output most; kept in float, the output error drops."""
+def _wide_first_feature(count: int, seed: int):
+    """An MLP whose input's first feature is 300x the others (the first layer weighs it like them):
+    its u8 grid leaves the other features a few steps, so the first layer is the costly one; and
+    ``count`` inputs drawn for it."""
     torch.manual_seed(3)
     net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
-    x = np.stack(draws((16,), 256, 0))
-    x[:, 0] *= 300
     with torch.no_grad():
-        net[0].weight[:, 0] /= 300  # the large feature weighs like the others
-    g = optimize(import_onnx(export_onnx(net, (torch.randn(1, 16),), dynamic_batch=True)), passes=())
+        net[0].weight[:, 0] /= 300
+    x = np.stack(draws((16,), count, seed))
+    x[:, 0] *= 300
+    return optimize(import_onnx(export_onnx(net, (torch.randn(1, 16),), dynamic_batch=True)), passes=()), {"input": x}
+
+
+def test_sensitivity_names_the_costly_layer_and_float_layers_keeps_it_float():
+    """The first layer alone costs the output most; kept in float, the output error drops."""
+    g, calibration = _wide_first_feature(256, 0)
+    x = calibration["input"]
     first = next(n.name for n in g.nodes if n.op == "Gemm")
     done = quantize(g, {"input": x}, sensitivity=True)
     alone = {e.node: e.alone_rel_rms for e in done.report.layers}
@@ -193,6 +200,47 @@ def test_sensitivity_names_the_costly_layer_and_float_layers_keeps_it_float():
     assert all(i in g.constants and np.array_equal(kept.graph.constants[i], g.constants[i]) for i in gemm.inputs[1:])
     with pytest.raises(QuantizationError, match="not layers int8 runs here"):
         quantize(g, {"input": x}, float_layers=["nope"])
+
+
+def test_target_agreement_keeps_the_leading_layer_in_float_where_int8_misses_it():
+    """All int8, 91% of the check inputs keep their top-1 class (measured 2026-12-05); the first layer
+    in float, 99.8%. A target between takes that one layer, a target met all int8 takes none, and a
+    target no search reaches is an error that says the best it found."""
+    g, calibration = _wide_first_feature(256, 0)
+    _, check = _wide_first_feature(400, 1)
+    first = next(n.name for n in g.nodes if n.op == "Gemm")
+    done = quantize(g, calibration, target_agreement=0.99, check_inputs=check)
+    search = done.report.float_search
+    assert search.chosen == 1 and done.report.float_layers == (first,) and search.inputs == 400
+    assert [s.float_count for s in search.steps] == [0, 1]
+    assert search.steps[0].agreement < 0.95 and search.steps[1].agreement >= 0.99
+    assert "the first 1 layers in float" in done.report.format() and f"kept in float: {first}" in done.report.format()
+    want = run_reference(g, check)["output"].argmax(-1)
+    int8_all = run_reference(quantize(g, calibration).graph, check)["output"].argmax(-1)
+    kept = run_reference(done.graph, check)["output"].argmax(-1)
+    assert (kept == want).mean() >= 0.99 > (int8_all == want).mean()
+    assert quantize(g, calibration, target_agreement=0.8, check_inputs=check).report.float_search.chosen == 0
+    with pytest.raises(QuantizationError, match=r"not reached even with 2 of 3 layers in float \(best 99\.8%\)"):
+        quantize(g, calibration, target_agreement=1.0, check_inputs=check)
+
+
+def test_target_agreement_options_are_checked(float_graph):
+    with pytest.raises(QuantizationError, match="target_agreement must be in"):
+        quantize(float_graph, _calib(), target_agreement=1.5)
+    with pytest.raises(QuantizationError, match="check_inputs are for target_agreement"):
+        quantize(float_graph, _calib(), check_inputs=_calib(8, 1))
+    with pytest.raises(QuantizationError, match="each check item must map exactly the inputs"):
+        quantize(float_graph, _calib(), target_agreement=0.9, check_inputs={"other": np.zeros((4, 2, 8, 8), np.float32)})
+
+
+def test_target_agreement_needs_classes(rng):
+    """A single regression output has no top-1 to agree on."""
+    gb = GraphBuilder("regress")
+    h = gb.input("input", TensorType(DType.F32, (N, 8)))
+    h = gb.add1("Gemm", [h, gb.constant(rng.standard_normal((8, 8)).astype(np.float32), "w0")], name="l0")
+    g = gb.build([gb.add1("Gemm", [h, gb.constant(rng.standard_normal((8, 1)).astype(np.float32), "w1")], name="l1")])
+    with pytest.raises(QuantizationError, match="needs an output with classes"):
+        quantize(g, {"input": rng.standard_normal((16, 8)).astype(np.float32)}, target_agreement=0.9)
 
 
 def test_an_unknown_float_layer_names_a_few_layers_not_all(rng):

@@ -78,3 +78,29 @@ def test_calibration_method_and_bias_correction_options(tmp_path):
     assert [n.op for n in model.graph.nodes if n.op in ("Gemm", "QMatMul")] == ["QMatMul", "Gemm"]
     bad = _run(*args, "--float-layer", "/9/Gemm", ok=False)
     assert "/9/Gemm" in bad and "/0/Gemm, /2/Gemm" in bad and "Traceback" not in bad
+
+
+def test_target_agreement_from_check_inputs(tmp_path):
+    """An MLP whose first input feature is 300x the others: all int8 it keeps the top-1 class on 91%
+    of the check inputs, its first layer in float on 99.8% (tests/compiler/test_quantize.py)."""
+    torch.manual_seed(3)
+    net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+    with torch.no_grad():
+        net[0].weight[:, 0] /= 300
+    export_onnx(net, (torch.randn(1, 16),), tmp_path / "m.onnx", dynamic_batch=True)
+    for name, count, seed in (("calib", 256, 0), ("check", 400, 1)):
+        x = np.stack(draws((16,), count, seed))
+        x[:, 0] *= 300
+        np.savez(tmp_path / f"{name}.npz", input=x)
+    _run("keygen", "--out", tmp_path / "k")
+    args = ["import", tmp_path / "m.onnx", "-o", tmp_path / "i8.cuvil", "--key", tmp_path / "k" / "cuvil.key",
+            "--int8", "--calibration", tmp_path / "calib.npz"]
+    out = _run(*args, "--target-agreement", "0.99", "--check-inputs", tmp_path / "check.npz")
+    assert "on 400 check inputs: the first 1 layers in float" in out and "kept in float: /0/Gemm" in out
+    model = cuvil.load(tmp_path / "i8.cuvil", trusted_keys=[tmp_path / "k" / "cuvil.pub"])
+    assert [n.op for n in model.graph.nodes if n.op in ("Gemm", "FusedGemm", "QMatMul")][1:] == ["QMatMul", "QMatMul"]
+    bad = _run(*args, "--target-agreement", "1.0", "--check-inputs", tmp_path / "check.npz", ok=False)
+    assert "not reached" in bad and "Traceback" not in bad and len(bad.strip().splitlines()) == 1
+    bad = _run("import", tmp_path / "m.onnx", "-o", tmp_path / "x.cuvil", "--key", tmp_path / "k" / "cuvil.key",
+               "--target-agreement", "0.99", ok=False)
+    assert "--target-agreement is for --int8 --calibration" in bad
