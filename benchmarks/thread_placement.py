@@ -11,7 +11,9 @@ notice; a split model's 51 handoffs per inference do.
 
 Each window: the round trip (a small C program, two threads pinned to the first two CPUs passing
 one cache line back and forth, median of 0.1 s blocks), then the model's median run with its
-workers, and with them off (the same code on the calling thread). The split is the cost model's
+workers, with them off (the same code on the calling thread), and as a session that watches itself
+(``edge_runtime/worker_watch.py``, here every ``--watch-s`` seconds instead of the profile's 10: the
+windows last about a second) chose, its trials' runs included. The split is the cost model's
 with a handoff of ``--sync-us`` (default 1 us, what the tuner's probe reads on free cores here), and
 no whole-model check, so the same split runs in every window. Needs a C compiler (``cc``); the round
 trip is a diagnostic of the machine, not of Cuvil.
@@ -104,6 +106,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sync-us", type=float, default=1.0, help="the handoff the cost model assumes, in microseconds")
+    ap.add_argument("--watch-s", type=float, default=0.5, help="the watched session's re-timing interval")
     ap.add_argument("--far-ns", type=float, default=200.0, help="a round trip above this counts as 'far'")
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
@@ -114,10 +117,12 @@ def main() -> None:
     host = resolve("host")
     target = dataclasses.replace(host, tuning=host.tuning.replace(parallel_sync_us=args.sync_us))
     session = compile_graph(graph, target=target, threads=args.threads, use_cache=False, tune=False)
+    watched = compile_graph(graph, target=dataclasses.replace(target, tuning=target.tuning.replace(
+        worker_watch_s=args.watch_s)), threads=args.threads, use_cache=False, tune=False)
     feeds = {graph.inputs[0]: np.random.default_rng(0).standard_normal(example[0].shape).astype(np.float32)}
     print(f"{describe_host()}; {args.model}, {args.threads} threads, {session.lowered.split_nodes} layers split "
           f"(cost model, {args.sync_us:g} us handoff); CPUs {cpus[0]} and {cpus[1]}; load {os.getloadavg()[0]:.1f}")
-    print(f"{'time':>8} {'round trip ns':>13} {'workers ms':>10} {'alone ms':>9} {'ratio':>6}")
+    print(f"{'time':>8} {'round trip ns':>13} {'workers ms':>10} {'alone ms':>9} {'ratio':>6} {'watched ms':>10}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_pingpong(Path(tmp))
@@ -128,14 +133,17 @@ def main() -> None:
             threaded = median_ms(session, feeds)
             session.set_workers(False)
             alone = median_ms(session, feeds, 30)
-            rows.append((trip, threaded, alone))
-            print(f"{time.strftime('%H:%M:%S'):>8} {trip:13.0f} {threaded:10.3f} {alone:9.3f} {threaded / alone:6.2f}",
-                  flush=True)
-    for label, group in (("near", [r for r in rows if r[0] <= args.far_ns]), ("far", [r for r in rows if r[0] > args.far_ns])):
+            watching = median_ms(watched, feeds)
+            rows.append((trip, threaded, alone, watching))
+            print(f"{time.strftime('%H:%M:%S'):>8} {trip:13.0f} {threaded:10.3f} {alone:9.3f} {threaded / alone:6.2f} "
+                  f"{watching:10.3f}", flush=True)
+    near = [r for r in rows if r[0] <= args.far_ns]
+    for label, group in (("near", near), ("far", [r for r in rows if r not in near])):
         if group:
             print(f"{label} (round trip {'<=' if label == 'near' else '>'} {args.far_ns:g} ns): {len(group)} windows, "
                   f"median round trip {statistics.median(r[0] for r in group):.0f} ns, with workers / alone "
-                  f"{statistics.median(r[1] / r[2] for r in group):.2f}")
+                  f"{statistics.median(r[1] / r[2] for r in group):.2f}, watched / alone "
+                  f"{statistics.median(r[3] / r[2] for r in group):.2f}")
 
 
 if __name__ == "__main__":

@@ -79,6 +79,8 @@ class Tuning:
     elementwise_elements_per_us: int = 10_000  # one core's elementwise speed the split model assumes, output elements per us (Zen 4: Add, Mul, Relu 11-14k; Sigmoid, Gelu, Erf 2.5-4k, which it underrates: they stay whole more often than they would pay)
     parallel_sync_ratio: float = 2.0  # a part must be worth this many handoffs: min multiply-adds per part = ratio x sync x speed
     pool_pin: bool = True  # worker i runs only on the i-th CPU the process may use (the caller keeps the first); see docs/threads.md
+    worker_watch_s: float = 10.0  # a split session times itself with and without its workers this often and keeps the faster way (0: never); the host may move its cores apart (edge_runtime/worker_watch.py)
+    worker_watch_runs: int = 8  # the session's own runs timed each way, after one that settles the change
     pool_spin: int = 4096  # rounds a waiting worker or caller spins before it sleeps on a futex (~300 us of x86 pause on Zen 4: on quiet cores 256 rounds made ResNet-18 at 2 threads 1.57x faster than 1 thread instead of 1.84x, MobileNetV2 0.95x instead of 1.06x)
 
     def replace(self, **changes: Any) -> Tuning:
@@ -90,7 +92,7 @@ FIELDS: Mapping[str, type] = {f.name: f.type for f in dataclasses.fields(Tuning)
 BOUNDS: Mapping[str, tuple[int, int]] = {
     "vector_registers": (8, 64), "reserved_registers": (0, 4), "winograd_f4": (2, 4), "rows_channel_block": (1, 4096),
     "rows_prefetch_locality": (0, 3), "rows_prefetch_blocks": (0, 64), "pack_min_row_blocks": (0, 1 << 20),
-    "max_threads": (1, 64), "pool_elements_per_us": (1, 1 << 40), "gemm_macs_per_us": (1, 1 << 40), "elementwise_elements_per_us": (1, 1 << 40), "pool_spin": (0, 1 << 24), "int8_winograd_prefetch_blocks": (0, 64),
+    "max_threads": (1, 64), "pool_elements_per_us": (1, 1 << 40), "gemm_macs_per_us": (1, 1 << 40), "elementwise_elements_per_us": (1, 1 << 40), "pool_spin": (0, 1 << 24), "worker_watch_runs": (1, 1000), "int8_winograd_prefetch_blocks": (0, 64),
 }
 """Integer fields with a narrower range than 0..2^40 (code generation needs them there)."""
 CHOICES: Mapping[str, tuple[int, ...]] = {"winograd_f4": (2, 4)}

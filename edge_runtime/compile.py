@@ -172,6 +172,7 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
     with _Spare(graph_of, batch, jobs, optimize) as spare:
         session = _compile_spared(spare, graph_of, target, batch, cache_dir, use_cache, content_hash, optimize,
                                   profile, jobs, guard_pages, tune, threads)
+    session.watch_workers()  # the check is done: from now on the session keeps the faster way itself
     if not session.stats.cache_hit:
         _release_freed_memory()
     return session

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,7 @@ from ..compiler.memory.plan import MemoryPlan
 from .guard import guarded, make_read_only
 from .objload import LoadedCode
 from .placement import CallerPlacement
+from .worker_watch import WorkerWatch
 
 ALIGN = 64
 _BIND = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
@@ -150,6 +151,7 @@ class Session:
         self._fault = None if fault is None else ctypes.c_int32.from_address(self._arena_ptr + fault)
         self.threads = lowered.target.threads
         self._stop: weakref.finalize | None = None
+        self._watch: WorkerWatch | None = None
         threaded = self.threads > 1 and code.start and lowered.split_nodes  # no job, no workers: nothing to wake
         self._placement = CallerPlacement(self.threads if threaded and lowered.target.tuning.pool_pin else 1)
         if threaded:
@@ -161,10 +163,27 @@ class Session:
 
     def set_workers(self, on: bool) -> None:
         """Start the workers again, or join them (every part then runs on the calling thread): the
-        compile-time check times the model both ways (:mod:`.split_check`)."""
+        compile-time check times the model both ways (:mod:`.split_check`). The caller's choice
+        stands: the session stops re-timing itself (:meth:`watch_workers`)."""
+        with self._lock:
+            self._watch = None
+            self._switch_workers(on)
+
+    def _switch_workers(self, on: bool) -> None:
         if self._stop is not None and self._stop.alive:  # closed stays closed
-            with self._lock:
-                (self._start if on else self._join)()
+            (self._start if on else self._join)()
+
+    def watch_workers(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        """From now on a split session times itself with its workers and without them every
+        ``Tuning.worker_watch_s`` seconds, on its own runs, and keeps the faster way
+        (:mod:`.worker_watch`; a compile turns it on once its check is done). No-op for a model that
+        runs on one thread, or with the setting at 0."""
+        tuning = self.lowered.target.tuning
+        if self._stop is None or not self._stop.alive or tuning.worker_watch_s <= 0:
+            return
+        with self._lock:
+            self._clock = clock
+            self._watch = WorkerWatch(tuning.worker_watch_s, tuning.worker_watch_runs, self._switch_workers, clock())
 
     def close(self) -> None:
         """Join the worker threads now (a later ``run`` runs every part on the calling thread)."""
@@ -199,7 +218,13 @@ class Session:
             if self._fault is not None:
                 self._fault.value = 0  # a fault of an earlier raw run (stale arena inputs) is not this run's
             self._placement.step_aside()
-            self._fn()
+            if self._watch is None:
+                self._fn()
+            else:
+                began = self._clock()
+                self._fn()
+                ended = self._clock()
+                self._watch.observe(ended - began, ended)
             if self._fault is not None and self._fault.value:
                 self._fault.value = 0
                 raise RunTimeCheckError()
@@ -283,4 +308,10 @@ class Session:
         checks read them (Gather's indices) may fault here, which the next ``run`` does not report."""
         with self._lock:
             self._placement.step_aside()
-            self._fn()
+            if self._watch is None:
+                self._fn()
+            else:
+                began = self._clock()
+                self._fn()
+                ended = self._clock()
+                self._watch.observe(ended - began, ended)
