@@ -83,6 +83,7 @@ def _forget_workers() -> None:
     for session in list(_THREADED):
         session._detach()
         session._stop.detach()
+        session._watch = None  # no workers to time
         session._lock = threading.Lock()  # the parent may have held it while forking
 
 
