@@ -52,7 +52,7 @@ from ..compiler.codegen.lower import cycle_collection
 from ..compiler.ir.graph import Graph
 from ..compiler.spread import spread
 from ..compiler.target import ConvChoice, Geometry, Target
-from . import pool_probe, split_check
+from . import heap, pool_probe, split_check
 from .levels import LIGHT_LEVEL
 from .linking import load_functions
 from .tuning_record import Known, TuningRecord
@@ -258,7 +258,9 @@ class Retarget:
         # kept to its end they made tuning ResNet-50's cold peak: 355-356 MiB, 349 collected (a full
         # collection per layer gave 316 at 125-145 ms of compile time: not taken)
         with cycle_collection(on=True):
-            return self._retarget(graph, target)
+            tuned = self._retarget(graph, target)
+        heap.release()  # the candidates' garbage before the weights are packed (with _build's: U-Net 68 -> 62 MiB)
+        return tuned
 
     def _retarget(self, graph: Graph, target: Target) -> Target:
         sync_us, probe_s, convs = None, 0.0, tunable_convs(graph)

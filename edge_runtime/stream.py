@@ -11,7 +11,9 @@ never runs in this process (its code pages would add ~30 MiB to a cold compile's
 points' module is queued too when lowering ends. With none, this process compiles the entry
 points' module, then takes queued modules too. The tuner's candidate kernels go the same way
 (:meth:`KernelStream.submit`), so their LLVM work runs on the helper while the next candidate's IR
-is built here. A batch is closed when it holds ``MIN_PART_BYTES``, or at ``MAX_PART_BYTES``; a group that calls a shared
+is built here. The entry point is printed as it grows, its calls leaving its block node by node
+(LSTM KWS's 4,543 instructions held ~3 MiB to the end of lowering), and every ``RELEASE_EVERY`` nodes
+the heap pages of the weights the lowering freed go back to the system (:mod:`.heap`). A batch is closed when it holds ``MIN_PART_BYTES``, or at ``MAX_PART_BYTES``; a group that calls a shared
 internal helper (a Winograd stage) keeps its batch open, since the next group usually calls it too:
 a helper that two batches call is compiled in both, internal as in one module, so each kernel's code
 is the same as without streaming. Sizes alone close batches, never how busy the consumers are, so
@@ -28,12 +30,14 @@ from collections import deque
 
 from llvmlite import ir
 
-from ..compiler.codegen.irtext import drop_body, function_text, global_text
+from ..compiler.codegen.irtext import drop_body, function_text, take_instructions
 from ..compiler.target import Target
+from . import heap
 from .levels import FULL_LEVEL, LIGHT_LEVEL, SLOTS_LEVEL
 from .llvm_worker import frame, read_object, target_to_json
 from .parallel import HELPER_TIMEOUT_S, LIGHT_ATTR, SLOTS_ATTR, Helpers
 
+RELEASE_EVERY = 16  # nodes: the weights the lowering freed meanwhile go back to the system (:mod:`.heap`)
 MIN_PART_BYTES = 150_000  # fewer, larger modules: each is an object a warm start loads
 MAX_PART_BYTES = 600_000
 _REF = re.compile(r'@"([^"]+)"')
@@ -63,11 +67,12 @@ class KernelStream:
     def __init__(self, target: Target, helpers: Helpers | None = None) -> None:
         self.target = target
         self.seen = 0
+        self.calls = 0
         self.header: list[str] = []
         self.singles: list[str] = []  # declarations and global variables, printed
         self.helpers: dict[str, str] = {}  # shared internal functions, printed
         self.wrappers: dict[str, str] = {}  # streamed kernels' define lines (the entry declares them)
-        self.entry: list[str] = []  # external non-kernel functions: printed at the end (the entry grows)
+        self.entry: dict[str, list[str]] = {}  # external non-kernel functions: their text taken so far (see __call__)
         self.batch: dict[int, list[tuple[str, str]]] = {level: [] for level in LEVELS.values()}
         self.texts: list[tuple[int, str]] = []
         self.results: list[bytes | None] = []
@@ -105,8 +110,14 @@ class KernelStream:
             elif v.linkage == "internal":
                 self.helpers[name] = _printed(v)
             else:
-                self.entry.append(name)
+                self.entry[name] = []
         self.seen = len(names)
+        for name, taken in self.entry.items():  # the entry's calls so far: printed, then let go
+            if len((fn := module.globals[name]).blocks) == 1:
+                taken.append(take_instructions(fn))
+        self.calls += 1
+        if self.calls % RELEASE_EVERY == 0:  # packed, each weight's pages would stay beside its copy in the block
+            heap.release()
         for members in groups.values():
             level = _level(members)
             self.batch[level] += members
@@ -233,7 +244,7 @@ class KernelStream:
         self(module)
         for level in LEVELS.values():
             self._flush(level)
-        entry = [(n, global_text(module.globals[n])) for n in self.entry]
+        entry = [(n, function_text(module.globals[n], "".join(taken))) for n, taken in self.entry.items()]
         declared = [f'declare {m.group(2)}@"{m.group(3)}"({m.group(4)})'
                     for m in map(_DEFINE.match, self.wrappers.values())]
         text = self._module(entry, declared)

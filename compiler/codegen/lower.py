@@ -41,6 +41,8 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
     lower it for (an on-device tuner fixes conv choices there).
     ``stream(module)`` is called after each node and once at the end, so a caller may compile the
     kernels finished so far while the rest is lowered; ``llvm_ir`` is then empty (the caller saw it all).
+    It may also print the entry point's instructions so far and take them out of its block
+    (``irtext.take_instructions``): the entry is only ever appended to.
     """
     check_threads(target)
     with cycle_collection(on=False):

@@ -58,6 +58,18 @@ zero, or its negation: if those inputs hold only values of a narrower float type
 _NARROWS = (DType.BF16, DType.F16)
 
 
+def holds_only(c: np.ndarray, d: DType) -> bool:
+    """Whether the float array ``c`` holds only values of ``d`` (a NaN counts as one). bf16's values are
+    the float32 values whose low 16 bits are zero, so that check reads bits: through ml_dtypes' bf16 it
+    imported ml_dtypes into a float model's compile (TextCNN's embedding table, ViT's weights: 0.6 s and
+    ~10 MiB of the cold compile's peak)."""
+    if d is DType.BF16:
+        with np.errstate(over="ignore"):  # a float64 beyond float32's range: inf, unequal to it
+            f = c.astype(np.float32, copy=False)
+        return bool(np.all(((f.view(np.uint32) & 0xFFFF) == 0) & (f == c) | np.isnan(c)))
+    return np.array_equal(c.astype(d.numpy).astype(c.dtype), c, equal_nan=True)
+
+
 class _Exact:
     """Which values hold only values of a narrower float (bf16 or f16), met in schedule order."""
 
@@ -68,8 +80,7 @@ class _Exact:
     def of(self, name: str) -> frozenset[DType]:
         if name not in self.known and name in self.graph.constants:
             c = np.asarray(self.graph.constants[name])
-            self.known[name] = frozenset(
-                d for d in _NARROWS if c.dtype.kind == "f" and np.array_equal(c.astype(d.numpy).astype(c.dtype), c, equal_nan=True))
+            self.known[name] = frozenset(d for d in _NARROWS if c.dtype.kind == "f" and holds_only(c, d))
         return self.known.get(name, frozenset())
 
     def note(self, node: Node) -> None:

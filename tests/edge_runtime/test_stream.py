@@ -35,8 +35,9 @@ def one_group_per_module(monkeypatch):
     monkeypatch.setattr(stream, "MAX_PART_BYTES", 0)  # every kernel group closes its batch
 
 
-def _streamed(graph, profile: str, monkeypatch) -> tuple[list[tuple[int, str]], str, list[bytes], object]:
-    """(kernel modules as (level, text), the entry's module, objects, lowered) of one streamed compile."""
+def _streamed(graph, profile: str, monkeypatch, **options) -> tuple[list[tuple[int, str]], str, list[bytes], object]:
+    """(kernel modules as (level, text), the entry's module, objects, lowered) of one streamed compile;
+    ``options``: ``lower``'s."""
     seen, emit = [], jit.emit_object
 
     def spy(text, target, jit, speed_level):
@@ -45,7 +46,7 @@ def _streamed(graph, profile: str, monkeypatch) -> tuple[list[tuple[int, str]], 
 
     monkeypatch.setattr(jit, "emit_object", spy)  # no helpers: everything compiles in this process
     with KernelStream(resolve(profile)) as s:
-        lowered = lower(graph, resolve(profile), stream=s)
+        lowered = lower(graph, resolve(profile), stream=s, **options)
         objs = s.finish()
     entry = [t for _, t in seen if re.search(rf'^define [^@]*@"{lowered.entry}"', t, re.M)]
     assert len(entry) == 1
@@ -213,3 +214,44 @@ def test_a_streamed_kernels_body_is_freed_with_the_collector_off():
     finally:
         if was:
             gc.enable()
+
+
+def _chain(length: int):
+    """x -> Add -> Mul -> Add ... with a constant each: one kernel call per node from the entry."""
+    from cuvil.compiler import N, Node, infer_graph_types
+
+    consts = {f"c{i}": np.full((1, 16), 1.0 + i / 64, np.float32) for i in range(length)}
+    nodes = [Node.make("Add" if i % 2 else "Mul", ["x" if i == 0 else f"t{i - 1}", f"c{i}"], [f"t{i}"])
+             for i in range(length)]
+    return infer_graph_types("chain", {"x": TensorType(DType.F32, (N, 16))}, consts, nodes, [f"t{length - 1}"])
+
+
+def test_the_entrys_calls_are_printed_and_let_go_node_by_node(monkeypatch):
+    """The entry point gains calls node after node: each stream call prints them and empties its block,
+    and the entry's text is the one printed whole from the module lowered without a stream."""
+    graph, target = _chain(40), resolve("host")
+    held, call = [], KernelStream.__call__
+
+    def spy(self, module):
+        call(self, module)
+        held.append(sum(len(blk.instructions) for n in self.entry for blk in module.globals[n].blocks
+                        if len(module.globals[n].blocks) == 1))
+
+    monkeypatch.setattr(KernelStream, "__call__", spy)
+    _, entry_module, _, lowered = _streamed(graph, "host", monkeypatch, optimize=False)
+    assert len(held) > 40 and max(held) == 0
+
+    def define(text: str) -> str:
+        return re.search(rf'^define [^@]*@"{lowered.entry}"\(.*?^}}$', text, re.M | re.S).group(0)
+
+    whole = lower(graph, target, optimize=False).llvm_ir
+    assert define(entry_module) == define(whole) and define(whole).count("call ") >= 40
+
+
+def test_the_pages_of_freed_weights_go_back_every_few_nodes(monkeypatch):
+    calls = []
+    monkeypatch.setattr(stream.heap, "release", lambda: calls.append(1))
+    with KernelStream(resolve("host")) as s:
+        lower(_chain(40), resolve("host"), optimize=False, stream=s)
+        s.finish()
+    assert len(calls) == 41 // stream.RELEASE_EVERY  # 40 nodes, then the end of lowering

@@ -119,6 +119,7 @@ class CpuLowering:
                 self.lower_node(b, node, KERNELS[node.op], arena, weights)
                 if self.stream is not None:  # its kernels are finished: the caller may compile them now
                     self.stream(self.module)
+                    b.position_at_end(b.block)  # the caller may have taken the entry's instructions (see lower)
             for name in done.get(i, ()):  # packed by now (a fused node's in its producer's job, before it)
                 del self.consts[name]
         if self.profile:

@@ -10,7 +10,7 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, timing_weights
-from cuvil.compiler.codegen.irtext import drop_body, function_text, module_text
+from cuvil.compiler.codegen.irtext import drop_body, function_text, module_text, take_instructions
 from cuvil.compiler.codegen.lower import lower
 from cuvil.devices.detect import resolve_target
 
@@ -91,6 +91,40 @@ def test_a_dropped_body_is_freed_without_the_cyclic_collector():
             drop_body(fn)
         assert all(ref() is None for ref in blocks)
         assert "declare" in module_text(module)
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_instructions_taken_as_a_function_grows_print_as_the_whole_function():
+    """A function printed in parts (:func:`take_instructions` between appends, the builder put back at the
+    block's end) prints as the same function built at once; each taken instruction goes at once."""
+    import gc
+    import weakref
+
+    def build(take: bool) -> tuple[str, str]:
+        module = ir.Module(name="m")
+        i8p = ir.IntType(8).as_pointer()
+        callee = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p]), name="k")
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p]), name="f")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        taken, made = [], []
+        for step in range(20):
+            p = b.gep(fn.args[0], [ir.Constant(ir.IntType(64), 64 * step)], inbounds=True)
+            made.append(weakref.ref(b.call(callee, [b.bitcast(p, i8p)])))
+            if take and step % 3 == 2:
+                taken.append(take_instructions(fn))
+                b.position_at_end(b.block)
+                assert not fn.blocks[0].instructions and all(ref() is None for ref in made)
+        b.ret_void()
+        return function_text(fn, "".join(taken)), str(fn)
+
+    whole, llvmlite_text = build(take=False)
+    assert whole == llvmlite_text
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        assert build(take=True)[0] == whole
     finally:
         if was:
             gc.enable()
