@@ -22,6 +22,7 @@ from ..ir.infer import infer_op
 from ..ir.types import TensorType
 from ..ir.verify import verify
 from ..passes.fold_constants import swells
+from ..passes.share_constants import share_constants
 
 
 class Unsupported(Exception):
@@ -178,4 +179,4 @@ class GraphBuilder:
         used = set(self.inputs) | set(constants) | {o for n in nodes for o in n.outputs}
         graph = Graph(self.name, tuple(self.inputs), tuple(final_outputs), tuple(nodes),
                       {k: v for k, v in self.types.items() if k in used}, constants)
-        return verify(graph)
+        return verify(share_constants(graph))  # a weight the exporter repeated is imported (and signed) once

@@ -1,6 +1,7 @@
 """The pass pipeline: a visible tuple of pure ``Graph -> Graph`` functions, run in order.
 
-Order matters: folding constants first exposes constant BN parameters; simplify turns no-op
+Order matters: folding constants first exposes constant BN parameters, and identical constants it
+made (or the exporter wrote) become one; simplify turns no-op
 casts and expands into views before fusion looks at who reads what; BN folds into Conv/Gemm
 before fusion so the fused kernels see one bias; QDQ patterns become integer ops before
 float fusion could take their Conv/Gemm apart from the QuantizeLinear, and the weights no integer op
@@ -24,10 +25,11 @@ from .fold_constants import fold_constants, fold_dequantized_weights
 from .fuse import fuse
 from .fuse_qdq import fuse_qdq
 from .rewrite import owned_constants
+from .share_constants import share_constants
 from .simplify import simplify
 
 Pass = Callable[[Graph], Graph]
-DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, simplify, fold_batchnorm, fuse_qdq, fold_dequantized_weights,
+DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, share_constants, simplify, fold_batchnorm, fuse_qdq, fold_dequantized_weights,
                                      conv_transpose, crop_taps, fuse, dce)
 
 
