@@ -204,6 +204,18 @@ class Session:
     def output_names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self._outputs)
 
+    def _call(self) -> None:
+        """One native run, the caller first off the workers' CPUs; a watched session times it
+        (:mod:`.worker_watch`). Under the lock."""
+        self._placement.step_aside()
+        if self._watch is None:
+            self._fn()
+            return
+        began = self._clock()
+        self._fn()
+        ended = self._clock()
+        self._watch.observe(ended - began, ended)
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Copy ``inputs`` into the arena, run the whole graph natively, return output copies."""
         with self._lock:
@@ -218,14 +230,7 @@ class Session:
                 raise InterpreterError(f"missing input {e.args[0]!r}; the model takes {list(self.input_names)}") from None
             if self._fault is not None:
                 self._fault.value = 0  # a fault of an earlier raw run (stale arena inputs) is not this run's
-            self._placement.step_aside()
-            if self._watch is None:
-                self._fn()
-            else:
-                began = self._clock()
-                self._fn()
-                ended = self._clock()
-                self._watch.observe(ended - began, ended)
+            self._call()
             if self._fault is not None and self._fault.value:
                 self._fault.value = 0
                 raise RunTimeCheckError()
@@ -308,11 +313,4 @@ class Session:
         bytes may have been reused by later tensors since the last ``run``: a model whose run-time
         checks read them (Gather's indices) may fault here, which the next ``run`` does not report."""
         with self._lock:
-            self._placement.step_aside()
-            if self._watch is None:
-                self._fn()
-            else:
-                began = self._clock()
-                self._fn()
-                ended = self._clock()
-                self._watch.observe(ended - began, ended)
+            self._call()

@@ -9,7 +9,7 @@ are collected with :meth:`unsupported` and reported together by :meth:`build`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -147,9 +147,12 @@ class GraphBuilder:
                                         constant_inputs=constant_inputs)
 
     # result -------------------------------------------------------------------------------------
-    def build(self, outputs: Iterable[str], constant_inputs: Sequence[str] = ()) -> Graph:
+    def build(self, outputs: Iterable[str], constant_inputs: Sequence[str] = (),
+              parameters: Collection[str] | None = None) -> Graph:
         """Drop what the outputs do not need, and return the verified Graph (``constant_inputs``: see
-        :class:`UnsupportedModelError`)."""
+        :class:`UnsupportedModelError`). ``parameters``: the model's own named weights; given, every
+        other constant identical to one before it (a weight the exporter repeated) is imported, and
+        signed, once (:func:`~cuvil.compiler.passes.share_constants.share_constants`)."""
         self.raise_unsupported(constant_inputs)
         outputs = list(outputs)
         nodes, needed = [], set(outputs)
@@ -179,4 +182,4 @@ class GraphBuilder:
         used = set(self.inputs) | set(constants) | {o for n in nodes for o in n.outputs}
         graph = Graph(self.name, tuple(self.inputs), tuple(final_outputs), tuple(nodes),
                       {k: v for k, v in self.types.items() if k in used}, constants)
-        return verify(share_constants(graph))  # a weight the exporter repeated is imported (and signed) once
+        return verify(graph if parameters is None else share_constants(graph, parameters))

@@ -136,7 +136,7 @@ class _Translator:
                 outputs = self._outputs(node)
             else:
                 raise CuvilError(f"unexpected FX node {node.op} {node.name!r} in an exported program")
-        graph = self.b.build(outputs)
+        graph = self.b.build(outputs, parameters=set(self.ep.state_dict) | set(self.ep.constants))
         return _rename_outputs(graph)
 
     # inputs and outputs ----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from .fold_constants import fold_constants, fold_dequantized_weights
 from .fuse import fuse
 from .fuse_qdq import fuse_qdq
 from .pipeline import DEFAULT_PIPELINE, optimize
+from .share_constants import share_constants
 from .simplify import simplify
 
-__all__ = ["DEFAULT_PIPELINE", "conv_transpose", "crop_taps", "dce", "fold_batchnorm", "fold_constants", "fold_dequantized_weights", "fuse", "fuse_qdq", "optimize", "simplify"]
+__all__ = ["DEFAULT_PIPELINE", "conv_transpose", "crop_taps", "dce", "fold_batchnorm", "fold_constants", "fold_dequantized_weights", "fuse", "fuse_qdq", "optimize", "share_constants", "simplify"]

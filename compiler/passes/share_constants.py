@@ -9,6 +9,8 @@ dtype are compared, their first bytes before all of them, so unlike weights cost
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 
 from ..ir.graph import Graph
@@ -17,10 +19,12 @@ from .rewrite import rebuild
 PROBE = 64  # bytes compared first: different weights almost always differ there
 
 
-def share_constants(graph: Graph) -> Graph:
+def share_constants(graph: Graph, keep: Collection[str] = ()) -> Graph:
+    """``keep``: names that stay, each its own constant (a frontend's parameters, which training and
+    delta bundles find by name); a constant of another name may still become one of them."""
     kept: dict[tuple, list[tuple[str, np.ndarray]]] = {}
     alias: dict[str, str] = {}
-    outputs = set(graph.outputs)
+    outputs = set(graph.outputs) | set(keep)
     for name, value in graph.constants.items():
         raw = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
         same_kind = kept.setdefault((value.dtype.str, value.shape), [])

@@ -58,6 +58,15 @@ def test_an_exported_lstm_holds_each_weight_once():
     assert np.allclose(got[graph.outputs[0]], want, atol=1e-5)
 
 
+def test_named_parameters_stay_and_a_repeated_copy_becomes_one_of_them(rng):
+    ones = np.ones(4, np.float32)
+    g = graph({"x": f32(N, 4)}, {"bn.weight": ones, "bn.running_var": ones.copy(), "folded_1": ones.copy()}, [
+        Node.make("Mul", ["x", "bn.weight"], ["a"]), Node.make("Add", ["a", "bn.running_var"], ["b"]),
+        Node.make("Sub", ["b", "folded_1"], ["y"])], ["y"])
+    out = share_constants(g, keep={"bn.weight", "bn.running_var"})
+    assert set(out.constants) == {"bn.weight", "bn.running_var"} and out.nodes[-1].inputs[1] == "bn.weight"
+
+
 def test_it_runs_right_after_folding():
     names = [p.__name__ for p in DEFAULT_PIPELINE]
     assert names.index("share_constants") == names.index("fold_constants") + 1
