@@ -51,12 +51,10 @@ def fewest_float(limit: int, agreement: Callable[[int], float],
 
     if meets(0):
         return 0, tuple(steps)
+    if limit < 1:
+        return None, tuple(steps)
     miss, hit = 0, 1
-    while True:
-        if hit > limit:
-            return None, tuple(steps)
-        if meets(hit):
-            break
+    while not meets(hit):
         if hit == limit:
             return None, tuple(steps)
         miss, hit = hit, min(2 * hit, limit)

@@ -24,11 +24,11 @@ def share_constants(graph: Graph, keep: Collection[str] = ()) -> Graph:
     delta bundles find by name); a constant of another name may still become one of them."""
     kept: dict[tuple, list[tuple[str, np.ndarray]]] = {}
     alias: dict[str, str] = {}
-    outputs = set(graph.outputs) | set(keep)
+    fixed = set(graph.outputs) | set(keep)  # never replaced by a twin
     for name, value in graph.constants.items():
         raw = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
         same_kind = kept.setdefault((value.dtype.str, value.shape), [])
-        twin = None if name in outputs else next(
+        twin = None if name in fixed else next(
             (k for k, b in same_kind if np.array_equal(b[:PROBE], raw[:PROBE]) and np.array_equal(b, raw)), None)
         if twin is None:
             same_kind.append((name, raw))
