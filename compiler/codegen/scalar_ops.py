@@ -65,6 +65,15 @@ def _safe_udiv(b, x, y):
     return b.select(by_zero, zero, b.udiv(x, b.select(by_zero, ir.Constant(y.type, 1), y)))
 
 
+def _float_to_int(b: ir.IRBuilder, x: ir.Value, dst: DType, dt: ir.IntType) -> ir.Value:
+    """Truncate toward zero, then wrap to ``dst`` as NumPy's C casts do (-2.7 -> uint8 254, 300.7 ->
+    44): a direct ``fptoui``/``fptosi`` to a narrower type is poison out of range, and CPUs then
+    disagree (AVX-512 gave 0 where AVX2 and NumPy give 254)."""
+    if dt.width >= 64 or (dt.width == 32 and dst in h.SIGNED):
+        return b.fptosi(x, dt) if dst in h.SIGNED else b.fptoui(x, dt)
+    return b.trunc(b.fptosi(x, h.I64 if dt.width == 32 else h.I32), dt)
+
+
 def _int_pow(b, x, y, signed: bool):
     """x**|y| wrapping as the reference's NumPy power does; a negative y truncates 1/x**|y| toward
     zero: 0 unless |x| is 1. A call of one shared routine per type (:func:`_int_pow_fn`)."""
@@ -307,7 +316,7 @@ def cast_value(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, saturate: b
     if src.is_float and dst.is_float:
         return float_convert(b, x, dt)
     if src.is_float:
-        return b.fptosi(x, dt) if dst in h.SIGNED else b.fptoui(x, dt)
+        return _float_to_int(b, x, dst, dt)
     if dst.is_float:
         return b.sitofp(x, dt) if src in h.SIGNED else b.uitofp(x, dt)
     if st.width == dt.width:
