@@ -68,7 +68,7 @@ def _safe_udiv(b, x, y):
 def _float_to_int(b: ir.IRBuilder, x: ir.Value, dst: DType, dt: ir.IntType) -> ir.Value:
     """Truncate toward zero, then wrap to ``dst`` as NumPy's C casts do (-2.7 -> uint8 254, 300.7 ->
     44): a direct ``fptoui``/``fptosi`` to a narrower type is poison out of range, and CPUs then
-    disagree (AVX-512 gave 0 where AVX2 and NumPy give 254)."""
+    disagree (Emerald Rapids code gave 0 where Zen 4's and NumPy give 254)."""
     if dt.width >= 64 or (dt.width == 32 and dst in h.SIGNED):
         return b.fptosi(x, dt) if dst in h.SIGNED else b.fptoui(x, dt)
     return b.trunc(b.fptosi(x, h.I64 if dt.width == 32 else h.I32), dt)

@@ -162,7 +162,7 @@ def test_cast(src, dst):
 @pytest.mark.parametrize("dst", [np.uint8, np.int8, np.uint16, np.int16, np.uint32])
 def test_float_to_narrow_int_casts_wrap_like_numpy_on_every_profile(profile, dst):
     """Out of the target's range a float truncates and wraps (-2.7 -> uint8 254, 300.7 -> 44), the same on
-    every CPU: a direct conversion there is undefined in LLVM, and AVX-512 code gave 0 for 254."""
+    every CPU: a direct conversion there is undefined in LLVM, and Emerald Rapids code gave 0 for 254."""
     target = executable(profile)
     x = np.array([[-2.7, -2.4, 2.4, 300.7, -300.2, -0.5, 70000.9, -70000.2]] * 5, F32)
     gb = GraphBuilder("t_cast_wrap")
