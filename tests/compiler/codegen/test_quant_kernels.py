@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cuvil.compiler import DType, TensorType, run_reference
-from cuvil.compiler.codegen.cpu.int_dot import choose_dot
+from cuvil.compiler.codegen.cpu.int_dot import AMX_MIN_ROWS, choose_dot
 from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
 from cuvil.compiler.codegen.cpu.kernels.quant_rows import WIDENED
 from cuvil.compiler.codegen.lower import lower
@@ -241,7 +241,7 @@ def test_qmatmul_is_exact(kind, a_dtype, k, n, bias, float_out):
     target = _target(kind)
     rng = np.random.default_rng(k)
     gb = GraphBuilder("qmm")
-    a = gb.input("a", TensorType(a_dtype, (2, 3, k)))
+    a = gb.input("a", TensorType(a_dtype, (2, 11, k)))  # 22 rows: on AMX one full tile and 6 rows more
     inputs = [a, gb.constant(rng.integers(-127, 128, (k, n)).astype(np.int8), "b")]
     if bias:
         inputs.append(gb.constant(rng.integers(-900, 900, (n,)).astype(np.int32), "c"))
@@ -250,7 +250,7 @@ def test_qmatmul_is_exact(kind, a_dtype, k, n, bias, float_out):
     y = gb.add1("QMatMul", inputs, a_scale=0.04, a_zero_point=7, b_scale=np.linspace(0.01, 0.02, n), **out)
     graph = gb.build([y])
     sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
-    x = _random_x(a_dtype, (2, 3, k), 1)
+    x = _random_x(a_dtype, (2, 11, k), 1)
     got, want = sess.run({"a": x})[y], run_reference(graph, {"a": x})[y]
     assert got.dtype == want.dtype == (np.float32 if float_out else np.int8)
     assert np.array_equal(got, want)
@@ -295,7 +295,8 @@ def test_generated_code_uses_the_isa_dot_product(profile, bounded, want):
 
 def test_amx_code_is_generated():
     """x86-amx: convs (signed weights x unsigned activations) and matmuls (the reverse) on tiles, with
-    row and K remainders (37 output channels, K = 180 bytes; 6 rows, K = 132 bytes)."""
+    row and K remainders (37 output channels, K = 180 bytes; 21 rows, K = 132 bytes); a matmul of fewer
+    rows than a tile holds (batch 1) keeps to vpdpbusd."""
     from cuvil.compiler.codegen.cpu.amx import tile_config
 
     target = resolve_target("x86-amx")
@@ -304,12 +305,13 @@ def test_amx_code_is_generated():
     asm = jit.emit_assembly(lower(_qconv_graph(DType.U8, w, None, 1, 1, [1, 1, 1, 1], (1, 20, 7, 9)), target,
                                   optimize=False).llvm_ir, target)
     assert "tdpbsud" in asm and "ldtilecfg" in asm and "tilerelease" in asm
-    gb = GraphBuilder("qmm")
-    a = gb.input("a", TensorType(DType.U8, (6, 130)))
-    y = gb.add1("QMatMul", [a, gb.constant(np.ones((130, 40), np.int8), "b")], a_scale=0.04, a_zero_point=7,
-                b_scale=[0.01], y_scale=0.2, y_zero_point=-5, to=DType.I8)
-    asm = jit.emit_assembly(lower(gb.build([y]), target, optimize=False).llvm_ir, target)
-    assert "tdpbusd" in asm
+    for rows, tiles in ((21, True), (AMX_MIN_ROWS - 1, False), (1, False)):
+        gb = GraphBuilder("qmm")
+        a = gb.input("a", TensorType(DType.U8, (rows, 130)))
+        y = gb.add1("QMatMul", [a, gb.constant(np.ones((130, 40), np.int8), "b")], a_scale=0.04, a_zero_point=7,
+                    b_scale=[0.01], y_scale=0.2, y_zero_point=-5, to=DType.I8)
+        asm = jit.emit_assembly(lower(gb.build([y]), target, optimize=False).llvm_ir, target)
+        assert ("tdpbusd" in asm) == tiles and (tiles or "vpdpbusd" in asm), rows
     cfg = tile_config(row_rem=5, k_rem=3)  # palette 1; tiles 0-2 full, 3: 16 x 12 B, 4: 3 x 64 B, 5-6: 5 x 64 B, 7: 5 x 12 B
     colsb = np.frombuffer(cfg[16:48], "<u2")
     assert cfg[0] == 1 and list(colsb[:8]) == [64, 64, 64, 12, 64, 64, 64, 12] and not colsb[8:].any()

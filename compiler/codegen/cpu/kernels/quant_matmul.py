@@ -13,7 +13,7 @@ from llvmlite import ir
 from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
-from ..int_dot import Dot, choose_dot, pairs_bounded
+from ..int_dot import AMX_MIN_ROWS, Dot, choose_dot, pairs_bounded
 from ..int_gemm import GemmGeometry, emit_int_gemm
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
@@ -25,7 +25,8 @@ def _pack_qmatmul(key: KernelKey, i: int, arr: np.ndarray, target: Target):
     if len(key.in_types) == 3 and key.packed[2] != "const":
         return None  # a bias computed at run time takes the direct loops, which read plain weights
     if i == 1:
-        dot = choose_dot(target, pairs_bounded(arr.T))
+        rows = math.prod(key.in_types[0].shape[:-1])
+        dot = choose_dot(target, pairs_bounded(arr.T), tiles=rows >= AMX_MIN_ROWS)
         per = dot.per_unit
         k4, cols_pad = -(-k // per), -(-n // dot.vl) * dot.vl
         quads = np.zeros((per * k4, cols_pad), dot.unit_dtype)

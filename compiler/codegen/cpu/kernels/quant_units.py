@@ -82,7 +82,7 @@ def dot_of(key: KernelKey, target: Target, prefix: str = QUADS) -> Dot | None:
     if not layout or not layout.startswith(prefix):
         return None
     kind = layout[len(prefix):]
-    dot = choose_dot(target, kind == "avx2-ubsw")
+    dot = choose_dot(target, kind == "avx2-ubsw", tiles=kind == "amx")
     return dot if dot.kind == kind else None
 
 
