@@ -39,6 +39,7 @@ class Tuning:
     winograd_block_bytes: int = 4 << 20  # V + M of a block of tile rows (64x112x112 blocked: 1.25x)
     winograd_row_split_channels: int = 64  # a Winograd conv of at most this many output channels splits over threads by tile rows, not channels
     winograd_prefetch_bytes: int = 2048  # how far ahead the point GEMMs prefetch U (best of 1-8 KiB)
+    direct_band_bytes: int = 256 * KIB  # a direct conv's zero-bordered phase copy is made this much at a time, band of output rows by band, and read by the tiles while it is still in L2 (ASPP's 32->64 3x3 stride-2 conv at 128x128, 2.1 MB copied whole: see conv/direct.py); 0: whole
     rows_widths: tuple[int, ...] = (256, 512)  # vector widths where the 'rows' conv was measured to win
     rows_kernels: tuple[int, ...] = (3,)  # square kernel sizes it applies to
     rows_min_channels: int = 16  # C and OC (ResNet-18's 64..512-channel 3x3 layers, then down to 16 on planes Winograd does not take, Zen 4, us rows / next best: x86-avx2 48->192 at 6x6 60 / 73, 24->96 at 6x6 15.8 / 19.2, 32->128 at 4x4 12.4 / 13.7, 16->16 at 6x6 2.1 / 2.6, but 16->24 at 7x7 5.7 / 4.8; x86-avx512 48->192 at 6x6 52 / 73, 64->16 at 7x7 7.0 / 14.7)

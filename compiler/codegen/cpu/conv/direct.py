@@ -64,7 +64,7 @@ def emit_direct(fn: ir.Function, p: ConvPlan, target: Target, *, bias: bool, res
         g = b.urem(ng, i64(group)) if N > 1 else ng
         xg = gep(b, X, b.mul(ng, i64(p.Cg * HW)))
         src = xg
-        if p.copy:
+        if p.copy and p.band == p.OH:
             _fill_copy(b, p, xg, scratch, p.Cg)
             src = scratch
         if im2col is not None:
@@ -80,12 +80,31 @@ def emit_direct(fn: ir.Function, p: ConvPlan, target: Target, *, bias: bool, res
         yg = gep(b, Y, b.mul(ng, i64(p.OCg * P)))
         bias_g = gep(b, bias_p, b.mul(g, i64(p.OCg))) if bias else None
         res_g = gep(b, res_p, b.mul(ng, i64(p.OCg * P))) if residual else None
+        a_of_row = lambda b, row0: gep(b, wg, b.mul(row0, i64(p.K)))  # noqa: E731
         if p.pack_b:
             _packed_1x1(b, p, xg, wg, yg, bias_g, res_g, gep(b, scratch, p.im2col_offset + p.im2col_floats), epi)
+        elif p.band < p.OH:
+            _banded(b, p, xg, scratch, kp, a_of_row, yg, bias_g, res_g, epi)
         else:
-            _grid(b, p, p.OCg, p.mr, im2col if im2col is not None else src, kp,
-                  lambda b, row0: gep(b, wg, b.mul(row0, i64(p.K))), yg, bias_g, res_g, epi)
+            _grid(b, p, p.OCg, p.mr, im2col if im2col is not None else src, kp, a_of_row, yg, bias_g, res_g, epi)
     b.ret_void()
+
+
+def _banded(b, p: ConvPlan, x, scratch, kp, a_of_row, y, bias_p, res_p, epi) -> None:
+    """A direct conv whose copy outgrows ``Tuning.direct_band_bytes``, band of output rows by band: the
+    planes of a band's input rows (its halo copied again with the next band) are copied and at once read
+    by its tiles, from L2. ASPP's 32->64 3x3 stride-2 conv at 128x128 copied its 2.1 MB whole, from
+    and to L3, in ~160 of its ~1010 us, and its tiles read them back from L3 too."""
+    full, tail = divmod(p.OH, p.band)
+
+    def band(oh0: ir.Value, rows: int) -> None:
+        _fill_copy(b, p, x, scratch, p.Cg, oh0, rows + p.halo)
+        _grid(b, p, p.OCg, p.mr, scratch, kp, a_of_row, y, bias_p, res_p, epi, band=(oh0, rows))
+
+    with for_range(b, full, name="band") as i:
+        band(b.mul(i, i64(p.band)), p.band)
+    if tail:
+        band(i64(full * p.band), tail)
 
 
 def _transposed(b, p: ConvPlan, X, Wp, bias_p, res_p, Y, epi) -> None:
@@ -209,8 +228,9 @@ def _tap(p: ConvPlan, t: int) -> int:
     return p.tap_offset(t // p.KW, t % p.KW)
 
 
-def _grid(b, p: ConvPlan, rows, mr, src, kp, a_of_row, y, bias_ptr, res_ptr, epi) -> None:
-    """The tile loops over output rows (channels) x pixel slots, and one micro-kernel per tile."""
+def _grid(b, p: ConvPlan, rows, mr, src, kp, a_of_row, y, bias_ptr, res_ptr, epi, band=None) -> None:
+    """The tile loops over output rows (channels) x pixel slots, and one micro-kernel per tile;
+    ``band``: (first output row, rows) of a band whose planes in ``src`` start at its first row."""
     vl, P = p.vl, p.OH * p.OW
     if p.method == "im2col":
         def slot_fn(b, s, is_partial):
@@ -228,11 +248,11 @@ def _grid(b, p: ConvPlan, rows, mr, src, kp, a_of_row, y, bias_ptr, res_ptr, epi
                 vc = b.mul(b.sub(s, b.mul(oh, i64(p.vpr))), i64(vl))
                 mask = None if tail is None else b.select(
                     b.icmp_unsigned("==", vc, i64((p.vpr - 1) * vl)), tail, lane_mask(vl, vl))
-            b_off, c_off = b.mul(oh, i64(p.Wq)), b.mul(oh, i64(p.OW))
+            b_off, c_off = b.mul(oh if band is None else b.sub(oh, band[0]), i64(p.Wq)), b.mul(oh, i64(p.OW))
             if vc is not None:
                 b_off, c_off = b.add(b_off, vc), b.add(c_off, vc)
             return gep(b, src, b_off), c_off, mask
-        n_slots, partial = p.slots, False
+        n_slots, partial = (p.slots if band is None else band[1] * p.vpr), False
 
     def tile_fn(b, row0, mr_eff, slots):
         out = Out(gep(b, y, b.mul(row0, i64(P))), P, [s[1] for s in slots], [s[2] for s in slots], **epi)
@@ -242,7 +262,8 @@ def _grid(b, p: ConvPlan, rows, mr, src, kp, a_of_row, y, bias_ptr, res_ptr, epi
             out.residual = gep(b, res_ptr, b.mul(row0, i64(P)))
         emit_tile(b, vl, mr_eff, a_of_row(b, row0), 1, [s[0] for s in slots], kp, out)
 
-    tile_grid(b, rows, mr, n_slots, partial, p.nv, slot_fn, tile_fn, rows_outer=p.rows_outer and rows > 1)
+    tile_grid(b, rows, mr, n_slots, partial, p.nv, slot_fn, tile_fn, rows_outer=p.rows_outer and rows > 1,
+              s_base=None if band is None else b.mul(band[0], i64(p.vpr)))
 
 
 
@@ -253,24 +274,43 @@ def _valid(lo_pad: int, phase: int, s: int, size: int, n: int) -> tuple[int, int
     return first, max(first, last)
 
 
-def _fill_copy(b: ir.IRBuilder, p: ConvPlan, x: ir.Value, dst: ir.Value, chans: int) -> None:
-    """Copy ``chans`` input channels into the zero-bordered, stride-phase-split planes."""
+def _fill_copy(b: ir.IRBuilder, p: ConvPlan, x: ir.Value, dst: ir.Value, chans: int,
+               row0: ir.Value | None = None, rows: int = 0) -> None:
+    """Copy ``chans`` input channels into the zero-bordered, stride-phase-split planes: the whole
+    planes (their borders zero since the kernel's start), or ``rows`` plane rows from ``row0`` on (a
+    band: border rows among them are zeroed here, as an earlier band may have filled them)."""
     with for_range(b, chans, name="cc") as c:
         xc = gep(b, x, b.mul(c, i64(p.H * p.W)))
         dc = gep(b, dst, b.mul(c, i64(p.chan_stride)))
         for k, (ph, pw) in enumerate(p.phases):
-            i0, i1 = _valid(p.pt, ph, p.sh, p.H, p.Hq)
+            i0, i1 = _valid(p.pt, ph, p.sh, p.H, p.OH + p.halo if row0 is not None else p.Hq)
             j0, j1 = _valid(p.pl, pw, p.sw, p.W, p.Wq)
-            if i1 <= i0 or j1 <= j0:
+            if j1 <= j0:
                 continue
-            with for_range(b, i1, start=i0, name="ci") as i:
-                ih = b.add(b.mul(i, i64(p.sh)), i64(ph - p.pt))
+            first, last, shift = i64(i0), i64(i1), None
+            if row0 is not None:  # this band's plane rows [lo, hi) have input rows; the rest are zero
+                first, last = _clamp(b, b.sub(i64(i0), row0), rows), _clamp(b, b.sub(i64(i1), row0), rows)
+                last = b.select(b.icmp_signed("<", last, first), first, last)
+                shift = row0
+                for z0, z1 in ((i64(0), first), (last, i64(rows))):
+                    with for_range(b, z1, start=z0, name="cz") as i:
+                        memset0(b, gep(b, dc, b.add(b.mul(i, i64(p.Wq)), i64(k * p.plane))), 4 * p.Wq)
+            elif i1 <= i0:
+                continue
+            with for_range(b, last, start=first, name="ci") as i:
+                ih = b.add(b.mul(i if shift is None else b.add(i, shift), i64(p.sh)), i64(ph - p.pt))
                 srow = gep(b, xc, b.add(b.mul(ih, i64(p.W)), i64(j0 * p.sw + pw - p.pl)))
                 drow = gep(b, dc, b.add(b.mul(i, i64(p.Wq)), i64(k * p.plane + j0)))
                 if p.sw == 1:
                     memcpy(b, drow, srow, 4 * (j1 - j0))
                 else:
                     _strided_copy(b, drow, srow, j1 - j0, p.sw, p.W - (j0 * p.sw + pw - p.pl), p.vl)
+
+
+def _clamp(b: ir.IRBuilder, v: ir.Value, hi: int) -> ir.Value:
+    """min(max(v, 0), hi)"""
+    v = b.select(b.icmp_signed("<", v, i64(0)), i64(0), v)
+    return b.select(b.icmp_signed(">", v, i64(hi)), i64(hi), v)
 
 
 def _strided_copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, n: int, s: int, src_len: int, vl: int = 0) -> None:

@@ -77,8 +77,28 @@ class ConvPlan:
         return self.Cg * self.T
 
     @property
-    def Hq(self) -> int:  # rows of one phase plane
-        return math.ceil((self.H + self.pt + self.pb) / self.sh) if self.copy else self.H
+    def Hq(self) -> int:  # rows of one phase plane (of one band's, where the copy is made band by band)
+        if not self.copy:
+            return self.H
+        return self.band + self.halo if self.band < self.OH else math.ceil((self.H + self.pt + self.pb) / self.sh)
+
+    @property
+    def halo(self) -> int:
+        """Plane rows past its last output row that a band's taps read."""
+        return (self.KH - 1) * self.dh // self.sh
+
+    @property
+    def band(self) -> int:
+        """Output rows per band of a direct conv's copy (:mod:`.direct`): at most as many as keep one band's
+        plane rows, halo included, within ``Tuning.direct_band_bytes``, in bands as even as they go; OH
+        (one copy of the whole input) where the whole copy fits, and for every other method."""
+        budget = self.tuning.direct_band_bytes
+        row = 4 * self.Cg * len(self.phases) * self.Wq  # one plane row of every channel and phase
+        if not (self.copy and self.method == "direct" and budget) or \
+                row * math.ceil((self.H + self.pt + self.pb) / self.sh) <= budget:
+            return self.OH
+        rows = max(1, budget // row - self.halo)
+        return self.OH if rows >= self.OH else math.ceil(self.OH / math.ceil(self.OH / rows))
 
     @property
     def Wq(self) -> int:

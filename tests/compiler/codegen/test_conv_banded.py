@@ -1,0 +1,82 @@
+"""Direct convs whose zero-bordered copy is made band of output rows by band (``conv/direct.py``).
+
+A small ``Tuning.direct_band_bytes`` bands these small cases, so they run in milliseconds: bands with
+a remainder, halos of 1-3 rows, border rows zeroed by the band that needs them (the scratch starts as
+NaN), batch and groups, stride with dilation, a residual over the output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from cuvil.compiler.codegen.cpu.conv.choices import with_choices
+from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
+from cuvil.compiler.target import ConvChoice
+from cuvil.devices.detect import resolve_target
+
+from ...hosts import executable
+from .kernel_jit import passes_in_child
+from .test_conv import _emit_all, _geom, _run
+
+P1 = (1, 1, 1, 1)
+BUDGET = 4096
+# (N, C, H, W, OC, KH, KW, strides, pads, dilations, group, bias, residual, activation)
+CASES = [
+    (1, 4, 30, 29, 12, 3, 3, (2, 2), P1, (1, 1), 1, True, True, "Relu"),  # 5 bands of 3
+    (1, 3, 23, 40, 8, 3, 3, (1, 1), P1, (1, 1), 1, True, False, "none"),  # stride 1: 3 bands of 6 and one of 5
+    (1, 2, 29, 16, 6, 7, 7, (2, 2), (3, 3, 3, 3), (1, 1), 1, True, True, "none"),  # halo 3: 8 rows and 7
+    (1, 2, 61, 33, 6, 3, 3, (2, 2), (2, 2, 2, 2), (2, 2), 1, True, False, "none"),  # stride 2, dilation 2
+    (2, 4, 19, 37, 8, 3, 3, (2, 2), (1, 0, 1, 1), (1, 1), 2, False, True, "Relu"),  # batch, groups, asymmetric pads
+]
+
+
+def _banded(profile: str):
+    """The profile's target with the small band budget, each case forced to the direct method."""
+    t = executable(profile)
+    t = dataclasses.replace(t, tuning=t.tuning.replace(direct_band_bytes=BUDGET))
+    return with_choices(t, {_geom(c): ConvChoice("direct", 4, 2, t.vector_floats) for c in CASES})
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+def test_every_case_is_banded(profile):
+    t = _banded(profile)
+    for c in CASES:
+        p = conv_plan(t, *_geom(c))
+        assert p.method == "direct" and p.copy and 1 < p.band < p.OH, c
+        assert 4 * p.Cg * len(p.phases) * p.Hq * p.Wq <= BUDGET < 4 * p.Cg * len(p.phases) * p.Wq * -(-(p.H + 4) // p.sh)
+    assert any(conv_plan(t, *_geom(c)).OH % conv_plan(t, *_geom(c)).band for c in CASES)  # a remainder band
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+def test_banded_convs_match_numpy(profile, rng):
+    t = _banded(profile)
+    fns = _emit_all(t, CASES)
+    for i, case in enumerate(CASES):
+        for inplace in (False, True):  # the residual over the output: each output row is written once
+            Y, ref = _run(fns[f"c{i}"], t, case, rng, inplace=inplace)
+            np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5, err_msg=str(case))
+
+
+def test_banded_convs_read_nothing_past_x(rng):
+    t = _banded("x86-avx2")
+    fns = _emit_all(t, CASES)
+    for i, case in enumerate(CASES):
+        def check(i=i, case=case):
+            Y, ref = _run(fns[f"c{i}"], t, case, rng, x_guard=True)
+            return np.allclose(Y, ref, rtol=1e-4, atol=1e-5)
+
+        assert passes_in_child(check), f"case {case}"
+
+
+def test_a_big_stride_2_copy_is_banded_within_its_budget():
+    """ASPP's 32->64 3x3 stride-2 conv at 128x128: a 2.1 MB copy whole, bands of ~230 KB by default."""
+    t = resolve_target("x86-avx512")
+    geom = (1, 32, 128, 128, 64, 3, 3, (2, 2), P1, (1, 1), 1)
+    banded = conv_plan(t, *geom)
+    whole = conv_plan(dataclasses.replace(t, tuning=t.tuning.replace(direct_band_bytes=0)), *geom)
+    assert (banded.method, whole.method) == ("direct", "direct") and whole.band == whole.OH == 64
+    assert banded.band < 64 and 4 * banded.copy_floats <= t.tuning.direct_band_bytes + 4096
+    assert whole.scratch_bytes > 2_000_000 > 8 * banded.scratch_bytes
