@@ -5,7 +5,8 @@ columns at a time, and since shapes are static they decide at compile time where
 columns whose windows lie inside the input are a loop of plain vector loads, the few border
 columns are scalar code that leaves out-of-range taps out, and output rows are grouped into runs
 sharing one set of in-range tap rows, so interior rows have no bounds test at all. Rows too narrow
-for the loop are vectors with loads masked at the row's ends (masked lanes read as padding).
+for the loop are vectors with loads masked at the row's ends (masked lanes read as padding); on
+512-bit targets rows of up to ``Tuning.half_width_pool_max_ow`` outputs take 8-lane vectors.
 Stride s loads s vectors per tap and keeps every s-th lane; taps of one phase share the loads.
 A window much taller than its row stride (3x3, 5x5 at stride 1) is pooled separably, rows into
 scratch then columns, about 2K operations per output instead of K*K and code linear in K.
@@ -353,7 +354,10 @@ def _vector_pool(ctx: KernelContext, kind: str) -> None:
     rows, cols = _axes(ctx.key)
     b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
     n, c = ctx.shape(0)[:2]
-    common = {"kind": kind, "vl": ctx.target.vector_floats, "include_pad": bool(ctx.attrs.get("count_include_pad", 0)),
+    vl = ctx.target.vector_floats
+    if vl == 16 and cols.out <= ctx.target.tuning.half_width_pool_max_ow:
+        vl = 8  # rows too narrow to half fill a zmm would be scalar code; they half fill a ymm (AVX-512VL)
+    common = {"kind": kind, "vl": vl, "include_pad": bool(ctx.attrs.get("count_include_pad", 0)),
               "scalar_tails": not ctx.target.tuning.masked_stores}
     if not _separable(ctx.key):
         with h.for_range(b, n * c, name="nc") as nc:
