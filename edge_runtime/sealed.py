@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import mmap
 import os
 import struct
@@ -61,32 +62,80 @@ class Unsealed:
     tail: np.ndarray  # uint8, read-only, page-aligned (a view of a mapping of the file)
 
 
-class TailCheck:
-    """The check of a sealed file's tail: a big tail's starts on a thread of its own when the file is
-    opened, so the caller prepares what does not need the tail meanwhile (a warm start loads the
-    code); any other runs in :meth:`result`, on the caller's thread, once that work is done (a
-    57 MB check streamed through the caches first made a warm start's next Python work 1 ms slower).
-    :meth:`result` waits for it."""
+class Tagger:
+    """A tail's tag worked out in pieces (GMAC's chunks) that any thread may take, each piece's MAC
+    call releasing the GIL: a check that began on threads of their own is joined by the caller when it
+    asks for the result, rather than waited for (those threads need the GIL between pieces, and the
+    caller's Python work holds it)."""
 
-    def __init__(self, check: Callable[[], np.ndarray], background: bool):
-        self._check, self._tail, self._error, self._done = check, None, None, False
-        self._thread = threading.Thread(target=self._run, daemon=True) if background else None
-        if self._thread:
-            self._thread.start()
+    def __init__(self, pieces: int, piece: Callable[[int], bytes], combine: Callable[[list[bytes]], bytes]):
+        self._piece, self._combine = piece, combine
+        self._tags = [b""] * pieces
+        self._claims = itertools.count()  # next() is atomic: each piece is taken once
+        self._error: Exception | None = None
 
-    def _run(self) -> None:
+    def work(self) -> None:
+        """Tag the pieces no thread has taken, until none is left (a failed piece's tag stays empty)."""
         try:
-            self._tail = self._check()
-        except Exception as e:  # noqa: BLE001 - any failure is a refusal, raised by result()
-            self._error = e
-        self._done = True
+            for i in self._claims:
+                if i >= len(self._tags):
+                    return
+                self._tags[i] = self._piece(i)
+        except Exception as e:  # noqa: BLE001 - any failure is a refusal, raised by tag()
+            self._error = self._error or e
+
+    def tag(self) -> bytes:
+        """The tag, once every thread that worked on it has returned."""
+        if self._error is not None:
+            raise self._error
+        return self._combine(self._tags)
+
+
+def tag_on(tagger: Tagger, helpers: int) -> bytes:
+    """``tagger``'s tag, worked out by the calling thread and ``helpers`` threads beside it."""
+    threads = [threading.Thread(target=tagger.work, daemon=True) for _ in range(helpers)]
+    for t in threads:
+        t.start()
+    tagger.work()
+    for t in threads:
+        t.join()
+    return tagger.tag()
+
+
+class TailCheck:
+    """The check of a sealed file's tail. A big tail's starts on ``helpers`` threads when the file is
+    opened, so the caller prepares what does not need the tail meanwhile (a warm start loads the
+    code), and joins in when it asks for the :meth:`result`; any other starts in :meth:`result`, on the
+    caller's thread and the helpers, once that work is done (a 57 MB check streamed through the caches
+    first made a warm start's next Python work 1 ms slower). ``finish`` compares the tag and returns
+    the tail."""
+
+    def __init__(self, tagger: Tagger, finish: Callable[[], np.ndarray], helpers: int, early: bool):
+        self._tagger, self._finish, self._tail, self._error = tagger, finish, None, None
+        self.helpers, self.early = helpers, early
+        self._threads = [threading.Thread(target=tagger.work, daemon=True) for _ in range(helpers)]
+        self._started = self._done = False
+        if early:
+            self._start()
+
+    def _start(self) -> None:
+        for t in self._threads:
+            t.start()
+        self._started = True
 
     def result(self) -> np.ndarray:
         """The checked tail (uint8, read-only, page-aligned); SealError when it fails its check."""
-        if self._thread:
-            self._thread.join()
-        elif not self._done:
-            self._run()
+        if not self._done:
+            if not self._started:
+                self._start()
+            self._tagger.work()
+            for t in self._threads:
+                t.join()
+            try:
+                self._tail = self._finish()
+            except Exception as e:  # noqa: BLE001 - any failure is a refusal
+                self._error = e
+            self._done = True
         if self._tail is None:
             e = self._error
             raise e if isinstance(e, SealError) else SealError(f"the tail could not be checked: {type(e).__name__}")
@@ -107,16 +156,16 @@ def _page_up(n: int) -> int:
 
 
 BACKGROUND_CHECK_BYTES = 1 << 20
-"""A tail this long or longer is checked on a thread of its own while the caller goes on (a thread
-costs ~0.1 ms to start; a MiB of MAC, and the cipher's first set-up, more)."""
+"""A tail this long or longer is checked on helper threads from the moment its file is opened, while
+the caller goes on (a thread costs ~0.1 ms to start; a MiB of MAC, and the cipher's first set-up, more)."""
 GMAC_CHUNK = 4 << 20
 """GMAC tags the tail in chunks this long (part of the format): AESGCM releases the GIL, so the
 chunks of a warm start's weights are checked on several cores at once."""
 MAX_CHECK_THREADS = 4  # beyond that, memory bandwidth bounds the check, not the cores
 
 
-def _poly1305(key: bytes, data: memoryview, threads: int = 1) -> bytes:
-    return Poly1305.generate_tag(key, data)
+def _poly1305(key: bytes, data: memoryview) -> Tagger:
+    return Tagger(1, lambda i: Poly1305.generate_tag(key, data), lambda tags: tags[0])
 
 
 def tail_check_threads() -> int:
@@ -131,32 +180,22 @@ def tail_check_threads() -> int:
     return max(1, min(n, MAX_CHECK_THREADS, int(n - runnable_now() + 1)))
 
 
-def _gmac(key: bytes, data: memoryview, threads: int = 1) -> bytes:
+def _gmac(key: bytes, data: memoryview) -> Tagger:
     """GMAC (AES-256-GCM over no plaintext, the data as associated data) of each GMAC_CHUNK under the
-    one-time key, the chunk's number as its nonce, on ``threads`` threads (the calling one included);
-    one chunk's tag as it is, more chunks' hashed in order. A thread that fails leaves its chunks'
-    tags empty, so the tag cannot match."""
+    one-time key, the chunk's number as its nonce, chunk by chunk on whichever threads work on it; one
+    chunk's tag as it is, more chunks' hashed in order."""
     starts = range(0, max(len(data), 1), GMAC_CHUNK)
-    tags = [b""] * len(starts)
-    threads = max(1, min(len(starts), threads))
 
-    def tag_every(first: int) -> None:
-        aes = AESGCM(key)
-        for i in range(first, len(starts), threads):
-            tags[i] = aes.encrypt(i.to_bytes(12, "little"), b"", data[starts[i]:starts[i] + GMAC_CHUNK])
+    def piece(i: int) -> bytes:
+        return AESGCM(key).encrypt(i.to_bytes(12, "little"), b"", data[starts[i]:starts[i] + GMAC_CHUNK])
 
-    helpers = [threading.Thread(target=tag_every, args=(t,), daemon=True) for t in range(1, threads)]
-    for helper in helpers:
-        helper.start()
-    tag_every(0)
-    for helper in helpers:
-        helper.join()
-    return tags[0] if len(tags) == 1 else hashlib.sha256(b"".join(tags)).digest()[:16]
+    return Tagger(len(starts), piece,
+                  lambda tags: tags[0] if len(tags) == 1 else hashlib.sha256(b"".join(tags)).digest()[:16])
 
 
 TAIL_MACS = {1: _poly1305, 2: _gmac}
-"""A sealed file's tail MAC by the number its header records: (one-time 32-byte key, data, threads it may
-use) -> 16-byte tag."""
+"""A sealed file's tail MAC by the number its header records: (one-time 32-byte key, data) -> the
+:class:`Tagger` of its 16-byte tag."""
 POLY1305, GMAC = 1, 2
 CARRY_LESS_MULTIPLY = {"x86_64": ("aes", "pclmul"), "aarch64": ("aes",)}
 """Per architecture, the LLVM host features under which GMAC runs in hardware (Arm's ``aes`` includes PMULL)."""
@@ -189,9 +228,8 @@ class Sealer:
             h.update(part)
         return h.digest()
 
-    def _tail_tag(self, algorithm: int, name: str, nonce: bytes, tail: memoryview, threads: int) -> bytes:
-        return TAIL_MACS[algorithm](hmac.digest(self._tail_key, name.encode() + b"\0" + nonce, "sha256"), tail,
-                                    threads)
+    def _tagger(self, algorithm: int, name: str, nonce: bytes, tail: memoryview) -> Tagger:
+        return TAIL_MACS[algorithm](hmac.digest(self._tail_key, name.encode() + b"\0" + nonce, "sha256"), tail)
 
     def write(self, path: str | os.PathLike, name: str, meta: bytes, body: list[bytes], tail) -> None:
         """Write a sealed file and publish it at ``path`` with one atomic ``os.replace``; ``tail`` is any
@@ -206,7 +244,7 @@ class Sealer:
         nonce = os.urandom(16)
         if self._tail_mac is None:
             self._tail_mac = preferred_tail_mac()
-        tag = self._tail_tag(self._tail_mac, name, nonce, tail, tail_check_threads())
+        tag = tag_on(self._tagger(self._tail_mac, name, nonce, tail), tail_check_threads() - 1)
         rest = _FIXED.pack(MAGIC, bytes(32), nonce, len(meta), body_len, tail_off, len(tail), tag,
                            self._tail_mac)[_AFTER_MAC:]
         mac = self._mac(name, rest, [meta, *body])
@@ -260,17 +298,18 @@ class Sealer:
             os.close(fd)
 
         free = tail_check_threads() if tail_len else 1  # a tail-less memo asks nothing of /proc on a warm start
-        background = tail_len >= BACKGROUND_CHECK_BYTES and free > 1
-        threads = free - 1 if background else free  # a check beside the caller's work leaves it its core
+        early = tail_len >= BACKGROUND_CHECK_BYTES and free > 1  # beside the caller's work: it keeps its core
+        view = memoryview(region)
+        # nothing to check (the fingerprint's memo): no cipher set up on a warm start's path
+        tagger = self._tagger(algorithm, name, nonce, view[:tail_len]) if tail_len else Tagger(0, bytes, lambda t: b"")
 
-        def check() -> np.ndarray:
-            if not tail_len:  # nothing to check (the fingerprint's memo): no cipher set up on a warm start's path
+        def finish() -> np.ndarray:
+            if not tail_len:
                 return np.zeros(0, dtype=np.uint8)
-            view = memoryview(region)
             if view[tail_len:] != bytes(len(view) - tail_len):
                 raise SealError("the tail's pad is not zero")
-            if not hmac.compare_digest(tag, self._tail_tag(algorithm, name, nonce, view[:tail_len], threads)):
+            if not hmac.compare_digest(tag, tagger.tag()):
                 raise SealError("tail MAC mismatch")
             return np.frombuffer(region, dtype=np.uint8)[:tail_len]
 
-        return Opened(data[:meta_len], data[meta_len:], TailCheck(check, background))
+        return Opened(data[:meta_len], data[meta_len:], TailCheck(tagger, finish, free - 1, early))
