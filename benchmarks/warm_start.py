@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 CHILD = """
 import sys, time
 t0 = time.perf_counter()
+import cuvil  # first, as in a device's own process: numpy's BLAS keeps to one thread (cuvil/__init__.py)
 import numpy as np
 from cuvil.edge_runtime.compile import compile_graph, compile_model
 from cuvil.edge_runtime.loader import load

@@ -4,9 +4,17 @@ The public names load on first use (PEP 562): a device process that imports only
 ``cuvil.edge_runtime`` never loads the API, the quantizer or the frontends' helpers.
 """
 
-from .compiler.lazy import lazy_names
+import os as _os
 
-from .version import __version__
+# numpy's OpenBLAS starts a thread per core that spins for ~0.13 s after its import and after every
+# BLAS call it spreads, on the cores Cuvil's own workers and weights' check run on: a ResNet-18 warm
+# start on 2 CPUs 19.3 -> 12.7 ms median with one BLAS thread. Cuvil's numpy work is small. Set it
+# before numpy is imported to choose otherwise (docs/threads.md).
+_os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from .compiler.lazy import lazy_names  # noqa: E402
+
+from .version import __version__  # noqa: E402
 
 _FROM = {
     "Graph": ".compiler", "BundleError": ".compiler.errors", "CuvilError": ".compiler.errors",
