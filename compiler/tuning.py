@@ -37,6 +37,7 @@ class Tuning:
     winograd_f4: int = 4  # large-tile m; F(4x4) errs up to ~2e-5 x max|output| per layer, 2 keeps F(2x2)
     winograd_f4_min_pixels: int = 196  # F(4x4) from 14x14 outputs up (0.57-0.61x F(2x2)'s time at 512 bits, 0.66-0.84x at 256, Zen 4; 12x12: 0.86-1.12x); at 8x8 (4 tiles) F(2x2) is 1.4x faster
     winograd_block_bytes: int = 4 << 20  # V + M of a block of tile rows (64x112x112 blocked: 1.25x)
+    split_min_reuse: int = 32  # a conv (one group) splits into output-channel parts only where each part does this many multiply-adds or more per input element (its channels x taps): every part reads the whole input, half of it from the other core's cache after a split layer (Xeon, MobileNetV2's 1x1 convs to 24 channels at 24x24, parts of 16 and 8: 2.1-2.5x slower split than whole)
     winograd_row_split_channels: int = 64  # a Winograd conv of at most this many output channels splits over threads by tile rows, not channels
     winograd_prefetch_bytes: int = 2048  # how far ahead the point GEMMs prefetch U (best of 1-8 KiB)
     direct_band_bytes: int = 256 * KIB  # a direct conv's zero-bordered phase copy is made this much at a time, band of output rows by band, and read by the tiles while it is still in L2 (ASPP's 32->64 3x3 stride-2 conv at 128x128, 2.1 MB copied whole: see conv/direct.py); 0: whole

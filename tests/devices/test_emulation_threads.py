@@ -39,7 +39,7 @@ def test_emulated_outputs_are_the_same_bits_at_1_2_and_3_threads(name, profile, 
     examples = [{n: rng.standard_normal(tuple(x.shape)).astype(np.float32) for n, x in zip(graph.inputs, example)}
                 for _ in range(3)]
     base = resolve_target(profile)
-    base = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
+    base = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0))
     outs = {}
     for threads in (1, 2, 3):
         em = EmulatedModel(graph, dataclasses.replace(base, threads=threads), use_cache=False, workdir=tmp_path)
@@ -59,7 +59,7 @@ def test_emulated_int8_outputs_are_the_same_bits_at_1_and_2_threads(name, profil
     model = int8_model(name)
     examples = [{model.int8.inputs[0]: model.inputs(1, seed)} for seed in range(2)]
     base = resolve_target(profile)
-    base = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
+    base = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0))
     outs = {}
     for threads in (1, 2):
         em = EmulatedModel(model.int8, dataclasses.replace(base, threads=threads), use_cache=False, workdir=tmp_path)

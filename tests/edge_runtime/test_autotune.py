@@ -124,7 +124,8 @@ def test_the_tuner_collects_its_candidates_garbage_inside_a_lowering_that_does_n
 
 def test_at_two_threads_the_tuner_measures_each_split_against_the_whole_layer(cnn):
     _, lowered_graph, _ = cnn
-    split_all = HOST.tuning.replace(parallel_sync_ratio=0.0, autotune_budget_s=60.0, autotune_fraction=100.0)
+    split_all = HOST.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0, autotune_budget_s=60.0,
+                                    autotune_fraction=100.0)
     report = tune(lowered_graph, dataclasses.replace(HOST, threads=2, tuning=split_all))
     measured = [r for r in report.results if r.parts_seconds]
     assert measured  # the small CNN's convs have channels for two parts of whole vectors
@@ -168,7 +169,8 @@ def test_a_layer_split_by_tile_rows_takes_its_share_of_the_whole_layers_time(mon
     from cuvil.edge_runtime import autotune
 
     geom = (1, 64, 32, 32, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
-    target = dataclasses.replace(HOST, threads=2, tuning=HOST.tuning.replace(parallel_sync_ratio=0.0))
+    target = dataclasses.replace(HOST, threads=2,
+                                 tuning=HOST.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0))
     choice = choice_of(conv_plan(target, *geom))
     assert choice.method == "winograd"
     built, emit = [], autotune.emit_choice

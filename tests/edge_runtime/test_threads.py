@@ -29,7 +29,7 @@ from tests.zoo import ZOO  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 AVX2 = resolve_target("x86-avx2")
-SPLIT_ALL = dataclasses.replace(AVX2, tuning=AVX2.tuning.replace(parallel_sync_ratio=0.0))
+SPLIT_ALL = dataclasses.replace(AVX2, tuning=AVX2.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0))
 SMALLER = {"lstm_kws": {"frames": 8}, "gru_kws": {"frames": 8}, "squeezenet": {"size": 64}, "tiny_yolo": {"size": 64},
            "mobilenet_v1": {"size": 64}, "resnet50": {"size": 64}, "shufflenet_v2": {"size": 96}}
 TORCH_IMPORTABLE = [n for n in ARCHS if n not in UNSUPPORTED]
@@ -81,7 +81,7 @@ def test_int8_zoo_outputs_are_the_same_bits_at_1_2_and_3_threads(name, profile, 
     window rows and channels in lanes), fully connected layers by columns, each part the kernel its
     own shape gets."""
     base = executable(profile)
-    target = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
+    target = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0))
     model = int8_model(name)
     splits = _same_bits_at_1_2_3(model.int8, [model.inputs(1, seed=7)], tmp_path, target)
     assert splits > 0  # the MLP: its fully connected layers
@@ -312,7 +312,7 @@ def test_convs_ending_in_a_partial_vector_of_channels_split_with_the_same_bits(p
     from cuvil.compiler.ir.types import TensorType
 
     base = executable(profile)
-    target = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
+    target = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0))
     rng = np.random.default_rng(9)
     b = GraphBuilder("partial")
     y = b.input("x", TensorType.parse("f32[1,16,24,24]"))
@@ -333,7 +333,7 @@ def test_winograd_convs_split_by_tile_rows_with_the_same_bits(profile, tmp_path)
     from cuvil.compiler.ir.types import TensorType
 
     base = executable(profile)
-    target = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
+    target = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0))
     rng = np.random.default_rng(5)
     b = GraphBuilder("rows")
     x = b.input("x", TensorType.parse("f32[1,16,28,28]"))

@@ -15,7 +15,7 @@ from cuvil.edge_runtime.compile import compile_graph
 from cuvil.edge_runtime.worker_watch import MARGIN, WorkerWatch
 
 AVX2 = resolve_target("x86-avx2")  # runs on every build host
-SPLIT_ALL = dataclasses.replace(AVX2, threads=2, tuning=AVX2.tuning.replace(parallel_sync_ratio=0.0))
+SPLIT_ALL = dataclasses.replace(AVX2, threads=2, tuning=AVX2.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0))
 
 
 class _Runs:

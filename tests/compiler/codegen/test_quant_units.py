@@ -70,7 +70,7 @@ def test_grouped_convs_keep_their_scales_in_the_code_and_stay_exact():
 @pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512-vnni"])
 def test_the_equal_parts_of_a_split_conv_share_one_function(profile):
     base = executable(profile)
-    split = dataclasses.replace(base, threads=2, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
+    split = dataclasses.replace(base, threads=2, tuning=base.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0))
     graph = _chain(PER_CHANNEL[:1])  # 16 output channels: two parts of 8
     assert lower(graph, split, optimize=False).split_nodes == 1
     assert _qconv_functions(graph, split) == 1

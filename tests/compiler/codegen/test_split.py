@@ -109,6 +109,22 @@ def test_a_layer_kept_whole_says_why():
     assert why(32, 40, 16, sync_us=2000.0) == "2.95M multiply-adds: under two parts of 2.00M"
 
 
+def test_a_conv_whose_parts_would_do_little_per_input_element_stays_whole():
+    """Every output-channel part reads the whole input, half of it from the other core's cache after a split
+    producer: MobileNetV2's 1x1 convs to 24 channels at 24x24 ran 2.1-2.5x slower in parts of 16 and 8."""
+    from cuvil.compiler.codegen.cpu.kernels.split import decide_split
+
+    def geom(oc, k):
+        return (1, 144, 24, 24, oc, k, k, (1, 1), (k // 2,) * 4, (1, 1), 1)
+
+    t = _target(2)
+    assert decide_split(t, geom(24, 1)) == (None, "parts of under 32 multiply-adds per input element they read")
+    assert decide_split(t, geom(64, 1))[0] is not None  # parts of 32 channels
+    assert decide_split(t, geom(24, 3))[0] is not None  # parts of 16 and 8 channels, 9 taps each
+    loose = dataclasses.replace(t, tuning=t.tuning.replace(split_min_reuse=0))
+    assert sorted(hi - lo for lo, hi in (r.rows for r in decide_split(loose, geom(24, 1))[0])) == [8, 16]
+
+
 def _qkey(c: int, oc: int, hw: int, group: int = 1, per_channel: bool = True) -> KernelKey:
     w_scale = tuple(0.01 * (i + 1) for i in range(oc)) if per_channel else (0.5,)
     attrs = (("dilations", (1, 1)), ("group", group), ("pads", (1, 1, 1, 1)), ("strides", (1, 1)),

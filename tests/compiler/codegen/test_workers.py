@@ -69,7 +69,8 @@ def test_workers_are_nudged_one_layer_before_a_job(threads):
     """The caller wakes sleeping workers before the layer that precedes a job, so the job finds them
     spinning; the layer after the job needs no nudge, and one thread has no pool to nudge."""
     avx2 = resolve_target("x86-avx2")
-    target = dataclasses.replace(avx2, threads=threads, tuning=avx2.tuning.replace(parallel_sync_ratio=0.0))
+    target = dataclasses.replace(avx2, threads=threads,
+                                 tuning=avx2.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0))
     low = lower(_conv_after_relu(), target, optimize=False)
     entry = low.llvm_ir.split(f'define void @"{low.entry}"(')[1].split("\n}")[0]
     calls = [line.split("@")[1].split("(")[0].strip('"') for line in entry.splitlines() if "call " in line]

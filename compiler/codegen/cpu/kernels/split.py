@@ -89,12 +89,19 @@ def decide_split(target: Target, geom: tuple, parts: int | None = None,
             found = _row_split(target, plan, geom, k)
             if found is not None:
                 return found, ""
+    reuse, thin = target.tuning.split_min_reuse, False
     for k in range(min(target.threads, units, parts), 1, -1):  # the most parts that sum in the whole layer's order
-        found = _split(target, plan, geom, unit, _channel_ranges(oc, units, k, unit))
+        ranges = _channel_ranges(oc, units, k, unit)
+        if group == 1 and min(hi - lo for lo, hi in ranges) * kh * kw < reuse:
+            thin = True  # each part reads the whole input, much of it from other cores' caches, for little work
+            continue
+        found = _split(target, plan, geom, unit, ranges)
         if found is not None:
             return found, ""
     if units < 2:
         return None, f"one {unit}-channel unit of output"
+    if thin:
+        return None, f"parts of under {reuse} multiply-adds per input element they read"
     if measured is not None:
         return None, "the tuner measured it faster whole"
     if parts < 2:
