@@ -33,6 +33,7 @@ from cuvil.compiler.passes.pipeline import optimize  # noqa: E402
 from cuvil.edge_runtime.compile import resolve  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
+from tests.archs import ARCHS, UNSUPPORTED  # noqa: E402
 from tests.zoo import ZOO  # noqa: E402
 
 
@@ -62,14 +63,15 @@ def how_split(graph, target) -> dict[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="resnet18", choices=sorted(ZOO))
+    ap.add_argument("--model", default="resnet18", choices=sorted(ZOO) + sorted(set(ARCHS) - set(UNSUPPORTED)),
+                    help="a zoo model or a torch-importable one of tests/archs.py")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--sync-us", type=float, help="the handoff the cost model assumes, in microseconds")
     args = ap.parse_args()
     torch.manual_seed(0)
-    module, example = ZOO[args.model]()
+    module, example = ZOO[args.model]() if args.model in ZOO else ARCHS[args.model]()[:2]
     graph = import_torch(module.eval(), example)
     feeds = {n: t.numpy() for n, t in zip(graph.inputs, example)}
     host = resolve("host")

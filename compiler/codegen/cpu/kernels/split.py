@@ -309,7 +309,11 @@ def _split(target: Target, plan, geom, unit: int, rows: list[tuple[int, int]]) -
         sub_c = c if group == 1 else sub_group * cg
         sub_geom = (n, sub_c, hh, ww, m, kh, kw, strides, pads, dilations, sub_group)
         sub_target = with_choices(target, {sub_geom: choice})
-        if _arithmetic(conv_plan(sub_target, *sub_geom)) != _arithmetic(plan):
+        sub_plan = conv_plan(sub_target, *sub_geom)
+        if plan.pack_b and not sub_plan.pack_b:  # too few row blocks to pack alone: pack as the whole layer does
+            sub_target = dataclasses.replace(sub_target, tuning=sub_target.tuning.replace(pack_min_row_blocks=0))
+            sub_plan = conv_plan(sub_target, *sub_geom)
+        if _arithmetic(sub_plan) != _arithmetic(plan):
             return None
         found.append(Range((lo, hi), sub_geom, sub_target))
     return found
