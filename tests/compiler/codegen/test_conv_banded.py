@@ -80,3 +80,34 @@ def test_a_big_stride_2_copy_is_banded_within_its_budget():
     assert (banded.method, whole.method) == ("direct", "direct") and whole.band == whole.OH == 64
     assert banded.band < 64 and 4 * banded.copy_floats <= t.tuning.direct_band_bytes + 4096
     assert whole.scratch_bytes > 2_000_000 > 8 * banded.scratch_bytes
+
+
+def test_parts_of_bands_together_write_what_the_whole_conv_writes(rng):
+    """A layer split by rows runs the same kernel over its share of the bands (``blocks``): the parts'
+    outputs, in any order, are the whole kernel's bit for bit (the residual is read, never rewritten)."""
+    from llvmlite import ir
+
+    from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
+
+    from .kernel_jit import jit
+
+    t = _banded("x86-avx2")
+    case = CASES[1]  # 23 output rows in bands of 6: three bands and a short one
+    p = conv_plan(t, *_geom(case))
+    bands = -(-p.OH // p.band)
+    assert bands == 4 and p.OH % p.band
+    m = ir.Module(name="bands")
+    m.triple = t.triple
+    for name, blocks in (("whole", None), ("lo", (0, 1)), ("hi", (1, bands))):
+        emit_conv2d(m, name, t, *_geom(case), bias=case[11], residual=case[12], activation=case[13], blocks=blocks)
+    fns = jit(m, t, ["whole", "lo", "hi"])
+    whole, ref = _run(fns["whole"], t, case, np.random.default_rng(7))
+    lo, _ = _run(fns["lo"], t, case, np.random.default_rng(7))  # the same draws: the same X, weights, bias
+    hi, _ = _run(fns["hi"], t, case, np.random.default_rng(7))
+    rows = p.band  # the first part wrote rows [0, 6); the rest of its Y is the NaN it started with
+    assert np.isnan(lo[:, :, rows:]).all() and np.isnan(hi[:, :, :rows]).all()
+    parts = np.concatenate([lo[:, :, :rows], hi[:, :, rows:]], axis=2)
+    assert parts.tobytes() == whole.tobytes()
+    np.testing.assert_allclose(whole, ref, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="bands"):
+        emit_conv2d(ir.Module(), "bad", t, *_geom(case), blocks=(2, bands + 1))

@@ -34,11 +34,14 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
                 KH: int, KW: int, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group: int = 1, *,
                 bias: bool = False, residual: bool = False, activation: str = "none",
                 act_alpha: float = 0.0, act_beta: float = 0.0, blocks: tuple[int, int] | None = None) -> ir.Function:
-    """Define ``name`` in ``module`` (signature in the module docstring) and return it. ``blocks``: a
-    Winograd conv's blocks of tile rows this kernel runs (a part of a layer split by rows), default all."""
+    """Define ``name`` in ``module`` (signature in the module docstring) and return it. ``blocks``: the
+    blocks of output rows this kernel runs (a part of a layer split by rows), default all: a Winograd
+    conv's blocks of tile rows, a banded direct conv's bands."""
     p = conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group)
-    if blocks is not None and (p.method != "winograd" or p.dh > 1):
-        raise ValueError(f"emit_conv2d: blocks of tile rows are a Winograd conv's, not a {p.method} conv's")
+    by_rows = (p.method == "winograd" and p.dh == 1) or (p.method == "direct" and p.band < p.OH)
+    if blocks is not None and not by_rows:
+        raise ValueError(f"emit_conv2d: blocks of output rows are a Winograd or banded direct conv's, not this "
+                         f"{p.method} conv's")
     fn = define_kernel(module, name, target)
     epilogue = dict(bias=bias, residual=residual, activation=activation, act_alpha=act_alpha, act_beta=act_beta)
     if p.method == "winograd" and p.dh > 1:
@@ -52,6 +55,6 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
     elif p.method == "rows":
         emit_conv_rows(fn, p, **epilogue)
     else:
-        emit_direct(fn, p, target, **epilogue)
+        emit_direct(fn, p, target, blocks=blocks, **epilogue)
     set_fn_attrs(fn, strings={PREVECTORIZED: "true"})
     return fn

@@ -107,8 +107,9 @@ def _conv_nd(ctx: KernelContext) -> None:
 
 
 PACKED = "conv"
-BLOCKS = "winograd_blocks"
-"""A part's attribute, not the model's: the blocks of tile rows a Winograd conv split by rows runs (``split.py``)."""
+BLOCKS = "row_blocks"
+"""A part's attribute, not the model's: the blocks of output rows a conv split by rows runs (``split.py``): a
+Winograd conv's blocks of tile rows, a banded direct conv's bands."""
 
 
 def geometry(key: KernelKey) -> dict | None:

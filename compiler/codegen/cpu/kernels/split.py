@@ -46,10 +46,10 @@ from .split_rows import ROWWISE, axis_one_part, elementwise_parts, gemm_row_part
 class Range:
     """One part of a split conv, from its geometry alone (the tuner times these)."""
 
-    rows: tuple[int, int]  # output channels (all of them for a part of tile rows)
+    rows: tuple[int, int]  # output channels (all of them for a part of output rows)
     geometry: tuple  # the part's conv_plan arguments
     target: Target  # the whole layer's choice fixed for the part's geometry
-    blocks: tuple[int, int] | None = None  # a Winograd conv split by rows: the blocks of tile rows it runs
+    blocks: tuple[int, int] | None = None  # a conv split by rows: its blocks of tile rows (Winograd) or bands (direct)
 
 
 def split_ranges(target: Target, geom: tuple, parts: int | None = None,
@@ -89,6 +89,10 @@ def decide_split(target: Target, geom: tuple, parts: int | None = None,
             found = _row_split(target, plan, geom, k)
             if found is not None:
                 return found, ""
+    if plan.method == "direct" and plan.band < plan.OH and group == 1:
+        k = min(target.threads, -(-plan.OH // plan.band), parts)
+        if k > 1:
+            return _band_split(target, plan, geom, k), ""
     reuse, thin = target.tuning.split_min_reuse, False
     for k in range(min(target.threads, units, parts), 1, -1):  # the most parts that sum in the whole layer's order
         ranges = _channel_ranges(oc, units, k, unit)
@@ -137,6 +141,15 @@ def _row_split(target: Target, plan, geom: tuple, parts: int) -> list[Range] | N
     return [Range((0, plan.OC), geom, sub, (lo, hi)) for lo, hi in even_ranges(nblk, parts, 1)]
 
 
+def _band_split(target: Target, plan, geom: tuple, parts: int) -> list[Range]:
+    """``parts`` ranges of a banded direct conv's bands (:mod:`..conv.direct`). Each part copies and reads only
+    its own bands' input rows and computes every output channel of them, where parts of output channels would
+    each copy the whole input (ASPP's 32->64 stride-2 conv at 128x128 on the Xeon: two channel parts ran 1.23x
+    the whole layer's time one after the other). Every output is computed by the same code in any band."""
+    sub = with_choices(target, {geom: choice_of(plan)})
+    return [Range((0, plan.OC), geom, sub, (lo, hi)) for lo, hi in even_ranges(-(-plan.OH // plan.band), parts, 1)]
+
+
 def conv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
     """The parts of a conv (``key`` as packers see it), or None when it stays on one thread.
     ``rows``: exactly these output-channel ranges (see ``split_ranges``)."""
@@ -156,7 +169,8 @@ def conv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
 
 
 def _row_part(key: KernelKey, r: Range) -> Part:
-    """A part of tile rows (``_row_split``): the whole layer's operands and output, its blocks in its key."""
+    """A part of output rows (``_row_split``, ``_band_split``): the whole layer's operands and output, its blocks
+    in its key."""
     sub = dataclasses.replace(key, attrs=key.attrs + ((BLOCKS, r.blocks),))
     none = (None,) * len(key.in_types)
     return Part(sub, r.target, (0,) * len(key.in_types), 0, r.blocks, none, axis=2)
