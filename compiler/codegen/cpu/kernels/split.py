@@ -7,6 +7,9 @@ method and tile the whole layer got (cost model or tuner), so each output elemen
 the same instructions in the same order as at one thread: the answer does not depend on the
 thread count. Ranges are whole vectors of channels, the last taking the whole layer's partial vector
 where it has one, so no part adds a tail the whole layer lacks.
+A Winograd conv of few output channels and a direct conv whose input is copied band by band split
+into ranges of output rows instead (blocks of tile rows, bands), each part every channel of its rows,
+so no part repeats another's input transform or copy.
 How many parts is the cost model's choice unless the on-device tuner measured the layer
 (``Target.conv_parts``: the split's slowest part plus ``Tuning.parallel_sync_us`` against the whole).
 The model gives a part only to work worth ``parallel_sync_ratio`` handoffs (``min_part_macs``), so a
