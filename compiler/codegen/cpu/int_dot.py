@@ -126,14 +126,9 @@ def is_x86(target: Target) -> bool:
     return target.triple.startswith("x86_64")
 
 
-AMX_MIN_ROWS = 16
-"""A GEMM with fewer rows keeps to vpdpbusd where AMX is: a tile holds 16 rows, and at batch 1 (one row)
-the wide MLP's 1024x2048 layers ran 1.8x slower on tiles (Xeon Emerald Rapids, 2026-12-05)."""
-
-
 def choose_dot(target: Target, bounded_pairs: bool, tiles: bool = True) -> Dot:
     """The fastest exact variant ``target`` can run; ``bounded_pairs``: the weights allow vpmaddubsw;
-    ``tiles``: AMX may serve (a GEMM of at least ``AMX_MIN_ROWS`` rows)."""
+    ``tiles``: AMX may serve (a GEMM of at least ``Tuning.amx_min_rows`` rows)."""
     bits = target.vector_bits or 128
     if is_x86(target):
         if tiles and target.has("amx-int8") and target.has("avx512vnni") and bits == 512:

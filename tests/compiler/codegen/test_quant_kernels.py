@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cuvil.compiler import DType, TensorType, run_reference
-from cuvil.compiler.codegen.cpu.int_dot import AMX_MIN_ROWS, choose_dot
+from cuvil.compiler.codegen.cpu.int_dot import choose_dot
 from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
 from cuvil.compiler.codegen.cpu.kernels.quant_rows import WIDENED
 from cuvil.compiler.codegen.lower import lower
@@ -305,7 +305,7 @@ def test_amx_code_is_generated():
     asm = jit.emit_assembly(lower(_qconv_graph(DType.U8, w, None, 1, 1, [1, 1, 1, 1], (1, 20, 7, 9)), target,
                                   optimize=False).llvm_ir, target)
     assert "tdpbsud" in asm and "ldtilecfg" in asm and "tilerelease" in asm
-    for rows, tiles in ((21, True), (AMX_MIN_ROWS - 1, False), (1, False)):
+    for rows, tiles in ((21, True), (target.tuning.amx_min_rows - 1, False), (1, False)):
         gb = GraphBuilder("qmm")
         a = gb.input("a", TensorType(DType.U8, (rows, 130)))
         y = gb.add1("QMatMul", [a, gb.constant(np.ones((130, 40), np.int8), "b")], a_scale=0.04, a_zero_point=7,

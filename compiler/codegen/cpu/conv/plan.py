@@ -80,7 +80,12 @@ class ConvPlan:
     def Hq(self) -> int:  # rows of one phase plane (of one band's, where the copy is made band by band)
         if not self.copy:
             return self.H
-        return self.band + self.halo if self.band < self.OH else math.ceil((self.H + self.pt + self.pb) / self.sh)
+        return self.band + self.halo if self.band < self.OH else self.whole_rows
+
+    @property
+    def whole_rows(self) -> int:
+        """Rows of one phase plane of the whole padded input."""
+        return math.ceil((self.H + self.pt + self.pb) / self.sh)
 
     @property
     def halo(self) -> int:
@@ -95,7 +100,7 @@ class ConvPlan:
         budget = self.tuning.direct_band_bytes
         row = 4 * self.Cg * len(self.phases) * self.Wq  # one plane row of every channel and phase
         if not (self.copy and self.method == "direct" and budget) or \
-                row * math.ceil((self.H + self.pt + self.pb) / self.sh) <= budget:
+                row * self.whole_rows <= budget:
             return self.OH
         rows = max(1, budget // row - self.halo)
         return self.OH if rows >= self.OH else math.ceil(self.OH / math.ceil(self.OH / rows))

@@ -13,7 +13,7 @@ from llvmlite import ir
 from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
-from ..int_dot import AMX_MIN_ROWS, Dot, choose_dot, pairs_bounded
+from ..int_dot import Dot, choose_dot, pairs_bounded
 from ..int_gemm import GemmGeometry, emit_int_gemm
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey, kernel
@@ -26,7 +26,7 @@ def _pack_qmatmul(key: KernelKey, i: int, arr: np.ndarray, target: Target):
         return None  # a bias computed at run time takes the direct loops, which read plain weights
     if i == 1:
         rows = math.prod(key.in_types[0].shape[:-1])
-        dot = choose_dot(target, pairs_bounded(arr.T), tiles=rows >= AMX_MIN_ROWS)
+        dot = choose_dot(target, pairs_bounded(arr.T), tiles=rows >= target.tuning.amx_min_rows)
         per = dot.per_unit
         k4, cols_pad = -(-k // per), -(-n // dot.vl) * dot.vl
         quads = np.zeros((per * k4, cols_pad), dot.unit_dtype)
