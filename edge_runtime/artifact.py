@@ -73,14 +73,15 @@ def _meta(lw: LoweredModel) -> dict:
         "split_nodes": lw.split_nodes, "split_settled": lw.split_settled, "split_reason": lw.split_reason,
         "plan": {"batch": p.batch, "offsets": dict(p.offsets), "sizes": dict(p.sizes), "arena_bytes": p.arena_bytes,
                  "lower_bound": p.lower_bound, "naive_bytes": p.naive_bytes, "alignment": p.alignment,
-                 "aliases": dict(p.aliases)},
+                 "aliases": dict(p.aliases), "joined": {k: list(v) for k, v in p.joined.items()}},
     }
 
 
 def _lowered(meta: dict, target: Target) -> LoweredModel:
     p = meta["plan"]
     plan = MemoryPlan(int(p["batch"]), p["offsets"], p["sizes"], int(p["arena_bytes"]), int(p["lower_bound"]),
-                      int(p["naive_bytes"]), int(p["alignment"]), p["aliases"])
+                      int(p["naive_bytes"]), int(p["alignment"]), p["aliases"],
+                      {str(k): (str(v[0]), int(v[1])) for k, v in p.get("joined", {}).items()})
     return LoweredModel(
         llvm_ir="", entry=str(meta["entry"]), weights=b"", plan=plan, arena_bytes=int(meta["arena_bytes"]),
         inputs=tuple(map(_spec, meta["inputs"])), outputs=tuple(map(_spec, meta["outputs"])),

@@ -98,7 +98,10 @@ def hand_over_constants(p: Prepared) -> tuple[Prepared, dict[str, np.ndarray]]:
 
 def placement(p: Prepared, node: Node) -> tuple[int | None, ...] | None:
     """Per input: the output whose bytes the plan gave it (read through that output), else None.
-    None for a view the planner placed on its input's bytes: it needs no code."""
+    None for a view the planner placed on its input's bytes, or a Concat whose operands it placed
+    inside the output (``MemoryPlan.joined``): neither needs code."""
+    if len(node.outputs) == 1 and node.outputs[0] in p.plan.joined_outputs:
+        return None
     outs = [p.span(o) for o in node.outputs]
     alias: list[int | None] = []
     for i, name in enumerate(node.inputs):

@@ -4,8 +4,10 @@ It trusts nothing the planner computed. From the graph alone it derives every ar
 and its lifetime, then checks that each value has an aligned offset inside the arena and that any
 two values live at the same step occupy disjoint bytes, except an in-place handover: an output
 written over an operand of the node that produces it, at the same offset, where that operand dies
-at this node, is not a graph input, and the op may work in place. Only the op table's in-place rule
-(``OpDef.shares``) is shared with the planner; it is a fact about ops, not planning logic.
+at this node, is not a graph input, and the op may work in place; and an operand of a joined node (a
+Concat the plan declares in place) inside that node's output, where each of its operands must lie at
+its own offset, or the output (which no code writes) would be wrong. Only the op table's rules
+(``OpDef.shares``, ``OpDef.operand_offsets``) are shared with the planner: facts about ops, not planning logic.
 """
 
 from __future__ import annotations
@@ -51,6 +53,26 @@ def _handover(graph: Graph, plan: MemoryPlan, live, a: str, b: str) -> bool:
     return False
 
 
+def _check_joins(graph: Graph, plan: MemoryPlan) -> dict[str, set[str]]:
+    """Each joined output the plan declares, made by a node whose output is its operands end to end, with
+    every operand (an arena value) at its offset in it: output -> its operands."""
+    producer = {out: node for node in graph.nodes for out in node.outputs}
+    found: dict[str, set[str]] = {}
+    for out in sorted(plan.joined_outputs):
+        node = producer.get(out)
+        if node is None:
+            raise PlanError(f"{out!r} is declared joined, but no node makes it")
+        ins = [graph.types[i].bind(plan.batch) for i in node.inputs]
+        offsets = get_op(node.op).operand_offsets(node.attr, ins, graph.types[out].bind(plan.batch))
+        if offsets is None or node.outputs != (out,):
+            raise PlanError(f"{node.name!r} ({node.op}) cannot make {out!r} of its operands in place")
+        for name, off in zip(node.inputs, offsets):
+            if name in graph.constants or plan.offsets.get(name) != plan.offsets[out] + off:
+                raise PlanError(f"{name!r} is not at byte {off} of the joined {out!r}")
+        found[out] = set(node.inputs)
+    return found
+
+
 def check_plan(graph: Graph, plan: MemoryPlan) -> MemoryPlan:
     """Raise PlanError naming the first unsafe placement; return the plan for chaining."""
     live = _lifetimes(graph)
@@ -71,6 +93,7 @@ def check_plan(graph: Graph, plan: MemoryPlan) -> MemoryPlan:
     for name, owner in plan.aliases.items():
         if owner not in want or plan.offsets[name] != plan.offsets[owner]:
             raise PlanError(f"{name!r} is declared to reuse {owner!r} but is not placed on it")
+    joins = _check_joins(graph, plan)
     # Sweep by offset: only values whose byte ranges intersect are compared.
     order = sorted((v for v in want if want[v]), key=lambda v: plan.offsets[v])
     for i, a in enumerate(order):
@@ -79,7 +102,8 @@ def check_plan(graph: Graph, plan: MemoryPlan) -> MemoryPlan:
             if plan.offsets[b] >= a_end:
                 break
             (s1, e1), (s2, e2) = live[a], live[b]
-            if s1 <= e2 and s2 <= e1 and not _handover(graph, plan, live, a, b):
+            joined = a in joins.get(b, ()) or b in joins.get(a, ())
+            if s1 <= e2 and s2 <= e1 and not joined and not _handover(graph, plan, live, a, b):
                 raise PlanError(f"{a!r} (steps {s1}..{e1}, bytes {plan.offsets[a]}..{a_end}) and {b!r} (steps "
                                 f"{s2}..{e2}, bytes {plan.offsets[b]}..{plan.offsets[b] + want[b]}) overlap while both live")
     naive = sum(want.values())

@@ -8,7 +8,12 @@
    output's exact type and the op reads element i only to compute element i) and that input dies at
    this node and is not a graph input (the caller owns those bytes). Values sharing storage form one
    buffer.
-3. **Offsets.** Greedy by size (Pisarchyk & Lee, "Efficient Memory Management for Deep Neural Net
+3. **Joins.** A Concat whose output is its operands' bytes end to end (``OpDef.joins``: batch 1,
+   channels) copies nothing when each operand is computed straight into its place in the output:
+   the operand's storage becomes a slice of the output's, so the Concat needs no code. Only where
+   every operand is a value computed here that dies at the Concat, appears once, starts at an
+   aligned offset and has its in-place chain to itself (ASPP's four branches, a fire module's two).
+4. **Offsets.** Greedy by size (Pisarchyk & Lee, "Efficient Memory Management for Deep Neural Net
    Inference", 2020): buffers in non-increasing size order, each at the smallest gap between
    already-placed buffers whose lifetimes intersect its own, or after them; sizes rounded up to the
    alignment, so every offset is aligned.
@@ -72,6 +77,34 @@ def choose_aliases(graph: Graph, live: dict[str, Lifetime]) -> dict[str, str]:
     return root
 
 
+def choose_joins(graph: Graph, live: dict[str, Lifetime], aliases: dict[str, str], batch: int,
+                 alignment: int) -> dict[str, tuple[str, int]]:
+    """Storage root of a joined operand -> (the joining node's output, the operand's byte offset in it)."""
+    chains: dict[str, list[str]] = {}
+    for value, root in aliases.items():
+        chains.setdefault(root, []).append(value)
+    joined: dict[str, tuple[str, int]] = {}
+    for step, node in enumerate(graph.nodes, start=1):
+        op = get_op(node.op)
+        if op.joins is None or len(node.outputs) != 1 or len(node.inputs) < 2 or len(set(node.inputs)) < len(node.inputs):
+            continue
+        out = node.outputs[0]
+        ins = [graph.types[i].bind(batch) for i in node.inputs]
+        offsets = op.operand_offsets(node.attr, ins, graph.types[out].bind(batch))
+        if offsets is None or any(o % alignment for o in offsets):
+            continue
+        roots = [aliases.get(i, i) for i in node.inputs]
+
+        def joinable(name: str, root: str, size: int) -> bool:
+            return (name not in graph.constants and root not in graph.inputs and name in live
+                    and live[name].end == step and root != aliases.get(out, out) and root not in joined
+                    and all(graph.types[v].nbytes(batch) == size for v in [root, *chains.get(root, [])]))
+
+        if all(joinable(n, r, t.nbytes()) for n, r, t in zip(node.inputs, roots, ins)):
+            joined.update({r: (out, o) for r, o in zip(roots, offsets)})
+    return joined
+
+
 def place_greedy_by_size(sizes: dict[str, int], live: dict[str, Lifetime], alignment: int) -> tuple[dict[str, int], int]:
     """Offsets for buffers (name -> aligned size) with lifetimes; returns (offsets, arena bytes)."""
     order = sorted(sizes, key=lambda b: (-sizes[b], live[b].start, b))
@@ -117,23 +150,33 @@ def plan_memory(graph: Graph, batch: int = 1, alignment: int = 64) -> MemoryPlan
     live = lifetimes(graph)
     sizes = value_sizes(graph, batch, live)
     aliases = choose_aliases(graph, live)
+    joined = choose_joins(graph, live, aliases, batch, alignment)
+
+    def storage(name: str) -> tuple[str, int]:
+        """(the buffer holding ``name``, its byte offset there): through in-place chains and joins."""
+        root, at = aliases.get(name, name), 0
+        while root in joined:
+            owner, off = joined[root]
+            root, at = aliases.get(owner, owner), at + off
+        return root, at
+
+    where = {name: storage(name) for name in live}
     buffers: dict[str, Lifetime] = {}
+    raw: dict[str, int] = {}
     for name, t in live.items():
-        owner = aliases.get(name, name)
+        owner, at = where[name]
         old = buffers.get(owner, t)
         buffers[owner] = Lifetime(min(old.start, t.start), max(old.end, t.end))
-    raw: dict[str, int] = {}
-    for name, size in sizes.items():
-        owner = aliases.get(name, name)
-        raw[owner] = max(raw.get(owner, 0), size)
+        raw[owner] = max(raw.get(owner, 0), at + sizes[name])
     offsets, arena = place_greedy_by_size({b: _align(s, alignment) for b, s in raw.items()}, buffers, alignment)
     return MemoryPlan(
         batch=batch,
-        offsets={v: offsets[aliases.get(v, v)] for v in live},
+        offsets={v: offsets[owner] + at for v, (owner, at) in where.items()},
         sizes=sizes,
         arena_bytes=arena,
         lower_bound=peak_live_bytes(raw, buffers),
         naive_bytes=sum(sizes.values()),
         alignment=alignment,
         aliases=aliases,
+        joined=joined,
     )

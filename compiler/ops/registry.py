@@ -46,6 +46,8 @@ ShapeRule = Callable[[Sequence[TensorType], Attrs], Sequence[TensorType]]
 Reference = Callable[[Sequence[np.ndarray], Attrs], Sequence[np.ndarray]]
 InPlaceRule = Callable[[Attrs, int], bool]
 """May input ``i`` of a node with these attributes hand its bytes to the output (see OpDef.shares)?"""
+JoinRule = Callable[[Attrs, Sequence[TensorType], TensorType], bool]
+"""Is the output, of these static operand and result types, just its operands' bytes end to end (OpDef.joins)?"""
 FlopRule = Callable[[Attrs, Sequence[TensorType], Sequence[TensorType]], int]
 """Operations one node performs, from its attributes and static operand and result types."""
 
@@ -72,6 +74,9 @@ class OpDef:
       the output's shape, and from nothing else.
     * ``inplace``: for ops that are not elementwise, which inputs (under which attributes) may share
       the output's bytes; see :meth:`shares`.
+    * ``joins``: for which static types the output is its operands' bytes laid end to end (Concat
+      with only ones before its axis); see :meth:`operand_offsets`. The planner may then place each
+      operand at its offset in the output, so a backend emits nothing.
     * ``fusable``: may be a step of a ``FusedElementwise`` program (elementwise, its result of its
       operands' dtype, its element code in every backend's element table).
     * ``narrow_ok``: takes the storage-only dtypes (``DType.is_narrow``: bfloat16, float8, float4,
@@ -98,6 +103,7 @@ class OpDef:
     view: bool = False
     elementwise: bool = False
     inplace: InPlaceRule | None = None
+    joins: JoinRule | None = None
     fusable: bool = False
     float_only: bool = False
     narrow_ok: bool = False
@@ -131,6 +137,17 @@ class OpDef:
         """:meth:`shares` for the value ``name``, read at every input that names it: each must allow it (a
         fused conv whose residual is its own input may share the residual's bytes, not its input's)."""
         return all(self.shares(attrs, i) for i, other in enumerate(inputs) if other == name)
+
+    def operand_offsets(self, attrs: Attrs, ins: Sequence[TensorType], out: TensorType) -> tuple[int, ...] | None:
+        """Where each operand's bytes start in the output when the output is the operands end to end
+        (``joins``, for these static types), else None."""
+        if self.joins is None or any(t.bounded or not t.is_static for t in (*ins, out)) or not self.joins(attrs, ins, out):
+            return None
+        offsets, at = [], 0
+        for t in ins:
+            offsets.append(at)
+            at += t.nbytes()
+        return tuple(offsets) if at == out.nbytes() else None
 
     def normalize_attrs(self, given: Mapping[str, Any]) -> dict[str, AttrValue]:
         """Fill defaults and coerce to canonical Python types; reject unknown or missing attrs."""

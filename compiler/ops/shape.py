@@ -177,6 +177,11 @@ def _concat_infer(ts, a):
     return [TensorType(dtype, tuple(shape))]
 
 
+def _concat_joins(a, ins, out) -> bool:
+    """Only ones before the axis: each operand is one contiguous run of the output's bytes."""
+    return math.prod(out.shape[:norm_axis("Concat", a["axis"], out.rank)]) == 1
+
+
 def _split_parts(shape: Shape, a) -> tuple[int, list[int]]:
     axis = norm_axis("Split", a["axis"], len(shape))
     split = a["split"]
@@ -244,7 +249,7 @@ register(
     OpDef("Pad", _same(pad_shape), _pad_ref,
           attrs={"pads": AttrSpec(INTS), "mode": AttrSpec(STR, "constant"), "value": AttrSpec(FLOAT, 0.0)}, **MOVES),
     OpDef("Concat", _concat_infer, lambda xs, a: [np.concatenate(xs, axis=a["axis"])],
-          attrs={"axis": AttrSpec(INT)}, max_inputs=None, same_as_onnx=True, **MOVES),
+          attrs={"axis": AttrSpec(INT)}, max_inputs=None, same_as_onnx=True, joins=_concat_joins, **MOVES),
     OpDef("Split", _split_infer, _split_ref, attrs={"axis": AttrSpec(INT, 0), "split": AttrSpec(INTS)}, **MOVES),
     OpDef("Gather", _gather_infer, _gather_ref, attrs={"axis": AttrSpec(INT, 0)}, min_inputs=2, max_inputs=2,
           same_as_onnx=True, run_time_check=True, **MOVES),

@@ -26,6 +26,13 @@ CHAIN = """graph "chain" (x: f32[N,64]) -> (y) {
   y: f32[N,64] = Add @y (b, d)
 }
 """
+BRANCHES = """graph "branches" (x: f32[1,16,4,4]) -> (y) {
+  a: f32[1,16,4,4] = Relu @a (x)
+  b: f32[1,16,4,4] = Neg @b (x)
+  c: f32[1,32,4,4] = Concat @c (a, b) {axis=1}
+  y: f32[1,32,4,4] = Exp @y (c)
+}
+"""
 RELUS = """graph "relus" (x: f32[N,64]) -> (y) {
   a: f32[N,64] = Relu @a (x)
   b: f32[N,64] = Relu @b (a)
@@ -63,6 +70,28 @@ def test_placement_reads_in_place_handovers_off_the_plan():
         for i, j in enumerate(alias):
             same = prep.plan.offsets[node.inputs[i]] == prep.plan.offsets[node.outputs[0]]
             assert (j == 0) == same
+
+
+@pytest.mark.parametrize("lowering, target", [(lower, CPU), (lower_ptx, GPU)], ids=["cpu", "ptx"])
+def test_a_joined_concat_has_no_code(lowering, target):
+    g = parse_graph(BRANCHES)
+    prep = driver.prepare(g, target, 1, optimize=False, kernels={"Relu", "Neg", "Concat", "Exp"}, backend="test")
+    assert prep.plan.joined_outputs == {"c"}
+    assert [driver.placement(prep, n) is None for n in prep.graph.nodes] == [False, False, True, False]
+    low = lowering(g, target, optimize=False)
+    kernels = low.kernel_count if hasattr(low, "kernel_count") else len(low.kernels)
+    assert kernels == 3  # Relu, Neg, Exp
+
+
+def test_a_joined_concat_computes_its_operands_into_its_output():
+    from cuvil.compiler import run_reference
+    from cuvil.edge_runtime.compile import compile_graph
+
+    g = parse_graph(BRANCHES)
+    x = {"x": np.random.default_rng(0).standard_normal((1, 16, 4, 4)).astype(np.float32)}
+    sess = compile_graph(g, optimize=False, use_cache=False)
+    assert sess.lowered.plan.joined_outputs == {"c"}
+    np.testing.assert_allclose(sess.run(x)["y"], run_reference(g, x)["y"], rtol=1e-6)
 
 
 @pytest.mark.parametrize("lowering, target", [(lower, CPU), (lower_ptx, GPU)], ids=["cpu", "ptx"])

@@ -124,6 +124,84 @@ def test_batch_symbol_and_alignment(rng):
         plan_memory(g, alignment=48)
 
 
+# --- joins: a Concat's operands computed in place of its output ----------------------------------------
+def branches(*after: Node, batch=1, width=16, shared=False):
+    """x -> Relu a, Neg b -> Concat(a, b) c -> Exp y, then ``after`` (a, b: width x 4 x 4 floats)."""
+    x = f32(N if batch != 1 else 1, width, 4, 4)
+    nodes = [Node.make("Relu", ["x"], ["a"]), Node.make("Neg", ["x"], ["b"]),
+             Node.make("Concat", ["a", "a" if shared else "b"], ["c"], axis=1), Node.make("Exp", ["c"], ["y"]), *after]
+    return make({"x": x}, nodes, ["y"] + [n.outputs[0] for n in after])
+
+
+def test_concat_operands_are_computed_in_place_of_its_output(rng):
+    g = branches()
+    p = plan_memory(g)
+    assert p.joined == {"a": ("c", 0), "b": ("c", 1024)} and p.joined_outputs == {"c"}
+    assert p.offsets["a"] == p.offsets["c"] and p.offsets["b"] == p.offsets["c"] + 1024
+    assert p.arena_bytes == 1024 + 2048  # x beside c, which holds a and b, then y in place (apart: 5 KiB)
+    assert_plan_runs(g, p, rng)  # the Concat runs no code there
+
+
+@pytest.mark.parametrize("g, why", [
+    (branches(batch=2), "batch 2: the operands' rows interleave"),
+    (branches(Node.make("Neg", ["a"], ["z"])), "a is read after the Concat"),
+    (branches(shared=True), "one operand twice"),
+    (make({"x": f32(1, 16), "v": f32(1, 16)}, [Node.make("Relu", ["x"], ["a"]),
+                                                Node.make("Concat", ["a", "v"], ["y"], axis=1)], ["y"]), "a graph input"),
+    (make({"x": f32(1, 16)}, [Node.make("Relu", ["x"], ["a"]), Node.make("Concat", ["a", "w"], ["y"], axis=1)], ["y"],
+          {"w": np.ones((1, 16), np.float32)}), "a constant"),
+    (make({"x": f32(1, 5)}, [Node.make("Relu", ["x"], ["a"]), Node.make("Neg", ["x"], ["b"]),
+                             Node.make("Concat", ["a", "b"], ["y"], axis=1)], ["y"]), "b at byte 20: unaligned"),
+], ids=["batch", "read-after", "twice", "graph-input", "constant", "unaligned"])
+def test_concat_operands_stay_apart_where_they_cannot_be_joined(g, why, rng):
+    p = plan_memory(g, batch=2 if "batch" in why else 1)
+    assert p.joined == {}, why
+    assert_plan_runs(g, p, rng)
+
+
+def test_joins_nest_and_follow_in_place_chains(rng):
+    """c = Concat(a2, b) where a2 is Relu(a) in place; z = Concat(c, d): a (a2's storage) lies in c, c in z."""
+    g = make({"x": f32(1, 16, 4, 4)}, [
+        Node.make("Exp", ["x"], ["a"]), Node.make("Relu", ["a"], ["a2"]), Node.make("Neg", ["x"], ["b"]),
+        Node.make("Concat", ["a2", "b"], ["c"], axis=1), Node.make("Abs", ["x"], ["d"]),
+        Node.make("Concat", ["c", "d"], ["z"], axis=1), Node.make("Exp", ["z"], ["y"])], ["y"])
+    p = plan_memory(g)
+    assert p.aliases["a2"] == "a" and p.joined == {"a": ("c", 0), "b": ("c", 1024), "c": ("z", 0), "d": ("z", 2048)}
+    z = p.offsets["z"]
+    assert [p.offsets[v] - z for v in ("a", "a2", "b", "c", "d")] == [0, 0, 1024, 0, 2048]
+    assert_plan_runs(g, p, rng)
+
+
+def test_checker_rejects_a_join_off_its_place_or_one_the_op_cannot_make():
+    g = branches()
+    p = plan_memory(g)
+    swapped = corrupt(p, offsets={**p.offsets, "a": p.offsets["b"], "b": p.offsets["a"]})
+    with pytest.raises(PlanError, match="'a' is not at byte 0 of the joined 'c'"):
+        check_plan(g, swapped)
+    two = branches(batch=2)
+    q = plan_memory(two, batch=2)
+    c = q.offsets["c"]
+    declared = corrupt(q, offsets={**q.offsets, "a": c, "b": c + 2048}, joined={"a": ("c", 0), "b": ("c", 2048)})
+    with pytest.raises(PlanError, match="cannot make 'c' of its operands in place"):
+        check_plan(two, declared)
+    with pytest.raises(PlanError, match="no node makes it"):
+        check_plan(g, corrupt(p, joined={**p.joined, "x": ("nope", 0)}))
+
+
+def test_checker_rejects_a_join_whose_operand_outlives_the_output_it_lies_in():
+    """a is an output too, so it lives on while Relu(c) -> r, in place over c, rewrites its bytes."""
+    g = make({"x": f32(1, 16, 4, 4)}, [
+        Node.make("Relu", ["x"], ["a"]), Node.make("Neg", ["x"], ["b"]), Node.make("Concat", ["a", "b"], ["c"], axis=1),
+        Node.make("Relu", ["c"], ["r"])], ["r", "a"])
+    p = plan_memory(g)
+    assert p.joined == {} and p.aliases.get("r") == "c"
+    c, free = p.offsets["c"], p.arena_bytes
+    forced = corrupt(p, offsets={**p.offsets, "a": c, "b": c + 1024, "x": free}, arena_bytes=free + 1024,
+                     joined={"a": ("c", 0), "b": ("c", 1024)})
+    with pytest.raises(PlanError, match="'a' .* and 'r' .* overlap while both live"):
+        check_plan(g, forced)
+
+
 # --- the checker rejects what is wrong ---------------------------------------------------------------
 def corrupt(plan, **changes):
     return dataclasses.replace(plan, **changes)
