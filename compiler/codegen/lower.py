@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from llvmlite import ir
 
 from ..ir.graph import Graph
-from ..memory.scratch import check_worker_scratch
+from ..memory.scratch import check_scratch
 from ..target import Target
 from .cpu.kernels import KERNELS
 from .cpu.lowering import CpuLowering
@@ -55,14 +55,14 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
         low.run(name)
         if stream is not None:
             stream(low.module)
-        check_worker_scratch(low.worker_scratch, prep.plan.arena_bytes, _arena_end(low))
+        check_scratch(prep.graph, prep.plan, low.scratch.spans, _arena_end(low), low.reserved)
         g = prep.graph
         return LoweredModel(
             llvm_ir=module_text(low.module) if emit and stream is None else "", entry=name, weights=low.weights.array(), plan=prep.plan,
             arena_bytes=_arena_end(low), inputs=prep.io(g.inputs), outputs=prep.io(g.outputs),
             kernel_count=len(low.kernels), target=prep.target, batch=batch, node_count=len(g.nodes),
             profile_offset=low.profile_offset, profile_nodes=tuple(low.profiled), fault_offset=low.fault_offset,
-            worker_scratch=tuple(low.worker_scratch), split_nodes=low.split_nodes,
+            scratch_spans=tuple(low.scratch.spans), split_nodes=low.split_nodes,
         )
 
 
@@ -87,6 +87,4 @@ def cycle_collection(on: bool) -> Iterator[None]:
 def _arena_end(low: CpuLowering) -> int:
     if low.profile_offset is not None:
         return low.profile_offset + 8 * len(low.profiled)
-    if low.scratch_bytes or low.fault_offset is not None:
-        return low.scratch_offset + low.scratch_bytes
-    return low.plan.arena_bytes
+    return low.tensors_end

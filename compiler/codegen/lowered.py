@@ -64,7 +64,7 @@ class LoweredModel:
     entry: str
     weights: np.ndarray | bytes  # lower(): read-only uint8, 64-byte aligned; b"" where the block lives elsewhere
     plan: MemoryPlan
-    arena_bytes: int  # the plan's arena plus the kernels' shared scratch region
+    arena_bytes: int  # the plan's arena, with the kernels' scratch where it did not fit between values
     inputs: tuple[IOSpec, ...]
     outputs: tuple[IOSpec, ...]
     kernel_count: int
@@ -74,7 +74,7 @@ class LoweredModel:
     profile_offset: int | None = None  # arena offset of one u64 cycle counter per profiled node
     profile_nodes: tuple[str, ...] = ()
     fault_offset: int | None = None  # arena offset of the i32 a run-time check sets (OpDef.run_time_check)
-    worker_scratch: tuple[tuple[str, int, int, int], ...] = ()  # (node, part, first byte, end) of split layers
+    scratch_spans: tuple = ()  # memory.scratch.ScratchSpan of each kernel's (each part's) scratch: node, steps, bytes
     split_nodes: int = 0  # layers whose work is shared by the threads
     split_settled: bool = True  # False: the whole-model check kept it whole without free cores to time on
     split_reason: str = ""  # the whole-model check's verdict and figures (edge_runtime/split_check.py)

@@ -22,7 +22,8 @@ class PlanError(CuvilError):
     """A memory plan would let two live tensors share bytes, or put a tensor outside the arena."""
 
 
-def _lifetimes(graph: Graph) -> dict[str, tuple[int, int]]:
+def live_ranges(graph: Graph) -> dict[str, tuple[int, int]]:
+    """(first step, last step) of every arena value, from the graph alone (step i + 1 runs node i)."""
     final = len(graph.nodes) + 1
     start = {name: 0 for name in graph.inputs}
     last = dict(start)
@@ -75,7 +76,7 @@ def _check_joins(graph: Graph, plan: MemoryPlan) -> dict[str, set[str]]:
 
 def check_plan(graph: Graph, plan: MemoryPlan) -> MemoryPlan:
     """Raise PlanError naming the first unsafe placement; return the plan for chaining."""
-    live = _lifetimes(graph)
+    live = live_ranges(graph)
     want = {name: graph.types[name].nbytes(plan.batch) for name in live}
     if set(plan.offsets) != set(want) or set(plan.sizes) != set(want):
         missing, extra = sorted(set(want) - set(plan.offsets)), sorted(set(plan.offsets) - set(want))

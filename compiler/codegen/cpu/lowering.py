@@ -20,6 +20,7 @@ from llvmlite import ir
 
 from ...ir.graph import Node
 from ...ops import get_op
+from ...memory.scratch import ScratchPlacer
 from ...target import Target
 from .. import irhelpers as h
 from ..driver import Prepared, WeightBlock, placement
@@ -59,17 +60,19 @@ class CpuLowering:
         self.attrs = h.target_attrs(target)
         self.weights = WeightBlock()
         self.kernels: dict[KernelKey, ir.Function] = {}
-        self.scratch_offset = -(-plan.arena_bytes // h.ALIGN) * h.ALIGN
         self.fault_offset = prep.fault_offset
-        if self.fault_offset is not None:
-            self.scratch_offset = self.fault_offset + h.ALIGN
-        self.scratch_bytes = 0
-        self.worker_scratch: list[tuple[str, int, int, int]] = []
+        self.reserved = [] if self.fault_offset is None else [(self.fault_offset, self.fault_offset + h.ALIGN)]
+        self.scratch = ScratchPlacer(graph, plan, self.reserved)  # each kernel's scratch where no value lives then
         self.split_nodes = 0
         self.fused: set[str] = set()
         self.jobs: dict[str, list[Part]] = {}  # nodes that run as jobs of their own, with their parts (own_jobs)
         self.order: dict[str, int] = {}
         self.pool: Pool | None = None
+
+    @property
+    def tensors_end(self) -> int:
+        """The arena's end before the profile counters: the plan's values, the fault word, the scratch."""
+        return max([self.plan.arena_bytes, self.scratch.end] + [hi for _, hi in self.reserved])
 
     def new_function(self, name: str, args: list[ir.Type], internal: bool, aligns: tuple[int, ...] = ()) -> ir.Function:
         fn = ir.Function(self.module, ir.FunctionType(h.VOID, args), name=name)
@@ -123,7 +126,7 @@ class CpuLowering:
             for name in done.get(i, ()):  # packed by now (a fused node's in its producer's job, before it)
                 del self.consts[name]
         if self.profile:
-            base = self.scratch_offset + -(-self.scratch_bytes // h.ALIGN) * h.ALIGN
+            base = -(-self.tensors_end // h.ALIGN) * h.ALIGN
             self.profile_offset = base
             counters = h.byte_ptr(b, arena, base, h.I64)
             for slot, t0, t1 in self.pending:
@@ -210,8 +213,9 @@ class CpuLowering:
         outs = [h.byte_ptr(b, arena, lo, h.LLTYPE[t.dtype]) for (lo, _), t in zip(out_ranges, out_types)]
         extra = []
         if kd.scratch is not None:
-            self.scratch_bytes = max(self.scratch_bytes, kd.scratch(key, self.target))
-            extra.append(h.byte_ptr(b, arena, self.scratch_offset, h.I8))
+            step = self.order[node.name] + 1
+            at = self.scratch.place(node.name, step, step, -(-kd.scratch(key, self.target) // h.ALIGN) * h.ALIGN)
+            extra.append(h.byte_ptr(b, arena, at, h.I8))
         if get_op(node.op).run_time_check:
             extra.append(h.byte_ptr(b, arena, self.fault_offset, h.I32))
         if self.profile:
@@ -295,12 +299,11 @@ class CpuLowering:
         stride = max((-(-layer.kd.scratch(key, part.target) // h.ALIGN) * h.ALIGN
                       for layer, calls in zip(layers, ready) if layer.kd.scratch is not None
                       for key, _, part, _ in calls), default=0)  # one stride for all parts: the largest need
-        self.scratch_bytes = max(self.scratch_bytes, stride * count)
+        steps = [self.order[layer.node.name] + 1 for layer in layers]
+        base = self.scratch.place(layers[0].node.name, min(steps), max(steps), stride, count) if stride else 0
         for p, blk in enumerate(blocks):
             jb.position_at_end(blk)
-            lo = self.scratch_offset + p * stride
-            if stride:
-                self.worker_scratch.append((layers[0].node.name, p, lo, lo + stride))
+            lo = base + p * stride
             for layer, calls in zip(layers, ready):
                 key, args, part, at = calls[p]
                 out_at = layer.out_at + part.out_offset

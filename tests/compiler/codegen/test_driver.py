@@ -94,6 +94,32 @@ def test_a_joined_concat_computes_its_operands_into_its_output():
     np.testing.assert_allclose(sess.run(x)["y"], run_reference(g, x)["y"], rtol=1e-6)
 
 
+def test_a_kernels_scratch_reuses_the_bytes_of_a_dead_activation():
+    """a (1 MiB) dies at the stride-2 conv; the next conv's scratch (its padded copy or Winograd
+    transforms) then lies in a's old bytes, inside the values' arena, and the output is still right."""
+    from cuvil.compiler import DType, Node, TensorType, infer_graph_types, run_reference, verify
+    from cuvil.compiler.memory.scratch import check_scratch
+    from cuvil.edge_runtime.compile import compile_graph
+
+    rng = np.random.default_rng(0)
+    ws = [(rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+          for shape in ((64, 16, 1, 1), (16, 64, 3, 3), (16, 16, 3, 3))]
+    conv = dict(dilations=[1, 1], group=1)
+    g = verify(infer_graph_types("g", {"x": TensorType(DType.F32, (1, 16, 64, 64))}, dict(zip(("w1", "w2", "w3"), ws)), [
+        Node.make("Conv", ["x", "w1"], ["a"], strides=[1, 1], pads=[0, 0, 0, 0], **conv),
+        Node.make("Conv", ["a", "w2"], ["b"], strides=[2, 2], pads=[1, 1, 1, 1], **conv),
+        Node.make("Conv", ["b", "w3"], ["y"], strides=[1, 1], pads=[1, 1, 1, 1], **conv)], ["y"]))
+    sess = compile_graph(g, target="x86-avx2", optimize=False, use_cache=False, tune=False, threads=1)
+    low = sess.lowered
+    third = [s for s in low.scratch_spans if s.first == 3]
+    assert third and third[0].hi <= low.plan.arena_bytes  # within the values' bytes, not above them
+    a = (low.plan.offsets["a"], low.plan.offsets["a"] + low.plan.sizes["a"])
+    assert a[0] < third[0].hi and third[0].lo < a[1]  # in a's old bytes
+    check_scratch(g, low.plan, low.scratch_spans, low.arena_bytes)
+    x = {"x": rng.standard_normal((1, 16, 64, 64)).astype(np.float32)}
+    np.testing.assert_allclose(sess.run(x)["y"], run_reference(g, x)["y"], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("lowering, target", [(lower, CPU), (lower_ptx, GPU)], ids=["cpu", "ptx"])
 def test_identical_nodes_share_one_kernel(lowering, target):
     low = lowering(parse_graph(RELUS), target, optimize=False)
