@@ -5,8 +5,9 @@ part is timed alone (:mod:`.autotune`): neither sees what the parts of a whole m
 (handoffs back to back, nudges, caches the other core left cold). So once the model is built, the
 compile times it with its workers and without them (every part then runs on the caller, which
 costs what the unsplit model costs plus about 1%), in interleaved rounds, and keeps the split when
-the threaded run's fastest beats the serial one's by ``MARGIN`` and its median run the serial median
-by as much. Else the model is built again split at the cheapest handoff (:func:`generous`) and
+the threaded run's fastest beats the serial one's by a margin and its median run the serial median
+by as much: ``MARGIN`` (15%) of a small model's run, what a wake-up and a few handoffs may cost
+(``WAKE_S``) of a longer one's, and at least ``MIN_MARGIN`` (:func:`margin_for`). Else the model is built again split at the cheapest handoff (:func:`generous`) and
 checked the same way, and failing that with every layer whole, and at N threads it runs exactly the
 1-thread code with no workers: a small model never gets slower for having threads (measured on a
 2-core Zen 4: the small CNN with one layer split ran 0.89x its 1-thread speed). A split that saves
@@ -44,7 +45,9 @@ from ..compiler.target import Target
 from . import cpu_share
 from .session import Session
 
-MARGIN = 0.15  # the workers must save at least this fraction of the serial time (see decide)
+MARGIN = 0.15  # the workers must save at least this fraction of the serial time (see decide), on small models
+MIN_MARGIN = 0.05  # and of a long run at least this much (see margin_for)
+WAKE_S = 50e-6  # what waking the workers and a few handoffs may cost a run (after_idle: 25-40 us on Zen 4)
 CLEAN_ROUNDS = 3  # rounds with free cores that settle a verdict
 EARLY_ROUNDS = 1  # rounds with free cores that settle a split saving twice MARGIN (see clearly_split)
 MAX_ROUNDS = 8  # interleaved rounds at most, each workers on then off
@@ -161,6 +164,16 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = Fals
                                  f"workers{busy}; {basis}", measured=False)
 
 
+def margin_for(serial_s: float) -> float:
+    """The share of its serial time a model's split must save (:func:`decide`): ``MARGIN`` where a few
+    handoffs and a wake-up (``WAKE_S``) are a large share of a run, as on the small CNN, whose split
+    ran 0.92x its 1-thread speed at a 10% margin; ``WAKE_S`` of longer runs, and at least ``MIN_MARGIN``
+    (the joined run, which the threaded one is timed against, costs about 1% more than the unsplit
+    plan). A 15% margin kept MobileNetV3-ish whole at 2 threads on the Xeon though its split saved
+    13-14% of 0.44 ms, fastest and median (0.379 against 0.439 ms), and built it a third time for that."""
+    return max(MIN_MARGIN, min(MARGIN, WAKE_S / max(serial_s, 1e-9)))
+
+
 def clearly_split(rounds: Sequence[Round], margin: float = MARGIN) -> bool:
     """``EARLY_ROUNDS`` rounds with free cores in which the split saves twice ``margin``, fastest and
     median: another round would not turn that verdict, and a cold compile saves the rounds of both
@@ -253,11 +266,14 @@ def measure(session: Session, round_s: float = ROUND_S, clock: Callable[[], floa
     return tuple(rounds)
 
 
-def check(session: Session, margin: float = MARGIN, confirm: bool = False) -> Verdict:
-    """:func:`decide` on the session timed both ways; a model that refuses the check's inputs (a
-    run-time check) keeps the cost model's split: nothing could be measured."""
+def check(session: Session, margin: float | None = None, confirm: bool = False) -> Verdict:
+    """:func:`decide` on the session timed both ways, at ``margin`` (default :func:`margin_for` the
+    fastest serial run); a model that refuses the check's inputs (a run-time check) keeps the cost
+    model's split: nothing could be measured."""
     try:
         rounds = measure(session)
+        if margin is None:
+            margin = margin_for(min(r.serial for r in rounds))
         back_to_back = decide(rounds, margin)
         idle = after_idle(session) if back_to_back.split and back_to_back.saving_s < IDLE_BELOW_S else None
     except (InterpreterError, RunTimeCheckError):
