@@ -111,8 +111,10 @@ def _run(f, target, case, rng, x_guard=False, inplace=False):
     ref = ACT_REF[act](ref, a, c)
     xs = guarded(X.astype(np.float32)) if x_guard else (aligned(X), None)
     Wp, bb = aligned(pack_conv_weights(Wt.astype(np.float32), target, (N, C, H, W), s, p, d, g)), aligned(bias)
-    nbytes = conv_scratch_bytes(target, N, C, H, W, OC, KH, KW, s, p, d, g)
-    scratch = aligned(np.full(max(nbytes // 4, 1), np.nan)) if nbytes else None  # kernels must not trust scratch
+    nbytes = conv_scratch_bytes(target, N, C, H, W, OC, KH, KW, s, p, d, g, residual=has_r)
+    # kernels must not trust scratch (NaN), nor write past the bytes they asked for (an inaccessible page)
+    kept = guarded(np.full(max(-(-nbytes // 4), 1), np.nan)) if nbytes else (None, None)
+    scratch = kept[0]
     Y = aligned(R if (has_r and inplace) else np.full(ref.shape, np.nan))
     RR = Y if (has_r and inplace) else aligned(R)
     f(ptr(xs[0]), ptr(Wp), ptr(bb), ptr(RR), ptr(Y), ptr(scratch))

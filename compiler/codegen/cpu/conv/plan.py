@@ -219,7 +219,7 @@ class ConvPlan:
     @property
     def phase_floats(self) -> tuple[int, int]:
         """A dilated Winograd conv's phase-split copies in scratch, in floats: the input's, and the
-        output's (twice: the residual is split alike); (0, 0) undilated."""
+        output's (a residual is split alike, after it); (0, 0) undilated."""
         if self.dh == 1:
             return 0, 0
         im, g = self.winograd_images, self.winograd_geometry
@@ -227,9 +227,15 @@ class ConvPlan:
 
     @property
     def scratch_bytes(self) -> int:
+        """What a kernel of this plan needs at most (with a residual); :meth:`scratch_for` is exact."""
+        return self.scratch_for(residual=True)
+
+    def scratch_for(self, residual: bool) -> int:
+        """Scratch bytes of this plan's kernel; only a dilated Winograd conv's depend on ``residual``
+        (its phase-split copy: ASPP's rate-6 branch, 64 channels, 390 KB, reserved for none before)."""
         if self.method == "winograd":
             xs, ys = self.phase_floats
-            return 4 * (xs + 2 * ys + self.winograd_geometry.floats)
+            return 4 * (xs + (2 if residual else 1) * ys + self.winograd_geometry.floats)
         if self.method == "dwlanes":
             return 4 * self.lanes_plane_floats
         return 4 * (self.im2col_offset + self.im2col_floats + self.panel_floats)
@@ -356,9 +362,11 @@ def plan_for(base: dict, method: str, mr: int, nv: int, vl: int) -> ConvPlan:
 
 
 def conv_scratch_bytes(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, KW: int,
-                       strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group: int = 1) -> int:
-    """Bytes the conv kernel's ``scratch`` argument must point to (0: pass null)."""
-    return conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group).scratch_bytes
+                       strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group: int = 1,
+                       residual: bool = True) -> int:
+    """Bytes the conv kernel's ``scratch`` argument must point to (0: pass null); ``residual``: the
+    kernel adds one (without, a dilated Winograd conv needs less)."""
+    return conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group).scratch_for(residual)
 
 
 def rows_wins(p: ConvPlan) -> bool:

@@ -140,7 +140,9 @@ def _scratch(key: KernelKey, target) -> int:
         return 0
     n, c, hh, ww = g["in_shape"]
     oc, _, kh, kw = g["w_shape"]
-    return conv_scratch_bytes(target, n, c, hh, ww, oc, kh, kw, g["strides"], g["pads"], g["dilations"], g["group"])
+    residual = key.op == "FusedConv" and residual_index(dict(key.attrs)) is not None
+    return conv_scratch_bytes(target, n, c, hh, ww, oc, kh, kw, g["strides"], g["pads"], g["dilations"], g["group"],
+                              residual)
 
 
 def _micro(ctx: KernelContext) -> None:
