@@ -36,7 +36,8 @@ class Tuning:
     winograd_min_pixels: int = 64  # 512x4x4 (4 tiles): the 16/9x larger transformed weights dominate, 0.8x
     winograd_f4: int = 4  # large-tile m; F(4x4) errs up to ~2e-5 x max|output| per layer, 2 keeps F(2x2)
     winograd_f4_min_pixels: int = 196  # F(4x4) from 14x14 outputs up (0.57-0.61x F(2x2)'s time at 512 bits, 0.66-0.84x at 256, Zen 4; 12x12: 0.86-1.12x); at 8x8 (4 tiles) F(2x2) is 1.4x faster
-    winograd_block_bytes: int = 4 << 20  # V + M of a block of tile rows (64x112x112 blocked: 1.25x)
+    winograd_block_bytes: int = 1 << 20  # V + M of a block of tile rows, so both stay in L2 while the point GEMMs read them (Xeon, one 3x3 conv alone, 1 MiB against 4 MiB: 64x112x112 2.54 -> 2.02 ms, 64x56x56 0.63 -> 0.58, 128x56x56 2.04 -> 1.84; U-Net 0.504 -> 0.457 ms; 4 MiB was 1.25x faster than whole on 64x112x112)
+    winograd_block_weight_ratio: float = 2.5  # but no more blocks than make every block's read of the weights U, together, this many times V + M's bytes: each block reads all of U (256x28x28, U 9.4 MB: 1 MiB blocks 3.30 ms, one block 1.79); 0: the budget is exact (a part of a layer split by rows)
     split_min_reuse: int = 32  # a conv (one group) splits into output-channel parts only where each part does this many multiply-adds or more per input element (its channels x taps): every part reads the whole input, half of it from the other core's cache after a split layer (Xeon, MobileNetV2's 1x1 convs to 24 channels at 24x24, parts of 16 and 8: 2.1-2.5x slower split than whole)
     winograd_row_split_channels: int = 64  # a Winograd conv of at most this many output channels splits over threads by tile rows, not channels
     winograd_prefetch_bytes: int = 2048  # how far ahead the point GEMMs prefetch U (best of 1-8 KiB)

@@ -64,7 +64,7 @@ def test_code_generation_reads_the_tuning():
 
 def test_the_cache_key_covers_the_tuning():
     avx2 = load_profile("x86-avx2").target()
-    tuned = replace(avx2, tuning=avx2.tuning.replace(winograd_block_bytes=1 << 20))
+    tuned = replace(avx2, tuning=avx2.tuning.replace(winograd_block_bytes=2 << 20))
     assert cache_key("graph", avx2, 1) != cache_key("graph", tuned, 1)
     assert cache_key("graph", avx2, 1) == cache_key("graph", load_profile("x86-avx2").target(), 1)
 

@@ -99,7 +99,7 @@ def test_winograd_tile_blocks(wino_m, i, rng):
     seen = set()
     avx2 = executable("x86-avx2")
     for budget in (1, 2 ** 14, 2 ** 16, 2 ** 18):
-        target = winograd_everywhere(avx2, wino_m, winograd_block_bytes=budget)
+        target = winograd_everywhere(avx2, wino_m, winograd_block_bytes=budget, winograd_block_weight_ratio=0.0)
         g = WinogradGeometry.of(target.vector_floats, C, H, W, OC, case[8], wino_m, budget)
         if g.nblk < 2 or (g.TRB, g.nblk) in seen:
             continue
@@ -115,3 +115,22 @@ def test_winograd_only_where_it_wins():
     assert conv_plan(AVX2, 1, 512, 4, 4, 512, 3, 3, (1, 1), P1, (1, 1), 1).method != "winograd"  # 4 tiles
     assert conv_plan(AVX2, 1, 8, 16, 16, 8, 3, 3, (1, 1), P1, (1, 1), 1).method != "winograd"  # few channels
     assert conv_plan(AVX2, 1, 64, 16, 16, 64, 3, 3, (2, 2), P1, (1, 1), 1).method != "winograd"
+
+
+def test_blocks_keep_v_and_m_small_unless_the_weights_would_be_read_too_often():
+    """Every block of tile rows reads all of U: 64 channels at 112x112 (U 0.6 MB) takes many 1 MiB
+    blocks, 256 channels at 28x28 (U 9.4 MB, V + M 3.6 MB) one; a ratio of 0 keeps the budget exact."""
+    from cuvil.compiler.codegen.cpu.conv.winograd_geometry import block_budget
+    from cuvil.devices.detect import resolve_target
+
+    t = resolve_target("x86-avx512").tuning
+    assert t.winograd_block_bytes == 1 << 20 and t.winograd_block_weight_ratio == 2.5
+    small = WinogradGeometry.for_tuning(16, 64, 112, 112, 64, P1, 4, t)
+    assert small.nblk >= 8 and 4 * small.A * 128 * small.St <= 1 << 20
+    big = WinogradGeometry.for_tuning(16, 256, 28, 28, 256, P1, 4, t)
+    assert big.nblk == 1 and block_budget(t, 16, 256, 28, 28, 256, P1, 4) > 1 << 20
+    mid = WinogradGeometry.for_tuning(16, 128, 56, 56, 128, P1, 4, t)  # U 2.4 MB, V + M 7.7 MB: 7 blocks, not 14
+    whole = WinogradGeometry.of(16, 128, 56, 56, 128, P1, 4, 1 << 62)
+    assert mid.nblk == 7 and mid.nblk * 128 * 128 <= 2.5 * 256 * whole.St
+    exact = t.replace(winograd_block_weight_ratio=0.0)
+    assert WinogradGeometry.for_tuning(16, 256, 28, 28, 256, P1, 4, exact) == WinogradGeometry.of(16, 256, 28, 28, 256, P1, 4, 1 << 20)

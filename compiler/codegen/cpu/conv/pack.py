@@ -36,7 +36,7 @@ def pack_winograd_weights(Wt: np.ndarray, target: Target, m: int, H: int, W: int
     (no float64 copy of the whole layer: 512x512 channels would hold 50 MB of it)."""
     OC, C = Wt.shape[:2]
     A = (m + 2) ** 2
-    mr, _ = winograd_gemm_tile(target, WinogradGeometry.of(target.vector_floats, C, H, W, OC, pads, m, target.tuning.winograd_block_bytes), OC)
+    mr, _ = winograd_gemm_tile(target, WinogradGeometry.for_tuning(target.vector_floats, C, H, W, OC, pads, m, target.tuning), OC)
     out = np.zeros((A, -(-OC // mr), C, mr), dtype=np.float32)  # [point, panel, input channel, MR rows]
     G2 = np.kron(MATS[m][1], MATS[m][1])
     step = mr * max(1, (1 << 18) // (mr * C * 9))  # ~2^18 weights per float64 product: a few MB at a time

@@ -213,8 +213,7 @@ class ConvPlan:
     @property
     def winograd_geometry(self) -> WinogradGeometry:
         im = self.winograd_images
-        block = self.tuning.winograd_block_bytes
-        return WinogradGeometry.of(self.vl, self.C, im.H, im.W, self.OC, im.pads, self.mr, block)
+        return WinogradGeometry.for_tuning(self.vl, self.C, im.H, im.W, self.OC, im.pads, self.mr, self.tuning)
 
     @property
     def phase_floats(self) -> tuple[int, int]:

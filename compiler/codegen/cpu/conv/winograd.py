@@ -50,7 +50,7 @@ def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: in
     """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel, no blocks yet). ``blocks``: run only
     blocks ``[first, end)`` of tile rows (a part of a layer split by rows: ``split.py``); default all."""
     vl = target.vector_floats
-    g = WinogradGeometry.of(vl, C, H, W, OC, pads, m, target.tuning.winograd_block_bytes)
+    g = WinogradGeometry.for_tuning(vl, C, H, W, OC, pads, m, target.tuning)
     mr, nv = winograd_gemm_tile(target, g, OC)
     X, Up, bias_p, res_p, Y, scratch = fn.args
     key = f"{C}x{H}x{W}_{OC}_p{'_'.join(map(str, pads))}_{target.vector_bits}_f{m}_{mr}x{nv}_b{g.TRB}"

@@ -103,6 +103,25 @@ class WinogradGeometry:
         return WinogradGeometry(OH, OW, TH, TW, m, a, A, R, nch, per_load, TRB, nblk, St, -(-TRB * TW // vl), vs, ms, zlen)
 
 
+    @staticmethod
+    def for_tuning(vl: int, C: int, H: int, W: int, OC: int, pads, m: int, t: Tuning) -> WinogradGeometry:
+        """:meth:`of` at the block budget ``t`` gives this layer (:func:`block_budget`)."""
+        return WinogradGeometry.of(vl, C, H, W, OC, pads, m, block_budget(t, vl, C, H, W, OC, pads, m))
+
+
+def block_budget(t: Tuning, vl: int, C: int, H: int, W: int, OC: int, pads, m: int) -> int:
+    """V + M of a block of tile rows at most: ``Tuning.winograd_block_bytes``, raised where more blocks
+    would read the weights U (every block reads all of them) more than ``winograd_block_weight_ratio``
+    times V and M's bytes; with that ratio 0, exactly ``winograd_block_bytes``."""
+    if t.winograd_block_weight_ratio <= 0:
+        return t.winograd_block_bytes
+    whole = WinogradGeometry.of(vl, C, H, W, OC, pads, m, 1 << 62)  # one block
+    vm, u = 4 * whole.A * (C + OC) * whole.St, 4 * whole.A * C * OC
+    most = max(1, int(t.winograd_block_weight_ratio * vm / u))  # blocks at most
+    rows = round_up(-(-whole.TH // most), whole.R)  # tile rows a block then holds at least
+    return max(t.winograd_block_bytes, 4 * whole.A * (C + OC) * _stride(rows, whole.TW, whole.R, whole.nch, vl))
+
+
 def _stride(rows: int, TW: int, R: int, nch: int, vl: int) -> int:
     """The row length of V and M (floats) for a block of ``rows`` tile rows."""
     return rows * TW if R > 1 else round_up((rows - 1) * TW + nch * vl, vl)

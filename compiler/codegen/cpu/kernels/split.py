@@ -38,7 +38,7 @@ from ....ops import OP_TABLE
 from ....target import Target
 from ..conv.choices import choice_of, with_choices
 from ..conv.plan import conv_plan
-from ..conv.winograd_geometry import row_split_bytes
+from ..conv.winograd_geometry import block_budget, row_split_bytes
 from .base import KernelKey
 from .conv import BLOCKS, geometry
 from .parts import Part, cost_model_ranges, covers, even_ranges, min_part_macs, slice_constant  # noqa: F401  (slice_constant: the lowering's)
@@ -134,13 +134,13 @@ def _row_split(target: Target, plan, geom: tuple, parts: int) -> list[Range] | N
     0.94-1.02x in 2 or 4 parts of tile rows). Every tile is computed by the same code in any block, so the answer
     does not depend on the split: blocks only bound how much of V and M is live at once."""
     im = plan.winograd_images
-    found = row_split_bytes(plan.vl, plan.C, im.H, im.W, plan.OC, im.pads, plan.mr,
-                            target.tuning.winograd_block_bytes, parts)
+    budget = block_budget(target.tuning, plan.vl, plan.C, im.H, im.W, plan.OC, im.pads, plan.mr)
+    found = row_split_bytes(plan.vl, plan.C, im.H, im.W, plan.OC, im.pads, plan.mr, budget, parts)
     if found is None:
         return None
     cut, nblk = found
-    sub = with_choices(dataclasses.replace(target, tuning=target.tuning.replace(winograd_block_bytes=cut)),
-                       {geom: choice_of(plan)})
+    exact = target.tuning.replace(winograd_block_bytes=cut, winograd_block_weight_ratio=0.0)  # the cut, as found
+    sub = with_choices(dataclasses.replace(target, tuning=exact), {geom: choice_of(plan)})
     return [Range((0, plan.OC), geom, sub, (lo, hi)) for lo, hi in even_ranges(nblk, parts, 1)]
 
 
