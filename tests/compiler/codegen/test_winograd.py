@@ -119,7 +119,8 @@ def test_winograd_only_where_it_wins():
 
 def test_blocks_keep_v_and_m_small_unless_the_weights_would_be_read_too_often():
     """Every block of tile rows reads all of U: 64 channels at 112x112 (U 0.6 MB) takes many 1 MiB
-    blocks, 256 channels at 28x28 (U 9.4 MB, V + M 3.6 MB) one; a ratio of 0 keeps the budget exact."""
+    blocks, 256 channels at 28x28 (U 9.4 MB, V + M 4.5 MB) one, and so does a layer whose V + M are about
+    the L2's size, unless its U is small; a ratio of 0 keeps the budget exact."""
     from cuvil.compiler.codegen.cpu.conv.winograd_geometry import block_budget
     from cuvil.devices.detect import resolve_target
 
@@ -132,5 +133,9 @@ def test_blocks_keep_v_and_m_small_unless_the_weights_would_be_read_too_often():
     mid = WinogradGeometry.for_tuning(16, 128, 56, 56, 128, P1, 4, t)  # U 2.4 MB, V + M 7.7 MB: 7 blocks, not 14
     whole = WinogradGeometry.of(16, 128, 56, 56, 128, P1, 4, 1 << 62)
     assert mid.nblk == 7 and mid.nblk * 128 * 128 <= 2.5 * 256 * whole.St
+    near_l2 = WinogradGeometry.for_tuning(16, 64, 32, 32, 64, P1, 4, t)  # V + M 1.2 MB, 1.25 L2s 1.3: one block
+    assert near_l2.nblk == 1 and t.l2_bytes == 1 << 20 and t.winograd_whole_l2s == 1.25
+    light = WinogradGeometry.for_tuning(16, 16, 64, 64, 16, P1, 4, t)  # the same V + M, U 37 KB: 1 MiB blocks
+    assert light.nblk == 2
     exact = t.replace(winograd_block_weight_ratio=0.0)
     assert WinogradGeometry.for_tuning(16, 256, 28, 28, 256, P1, 4, exact) == WinogradGeometry.of(16, 256, 28, 28, 256, P1, 4, 1 << 20)

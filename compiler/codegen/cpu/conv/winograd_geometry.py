@@ -112,11 +112,15 @@ class WinogradGeometry:
 def block_budget(t: Tuning, vl: int, C: int, H: int, W: int, OC: int, pads, m: int) -> int:
     """V + M of a block of tile rows at most: ``Tuning.winograd_block_bytes``, raised where more blocks
     would read the weights U (every block reads all of them) more than ``winograd_block_weight_ratio``
-    times V and M's bytes; with that ratio 0, exactly ``winograd_block_bytes``."""
+    times V and M's bytes, and all of V and M where they take at most ``winograd_whole_l2s`` times the
+    L2 and U is not small against them (``winograd_small_weights``); with that ratio 0, exactly
+    ``winograd_block_bytes``."""
     if t.winograd_block_weight_ratio <= 0:
         return t.winograd_block_bytes
     whole = WinogradGeometry.of(vl, C, H, W, OC, pads, m, 1 << 62)  # one block
     vm, u = 4 * whole.A * (C + OC) * whole.St, 4 * whole.A * C * OC
+    if vm <= t.winograd_whole_l2s * t.l2_bytes and u * t.winograd_small_weights > vm:
+        return vm  # one block: about the L2's size, and reading U again would cost more than smaller blocks gain
     most = max(1, int(t.winograd_block_weight_ratio * vm / u))  # blocks at most
     rows = round_up(-(-whole.TH // most), whole.R)  # tile rows a block then holds at least
     return max(t.winograd_block_bytes, 4 * whole.A * (C + OC) * _stride(rows, whole.TW, whole.R, whole.nch, vl))
