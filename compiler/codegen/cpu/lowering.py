@@ -19,8 +19,8 @@ import numpy as np
 from llvmlite import ir
 
 from ...ir.graph import Node
-from ...ops import get_op
 from ...memory.scratch import ScratchPlacer
+from ...ops import get_op
 from ...target import Target
 from .. import irhelpers as h
 from ..driver import Prepared, WeightBlock, placement

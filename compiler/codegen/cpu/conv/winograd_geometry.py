@@ -102,7 +102,6 @@ class WinogradGeometry:
         vs, ms = C * St + 16, OC * St + 16  # per-point strides: +64 B, so a tile's A points don't share L1 sets
         return WinogradGeometry(OH, OW, TH, TW, m, a, A, R, nch, per_load, TRB, nblk, St, -(-TRB * TW // vl), vs, ms, zlen)
 
-
     @staticmethod
     def for_tuning(vl: int, C: int, H: int, W: int, OC: int, pads, m: int, t: Tuning) -> WinogradGeometry:
         """:meth:`of` at the block budget ``t`` gives this layer (:func:`block_budget`)."""
