@@ -1,0 +1,96 @@
+"""One model under several ``Tuning`` settings, interleaved in one process: median latency and arena.
+
+Why: a tuning field's default is a measured choice, and on a shared host only runs interleaved in one
+process compare (the host's speed moves by up to 2x within minutes). Each ``--set`` is one variant,
+``field=value[,field=value]`` with Python literals (``winograd_block_bytes=4<<20``); the profile's own
+tuning is always timed too. Compiles untuned (the cost model decides), so a variant changes only what
+its fields decide. ``--model``: a zoo or ``tests/archs.py`` model, or ``CxH`` for one 3x3 conv of C
+channels on an HxH image (padding 1, ReLU).
+
+    python benchmarks/tuning_ab.py --model unet --set winograd_block_bytes=4<<20,winograd_block_weight_ratio=0.0
+        [--threads 2] [--rounds 25] [--target x86-avx2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from cuvil.compiler.frontends.onnx import import_onnx  # noqa: E402
+from cuvil.devices.detect import resolve_target  # noqa: E402
+from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
+from tests.hosts import describe_host  # noqa: E402
+from tests.zoo import export_onnx  # noqa: E402
+
+
+def build(name: str):
+    """(torch module, example inputs): a zoo or sweep model, or one 3x3 conv ``CxH``."""
+    if "x" in name and name.split("x")[0].isdigit():
+        c, h = (int(v) for v in name.split("x"))
+        return torch.nn.Sequential(torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.ReLU()).eval(), (torch.randn(1, c, h, h),)
+    from tests.archs import ARCHS
+    from tests.zoo import ZOO
+
+    return ZOO[name]() if name in ZOO else ARCHS[name]()[:2]
+
+
+def settings(text: str) -> dict:
+    """``field=value,field=value`` -> {field: value}; values are Python literals, ``<<`` allowed."""
+    out = {}
+    for part in filter(None, text.split(",")):
+        field, _, value = part.partition("=")
+        tree = ast.parse(value.strip(), mode="eval")
+        if not all(isinstance(n, (ast.Expression, ast.Constant, ast.BinOp, ast.UnaryOp, ast.LShift, ast.Mult,
+                                  ast.USub, ast.Tuple, ast.Load)) for n in ast.walk(tree)):
+            raise SystemExit(f"--set {part!r}: the value must be a literal")
+        out[field.strip()] = eval(compile(tree, "<set>", "eval"), {"__builtins__": {}})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--set", action="append", default=[], help="a variant: field=value[,field=value]")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=25)
+    ap.add_argument("--target", default="host")
+    args = ap.parse_args()
+    module, example = build(args.model)
+    graph = import_onnx(export_onnx(module, example))
+    feeds = {n: t.numpy() for n, t in zip(graph.inputs, example)}
+    base = resolve_target(args.target)
+    print(f"{describe_host()}; target {base.name}; {args.threads} thread(s)", flush=True)
+    sessions = {}
+    for text in ["", *args.set]:
+        target = dataclasses.replace(base, tuning=base.tuning.replace(**settings(text)))
+        sessions[text or "profile's own"] = compile_graph(graph, target=target, cache_dir=tempfile.mkdtemp(),
+                                                          tune=False, threads=args.threads)
+    medians = {k: [] for k in sessions}
+    for _ in range(args.rounds):
+        for k, s in sessions.items():
+            for _ in range(3):
+                s.run(feeds)
+            runs = []
+            for _ in range(10):
+                t0 = time.perf_counter()
+                s.run(feeds)
+                runs.append(time.perf_counter() - t0)
+            medians[k].append(statistics.median(runs))
+    first = statistics.median(medians["profile's own"])
+    for k, s in sessions.items():
+        m = statistics.median(medians[k])
+        print(f"{args.model} {k:60s} {m * 1e3:8.3f} ms  {m / first:5.2f}x  arena {s.lowered.arena_bytes / 2**20:6.2f} MiB")
+
+
+if __name__ == "__main__":
+    main()
