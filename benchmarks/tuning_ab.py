@@ -7,7 +7,7 @@ tuning is always timed too. Compiles untuned (the cost model decides), so a vari
 its fields decide. ``--model``: a zoo or ``tests/archs.py`` model, or ``CxH`` for one 3x3 conv of C
 channels on an HxH image (padding 1, ReLU).
 
-    python benchmarks/tuning_ab.py --model unet --set winograd_block_bytes=4<<20,winograd_block_weight_ratio=0.0
+    python benchmarks/tuning_ab.py --model unet --set 'winograd_block_bytes=4<<20,winograd_block_weight_ratio=0.0'
         [--threads 2] [--rounds 25] [--target x86-avx2]
 """
 
