@@ -2,19 +2,18 @@
 
 Why: a tuning field's default is a measured choice, and on a shared host only runs interleaved in one
 process compare (the host's speed moves by up to 2x within minutes). Each ``--set`` is one variant,
-``field=value[,field=value]`` with Python literals (``winograd_block_bytes=4<<20``); the profile's own
-tuning is always timed too. Compiles untuned (the cost model decides), so a variant changes only what
+``FIELD=VALUE`` pairs separated by spaces, each checked as a profile's ``[tuning]`` table is; the
+profile's own tuning is always timed too. Compiles untuned (the cost model decides), so a variant changes only what
 its fields decide. ``--model``: a zoo or ``tests/archs.py`` model, or ``CxH`` for one 3x3 conv of C
 channels on an HxH image (padding 1, ReLU).
 
-    python benchmarks/tuning_ab.py --model unet --set 'winograd_block_bytes=4<<20,winograd_block_weight_ratio=0.0'
+    python benchmarks/tuning_ab.py --model unet --set 'winograd_block_bytes=4194304 winograd_block_weight_ratio=0.0'
         [--threads 2] [--rounds 25] [--target x86-avx2]
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import statistics
 import sys
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from cuvil.compiler.frontends.onnx import import_onnx  # noqa: E402
+from cuvil.compiler.tuning import parse_override  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
@@ -45,22 +45,17 @@ def build(name: str):
 
 
 def settings(text: str) -> dict:
-    """``field=value,field=value`` -> {field: value}; values are Python literals, ``<<`` allowed."""
+    """``FIELD=VALUE FIELD=VALUE`` -> {field: value}, each checked as a profile's ``[tuning]`` would be."""
     out = {}
-    for part in filter(None, text.split(",")):
-        field, _, value = part.partition("=")
-        tree = ast.parse(value.strip(), mode="eval")
-        if not all(isinstance(n, (ast.Expression, ast.Constant, ast.BinOp, ast.UnaryOp, ast.LShift, ast.Mult,
-                                  ast.USub, ast.Tuple, ast.Load)) for n in ast.walk(tree)):
-            raise SystemExit(f"--set {part!r}: the value must be a literal")
-        out[field.strip()] = eval(compile(tree, "<set>", "eval"), {"__builtins__": {}})
+    for part in text.split():
+        out.update(parse_override(part))
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
-    ap.add_argument("--set", action="append", default=[], help="a variant: field=value[,field=value]")
+    ap.add_argument("--set", action="append", default=[], help="a variant: 'FIELD=VALUE [FIELD=VALUE ...]'")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--target", default="host")
@@ -71,8 +66,12 @@ def main() -> None:
     base = resolve_target(args.target)
     print(f"{describe_host()}; target {base.name}; {args.threads} thread(s)", flush=True)
     sessions = {}
-    for text in ["", *args.set]:
-        target = dataclasses.replace(base, tuning=base.tuning.replace(**settings(text)))
+    try:
+        variants = {text: settings(text) for text in ["", *args.set]}
+    except ValueError as e:
+        raise SystemExit(f"tuning_ab: {e}") from None
+    for text, fields in variants.items():
+        target = dataclasses.replace(base, tuning=base.tuning.replace(**fields))
         sessions[text or "profile's own"] = compile_graph(graph, target=target, cache_dir=tempfile.mkdtemp(),
                                                           tune=False, threads=args.threads)
     medians = {k: [] for k in sessions}
