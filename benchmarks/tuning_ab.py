@@ -30,18 +30,16 @@ from cuvil.compiler.tuning import parse_override  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
+from cold_compile import build as build_model  # noqa: E402  (this folder is on sys.path)
 from tests.zoo import export_onnx  # noqa: E402
 
 
 def build(name: str):
-    """(torch module, example inputs): a zoo or sweep model, or one 3x3 conv ``CxH``."""
+    """(torch module, example inputs): one 3x3 conv ``CxH``, else a zoo or sweep model (``cold_compile.build``)."""
     if "x" in name and name.split("x")[0].isdigit():
         c, h = (int(v) for v in name.split("x"))
         return torch.nn.Sequential(torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.ReLU()).eval(), (torch.randn(1, c, h, h),)
-    from tests.archs import ARCHS
-    from tests.zoo import ZOO
-
-    return ZOO[name]() if name in ZOO else ARCHS[name]()[:2]
+    return build_model(name)
 
 
 def settings(text: str) -> dict:

@@ -51,9 +51,10 @@ class ScratchPlacer:
         self.end = 0  # the highest scratch byte placed
 
     def place(self, label: str, first: int, last: int, part_bytes: int, parts: int = 1) -> int:
-        """Offset of ``parts`` regions of ``part_bytes`` each (``part_bytes`` a multiple of the alignment
-        where ``parts`` > 1), used over steps [first, last]: the lowest aligned gap clear of the values
-        live then and of the reserved bytes."""
+        """Offset of ``parts`` regions of ``part_bytes`` each (rounded up to the alignment, so every part
+        starts aligned), used over steps [first, last]: the lowest aligned gap clear of the values live
+        then and of the reserved bytes."""
+        part_bytes = -(-part_bytes // self.alignment) * self.alignment
         need = part_bytes * parts
         busy = sorted([(lo, hi) for _, s, e, lo, hi in self.values if s <= last and first <= e] + self.reserved)
         at = 0

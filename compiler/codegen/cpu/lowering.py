@@ -214,7 +214,7 @@ class CpuLowering:
         extra = []
         if kd.scratch is not None:
             step = self.order[node.name] + 1
-            at = self.scratch.place(node.name, step, step, -(-kd.scratch(key, self.target) // h.ALIGN) * h.ALIGN)
+            at = self.scratch.place(node.name, step, step, kd.scratch(key, self.target))
             extra.append(h.byte_ptr(b, arena, at, h.I8))
         if get_op(node.op).run_time_check:
             extra.append(h.byte_ptr(b, arena, self.fault_offset, h.I32))

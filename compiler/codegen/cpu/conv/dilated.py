@@ -43,7 +43,7 @@ def emit_dilated_winograd(fn: ir.Function, p: ConvPlan, target: Target, *, bias:
     xs_n, ys_n = p.phase_floats
     tails = not target.tuning.masked_stores
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    xs, ys, rest = scratch, gep(b, scratch, xs_n), gep(b, scratch, xs_n + (2 if residual else 1) * ys_n)
+    xs, ys, rest = scratch, gep(b, scratch, xs_n), gep(b, scratch, p.phase_copy_floats(residual))
     rs = gep(b, ys, ys_n) if residual else ir.Constant(ys.type, None)
     if p.H % d or p.W % d or im.count == 1:
         memset0(b, xs, 4 * xs_n)  # never written (rows past the image, the gaps between tiled planes): zero padding

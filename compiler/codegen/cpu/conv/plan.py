@@ -224,6 +224,12 @@ class ConvPlan:
         im, g = self.winograd_images, self.winograd_geometry
         return round_up(im.count * self.C * im.H * im.W, 16), round_up(im.count * self.OC * g.OH * g.OW, 16)
 
+    def phase_copy_floats(self, residual: bool) -> int:
+        """Floats of a dilated Winograd conv's phase-split copies in scratch (the input's, the output's,
+        and with ``residual`` the residual's), before the Winograd transforms' own; 0 undilated."""
+        xs, ys = self.phase_floats
+        return xs + (2 if residual else 1) * ys
+
     @property
     def scratch_bytes(self) -> int:
         """What a kernel of this plan needs at most (with a residual); :meth:`scratch_for` is exact."""
@@ -233,8 +239,7 @@ class ConvPlan:
         """Scratch bytes of this plan's kernel; only a dilated Winograd conv's depend on ``residual``
         (its phase-split copy: ASPP's rate-6 branch, 64 channels, 390 KB, reserved for none before)."""
         if self.method == "winograd":
-            xs, ys = self.phase_floats
-            return 4 * (xs + (2 if residual else 1) * ys + self.winograd_geometry.floats)
+            return 4 * (self.phase_copy_floats(residual) + self.winograd_geometry.floats)
         if self.method == "dwlanes":
             return 4 * self.lanes_plane_floats
         return 4 * (self.im2col_offset + self.im2col_floats + self.panel_floats)

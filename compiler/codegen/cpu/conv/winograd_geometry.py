@@ -93,7 +93,7 @@ class WinogradGeometry:
         R, nch = (vl // TW, 1) if vl % TW == 0 and TW % per_load == 0 else (1, -(-TW // vl))
 
         rows = round_up(TH, R)
-        while rows > R and 4 * A * (C + OC) * _stride(rows, TW, R, nch, vl) > block_bytes:
+        while rows > R and _block_bytes(A, C, OC, rows, TW, R, nch, vl) > block_bytes:
             rows -= R
         nblk = -(-TH // rows)
         TRB = round_up(-(-TH // nblk), R)
@@ -117,12 +117,17 @@ def block_budget(t: Tuning, vl: int, C: int, H: int, W: int, OC: int, pads, m: i
     if t.winograd_block_weight_ratio <= 0:
         return t.winograd_block_bytes
     whole = WinogradGeometry.of(vl, C, H, W, OC, pads, m, 1 << 62)  # one block
-    vm, u = 4 * whole.A * (C + OC) * whole.St, 4 * whole.A * C * OC
+    vm, u = _block_bytes(whole.A, C, OC, whole.TRB, whole.TW, whole.R, whole.nch, vl), 4 * whole.A * C * OC
     if vm <= t.winograd_whole_l2s * t.l2_bytes and u * t.winograd_small_weights > vm:
         return vm  # one block: about the L2's size, and reading U again would cost more than smaller blocks gain
     most = max(1, int(t.winograd_block_weight_ratio * vm / u))  # blocks at most
     rows = round_up(-(-whole.TH // most), whole.R)  # tile rows a block then holds at least
-    return max(t.winograd_block_bytes, 4 * whole.A * (C + OC) * _stride(rows, whole.TW, whole.R, whole.nch, vl))
+    return max(t.winograd_block_bytes, _block_bytes(whole.A, C, OC, rows, whole.TW, whole.R, whole.nch, vl))
+
+
+def _block_bytes(A: int, C: int, OC: int, rows: int, TW: int, R: int, nch: int, vl: int) -> int:
+    """V + M of a block of ``rows`` tile rows, in bytes."""
+    return 4 * A * (C + OC) * _stride(rows, TW, R, nch, vl)
 
 
 def _stride(rows: int, TW: int, R: int, nch: int, vl: int) -> int:
@@ -137,7 +142,7 @@ def row_split_bytes(vl: int, C: int, H: int, W: int, OC: int, pads, m: int, bloc
     count (a layer split by rows, ``split.py``); None when its tile rows do not make that many blocks."""
     g = WinogradGeometry.of(vl, C, H, W, OC, pads, m, block_bytes)
     for n in range(parts * -(-g.nblk // parts), g.TH // g.R + 1, parts):
-        cut = 4 * g.A * (C + OC) * _stride(round_up(-(-g.TH // n), g.R), g.TW, g.R, g.nch, vl)
+        cut = _block_bytes(g.A, C, OC, round_up(-(-g.TH // n), g.R), g.TW, g.R, g.nch, vl)
         if WinogradGeometry.of(vl, C, H, W, OC, pads, m, cut).nblk == n:
             return cut, n
     return None
