@@ -7,9 +7,11 @@ worker, which is what a machine without a free core shows. A depthwise conv that
 producer's job is counted in the producer's row (its cycles at N threads are the job's). The last
 column says how each layer runs at N threads: its parts, joined to its producer's job, or (a conv) why it
 stays whole (too few multiply-adds for two parts worth a handoff, one vector of output channels, ...). ``--sync-us`` sets the handoff the cost model assumes (what the tuner would measure
-here; default the profile's). The load average is printed before and after.
+here; default the profile's); ``--set`` other tuning fields, as ``tuning_ab.py`` takes them. The load average
+is printed before and after.
 
     python benchmarks/thread_layers.py [--model resnet18] [--threads 2] [--runs 50] [--top 25] [--sync-us 2]
+        [--set 'winograd_row_split_channels=0']
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
 from tests.archs import ARCHS, UNSUPPORTED  # noqa: E402
 from tests.zoo import ZOO  # noqa: E402
+from tuning_ab import settings  # noqa: E402  (this folder is on sys.path)
 
 
 def how_split(graph, target) -> dict[str, str]:
@@ -69,14 +72,20 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--sync-us", type=float, help="the handoff the cost model assumes, in microseconds")
+    ap.add_argument("--set", default="", help="tuning fields for every column: 'FIELD=VALUE [FIELD=VALUE ...]'")
     args = ap.parse_args()
+    try:
+        fields = settings(args.set)
+    except ValueError as e:
+        raise SystemExit(f"thread_layers: {e}") from None
     torch.manual_seed(0)
     module, example = ZOO[args.model]() if args.model in ZOO else ARCHS[args.model]()[:2]
     graph = import_torch(module.eval(), example)
     feeds = {n: t.numpy() for n, t in zip(graph.inputs, example)}
     host = resolve("host")
     if args.sync_us is not None:
-        host = dataclasses.replace(host, tuning=host.tuning.replace(parallel_sync_us=args.sync_us))
+        fields["parallel_sync_us"] = args.sync_us
+    host = dataclasses.replace(host, tuning=host.tuning.replace(**fields))
     one = compile_graph(graph, host, threads=1, tune=False, profile=True)
     many = compile_graph(graph, host, threads=args.threads, tune=False, profile=True)
     solo = compile_graph(graph, host, threads=args.threads, tune=False, profile=True, use_cache=False)
