@@ -111,3 +111,38 @@ def test_parts_of_bands_together_write_what_the_whole_conv_writes(rng):
     np.testing.assert_allclose(whole, ref, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="bands"):
         emit_conv2d(ir.Module(), "bad", t, *_geom(case), blocks=(2, bands + 1))
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+def test_a_conv_copied_whole_cut_into_a_band_per_part_writes_what_the_whole_writes(profile):
+    """A direct conv whose copy is made whole splits over threads into one band per part, each part's tuning
+    carrying the cut (``split.py``): each part, given exactly the scratch it asks for, writes its rows bit for
+    bit as the whole kernel does."""
+    from llvmlite import ir
+
+    from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
+    from cuvil.compiler.codegen.cpu.kernels.split import split_ranges
+
+    from .kernel_jit import jit
+
+    t = executable(profile)
+    t = dataclasses.replace(t, threads=3, tuning=t.tuning.replace(parallel_sync_us=0.0))
+    case = (1, 3, 97, 97, 16, 3, 3, (2, 2), P1, (1, 1), 1, True, True, "Relu")  # a stem: 49 output rows
+    t = with_choices(t, {_geom(case): ConvChoice("direct", 4, 2, t.vector_floats)})
+    assert conv_plan(t, *_geom(case)).band == 49
+    ranges = split_ranges(t, _geom(case))
+    assert [r.blocks for r in ranges] == [(0, 1), (1, 2), (2, 3)]
+    m = ir.Module(name="cut")
+    m.triple = t.triple
+    emit_conv2d(m, "whole", t, *_geom(case), bias=True, residual=True, activation="Relu")
+    for i, r in enumerate(ranges):
+        emit_conv2d(m, f"p{i}", r.target, *_geom(case), bias=True, residual=True, activation="Relu", blocks=r.blocks)
+    fns = jit(m, t, ["whole", "p0", "p1", "p2"])
+    whole, ref = _run(fns["whole"], t, case, np.random.default_rng(3))
+    np.testing.assert_allclose(whole, ref, rtol=1e-4, atol=1e-5)
+    band = conv_plan(ranges[0].target, *_geom(case)).band
+    for i, r in enumerate(ranges):
+        part, _ = _run(fns[f"p{i}"], r.target, case, np.random.default_rng(3))  # the same draws
+        rows = slice(i * band, min(49, (i + 1) * band))
+        assert part[:, :, rows].tobytes() == whole[:, :, rows].tobytes()
+        assert np.isnan(np.delete(part, np.arange(49)[rows], axis=2)).all()  # nothing outside its rows

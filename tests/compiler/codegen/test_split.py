@@ -48,7 +48,8 @@ def test_channel_ranges_are_whole_vectors_and_cover_the_layer():
 def test_a_partial_vector_of_channels_goes_to_the_last_part_with_the_fewer_whole_ones():
     assert [p.rows for p in conv_parts(_key(32, 20, 16), _target(2))] == [(0, 8), (8, 20)]  # 2.5 vectors of 8
     assert [p.rows for p in conv_parts(_key(32, 44, 16), _target(2))] == [(0, 24), (24, 44)]  # 5.5: 3 whole, 2 + the half
-    assert [p.key.out_types[0].shape[1] for p in conv_parts(_key(32, 12, 16), _target(3))] == [8, 4]  # 1.5: two parts
+    loose = dataclasses.replace(_target(3), tuning=_target(3).tuning.replace(split_min_reuse=0))  # a 1x1: no copy
+    assert [p.key.out_types[0].shape[1] for p in conv_parts(_key(32, 12, 16, k=1), loose)] == [8, 4]  # 1.5: two parts
 
 
 def test_depthwise_splits_by_groups_and_moves_the_input():
@@ -61,7 +62,7 @@ def test_depthwise_splits_by_groups_and_moves_the_input():
 def test_small_layers_one_thread_and_batch_one_only():
     assert conv_parts(_key(32, 40, 16), _target(1)) is None  # one thread
     assert conv_parts(_key(32, 40, 16), _target(2, sync_us=1e6)) is None  # too small to pay
-    assert conv_parts(_key(32, 4, 16), _target(2)) is None  # less than one vector of channels per part
+    assert conv_parts(_key(32, 4, 16, k=1), _target(2)) is None  # less than one vector of channels per part
     key = _key(32, 40, 16)
     batch2 = dataclasses.replace(key, in_types=(TensorType(DType.F32, (2, 32, 16, 16)),) + key.in_types[1:])
     assert conv_parts(batch2, _target(2)) is None
@@ -99,13 +100,14 @@ def test_given_channel_ranges_are_taken_exactly_when_they_fit():
 def test_a_layer_kept_whole_says_why():
     from cuvil.compiler.codegen.cpu.kernels.split import decide_split
 
-    def why(c, oc, hw, threads=2, sync_us=0.0, group=1):
-        return decide_split(_target(threads, sync_us), (1, c, hw, hw, oc, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), group))[1]
+    def why(c, oc, hw, threads=2, sync_us=0.0, group=1, k=3):
+        return decide_split(_target(threads, sync_us), (1, c, hw, hw, oc, k, k, (1, 1), (k // 2,) * 4, (1, 1), group))[1]
 
     assert why(32, 40, 16) == ""  # split
     assert why(32, 40, 16, threads=1) == "one thread"
     assert why(32, 20, 16) == ""  # split: the last part takes the partial vector
-    assert why(32, 8, 16) == "one 8-channel unit of output"
+    assert why(32, 8, 16, k=1) == "one 8-channel unit of output"
+    assert why(32, 8, 16) == ""  # a copied direct conv: split by bands of rows
     assert why(32, 40, 16, sync_us=2000.0) == "2.95M multiply-adds: under two parts of 2.00M"
 
 
@@ -157,6 +159,30 @@ def test_a_banded_direct_conv_splits_by_bands():
     (a, b), (c, d) = [p.rows for p in parts]  # two ranges of bands covering them all, as even as they go
     assert a == 0 and b == c and d == bands and abs((b - a) - (d - c)) <= 1 and all(p.axis == 2 for p in parts)
     assert [dict(p.key.attrs)[BLOCKS] for p in parts] == [p.rows for p in parts]
+
+
+def test_a_direct_conv_copied_whole_splits_into_a_band_per_part():
+    """Its copy is cut into one band per part (the parts' tuning carries the cut), so no part copies the whole
+    input and each writes its rows, as a row-split layer after it reads them; channel parts before (ResNet-18's
+    stem, 3->64 at 32x32) or none at all where one vector of channels is the whole output (MobileNetV1's)."""
+    from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
+    from cuvil.compiler.codegen.cpu.kernels.split import split_ranges
+
+    for threads, geom in ((2, (1, 3, 32, 32, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)),
+                          (3, (1, 3, 97, 97, 16, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1))):  # 49 rows: 17, 17, 15
+        t = _target(threads)
+        whole = conv_plan(t, *geom)
+        assert whole.method == "direct" and whole.copy and whole.band == whole.OH
+        ranges = split_ranges(t, geom)
+        assert [r.blocks for r in ranges] == [(i, i + 1) for i in range(threads)]
+        plans = [conv_plan(r.target, *r.geometry) for r in ranges]
+        assert all((p.method, p.mr, p.nv, p.band) == ("direct", whole.mr, whole.nv, -(-whole.OH // threads))
+                   for p in plans)
+        assert all(r.rows == (0, whole.OC) for r in ranges)
+        assert whole.band_bytes_for(whole.OH + 1) is None  # more parts than rows
+    one_row = conv_plan(_target(2), 1, 3, 2, 2, 8, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1)  # a single output row
+    assert one_row.band_bytes_for(2) is None and split_ranges(_target(2), (1, 3, 2, 2, 8, 3, 3, (2, 2), (1, 1, 1, 1),
+                                                                           (1, 1), 1)) is None
 
 
 def _key_of(geom) -> KernelKey:

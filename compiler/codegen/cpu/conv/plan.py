@@ -11,7 +11,7 @@ a Winograd conv's geometry is in ``winograd_geometry.py``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ....target import Target
 from ....tuning import Tuning
@@ -104,6 +104,16 @@ class ConvPlan:
             return self.OH
         rows = max(1, budget // row - self.halo)
         return self.OH if rows >= self.OH else math.ceil(self.OH / math.ceil(self.OH / rows))
+
+    def band_bytes_for(self, parts: int) -> int | None:
+        """The ``Tuning.direct_band_bytes`` that cuts this direct conv's copy into exactly ``parts`` bands of
+        output rows, or None when its rows do not make that many (a layer split by rows, ``split.py``)."""
+        if not (self.copy and self.method == "direct") or self.OH < parts:
+            return None
+        rows = -(-self.OH // parts)
+        cut = 4 * self.Cg * len(self.phases) * self.Wq * (rows + self.halo)
+        band = replace(self, tuning=self.tuning.replace(direct_band_bytes=cut)).band
+        return cut if -(-self.OH // band) == parts else None
 
     @property
     def Wq(self) -> int:

@@ -7,9 +7,9 @@ method and tile the whole layer got (cost model or tuner), so each output elemen
 the same instructions in the same order as at one thread: the answer does not depend on the
 thread count. Ranges are whole vectors of channels, the last taking the whole layer's partial vector
 where it has one, so no part adds a tail the whole layer lacks.
-A Winograd conv of few output channels and a direct conv whose input is copied band by band split
-into ranges of output rows instead (blocks of tile rows, bands), each part every channel of its rows,
-so no part repeats another's input transform or copy.
+A Winograd conv of few output channels and a direct conv whose input is copied (band by band, or whole:
+then cut into a band per part) split into ranges of output rows instead (blocks of tile rows, bands), each
+part every channel of its rows, so no part repeats another's input transform or copy.
 How many parts is the cost model's choice unless the on-device tuner measured the layer
 (``Target.conv_parts``: the split's slowest part plus ``Tuning.parallel_sync_us`` against the whole).
 The model gives a part only to work worth ``parallel_sync_ratio`` handoffs (``min_part_macs``), so a
@@ -92,10 +92,10 @@ def decide_split(target: Target, geom: tuple, parts: int | None = None,
             found = _row_split(target, plan, geom, k)
             if found is not None:
                 return found, ""
-    if plan.method == "direct" and plan.band < plan.OH and group == 1:
-        k = min(target.threads, -(-plan.OH // plan.band), parts)
-        if k > 1:
-            return _band_split(target, plan, geom, k), ""
+    if plan.method == "direct" and plan.copy and group == 1 and min(target.threads, parts) > 1:
+        found = _band_split(target, plan, geom, min(target.threads, parts))
+        if found is not None:
+            return found, ""
     reuse, thin = target.tuning.split_min_reuse, False
     for k in range(min(target.threads, units, parts), 1, -1):  # the most parts that sum in the whole layer's order
         ranges = _channel_ranges(oc, units, k, unit)
@@ -144,13 +144,28 @@ def _row_split(target: Target, plan, geom: tuple, parts: int) -> list[Range] | N
     return [Range((0, plan.OC), geom, sub, (lo, hi)) for lo, hi in even_ranges(nblk, parts, 1)]
 
 
-def _band_split(target: Target, plan, geom: tuple, parts: int) -> list[Range]:
-    """``parts`` ranges of a banded direct conv's bands (:mod:`..conv.direct`). Each part copies and reads only
-    its own bands' input rows and computes every output channel of them, where parts of output channels would
-    each copy the whole input (ASPP's 32->64 stride-2 conv at 128x128 on the Xeon: two channel parts ran 1.23x
-    the whole layer's time one after the other). Every output is computed by the same code in any band."""
-    sub = with_choices(target, {geom: choice_of(plan)})
-    return [Range((0, plan.OC), geom, sub, (lo, hi)) for lo, hi in even_ranges(-(-plan.OH // plan.band), parts, 1)]
+def _band_split(target: Target, plan, geom: tuple, parts: int) -> list[Range] | None:
+    """At most ``parts`` ranges of a copied direct conv's bands (:mod:`..conv.direct`), or None when it has too
+    few rows. Each part copies and reads only its own bands' input rows and computes every output channel of
+    them, where parts of output channels would each copy the whole input (ASPP's 32->64 stride-2 conv at 128x128
+    on the Xeon: two channel parts ran 1.23x the whole layer's time one after the other). A conv whose copy is
+    made whole is cut into one band per part (its parts' tuning carries the cut): the stems and stride-2 1x1
+    convs this takes from channel parts, or from staying whole, write their outputs by rows, as the row-split
+    layers after them read them (2 threads on the Xeon, interleaved, a 1 us handoff: MobileNetV1 0.476 ->
+    0.458 ms, MobileNetV3-ish 0.422 -> 0.413, MobileNetV2 0.645 -> 0.635, ResNet-18 1.783 -> 1.765; ResNet-50,
+    SqueezeNet even). Every output is computed by the same code in any band."""
+    choice = choice_of(plan)
+    if plan.band == plan.OH:
+        cut = plan.band_bytes_for(parts)
+        if cut is None:
+            return None
+        target = dataclasses.replace(target, tuning=target.tuning.replace(direct_band_bytes=cut))
+        plan = conv_plan(with_choices(target, {geom: choice}), *geom)
+    bands = -(-plan.OH // plan.band)
+    if min(parts, bands) < 2:
+        return None
+    sub = with_choices(target, {geom: choice})
+    return [Range((0, plan.OC), geom, sub, (lo, hi)) for lo, hi in even_ranges(bands, min(parts, bands), 1)]
 
 
 def conv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
