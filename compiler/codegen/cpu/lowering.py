@@ -138,7 +138,8 @@ class CpuLowering:
         """The nodes that run as jobs of their own, with the parts their splitter gives. A pool splits on its own
         only right after another job, while the workers still spin: after a serial layer they may sleep,
         and waking one cost more than half a pool (Tiny-YOLO's first, 16x160x160 after its unsplit first
-        conv: 0.62x its serial speed, where alone, workers awake, it ran 1.83x)."""
+        conv: 0.62x its serial speed, where alone, workers awake, it ran 1.83x); so do parts marked
+        ``after_job_only`` (a conv split by pixel vectors, whose input a job must have spread over the cores)."""
         found: dict[str, list[Part]] = {}
         after_job = False
         for node in self.g.nodes:
@@ -148,6 +149,8 @@ class CpuLowering:
             types = (tuple(self.g.types[i] for i in node.inputs), tuple(self.g.types[o] for o in node.outputs))
             parts = splitter(self.pack_key(node, *types), self.target) \
                 if splitter and (after_job or node.op not in FOLLOWERS) else None
+            if parts and parts[0].after_job_only and not after_job:
+                parts = None
             if parts:
                 found[node.name] = parts
             after_job = bool(parts)

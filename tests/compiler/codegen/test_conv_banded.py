@@ -1,4 +1,5 @@
-"""Direct convs whose zero-bordered copy is made band of output rows by band (``conv/direct.py``).
+"""Direct convs whose zero-bordered copy is made band of output rows by band (``conv/direct.py``), and the
+parts of direct convs split over threads by bands or by pixel vectors.
 
 A small ``Tuning.direct_band_bytes`` bands these small cases, so they run in milliseconds: bands with
 a remainder, halos of 1-3 rows, border rows zeroed by the band that needs them (the scratch starts as
@@ -146,3 +147,38 @@ def test_a_conv_copied_whole_cut_into_a_band_per_part_writes_what_the_whole_writ
         rows = slice(i * band, min(49, (i + 1) * band))
         assert part[:, :, rows].tobytes() == whole[:, :, rows].tobytes()
         assert np.isnan(np.delete(part, np.arange(49)[rows], axis=2)).all()  # nothing outside its rows
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+def test_parts_of_pixel_vectors_write_what_the_whole_conv_writes(profile):
+    """An uncopied direct conv (a 1x1 projection to few channels) split by ranges of its pixel vectors: each
+    part writes every channel of its pixels bit for bit as the whole kernel does, and nothing else."""
+    from llvmlite import ir
+
+    from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
+    from cuvil.compiler.codegen.cpu.kernels.split import split_ranges
+
+    from .kernel_jit import jit
+
+    t = executable(profile)
+    t = dataclasses.replace(t, threads=2, tuning=t.tuning.replace(parallel_sync_us=0.0))
+    case = (1, 40, 20, 20, 12, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True, True, "Relu")  # 400 pixels
+    p = conv_plan(t, *_geom(case))
+    assert p.by_slots
+    ranges = split_ranges(t, _geom(case))
+    assert len(ranges) == 2 and ranges[0].blocks[0] == 0 and ranges[1].blocks == (ranges[0].blocks[1], p.slots)
+    m = ir.Module(name="slots")
+    m.triple = t.triple
+    emit_conv2d(m, "whole", t, *_geom(case), bias=True, residual=True, activation="Relu")
+    for i, r in enumerate(ranges):
+        emit_conv2d(m, f"p{i}", r.target, *_geom(case), bias=True, residual=True, activation="Relu", blocks=r.blocks)
+    fns = jit(m, t, ["whole", "p0", "p1"])
+    whole, ref = _run(fns["whole"], t, case, np.random.default_rng(5))
+    np.testing.assert_allclose(whole, ref, rtol=1e-4, atol=1e-5)
+    flat = whole.reshape(12, -1)
+    for i, r in enumerate(ranges):
+        part, _ = _run(fns[f"p{i}"], r.target, case, np.random.default_rng(5))
+        part = part.reshape(12, -1)
+        mine = np.arange(flat.shape[1])[r.blocks[0] * p.vl:r.blocks[1] * p.vl]
+        assert part[:, mine].tobytes() == flat[:, mine].tobytes()
+        assert np.isnan(np.delete(part, mine, axis=1)).all()

@@ -62,7 +62,7 @@ def test_depthwise_splits_by_groups_and_moves_the_input():
 def test_small_layers_one_thread_and_batch_one_only():
     assert conv_parts(_key(32, 40, 16), _target(1)) is None  # one thread
     assert conv_parts(_key(32, 40, 16), _target(2, sync_us=1e6)) is None  # too small to pay
-    assert conv_parts(_key(32, 4, 16, k=1), _target(2)) is None  # less than one vector of channels per part
+    assert conv_parts(_key(32, 4, 2, k=1), _target(2)) is None  # one vector of channels, one of pixels
     key = _key(32, 40, 16)
     batch2 = dataclasses.replace(key, in_types=(TensorType(DType.F32, (2, 32, 16, 16)),) + key.in_types[1:])
     assert conv_parts(batch2, _target(2)) is None
@@ -106,21 +106,32 @@ def test_a_layer_kept_whole_says_why():
     assert why(32, 40, 16) == ""  # split
     assert why(32, 40, 16, threads=1) == "one thread"
     assert why(32, 20, 16) == ""  # split: the last part takes the partial vector
-    assert why(32, 8, 16, k=1) == "one 8-channel unit of output"
+    assert why(32, 8, 2, k=1) == "one 8-channel unit of output"  # and one vector of pixels
+    assert why(32, 8, 16, k=1) == ""  # split by pixel vectors
     assert why(32, 8, 16) == ""  # a copied direct conv: split by bands of rows
     assert why(32, 40, 16, sync_us=2000.0) == "2.95M multiply-adds: under two parts of 2.00M"
 
 
-def test_a_conv_whose_parts_would_do_little_per_input_element_stays_whole():
+def test_a_conv_whose_channel_parts_would_do_little_per_input_element_splits_by_pixels():
     """Every output-channel part reads the whole input, half of it from the other core's cache after a split
-    producer: MobileNetV2's 1x1 convs to 24 channels at 24x24 ran 2.1-2.5x slower in parts of 16 and 8."""
+    producer: MobileNetV2's 1x1 convs to 24 channels at 24x24 ran 2.1-2.5x slower in parts of 16 and 8. Such an
+    uncopied direct conv splits into ranges of its pixel vectors instead (whole tiles of ``nv``), each part
+    every channel of its pixels, marked to split only right after another job."""
+    from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
     from cuvil.compiler.codegen.cpu.kernels.split import decide_split
 
     def geom(oc, k):
         return (1, 144, 24, 24, oc, k, k, (1, 1), (k // 2,) * 4, (1, 1), 1)
 
     t = _target(2)
-    assert decide_split(t, geom(24, 1)) == (None, "parts of under 32 multiply-adds per input element they read")
+    whole = conv_plan(t, *geom(24, 1))
+    assert whole.by_slots and whole.slots == 72
+    ranges = decide_split(t, geom(24, 1))[0]
+    assert [(r.rows, r.blocks) for r in ranges] == [((0, 24), (0, 36)), ((0, 24), (36, 72))]
+    assert all(r.after_job_only and (r.blocks[1] - r.blocks[0]) % whole.nv == 0 for r in ranges)
+    parts = conv_parts(_key(144, 24, 24, k=1), t)
+    assert [dict(p.key.attrs)[BLOCKS] for p in parts] == [(0, 36), (36, 72)]
+    assert all(p.after_job_only and p.axis == 2 for p in parts)
     assert decide_split(t, geom(64, 1))[0] is not None  # parts of 32 channels
     assert decide_split(t, geom(24, 3))[0] is not None  # parts of 16 and 8 channels, 9 taps each
     loose = dataclasses.replace(t, tuning=t.tuning.replace(split_min_reuse=0))
@@ -394,5 +405,5 @@ def test_a_layer_of_few_tile_rows_splits_by_channels():
 
 def test_only_winograd_kernels_run_blocks_of_tile_rows():
     module = ir.Module()
-    with pytest.raises(ValueError, match="Winograd"):  # a 1x1 conv is never Winograd
-        emit_conv2d(module, "k", AVX2, 1, 16, 8, 8, 16, 1, 1, blocks=(0, 1))
+    with pytest.raises(ValueError, match="Winograd"):  # a depthwise conv is never Winograd
+        emit_conv2d(module, "k", AVX2, 1, 16, 8, 8, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16, blocks=(0, 1))

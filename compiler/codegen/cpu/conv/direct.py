@@ -36,7 +36,8 @@ IM2COL_UNROLLED_TAPS = 9  # taps unrolled in the im2col fill (3x3); larger kerne
 def emit_direct(fn: ir.Function, p: ConvPlan, target: Target, *, bias: bool, residual: bool, activation: str,
                 act_alpha: float, act_beta: float, blocks: tuple[int, int] | None = None) -> None:
     """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel) for the depthwise, transposed,
-    direct and im2col methods; ``blocks``: the bands ``[first, end)`` a banded direct conv runs (default all)."""
+    direct and im2col methods; ``blocks``: the bands ``[first, end)`` a banded direct conv runs, the pixel-vector
+    slots an uncopied one runs (``ConvPlan.by_slots``; default all)."""
     X, Wp, bias_p, res_p, Y, scratch = fn.args
     N, C, group = p.N, p.C, p.group
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -86,7 +87,8 @@ def emit_direct(fn: ir.Function, p: ConvPlan, target: Target, *, bias: bool, res
         elif p.band < p.OH:
             _banded(b, p, xg, scratch, kp, a_of_row, yg, bias_g, res_g, epi, blocks or (0, -(-p.OH // p.band)))
         else:
-            _grid(b, p, p.OCg, p.mr, im2col if im2col is not None else src, kp, a_of_row, yg, bias_g, res_g, epi)
+            _grid(b, p, p.OCg, p.mr, im2col if im2col is not None else src, kp, a_of_row, yg, bias_g, res_g, epi,
+                  slot_range=blocks)
     b.ret_void()
 
 
@@ -233,10 +235,12 @@ def _tap(p: ConvPlan, t: int) -> int:
     return p.tap_offset(t // p.KW, t % p.KW)
 
 
-def _grid(b, p: ConvPlan, rows, mr, src, kp, a_of_row, y, bias_ptr, res_ptr, epi, band=None) -> None:
+def _grid(b, p: ConvPlan, rows, mr, src, kp, a_of_row, y, bias_ptr, res_ptr, epi, band=None, slot_range=None) -> None:
     """The tile loops over output rows (channels) x pixel slots, and one micro-kernel per tile;
-    ``band``: (first output row, rows) of a band whose planes in ``src`` start at its first row."""
+    ``band``: (first output row, rows) of a band whose planes in ``src`` start at its first row;
+    ``slot_range``: [first, end) of the pixel slots of an uncopied conv (a part of it), default all."""
     vl, P = p.vl, p.OH * p.OW
+    s_base = None
     if p.method == "im2col":
         def slot_fn(b, s, is_partial):
             mask = lane_mask(vl, P % vl) if is_partial else None
@@ -258,6 +262,9 @@ def _grid(b, p: ConvPlan, rows, mr, src, kp, a_of_row, y, bias_ptr, res_ptr, epi
                 b_off, c_off = b.add(b_off, vc), b.add(c_off, vc)
             return gep(b, src, b_off), c_off, mask
         n_slots, partial = (p.slots if band is None else band[1] * p.vpr), False
+        s_base = None if band is None else b.mul(band[0], i64(p.vpr))
+        if slot_range is not None:
+            n_slots, s_base = slot_range[1] - slot_range[0], i64(slot_range[0])
 
     def tile_fn(b, row0, mr_eff, slots):
         out = Out(gep(b, y, b.mul(row0, i64(P))), P, [s[1] for s in slots], [s[2] for s in slots], **epi)
@@ -268,7 +275,7 @@ def _grid(b, p: ConvPlan, rows, mr, src, kp, a_of_row, y, bias_ptr, res_ptr, epi
         emit_tile(b, vl, mr_eff, a_of_row(b, row0), 1, [s[0] for s in slots], kp, out)
 
     tile_grid(b, rows, mr, n_slots, partial, p.nv, slot_fn, tile_fn, rows_outer=p.rows_outer and rows > 1,
-              s_base=None if band is None else b.mul(band[0], i64(p.vpr)))
+              s_base=s_base)
 
 
 

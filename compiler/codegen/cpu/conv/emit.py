@@ -35,12 +35,12 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
                 bias: bool = False, residual: bool = False, activation: str = "none",
                 act_alpha: float = 0.0, act_beta: float = 0.0, blocks: tuple[int, int] | None = None) -> ir.Function:
     """Define ``name`` in ``module`` (signature in the module docstring) and return it. ``blocks``: the
-    blocks of output rows this kernel runs (a part of a layer split by rows), default all: a Winograd
-    conv's blocks of tile rows, a banded direct conv's bands."""
+    blocks of output this kernel runs (a part of a layer split by rows), default all: a Winograd conv's blocks
+    of tile rows, a banded direct conv's bands, an uncopied direct conv's pixel-vector slots."""
     p = conv_plan(target, N, C, H, W, OC, KH, KW, strides, pads, dilations, group)
-    by_rows = (p.method == "winograd" and p.dh == 1) or (p.method == "direct" and p.band < p.OH)
+    by_rows = (p.method == "winograd" and p.dh == 1) or (p.method == "direct" and p.band < p.OH) or p.by_slots
     if blocks is not None and not by_rows:
-        raise ValueError(f"emit_conv2d: blocks of output rows are a Winograd or banded direct conv's, not this "
+        raise ValueError(f"emit_conv2d: blocks of output are a Winograd, banded or uncopied direct conv's, not this "
                          f"{p.method} conv's")
     fn = define_kernel(module, name, target)
     epilogue = dict(bias=bias, residual=residual, activation=activation, act_alpha=act_alpha, act_beta=act_beta)

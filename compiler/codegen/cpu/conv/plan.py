@@ -105,6 +105,12 @@ class ConvPlan:
         rows = max(1, budget // row - self.halo)
         return self.OH if rows >= self.OH else math.ceil(self.OH / math.ceil(self.OH / rows))
 
+    @property
+    def by_slots(self) -> bool:
+        """A direct conv that reads its input where it lies (no copy, no packed panels): a part of it may
+        run any range of its pixel-vector slots (``split.py``), as every output is its own tile's."""
+        return self.method == "direct" and not self.copy and not self.pack_b and self.group == 1
+
     def band_bytes_for(self, parts: int) -> int | None:
         """The ``Tuning.direct_band_bytes`` that cuts this direct conv's copy into exactly ``parts`` bands of
         output rows, or None when its rows do not make that many (a layer split by rows, ``split.py``)."""

@@ -108,8 +108,8 @@ def _conv_nd(ctx: KernelContext) -> None:
 
 PACKED = "conv"
 BLOCKS = "row_blocks"
-"""A part's attribute, not the model's: the blocks of output rows a conv split by rows runs (``split.py``): a
-Winograd conv's blocks of tile rows, a banded direct conv's bands."""
+"""A part's attribute, not the model's: the blocks of output a conv split by rows runs (``split.py``): a
+Winograd conv's blocks of tile rows, a banded direct conv's bands, an uncopied direct conv's pixel vectors."""
 
 
 def geometry(key: KernelKey) -> dict | None:

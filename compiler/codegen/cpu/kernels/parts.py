@@ -24,9 +24,10 @@ class Part:
     target: Target  # the whole layer's conv choice fixed for the part's geometry
     byte_offsets: tuple[int, ...]  # per input: added to the arena pointer (constants: unused)
     out_offset: int  # bytes into the output
-    rows: tuple[int, int]  # the output range: of channels (axis 1), of a 2-D GEMM's rows, or (axis 2) of a conv's blocks of output rows
+    rows: tuple[int, int]  # the output range: of channels (axis 1), of a 2-D GEMM's rows, or (axis 2) of a conv's blocks of output rows or pixel vectors
     axes: tuple[int | None, ...]  # per input: the axis of a constant sliced to ``rows`` (None: whole)
     axis: int = 1  # the output axis ``rows`` ranges over; only parts over axis 1 may take a follower
+    after_job_only: bool = False  # worth splitting only where a job just wrote the input, spread over the cores
 
 
 def even_ranges(units: int, parts: int, unit: int) -> list[tuple[int, int]]:
