@@ -58,7 +58,8 @@ def how_split(graph, target) -> dict[str, str]:
             geom = (*geo["in_shape"], geo["w_shape"][0], *geo["w_shape"][2:], geo["strides"], geo["pads"],
                     geo["dilations"], geo["group"])
             ranges, why = decide_split(target, geom)
-            found[node.name] = f"{len(ranges)} parts" if ranges else why
+            found[node.name] = (f"{len(ranges)} parts" + (" if right after a job" if ranges[0].after_job_only else "")
+                                if ranges else why)
         elif (parts := splitter(key, target)) is not None:
             found[node.name] = f"{len(parts)} parts"
     return found
