@@ -3,8 +3,12 @@
 ``<entry>_start()`` creates ``threads - 1`` workers with ``pthread_create`` (the C library the
 process or the emulation harness already links) and ``<entry>_stop()`` joins them; nothing is
 created or allocated per inference. A split layer is one *job* ``void job(i8* arena, i8* weights,
-i32 part)``; ``<entry>_par`` publishes it and then, like every awake worker, *claims* parts one at
-a time from a shared counter until none is left, and waits only for parts already claimed. Each
+i32 part)``; ``<entry>_par`` publishes it with part 0 already its own, runs that part, and then, like
+every awake worker, *claims* parts one at a time from a shared counter until none is left, and waits
+only for parts already claimed. (Taking part 0 before the workers see the job, instead of claiming it
+like them, made ResNet-18 at 2 threads 2.0-2.8% faster on the Xeon, SqueezeNet 2.1%, MobileNetV2 1.7%,
+five interleaved runs against 0.2-0.6% between two builds of the same code; in a test of 3,000 jobs
+the caller had won part 0's claim every time, so the cause is not a stolen part.) Each
 part's code is fixed at compile time, so the answer is the same whoever runs a part; and a worker
 the scheduler has not run yet (a busy CPU) delays nothing: the caller runs its parts itself
 (with no workers at all, when the pool was never started, it runs every part).
@@ -218,6 +222,7 @@ class Pool:
         gen = self._slot(b, GEN, I32)
         nxt_gen = b.zext(b.add(b.load(gen), ir.Constant(I32, 1)), I64)  # only this thread writes GEN
         word = b.or_(b.shl(nxt_gen, ir.Constant(I64, 32)), b.shl(b.zext(parts, I64), ir.Constant(I64, 16)))
+        word = b.or_(word, ir.Constant(I64, 1))  # part 0 is the caller's, taken before the workers see the job
         b.store_atomic(word, self._slot(b, CLAIM), SEQ, 8)
         b.atomic_rmw("add", gen, ir.Constant(I32, 1), SEQ)
         sleepers = b.load_atomic(self._slot(b, SLEEPERS, I32), SEQ, 4)
@@ -227,7 +232,8 @@ class Pool:
         self._futex(b, gen, _WAKE, ir.Constant(I32, MAX_THREADS))
         b.branch(go)
         b.position_at_end(go)
-        mine = self._claim_parts(b)
+        b.call(job, [arena, weights, ir.Constant(I32, 0)])
+        mine = b.add(self._claim_parts(b), ir.Constant(I32, 1))
         old = b.atomic_rmw("sub", remain, mine, SEQ)
         wait, out = b.append_basic_block("wait"), b.append_basic_block("out")
         b.cbranch(b.icmp_signed("==", old, mine), out, wait)

@@ -105,3 +105,64 @@ def test_parts_of_pixel_vectors_run_only_right_after_a_job():
     assert len(ranges) == 2 and all(r.after_job_only for r in ranges)  # the projection alone would split
     assert lower(_thin_projection("Softmax"), target, optimize=False).split_nodes == 0
     assert lower(_thin_projection("Conv"), target, optimize=False).split_nodes == 2
+
+
+def test_the_caller_runs_each_jobs_first_part():
+    """The caller takes part 0 before the workers see the job and runs it itself, so a layer's first part runs
+    on the core that ran the first part of the layer before it; the worker takes the other part when awake in
+    time. Each part of 3,000 two-part jobs (the second twice as long) records the thread that ran it."""
+    import ctypes
+    import threading
+
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+
+    from cuvil.compiler.codegen.cpu.workers import JOB_TYPE, Pool
+    from cuvil.compiler.codegen.irhelpers import I64
+
+    from ...hosts import executable
+    from .kernel_jit import target_machine
+
+    t = executable("x86-avx2")
+    t = dataclasses.replace(t, threads=2, tuning=t.tuning.replace(pool_pin=False))
+    module = ir.Module(name="pool")
+    module.triple = t.triple
+    Pool(module, "m", t, {})
+    job = ir.Function(module, JOB_TYPE, "job")
+    b = ir.IRBuilder(job.append_basic_block())
+    arena, _, part = job.args
+    syscall = module.globals.get("syscall") or ir.Function(module, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
+    tid = b.call(syscall, [ir.Constant(I64, 186)])  # gettid
+    slot = b.gep(b.bitcast(arena, I64.as_pointer()), [b.zext(part, I64)])
+    b.store(tid, slot)
+    spin = b.alloca(I64)  # work: the second part twice the first's, so the worker ends last
+    b.store(ir.Constant(I64, 0), spin)
+    loop, done = job.append_basic_block("loop"), job.append_basic_block("done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    n = b.add(b.load(spin, name="n"), ir.Constant(I64, 1))
+    n_inst = b.store(n, spin)
+    n_inst.volatile = True
+    limit = b.mul(b.zext(b.add(part, ir.Constant(part.type, 1)), I64), ir.Constant(I64, 20000))
+    b.cbranch(b.icmp_unsigned("<", n, limit), loop, done)
+    b.position_at_end(done)
+    b.ret_void()
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(module)), target_machine(t))
+    engine.finalize_object()
+    fn = ctypes.CFUNCTYPE(None)
+    start, stop = fn(engine.get_function_address("m_start")), fn(engine.get_function_address("m_stop"))
+    par = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
+        engine.get_function_address("m_par"))
+    ran = np.zeros(2, np.int64)
+    start()
+    try:
+        firsts, seconds = set(), set()
+        for _ in range(3000):
+            ran[:] = 0
+            par(engine.get_function_address("job"), ran.ctypes.data, None, 2)
+            firsts.add(int(ran[0]))
+            seconds.add(int(ran[1]))
+    finally:
+        stop()
+    assert firsts == {threading.get_native_id()}
+    assert seconds - {threading.get_native_id()}  # the worker took the second part at times
