@@ -97,13 +97,17 @@ class ConvPlan:
         """Output rows per band of a direct conv's copy (:mod:`.direct`): at most as many as keep one band's
         plane rows, halo included, within ``Tuning.direct_band_bytes``, in bands as even as they go; OH
         (one copy of the whole input) where the whole copy fits, and for every other method."""
-        budget = self.tuning.direct_band_bytes
-        row = 4 * self.Cg * len(self.phases) * self.Wq  # one plane row of every channel and phase
+        budget, row = self.tuning.direct_band_bytes, self.copy_row_bytes
         if not (self.copy and self.method == "direct" and budget) or \
                 row * self.whole_rows <= budget:
             return self.OH
         rows = max(1, budget // row - self.halo)
         return self.OH if rows >= self.OH else math.ceil(self.OH / math.ceil(self.OH / rows))
+
+    @property
+    def copy_row_bytes(self) -> int:
+        """One plane row of the copy, every channel and phase: a band's copy is this times its rows."""
+        return 4 * self.Cg * len(self.phases) * self.Wq
 
     @property
     def by_slots(self) -> bool:
@@ -117,7 +121,7 @@ class ConvPlan:
         if not (self.copy and self.method == "direct") or self.OH < parts:
             return None
         rows = -(-self.OH // parts)
-        cut = 4 * self.Cg * len(self.phases) * self.Wq * (rows + self.halo)
+        cut = self.copy_row_bytes * (rows + self.halo)
         band = replace(self, tuning=self.tuning.replace(direct_band_bytes=cut)).band
         return cut if -(-self.OH // band) == parts else None
 

@@ -160,17 +160,16 @@ def _band_split(target: Target, plan, geom: tuple, parts: int) -> list[Range] | 
     layers after them read them (2 threads on the Xeon, interleaved, a 1 us handoff: MobileNetV1 0.476 ->
     0.458 ms, MobileNetV3-ish 0.422 -> 0.413, MobileNetV2 0.645 -> 0.635, ResNet-18 1.783 -> 1.765; ResNet-50,
     SqueezeNet even). Every output is computed by the same code in any band."""
-    choice = choice_of(plan)
+    sub = with_choices(target, {geom: choice_of(plan)})
     if plan.band == plan.OH:
         cut = plan.band_bytes_for(parts)
         if cut is None:
             return None
-        target = dataclasses.replace(target, tuning=target.tuning.replace(direct_band_bytes=cut))
-        plan = conv_plan(with_choices(target, {geom: choice}), *geom)
+        sub = dataclasses.replace(sub, tuning=sub.tuning.replace(direct_band_bytes=cut))
+        plan = conv_plan(sub, *geom)
     bands = -(-plan.OH // plan.band)
     if min(parts, bands) < 2:
         return None
-    sub = with_choices(target, {geom: choice})
     return [Range((0, plan.OC), geom, sub, (lo, hi)) for lo, hi in even_ranges(bands, min(parts, bands), 1)]
 
 
