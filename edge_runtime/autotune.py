@@ -142,8 +142,9 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     for i, (geom, cands) in enumerate(todo):
         if i and clock() - t0 + 2 * mean_build > budget:
             break
-        weights = timing_weights(geom)  # made once for all of the layer's candidates
-        built = [_Built(target, geom, cands[0], weights, clock, llvm)]
+        built = whole = None  # the last layer's candidates and buffers go before this one's are made
+        weights, io = timing_weights(geom), _Buffers(geom)  # made once for all of the layer's candidates
+        built = [_Built(target, geom, cands[0], weights, clock, llvm, io)]
         if not i:  # the first layer's default sets the budget: wait for it
             mean_build = built[0].wait()
             stages = [built[0].stages()]
@@ -151,7 +152,7 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
         for c in cands[1:]:
             if clock() - t0 + mean_build > budget:
                 break
-            built.append(_Built(target, geom, c, weights, clock, llvm))
+            built.append(_Built(target, geom, c, weights, clock, llvm, io))
         build_s = [b.wait() for b in built]
         if i:
             mean_build = (mean_build * i + build_s[0]) / (i + 1)
@@ -321,16 +322,41 @@ class Compiler(Protocol):
     workers: int  # LLVM compiles at once
 
 
+class _Buffers:
+    """The input, bias, output and scratch that one layer's candidates share: they run one at a time.
+    Each candidate held its own before: ResNeXt-tiny's 256-channel 64x64 1x1 conv, four candidates of
+    a 4 MiB input and output each (and im2col's 4 MiB scratch), made that model's cold peak 111 MiB."""
+
+    def __init__(self, geom: Geometry) -> None:
+        N, C, H, W = geom[:4]
+        self.x, self.bias = _aligned(spread((N, C, H, W))), _aligned(spread(geom[4], seed=1))
+        self.y: np.ndarray | None = None
+        self.s = _aligned(np.zeros(16))
+
+    def output(self, shape: tuple[int, ...]) -> np.ndarray:
+        if self.y is None or self.y.shape != tuple(shape):
+            self.y = _aligned(np.zeros(shape))
+        return self.y
+
+    def scratch(self, nbytes: int) -> np.ndarray:
+        """At least ``nbytes`` of scratch (and 64 more: tail loads); the largest so far, which a
+        candidate that needs more replaces (those before keep theirs)."""
+        if 4 * self.s.size < nbytes + 64:
+            self.s = _aligned(np.zeros(nbytes // 4 + 16))
+        return self.s
+
+
 class _Built:
-    """One candidate kernel built alone, with its packed weights and buffers. The constructor emits
+    """One candidate kernel built alone, with its packed weights; its input, output and scratch from
+    ``io`` (a layer's candidates share them) or its own. The constructor emits
     its IR here and hands the LLVM work to ``llvm`` (the next candidate's IR is built meanwhile), or
     does it here when there is none; :meth:`wait` loads the code and returns the build time (IR plus
     LLVM, as if done in turn)."""
 
     def __init__(self, target: Target, geom: Geometry, choice: ConvChoice, weights: np.ndarray,
-                 clock: Callable[[], float], llvm: Compiler | None = None) -> None:
+                 clock: Callable[[], float], llvm: Compiler | None = None, io: _Buffers | None = None) -> None:
         t0 = clock()
-        self.choice, self.geom, self.target, self.clock, self.llvm = choice, geom, target, clock, llvm
+        self.choice, self.geom, self.target, self.clock, self.llvm, self.io = choice, geom, target, clock, llvm, io
         module = ir.Module(name="tune")
         module.triple = target.triple
         self.wp, self.scratch_bytes, self.out_shape = emit_choice(module, "k", target, geom, choice, weights)
@@ -355,11 +381,10 @@ class _Built:
         self.code, (address,) = load_functions([obj], ["k"], self.target)
         self.llvm_s = llvm_s
         self.build_s = self.emit_s + llvm_s + self.clock() - t0
-        N, C, H, W = self.geom[:4]
-        x, y, bias = (_aligned(spread((N, C, H, W))), _aligned(np.zeros(self.out_shape)),
-                      _aligned(spread(self.geom[4], seed=1)))
-        w, s = _aligned(self.wp), _aligned(np.zeros(max(16, self.scratch_bytes // 4 + 16)))
-        self.wp = None  # the aligned copy serves from now on: one copy of the packed weights per candidate, not two
+        io = self.io if self.io is not None else _Buffers(self.geom)
+        x, y, bias, s = io.x, io.output(self.out_shape), io.bias, io.scratch(self.scratch_bytes)
+        w = _aligned(self.wp)
+        self.wp, self.io = None, None  # the aligned copy serves from now on: one copy of the packed weights per candidate, not two
         self.buffers = (x, y, bias, w, s)
         fn, ptrs = _FN(address), (x.ctypes.data, w.ctypes.data, bias.ctypes.data, None, y.ctypes.data, s.ctypes.data)
         self.call = lambda: fn(*ptrs)

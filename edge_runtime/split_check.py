@@ -33,6 +33,7 @@ the settled plan without a check.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -189,7 +190,7 @@ def _medians(rounds: Sequence[Round]) -> tuple[float, float] | None:
     timed = [r for r in rounds if r.threaded_median is not None and r.serial_median is not None]
     if not timed:
         return None
-    return float(np.median([r.threaded_median for r in timed])), float(np.median([r.serial_median for r in timed]))
+    return statistics.median(r.threaded_median for r in timed), statistics.median(r.serial_median for r in timed)
 
 
 def after_idle(session: Session, runs: int = IDLE_RUNS, gap_s: float = IDLE_GAP_S,
@@ -209,7 +210,7 @@ def after_idle(session: Session, runs: int = IDLE_RUNS, gap_s: float = IDLE_GAP_
             session.run(inputs)
             times[on].append(clock() - t)
     session.set_workers(True)
-    return IdleStarts(float(np.median(times[True])), float(np.median(times[False])))
+    return IdleStarts(statistics.median(times[True]), statistics.median(times[False]))
 
 
 def recheck(settled: bool, age_s: float, threads: int, room: Callable[[int], bool] | None = None) -> bool:
@@ -249,7 +250,7 @@ def measure(session: Session, round_s: float = ROUND_S, clock: Callable[[], floa
             t = clock()
             session.run(inputs)
             runs.append(clock() - t)
-        return min(runs), float(np.median(runs))
+        return min(runs), statistics.median(runs)
 
     rounds: list[Round] = []
     while len(rounds) < MAX_ROUNDS and sum(r.clean for r in rounds) < CLEAN_ROUNDS \

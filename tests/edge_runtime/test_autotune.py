@@ -159,6 +159,32 @@ def test_the_tuner_times_the_cost_models_split_and_adds_none():
     assert whole.results[0].parts_seconds == () and whole.parts == {}  # kept whole by the cost model: not timed
 
 
+def test_a_layers_candidates_share_one_input_and_output_and_each_gets_its_scratch(monkeypatch):
+    from cuvil.edge_runtime import autotune
+
+    built, make = [], autotune._Built
+
+    def recording(*args, **kwargs):
+        built.append(make(*args, **kwargs))
+        return built[-1]
+    monkeypatch.setattr(autotune, "_Built", recording)
+    graph = _one_conv(32, 16)
+    roomy = HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=100.0, autotune_max_work=100.0)
+    tune(graph, dataclasses.replace(HOST, threads=1, tuning=roomy))
+    assert len(built) >= 2 and len({b.choice for b in built}) == len(built)
+    x, y, bias = built[0].buffers[:3]
+    assert all(b.buffers[0] is x and b.buffers[1] is y and b.buffers[2] is bias for b in built)
+    assert len({b.scratch_bytes for b in built}) > 1  # im2col's panel against a direct conv's few bytes
+    assert all(b.buffers[4].nbytes >= b.scratch_bytes + 64 for b in built)
+    outputs = []
+    for b in built:  # each candidate, in turn on the shared buffers, computes the same conv
+        y.fill(np.nan)
+        b.call()
+        outputs.append(y.copy())
+    for out in outputs[1:]:
+        np.testing.assert_allclose(out, outputs[0], rtol=1e-4, atol=1e-4)
+
+
 def test_a_layer_split_by_tile_rows_takes_its_share_of_the_whole_layers_time(monkeypatch):
     """64 channels at 32x32, Winograd: two parts of one block each, nothing built for them (the whole
     layer's code over half its blocks): half the whole's time, plus the handoff."""
