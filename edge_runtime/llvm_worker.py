@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import mmap
 import struct
 import sys
 from typing import BinaryIO
@@ -63,14 +64,27 @@ def read_module(stream: BinaryIO) -> tuple[int, str] | None:
     return level, data.decode()
 
 
-def read_object(stream: BinaryIO) -> bytes | None:
-    """The next object file of a helper's output (after its 8-byte length), or None when cut short."""
+def read_object(stream: BinaryIO, mapped: bool = False) -> bytes | mmap.mmap | None:
+    """The next object file of a helper's output (after its 8-byte length), or None when cut short.
+    ``mapped``: read into an anonymous mapping of its own instead of the heap, for a thread that only
+    reads (:class:`.stream.KernelStream`): glibc gives each thread a heap whose top it never trims, and
+    the objects and module texts a compile's reader thread made kept ~2 MiB of one resident to the end."""
     head = stream.read(8)
     if len(head) != 8:
         return None
     (size,) = struct.unpack("<Q", head)
-    obj = stream.read(size)
-    return obj if len(obj) == size else None
+    if not (mapped and size):
+        obj = stream.read(size)
+        return obj if len(obj) == size else None
+    buf, got = mmap.mmap(-1, size), 0
+    view = memoryview(buf)
+    while got < size and (n := stream.readinto(view[got:])):
+        got += n
+    view.release()
+    if got != size:
+        buf.close()
+        return None
+    return buf
 
 
 BOOT = """import importlib, json, sys, types

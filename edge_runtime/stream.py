@@ -23,6 +23,8 @@ compile to compile; a tuned session that kept every choice then ran other code t
 
 from __future__ import annotations
 
+import io
+import mmap
 import re
 import threading
 import time
@@ -34,7 +36,7 @@ from ..compiler.codegen.irtext import drop_body, function_text, take_instruction
 from ..compiler.target import Target
 from . import heap
 from .levels import FULL_LEVEL, LIGHT_LEVEL, SLOTS_LEVEL
-from .llvm_worker import frame, read_object, target_to_json
+from .llvm_worker import frame, read_module, read_object, target_to_json
 from .parallel import HELPER_TIMEOUT_S, LIGHT_ATTR, SLOTS_ATTR, Helpers
 
 RELEASE_EVERY = 16  # nodes: the weights the lowering freed meanwhile go back to the system (:mod:`.heap`)
@@ -74,7 +76,7 @@ class KernelStream:
         self.wrappers: dict[str, str] = {}  # streamed kernels' define lines (the entry declares them)
         self.entry: dict[str, list[str]] = {}  # external non-kernel functions: their text taken so far (see __call__)
         self.batch: dict[int, list[tuple[str, str]]] = {level: [] for level in LEVELS.values()}
-        self.texts: list[tuple[int, str]] = []
+        self.texts: list[tuple[int, bytes]] = []  # (speed level, the module framed for a helper: frame())
         self.results: list[bytes | None] = []
         self.seconds: list[float] = []  # LLVM time of each module (a helper's: its round trip)
         self.kernels: list[int] = []  # the modules of the model (the rest: the tuner's candidates)
@@ -151,7 +153,7 @@ class KernelStream:
     def submit(self, level: int, text: str) -> int:
         """Queue a self-contained module (the tuner's candidates come this way too); its index for :meth:`result`."""
         with self.cv:
-            self.texts.append((level, text))
+            self.texts.append((level, frame(level, text)))  # encoded here, not on a reader thread's heap
             self.results.append(None)
             self.seconds.append(0.0)
             self.todo.append(len(self.texts) - 1)
@@ -169,6 +171,15 @@ class KernelStream:
                 self.cv.wait_for(lambda: self.results[i] is not None or i in self.lost, HELPER_TIMEOUT_S)
         if self.results[i] is None:
             self._compile(i)
+        return self._taken(i)
+
+    def _taken(self, i: int) -> bytes:
+        """Module ``i``'s object as bytes on the calling thread's heap; a helper's arrives mapped
+        (:func:`.llvm_worker.read_object`), and its mapping goes once copied."""
+        obj = self.results[i]
+        if isinstance(obj, mmap.mmap):
+            self.results[i] = obj[:]
+            obj.close()
         return self.results[i]
 
     def _done(self, i: int, obj: bytes | None, seconds: float) -> None:
@@ -176,7 +187,7 @@ class KernelStream:
             if obj is None:
                 self.lost.add(i)
             else:  # its text is not needed again: freed as the compile goes on
-                self.results[i], self.seconds[i], self.texts[i] = obj, seconds, (0, "")
+                self.results[i], self.seconds[i], self.texts[i] = obj, seconds, (0, b"")
             self.cv.notify_all()
 
     def _take(self) -> int | None:
@@ -186,7 +197,7 @@ class KernelStream:
             return self.todo.popleft() if self.todo else None
 
     def _compile(self, i: int) -> None:
-        level, text = self.texts[i]
+        level, text = read_module(io.BytesIO(self.texts[i][1]))
         t0 = time.perf_counter()
         obj = self._emit(text, level)
         self._done(i, obj, time.perf_counter() - t0)
@@ -213,9 +224,9 @@ class KernelStream:
             proc.stdin.flush()
             while (i := self._take()) is not None:
                 t0 = time.perf_counter()
-                proc.stdin.write(frame(*self.texts[i]))
+                proc.stdin.write(self.texts[i][1])
                 proc.stdin.flush()
-                obj = read_object(proc.stdout)
+                obj = read_object(proc.stdout, mapped=True)
                 self._done(i, obj, time.perf_counter() - t0)
                 if obj is None:
                     return
@@ -273,4 +284,4 @@ class KernelStream:
         for i in modules:
             if self.results[i] is None:  # lost, or held by a helper that never answered
                 self._compile(i)
-        return [self.results[i] for i in modules]
+        return [self._taken(i) for i in modules]

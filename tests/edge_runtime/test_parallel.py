@@ -46,6 +46,19 @@ def test_helper_input_and_output_round_trip_and_a_cut_output_is_refused():
     assert [llvm_worker.read_object(cut) for _ in range(3)] == [b"obj1", b"", None]
 
 
+def test_an_object_read_mapped_holds_the_same_bytes_in_a_mapping_of_its_own():
+    import mmap
+
+    big = bytes(range(256)) * 3000  # several pages, read in more than one piece
+    out = b"".join(len(o).to_bytes(8, "little") + o for o in (b"obj1", big, b""))
+    whole = io.BufferedReader(io.BytesIO(out), buffer_size=4096)
+    got = [llvm_worker.read_object(whole, mapped=True) for _ in range(4)]
+    assert isinstance(got[0], mmap.mmap) and isinstance(got[1], mmap.mmap)
+    assert [g if g is None else bytes(g) for g in got] == [b"obj1", big, b"", None]
+    cut = io.BytesIO(out[:len(b"obj1") + 8 + 8 + 1000])
+    assert llvm_worker.read_object(cut, mapped=True) is not None and llvm_worker.read_object(cut, mapped=True) is None
+
+
 @pytest.fixture
 def split_everything(monkeypatch):
     monkeypatch.setattr(stream, "MAX_PART_BYTES", 0)  # a module per kernel group

@@ -156,6 +156,7 @@ def test_with_a_helper_process_no_module_is_compiled_in_this_one(monkeypatch):
         lower(_conv_graph(convs=2), host, stream=s)
         objs = s.finish()
     assert here == [] and len(objs) == len(s.kernels) + 1 and all(o[:4] == b"\x7fELF" for o in objs)
+    assert all(type(o) is bytes for o in objs + [s.result(i)])  # read into mappings, handed out as bytes
 
 
 def test_one_plan_gives_the_same_objects_however_busy_the_consumers_are(monkeypatch):
