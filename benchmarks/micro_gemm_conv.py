@@ -5,6 +5,12 @@
 Each kernel is compiled here (llvmlite.binding, O3) for the target (default: this host) and timed
 interleaved with ONNX Runtime (intra/inter op threads 1) and, for GEMM and 1x1 convs, numpy matmul.
 Medians of per-round medians; GFLOP/s = 2 x MACs / time. Also checks results against ORT.
+
+Each conv is also timed against OpenBLAS's sgemm 1024^3 (numpy, one thread) in the same rounds, the
+reference of "one core's FP32 peak" in issue 12's goal (>= 80% on ResNet-class convs): the column
+``of sgemm`` is the conv's GFLOP/s over sgemm's, so a host's speed swings cancel out. The ``res``
+rows are the ResNet-class convs beyond ResNet-18: ResNet-50's stride-2 3x3s (128x128 input) and
+ASPP's stride-2 trunk (``tests/archs.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +49,13 @@ CONVS = [
     ("r18 256->512 s2 3x3", 1, 256, 8, 8, 512, 3, 2, 1, 1, 1),
     ("r18 1x1 s2 256->512", 1, 256, 8, 8, 512, 1, 2, 0, 1, 1),
     ("r18 512x4x4 3x3", 1, 512, 4, 4, 512, 3, 1, 1, 1, 3),
+    ("res50 128->128 s2 3x3 32x32", 1, 128, 32, 32, 128, 3, 2, 1, 1, 1),
+    ("res50 256->256 s2 3x3 16x16", 1, 256, 16, 16, 256, 3, 2, 1, 1, 1),
+    ("res50 512->512 s2 3x3 8x8", 1, 512, 8, 8, 512, 3, 2, 1, 1, 1),
+    ("resaspp 32->64 s2 3x3 128x128", 1, 32, 128, 128, 64, 3, 2, 1, 1, 1),
+    ("resaspp 64->64 s2 3x3 64x64", 1, 64, 64, 64, 64, 3, 2, 1, 1, 1),
 ]
+PEAK_N = 1024  # sgemm PEAK_N^3: issue 12's reference of one core's FP32 peak
 
 
 def mobilenet_v2_convs(size: int = 96) -> list:
@@ -124,8 +136,11 @@ def timeit(fns: dict, flops: float, repeat: int, budget_s: float = 0.15) -> dict
 def report(name, times, flops, extra=""):
     cu = times["cuvil"]
     parts = [f"{name:<28} cuvil {cu * 1e6:8.1f} us {flops / cu / 1e9:6.1f} GF/s"]
+    if "sgemm" in times:
+        peak = 2.0 * PEAK_N ** 3 / times["sgemm"]
+        parts.append(f"{flops / cu / peak:4.0%} of sgemm {PEAK_N}^3 ({peak / 1e9:.0f} GF/s)")
     for k, t in times.items():
-        if k != "cuvil":
+        if k not in ("cuvil", "sgemm"):
             parts.append(f"{k} {t * 1e6:8.1f} us ({t / cu:4.2f}x)")
     print(" | ".join(parts) + extra, flush=True)
 
@@ -155,6 +170,8 @@ def bench_conv(target, spec, repeat, rng):
     if K == 1 and s == 1 and g == 1:
         X2, W2 = X.reshape(C, H * W), Wt.reshape(OC, C)
         fns["numpy"] = lambda: np.maximum(W2 @ X2 + bias[:, None], 0)
+    A, B = rng.standard_normal((2, PEAK_N, PEAK_N), dtype=np.float32)
+    fns["sgemm"] = lambda: A @ B
     flops = 2.0 * N * OC * OH * OW * (C // g) * K * K
     times = timeit(fns, flops, repeat)
     err = np.abs(Y - sess.run(None, feed)[0]).max()
