@@ -64,15 +64,20 @@ def read_module(stream: BinaryIO) -> tuple[int, str] | None:
     return level, data.decode()
 
 
+MAX_OBJECT_BYTES = 1 << 30  # one module's object: ResNet-50's largest is a few MiB
+
+
 def read_object(stream: BinaryIO, mapped: bool = False) -> bytes | mmap.mmap | None:
-    """The next object file of a helper's output (after its 8-byte length), or None when cut short.
-    ``mapped``: read into an anonymous mapping of its own instead of the heap, for a thread that only
+    """The next object file of a helper's output (after its 8-byte length), or None when cut short or
+    longer than ``MAX_OBJECT_BYTES`` (a broken helper's length asks no allocation of that size). ``mapped``: read into an anonymous mapping of its own instead of the heap, for a thread that only
     reads (:class:`.stream.KernelStream`): glibc gives each thread a heap whose top it never trims, and
     the objects and module texts a compile's reader thread made kept ~2 MiB of one resident to the end."""
     head = stream.read(8)
     if len(head) != 8:
         return None
     (size,) = struct.unpack("<Q", head)
+    if size > MAX_OBJECT_BYTES:
+        return None
     if not (mapped and size):
         obj = stream.read(size)
         return obj if len(obj) == size else None

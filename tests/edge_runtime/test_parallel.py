@@ -57,6 +57,8 @@ def test_an_object_read_mapped_holds_the_same_bytes_in_a_mapping_of_its_own():
     assert [g if g is None else bytes(g) for g in got] == [b"obj1", big, b"", None]
     cut = io.BytesIO(out[:len(b"obj1") + 8 + 8 + 1000])
     assert llvm_worker.read_object(cut, mapped=True) is not None and llvm_worker.read_object(cut, mapped=True) is None
+    huge = (llvm_worker.MAX_OBJECT_BYTES + 1).to_bytes(8, "little") + b"x" * 64
+    assert llvm_worker.read_object(io.BytesIO(huge)) is None and llvm_worker.read_object(io.BytesIO(huge), mapped=True) is None
 
 
 @pytest.fixture
