@@ -69,7 +69,8 @@ MAX_OBJECT_BYTES = 1 << 30  # one module's object: ResNet-50's largest is a few 
 
 def read_object(stream: BinaryIO, mapped: bool = False) -> bytes | mmap.mmap | None:
     """The next object file of a helper's output (after its 8-byte length), or None when cut short or
-    longer than ``MAX_OBJECT_BYTES`` (a broken helper's length asks no allocation of that size). ``mapped``: read into an anonymous mapping of its own instead of the heap, for a thread that only
+    longer than ``MAX_OBJECT_BYTES`` (a broken helper's length asks no allocation of that size).
+    ``mapped``: read into an anonymous mapping of its own instead of the heap, for a thread that only
     reads (:class:`.stream.KernelStream`): glibc gives each thread a heap whose top it never trims, and
     the objects and module texts a compile's reader thread made kept ~2 MiB of one resident to the end."""
     head = stream.read(8)

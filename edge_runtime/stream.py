@@ -77,7 +77,7 @@ class KernelStream:
         self.entry: dict[str, list[str]] = {}  # external non-kernel functions: their text taken so far (see __call__)
         self.batch: dict[int, list[tuple[str, str]]] = {level: [] for level in LEVELS.values()}
         self.texts: list[tuple[int, bytes]] = []  # (speed level, the module framed for a helper: frame())
-        self.results: list[bytes | None] = []
+        self.results: list[bytes | mmap.mmap | None] = []  # a helper's object mapped until taken (_taken)
         self.seconds: list[float] = []  # LLVM time of each module (a helper's: its round trip)
         self.kernels: list[int] = []  # the modules of the model (the rest: the tuner's candidates)
         self.lost: set[int] = set()  # taken by a consumer that failed: compiled here
@@ -152,8 +152,9 @@ class KernelStream:
 
     def submit(self, level: int, text: str) -> int:
         """Queue a self-contained module (the tuner's candidates come this way too); its index for :meth:`result`."""
+        framed = frame(level, text)  # encoded here, not on a reader thread's heap
         with self.cv:
-            self.texts.append((level, frame(level, text)))  # encoded here, not on a reader thread's heap
+            self.texts.append((level, framed))
             self.results.append(None)
             self.seconds.append(0.0)
             self.todo.append(len(self.texts) - 1)
