@@ -60,3 +60,42 @@ def test_wider_planes_keep_rows_in_lanes():
         ow = t.tuning.depthwise_lanes_max_ow
         assert conv_plan(t, 1, 64, 25, ow, 64, 3, 3, (1, 1), P1, (1, 1), 64).method == "dwlanes"
         assert conv_plan(t, 1, 64, 25, ow + 1, 64, 3, 3, (1, 1), P1, (1, 1), 64).method == "depthwise"
+
+
+# MobileNetV3-ish's 5x5 layers: 288 channels at 6x6, 144 at 12x12 with stride 2 (a 40-channel tail too)
+CASES_5X5 = [(1, 288, 6, 6, (1, 1)), (1, 40, 12, 12, (2, 2))]
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+def test_a_5x5_kernel_loops_over_its_rows_and_sums_in_the_unrolled_order(profile, rng, monkeypatch):
+    """From ``ROW_LOOP_TAPS`` taps on a tile loops over kernel rows: a fraction of the unrolled IR, and
+    the same sums in the same order, so its output is the unrolled kernel's bit for bit."""
+    from cuvil.compiler.codegen.cpu.conv import dwlanes
+
+    target = executable(profile)
+    P2 = (2, 2, 2, 2)
+    built = {}
+    for loop in (True, False):
+        if not loop:
+            monkeypatch.setattr(dwlanes, "ROW_LOOP_TAPS", 10 ** 6)
+        m = ir.Module(name=f"dw5-{loop}")
+        m.triple = target.triple
+        for i, (N, C, H, W, s) in enumerate(CASES_5X5):
+            assert conv_plan(target, N, C, H, W, C, 5, 5, s, P2, (1, 1), C).method == "dwlanes"
+            emit_conv2d(m, f"c{i}", target, N, C, H, W, C, 5, 5, s, P2, (1, 1), C, bias=True, activation="Relu")
+        size = sum(len(blk.instructions) for f in m.functions for blk in f.blocks)
+        built[loop] = (size, jit(m, target, [f"c{i}" for i in range(len(CASES_5X5))]))
+    assert built[True][0] * 2 < built[False][0]
+    for i, (N, C, H, W, s) in enumerate(CASES_5X5):
+        X, Wt, bias = rng.standard_normal((N, C, H, W)), rng.standard_normal((C, 1, 5, 5)), rng.standard_normal(C)
+        ref = np.maximum(conv_ref(X, Wt, bias, s, P2, (1, 1), C), 0)
+        nbytes = conv_scratch_bytes(target, N, C, H, W, C, 5, 5, s, P2, (1, 1), C)
+        Wp = aligned(pack_conv_weights(Wt.astype(np.float32), target, (N, C, H, W), s, P2, (1, 1), C))
+        outs = []
+        for loop in (True, False):
+            Y = aligned(np.full(ref.shape, np.nan))
+            args = [aligned(X), Wp, aligned(bias), None, Y, aligned(np.full(nbytes // 4, np.nan))]
+            built[loop][1][f"c{i}"](*(ptr(a) if a is not None else None for a in args))
+            outs.append(Y)
+        np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(outs[0], outs[1])
