@@ -312,7 +312,11 @@ class CpuLowering:
                 out_at = layer.out_at + part.out_offset
                 aligns = tuple(map(_alignment, (out_at, *at)))
                 cache = (key, part.target.conv_choices, aligns)
-                fn = self.kernels.get(cache) or self.emit_kernel(key, layer.kd, part.target, cache, aligns)
+                fn = self.kernels.get(cache)
+                if fn is None:
+                    fn = self.emit_kernel(key, layer.kd, part.target, cache, aligns)
+                    if self.stream is not None:  # each part's kernel printed and let go at once, not the job's all
+                        self.stream(self.module)
                 out = h.byte_ptr(jb, j_arena, out_at, h.LLTYPE[key.out_types[0].dtype])
                 extra = [h.byte_ptr(jb, j_arena, lo, h.I8)] if layer.kd.scratch is not None else []
                 if get_op(key.op).run_time_check:
@@ -321,6 +325,7 @@ class CpuLowering:
             jb.branch(done)
         jb.position_at_end(done)
         jb.ret_void()
+        b.position_at_end(b.block)  # the stream may have taken the entry's instructions meanwhile (see run)
         t0 = h.cycle_counter(b) if self.profile else None
         b.call(self.pool.par, [job, arena, weights, ir.Constant(h.I32, count)])
         if self.profile:  # the job's cycles go to its first layer
