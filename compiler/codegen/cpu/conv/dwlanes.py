@@ -81,7 +81,7 @@ def emit_depthwise_lanes(fn: ir.Function, p: ConvPlan, *, bias: bool, residual: 
     vl, C, cols = p.vl, p.C, p.W + p.pl + p.pr
     P, HW = p.OH * p.OW, p.H * p.W
     zero = vector(vec_type(vl), None)
-    NEG_ZERO = vector(vec_type(vl), [-0.0] * vl)
+    neg_zero = vector(vec_type(vl), [-0.0] * vl)
     epi = dict(activation=activation, act_alpha=act_alpha, act_beta=act_beta, scalar_tails=scalar_tails)
 
     def blocks(count: int, size: int, body, name: str) -> None:
@@ -137,7 +137,7 @@ def emit_depthwise_lanes(fn: ir.Function, p: ConvPlan, *, bias: bool, residual: 
                 ox = b.sub(q, b.mul(oy, i64(p.OW)))
                 ats.append(gep(b, plane, b.mul(b.add(b.mul(oy, i64(p.sh * cols)), b.mul(ox, i64(p.sw))), i64(vl))))
             if p.KH * p.KW >= ROW_LOOP_TAPS:  # from -0.0: fma(w, x, -0.0) is w * x to the bit, zeros' signs too
-                acc = acc_loop(b, p.KH, [[NEG_ZERO] * npx], lambda i, ph: [taps_of_row(c0, i, ats, ph[0])], "kh")[0]
+                acc = acc_loop(b, p.KH, [[neg_zero] * npx], lambda i, ph: [taps_of_row(c0, i, ats, ph[0])], "kh")[0]
             else:
                 acc = None
                 for kh in range(p.KH):
