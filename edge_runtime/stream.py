@@ -76,7 +76,7 @@ class KernelStream:
         self.wrappers: dict[str, str] = {}  # streamed kernels' define lines (the entry declares them)
         self.entry: dict[str, list[str]] = {}  # external non-kernel functions: their text taken so far (see __call__)
         self.batch: dict[int, list[tuple[str, str]]] = {level: [] for level in LEVELS.values()}
-        self.texts: list[tuple[int, bytes]] = []  # (speed level, the module framed for a helper: frame())
+        self.texts: list[tuple[int, str | bytes]] = []  # (speed level, the module; framed for helpers: frame())
         self.results: list[bytes | mmap.mmap | None] = []  # a helper's object mapped until taken (_taken)
         self.seconds: list[float] = []  # LLVM time of each module (a helper's: its round trip)
         self.kernels: list[int] = []  # the modules of the model (the rest: the tuner's candidates)
@@ -152,9 +152,9 @@ class KernelStream:
 
     def submit(self, level: int, text: str) -> int:
         """Queue a self-contained module (the tuner's candidates come this way too); its index for :meth:`result`."""
-        framed = frame(level, text)  # encoded here, not on a reader thread's heap
+        module = frame(level, text) if self.remote else text  # encoded here, not on a reader thread's heap
         with self.cv:
-            self.texts.append((level, framed))
+            self.texts.append((level, module))
             self.results.append(None)
             self.seconds.append(0.0)
             self.todo.append(len(self.texts) - 1)
@@ -188,7 +188,7 @@ class KernelStream:
             if obj is None:
                 self.lost.add(i)
             else:  # its text is not needed again: freed as the compile goes on
-                self.results[i], self.seconds[i], self.texts[i] = obj, seconds, (0, b"")
+                self.results[i], self.seconds[i], self.texts[i] = obj, seconds, (0, "")
             self.cv.notify_all()
 
     def _take(self) -> int | None:
@@ -198,7 +198,9 @@ class KernelStream:
             return self.todo.popleft() if self.todo else None
 
     def _compile(self, i: int) -> None:
-        level, text = read_module(io.BytesIO(self.texts[i][1]))
+        level, text = self.texts[i]
+        if isinstance(text, bytes):  # framed for a helper that lost it
+            level, text = read_module(io.BytesIO(text))
         t0 = time.perf_counter()
         obj = self._emit(text, level)
         self._done(i, obj, time.perf_counter() - t0)

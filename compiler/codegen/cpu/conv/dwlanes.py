@@ -113,9 +113,10 @@ def emit_depthwise_lanes(fn: ir.Function, p: ConvPlan, *, bias: bool, residual: 
 
         def taps_of_row(c0: ir.Value, kh: ir.Value | int, ats: list, acc: list | None) -> list:
             """Each pixel's sum over kernel row kh's taps, in tap order, onto ``acc`` (None: the first row)."""
-            wk = gep(b, Wp, b.add(c0, b.mul(kh, i64(p.KW * p.lanes_channels)) if isinstance(kh, ir.Value)
-                                  else i64(kh * p.KW * p.lanes_channels)))
-            row = b.mul(kh, i64(p.dh * cols * vl)) if isinstance(kh, ir.Value) else i64(kh * p.dh * cols * vl)
+            def times(n: int) -> ir.Value:  # kh * n, a constant where kh is one (the unrolled 3x3)
+                return b.mul(kh, i64(n)) if isinstance(kh, ir.Value) else i64(kh * n)
+
+            wk, row = gep(b, Wp, b.add(c0, times(p.KW * p.lanes_channels))), times(p.dh * cols * vl)
             out = []
             for j, at in enumerate(ats):
                 a = None if acc is None else acc[j]
