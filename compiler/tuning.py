@@ -64,6 +64,7 @@ class Tuning:
     half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
     half_width_pool_max_ow: int = 7  # 512-bit targets: f32 pools up to this output width use ymm, rows a zmm would leave under half full and scalar (Xeon, SqueezeNet's 3x3/2 max pool of 256x13x13: 43 -> 12 us; 13-wide rows no faster)
     amx_min_rows: int = 16  # int8 matmuls of fewer rows keep to vpdpbusd where AMX is: a tile holds 16 rows, and at batch 1 the wide MLP's 1024x2048 layers ran 1.8x slower on tiles (Xeon Emerald Rapids)
+    amx_min_depth: int = 96  # int8 convs whose GEMM sums fewer weight bytes per output (channels x taps) keep to vpdpbusd where AMX is: a tile row holds 64, and below it the accumulators' trip through memory to the epilogue costs more than the tile saves (Xeon Emerald Rapids, MobileNetV2's 1x1 convs: K 16 1.9x, K 24-32 1.4-1.7x slower on tiles, K 64 even, K 96 1.15x faster)
     int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
     int8_direct_min_width: int = 16  # VNNI int8 convs (kxk, a quad of channels or more) with output rows this wide or wider read their taps in place, output columns in lanes (quant_direct.py), rather than through an im2col; 0: never
     int8_direct_min_lane_use: float = 1.0  # and whose rows fill at least this share of their vectors' lanes (1: whole vectors; Zen 4, in place / im2col: 32- and 80-wide rows 0.84-0.92x, 40-wide (83%) 1.11x, 20-wide (62.5%) 1.46x)

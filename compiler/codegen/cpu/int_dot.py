@@ -128,7 +128,8 @@ def is_x86(target: Target) -> bool:
 
 def choose_dot(target: Target, bounded_pairs: bool, tiles: bool = True) -> Dot:
     """The fastest exact variant ``target`` can run; ``bounded_pairs``: the weights allow vpmaddubsw;
-    ``tiles``: AMX may serve (a GEMM of at least ``Tuning.amx_min_rows`` rows)."""
+    ``tiles``: AMX may serve (a matmul of at least ``Tuning.amx_min_rows`` rows, a conv summing at least
+    ``Tuning.amx_min_depth`` weights per output)."""
     bits = target.vector_bits or 128
     if is_x86(target):
         if tiles and target.has("amx-int8") and target.has("avx512vnni") and bits == 512:

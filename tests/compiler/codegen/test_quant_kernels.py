@@ -296,7 +296,8 @@ def test_generated_code_uses_the_isa_dot_product(profile, bounded, want):
 def test_amx_code_is_generated():
     """x86-amx: convs (signed weights x unsigned activations) and matmuls (the reverse) on tiles, with
     row and K remainders (37 output channels, K = 180 bytes; 21 rows, K = 132 bytes); a matmul of fewer
-    rows than a tile holds (batch 1) keeps to vpdpbusd."""
+    rows than a tile holds (batch 1) and a conv of fewer weights per output than ``amx_min_depth`` keep to
+    vpdpbusd."""
     from cuvil.compiler.codegen.cpu.amx import tile_config
 
     target = resolve_target("x86-amx")
@@ -305,6 +306,12 @@ def test_amx_code_is_generated():
     asm = jit.emit_assembly(lower(_qconv_graph(DType.U8, w, None, 1, 1, [1, 1, 1, 1], (1, 20, 7, 9)), target,
                                   optimize=False).llvm_ir, target)
     assert "tdpbsud" in asm and "ldtilecfg" in asm and "tilerelease" in asm
+    for depth in (target.tuning.amx_min_depth, target.tuning.amx_min_depth - 1, 16):  # a conv's weights per output
+        shallow = np.ones((37, depth, 1, 1), np.int8)
+        asm = jit.emit_assembly(lower(_qconv_graph(DType.U8, shallow, None, 1, 1, [0, 0, 0, 0], (1, depth, 7, 9)),
+                                      target, optimize=False).llvm_ir, target)
+        tiles = depth >= target.tuning.amx_min_depth
+        assert ("tdpbsud" in asm) == tiles and (tiles or "vpdpbusd" in asm), depth
     for rows, tiles in ((21, True), (target.tuning.amx_min_rows - 1, False), (1, False)):
         gb = GraphBuilder("qmm")
         a = gb.input("a", TensorType(DType.U8, (rows, 130)))

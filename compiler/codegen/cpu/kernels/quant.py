@@ -87,7 +87,8 @@ def _pack_layout(key: KernelKey, i: int, arr: np.ndarray, target: Target):
         layout, rows = _pack_broadcast_rows(_conv_rows(arr, dot.per_unit), dot, DIRECT)
         return layout, np.concatenate([rows, kernel_row_sums(arr).view(np.uint8).reshape(-1)])
     if i == 1 and _conv_gemm_ok(key):
-        dot = choose_dot(target, pairs_bounded(_gemm_rows(key, arr, 4)))
+        deep = math.prod(arr.shape[1:]) >= target.tuning.amx_min_depth
+        dot = choose_dot(target, pairs_bounded(_gemm_rows(key, arr, 4)), tiles=deep)
         prefix = TAPS if taps_ok(key, dot.per_unit) else QUADS
         return _pack_broadcast_rows(_gemm_rows(key, arr, dot.per_unit), dot, prefix)
     if dwrows_ok(key, target):
