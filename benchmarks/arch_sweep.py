@@ -192,10 +192,11 @@ def profile_rows(r: dict, runs: int = 50, top: int = 12) -> list[str]:
 
     graph = r["_graph"]
     sess = compile_graph(graph, target=r["_target"], use_cache=False, profile=True, threads=1)
-    sess.run(dict(zip(graph.inputs, r["_inputs"])))
+    feeds = dict(zip(graph.inputs, r["_inputs"]))
+    sess.run(feeds)
     time_block(sess.run_raw, 20)
     med_us = float(np.min(time_block(sess.run_raw, runs))) * 1e3
-    cycles = sess.node_cycles(runs)  # each node's fewest: on a shared host others' work only adds cycles
+    cycles = sess.node_cycles(runs, feeds)  # each node's fewest: on a shared host others' work only adds cycles
     share = {k: v / (sum(cycles.values()) or 1) for k, v in cycles.items()}
     theirs = ort_node_us(r["_proto"], r["_inputs"], runs) if r["frontend"] == "onnx" else {}
     og = bind_batch(optimize(graph), 1)

@@ -93,11 +93,11 @@ def profile_rows(q8, feeds: dict, qdq, target: str, top: int, runs: int = 50) ->
 
     sess = compile_graph(q8, target=target, threads=1, profile=True, use_cache=False)
     sess.run(feeds)
-    cycles = sess.node_cycles(runs)
+    cycles = sess.node_cycles(runs, feeds)
     walls = []
     for _ in range(runs):
         t0 = time.perf_counter_ns()
-        sess.run_raw()
+        sess.run(feeds)  # not run_raw: the arena's stale bytes in the float input hold denormals
         walls.append((time.perf_counter_ns() - t0) / 1e3)
     us_per_cycle = float(np.median(walls)) / max(1, sum(cycles.values()))
     theirs: dict[str, float] = {}

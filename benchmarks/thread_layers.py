@@ -95,8 +95,8 @@ def main() -> None:
     for s in (one, many, solo):
         s.run(feeds)
     load0 = os.getloadavg()
-    cols = {"1t": one.node_cycles(args.runs), f"{args.threads}t": many.node_cycles(args.runs),
-            f"{args.threads}t solo": solo.node_cycles(args.runs)}
+    cols = {"1t": one.node_cycles(args.runs, feeds), f"{args.threads}t": many.node_cycles(args.runs, feeds),
+            f"{args.threads}t solo": solo.node_cycles(args.runs, feeds)}
     print(f"{describe_host()}; {args.model}; {many.lowered.split_nodes} layers split; load {load0[0]:.1f} -> "
           f"{os.getloadavg()[0]:.1f}; fewest cycles of {args.runs} runs (thousands)")
     many_t = f"{args.threads}t"

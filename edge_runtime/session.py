@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -219,15 +219,7 @@ class Session:
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Copy ``inputs`` into the arena, run the whole graph natively, return output copies."""
         with self._lock:
-            try:
-                for name, view, shape, dtype in self._inputs:
-                    value = inputs[name]
-                    if getattr(value, "dtype", None) is dtype and value.shape == shape:
-                        view[...] = value  # the fast path: exact type, plain copy into the arena
-                    else:
-                        self._convert_into(name, view, value)
-            except KeyError as e:
-                raise InterpreterError(f"missing input {e.args[0]!r}; the model takes {list(self.input_names)}") from None
+            self._take_inputs(inputs)
             if self._fault is not None:
                 self._fault.value = 0  # a fault of an earlier raw run (stale arena inputs) is not this run's
             self._call()
@@ -238,6 +230,18 @@ class Session:
             for spec, span in self._bounded:  # a length known only now: the valid rows (TensorType.bounded)
                 out[spec.name] = spec.take(span)
             return out
+
+    def _take_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
+        """Copy ``inputs`` into their arena bytes (the caller holds the lock)."""
+        try:
+            for name, view, shape, dtype in self._inputs:
+                value = inputs[name]
+                if getattr(value, "dtype", None) is dtype and value.shape == shape:
+                    view[...] = value  # the fast path: exact type, plain copy into the arena
+                else:
+                    self._convert_into(name, view, value)
+        except KeyError as e:
+            raise InterpreterError(f"missing input {e.args[0]!r}; the model takes {list(self.input_names)}") from None
 
     def run_each(self, examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Run the graph once per example (the leading axis of ``examples``, each of the one input's
@@ -280,33 +284,37 @@ class Session:
         except TypeError as e:
             raise InterpreterError(f"input {name!r}: {e}") from None
 
-    def profile(self, runs: int = 20) -> dict[str, float]:
-        """Share of cycles per node over ``runs`` runs (a model lowered with ``profile=True``)."""
-        lw = self.lowered
-        if lw.profile_offset is None:
-            raise ValueError("this session was not lowered with profile=True")
-        counters = self._arena[lw.profile_offset:lw.profile_offset + 8 * len(lw.profile_nodes)].view(np.uint64)
-        with self._lock:
-            counters[:] = 0
-            for _ in range(runs):
-                self._fn()
-        total = float(counters.sum()) or 1.0
-        return {name: float(c) / total for name, c in zip(lw.profile_nodes, counters)}
+    def profile(self, runs: int = 20, inputs: Mapping[str, np.ndarray] | None = None) -> dict[str, float]:
+        """Share of cycles per node over ``runs`` runs (a model lowered with ``profile=True``); ``inputs``
+        as for :meth:`node_cycles`."""
+        total = np.zeros(len(self.lowered.profile_nodes), np.float64)
+        for counters in self._counted_runs(runs, inputs):
+            total += counters
+        return {name: float(c) / (float(total.sum()) or 1.0) for name, c in zip(self.lowered.profile_nodes, total)}
 
-    def node_cycles(self, runs: int = 20) -> dict[str, int]:
+    def node_cycles(self, runs: int = 20, inputs: Mapping[str, np.ndarray] | None = None) -> dict[str, int]:
         """Each node's fewest cycles over ``runs`` runs (a model lowered with ``profile=True``): on a
-        busy machine other work only ever adds cycles, so the least is the node's own cost."""
+        busy machine other work only ever adds cycles, so the least is the node's own cost. ``inputs``
+        are copied in before each run; without them the first nodes read what later tensors left in
+        the inputs' bytes (an int8 model's QuantizeLinear divided stray denormal floats: 5x its time)."""
+        best = np.full(len(self.lowered.profile_nodes), np.iinfo(np.uint64).max, dtype=np.uint64)
+        for counters in self._counted_runs(runs, inputs):
+            np.minimum(best, counters, out=best)
+        return {name: int(c) for name, c in zip(self.lowered.profile_nodes, best)}
+
+    def _counted_runs(self, runs: int, inputs: Mapping[str, np.ndarray] | None) -> Iterator[np.ndarray]:
+        """Each run's per-node cycle counters (a view of the arena: read it before the next)."""
         lw = self.lowered
         if lw.profile_offset is None:
             raise ValueError("this session was not lowered with profile=True")
         counters = self._arena[lw.profile_offset:lw.profile_offset + 8 * len(lw.profile_nodes)].view(np.uint64)
-        best = np.full(len(counters), np.iinfo(np.uint64).max, dtype=np.uint64)
         with self._lock:
             for _ in range(runs):
+                if inputs is not None:
+                    self._take_inputs(inputs)
                 counters[:] = 0
                 self._fn()
-                np.minimum(best, counters, out=best)
-        return {name: int(c) for name, c in zip(lw.profile_nodes, best)}
+                yield counters
 
     def run_raw(self) -> None:
         """One native call on whatever the arena holds (benchmarks: no copies at all). The inputs'

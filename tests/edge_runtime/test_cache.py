@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pytest
 from cuvil.compiler.codegen.lower import lower
+from cuvil.compiler.errors import InterpreterError
 from cuvil.edge_runtime import compile as compile_mod
 from cuvil.edge_runtime.artifact import ArtifactError, read_artifact, write_artifact
 from cuvil.edge_runtime import cache as cache_mod
@@ -80,6 +81,12 @@ def test_profile_session_round_trips(cache_dir):
     assert abs(sum(warm.profile(runs=3).values()) - 1) < 1e-6
     cycles = warm.node_cycles(runs=3)
     assert list(cycles) == list(warm.lowered.profile_nodes) and all(c > 0 for c in cycles.values())
+    x = np.ones((1, 37), np.float32)
+    assert list(warm.node_cycles(2, {"x": x})) == list(cycles)  # inputs copied in before each run, as run does
+    with pytest.raises(InterpreterError, match="missing input 'x'"):
+        warm.node_cycles(2, {})
+    with pytest.raises(InterpreterError, match="x"):
+        warm.node_cycles(2, {"x": np.ones((2, 37), np.float32)})
     with pytest.raises(ValueError, match="profile=True"):
         compile_graph(graph, cache_dir=cache_dir).node_cycles()
 
