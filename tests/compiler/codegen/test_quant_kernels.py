@@ -98,7 +98,7 @@ WINOGRAD_CASES = (10, 11, 13)
 ROWS_CASES = (1, 12)  # x86-avx2, int16 pairs: planes of at most 64 pixels, k x k, one group (2: vpmaddubsw)
 
 
-@pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic", "x86-avx512-vnni", "vnni-256", "amx"])
+@pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic", "x86-avx512", "x86-avx512-vnni", "vnni-256", "amx"])
 @pytest.mark.parametrize("case", range(len(CONVS)))
 def test_qconv_is_exact(kind, case):
     dtype, bound, group, stride, pads, shape, m = CONVS[case]

@@ -89,6 +89,8 @@ def fill_centred(ctx: KernelContext, n: ir.Value, plane: ir.Value, cp: int,
     cv, xv = c // BLOCK * BLOCK, ww // BLOCK * BLOCK
     if cv and xv:
         _fill_blocks(ctx, src, plane, cp, cols, base, cv, xv)
+    elif cv:
+        _fill_pixel_blocks(ctx, src, plane, cp, cols, base, cv)
     xz = h.const(h.I32, ctx.attrs["x_zero_point"])
 
     def scalar(x0: int, c0: int, c1: int) -> None:
@@ -103,9 +105,7 @@ def fill_centred(ctx: KernelContext, n: ir.Value, plane: ir.Value, cp: int,
 
     if cv and xv:
         scalar(xv, 0, cv)
-        scalar(0, cv, c)
-    else:
-        scalar(0, 0, c)
+    scalar(0, cv, c)
 
 
 BLOCK = 16  # channels and columns of a register transpose: 16 byte vectors
@@ -141,6 +141,44 @@ def _fill_blocks(ctx: KernelContext, src: ir.Value, plane: ir.Value, cp: int, co
             b.store(wide, b.bitcast(gep(b, plane, b.add(out, h.i64(j * cp))), v16.as_pointer()), align=2)
 
 
+def _fill_pixel_blocks(ctx: KernelContext, src: ir.Value, plane: ir.Value, cp: int, cols: int, base: int,
+                       cv: int) -> None:
+    """Channels ``..cv`` of a plane whose rows are under 16 columns (MobileNetV2's 6x6 and 3x3): blocks of 16
+    channels x 16 pixels of the flattened plane (the last block's loads masked to the plane), a transpose, and
+    each pixel's 16 channels widened to their place. One value at a time, the fill cost more than the conv:
+    576 channels at 6x6 took 2.1x ONNX Runtime's time for the layer."""
+    b = ctx.b
+    _, _, hh, ww = ctx.shape(0)
+    pixels = hh * ww
+    v8, v16 = ir.VectorType(h.I8, BLOCK), ir.VectorType(I16, BLOCK)
+    xz = h.const(v16, ctx.attrs["x_zero_point"])
+    signed = ctx.in_types[0].dtype in h.SIGNED
+    full, rest = divmod(pixels, BLOCK)
+    with h.for_range(b, cv // BLOCK, name="cpg") as cg:
+        c0 = b.mul(cg, h.i64(BLOCK))
+        at = b.add(src, b.mul(c0, h.i64(pixels)))
+
+        def block(p0: ir.Value, count: int) -> None:
+            mask = h.vector(ir.VectorType(h.I1, BLOCK), [int(j < count) for j in range(BLOCK)])
+            vs = []
+            for ch in range(BLOCK):
+                ptr = b.bitcast(gep(b, ctx.ins[0], b.add(at, b.add(p0, h.i64(ch * pixels)))), v8.as_pointer())
+                vs.append(b.load(ptr, align=1) if count == BLOCK else
+                          h.call_named(b, "llvm.masked.load.v16i8.p0", v8, [ptr, h.const(h.I32, 1), mask, h.vector(v8, None)]))
+            for j, v in enumerate(_transpose(b, vs)[:count]):
+                px = b.add(p0, h.i64(j))
+                iy, ix = b.udiv(px, h.i64(ww)), b.urem(px, h.i64(ww))
+                out = b.add(h.linear(b, (iy, ix), (cols * cp, cp), base=base), c0)
+                wide = b.sub(b.sext(v, v16) if signed else b.zext(v, v16), xz)
+                b.store(wide, b.bitcast(gep(b, plane, out), v16.as_pointer()), align=2)
+
+        if full:
+            with h.for_range(b, full, name="pxb") as pb:
+                block(b.mul(pb, h.i64(BLOCK)), BLOCK)
+        if rest:
+            block(h.i64(full * BLOCK), rest)
+
+
 def emit_lanes_qconv(ctx: KernelContext) -> None:
     a, b = ctx.attrs, ctx.b
     n_img, c, _, _ = ctx.shape(0)
@@ -160,27 +198,53 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
     def vload(ptr: ir.Value, index: ir.Value, t: ir.VectorType) -> ir.Value:
         return b.load(b.bitcast(gep(b, ptr, index), t.as_pointer()), align=2)
 
-    def group(ch: ir.Value, at: ir.Value, out_px: ir.Value, valid: int) -> None:
-        """Channels ``ch .. ch + vl`` of one output pixel (the first ``valid`` of them stored)."""
+    def sums(ch: ir.Value, at: ir.Value) -> ir.Value:
+        """Channels ``ch .. ch + vl`` of the output pixel whose window starts at plane index ``at``, requantized."""
         acc = vload(bias, ch, vt) if bias is not None else h.vector(vt, None)
         for t, origin in enumerate(origins):
             x = b.sext(vload(plane, b.add(at, b.add(ch, h.i64(origin))), v16), vt)
             acc = b.add(acc, b.mul(x, vload(weights, b.add(ch, h.i64(t * cp)), vt)))
         mult = vload(mtab, ch, ft) if mtab is not None else h.const(ft, m_one)
-        q = qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
+        return qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
+
+    def window(px: ir.Value) -> ir.Value:
+        oy, ox = b.udiv(px, h.i64(ow)), b.urem(px, h.i64(ow))
+        return h.linear(b, (oy, ox), (sh * cols * cp, sw * cp))
+
+    def group(ch: ir.Value, img: ir.Value, px: ir.Value, valid: int) -> None:
+        """Channels ``ch .. ch + vl`` of output pixel ``px`` (the first ``valid`` of them stored)."""
+        q = sums(ch, window(px))
         for lane in range(valid):
-            dst = b.add(b.mul(b.add(ch, h.i64(lane)), h.i64(oh * ow)), out_px)
+            dst = b.add(b.add(img, b.mul(b.add(ch, h.i64(lane)), h.i64(oh * ow))), px)
             h.store(b, b.extract_element(q, ir.Constant(h.I32, lane)), ctx.outs[0], dst)
 
+    def transposed(ch: ir.Value, img: ir.Value, p0: ir.Value, count: int) -> None:
+        """Channels ``ch .. ch + 16`` of output pixels ``p0 .. p0 + count``: their bytes transposed in registers
+        to 16 pixels a channel, one store each (a byte store per lane cost the 960-channel 3x3 layers half their time)."""
+        qs = [sums(ch, window(b.add(p0, h.i64(j)))) for j in range(count)]
+        mask = h.vector(ir.VectorType(h.I1, BLOCK), [int(j < count) for j in range(BLOCK)])
+        for k, row in enumerate(_transpose(b, qs + [h.vector(qs[0].type, None)] * (BLOCK - count))):
+            ptr = b.bitcast(gep(b, ctx.outs[0], b.add(b.add(img, b.mul(b.add(ch, h.i64(k)), h.i64(oh * ow))), p0)),
+                            row.type.as_pointer())
+            if count == BLOCK:
+                b.store(row, ptr, align=1)
+            else:
+                h.call_named(b, "llvm.masked.store.v16i8.p0", ir.VoidType(), [row, ptr, h.const(h.I32, 1), mask])
+
+    pixels, full = oh * ow, (c // vl) * vl
     with h.for_range(b, n_img, name="n") as n:
         fill_centred(ctx, n, plane, cp, padded_dims(ctx.key))
-        img = b.mul(n, h.i64(c * oh * ow))
-        with h.loop_nest(b, (oh, ow), name="px") as (oy, ox):
-            at = h.linear(b, (oy, ox), (sh * cols * cp, sw * cp))
-            out_px = b.add(img, h.linear(b, (oy, ox), (ow, 1)))
-            full = (c // vl) * vl
-            if full:
+        img = b.mul(n, h.i64(c * pixels))
+        if full and vl == BLOCK:
+            with h.for_range(b, full, step=vl, name="cv") as ch:
+                if pixels >= BLOCK:
+                    with h.for_range(b, pixels // BLOCK, name="pxb") as pb:
+                        transposed(ch, img, b.mul(pb, h.i64(BLOCK)), BLOCK)
+                if pixels % BLOCK:
+                    transposed(ch, img, h.i64(pixels // BLOCK * BLOCK), pixels % BLOCK)
+        with h.for_range(b, pixels, name="px") as px:
+            if full and vl != BLOCK:
                 with h.for_range(b, full, step=vl, name="cv") as ch:
-                    group(ch, at, out_px, vl)
+                    group(ch, img, px, vl)
             if c % vl:
-                group(h.i64(full), at, out_px, c % vl)
+                group(h.i64(full), img, px, c % vl)
