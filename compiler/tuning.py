@@ -66,6 +66,7 @@ class Tuning:
     amx_min_rows: int = 16  # int8 matmuls of fewer rows keep to vpdpbusd where AMX is: a tile holds 16 rows, and at batch 1 the wide MLP's 1024x2048 layers ran 1.8x slower on tiles (Xeon Emerald Rapids)
     amx_min_depth: int = 96  # int8 convs whose GEMM sums fewer weight bytes per output (channels x taps) keep to vpdpbusd where AMX is: a tile row holds 64, and below it the accumulators' trip through memory to the epilogue costs more than the tile saves (Xeon Emerald Rapids, MobileNetV2's 1x1 convs: K 16 1.9x, K 24-32 1.4-1.7x slower on tiles, K 64 even, K 96 1.15x faster)
     int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
+    int8_rows_1x1_max_fill: float = 0.0  # and 1x1 int8 convs whose output pixels would fill at most this share of the im2col GEMM's pixel vectors (MobileNetV2's 3x3 planes: 9 pixels in 16 lanes); 0: never. x86 sets it by vector width (ROWS_1X1_MAX_FILL)
     int8_direct_min_width: int = 16  # VNNI int8 convs (kxk, a quad of channels or more) with output rows this wide or wider read their taps in place, output columns in lanes (quant_direct.py), rather than through an im2col; 0: never
     int8_direct_min_lane_use: float = 1.0  # and whose rows fill at least this share of their vectors' lanes (1: whole vectors; Zen 4, in place / im2col: 32- and 80-wide rows 0.84-0.92x, 40-wide (83%) 1.11x, 20-wide (62.5%) 1.46x)
     int8_dwrows_min_pixels: int = 9  # int8 depthwise by window-row quads above this many outputs (byte-quad targets; 3x3 planes keep channels in lanes)
@@ -150,6 +151,14 @@ won 15 of 24; from 64 input channels direct wins or ties at every size. 512-bit 
 show it (16->32 at 64x64: 43 / 49)."""
 
 
+ROWS_1X1_MAX_FILL = {256: 0.6, 512: 0.5}
+"""x86, by vector bits: 1x1 int8 convs on planes that fill at most this share of the GEMM's pixel vectors run
+transposed (output channels in lanes, pixels broadcast: no lane computes a missing pixel). Xeon Emerald Rapids,
+each conv alone, fewest cycles transposed / GEMM over 320->320, 96->576 and 960->160 channels: at x86-avx2
+(8 lanes) 2x2 0.63-0.78, 3x3 0.62-0.82 (56% full), 4x4 1.18-1.52 (full), 5x5 0.92-1.05 (78%), 6x6-8x8
+1.03-1.30; at x86-avx512-vnni (16 lanes) 2x2 0.57-0.73 (25% full), 3x3 0.69-1.25, 4x4 and up 1.03-2.25."""
+
+
 DW_LANES_MAX_WIDTH = {256: 14, 512: 5}
 """int8 depthwise at stride 1 with channels in lanes up to this output width where the window-row
 quads cannot take it, by vector bits (Zen 4, k cycles, lanes vs row loops: at 256 bits 25x5 60 -> 22,
@@ -174,6 +183,7 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         int8_depthwise_lanes_max_width=(DW_LANES_MAX_WIDTH.get(vector_bits, 0) if x86 else 0),
         aliased_1x1_im2col_max_k=ALIASED_1X1_MAX_K if x86 and vector_bits == 256 else 0,
         int8_depthwise_lanes_max_width_strided=DW_LANES_MAX_WIDTH_STRIDED if x86 else 0,
+        int8_rows_1x1_max_fill=ROWS_1X1_MAX_FILL.get(vector_bits, 0.0) if x86 else 0.0,
     )
 
 

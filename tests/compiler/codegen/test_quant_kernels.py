@@ -118,6 +118,24 @@ def test_qconv_is_exact(kind, case):
         assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("kind", ["host", "x86-avx2", "x86-avx512", "x86-avx512-vnni", "generic"])
+@pytest.mark.parametrize("side", [2, 3, 4])
+def test_1x1_convs_on_planes_that_leave_gemm_lanes_empty_run_transposed(kind, side):
+    """A 1x1 QConv whose pixels fill at most ``int8_rows_1x1_max_fill`` of the GEMM's pixel vectors runs
+    transposed (at x86-avx2, 8 lanes: 2x2 and 3x3 do, 4x4 does not), and equals the reference either way
+    (the transposed kernel reads the channel units at the plane's pitch, not the GEMM's padded one)."""
+    target = _target(kind)
+    rng = np.random.default_rng(side)
+    w = rng.integers(-127, 128, (37, 40, 1, 1)).astype(np.int8)
+    bias = rng.integers(-2000, 2000, (37,)).astype(np.int32)
+    graph = _qconv_graph(DType.U8, w, bias, 1, 1, [0, 0, 0, 0], (1, 40, side, side))
+    if kind == "x86-avx2":
+        assert (f'"{WIDENED}' in lower(graph, target, optimize=False).llvm_ir) == (side < 4)
+    sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
+    x = _random_x(DType.U8, (1, 40, side, side), side)
+    assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
+
+
 @pytest.mark.parametrize("side,winograd", [(7, True), (6, False)])
 def test_winograd_before_the_transposed_kernel_from_16_tiles(side, winograd):
     """At x86-avx2 a 3x3 conv on a plane both could take runs by Winograd from 16 output tiles (7x7:

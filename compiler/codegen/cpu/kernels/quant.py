@@ -296,7 +296,7 @@ def _qconv_gemm(ctx: KernelContext, dot: Dot, taps: bool = False, in_place: bool
 
 
 def _qconv_rows(ctx: KernelContext, dot: Dot) -> None:
-    plan = _conv_plan(ctx.key, dot)
+    plan = dataclasses.replace(_conv_plan(ctx.key, dot), direct=False)  # the rows read units at the plane's pitch
     flip, _ = encoding(ctx.in_types[0].dtype, dot)
     fill = _zp_enc(ctx.key, dot) & 0xFF
     with h.for_range(ctx.b, ctx.out_shape[0], name="n") as n:

@@ -78,16 +78,21 @@ def rows_plan(key: KernelKey, per_unit: int) -> RowsPlan:
 
 
 def rows_ok(key: KernelKey, target: Target) -> bool:
-    """One group, a kernel larger than 1x1 (a 1x1 conv has no padding to skip: the im2col GEMM is
-    faster there), constant weights (and bias), an output plane of at most the tuned pixel count."""
+    """One group, constant weights (and bias), an output plane of at most the tuned pixel count; a 1x1
+    conv (no padding to skip) only where its pixels would leave most of the im2col GEMM's pixel vectors
+    empty (``Tuning.int8_rows_1x1_max_fill``)."""
     a = dict(key.attrs)
     if a["group"] != 1 or len(key.in_types[0].shape) != 4 or key.packed[1] != "const" or target.scalable:
         return False
     if len(key.in_types) == 3 and key.packed[2] != "const":
         return False
     pixels = math.prod(key.out_types[0].shape[2:])
-    if math.prod(key.in_types[1].shape[2:]) < 2 or choose_dot(target, False).kind == "amx":
-        return False  # 1x1: no padding to skip; AMX: its tiles (never timed against this)
+    dot = choose_dot(target, False)
+    if dot.kind == "amx":
+        return False  # its tiles (never timed against this)
+    if math.prod(key.in_types[1].shape[2:]) < 2:
+        if pixels > target.tuning.int8_rows_1x1_max_fill * -(-pixels // dot.vl) * dot.vl:  # a pixel a lane
+            return False
     return 0 < pixels <= target.tuning.int8_rows_max_pixels and key.in_types[1].shape[0] > 0
 
 
