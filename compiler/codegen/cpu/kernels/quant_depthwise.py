@@ -33,8 +33,25 @@ def _lanes(target: Target) -> int:
     return target.vector_floats
 
 
+def _tap_pairs(target: Target) -> bool:
+    """x86 at 256 bits: two taps a ``vpmaddwd`` over 16 channels (``_pair_order``) rather than one ``vpmulld``
+    a tap over 8 (AVX2 has no 32-bit multiply worth the name: 2 uops, 10 cycles' latency)."""
+    return target.triple.startswith("x86_64") and _lanes(target) == 8
+
+
+def _group(target: Target) -> int:
+    """Channels a step computes: 16 with tap pairs, else a vector's lanes."""
+    return BLOCK if _tap_pairs(target) else _lanes(target)
+
+
 def _channels_padded(c: int, target: Target) -> int:
-    return -(-c // _lanes(target)) * _lanes(target)
+    return -(-c // _group(target)) * _group(target)
+
+
+def _pair_order() -> tuple[list[int], list[int]]:
+    """The channels (of 16) whose tap pairs ``vpunpcklwd`` and ``vpunpckhwd`` of two 16-channel vectors put in
+    each ``vpmaddwd``'s eight sums: in-lane interleaves, so 0-3 and 8-11, then 4-7 and 12-15."""
+    return [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
 
 
 def lanes_ok(key: KernelKey, target: Target) -> bool:
@@ -56,13 +73,21 @@ def lanes_ok(key: KernelKey, target: Target) -> bool:
 
 
 def pack_lanes(key: KernelKey, i: int, arr: np.ndarray, target: Target) -> tuple[str, np.ndarray] | None:
-    """Weights as int32 ``[tap][channel]``, the bias as int32 ``[channel]``, channels padded."""
+    """Weights as int32 ``[tap][channel]`` (with tap pairs: int16 ``[pair][16 channels][2 halves][8 channels]
+    [2 taps]``, ``_pair_order``'s channels, an odd last tap paired with zeros), the bias as int32 ``[channel]``,
+    channels padded."""
     cp = _channels_padded(key.in_types[0].shape[1], target)
     if i == 1:
         m, taps = arr.shape[0], math.prod(arr.shape[2:])
         out = np.zeros((taps, cp), np.int32)
         out[:, :m] = arr.reshape(m, taps).T
-        return LANES, out
+        if not _tap_pairs(target):
+            return LANES, out
+        pairs = np.zeros((-(-taps // 2) * 2, cp), np.int16)
+        pairs[:taps] = out
+        pairs = pairs.reshape(-1, 2, cp // BLOCK, BLOCK)  # [pair][tap][group][channel]
+        order = np.array(_pair_order())  # [half][8 channels]
+        return LANES, np.ascontiguousarray(pairs[:, :, :, order].transpose(0, 2, 3, 4, 1))
     if i == 2:
         out = np.zeros(cp, np.int32)
         out[: arr.size] = arr
@@ -186,7 +211,7 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
     oh, ow = ctx.out_shape[2:]
     (sh, sw), (dh, dw) = a["strides"], a["dilations"]
     _, cols, _, _ = padded_dims(ctx.key)
-    vl, cp = _lanes(ctx.target), _channels_padded(c, ctx.target)
+    vl, cp, step = _lanes(ctx.target), _channels_padded(c, ctx.target), _group(ctx.target)
     vt, v16, ft = ir.VectorType(h.I32, vl), ir.VectorType(I16, vl), ir.VectorType(h.F32, vl)
     lo, hi = clamp_bounds(a["to"], a["clamp"])
     mtab, m_one = multipliers(ctx, pad=cp)
@@ -198,14 +223,44 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
     def vload(ptr: ir.Value, index: ir.Value, t: ir.VectorType) -> ir.Value:
         return b.load(b.bitcast(gep(b, ptr, index), t.as_pointer()), align=2)
 
+    def finish(ch: ir.Value, acc: ir.Value) -> ir.Value:
+        """Channels ``ch .. ch + vl``' int32 sums plus their bias, requantized."""
+        if bias is not None:
+            acc = b.add(acc, vload(bias, ch, vt))
+        mult = vload(mtab, ch, ft) if mtab is not None else h.const(ft, m_one)
+        return qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
+
     def sums(ch: ir.Value, at: ir.Value) -> ir.Value:
-        """Channels ``ch .. ch + vl`` of the output pixel whose window starts at plane index ``at``, requantized."""
-        acc = vload(bias, ch, vt) if bias is not None else h.vector(vt, None)
+        """Channels ``ch .. ch + step`` of the output pixel whose window starts at plane index ``at``, requantized."""
+        if _tap_pairs(ctx.target):
+            return pair_sums(ch, at)
+        acc = h.vector(vt, None)
         for t, origin in enumerate(origins):
             x = b.sext(vload(plane, b.add(at, b.add(ch, h.i64(origin))), v16), vt)
             acc = b.add(acc, b.mul(x, vload(weights, b.add(ch, h.i64(t * cp)), vt)))
-        mult = vload(mtab, ch, ft) if mtab is not None else h.const(ft, m_one)
-        return qm.requantize(b, acc, mult, a["y_zero_point"], lo, hi)
+        return finish(ch, acc)
+
+    def pair_sums(ch: ir.Value, at: ir.Value) -> ir.Value:
+        """``sums`` by tap pairs: the two taps' 16 channels interleaved in lanes, one ``vpmaddwd`` per half. Every
+        product is exact in int32 and a pair's sum is added whole, so the total equals the reference's."""
+        x16, p16 = ir.VectorType(I16, BLOCK), ir.VectorType(I16, 2 * vl)
+        w16 = b.bitcast(ctx.ins[1], I16.as_pointer())
+        unpack = [h.vector(ir.VectorType(h.I32, 2 * vl), [q + k * BLOCK for q in order for k in (0, 1)])
+                  for order in ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])]
+        halves = [h.vector(vt, None), h.vector(vt, None)]
+        for pair in range(-(-len(origins) // 2)):
+            taps = origins[2 * pair:2 * pair + 2]
+            xs = [b.load(b.bitcast(gep(b, plane, b.add(at, b.add(ch, h.i64(o)))), x16.as_pointer()), align=2)
+                  for o in taps]
+            x0, x1 = xs[0], xs[-1]  # an odd last tap pairs with itself, its partner's weights zero
+            for half in (0, 1):
+                wv = vload(w16, b.add(b.mul(ch, h.i64(2)), h.i64(pair * 2 * cp + half * 2 * vl)), p16)
+                xv = b.shuffle_vector(x0, x1, unpack[half])
+                halves[half] = b.add(halves[half], h.call_named(b, "llvm.x86.avx2.pmadd.wd", vt, [xv, wv]))
+        first, second = (b.shuffle_vector(halves[0], halves[1], h.vector(ir.VectorType(h.I32, vl), idx))
+                         for idx in ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]))
+        q0, q1 = finish(ch, first), finish(b.add(ch, h.i64(vl)), second)
+        return b.shuffle_vector(q0, q1, h.vector(ir.VectorType(h.I32, BLOCK), list(range(BLOCK))))
 
     def window(px: ir.Value) -> ir.Value:
         oy, ox = b.udiv(px, h.i64(ow)), b.urem(px, h.i64(ow))
@@ -218,12 +273,13 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
             dst = b.add(b.add(img, b.mul(b.add(ch, h.i64(lane)), h.i64(oh * ow))), px)
             h.store(b, b.extract_element(q, ir.Constant(h.I32, lane)), ctx.outs[0], dst)
 
-    def transposed(ch: ir.Value, img: ir.Value, p0: ir.Value, count: int) -> None:
-        """Channels ``ch .. ch + 16`` of output pixels ``p0 .. p0 + count``: their bytes transposed in registers
-        to 16 pixels a channel, one store each (a byte store per lane cost the 960-channel 3x3 layers half their time)."""
+    def transposed(ch: ir.Value, img: ir.Value, p0: ir.Value, count: int, channels: int = BLOCK) -> None:
+        """The first ``channels`` of channels ``ch .. ch + 16`` of output pixels ``p0 .. p0 + count``: their bytes
+        transposed in registers to 16 pixels a channel, one store each (a byte store per lane cost the
+        960-channel 3x3 layers half their time)."""
         qs = [sums(ch, window(b.add(p0, h.i64(j)))) for j in range(count)]
         mask = h.vector(ir.VectorType(h.I1, BLOCK), [int(j < count) for j in range(BLOCK)])
-        for k, row in enumerate(_transpose(b, qs + [h.vector(qs[0].type, None)] * (BLOCK - count))):
+        for k, row in enumerate(_transpose(b, qs + [h.vector(qs[0].type, None)] * (BLOCK - count))[:channels]):
             ptr = b.bitcast(gep(b, ctx.outs[0], b.add(b.add(img, b.mul(b.add(ch, h.i64(k)), h.i64(oh * ow))), p0)),
                             row.type.as_pointer())
             if count == BLOCK:
@@ -231,20 +287,27 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
             else:
                 h.call_named(b, "llvm.masked.store.v16i8.p0", ir.VoidType(), [row, ptr, h.const(h.I32, 1), mask])
 
-    pixels, full = oh * ow, (c // vl) * vl
+    def channel_block(ch: ir.Value, img: ir.Value, channels: int) -> None:
+        if pixels >= BLOCK:
+            with h.for_range(b, pixels // BLOCK, name="pxb") as pb:
+                transposed(ch, img, b.mul(pb, h.i64(BLOCK)), BLOCK, channels)
+        if pixels % BLOCK:
+            transposed(ch, img, h.i64(pixels // BLOCK * BLOCK), pixels % BLOCK, channels)
+
+    pixels, full = oh * ow, (c // step) * step
     with h.for_range(b, n_img, name="n") as n:
         fill_centred(ctx, n, plane, cp, padded_dims(ctx.key))
         img = b.mul(n, h.i64(c * pixels))
-        if full and vl == BLOCK:
-            with h.for_range(b, full, step=vl, name="cv") as ch:
-                if pixels >= BLOCK:
-                    with h.for_range(b, pixels // BLOCK, name="pxb") as pb:
-                        transposed(ch, img, b.mul(pb, h.i64(BLOCK)), BLOCK)
-                if pixels % BLOCK:
-                    transposed(ch, img, h.i64(pixels // BLOCK * BLOCK), pixels % BLOCK)
-        with h.for_range(b, pixels, name="px") as px:
-            if full and vl != BLOCK:
-                with h.for_range(b, full, step=vl, name="cv") as ch:
-                    group(ch, img, px, vl)
-            if c % vl:
-                group(h.i64(full), img, px, c % vl)
+        if step == BLOCK:  # 16 channels a step, stored through the transpose; a partial last one's padding unstored
+            if full:
+                with h.for_range(b, full, step=step, name="cv") as ch:
+                    channel_block(ch, img, BLOCK)
+            if c % step:
+                channel_block(h.i64(full), img, c % step)
+        else:
+            with h.for_range(b, pixels, name="px") as px:
+                if full:
+                    with h.for_range(b, full, step=vl, name="cv") as ch:
+                        group(ch, img, px, vl)
+                if c % vl:
+                    group(h.i64(full), img, px, c % vl)
