@@ -80,10 +80,10 @@ def test_prevectorized_conv_kernels_skip_the_module_optimizer_and_the_rest_does_
 
 
 def _two_qconvs():
-    """A 3x3 QConv over a 4x4 plane (the ``rows`` kernel: sums in stack slots), then a 1x1 stride-2 one (an
-    im2col GEMM, whose packing loops want the loop vectorizer)."""
+    """A 3x3 QConv over an 8x8 plane (the ``rows`` kernel: sums in stack slots), then a 1x1 stride-2 one to 4x4
+    (an im2col GEMM, its pixels filling its vectors, whose packing loops want the loop vectorizer)."""
     gb = GraphBuilder("qconvs")
-    x = gb.input("x", TensorType(DType.U8, (1, 32, 4, 4)))
+    x = gb.input("x", TensorType(DType.U8, (1, 32, 8, 8)))
     rng = np.random.default_rng(0)
     q = dict(x_scale=0.05, x_zero_point=9, w_scale=np.full(32, 0.01, np.float32), y_scale=0.3, y_zero_point=100,
              to=DType.U8, clamp=[0, 255], dilations=[1, 1], group=1)
