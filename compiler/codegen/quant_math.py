@@ -3,7 +3,7 @@
 Each function does, operation for operation, what ``ops/quant.py``'s NumPy reference does in
 float32 (``fdiv``/``fmul`` without fast-math flags, ``llvm.rint`` = round half to even,
 ``llvm.maxnum``/``llvm.minnum`` = NumPy's ``fmax``/``fmin``), so compiled results equal the
-reference bit for bit. Values may be scalars or vectors; per-channel constants live in one
+reference bit for bit (``saturate`` on CPUs clamps before it rounds: the same integers, see there). Values may be scalars or vectors; per-channel constants live in one
 read-only global array per kernel.
 """
 
@@ -41,13 +41,24 @@ def _like(v: ir.Value, elem: ir.Type) -> ir.Type:
 
 def saturate(b: ir.IRBuilder, v: ir.Value, zero_point: ir.Value | float, lo: int, hi: int,
              to: ir.IntType = h.I8) -> ir.Value:
-    """``clamp(rint(v) + zero_point)`` of a float32 value, as ``to`` (bits of the signed or unsigned result)."""
+    """``clamp(rint(v) + zero_point)`` of a float32 value, as ``to`` (bits of the signed or unsigned result).
+    With a constant zero point on a CPU: ``lrint(clamp(v, lo - zp, hi - zp)) + zp``, the same integer (rint is
+    monotone and the bounds are whole; NaN goes to ``lo`` either way) in fewer instructions (x86: one
+    ``cvtps2dq`` for the round and the conversion, no float add); NVPTX has no ``lrint``."""
     f = v.type
-    zp = zero_point if isinstance(zero_point, ir.Value) else splat(f, zero_point)
-    q = b.fadd(h.call_intrinsic(b, "llvm.rint", v), zp)
-    q = h.call_intrinsic(b, "llvm.maxnum", q, splat(f, lo))
-    q = h.call_intrinsic(b, "llvm.minnum", q, splat(f, hi))
-    return b.trunc(b.fptosi(q, _like(v, h.I32)), _like(v, to))
+    if isinstance(zero_point, ir.Value) or b.module.triple.startswith("nvptx"):
+        zp = zero_point if isinstance(zero_point, ir.Value) else splat(f, zero_point)
+        q = b.fadd(h.call_intrinsic(b, "llvm.rint", v), zp)
+        q = h.call_intrinsic(b, "llvm.maxnum", q, splat(f, lo))
+        q = h.call_intrinsic(b, "llvm.minnum", q, splat(f, hi))
+        return b.trunc(b.fptosi(q, _like(v, h.I32)), _like(v, to))
+    zp = int(zero_point)
+    q = h.call_intrinsic(b, "llvm.maxnum", v, splat(f, lo - zp))
+    q = h.call_intrinsic(b, "llvm.minnum", q, splat(f, hi - zp))
+    i32 = _like(v, h.I32)
+    lanes = f"v{f.count}" if isinstance(f, ir.VectorType) else ""
+    q = h.call_named(b, f"llvm.lrint.{lanes}i32.{lanes}f32", i32, [q])
+    return b.trunc(b.add(q, splat(i32, zp)) if zp else q, _like(v, to))
 
 
 def requantize(b: ir.IRBuilder, acc: ir.Value, m: ir.Value, zero_point: int, lo: int, hi: int) -> ir.Value:

@@ -136,6 +136,26 @@ def test_1x1_convs_on_planes_that_leave_gemm_lanes_empty_run_transposed(kind, si
     assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
 
 
+@pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic"])
+@pytest.mark.parametrize("to,zp,clamp", [(DType.U8, 7, [0, 255]), (DType.I8, -3, [-128, 127]), (DType.U8, 100, [102, 120])])
+def test_requantization_rounds_ties_to_even_and_saturates_like_the_reference(kind, to, zp, clamp):
+    """QAdd with multipliers 0.5 and 0.25 puts every value on a quarter: half of them are ties, rounded to even
+    before an odd zero point is added (rounding after it would move them); the rest run past both clamps."""
+    target = _target(kind)
+    gb = GraphBuilder("qadd")
+    a, b = gb.input("a", TensorType(DType.U8, (4, 256))), gb.input("b", TensorType(DType.U8, (4, 256)))
+    y = gb.add1("QAdd", [a, b], a_scale=0.5, a_zero_point=128, b_scale=0.25, b_zero_point=3, y_scale=1.0,
+                y_zero_point=zp, to=to, clamp=clamp)
+    graph = gb.build([y])
+    xa = np.tile(np.arange(256, dtype=np.uint8), (4, 1))
+    xb = np.stack([np.roll(np.arange(256, dtype=np.uint8), k * 37) for k in range(4)])
+    got = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1).run({"a": xa, "b": xb})[y]
+    want = run_reference(graph, {"a": xa, "b": xb})[y]
+    assert np.array_equal(got, want)
+    exact = np.clip(np.rint((xa.astype(np.float64) - 128) * 0.5 + (xb.astype(np.float64) - 3) * 0.25) + zp, *clamp)
+    assert np.array_equal(want.astype(np.float64), exact)  # the reference itself: half to even, then the zero point
+
+
 @pytest.mark.parametrize("side,winograd", [(7, True), (6, False)])
 def test_winograd_before_the_transposed_kernel_from_16_tiles(side, winograd):
     """At x86-avx2 a 3x3 conv on a plane both could take runs by Winograd from 16 output tiles (7x7:
