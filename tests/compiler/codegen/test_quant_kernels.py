@@ -250,7 +250,7 @@ def test_grouped_conv_by_blocks_of_outputs(monkeypatch):
     assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
 
 
-@pytest.mark.parametrize("kind", ["x86-avx512-vnni", "vnni-256"])
+@pytest.mark.parametrize("kind", ["x86-avx512-vnni", "vnni-256", "x86-avx2"])
 @pytest.mark.parametrize("dtype,k,stride,dilation,pads,ceil,shape", [
     (DType.U8, 3, 2, 1, [0, 0, 0, 0], 1, (1, 3, 27, 27)),  # SqueezeNet's: ceil mode, a small plane as runs
     (DType.I8, 3, 1, 1, [1, 1, 1, 1], 0, (2, 4, 9, 10)),  # padded: the border is the lowest int8
