@@ -93,6 +93,8 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.U8, 127, 16, 1, [1, 1, 1, 1], (1, 16, 25, 5), 16),  # depthwise, 125 pixels 5 wide: x86 without byte
     # quads keeps channels in lanes
     (DType.I8, 127, 16, 2, [1, 1, 1, 1], (1, 16, 9, 70), 16),  # depthwise, stride 2, 35 wide: column phases on x86
+    (DType.U8, 127, 8, 1, [1, 1, 1, 1], (2, 8, 6, 37), 8),  # depthwise, 37 wide: at 256 bits two steps of 16 columns
+    # by tap pairs and a step of 5
 ]
 WINOGRAD_CASES = (10, 11, 13)
 ROWS_CASES = (1, 12)  # x86-avx2, int16 pairs: planes of at most 64 pixels, k x k, one group (2: vpmaddubsw)

@@ -23,7 +23,7 @@ from ... import quant_math as qm
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey
 from .quant_units import multipliers
-from .quant_grouped import MAX_UNROLLED_TAPS, padded_dims
+from .quant_grouped import MAX_UNROLLED_TAPS, padded_dims, tap_pairs
 
 LANES = "dw-lanes"
 I16 = ir.IntType(16)
@@ -33,15 +33,9 @@ def _lanes(target: Target) -> int:
     return target.vector_floats
 
 
-def _tap_pairs(target: Target) -> bool:
-    """x86 at 256 bits: two taps a ``vpmaddwd`` over 16 channels (``_pair_order``) rather than one ``vpmulld``
-    a tap over 8 (AVX2 has no 32-bit multiply worth the name: 2 uops, 10 cycles' latency)."""
-    return target.triple.startswith("x86_64") and _lanes(target) == 8
-
-
 def _group(target: Target) -> int:
     """Channels a step computes: 16 with tap pairs, else a vector's lanes."""
-    return BLOCK if _tap_pairs(target) else _lanes(target)
+    return BLOCK if tap_pairs(target) else _lanes(target)
 
 
 def _channels_padded(c: int, target: Target) -> int:
@@ -81,7 +75,7 @@ def pack_lanes(key: KernelKey, i: int, arr: np.ndarray, target: Target) -> tuple
         m, taps = arr.shape[0], math.prod(arr.shape[2:])
         out = np.zeros((taps, cp), np.int32)
         out[:, :m] = arr.reshape(m, taps).T
-        if not _tap_pairs(target):
+        if not tap_pairs(target):
             return LANES, out
         pairs = np.zeros((-(-taps // 2) * 2, cp), np.int16)
         pairs[:taps] = out
@@ -232,7 +226,7 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
 
     def sums(ch: ir.Value, at: ir.Value) -> ir.Value:
         """Channels ``ch .. ch + step`` of the output pixel whose window starts at plane index ``at``, requantized."""
-        if _tap_pairs(ctx.target):
+        if tap_pairs(ctx.target):
             return pair_sums(ch, at)
         acc = h.vector(vt, None)
         for t, origin in enumerate(origins):

@@ -14,14 +14,22 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ....ops.quant import clamp_bounds
+from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
+from ...irhelpers import gep
 from .base import KernelContext, KernelKey
 from .quant_units import multiplier_at, multipliers
 
 I16 = ir.IntType(16)
 MAX_UNROLLED_TAPS = 64  # a depthwise window up to 8x8 is summed by straight-line code
 ACC_BYTES = 1 << 17  # int32 output planes a grouped conv accumulates at once (each input plane filled once for them)
+
+
+def tap_pairs(target: Target) -> bool:
+    """x86 at 256 bits: depthwise sums take two taps a ``vpmaddwd`` (16 int16 products, pairs summed) rather
+    than one ``vpmulld`` a tap (AVX2 has no 32-bit multiply worth the name: 2 uops, 10 cycles' latency)."""
+    return target.triple.startswith("x86_64") and target.vector_floats == 8
 
 
 def padded_dims(key: KernelKey) -> tuple[int, int, int, int]:
@@ -126,14 +134,74 @@ def emit_grouped_qconv(ctx: KernelContext) -> None:
         wbase = b.mul(oc, h.i64(kh * kw))
         taps = [(b.sext(h.load(b, ctx.ins[1], b.add(wbase, h.i64(ty * kw + tx))), h.I32),
                  _tap_origin(ctx.key, ty, tx)) for ty in range(kh) for tx in range(kw)]
-        with h.loop_nest(b, (oh, ow), name="t") as (oy, ox):
-            at = h.linear(b, (oy, ox), (sh * sw * pw, 1))
-            total = init
-            for wv, origin in taps:
-                x = b.sext(h.load(b, plane, b.add(at, h.i64(origin))), h.I32)
-                total = b.add(total, b.mul(x, wv))
-            q = qm.requantize(b, total, mult, a["y_zero_point"], lo, hi)
-            h.store(b, q, ctx.outs[0], b.add(base, h.linear(b, (oy, ox), (ow, 1))))
+        if tap_pairs(ctx.target):
+            _depthwise_by_pairs(ctx, plane, taps, init, mult, base, lo, hi)
+        else:
+            with h.loop_nest(b, (oh, ow), name="t") as (oy, ox):
+                at = h.linear(b, (oy, ox), (sh * sw * pw, 1))
+                total = init
+                for wv, origin in taps:
+                    x = b.sext(h.load(b, plane, b.add(at, h.i64(origin))), h.I32)
+                    total = b.add(total, b.mul(x, wv))
+                q = qm.requantize(b, total, mult, a["y_zero_point"], lo, hi)
+                h.store(b, q, ctx.outs[0], b.add(base, h.linear(b, (oy, ox), (ow, 1))))
+
+
+PAIR_LANES = 16  # output columns a step of ``_depthwise_by_pairs``: a ymm of int16
+UNPACK = ([q + k * PAIR_LANES for q in (0, 1, 2, 3, 8, 9, 10, 11) for k in (0, 1)],
+          [q + k * PAIR_LANES for q in (4, 5, 6, 7, 12, 13, 14, 15) for k in (0, 1)])
+"""``vpunpcklwd`` and ``vpunpckhwd`` of two 16-lane vectors (in-lane interleaves): columns 0-3 and 8-11 paired
+with their second tap's, then 4-7 and 12-15; ``REORDER`` puts the two sums' columns back in order."""
+REORDER = ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])
+
+
+def _depthwise_by_pairs(ctx: KernelContext, plane: ir.Value, taps: list, init: ir.Value, mult: ir.Value,
+                        base: ir.Value, lo: int, hi: int) -> None:
+    """One channel's output rows, 16 columns a step: each pair of taps is one ``vpmaddwd`` per 8 columns over
+    the two taps' columns interleaved, against their two weights as one 32-bit word (an odd last tap pairs
+    with itself and a zero weight). Exact: every product and pair sum fits int32, as the one-tap loop's.
+    Loads may read up to 15 values past a row's last output; the scratch has room and those lanes are
+    never stored."""
+    b, a = ctx.b, ctx.attrs
+    oh, ow = ctx.out_shape[2:]
+    sh = a["strides"][0]
+    sw, pw = _phase_width(ctx.key)
+    x16, v8 = ir.VectorType(I16, PAIR_LANES), ir.VectorType(h.I32, PAIR_LANES // 2)
+    pairs = []
+    for k in range(0, len(taps), 2):
+        (w0, o0), (w1, o1) = taps[k], taps[k + 1] if k + 1 < len(taps) else (h.const(h.I32, 0), taps[k][1])
+        word = b.or_(b.and_(w0, h.const(h.I32, 0xFFFF)), b.shl(w1, h.const(h.I32, 16)))
+        pairs.append((b.bitcast(qm.splat_value(b, word, v8), x16), o0, o1))
+    ft = ir.VectorType(h.F32, PAIR_LANES // 2)
+    init_v, mult_v = qm.splat_value(b, init, v8), qm.splat_value(b, mult, ft)
+
+    def step(row_at: ir.Value, out_at: ir.Value, count: int) -> None:
+        sums = [h.vector(v8, None), h.vector(v8, None)]
+        for wv, o0, o1 in pairs:
+            x0, x1 = (b.load(b.bitcast(gep(b, plane, b.add(row_at, h.i64(o))), x16.as_pointer()), align=2)
+                      for o in (o0, o1))
+            for half in (0, 1):
+                xv = b.shuffle_vector(x0, x1, h.vector(ir.VectorType(h.I32, PAIR_LANES), UNPACK[half]))
+                sums[half] = b.add(sums[half], h.call_named(b, "llvm.x86.avx2.pmadd.wd", v8, [xv, wv]))
+        qs = [qm.requantize(b, b.add(b.shuffle_vector(sums[0], sums[1], h.vector(v8, idx)), init_v), mult_v,
+                            a["y_zero_point"], lo, hi) for idx in REORDER]
+        q = b.shuffle_vector(qs[0], qs[1], h.vector(ir.VectorType(h.I32, PAIR_LANES), list(range(PAIR_LANES))))
+        ptr = b.bitcast(gep(b, ctx.outs[0], out_at), q.type.as_pointer())
+        if count == PAIR_LANES:
+            b.store(q, ptr, align=1)
+        else:
+            mask = h.vector(ir.VectorType(h.I1, PAIR_LANES), [int(j < count) for j in range(PAIR_LANES)])
+            h.call_named(b, "llvm.masked.store.v16i8.p0", ir.VoidType(), [q, ptr, h.const(h.I32, 1), mask])
+
+    full, rest = divmod(ow, PAIR_LANES)
+    with h.for_range(b, oh, name="t") as oy:
+        row_at, out_row = b.mul(oy, h.i64(sh * sw * pw)), b.add(base, b.mul(oy, h.i64(ow)))
+        if full:
+            with h.for_range(b, full, name="tx") as xb:
+                ox = b.mul(xb, h.i64(PAIR_LANES))
+                step(b.add(row_at, ox), b.add(out_row, ox), PAIR_LANES)
+        if rest:
+            step(b.add(row_at, h.i64(full * PAIR_LANES)), b.add(out_row, h.i64(full * PAIR_LANES)), rest)
 
 
 def _grouped_planes(ctx: KernelContext, plane, acc, mults, lo: int, hi: int) -> None:
