@@ -156,3 +156,13 @@ def store_bytes(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, valid: int | None) 
         return
     for lane in range(valid):
         b.store(b.extract_element(v, ir.Constant(h.I32, lane)), gep(b, ptr, lane), align=1)
+
+
+def store_lanes(b: ir.IRBuilder, q: ir.Value, ptr: ir.Value, valid: int | None, masked: bool) -> None:
+    """``<VL x i8>`` at ``ptr``: whole, or its first ``valid`` lanes (a masked store where cheap)."""
+    if valid is None or not masked:
+        store_bytes(b, q, ptr, valid)
+        return
+    mask = h.vector(ir.VectorType(ir.IntType(1), q.type.count), [i < valid for i in range(q.type.count)])
+    h.call_named(b, f"llvm.masked.store.v{q.type.count}i8.p0", ir.VoidType(),
+                 [q, b.bitcast(ptr, q.type.as_pointer()), ir.Constant(h.I32, 1), mask])

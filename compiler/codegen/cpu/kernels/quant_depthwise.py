@@ -21,9 +21,11 @@ from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
 from ...irhelpers import gep
+from ..int_gemm import store_lanes
 from .base import KernelContext, KernelKey
 from .quant_units import multipliers
-from .quant_grouped import MAX_UNROLLED_TAPS, padded_dims, tap_pairs
+from .quant_grouped import MAX_UNROLLED_TAPS, padded_dims
+from .quant_pairs import PAIR_ORDER, in_order, pair_madd, tap_pairs
 
 LANES = "dw-lanes"
 I16 = ir.IntType(16)
@@ -40,12 +42,6 @@ def _group(target: Target) -> int:
 
 def _channels_padded(c: int, target: Target) -> int:
     return -(-c // _group(target)) * _group(target)
-
-
-def _pair_order() -> tuple[list[int], list[int]]:
-    """The channels (of 16) whose tap pairs ``vpunpcklwd`` and ``vpunpckhwd`` of two 16-channel vectors put in
-    each ``vpmaddwd``'s eight sums: in-lane interleaves, so 0-3 and 8-11, then 4-7 and 12-15."""
-    return [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
 
 
 def lanes_ok(key: KernelKey, target: Target) -> bool:
@@ -68,7 +64,7 @@ def lanes_ok(key: KernelKey, target: Target) -> bool:
 
 def pack_lanes(key: KernelKey, i: int, arr: np.ndarray, target: Target) -> tuple[str, np.ndarray] | None:
     """Weights as int32 ``[tap][channel]`` (with tap pairs: int16 ``[pair][16 channels][2 halves][8 channels]
-    [2 taps]``, ``_pair_order``'s channels, an odd last tap paired with zeros), the bias as int32 ``[channel]``,
+    [2 taps]``, ``PAIR_ORDER``'s channels, an odd last tap paired with zeros), the bias as int32 ``[channel]``,
     channels padded."""
     cp = _channels_padded(key.in_types[0].shape[1], target)
     if i == 1:
@@ -80,7 +76,7 @@ def pack_lanes(key: KernelKey, i: int, arr: np.ndarray, target: Target) -> tuple
         pairs = np.zeros((-(-taps // 2) * 2, cp), np.int16)
         pairs[:taps] = out
         pairs = pairs.reshape(-1, 2, cp // BLOCK, BLOCK)  # [pair][tap][group][channel]
-        order = np.array(_pair_order())  # [half][8 channels]
+        order = np.array(PAIR_ORDER)  # [half][8 channels]
         return LANES, np.ascontiguousarray(pairs[:, :, :, order].transpose(0, 2, 3, 4, 1))
     if i == 2:
         out = np.zeros(cp, np.int32)
@@ -235,24 +231,16 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
         return finish(ch, acc)
 
     def pair_sums(ch: ir.Value, at: ir.Value) -> ir.Value:
-        """``sums`` by tap pairs: the two taps' 16 channels interleaved in lanes, one ``vpmaddwd`` per half. Every
-        product is exact in int32 and a pair's sum is added whole, so the total equals the reference's."""
+        """``sums`` by tap pairs (``quant_pairs.py``) over 16 channels."""
         x16, p16 = ir.VectorType(I16, BLOCK), ir.VectorType(I16, 2 * vl)
         w16 = b.bitcast(ctx.ins[1], I16.as_pointer())
-        unpack = [h.vector(ir.VectorType(h.I32, 2 * vl), [q + k * BLOCK for q in order for k in (0, 1)])
-                  for order in ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])]
         halves = [h.vector(vt, None), h.vector(vt, None)]
         for pair in range(-(-len(origins) // 2)):
-            taps = origins[2 * pair:2 * pair + 2]
             xs = [b.load(b.bitcast(gep(b, plane, b.add(at, b.add(ch, h.i64(o)))), x16.as_pointer()), align=2)
-                  for o in taps]
-            x0, x1 = xs[0], xs[-1]  # an odd last tap pairs with itself, its partner's weights zero
-            for half in (0, 1):
-                wv = vload(w16, b.add(b.mul(ch, h.i64(2)), h.i64(pair * 2 * cp + half * 2 * vl)), p16)
-                xv = b.shuffle_vector(x0, x1, unpack[half])
-                halves[half] = b.add(halves[half], h.call_named(b, "llvm.x86.avx2.pmadd.wd", vt, [xv, wv]))
-        first, second = (b.shuffle_vector(halves[0], halves[1], h.vector(ir.VectorType(h.I32, vl), idx))
-                         for idx in ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]))
+                  for o in origins[2 * pair:2 * pair + 2]]  # an odd last tap pairs with itself, its partner's weights zero
+            ws = [vload(w16, b.add(b.mul(ch, h.i64(2)), h.i64(pair * 2 * cp + half * 2 * vl)), p16) for half in (0, 1)]
+            halves = pair_madd(b, halves, xs[0], xs[-1], ws)
+        first, second = in_order(b, halves)
         q0, q1 = finish(ch, first), finish(b.add(ch, h.i64(vl)), second)
         return b.shuffle_vector(q0, q1, h.vector(ir.VectorType(h.I32, BLOCK), list(range(BLOCK))))
 
@@ -272,14 +260,9 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
         transposed in registers to 16 pixels a channel, one store each (a byte store per lane cost the
         960-channel 3x3 layers half their time)."""
         qs = [sums(ch, window(b.add(p0, h.i64(j)))) for j in range(count)]
-        mask = h.vector(ir.VectorType(h.I1, BLOCK), [int(j < count) for j in range(BLOCK)])
         for k, row in enumerate(_transpose(b, qs + [h.vector(qs[0].type, None)] * (BLOCK - count))[:channels]):
-            ptr = b.bitcast(gep(b, ctx.outs[0], b.add(b.add(img, b.mul(b.add(ch, h.i64(k)), h.i64(oh * ow))), p0)),
-                            row.type.as_pointer())
-            if count == BLOCK:
-                b.store(row, ptr, align=1)
-            else:
-                h.call_named(b, "llvm.masked.store.v16i8.p0", ir.VoidType(), [row, ptr, h.const(h.I32, 1), mask])
+            ptr = gep(b, ctx.outs[0], b.add(b.add(img, b.mul(b.add(ch, h.i64(k)), h.i64(oh * ow))), p0))
+            store_lanes(b, row, ptr, None if count == BLOCK else count, ctx.target.tuning.masked_stores)
 
     def channel_block(ch: ir.Value, img: ir.Value, channels: int) -> None:
         if pixels >= BLOCK:

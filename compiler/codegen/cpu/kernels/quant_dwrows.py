@@ -30,7 +30,7 @@ from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
 from ..int_dot import Dot, choose_dot
-from ..int_gemm import store_bytes
+from ..int_gemm import store_lanes
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey
 from .quant_units import multiplier_at, multipliers
@@ -206,13 +206,3 @@ def each_chunk(b: ir.IRBuilder, emit, runs: tuple[Chunk, ...], flat: bool, out_p
         with h.for_range(b, oh - 1, name="oy") as oy:
             row(oy, False)
     row(h.i64(oh - 1), True)
-
-
-def store_lanes(b: ir.IRBuilder, q: ir.Value, ptr: ir.Value, valid: int | None, masked: bool) -> None:
-    """``<VL x i8>`` at ``ptr``: whole, or its first ``valid`` lanes (a masked store where cheap)."""
-    if valid is None or not masked:
-        store_bytes(b, q, ptr, valid)
-        return
-    mask = h.vector(ir.VectorType(ir.IntType(1), q.type.count), [i < valid for i in range(q.type.count)])
-    h.call_named(b, f"llvm.masked.store.v{q.type.count}i8.p0", ir.VoidType(),
-                 [q, b.bitcast(ptr, q.type.as_pointer()), ir.Constant(h.I32, 1), mask])

@@ -14,22 +14,17 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ....ops.quant import clamp_bounds
-from ....target import Target
 from ... import irhelpers as h
 from ... import quant_math as qm
 from ...irhelpers import gep
+from ..int_gemm import store_lanes
 from .base import KernelContext, KernelKey
+from .quant_pairs import PAIR_LANES, in_order, pair_madd, tap_pairs
 from .quant_units import multiplier_at, multipliers
 
 I16 = ir.IntType(16)
 MAX_UNROLLED_TAPS = 64  # a depthwise window up to 8x8 is summed by straight-line code
 ACC_BYTES = 1 << 17  # int32 output planes a grouped conv accumulates at once (each input plane filled once for them)
-
-
-def tap_pairs(target: Target) -> bool:
-    """x86 at 256 bits: depthwise sums take two taps a ``vpmaddwd`` (16 int16 products, pairs summed) rather
-    than one ``vpmulld`` a tap (AVX2 has no 32-bit multiply worth the name: 2 uops, 10 cycles' latency)."""
-    return target.triple.startswith("x86_64") and target.vector_floats == 8
 
 
 def padded_dims(key: KernelKey) -> tuple[int, int, int, int]:
@@ -147,14 +142,6 @@ def emit_grouped_qconv(ctx: KernelContext) -> None:
                 h.store(b, q, ctx.outs[0], b.add(base, h.linear(b, (oy, ox), (ow, 1))))
 
 
-PAIR_LANES = 16  # output columns a step of ``_depthwise_by_pairs``: a ymm of int16
-UNPACK = ([q + k * PAIR_LANES for q in (0, 1, 2, 3, 8, 9, 10, 11) for k in (0, 1)],
-          [q + k * PAIR_LANES for q in (4, 5, 6, 7, 12, 13, 14, 15) for k in (0, 1)])
-"""``vpunpcklwd`` and ``vpunpckhwd`` of two 16-lane vectors (in-lane interleaves): columns 0-3 and 8-11 paired
-with their second tap's, then 4-7 and 12-15; ``REORDER`` puts the two sums' columns back in order."""
-REORDER = ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])
-
-
 def _depthwise_by_pairs(ctx: KernelContext, plane: ir.Value, taps: list, init: ir.Value, mult: ir.Value,
                         base: ir.Value, lo: int, hi: int) -> None:
     """One channel's output rows, 16 columns a step: each pair of taps is one ``vpmaddwd`` per 8 columns over
@@ -180,18 +167,11 @@ def _depthwise_by_pairs(ctx: KernelContext, plane: ir.Value, taps: list, init: i
         for wv, o0, o1 in pairs:
             x0, x1 = (b.load(b.bitcast(gep(b, plane, b.add(row_at, h.i64(o))), x16.as_pointer()), align=2)
                       for o in (o0, o1))
-            for half in (0, 1):
-                xv = b.shuffle_vector(x0, x1, h.vector(ir.VectorType(h.I32, PAIR_LANES), UNPACK[half]))
-                sums[half] = b.add(sums[half], h.call_named(b, "llvm.x86.avx2.pmadd.wd", v8, [xv, wv]))
-        qs = [qm.requantize(b, b.add(b.shuffle_vector(sums[0], sums[1], h.vector(v8, idx)), init_v), mult_v,
-                            a["y_zero_point"], lo, hi) for idx in REORDER]
+            sums = pair_madd(b, sums, x0, x1, [wv, wv])
+        qs = [qm.requantize(b, b.add(s, init_v), mult_v, a["y_zero_point"], lo, hi) for s in in_order(b, sums)]
         q = b.shuffle_vector(qs[0], qs[1], h.vector(ir.VectorType(h.I32, PAIR_LANES), list(range(PAIR_LANES))))
-        ptr = b.bitcast(gep(b, ctx.outs[0], out_at), q.type.as_pointer())
-        if count == PAIR_LANES:
-            b.store(q, ptr, align=1)
-        else:
-            mask = h.vector(ir.VectorType(h.I1, PAIR_LANES), [int(j < count) for j in range(PAIR_LANES)])
-            h.call_named(b, "llvm.masked.store.v16i8.p0", ir.VoidType(), [q, ptr, h.const(h.I32, 1), mask])
+        store_lanes(b, q, gep(b, ctx.outs[0], out_at), None if count == PAIR_LANES else count,
+                    ctx.target.tuning.masked_stores)
 
     full, rest = divmod(ow, PAIR_LANES)
     with h.for_range(b, oh, name="t") as oy:

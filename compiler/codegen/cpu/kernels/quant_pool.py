@@ -21,7 +21,8 @@ from ... import irhelpers as h
 from ..int_dot import choose_dot
 from ...irhelpers import gep
 from .base import KernelContext, KernelKey
-from .quant_dwrows import BYTE_QUADS, each_chunk, plane_runs, store_lanes
+from ..int_gemm import store_lanes
+from .quant_dwrows import BYTE_QUADS, each_chunk, plane_runs
 
 BYTE_SHUFFLES = BYTE_QUADS + ("avx2-wd", "avx2-ubsw")
 """The targets (by their dot product) this pool runs on: it needs byte shuffles, not dot products, and AVX2's
