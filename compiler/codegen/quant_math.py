@@ -3,8 +3,8 @@
 Each function does, operation for operation, what ``ops/quant.py``'s NumPy reference does in
 float32 (``fdiv``/``fmul`` without fast-math flags, ``llvm.rint`` = round half to even,
 ``llvm.maxnum``/``llvm.minnum`` = NumPy's ``fmax``/``fmin``), so compiled results equal the
-reference bit for bit (``saturate`` on CPUs clamps before it rounds: the same integers, see there). Values may be scalars or vectors; per-channel constants live in one
-read-only global array per kernel.
+reference bit for bit (``saturate`` on CPUs clamps before it rounds: the same integers, see there).
+Values may be scalars or vectors; per-channel constants live in one read-only global array per kernel.
 """
 
 from __future__ import annotations
