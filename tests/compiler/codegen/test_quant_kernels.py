@@ -158,6 +158,24 @@ def test_requantization_rounds_ties_to_even_and_saturates_like_the_reference(kin
     assert np.array_equal(want.astype(np.float64), exact)  # the reference itself: half to even, then the zero point
 
 
+@pytest.mark.parametrize("kind", ["host", "x86-avx2", "x86-avx512-vnni"])
+@pytest.mark.parametrize("k,stride,pads,shape", [(1, 2, [0, 0, 0, 0], (1, 16, 40, 46)), (3, 1, [1, 1, 1, 1], (1, 16, 20, 23))])
+def test_int8_convs_split_over_threads_equal_the_reference(kind, k, stride, pads, shape):
+    """At 2 and 3 threads (every layer worth a part): the im2col GEMM's parts of output rows (each its rows'
+    im2col, writing its rows of every channel: 20 rows in 2 and 3 parts) or of channels, the same
+    bytes as 1 thread and the reference."""
+    base = _target(kind)
+    base = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_us=0.0))
+    w = np.random.default_rng(k).integers(-127, 128, (24, 16, k, k)).astype(np.int8)
+    graph = _qconv_graph(DType.U8, w, np.arange(24, dtype=np.int32) * 37 - 400, 1, stride, pads, shape)
+    x = _random_x(DType.U8, shape, k)
+    want = run_reference(graph, {"x": x})[graph.outputs[0]]
+    for threads in (1, 2, 3):
+        sess = compile_graph(graph, target=base, threads=threads, optimize=False, use_cache=False, jobs=1)
+        assert sess.lowered.split_nodes == (threads > 1)
+        assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], want), threads
+
+
 @pytest.mark.parametrize("side,winograd", [(7, True), (6, False)])
 def test_winograd_before_the_transposed_kernel_from_16_tiles(side, winograd):
     """At x86-avx2 a 3x3 conv on a plane both could take runs by Winograd from 16 output tiles (7x7:

@@ -239,6 +239,25 @@ def test_an_int8_depthwise_conv_splits_by_channels_and_moves_the_input():
     assert all(dict(p.key.attrs)["group"] == 16 and p.key.in_types[0].shape == (1, 16, 16, 16) for p in parts)
 
 
+def test_an_int8_im2col_conv_of_many_pixels_a_channel_splits_by_output_rows():
+    """At x86-avx2 a 1x1 stride-2 conv runs on the im2col GEMM: at 32x32 outputs and 16 channels (64 pixels a
+    channel) its parts are ranges of output rows over every channel, the whole layer's operands and output;
+    at 8x8 (4 a channel, under ``int8_row_split_pixels_per_channel`` 8 here) ranges of channels."""
+    def key(hw: int) -> KernelKey:
+        attrs = (("dilations", (1, 1)), ("group", 1), ("pads", (0, 0, 0, 0)), ("strides", (2, 2)),
+                 ("w_scale", (0.01,)), ("x_scale", 0.1), ("x_zero_point", 128), ("y_scale", 0.2))
+        ins = (TensorType(DType.U8, (1, 16, 2 * hw, 2 * hw)), TensorType(DType.I8, (16, 16, 1, 1)))
+        return KernelKey("QConv", attrs, ins, (TensorType(DType.U8, (1, 16, hw, hw)),), (), (), (None, "const"))
+
+    t = _target(2)
+    t = dataclasses.replace(t, tuning=t.tuning.replace(int8_row_split_pixels_per_channel=8))
+    parts = qconv_parts(key(32), t)
+    assert [(p.axis, p.rows, dict(p.key.attrs)[BLOCKS]) for p in parts] == [(2, (0, 16), (0, 16)), (2, (16, 32), (16, 32))]
+    assert all(p.key.out_types == key(32).out_types and p.out_offset == 0 and p.byte_offsets == (0, 0) for p in parts)
+    assert [(p.axis, p.rows) for p in qconv_parts(key(8), dataclasses.replace(t, tuning=t.tuning.replace(
+        conv_macs_per_us=10)))] == [(1, (0, 8)), (1, (8, 16))]
+
+
 def test_int8_convs_that_stay_whole():
     assert qconv_parts(_qkey(32, 44, 16), _target(1)) is None  # one thread
     assert qconv_parts(_qkey(32, 44, 16), _target(2, sync_us=1e6)) is None  # too small to pay

@@ -28,6 +28,7 @@ from ..int_dot import Dot, choose_dot, pairs_bounded
 from ..int_gemm import GemmGeometry, emit_int_gemm, padded_cols
 from ...irhelpers import SLOTTED, gep, set_fn_attrs
 from .base import KernelContext, KernelKey, kernel
+from .conv import BLOCKS
 from .quant_direct import DIRECT, direct_ok, direct_scratch, emit_direct_qconv, kernel_row_sums
 from .quant_dwrows import DWROWS, dwrows_ok, dwrows_scratch, emit_dwrows_qconv, pack_dwrows
 from .quant_depthwise import LANES, emit_lanes_qconv, lanes_ok, lanes_scratch, pack_lanes
@@ -154,11 +155,29 @@ def _conv_plan(key: KernelKey, dot: Dot) -> _ConvPlan:
     a = dict(key.attrs)
     _, c, hh, ww = key.in_types[0].shape
     m, _, kh, kw = key.in_types[1].shape
-    p = math.prod(key.out_types[0].shape[2:])
+    oh, ow = key.out_types[0].shape[2:]
+    r0, r1 = out_rows(key)
+    p = (r1 - r0) * ow
     cu, taps = -(-c // dot.per_unit), kh * kw
-    direct = taps == 1 and tuple(a["strides"]) == (1, 1) and not any(a["pads"])
+    direct = taps == 1 and tuple(a["strides"]) == (1, 1) and not any(a["pads"]) and (r0, r1) == (0, oh)
     geo = GemmGeometry(rows=m, cols=p, cols_pad=padded_cols(p, dot), k4=taps * cu, vec_is_u=True)
     return _ConvPlan(geo, cu, dot.per_unit, taps, direct, hh * ww)
+
+
+def out_rows(key: KernelKey) -> tuple[int, int]:
+    """The output rows a conv's kernel computes: a part's ``BLOCKS`` (``split.qconv_parts``), else all."""
+    return dict(key.attrs).get(BLOCKS) or (0, key.out_types[0].shape[2])
+
+
+def im2col_rows_ok(key: KernelKey, target: Target) -> bool:
+    """The packer gives this conv (``key`` as it sees it) the im2col GEMM of channel units (``_pack_layout``'s
+    order), whose parts may be ranges of output rows: each builds only its rows' columns."""
+    a = dict(key.attrs)
+    if key.packed[1] != "const" or not _conv_gemm_ok(key) or key.in_types[1].shape[1] < 4:  # fewer: taps in units
+        return False
+    if winograd_ok(key, target) or rows_ok(key, target) or direct_ok(key, target):
+        return False
+    return not (math.prod(key.in_types[1].shape[2:]) == 1 and tuple(a["strides"]) == (1, 1) and not any(a["pads"]))
 
 
 def _qconv_scratch(key: KernelKey, target: Target) -> int:
@@ -240,15 +259,16 @@ def _im2col_quads(ctx: KernelContext, plan: _ConvPlan, quads: ir.Value, fill: in
             with h.for_range(b, hi, start=lo, name="zx") as ox:
                 h.store(b, zq, cols, b.add(start, ox))
 
+    r0, r1 = out_rows(ctx.key)
     for tap in range(plan.taps):
         ty, tx = divmod(tap, kw)
         lo, hi = valid_span(ow, sw, tx * dw - pads[1], ww)
         with h.for_range(b, plan.cu, name="q") as q:
             src0 = b.mul(q, h.i64(plan.plane))
             dst0 = b.mul(b.add(q, h.i64(tap * plan.cu)), h.i64(plan.geo.cols_pad))
-            with h.for_range(b, oh, name="oy") as oy:
-                iy = b.add(b.mul(oy, h.i64(sh)), h.i64(ty * dh - pads[0]))
-                out_row = b.add(dst0, b.mul(oy, h.i64(ow)))
+            with h.for_range(b, r1 - r0, name="oy") as j:
+                iy = b.add(b.mul(b.add(j, h.i64(r0)), h.i64(sh)), h.i64(ty * dh - pads[0]))
+                out_row = b.add(dst0, b.mul(j, h.i64(ow)))
                 with b.if_else(b.icmp_unsigned("<", iy, h.i64(hh))) as (inside, outside):
                     with inside:
                         zp_run(out_row, 0, lo)
@@ -279,10 +299,12 @@ def _qconv_gemm(ctx: KernelContext, dot: Dot, taps: bool = False, in_place: bool
     wq = gep(b, ctx.ins[1], sums_bytes(m))
     bias = ctx.ins[2] if len(ctx.in_types) == 3 else None
     mults = multipliers(ctx)
+    plane_out = math.prod(ctx.out_shape[2:])
+    first = out_rows(ctx.key)[0] * ctx.out_shape[3]  # a part of output rows (``im2col_rows_ok``): its first pixel
     with h.for_range(b, n_img, name="n") as n:
-        out_img = gep(b, ctx.outs[0], b.mul(n, h.i64(m * geo.cols)))
+        out_img = gep(b, ctx.outs[0], b.add(b.mul(n, h.i64(m * plane_out)), h.i64(first)))
         epi = requant_epilogue(ctx, a, mults, True, sums, bias, zp_enc,
-                                lambda bb, row: gep(bb, out_img, bb.mul(row, h.i64(geo.cols))), geo.cols, dot)
+                                lambda bb, row: gep(bb, out_img, bb.mul(row, h.i64(plane_out))), geo.cols, dot)
         if in_place:
             row_sums = gep(b, wq, m * geo.k4 * 4)  # after the broadcast rows (``_pack_qconv``)
             emit_direct_qconv(ctx, dot, n, flip, zp_enc, wq, b.bitcast(row_sums, h.I32.as_pointer()), epi)

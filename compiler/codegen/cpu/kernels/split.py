@@ -42,6 +42,7 @@ from ..conv.plan import conv_plan
 from ..conv.winograd_geometry import block_budget, row_split_bytes
 from .base import KernelKey
 from .conv import BLOCKS, geometry
+from .quant import im2col_rows_ok
 from .parts import Part, cost_model_ranges, covers, even_ranges, min_part_macs, slice_constant  # noqa: F401  (slice_constant: the lowering's)
 from .split_rows import ROWWISE, axis_one_part, elementwise_parts, gemm_row_parts, heads_parts, rowwise_parts
 
@@ -222,8 +223,12 @@ high, so parts of whole units keep the whole layer's full tiles (the last part t
 
 def qconv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
     """The parts of an int8 conv of batch one (one group, or depthwise), or None when it stays on one
-    thread. Its sums are integers, exact in any order, so any channel ranges give the same bits; each
-    part's kernel is chosen for its own shape like any layer's. ``rows``: as for ``conv_parts``."""
+    thread. Its sums are integers, exact in any order, so any ranges give the same bits; each channel
+    part's kernel is chosen for its own shape like any layer's. An im2col GEMM with many output pixels a
+    channel (``quant.im2col_rows_ok``, ``Tuning.int8_row_split_pixels_per_channel``) takes ranges of output
+    rows: as parts of channels each built the whole im2col (590 KB for ResNet-18's 64-channel layers on AMX,
+    which then ran 0.8-1.3x their 1-thread speed at 2 threads) and read half its input from the other core.
+    ``rows``: as for ``conv_parts``."""
     if target.threads < 2 or key.packed[1:2] != ("const",):
         return None
     n, c = key.in_types[0].shape[:2]
@@ -231,8 +236,12 @@ def qconv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | No
     group = dict(key.attrs)["group"]
     if n != 1 or not (group == 1 or group == c == oc):
         return None
+    oh, ow = key.out_types[0].shape[2:]
     if rows is None:
-        rows = cost_model_ranges(target, oc, QCONV_UNIT, oc * math.prod(key.out_types[0].shape[2:]) * cg * kh * kw)
+        rows = cost_model_ranges(target, oc, QCONV_UNIT, oc * oh * ow * cg * kh * kw)
+        if rows and oh >= len(rows) and oh * ow >= oc * target.tuning.int8_row_split_pixels_per_channel \
+                and im2col_rows_ok(key, target):
+            return [_row_part(key, Range((0, oc), (), target, r)) for r in even_ranges(oh, len(rows), 1)]
     elif not covers(rows, oc, QCONV_UNIT, target.threads):
         return None
     return _parts(key, [(r, target) for r in rows]) if rows else None
