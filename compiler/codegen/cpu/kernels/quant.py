@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
+from ....errors import CompileError
 from ....target import Target
 from ... import irhelpers as h
 from ..int_dot import Dot, choose_dot, pairs_bounded
@@ -334,6 +335,8 @@ def emit_qconv(ctx: KernelContext) -> None:
     rows = dot_of(ctx.key, ctx.target, ROWS)
     dw = dot_of(ctx.key, ctx.target, DWROWS)
     taps = dot_of(ctx.key, ctx.target, TAPS)
+    if out_rows(ctx.key) != (0, ctx.out_shape[2]) and (dot is None or not _conv_gemm_ok(ctx.key)):
+        raise CompileError(f"QConv: a part of output rows for a kernel that computes them all ({ctx.key.packed[1]})")
     if ctx.key.packed[1] == F2X2_LAYOUT:
         emit_winograd_qconv(ctx)
     elif dw is not None:
