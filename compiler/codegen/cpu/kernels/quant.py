@@ -153,14 +153,13 @@ class _ConvPlan:
 
 
 def _conv_plan(key: KernelKey, dot: Dot) -> _ConvPlan:
-    a = dict(key.attrs)
     _, c, hh, ww = key.in_types[0].shape
     m, _, kh, kw = key.in_types[1].shape
     oh, ow = key.out_types[0].shape[2:]
     r0, r1 = out_rows(key)
     p = (r1 - r0) * ow
     cu, taps = -(-c // dot.per_unit), kh * kw
-    direct = taps == 1 and tuple(a["strides"]) == (1, 1) and not any(a["pads"]) and (r0, r1) == (0, oh)
+    direct = _units_are_columns(key) and (r0, r1) == (0, oh)
     geo = GemmGeometry(rows=m, cols=p, cols_pad=padded_cols(p, dot), k4=taps * cu, vec_is_u=True)
     return _ConvPlan(geo, cu, dot.per_unit, taps, direct, hh * ww)
 
@@ -173,12 +172,17 @@ def out_rows(key: KernelKey) -> tuple[int, int]:
 def im2col_rows_ok(key: KernelKey, target: Target) -> bool:
     """The packer gives this conv (``key`` as it sees it) the im2col GEMM of channel units (``_pack_layout``'s
     order), whose parts may be ranges of output rows: each builds only its rows' columns."""
-    a = dict(key.attrs)
     if key.packed[1] != "const" or not _conv_gemm_ok(key) or key.in_types[1].shape[1] < 4:  # fewer: taps in units
         return False
     if winograd_ok(key, target) or rows_ok(key, target) or direct_ok(key, target):
         return False
-    return not (math.prod(key.in_types[1].shape[2:]) == 1 and tuple(a["strides"]) == (1, 1) and not any(a["pads"]))
+    return not _units_are_columns(key)
+
+
+def _units_are_columns(key: KernelKey) -> bool:
+    """A 1x1 stride-1 unpadded conv: the input's channel units are the GEMM's columns as they lie (no im2col)."""
+    a = dict(key.attrs)
+    return math.prod(key.in_types[1].shape[2:]) == 1 and tuple(a["strides"]) == (1, 1) and not any(a["pads"])
 
 
 def _qconv_scratch(key: KernelKey, target: Target) -> int:

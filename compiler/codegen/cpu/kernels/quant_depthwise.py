@@ -25,7 +25,7 @@ from ..int_gemm import store_lanes
 from .base import KernelContext, KernelKey
 from .quant_units import multipliers
 from .quant_grouped import MAX_UNROLLED_TAPS, padded_dims
-from .quant_pairs import PAIR_ORDER, in_order, pair_madd, tap_pairs
+from .quant_pairs import PAIR_ORDER, pair_madd, requantized, tap_pairs
 
 LANES = "dw-lanes"
 I16 = ir.IntType(16)
@@ -240,9 +240,7 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
                   for o in origins[2 * pair:2 * pair + 2]]  # an odd last tap pairs with itself, its partner's weights zero
             ws = [vload(w16, b.add(b.mul(ch, h.i64(2)), h.i64(pair * 2 * cp + half * 2 * vl)), p16) for half in (0, 1)]
             halves = pair_madd(b, halves, xs[0], xs[-1], ws)
-        first, second = in_order(b, halves)
-        q0, q1 = finish(ch, first), finish(b.add(ch, h.i64(vl)), second)
-        return b.shuffle_vector(q0, q1, h.vector(ir.VectorType(h.I32, BLOCK), list(range(BLOCK))))
+        return requantized(b, halves, lambda k, s: finish(b.add(ch, h.i64(k * vl)), s))
 
     def window(px: ir.Value) -> ir.Value:
         oy, ox = b.udiv(px, h.i64(ow)), b.urem(px, h.i64(ow))

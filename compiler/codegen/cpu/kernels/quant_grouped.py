@@ -19,7 +19,7 @@ from ... import quant_math as qm
 from ...irhelpers import gep
 from ..int_gemm import store_lanes
 from .base import KernelContext, KernelKey
-from .quant_pairs import PAIR_LANES, in_order, pair_madd, tap_pairs
+from .quant_pairs import PAIR_LANES, pair_madd, requantized, tap_pairs
 from .quant_units import multiplier_at, multipliers
 
 I16 = ir.IntType(16)
@@ -168,8 +168,7 @@ def _depthwise_by_pairs(ctx: KernelContext, plane: ir.Value, taps: list, init: i
             x0, x1 = (b.load(b.bitcast(gep(b, plane, b.add(row_at, h.i64(o))), x16.as_pointer()), align=2)
                       for o in (o0, o1))
             sums = pair_madd(b, sums, x0, x1, [wv, wv])
-        qs = [qm.requantize(b, b.add(s, init_v), mult_v, a["y_zero_point"], lo, hi) for s in in_order(b, sums)]
-        q = b.shuffle_vector(qs[0], qs[1], h.vector(ir.VectorType(h.I32, PAIR_LANES), list(range(PAIR_LANES))))
+        q = requantized(b, sums, lambda _, s: qm.requantize(b, b.add(s, init_v), mult_v, a["y_zero_point"], lo, hi))
         store_lanes(b, q, gep(b, ctx.outs[0], out_at), None if count == PAIR_LANES else count,
                     ctx.target.tuning.masked_stores)
 

@@ -34,7 +34,9 @@ def pair_madd(b: ir.IRBuilder, sums: list[ir.Value], x0: ir.Value, x1: ir.Value,
             for k, (s, w) in enumerate(zip(sums, weights))]
 
 
-def in_order(b: ir.IRBuilder, sums: list[ir.Value]) -> tuple[ir.Value, ir.Value]:
-    """``pair_madd``'s two sums as lanes 0-7 and 8-15."""
+def requantized(b: ir.IRBuilder, sums: list[ir.Value], finish) -> ir.Value:
+    """``pair_madd``'s sums as one ``<16 x i8>`` in lane order: lanes 0-7, then 8-15, each through
+    ``finish(half, <8 x i32>)`` (bias, requantization) to ``<8 x i8>``."""
     mask = ir.VectorType(h.I32, PAIR_LANES // 2)
-    return tuple(b.shuffle_vector(sums[0], sums[1], h.vector(mask, idx)) for idx in PAIR_ORDER)
+    q0, q1 = (finish(k, b.shuffle_vector(sums[0], sums[1], h.vector(mask, idx))) for k, idx in enumerate(PAIR_ORDER))
+    return b.shuffle_vector(q0, q1, h.vector(ir.VectorType(h.I32, PAIR_LANES), list(range(PAIR_LANES))))
