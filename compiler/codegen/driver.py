@@ -10,7 +10,7 @@ kernels by a key of everything that decides their code, so identical nodes share
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 import dataclasses
 from dataclasses import dataclass
 
@@ -31,6 +31,7 @@ from .irhelpers import ALIGN
 from .lowered import IOSpec, grow, private_map
 
 Retarget = Callable[[Graph, Target], Target]
+Held = Callable[[Graph, Target], Mapping[str, int]]
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,9 @@ def optimized(graph: Graph, batch: int) -> Graph:
 
 
 def prepare(graph: Graph, target: Target, batch: int, *, optimize: bool, kernels: Container[str], backend: str,
-            retarget: Retarget | None = None) -> Prepared:
-    """Everything before code: see the module doc. ``kernels``: the ops the backend can lower."""
+            retarget: Retarget | None = None, held: Held | None = None) -> Prepared:
+    """Everything before code: see the module doc. ``kernels``: the ops the backend can lower;
+    ``held(graph, target)``: values the plan keeps live longer (see ``plan_memory``)."""
     check_graph(graph, batch)  # a LimitError before any work the graph asks for
     g = verify(bind_batch(optimize_graph(graph) if optimize else graph, batch))
     missing: dict[str, list[str]] = {}
@@ -82,7 +84,7 @@ def prepare(graph: Graph, target: Target, batch: int, *, optimize: bool, kernels
         raise CompileError(f"no {backend} kernel for {len(missing)} op(s): {names}")
     if retarget is not None:
         target = retarget(g, target)
-    plan = plan_memory(g, batch, alignment=ALIGN)
+    plan = plan_memory(g, batch, alignment=ALIGN, held=held(g, target) if held is not None else None)
     check_plan(g, plan)
     return Prepared(g, plan, target)
 

@@ -17,6 +17,7 @@ from llvmlite import ir
 from ..ir.graph import Graph
 from ..memory.scratch import check_scratch
 from ..target import Target
+from .cpu.jobs import held_until
 from .cpu.kernels import KERNELS
 from .cpu.lowering import CpuLowering
 from .cpu.threads import check_threads
@@ -47,7 +48,8 @@ def lower(graph: Graph, target: Target, batch: int = 1, optimize: bool = True, e
     check_threads(target)
     with cycle_collection(on=False):
         prep, consts = hand_over_constants(
-            prepare(graph, target, batch, optimize=optimize, kernels=KERNELS, backend="native", retarget=retarget))
+            prepare(graph, target, batch, optimize=optimize, kernels=KERNELS, backend="native", retarget=retarget,
+                    held=held_until))
         name = entry_name(graph, batch)
         del graph  # a graph handed over optimized already (a cold compile's) must not keep the weights alive
         low = CpuLowering(prep, emit, profile, stream, consts)

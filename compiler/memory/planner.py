@@ -2,7 +2,8 @@
 
 1. **Liveness.** Over the schedule (step 0: graph inputs written; step i+1: node i runs; the last
    step reads the outputs) each value lives from the step that writes it to the last step that
-   reads it, both included: a node's inputs and outputs are live together.
+   reads it, both included: a node's inputs and outputs are live together. A backend may hold a
+   value longer (the CPU backend: a job's tensors, until the job's last layer has run).
 2. **In-place reuse.** A node's output takes over an input's storage when the op table's in-place
    rule allows it (``OpDef.shares``: a view re-labels the same bytes; otherwise the input has the
    output's exact type and the op reads element i only to compute element i) and that input dies at
@@ -23,6 +24,7 @@ Constants are not in the arena (they live in the read-only weight block).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..ir.graph import Graph
@@ -39,8 +41,9 @@ class Lifetime:
         return self.start <= other.end and other.start <= self.end
 
 
-def lifetimes(graph: Graph) -> dict[str, Lifetime]:
-    """The live interval of every arena value (graph inputs and node outputs) over the schedule."""
+def lifetimes(graph: Graph, held: Mapping[str, int] | None = None) -> dict[str, Lifetime]:
+    """The live interval of every arena value (graph inputs and node outputs) over the schedule;
+    ``held``: values that must stay live at least until these steps (a backend's own reasons)."""
     final = len(graph.nodes) + 1
     start = {name: 0 for name in graph.inputs}
     end = dict(start)
@@ -52,6 +55,8 @@ def lifetimes(graph: Graph) -> dict[str, Lifetime]:
             start[name] = end[name] = step
     for name in graph.outputs:
         end[name] = final
+    for name, step in (held or {}).items():
+        end[name] = max(end[name], min(step, final))
     return {name: Lifetime(start[name], end[name]) for name in start}
 
 
@@ -143,11 +148,12 @@ def _align(n: int, alignment: int) -> int:
     return -(-n // alignment) * alignment
 
 
-def plan_memory(graph: Graph, batch: int = 1, alignment: int = 64) -> MemoryPlan:
-    """Plan one arena for ``graph`` at ``batch``: offsets, aliases, arena, lower bound, naive sum."""
+def plan_memory(graph: Graph, batch: int = 1, alignment: int = 64, held: Mapping[str, int] | None = None) -> MemoryPlan:
+    """Plan one arena for ``graph`` at ``batch``: offsets, aliases, arena, lower bound, naive sum.
+    ``held``: see :func:`lifetimes` (the CPU backend keeps a job's tensors until its last layer)."""
     if alignment < 1 or alignment & (alignment - 1):
         raise ValueError(f"alignment must be a power of two, got {alignment}")
-    live = lifetimes(graph)
+    live = lifetimes(graph, held)
     sizes = value_sizes(graph, batch, live)
     aliases = choose_aliases(graph, live)
     joined = choose_joins(graph, live, aliases, batch, alignment)

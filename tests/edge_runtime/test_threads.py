@@ -224,17 +224,17 @@ def test_a_depthwise_conv_joins_its_producers_job(residual, tmp_path):
     one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1, optimize=False).run(feeds)
     two, _, jobs = _split_at(graph, 2, tmp_path)
     # expand + depthwise share one handoff, project (and the residual Add) has its own; without the
-    # residual the depthwise output reuses the bytes of the block's input, which the other expand part
-    # may still read: apart
-    assert two.lowered.split_nodes == (4 if residual else 3) and len(jobs) == (2 if residual else 3)
+    # residual the block's input dies at the expand conv, and the plan still keeps the depthwise output
+    # off its bytes, which the other expand part may be reading (jobs.held_until)
+    assert two.lowered.split_nodes == (4 if residual else 3) and len(jobs) == 2
     out = two.run(feeds)
     assert all(one[k].tobytes() == out[k].tobytes() for k in one)
 
 
 def _pool_graph():
-    """A conv (32 channels) and its 2x2 max pool, then a padded 3x3 average pool of ceil mode: the max
-    pool joins the conv's job, the average pool has one of its own. The input is pooled last, so no
-    output takes its bytes while a conv part may still read them (that keeps a pool out of the job)."""
+    """A conv (32 channels) and its 2x2 max pool, then a padded 3x3 average pool of ceil mode: both pools
+    join the conv's job (the plan keeps the conv's output, dead after the max pool, clear of the average
+    pool's); the input's own max pool, last, has a job of its own."""
     from cuvil.compiler.frontends.builder import GraphBuilder
     from cuvil.compiler.ir.types import TensorType
 
@@ -250,13 +250,13 @@ def _pool_graph():
     return b.build([y, z]), rng.standard_normal((1, 8, 20, 20)).astype(np.float32)
 
 
-def test_pools_split_by_channels_a_max_pool_in_its_producers_job(tmp_path):
+def test_pools_split_by_channels_in_their_producers_job(tmp_path):
     graph, x = _pool_graph()
     feeds = {graph.inputs[0]: x}
     one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1, optimize=False).run(feeds)
     for threads in (2, 3):
         many, text, jobs = _split_at(graph, threads, tmp_path)
-        assert many.lowered.split_nodes == 4 and len(jobs) == 3  # conv + max pool in one job, each other pool alone
+        assert many.lowered.split_nodes == 4 and len(jobs) == 2  # conv and both its pools in one job
         out = many.run(feeds)
         assert all(one[k].tobytes() == out[k].tobytes() for k in one)
 
@@ -292,10 +292,10 @@ def test_gemms_of_several_rows_heads_and_elementwise_ops_split_with_the_same_bit
     one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1, optimize=False).run(feeds)
     for threads in (2, 3):
         many, text, jobs = _split_at(graph, threads, tmp_path)
-        # 3 x (MatMul + its bias Add), the scores' MatMul + scale, the softmax (its output takes the bytes
-        # of Q's heads, which another part's MatMul may still read), the MatMul by V, the Gemm; the Relu
-        # stays whole (the Gemm's rows are axis 0's, and axis 1 of a batch of 65 rows does not split)
-        assert many.lowered.split_nodes == 11 and len(jobs) == 7
+        # 3 x (MatMul + its bias Add), the scores' MatMul + scale + softmax (the plan keeps Q's heads, which
+        # another part's MatMul may still read, off the softmax's output), the MatMul by V, the Gemm; the
+        # Relu stays whole (the Gemm's rows are axis 0's, and axis 1 of a batch of 65 rows does not split)
+        assert many.lowered.split_nodes == 11 and len(jobs) == 6
         # the second part's heads start 2 x 65 x 65 floats in (8-byte aligned), at 3 threads the third's 3 x
         # (4-byte): each part's kernel is told the alignment its pointers have, not the arena's 64 bytes
         assert f"align {8 if threads == 2 else 4} " in text

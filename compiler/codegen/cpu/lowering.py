@@ -26,7 +26,8 @@ from .. import irhelpers as h
 from ..driver import Prepared, WeightBlock, placement
 from .kernels import KERNELS, KernelContext, KernelDef, KernelKey
 from .kernels.parts import Part, slice_constant
-from .kernels.split import CHANNELWISE, ELEMENTWISE, FOLLOWERS, ROWWISE, SPLITTERS
+from .jobs import joining_parts, own_jobs, pack_key
+from .kernels.split import ELEMENTWISE, ROWWISE
 from .workers import Pool
 
 
@@ -135,26 +136,8 @@ class CpuLowering:
         b.ret_void()
 
     def own_jobs(self) -> dict[str, list[Part]]:
-        """The nodes that run as jobs of their own, with the parts their splitter gives. A pool splits on its own
-        only right after another job, while the workers still spin: after a serial layer they may sleep,
-        and waking one cost more than half a pool (Tiny-YOLO's first, 16x160x160 after its unsplit first
-        conv: 0.62x its serial speed, where alone, workers awake, it ran 1.83x); so do parts marked
-        ``after_job_only`` (a conv split by pixel vectors, whose input a job must have spread over the cores)."""
-        found: dict[str, list[Part]] = {}
-        after_job = False
-        for node in self.g.nodes:
-            if placement(self.prep, node) is None:
-                continue
-            splitter = SPLITTERS.get(node.op)
-            types = (tuple(self.g.types[i] for i in node.inputs), tuple(self.g.types[o] for o in node.outputs))
-            parts = splitter(self.pack_key(node, *types), self.target) \
-                if splitter and (after_job or node.op not in FOLLOWERS) else None
-            if parts and parts[0].after_job_only and not after_job:
-                parts = None
-            if parts:
-                found[node.name] = parts
-            after_job = bool(parts)
-        return found
+        """The nodes that run as jobs of their own, with their parts (:func:`.jobs.own_jobs`)."""
+        return own_jobs(self.g, self.target, lambda node: placement(self.prep, node) is not None)
 
     def ahead_of_jobs(self) -> set[str]:
         """The nodes before which the caller nudges sleeping workers: the last node with code of its
@@ -198,7 +181,7 @@ class CpuLowering:
                     continue
                 layout = None
                 if kd.pack is not None:
-                    got = kd.pack(self.pack_key(node, in_types, out_types), i, arr, self.target)
+                    got = kd.pack(pack_key(self.g, node), i, arr, self.target)
                     if got is not None:
                         layout, arr = got
                 packed[i] = layout
@@ -253,29 +236,19 @@ class CpuLowering:
 
     def partner(self, prev: Node, nxt: Node, rows: list[tuple[int, int]], tensors: list[str],
                 written: list[str]) -> Layer | None:
-        """``nxt`` as a layer of the job whose last layer is ``prev`` (see :meth:`partners`), or None."""
-        if nxt.op not in SPLITTERS or nxt.inputs[0] != prev.outputs[0] or len(nxt.outputs) != 1:
+        """``nxt`` as a layer of the job whose last layer is ``prev`` (see :meth:`partners`), or None: what the
+        graph allows (:func:`.jobs.joining_parts`), where the plan put no operand on bytes the job writes."""
+        theirs = joining_parts(self.g, self.target, prev, nxt, rows)
+        if theirs is None:
             return None
         consts = self.g.constants
-        x_t, out_t = self.g.types[nxt.inputs[0]], self.g.types[nxt.outputs[0]]
-        in_lines = nxt.op in ELEMENTWISE or nxt.op in ROWWISE  # computes each range of axis 1 from that range
-        row_local = in_lines or (nxt.op == "MatMul" and nxt.inputs[1] not in consts)
-        if not row_local and not all(i in consts for i in nxt.inputs[1:]):
-            return None
-        per_range = nxt.op in CHANNELWISE or nxt.attr.get("group", 1) == x_t.shape[1] or row_local
-        if len(x_t.shape) < 2 or not per_range or out_t.shape[1] != x_t.shape[1]:
-            return None
         alias = placement(self.prep, nxt)
-        in_place = alias is not None and alias[0] is not None and in_lines
+        in_place = alias is not None and alias[0] is not None and (nxt.op in ELEMENTWISE or nxt.op in ROWWISE)
         if alias is None or any(a is not None for a in alias[1:]) or (alias[0] is not None and not in_place):
             return None
         if any(self.overlap(t, u) for t in nxt.inputs[1:] if t not in consts for u in written):
             return None  # another part may be writing it
         if not in_place and any(self.overlap(nxt.outputs[0], u) for u in tensors):
-            return None
-        in_types = tuple(self.g.types[i] for i in nxt.inputs)
-        theirs = SPLITTERS[nxt.op](self.pack_key(nxt, in_types, (out_t,)), self.target, rows)
-        if not theirs:
             return None
         self.fused.add(nxt.name)
         return Layer(nxt, KERNELS[nxt.op], theirs, alias, self.prep.span(nxt.outputs[0])[0])
@@ -360,11 +333,6 @@ class CpuLowering:
                     args.append(h.byte_ptr(jb, j_arena, at[-1], h.LLTYPE[t.dtype]))
             ready.append((kd.code_of(dataclasses.replace(key, packed=tuple(packed))), args, part, at))
         return ready
-
-    def pack_key(self, node: Node, in_types, out_types) -> KernelKey:
-        """The key packers see: ``packed[i] == "const"`` marks every constant input."""
-        consts = tuple("const" if n in self.g.constants else None for n in node.inputs)
-        return KernelKey(node.op, node.attrs, in_types, out_types, (), (), consts)
 
     def emit_kernel(self, key: KernelKey, kd: KernelDef, target: Target | None = None, cache=None,
                     aligns: tuple[int, ...] = ()) -> ir.Function:

@@ -51,8 +51,8 @@ def test_every_missing_op_is_named_in_one_error():
 def test_both_backends_check_the_plan(lowering, target, monkeypatch):
     real = driver.plan_memory
 
-    def overlapping(graph, batch, alignment=64):  # a and b both live at Tanh(a) -> b, and share bytes
-        plan = real(graph, batch, alignment)
+    def overlapping(graph, batch, alignment=64, held=None):  # a and b both live at Tanh(a) -> b, and share bytes
+        plan = real(graph, batch, alignment, held)
         offsets = dict(plan.offsets)
         offsets["c"] = offsets["b"]
         return dataclasses.replace(plan, offsets=offsets)
