@@ -76,7 +76,7 @@ class KernelStream:
         self.wrappers: dict[str, str] = {}  # streamed kernels' define lines (the entry declares them)
         self.entry: dict[str, list[str]] = {}  # external non-kernel functions: their text taken so far (see __call__)
         self.batch: dict[int, list[tuple[str, str]]] = {level: [] for level in LEVELS.values()}
-        self.texts: list[tuple[int, str | bytes]] = []  # (speed level, the module; framed for helpers: frame())
+        self.texts: list[tuple[int, str | bytearray]] = []  # (speed level, the module; framed for helpers: frame())
         self.results: list[bytes | mmap.mmap | None] = []  # a helper's object mapped until taken (_taken)
         self.seconds: list[float] = []  # LLVM time of each module (a helper's: its round trip)
         self.kernels: list[int] = []  # the modules of the model (the rest: the tuner's candidates)
@@ -131,9 +131,10 @@ class KernelStream:
             if size >= MAX_PART_BYTES or (size >= MIN_PART_BYTES and not shares):
                 self._flush(level)
 
-    def _module(self, members: list[tuple[str, str]], extra: list[str] = ()) -> str:
-        """A self-contained module: ``members``, the internal helpers they call (transitively), the
-        declarations and the globals they name; kernel wrappers external, so the entry can call them."""
+    def _module(self, members: list[tuple[str, str]], extra: list[str] = ()) -> list[str]:
+        """A self-contained module, as its lines (:func:`~.llvm_worker.frame` joins them): ``members``, the internal
+        helpers they call (transitively), the declarations and the globals they name; kernel wrappers external,
+        so the entry can call them."""
         body = [t.replace("define internal ", "define ", 1) if _WRAPPER.match(n) else t for n, t in members]
         need, todo = set(), {r for t in body for r in _REF.findall(t) if r in self.helpers}
         while todo:
@@ -143,16 +144,20 @@ class KernelStream:
         body += [self.helpers[n] for n in sorted(need)]
         text = "\n".join(body)
         singles = [s for s in self.singles if s.startswith("declare ") or s.split(" ", 1)[0] in text]
-        return "\n".join(self.header + singles + list(extra) + body) + "\n"
+        return self.header + singles + list(extra) + body + [""]
 
     def _flush(self, level: int) -> None:
         members, self.batch[level] = self.batch[level], []
         if members:
             self.kernels.append(self.submit(level, self._module(members)))
 
-    def submit(self, level: int, text: str) -> int:
-        """Queue a self-contained module (the tuner's candidates come this way too); its index for :meth:`result`."""
-        module = frame(level, text) if self.remote else text  # encoded here, not on a reader thread's heap
+    def submit(self, level: int, text: str | list[str]) -> int:
+        """Queue a self-contained module, whole or as its lines (the tuner's candidates come this way too); its
+        index for :meth:`result`."""
+        if self.remote:
+            module = frame(level, text)  # encoded here, not on a reader thread's heap
+        else:
+            module = text if isinstance(text, str) else "\n".join(text)
         with self.cv:
             self.texts.append((level, module))
             self.results.append(None)
@@ -199,7 +204,7 @@ class KernelStream:
 
     def _compile(self, i: int) -> None:
         level, text = self.texts[i]
-        if isinstance(text, bytes):  # framed for a helper that lost it
+        if isinstance(text, bytearray):  # framed for a helper that lost it
             level, text = read_module(io.BytesIO(text))
         t0 = time.perf_counter()
         obj = self._emit(text, level)
@@ -268,7 +273,7 @@ class KernelStream:
             first = self.submit(FULL_LEVEL, text)
             del text
             return self._collect([first] + self.kernels)
-        objs = [self._emit(text, FULL_LEVEL)]
+        objs = [self._emit("\n".join(text), FULL_LEVEL)]
         del text
         while True:
             with self.cv:

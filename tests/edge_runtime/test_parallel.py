@@ -36,8 +36,8 @@ def _conv_graph(convs: int = 4, seed: int = 0, channels: int = 16, size: int = 1
 
 
 def test_helper_input_and_output_round_trip_and_a_cut_output_is_refused():
-    modules = io.BytesIO(llvm_worker.frame(0, "a\nb") + llvm_worker.frame(2, "é"))
-    assert [llvm_worker.read_module(modules) for _ in range(3)] == [(0, "a\nb"), (2, "é"), None]
+    modules = io.BytesIO(llvm_worker.frame(0, "a\nb") + llvm_worker.frame(2, "é") + llvm_worker.frame(1, ["x", "é", "", "z"]))
+    assert [llvm_worker.read_module(modules) for _ in range(4)] == [(0, "a\nb"), (2, "é"), (1, "x\né\n\nz"), None]
     with pytest.raises(ValueError):
         llvm_worker.read_module(io.BytesIO(llvm_worker.frame(0, "abc")[:-1]))
     out = b"".join(len(o).to_bytes(8, "little") + o for o in (b"obj1", b"", b"object 3"))
