@@ -49,16 +49,16 @@ def target_from_json(text: str) -> Target:
 
 def frame(level: int, text: str | Sequence[str]) -> bytearray:
     """One module of a helper's input (after the Target's line): ``<speed level> <bytes>`` and its text,
-    given whole or as lines (joined by newlines here). Encoded straight into one buffer of the exact size:
+    given whole or as pieces (joined by newlines here). Encoded straight into one buffer of the exact size:
     a module of a few MiB was held three times over while it was joined, encoded and framed (U-Net's
     cold compile at 2 threads peaked 2 MiB higher for one 1.2 MB module)."""
-    lines = [text] if isinstance(text, str) else text
-    sizes = [len(t) if t.isascii() else len(t.encode()) for t in lines]
-    head = f"{level} {sum(sizes) + len(lines) - 1}\n".encode()
-    out = bytearray(len(head) + sum(sizes) + len(lines) - 1)
+    pieces = [text] if isinstance(text, str) else text
+    sizes = [len(t) if t.isascii() else len(t.encode()) for t in pieces]
+    head = f"{level} {sum(sizes) + len(pieces) - 1}\n".encode()
+    out = bytearray(len(head) + sum(sizes) + len(pieces) - 1)
     out[:len(head)] = head
     at = len(head)
-    for i, (t, n) in enumerate(zip(lines, sizes)):
+    for i, (t, n) in enumerate(zip(pieces, sizes)):
         if i:
             out[at] = ord("\n")
             at += 1

@@ -132,7 +132,7 @@ class KernelStream:
                 self._flush(level)
 
     def _module(self, members: list[tuple[str, str]], extra: list[str] = ()) -> list[str]:
-        """A self-contained module, as its lines (:func:`~.llvm_worker.frame` joins them): ``members``, the internal
+        """A self-contained module, as pieces that newlines join (:func:`~.llvm_worker.frame`): ``members``, the internal
         helpers they call (transitively), the declarations and the globals they name; kernel wrappers external,
         so the entry can call them."""
         body = [t.replace("define internal ", "define ", 1) if _WRAPPER.match(n) else t for n, t in members]
@@ -142,8 +142,7 @@ class KernelStream:
             need.add(n)
             todo |= {r for r in _REF.findall(self.helpers[n]) if r in self.helpers} - need
         body += [self.helpers[n] for n in sorted(need)]
-        text = "\n".join(body)
-        singles = [s for s in self.singles if s.startswith("declare ") or s.split(" ", 1)[0] in text]
+        singles = [s for s in self.singles if s.startswith("declare ") or any(s.split(" ", 1)[0] in t for t in body)]
         return self.header + singles + list(extra) + body + [""]
 
     def _flush(self, level: int) -> None:
@@ -152,8 +151,8 @@ class KernelStream:
             self.kernels.append(self.submit(level, self._module(members)))
 
     def submit(self, level: int, text: str | list[str]) -> int:
-        """Queue a self-contained module, whole or as its lines (the tuner's candidates come this way too); its
-        index for :meth:`result`."""
+        """Queue a self-contained module, whole or as pieces that newlines join (the tuner's candidates come this
+        way too); its index for :meth:`result`."""
         if self.remote:
             module = frame(level, text)  # encoded here, not on a reader thread's heap
         else:

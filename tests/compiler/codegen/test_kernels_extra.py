@@ -60,8 +60,8 @@ def test_fused_residual_sharing_the_output(op, w_const, monkeypatch):
 
     real = driver.plan_memory
 
-    def shared(graph, batch, alignment=64):
-        plan = real(graph, batch, alignment)
+    def shared(graph, batch, alignment=64, held=None):
+        plan = real(graph, batch, alignment, held)
         node = graph.nodes[-1]
         offsets = dict(plan.offsets)
         offsets[node.outputs[0]] = offsets[node.inputs[-1]]
