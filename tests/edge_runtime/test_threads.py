@@ -23,6 +23,7 @@ from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
 from cuvil.devices import resolve_target  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.archs import ARCHS, UNSUPPORTED  # noqa: E402
+from tests.blocks import mobilenet_block  # noqa: E402
 from tests.hosts import executable  # noqa: E402
 from tests.int8_zoo import CNN_AND_MLP, int8_model  # noqa: E402
 from tests.zoo import ZOO  # noqa: E402
@@ -193,23 +194,6 @@ def test_a_forked_child_runs_without_its_parents_workers(small_cnn, tmp_path):
     assert got == b"1"
 
 
-def _block_graph(residual: bool):
-    """A MobileNet block: 1x1 expand, 3x3 depthwise, 1x1 project (16 -> 32 -> 32 -> 16 channels, 8x8),
-    plus its input when ``residual`` (which keeps the input's bytes alive past the depthwise conv)."""
-    from cuvil.compiler.frontends.builder import GraphBuilder
-    from cuvil.compiler.ir.types import TensorType
-
-    rng = np.random.default_rng(3)
-    b = GraphBuilder("block")
-    x = b.input("x", TensorType.parse("f32[1,16,8,8]"))
-
-    def conv(v, oc, c, k, group):
-        w = b.constant(rng.standard_normal((oc, c // group, k, k)).astype(np.float32))
-        return b.add1("Conv", [v, w], pads=(k // 2,) * 4, strides=(1, 1), dilations=(1, 1), group=group)
-    y = conv(conv(conv(x, 32, 16, 1, 1), 32, 32, 3, 32), 16, 32, 1, 1)
-    return b.build([b.add1("Add", [y, x]) if residual else y]), rng.standard_normal((1, 16, 8, 8))
-
-
 def _split_at(graph, threads: int, tmp_path):
     """The session at ``threads`` (every layer that can split, split), its IR and its jobs' definitions."""
     session = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=threads, optimize=False)
@@ -219,7 +203,7 @@ def _split_at(graph, threads: int, tmp_path):
 
 @pytest.mark.parametrize("residual", [True, False])
 def test_a_depthwise_conv_joins_its_producers_job(residual, tmp_path):
-    graph, x = _block_graph(residual)
+    graph, x = mobilenet_block(residual)
     feeds = {graph.inputs[0]: x.astype(np.float32)}
     one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1, optimize=False).run(feeds)
     two, _, jobs = _split_at(graph, 2, tmp_path)
