@@ -229,6 +229,19 @@ def type_suffix(t: ir.Type) -> str:
     return _SUFFIX[str(t)]
 
 
+def masked_load(b: ir.IRBuilder, ptr: ir.Value, t: ir.VectorType, mask: ir.Value, align: int,
+                pad: ir.Value | None = None) -> ir.Value:
+    """A ``t`` at ``ptr`` reading only the lanes ``mask`` holds; the others ``pad`` (undefined without one)."""
+    args = [b.bitcast(ptr, t.as_pointer()), ir.Constant(I32, align), mask, vector(t, None) if pad is None else pad]
+    return call_named(b, f"llvm.masked.load.{type_suffix(t)}.p0", t, args)
+
+
+def masked_store(b: ir.IRBuilder, v: ir.Value, ptr: ir.Value, mask: ir.Value, align: int) -> None:
+    """The lanes of ``v`` that ``mask`` holds, stored at ``ptr``."""
+    call_named(b, f"llvm.masked.store.{type_suffix(v.type)}.p0", ir.VoidType(),
+               [v, b.bitcast(ptr, v.type.as_pointer()), ir.Constant(I32, align), mask])
+
+
 def call_intrinsic(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
     """Call an overloaded same-type intrinsic by base name on scalars or vectors:
     ``call_intrinsic(b, "llvm.fma", x, y, z)``."""

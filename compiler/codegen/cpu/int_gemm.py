@@ -163,6 +163,4 @@ def store_lanes(b: ir.IRBuilder, q: ir.Value, ptr: ir.Value, valid: int | None, 
     if valid is None or not masked:
         store_bytes(b, q, ptr, valid)
         return
-    mask = h.vector(ir.VectorType(ir.IntType(1), q.type.count), [i < valid for i in range(q.type.count)])
-    h.call_named(b, f"llvm.masked.store.v{q.type.count}i8.p0", ir.VoidType(),
-                 [q, b.bitcast(ptr, q.type.as_pointer()), ir.Constant(h.I32, 1), mask])
+    h.masked_store(b, q, ptr, h.vector(ir.VectorType(h.I1, q.type.count), [i < valid for i in range(q.type.count)]), 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...target import Target
-from ..irhelpers import F32, I1, I32, call_named, gep, set_fn_attrs, target_attrs, undef, vector
+from ..irhelpers import F32, I1, I32, gep, masked_load, masked_store, set_fn_attrs, target_attrs, undef, vector
 
 F32P = F32.as_pointer()
 
@@ -27,8 +27,7 @@ def load_vec(b: ir.IRBuilder, p: ir.Value, vl: int, mask: ir.Value | None = None
     vp = b.bitcast(p, vec_type(vl).as_pointer())
     if mask is None:
         return b.load(vp, align=4)
-    args = [vp, ir.Constant(I32, 4), mask, vector(vec_type(vl), None)]
-    return call_named(b, f"llvm.masked.load.v{vl}f32.p0", vec_type(vl), args)
+    return masked_load(b, vp, vec_type(vl), mask, 4)
 
 
 def store_vec(b: ir.IRBuilder, v: ir.Value, p: ir.Value, mask: ir.Value | None = None,
@@ -43,7 +42,7 @@ def store_vec(b: ir.IRBuilder, v: ir.Value, p: ir.Value, mask: ir.Value | None =
         for lane in range(n):
             b.store(b.extract_element(v, ir.Constant(I32, lane)), gep(b, p, lane), align=4)
         return
-    call_named(b, f"llvm.masked.store.v{vl}f32.p0", ir.VoidType(), [v, vp, ir.Constant(I32, 4), mask])
+    masked_store(b, v, vp, mask, 4)
 
 
 def broadcast(b: ir.IRBuilder, x: ir.Value, vl: int) -> ir.Value:

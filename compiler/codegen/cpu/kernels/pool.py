@@ -231,10 +231,7 @@ def _masked_load(b: ir.IRBuilder, ptr: ir.Value, vl: int, ok: list[bool], pad: i
         return load_vec(b, ptr, vl)
     if not any(ok):
         return pad
-    mask = h.vector(ir.VectorType(h.I1, vl), [int(m) for m in ok])
-    vp = b.bitcast(ptr, vec_type(vl).as_pointer())
-    args = [vp, ir.Constant(h.I32, 4), mask, pad]
-    return h.call_named(b, f"llvm.masked.load.v{vl}f32.p0", vec_type(vl), args)
+    return h.masked_load(b, ptr, vec_type(vl), h.vector(ir.VectorType(h.I1, vl), [int(m) for m in ok]), 4, pad)
 
 
 def _static_taps(b: ir.IRBuilder, p: _Pass, rowp: list[ir.Value], c0: int) -> list[ir.Value]:

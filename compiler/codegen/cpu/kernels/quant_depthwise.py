@@ -178,8 +178,7 @@ def _fill_pixel_blocks(ctx: KernelContext, src: ir.Value, plane: ir.Value, cp: i
             vs = []
             for ch in range(BLOCK):
                 ptr = b.bitcast(gep(b, ctx.ins[0], b.add(at, b.add(p0, h.i64(ch * pixels)))), v8.as_pointer())
-                vs.append(b.load(ptr, align=1) if count == BLOCK else
-                          h.call_named(b, "llvm.masked.load.v16i8.p0", v8, [ptr, h.const(h.I32, 1), mask, h.vector(v8, None)]))
+                vs.append(b.load(ptr, align=1) if count == BLOCK else h.masked_load(b, ptr, v8, mask, 1))
             for j, v in enumerate(_transpose(b, vs)[:count]):
                 px = b.add(p0, h.i64(j))
                 iy, ix = b.udiv(px, h.i64(ww)), b.urem(px, h.i64(ww))
