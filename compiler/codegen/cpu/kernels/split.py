@@ -204,16 +204,16 @@ def conv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
     if ranges is None:
         return None
     if ranges[0].blocks is not None:
-        return [_row_part(key, r) for r in ranges]
+        return [_row_part(key, r.blocks, r.target, r.after_job_only) for r in ranges]
     return _parts(key, [(r.rows, r.target) for r in ranges])
 
 
-def _row_part(key: KernelKey, r: Range) -> Part:
-    """A part of output rows (``_row_split``, ``_band_split``): the whole layer's operands and output, its blocks
-    in its key."""
-    sub = dataclasses.replace(key, attrs=key.attrs + ((BLOCKS, r.blocks),))
+def _row_part(key: KernelKey, blocks: tuple[int, int], target: Target, after_job_only: bool = False) -> Part:
+    """A part of output rows (``_row_split``, ``_band_split``, an int8 conv's rows): the whole layer's operands and
+    output, its blocks in its key."""
+    sub = dataclasses.replace(key, attrs=key.attrs + ((BLOCKS, blocks),))
     none = (None,) * len(key.in_types)
-    return Part(sub, r.target, (0,) * len(key.in_types), 0, r.blocks, none, axis=2, after_job_only=r.after_job_only)
+    return Part(sub, target, (0,) * len(key.in_types), 0, blocks, none, axis=2, after_job_only=after_job_only)
 
 
 QCONV_UNIT = 8
@@ -241,7 +241,7 @@ def qconv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | No
         rows = cost_model_ranges(target, oc, QCONV_UNIT, oc * oh * ow * cg * kh * kw)
         if rows and oh >= len(rows) and oh * ow >= oc * target.tuning.int8_row_split_pixels_per_channel \
                 and im2col_rows_ok(key, target):
-            return [_row_part(key, Range((0, oc), (), target, r)) for r in even_ranges(oh, len(rows), 1)]
+            return [_row_part(key, r, target) for r in even_ranges(oh, len(rows), 1)]
     elif not covers(rows, oc, QCONV_UNIT, target.threads):
         return None
     return _parts(key, [(r, target) for r in rows]) if rows else None
