@@ -52,6 +52,8 @@ class Tuning:
     rows_prefetch_blocks: int = 2  # how many blocks ahead the weights are prefetched (4: no better)
     rows_prefetch_locality: int = 2  # prefetcht1 (t0: no different)
     depthwise_lanes_max_ow: int = 10  # f32 depthwise 3x3 up to this output width keep channels in lanes (Zen 4, x86-avx512 vs rows in ymm: 64x25x5 0.94x, 960x7x7 0.6x, 160x10x10 0.8x, 576x14x14 1.5x; x86-avx2 64x25x5 0.4x)
+    dwflat_max_vectors: int = 0  # f32 depthwise stride-1 convs whose planes are at most this many vectors read each channel's plane flat with masked tap loads (conv/dwflat.py); 0: never (masked loads are scalarized on NEON). x86 sets DWFLAT_MAX_VECTORS
+    dwflat_min_vectors: int = 3  # the cost model takes it from this many vectors' worth of output pixels and up to 3x3 kernels (Xeon Emerald Rapids, each conv alone: DWFLAT_MAX_VECTORS)
     tall_1x1_min_pixels: int = 0  # 1x1 convs over this many pixels or more take a tall tile (plan.TALL_MIN_ROWS x 1 vector); 0: never. TALL_1X1_MIN_PIXELS
     tall_1x1_min_channels: int = 64  # and with this many channels in and out (32 -> 64 at 64x64: 0.94-1.06x)
     tall_1x1_deep_min_pixels: int = 0  # deep 1x1 convs (tall_1x1_deep_channels in and out) take the tall tile from this many pixels; 0: never. TALL_1X1_DEEP_MIN_PIXELS
@@ -160,6 +162,13 @@ each conv alone, fewest cycles transposed / GEMM over 320->320, 96->576 and 960-
 1.03-1.30; at x86-avx512-vnni (16 lanes) 2x2 0.57-0.73 (25% full), 3x3 0.69-1.25, 4x4 and up 1.03-2.25."""
 
 
+DWFLAT_MAX_VECTORS = 40
+"""x86: f32 depthwise 3x3 stride-1 convs on planes of 3 to 40 vectors read flat (``conv/dwflat.py``). Xeon Emerald
+Rapids, each conv alone, us, flat vs the cost model's method before: x86-avx512 64x25x5 2.04 vs 2.84 (dwlanes),
+256x8x8 2.96 vs 3.70, 192x12x12 5.56 vs 8.71 (depthwise in ymm; in zmm 7.52), 128x16x16 3.84 vs 11.07 (zmm 6.65),
+144x24x24 18.4 vs 20.1, 384x6x6 (2.25 vectors) 4.03 vs 4.23; x86-avx2 64x25x5 3.11 vs 3.79, 256x8x8 3.76 vs 5.16,
+192x12x12 7.55 vs 10.48, 128x16x16 7.90 vs 8.96, 384x6x6 4.63 vs 5.59. Slower: one-vector planes (512x4x4 at 512
+bits 2.55 vs 2.11, 960x3x3 4.09 vs 3.19), 4x4 at 256 bits (2.85 vs 2.66), 5x5 kernels (120x7x7 3.90 vs 3.24)."""
 DW_LANES_MAX_WIDTH = {256: 14, 512: 5}
 """int8 depthwise at stride 1 with channels in lanes up to this output width where the window-row
 quads cannot take it, by vector bits (Zen 4, k cycles, lanes vs row loops: at 256 bits 25x5 60 -> 22,
@@ -183,6 +192,7 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         masked_stores=triple.startswith("x86_64") and not cpu.startswith(MICROCODED_MASKED_STORES),
         int8_depthwise_lanes_max_width=(DW_LANES_MAX_WIDTH.get(vector_bits, 0) if x86 else 0),
         aliased_1x1_im2col_max_k=ALIASED_1X1_MAX_K if x86 and vector_bits == 256 else 0,
+        dwflat_max_vectors=DWFLAT_MAX_VECTORS if x86 else 0,
         int8_depthwise_lanes_max_width_strided=DW_LANES_MAX_WIDTH_STRIDED if x86 else 0,
         int8_rows_1x1_max_fill=ROWS_1X1_MAX_FILL.get(vector_bits, 0.0) if x86 else 0.0,
     )

@@ -107,8 +107,9 @@ def conv_ref(X, Wt, bias, strides, pads, dilations, group) -> np.ndarray:
     return Y
 
 
-def guarded(a: np.ndarray) -> tuple[np.ndarray, object]:
-    """A float32 copy of ``a`` that ends exactly where an inaccessible page begins (reads past it fault)."""
+def guarded(a: np.ndarray, before: bool = False) -> tuple[np.ndarray, object]:
+    """A float32 copy of ``a`` that ends exactly where an inaccessible page begins (reads past it fault);
+    ``before``: that starts exactly where one ends (reads before it fault)."""
     import mmap
 
     page = mmap.PAGESIZE
@@ -118,8 +119,8 @@ def guarded(a: np.ndarray) -> tuple[np.ndarray, object]:
     base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    assert libc.mprotect(base + (pages - 1) * page, page, 0) == 0
-    start = (pages - 1) * page - nbytes
+    assert libc.mprotect(base + (0 if before else (pages - 1) * page), page, 0) == 0
+    start = page if before else (pages - 1) * page - nbytes
     out = np.frombuffer(mm, dtype=np.float32, count=a.size, offset=start).reshape(a.shape)
     out[...] = a
     return out, mm

@@ -51,7 +51,8 @@ CASES = [
     (1, 6, 10, 9, 8, 5, 5, (1, 2), (2, 1, 0, 3), (1, 1), 2, True, False, "none"),
     (1, 4, 16, 16, 6, 7, 7, (2, 2), (3, 3, 3, 3), (1, 1), 1, True, False, "none"),
     (1, 4, 9, 16, 4, 3, 1, (1, 1), (1, 0, 1, 0), (1, 1), 1, True, False, "none"),
-    (1, 8, 10, 10, 8, 3, 3, (1, 1), P1, (1, 1), 8, True, False, "none"),
+    (1, 8, 10, 10, 8, 3, 3, (1, 1), P1, (1, 1), 8, True, False, "none"),  # dwflat
+    (1, 4, 40, 40, 4, 3, 3, (1, 1), P1, (1, 1), 4, True, True, "Relu"),  # depthwise rows (too many vectors for dwflat)
     (2, 6, 11, 9, 6, 3, 3, (2, 2), P1, (1, 1), 6, True, True, "none"),
     (1, 32, 24, 24, 32, 3, 3, (1, 1), P1, (1, 1), 32, True, False, "Clip"),
     (1, 16, 3, 3, 16, 3, 3, (1, 1), P1, (1, 1), 16, False, False, "none"),
@@ -138,7 +139,7 @@ def test_every_method_is_covered(target):
     """The cases walk every method each x86 profile picks (Winograd and rows: 256-bit plans only)."""
     methods = {(conv_plan(target, *_geom(c)).method, conv_plan(target, *_geom(c)).copy) for c in CASES}
     want = {("direct", True), ("direct", False), ("im2col", True), ("depthwise", True), ("transposed", False),
-            ("dwstride2", False)}
+            ("dwstride2", False), ("dwflat", False), ("dwlanes", False)}
     if target is AVX2:
         want |= {("winograd", False), ("rows", False)}
     assert want <= methods
@@ -258,8 +259,9 @@ def test_avx512_narrow_depthwise_runs_on_ymm():
     """Depthwise rows up to the profile's half_width_depthwise_max_ow use 8 lanes on AVX-512 (znver4:
     MobileNetV2's depthwise layers 368 -> 297 us), wider ones 16."""
     t = resolve_target("x86-avx512")
-    assert conv_plan(t, 1, 144, 24, 24, 144, 3, 3, (1, 1), P1, (1, 1), 144).vl == 8
+    assert conv_plan(t, 1, 144, 48, 24, 144, 3, 3, (1, 1), P1, (1, 1), 144).vl == 8
     assert conv_plan(t, 1, 144, 48, 48, 144, 3, 3, (1, 1), P1, (1, 1), 144).vl == 16
+    assert conv_plan(t, 1, 144, 24, 24, 144, 3, 3, (1, 1), P1, (1, 1), 144).method == "dwflat"  # 36 vectors
     assert conv_plan(resolve_target("x86-avx2"), 1, 144, 24, 24, 144, 3, 3, (1, 1), P1, (1, 1), 144).vl == 8
 
 

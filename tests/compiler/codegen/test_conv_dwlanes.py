@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
+from cuvil.compiler.codegen.cpu.conv.choices import with_choices
 from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
 from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights
 from cuvil.compiler.codegen.cpu.conv.plan import conv_plan, conv_scratch_bytes
+from cuvil.compiler.target import ConvChoice
 from cuvil.devices.detect import resolve_target
 
 from ...hosts import executable
@@ -28,7 +30,10 @@ CASES = [
 
 @pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
 def test_dwlanes_matches_numpy(profile, rng):
-    target = executable(profile)
+    lanes = executable(profile).vector_floats
+    dwlanes = ConvChoice("dwlanes", lanes, 1, lanes)  # where dwflat would take the plane, too
+    target = with_choices(executable(profile), {(N, C, H, W, C, 3, 3, s, p, d, C): dwlanes
+                                                for N, C, H, W, s, p, d, *_ in CASES})
     m = ir.Module(name="dwlanes")
     m.triple = target.triple
     for i, (N, C, H, W, s, p, d, has_b, has_r, act) in enumerate(CASES):
@@ -55,11 +60,15 @@ def test_dwlanes_matches_numpy(profile, rng):
 
 
 def test_wider_planes_keep_rows_in_lanes():
+    """Up to ``Tuning.depthwise_lanes_max_ow`` output columns (where ``dwflat`` does not take the conv: here stride 2,
+    and the 4x4 plane of one vector); wider rows keep to the row methods."""
     for profile in ("x86-avx2", "x86-avx512"):
         t = resolve_target(profile)
         ow = t.tuning.depthwise_lanes_max_ow
-        assert conv_plan(t, 1, 64, 25, ow, 64, 3, 3, (1, 1), P1, (1, 1), 64).method == "dwlanes"
-        assert conv_plan(t, 1, 64, 25, ow + 1, 64, 3, 3, (1, 1), P1, (1, 1), 64).method == "depthwise"
+        assert conv_plan(t, 1, 64, 49, 2 * ow, 64, 3, 3, (2, 2), P1, (1, 1), 64).method == "dwlanes"
+        wider = conv_plan(t, 1, 64, 49, 2 * ow + 2, 64, 3, 3, (2, 2), P1, (1, 1), 64)
+        assert wider.method in ("depthwise", "dwstride2")
+        assert conv_plan(t, 1, 512, 4, 4, 512, 3, 3, (1, 1), P1, (1, 1), 512).method == "dwlanes"
 
 
 # MobileNetV3-ish's 5x5 layers: 288 channels at 6x6, 144 at 12x12 with stride 2 (a 40-channel tail too)

@@ -4,9 +4,10 @@
 model's first: Winograd F(2x2) and F(4x4) for 3x3 stride-1 convs (dilated ones on their phase
 planes), ``rows`` for 3x3 convs with small outputs, ``direct`` / ``im2col`` / ``transposed`` where
 they apply, and for depthwise convs the row kernel (half width too on 512-bit targets: narrow planes
-waste fewer lanes), ``dwstride2`` (stride 2, read in place) and ``dwlanes`` (channels in lanes)
-whichever of them the cost model did not pick. A choice is put into effect by ``with_choices`` (a
-Target whose ``conv_plan`` returns it), so the packer and the emitter cannot disagree.
+waste fewer lanes), ``dwstride2`` (stride 2, read in place), ``dwlanes`` (channels in lanes) and
+``dwflat`` (stride 1, each plane read flat), whichever of them the cost model did not pick. A choice is
+put into effect by ``with_choices`` (a Target whose ``conv_plan`` returns it), so the packer and the
+emitter cannot disagree.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from ....target import ConvChoice, Geometry, Target
 from ..tiles import choose_tile
 from .emit import emit_conv2d
 from .pack import pack_conv_weights
-from .plan import IM2COL_MAX_PIECES, TALL_MIN_ROWS, ConvPlan, conv_plan, dwstride2_applies, plan_for, winograd_applies
+from .plan import (DWFLAT_BLOCK, IM2COL_MAX_PIECES, TALL_MIN_ROWS, ConvPlan, conv_plan, dwflat_applies,
+                   dwstride2_applies, plan_for, winograd_applies)
 
 MAX_CANDIDATES = 5
 
@@ -74,6 +76,8 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
             mr, nv = 1, p.vpr
         elif method == "dwlanes":
             mr, nv = lanes, 1
+        elif method == "dwflat":
+            mr, nv = 1, DWFLAT_BLOCK
         else:
             mr, nv = choose_tile(target, rows, p.slots, max_nv=max_nv, min_mr=min(min_mr, rows))
         c = ConvChoice(method, mr, nv, lanes)
@@ -87,6 +91,8 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
         if dwstride2_applies(KH, KW, strides, pads, dil):
             add("dwstride2")
         add("dwlanes")
+        if dwflat_applies(target.tuning, H, W, KH, KW, strides, pads, dil, vl):
+            add("dwflat")
         return tuple(out[:MAX_CANDIDATES])
     three = KH == KW == 3 and group == 1
     planes = _winograd_planes(target, geom)

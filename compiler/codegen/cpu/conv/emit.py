@@ -23,6 +23,7 @@ from ...irhelpers import PREVECTORIZED, set_fn_attrs
 from ..vecops import define_kernel
 from .dilated import emit_dilated_winograd
 from .direct import emit_direct
+from .dwflat import emit_depthwise_flat
 from .dwlanes import emit_depthwise_lanes
 from .dwstride2 import emit_depthwise_stride2
 from .plan import conv_plan
@@ -50,6 +51,8 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
         emit_winograd(fn, target, N, C, H, W, OC, pads, m=p.mr, blocks=blocks, **epilogue)
     elif p.method == "dwlanes":
         emit_depthwise_lanes(fn, p, scalar_tails=not target.tuning.masked_stores, **epilogue)
+    elif p.method == "dwflat":
+        emit_depthwise_flat(fn, p, scalar_tails=not target.tuning.masked_stores, **epilogue)
     elif p.method == "dwstride2":
         emit_depthwise_stride2(fn, p, scalar_tails=not target.tuning.masked_stores, **epilogue)
     elif p.method == "rows":
