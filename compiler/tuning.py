@@ -52,7 +52,7 @@ class Tuning:
     rows_prefetch_blocks: int = 2  # how many blocks ahead the weights are prefetched (4: no better)
     rows_prefetch_locality: int = 2  # prefetcht1 (t0: no different)
     depthwise_lanes_max_ow: int = 10  # f32 depthwise 3x3 up to this output width keep channels in lanes (Zen 4, x86-avx512 vs rows in ymm: 64x25x5 0.94x, 960x7x7 0.6x, 160x10x10 0.8x, 576x14x14 1.5x; x86-avx2 64x25x5 0.4x)
-    dwflat_max_vectors: int = 0  # f32 depthwise stride-1 convs whose planes are at most this many vectors read each channel's plane flat with masked tap loads (conv/dwflat.py); 0: never (masked loads are scalarized on NEON). x86 sets DWFLAT_MAX_VECTORS
+    dwflat_max_vectors: int = 0  # f32 depthwise stride-1 convs read each channel's plane flat with masked tap loads (conv/dwflat.py) where at most this many of its output vectors are unrolled (the rest loop over row periods); 0: never (masked loads are scalarized on NEON). x86 sets DWFLAT_MAX_VECTORS
     dwflat_min_vectors: int = 3  # the cost model takes it from this many vectors' worth of output pixels and up to 3x3 kernels (Xeon Emerald Rapids, each conv alone: DWFLAT_MAX_VECTORS)
     tall_1x1_min_pixels: int = 0  # 1x1 convs over this many pixels or more take a tall tile (plan.TALL_MIN_ROWS x 1 vector); 0: never. TALL_1X1_MIN_PIXELS
     tall_1x1_min_channels: int = 64  # and with this many channels in and out (32 -> 64 at 64x64: 0.94-1.06x)
@@ -163,12 +163,15 @@ each conv alone, fewest cycles transposed / GEMM over 320->320, 96->576 and 960-
 
 
 DWFLAT_MAX_VECTORS = 40
-"""x86: f32 depthwise 3x3 stride-1 convs on planes of 3 to 40 vectors read flat (``conv/dwflat.py``). Xeon Emerald
-Rapids, each conv alone, us, flat vs the cost model's method before: x86-avx512 64x25x5 2.04 vs 2.84 (dwlanes),
-256x8x8 2.96 vs 3.70, 192x12x12 5.56 vs 8.71 (depthwise in ymm; in zmm 7.52), 128x16x16 3.84 vs 11.07 (zmm 6.65),
-144x24x24 18.4 vs 20.1, 384x6x6 (2.25 vectors) 4.03 vs 4.23; x86-avx2 64x25x5 3.11 vs 3.79, 256x8x8 3.76 vs 5.16,
-192x12x12 7.55 vs 10.48, 128x16x16 7.90 vs 8.96, 384x6x6 4.63 vs 5.59. Slower: one-vector planes (512x4x4 at 512
-bits 2.55 vs 2.11, 960x3x3 4.09 vs 3.19), 4x4 at 256 bits (2.85 vs 2.66), 5x5 kernels (120x7x7 3.90 vs 3.24)."""
+"""x86: f32 depthwise 3x3 stride-1 convs from 3 vectors' worth of output pixels read each plane flat
+(``conv/dwflat.py``), where at most this many output vectors are unrolled (the rest loop over row periods). Xeon
+Emerald Rapids, each conv alone, us, flat vs the cost model's method before: x86-avx512 64x25x5 2.04 vs 2.84
+(dwlanes), 256x8x8 2.96 vs 3.70, 128x16x16 3.84 vs 11.07 (depthwise in ymm; in zmm 6.65), 192x12x12 5.56 vs 8.71,
+144x24x24 15.1 vs 20.0, 32x48x48 11.9 vs 12.4, 16x64x64 10.8 vs 12.1, 96x56x56 60 vs 73, 32x112x112 89 vs 119, 64x32x32
+and 144x28x28 even; x86-avx2 64x25x5 3.11 vs 3.79, 256x8x8 3.76 vs 5.16, 128x16x16 7.97 vs 10.24, 144x24x24 18.5 vs
+23.6, 32x48x48 15.6 vs 21.5, 16x64x64 13.9 vs 21.4, 32x112x112 89 vs 149. Slower: one-vector planes (512x4x4 at 512
+bits 2.55 vs 2.11, 960x3x3 4.09 vs 3.19), 4x4 at 256 bits (2.85 vs 2.66), 5x5 kernels (120x7x7 3.90 vs 3.24,
+72x28x28 35.8 vs 23.4): those keep their methods."""
 DW_LANES_MAX_WIDTH = {256: 14, 512: 5}
 """int8 depthwise at stride 1 with channels in lanes up to this output width where the window-row
 quads cannot take it, by vector bits (Zen 4, k cycles, lanes vs row loops: at 256 bits 25x5 60 -> 22,

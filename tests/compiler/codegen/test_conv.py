@@ -52,7 +52,7 @@ CASES = [
     (1, 4, 16, 16, 6, 7, 7, (2, 2), (3, 3, 3, 3), (1, 1), 1, True, False, "none"),
     (1, 4, 9, 16, 4, 3, 1, (1, 1), (1, 0, 1, 0), (1, 1), 1, True, False, "none"),
     (1, 8, 10, 10, 8, 3, 3, (1, 1), P1, (1, 1), 8, True, False, "none"),  # dwflat
-    (1, 4, 40, 40, 4, 3, 3, (1, 1), P1, (1, 1), 4, True, True, "Relu"),  # depthwise rows (too many vectors for dwflat)
+    (1, 4, 40, 40, 4, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 4, True, True, "Relu"),  # depthwise rows (5x5: not dwflat)
     (2, 6, 11, 9, 6, 3, 3, (2, 2), P1, (1, 1), 6, True, True, "none"),
     (1, 32, 24, 24, 32, 3, 3, (1, 1), P1, (1, 1), 32, True, False, "Clip"),
     (1, 16, 3, 3, 16, 3, 3, (1, 1), P1, (1, 1), 16, False, False, "none"),
@@ -245,7 +245,7 @@ def test_stride2_depthwise_reads_the_input_in_place():
         assert "depthwise" in {c.method for c in conv_candidates(resolve_target(name), geom)}
     avx512 = resolve_target("x86-avx512")
     assert conv_plan(avx512, 1, 128, 16, 16, 128, 3, 3, (2, 2), P1, (1, 1), 128).method == "dwlanes"
-    assert conv_plan(avx512, 1, 32, 64, 64, 32, 3, 3, (1, 1), P1, (1, 1), 32).method == "depthwise"
+    assert conv_plan(avx512, 1, 32, 64, 64, 32, 3, 3, (1, 1), P1, (1, 1), 32).method == "dwflat"  # stride 1
     assert conv_plan(resolve_target("rpi5"), *geom).method == "depthwise"
     m = ir.Module()
     m.triple = resolve_target("x86-avx512").triple
@@ -258,10 +258,10 @@ def test_stride2_depthwise_reads_the_input_in_place():
 def test_avx512_narrow_depthwise_runs_on_ymm():
     """Depthwise rows up to the profile's half_width_depthwise_max_ow use 8 lanes on AVX-512 (znver4:
     MobileNetV2's depthwise layers 368 -> 297 us), wider ones 16."""
-    t = resolve_target("x86-avx512")
-    assert conv_plan(t, 1, 144, 48, 24, 144, 3, 3, (1, 1), P1, (1, 1), 144).vl == 8
-    assert conv_plan(t, 1, 144, 48, 48, 144, 3, 3, (1, 1), P1, (1, 1), 144).vl == 16
-    assert conv_plan(t, 1, 144, 24, 24, 144, 3, 3, (1, 1), P1, (1, 1), 144).method == "dwflat"  # 36 vectors
+    t, P2 = resolve_target("x86-avx512"), (2, 2, 2, 2)  # 5x5: 3x3 stride-1 planes read flat (dwflat)
+    assert conv_plan(t, 1, 144, 48, 24, 144, 5, 5, (1, 1), P2, (1, 1), 144).vl == 8
+    assert conv_plan(t, 1, 144, 48, 48, 144, 5, 5, (1, 1), P2, (1, 1), 144).vl == 16
+    assert conv_plan(t, 1, 144, 24, 24, 144, 3, 3, (1, 1), P1, (1, 1), 144).method == "dwflat"
     assert conv_plan(resolve_target("x86-avx2"), 1, 144, 24, 24, 144, 3, 3, (1, 1), P1, (1, 1), 144).vl == 8
 
 

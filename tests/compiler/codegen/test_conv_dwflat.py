@@ -13,7 +13,8 @@ from llvmlite import ir
 from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, with_choices
 from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
 from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights
-from cuvil.compiler.codegen.cpu.conv.plan import conv_plan, conv_scratch_bytes, dwflat_applies
+from cuvil.compiler.codegen.cpu.conv.flat_geometry import flat_applies
+from cuvil.compiler.codegen.cpu.conv.plan import conv_plan, conv_scratch_bytes
 from cuvil.compiler.target import ConvChoice
 from cuvil.devices.detect import resolve_target
 
@@ -34,6 +35,9 @@ CASES = [
     (1, 16, 9, 10, 5, 5, (2, 2, 2, 2), (1, 1), True, False, "none"),
     (1, 6, 13, 3, 3, 1, (1, 0, 1, 0), (1, 1), False, False, "none"),
     (1, 4, 1, 1, 3, 3, P1, (1, 1), True, False, "none"),
+    (1, 3, 64, 64, 3, 3, P1, (1, 1), True, True, "Relu"),  # rows loop: a period of one row (4 or 8 vectors)
+    (2, 5, 28, 28, 3, 3, P1, (1, 1), True, False, "none"),  # a period of 4 rows (7 vectors at 16 lanes)
+    (1, 4, 30, 24, 3, 3, (2, 2, 2, 2), (2, 2), False, True, "none"),  # dilated: the loop starts two rows down
 ]
 
 
@@ -50,7 +54,7 @@ def test_dwflat_matches_numpy_and_reads_only_the_plane(profile, rng):
     m = ir.Module(name="dwflat")
     m.triple = target.triple
     for i, case in enumerate(CASES):
-        assert dwflat_applies(target.tuning, *case[2:6], (1, 1), case[6], case[7], target.vector_floats)
+        assert flat_applies(target.tuning, *case[2:6], (1, 1), case[6], case[7], target.vector_floats)
         assert conv_plan(forced, *_geom(case)).method == "dwflat"
         a, c = ACT_PARAMS.get(case[10], (0.0, 0.0))
         emit_conv2d(m, f"c{i}", forced, *_geom(case), bias=case[8], residual=case[9], activation=case[10],
@@ -82,14 +86,16 @@ def test_dwflat_matches_numpy_and_reads_only_the_plane(profile, rng):
 
 
 def test_the_cost_model_takes_it_from_three_vectors_of_a_3x3_plane():
-    """``tuning.DWFLAT_MAX_VECTORS``: dwflat from 3 vectors' worth of pixels to 40 vectors, 3x3 kernels; one-vector
-    planes keep channels in lanes, 5x5 kernels their methods, wide planes rows in lanes; stride 2 and the Arm
-    profiles (masked loads scalarized on NEON) never take it."""
+    """``tuning.DWFLAT_MAX_VECTORS``: dwflat for 3x3 kernels from 3 vectors' worth of pixels, large planes too (their
+    rows loop); one-vector planes keep channels in lanes, 5x5 kernels their methods, a plane whose lanes never
+    repeat within 40 vectors (27x27 at 16 lanes) rows in lanes; stride 2 and the Arm profiles (masked loads
+    scalarized on NEON) never take it."""
     cases = {  # (H, W, KH, stride): method at 512 bits, at 256 bits
         (25, 5, 3, 1): ("dwflat", "dwflat"), (8, 8, 3, 1): ("dwflat", "dwflat"),
-        (16, 16, 3, 1): ("dwflat", "dwflat"), (24, 24, 3, 1): ("dwflat", "depthwise"),
+        (16, 16, 3, 1): ("dwflat", "dwflat"), (24, 24, 3, 1): ("dwflat", "dwflat"),
+        (112, 112, 3, 1): ("dwflat", "dwflat"), (27, 27, 3, 1): ("depthwise", "dwflat"),
         (6, 6, 3, 1): ("dwlanes", "dwflat"), (4, 4, 3, 1): ("dwlanes", "dwlanes"),
-        (48, 48, 3, 1): ("depthwise", "depthwise"), (7, 7, 5, 1): ("dwlanes", "dwlanes"),
+        (7, 7, 5, 1): ("dwlanes", "dwlanes"), (40, 40, 5, 1): ("depthwise", "depthwise"),
         (16, 16, 3, 2): ("dwlanes", "dwlanes"),
     }
     for (H, W, k, s), want in cases.items():
@@ -116,3 +122,24 @@ def test_taps_are_masked_loads_from_the_input_itself():
     assert len(fmas) + len(re.findall(r"vmulps\s+[^\n]*zmm", asm)) == 8 * 9  # 8 vectors, 9 taps (no tap all padding)
     assert re.search(r"vmovups\s+[^\n]*zmm\d+ \{%k\d\} \{z\}", asm)
     assert not re.search(r"vperm|vshuf|vunpck", asm)
+
+
+def test_large_planes_loop_over_row_periods():
+    """Unrolled, a 64x64 plane would be 256 vectors of code: its 62 interior rows are one loop of a row period,
+    and only the first and last rows are unrolled (the loop's body at least a block of vectors)."""
+    from cuvil.compiler.codegen.cpu.conv.flat_geometry import DWFLAT_BLOCK, FLAT_UNROLLED_VECTORS, flat_geometry
+
+    for (H, W, vl), (first, body, count) in {(64, 64, 16): (4, 4, 62), (64, 64, 8): (8, 8, 62),
+                                             (28, 28, 16): (2, 7, 6), (16, 16, 16): (0, 2, 0)}.items():
+        g = flat_geometry(H, W, 3, 3, P1, (1, 1), vl)
+        assert (g.first, g.body, g.count) == (first, body, count), (H, W, vl)
+        assert g.body >= DWFLAT_BLOCK and (g.count or g.vectors <= FLAT_UNROLLED_VECTORS)
+        looped = range(g.first, g.first + g.body * g.count)
+        for v in looped:  # every looped vector has its loop body's lanes
+            assert np.array_equal(g.lanes[:, v], g.lanes[:, g.first + (v - g.first) % g.body])
+    t = resolve_target("x86-avx512")
+    m = ir.Module()
+    m.triple = t.triple
+    emit_conv2d(m, "d", t, 1, 32, 112, 112, 32, 3, 3, (1, 1), P1, (1, 1), 32, bias=True, activation="Relu")
+    asm = assembly(m, t)
+    assert len(re.findall(r"vfmadd\d+ps\s+[^\n]*zmm", asm)) < 300  # 784 vectors x 9 taps unrolled: ~7,000

@@ -23,8 +23,8 @@ from ....target import ConvChoice, Geometry, Target
 from ..tiles import choose_tile
 from .emit import emit_conv2d
 from .pack import pack_conv_weights
-from .plan import (DWFLAT_BLOCK, IM2COL_MAX_PIECES, TALL_MIN_ROWS, ConvPlan, conv_plan, dwflat_applies,
-                   dwstride2_applies, plan_for, winograd_applies)
+from .flat_geometry import DWFLAT_BLOCK, flat_applies
+from .plan import IM2COL_MAX_PIECES, TALL_MIN_ROWS, ConvPlan, conv_plan, dwstride2_applies, plan_for, winograd_applies
 
 MAX_CANDIDATES = 5
 
@@ -91,7 +91,7 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
         if dwstride2_applies(KH, KW, strides, pads, dil):
             add("dwstride2")
         add("dwlanes")
-        if dwflat_applies(target.tuning, H, W, KH, KW, strides, pads, dil, vl):
+        if flat_applies(target.tuning, H, W, KH, KW, strides, pads, dil, vl):
             add("dwflat")
         return tuple(out[:MAX_CANDIDATES])
     three = KH == KW == 3 and group == 1

@@ -6,11 +6,11 @@ offset per tap in the flattened plane. So VL consecutive output pixels, across r
 vector load per tap straight from the NCHW input, and whole vectors of the plane are computed (a 25x5
 plane: 8 vectors, where rows in lanes fill 5 of 16 lanes and ``dwlanes`` transposes every channel in
 and out of a channel-last copy). The lanes whose tap falls outside the image (past a row's end, above
-or below the plane) are known at compile time: each load is masked to the others and reads zeros
-there, so padding costs nothing and nothing outside the plane is read. A plane of up to
-``Tuning.dwflat_max_vectors`` vectors is unrolled per channel, ``nv`` vectors at a time (``plan.DWFLAT_BLOCK``),
-each one's taps in order: the same sums in the same order for any split of the channels over threads.
-Weights (``pack.py``): ``[OC, KH*KW]``.
+or below the plane) are known at compile time (``flat_geometry.py``): each load is masked to the others
+and reads zeros there, so padding costs nothing and nothing outside the plane is read. Vectors are summed
+``nv`` at a time (``flat_geometry.DWFLAT_BLOCK``), each one's taps in order, then stored: the same sums in
+the same order for any split of the channels over threads. The vectors whose lanes repeat row period by
+row period run as a loop; the others are unrolled. Weights (``pack.py``): ``[OC, KH*KW]``.
 """
 
 from __future__ import annotations
@@ -22,21 +22,8 @@ from ...irhelpers import I1, for_range, gep, i64, masked_load, vector
 from ...mathfns import fma
 from ..gemm import Out, epilogue
 from ..vecops import broadcast, lane_mask, load_vec, vec_type
+from .flat_geometry import FlatGeometry, flat_geometry
 from .plan import ConvPlan
-
-
-def tap_lanes(p: ConvPlan) -> np.ndarray:
-    """[tap, output vector, lane]: whether that lane's input pixel lies inside the image (and the lane inside
-    the plane)."""
-    P, vl = p.OH * p.OW, p.vl
-    q = np.arange(-(-P // vl) * vl)
-    r, c = q // p.OW, q % p.OW
-    taps = []
-    for kh in range(p.KH):
-        for kw in range(p.KW):
-            sr, sc = r + kh * p.dh - p.pt, c + kw * p.dw - p.pl
-            taps.append((q < P) & (sr >= 0) & (sr < p.H) & (sc >= 0) & (sc < p.W))
-    return np.stack(taps).reshape(p.T, -1, vl)
 
 
 def emit_depthwise_flat(fn: ir.Function, p: ConvPlan, *, bias: bool, residual: bool, activation: str,
@@ -45,37 +32,53 @@ def emit_depthwise_flat(fn: ir.Function, p: ConvPlan, *, bias: bool, residual: b
     X, Wp, bias_p, res_p, Y, _ = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     vl, P, HW = p.vl, p.OH * p.OW, p.H * p.W
-    lanes = tap_lanes(p)
-    nvec = lanes.shape[1]
-    zero = vector(vec_type(vl), None)
-    offsets = [(kh * p.dh - p.pt) * p.W + kw * p.dw - p.pl for kh in range(p.KH) for kw in range(p.KW)]
+    g = flat_geometry(p.H, p.W, p.KH, p.KW, p.pads, (p.dh, p.dw), vl, p.nv)
     epi = dict(activation=activation, act_alpha=act_alpha, act_beta=act_beta, scalar_tails=scalar_tails)
     with for_range(b, p.N * p.C, name="nc") as nc:
         c = b.urem(nc, i64(p.C)) if p.N > 1 else nc
         xc, wc = gep(b, X, b.mul(nc, i64(HW))), gep(b, Wp, b.mul(c, i64(p.T)))
-        acc: list[ir.Value | None] = [None] * nvec
-        ws = [broadcast(b, b.load(gep(b, wc, t), align=4), vl) if lanes[t].any() else None for t in range(p.T)]
-        for v0 in range(0, nvec, p.nv):
-            for t, off in enumerate(offsets):
-                for v in range(v0, min(nvec, v0 + p.nv)):
-                    if lanes[t, v].any():
-                        x = _tap_load(b, gep(b, xc, v * vl + off), lanes[t, v], zero)
-                        acc[v] = b.fmul(ws[t], x) if acc[v] is None else fma(b, ws[t], x, acc[v])
-        yc = gep(b, Y, b.mul(nc, i64(P)))
-        out = Out(yc, P, [i64(v * vl) for v in range(nvec)],
-                  [lane_mask(vl, P - v * vl) if P - v * vl < vl else None for v in range(nvec)], **epi)
-        if bias:
-            out.bias, out.bias_ptr = "row", gep(b, bias_p, c)
-        if residual:
-            out.residual = gep(b, res_p, b.mul(nc, i64(P)))
-        epilogue(b, vl, [[a if a is not None else zero for a in acc]], out)
+        ws = [broadcast(b, b.load(gep(b, wc, t), align=4), vl) if g.lanes[t].any() else None for t in range(p.T)]
+        yc, rc = gep(b, Y, b.mul(nc, i64(P))), gep(b, res_p, b.mul(nc, i64(P))) if residual else None
+        bc = gep(b, bias_p, c) if bias else None
+
+        def vectors(vs: range, shift: ir.Value | None = None) -> None:
+            """Output vectors ``vs`` (their lanes' pattern), ``shift`` vectors further on."""
+            px = i64(0) if shift is None else b.mul(shift, i64(vl))
+            for v0 in range(vs.start, vs.stop, p.nv):
+                block = range(v0, min(vs.stop, v0 + p.nv))
+                sums = [_sum(b, g, ws, gep(b, xc, b.add(px, i64(v * vl))), v) for v in block]
+                out = Out(gep(b, yc, px), P, [i64(v * vl) for v in block],
+                          [lane_mask(vl, P - v * vl) if P - v * vl < vl else None for v in block], **epi)
+                if bc is not None:
+                    out.bias, out.bias_ptr = "row", bc
+                if rc is not None:
+                    out.residual = gep(b, rc, px)
+                epilogue(b, vl, [sums], out)
+
+        loop_end = g.first + g.body * g.count
+        vectors(range(0, g.first))
+        if g.count:
+            with for_range(b, g.count, name="fp") as k:
+                vectors(range(g.first, g.first + g.body), b.mul(k, i64(g.body)))
+        vectors(range(loop_end, g.vectors))
     b.ret_void()
 
 
-def _tap_load(b: ir.IRBuilder, at: ir.Value, on: np.ndarray, zero: ir.Value) -> ir.Value:
+def _sum(b: ir.IRBuilder, g: FlatGeometry, ws: list, at: ir.Value, v: int) -> ir.Value:
+    """Output vector v's sum over its taps, in tap order (zero where no tap reads the image)."""
+    acc = None
+    for t, off in enumerate(g.offsets):
+        on = g.lanes[t, v]
+        if on.any():
+            x = _tap_load(b, gep(b, at, off), on)
+            acc = b.fmul(ws[t], x) if acc is None else fma(b, ws[t], x, acc)
+    return acc if acc is not None else vector(vec_type(len(g.lanes[0, v])), None)
+
+
+def _tap_load(b: ir.IRBuilder, at: ir.Value, on: np.ndarray) -> ir.Value:
     """The vector at ``at``, its lanes off in ``on`` zero (and not read)."""
     vl = len(on)
     if on.all():
         return load_vec(b, at, vl)
     mask = vector(ir.VectorType(I1, vl), [bool(k) for k in on])
-    return masked_load(b, b.bitcast(at, vec_type(vl).as_pointer()), vec_type(vl), mask, 4, pad=zero)
+    return masked_load(b, b.bitcast(at, vec_type(vl).as_pointer()), vec_type(vl), mask, 4, pad=vector(vec_type(vl), None))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from ....target import Target
 from ....tuning import Tuning
 from ..tiles import choose_tile, vector_lanes
+from .flat_geometry import DWFLAT_BLOCK, flat_wins
 from .phases import WinogradImages, winograd_images
 from .winograd_geometry import WinogradGeometry, round_up, winograd_applies, winograd_tile, winograd_wins
 
@@ -296,7 +297,7 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
         m = winograd_tile(target.tuning, im.H, im.W, im.pads)
         return ConvPlan(**base, method="winograd", mr=m, nv=1, copy=False)  # mr: the output tile, F(m x m, 3x3)
     if group == C == OC and group > 1:
-        if dwflat_wins(target.tuning, H, W, KH, KW, strides, pads, dilations, vl):
+        if flat_wins(target.tuning, H, W, KH, KW, strides, pads, dilations, vl):
             return ConvPlan(**base, method="dwflat", mr=1, nv=DWFLAT_BLOCK, copy=False)  # nv: vectors summed together
         if (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 <= target.tuning.depthwise_lanes_max_ow:
             return ConvPlan(**base, method="dwlanes", mr=vl, nv=1, copy=False)  # tiles: VL pixels x VL channels
@@ -338,28 +339,6 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     else:
         mr, nv = choose_tile(target, tmp.OCg, tmp.slots)
     return ConvPlan(**base, method=method, mr=mr, nv=nv, copy=copy)
-
-
-DWFLAT_BLOCK = 2
-"""Output vectors a ``dwflat`` conv sums tap by tap together (1 to 8 within 5% of each other; all 36 of a 24x24
-plane at once 1.4x slower: the accumulators spill)."""
-
-
-def dwflat_applies(t: Tuning, H: int, W: int, KH: int, KW: int, strides, pads, dilations, vl: int) -> bool:
-    """A depthwise conv the ``dwflat`` method runs: stride 1, output rows as long as input rows (so each tap is
-    one offset in the flattened plane), and an output plane of at most ``Tuning.dwflat_max_vectors`` vectors
-    (every one unrolled per channel)."""
-    pt, pl, pb, pr = pads
-    OH = H + pt + pb - dilations[0] * (KH - 1)
-    return (tuple(strides) == (1, 1) and pl + pr == dilations[1] * (KW - 1) and OH > 0
-            and -(-OH * W // vl) <= t.dwflat_max_vectors)
-
-
-def dwflat_wins(t: Tuning, H: int, W: int, KH: int, KW: int, strides, pads, dilations, vl: int) -> bool:
-    """The cost model's rule (``tuning.DWFLAT_MAX_VECTORS``): up to 3x3 kernels, and from
-    ``Tuning.dwflat_min_vectors`` vectors' worth of pixels."""
-    return (KH * KW <= 9 and H * W >= t.dwflat_min_vectors * vl
-            and dwflat_applies(t, H, W, KH, KW, strides, pads, dilations, vl))
 
 
 def dwstride2_applies(KH: int, KW: int, strides, pads, dilations) -> bool:
