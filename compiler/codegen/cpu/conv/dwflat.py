@@ -1,4 +1,4 @@
-"""Depthwise stride-1 convs on small planes, each channel's plane read flat (``plan.conv_plan``'s ``dwflat``).
+"""Depthwise stride-1 convs, each channel's plane read flat (``plan.conv_plan``'s ``dwflat``).
 
 Where an output row is as long as an input row (stride 1, ``pl + pr == dw * (KW - 1)``), output pixel p
 of a channel reads input pixel ``p + (kh*dh - pt) * W + (kw*dw - pl)`` for tap (kh, kw): one constant

@@ -6,7 +6,8 @@ packer returns a C-contiguous float32 array; the caller places it 64-byte aligne
 
 * direct / im2col: ``[group, ceil(OCg/MR), C/g*KH*KW, MR]``, rows past OCg zero; K runs over
   (channel, kh, kw), the order the kernels walk.
-* depthwise (and dwstride2, dwflat): ``[OC, KH*KW]``; dwlanes (channels in lanes): ``[KH*KW, OC padded to VL]``, zeros past OC.
+* depthwise (and dwstride2, dwflat): ``[OC, KH*KW]``; dwlanes (channels in lanes): ``[KH*KW, OC padded
+  to VL]``, zeros past OC.
 * transposed (1x1 convs over few pixels, output channels along the vectors): per group, W_g^T
   packed as ``tiles.pack_gemm_b`` panels, ``[group, ceil(OCg/VL), C/g, VL]``.
 * rows (3x3 over many channels, small outputs): per tile of nv panels of ``plan.column_tiles``,
@@ -95,8 +96,8 @@ def _row_panels(w: np.ndarray, p: ConvPlan, target: Target) -> np.ndarray:
 
 
 PACKERS: dict[str, Callable[[np.ndarray, ConvPlan, Target], np.ndarray]] = {
-    "winograd": _winograd, "depthwise": _depthwise, "dwstride2": _depthwise, "dwflat": _depthwise, "dwlanes": _dwlanes, "rows": _rows,
-    "transposed": _transposed,
+    "winograd": _winograd, "depthwise": _depthwise, "dwstride2": _depthwise, "dwflat": _depthwise, "dwlanes": _dwlanes,
+    "rows": _rows, "transposed": _transposed,
     "direct": _row_panels, "im2col": _row_panels,
 }
 
