@@ -61,6 +61,7 @@ def flat_geometry(H: int, W: int, KH: int, KW: int, pads: tuple, dilations: tupl
             taps.append((q < P) & (sr >= 0) & (sr < H) & (sc >= 0) & (sc < W))
             offsets.append((kh * dh - pt) * W + kw * dw - pl)
     lanes = np.stack(taps).reshape(KH * KW, -1, vl)
+    lanes.flags.writeable = False  # cached and shared: nobody may change it
     period = W // math.gcd(W, vl)
     body = period * -(-block // period)
     first, count = _longest_run(lanes, body) if lanes.shape[1] > FLAT_UNROLLED_VECTORS else (0, 0)
