@@ -23,8 +23,8 @@ from .kernel_jit import ACT_PARAMS, ACT_REF, aligned, assembly, conv_ref, guarde
 
 P1 = (1, 1, 1, 1)
 # (N, C, H, W, KH, KW, pads, dilations, bias, residual, activation): KWS DS-CNN's 64x25x5 layer, MobileNetV1's
-# 256x8x8, a plane ending mid-vector with a channel count off the lanes, a batch, rows taller than the output
-# (pads above and below differ), dilation 2, a 5x5 kernel, a 1-row kernel, a plane of one pixel
+# 256x8x8, a plane ending mid-vector with a channel count off the lanes, a batch, pads above and below that
+# differ, dilation 2, a 5x5 kernel, a 1-row kernel, a plane of one pixel; then planes whose rows loop
 CASES = [
     (1, 64, 25, 5, 3, 3, P1, (1, 1), True, False, "Relu"),
     (1, 256, 8, 8, 3, 3, P1, (1, 1), True, True, "Clip"),
