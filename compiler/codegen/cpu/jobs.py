@@ -12,6 +12,7 @@ their input read from the other core).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from ...ir.graph import Graph, Node
@@ -29,6 +30,14 @@ def pack_key(g: Graph, node: Node) -> KernelKey:
                      tuple(g.types[o] for o in node.outputs), (), (), consts)
 
 
+@functools.lru_cache(maxsize=1024)
+def _split(key: KernelKey, target: Target, rows: tuple[tuple[int, int], ...] | None) -> tuple[Part, ...]:
+    """The splitter's parts of a layer (none: empty), remembered: the planner asks (``held_until``) and then the
+    lowering asks the same (ResNet-50's splitters: 10 ms a time)."""
+    got = SPLITTERS[key.op](key, target) if rows is None else SPLITTERS[key.op](key, target, list(rows))
+    return tuple(got or ())
+
+
 def own_jobs(g: Graph, target: Target, has_code: Callable[[Node], bool]) -> dict[str, list[Part]]:
     """The nodes that run as jobs of their own, with the parts their splitter gives. A pool splits on its own
     only right after another job, while the workers still spin: after a serial layer they may sleep,
@@ -41,8 +50,8 @@ def own_jobs(g: Graph, target: Target, has_code: Callable[[Node], bool]) -> dict
     for node in g.nodes:
         if not has_code(node):
             continue
-        splitter = SPLITTERS.get(node.op)
-        parts = splitter(pack_key(g, node), target) if splitter and (after_job or node.op not in FOLLOWERS) else None
+        split = node.op in SPLITTERS and (after_job or node.op not in FOLLOWERS)
+        parts = list(_split(pack_key(g, node), target, None)) if split else None
         if parts and parts[0].after_job_only and not after_job:
             parts = None
         if parts:
@@ -66,7 +75,7 @@ def joining_parts(g: Graph, target: Target, prev: Node, nxt: Node, rows: list[tu
     per_range = nxt.op in CHANNELWISE or nxt.attr.get("group", 1) == x_t.shape[1] or row_local
     if len(x_t.shape) < 2 or not per_range or out_t.shape[1] != x_t.shape[1]:
         return None
-    return SPLITTERS[nxt.op](pack_key(g, nxt), target, rows) or None
+    return list(_split(pack_key(g, nxt), target, tuple(rows))) or None
 
 
 def held_until(g: Graph, target: Target) -> dict[str, int]:
