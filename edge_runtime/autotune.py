@@ -45,6 +45,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, timing_weights, with_choices
+from ..compiler.codegen.cpu.jobs import job_layout
 from ..compiler.codegen.cpu.kernels.conv import tunable_convs
 from ..compiler.codegen.cpu.kernels.split import split_ranges
 from ..compiler.codegen.irtext import drop_body, module_text
@@ -246,12 +247,15 @@ class Retarget:
     ``llvm``: where the candidates' LLVM work goes (default: done here, in turn); ``record``: this
     CPU's tuning record, whose choices are taken and which keeps this compile's (none: time all);
     ``structure``: the graph's :func:`.tuning_record.structure_digest`, whose recorded verdict at this
-    thread count (``settled``: plan index, handoff us) fixes the handoff, unmeasured, and the plan built."""
+    thread count (``settled``: plan index, handoff us) fixes the handoff, unmeasured, and the plan built.
+    ``cheaper_differs``: the handoff was measured dearer than the cheapest and the split at the cheapest
+    (:func:`.split_check.generous`) would make other jobs, so it is worth building and checking too."""
 
     def __init__(self, llvm: Compiler | None = None, record: TuningRecord | None = None,
                  structure: str | None = None) -> None:
         self.report: TuneReport | None = None
         self.settled: tuple[int, float] | None = None
+        self.cheaper_differs = False
         self.llvm, self.record, self.structure = llvm, record, structure
 
     def __call__(self, graph: Graph, target: Target) -> Target:
@@ -282,6 +286,8 @@ class Retarget:
         tuned = with_choices(target, self.report.choices)
         tuned = dataclasses.replace(tuned, conv_parts=tuple(sorted(self.report.parts.items(), key=repr)))
         if self.settled is None:
+            self.cheaper_differs = sync_us is not None and sync_us > pool_probe.FLOOR_US and \
+                job_layout(graph, tuned) != job_layout(graph, split_check.generous(tuned))
             return tuned
         plans = split_check.plans(tuned)
         return plans[min(self.settled[0], len(plans) - 1)]

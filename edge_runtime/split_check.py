@@ -13,7 +13,9 @@ checked the same way, and failing that with every layer whole, and at N threads 
 2-core Zen 4: the small CNN with one layer split ran 0.89x its 1-thread speed). A split that saves
 under ``IDLE_BELOW_S`` a run back to back is also timed after idle gaps (:func:`after_idle`), as a
 device that runs the model now and then sees it: its workers sleep by then, and one that loses there
-is kept whole too.
+is kept whole too. A tuned split that pays though it was made at a handoff dearer than the cheapest,
+where the cheapest would split the model otherwise, is built at the cheapest too and checked the same
+way, and the better of the two is kept (:func:`cheaper_wins`).
 
 A verdict of "whole" is trusted only from rounds in which the workers had free cores
 (:mod:`.cpu_share`): with another process on the second core of that Zen 4 every threaded run
@@ -87,13 +89,15 @@ class Verdict:
     confirmed by a second check, so a cache entry built on it need not be checked again; ``reason``:
     the figures, for the entry; ``measured``: taken on free cores (a "whole" that is not is no reason
     to try a cheaper split now); ``saving_s``: what a split that pays saves a run back to back (seconds:
-    the median serial run less the threaded one, the fastest where no medians were timed)."""
+    the median serial run less the threaded one, the fastest where no medians were timed); ``speedup``:
+    the serial run over the threaded one, taken the same way (a split's, else 0)."""
 
     split: bool
     settled: bool
     reason: str
     measured: bool = True
     saving_s: float = 0.0
+    speedup: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -146,10 +150,10 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = Fals
                                        f"took {idle.threaded * 1e3:.3f} ms, the serial one {idle.serial * 1e3:.3f} "
                                        f"(medians of {IDLE_RUNS}); back to back, {basis}")
     if fastest_pays and typical:
-        saving = medians[1] - medians[0] if medians is not None else serial - threaded
+        t_run, s_run = medians if medians is not None else (threaded, serial)
         return Verdict(True, True, f"split: {basis}" + (f"; after {IDLE_GAP_S * 1e3:g} ms idle {idle.threaded * 1e3:.3f} "
                                                          f"and {idle.serial * 1e3:.3f} ms" if idle else ""),
-                       saving_s=saving)
+                       saving_s=s_run - t_run, speedup=s_run / t_run)
     if disturbed:
         return Verdict(False, False, f"whole, unsettled: the fastest run saves {margin:.0%} or more, the median run "
                                      f"does not and the threaded runs spread wider than the serial ones; {basis}",
@@ -163,6 +167,19 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = Fals
     busy = f" (in the others the threads waited {waits[0]:.0%}-{waits[-1]:.0%} of the time)" if waits else ""
     return Verdict(False, False, f"whole, unsettled: {len(clean)} of {len(rounds)} rounds had free cores for the "
                                  f"workers{busy}; {basis}", measured=False)
+
+
+def cheaper_wins(tuned: Verdict, cheaper: Verdict) -> bool:
+    """Whether the split at the cheapest handoff (:func:`generous`) is kept over the tuned split that also
+    paid: it paid too, and the tuned one's speedup over its serial run is not ahead of it by
+    ``MIN_MARGIN`` (a tie keeps the plan already built). Each plan is checked against its own serial run, in
+    its own interleaved rounds, so the ratio of each check, not its milliseconds, is compared: the host's
+    speed may have moved between the two. The probe's figure follows where the host put the two cores
+    at that moment (a 2-core Zen 4 read 1, 2 or 5 us in six fresh processes a few seconds apart), and the
+    first tuned compile of a structure settles its plan for good: MobileNetV2 at 2 threads, settled on a
+    4 us reading, split 17 layers and ran 1.10x ONNX Runtime at 2 threads; split at 1 us, 49 layers and
+    0.81x (2026-12-06, same host, interleaved runs)."""
+    return cheaper.split and tuned.split and cheaper.speedup * (1 + MIN_MARGIN) >= tuned.speedup
 
 
 def margin_for(serial_s: float) -> float:

@@ -255,6 +255,66 @@ def test_a_split_at_a_dear_handoff_that_does_not_pay_is_tried_at_the_cheapest(gr
     two.close()
 
 
+def split_verdict(speedup: float) -> split_check.Verdict:
+    """A split that paid on free cores, running ``speedup`` times its serial run."""
+    return split_check.Verdict(True, True, "split (a test's verdict)", saving_s=1e-4, speedup=speedup)
+
+
+@pytest.mark.parametrize("tuned, cheaper, kept", [
+    (split_verdict(1.3), split_verdict(1.8), True),
+    (split_verdict(1.8), split_verdict(1.75), True),  # within MIN_MARGIN: the plan built last stays
+    (split_verdict(1.8), split_verdict(1.5), False),
+    (split_verdict(1.3), verdict(False), False),
+])
+def test_the_split_at_the_cheapest_handoff_is_kept_unless_the_tuned_one_ran_clearly_faster(tuned, cheaper, kept):
+    assert split_check.cheaper_wins(tuned, cheaper) is kept
+
+
+def test_a_split_reads_its_speedup_from_the_medians():
+    got = split_check.decide([split_check.Round(0.5e-3, 1.0e-3, 0.0, 0.6e-3, 1.2e-3)])
+    assert got.split and got.speedup == pytest.approx(2.0) and got.saving_s == pytest.approx(0.6e-3)
+    assert split_check.decide([split_check.Round(1.0e-3, 1.0e-3, 0.0, 1.0e-3, 1.0e-3)]).speedup == 0.0
+
+
+@pytest.mark.parametrize("speedups, sync_us, split_nodes, builds", [((1.3, 1.8), 1.0, 2, 2), ((1.8, 1.4), 4.0, 1, 3)])
+def test_a_paying_split_at_a_dear_handoff_is_checked_against_the_split_at_the_cheapest(
+        feeds, monkeypatch, no_probe, tmp_path, speedups, sync_us, split_nodes, builds):
+    """The probe read 4 us: the first conv (663k multiply-adds) stays whole there and splits at 1 us. Both
+    plans pay; the one that ran faster against its own serial run is kept (the tuned one rebuilt), settled in
+    the CPU's record for the structure's next versions."""
+    from cuvil.edge_runtime import compile as compile_mod, pool_probe
+
+    monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: 4.0)
+    said, built, build = iter(speedups), [], compile_mod._build
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: split_verdict(next(said)))
+    monkeypatch.setattr(compile_mod, "_build", lambda *a, **k: built.append(1) or build(*a, **k))
+    channels = ((8, 64), (64, 32))
+    two = compile_graph(_convs(1, channels), AVX2, cache_dir=tmp_path, tune=True, threads=2)
+    assert len(built) == builds and next(said, None) is None
+    assert two.lowered.split_nodes == split_nodes and two.lowered.target.tuning.parallel_sync_us == sync_us
+    assert two.lowered.split_settled and f"{speedups[1]:.2f}x" in two.lowered.split_reason
+    one = compile_graph(_convs(1, channels), AVX2, cache_dir=tmp_path, tune=False, threads=1).run(feeds)
+    assert all(one[k].tobytes() == v.tobytes() for k, v in two.run(feeds).items())
+    monkeypatch.setattr(pool_probe, "handoff_us", _refuse)
+    monkeypatch.setattr(split_check, "check", _refuse)
+    version2 = compile_graph(_convs(2, channels), AVX2, cache_dir=tmp_path, tune=True, threads=2)
+    assert version2.lowered.split_nodes == split_nodes and version2.lowered.target.tuning.parallel_sync_us == sync_us
+    for s in (two, version2):
+        s.close()
+
+
+def test_a_paying_split_that_the_cheapest_handoff_would_not_change_is_built_once(graph, monkeypatch, no_probe, tmp_path):
+    from cuvil.edge_runtime import compile as compile_mod, pool_probe
+
+    monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: 4.0)
+    checked, built, build = [], [], compile_mod._build
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: checked.append(1) or split_verdict(1.5))
+    monkeypatch.setattr(compile_mod, "_build", lambda *a, **k: built.append(1) or build(*a, **k))
+    two = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)  # every layer splits at any handoff
+    assert checked == [1] and built == [1] and two.lowered.target.tuning.parallel_sync_us == 4.0
+    two.close()
+
+
 def test_a_split_made_at_the_cheapest_handoff_falls_back_to_whole_only():
     cheapest = dataclasses.replace(AVX2, tuning=AVX2.tuning.replace(parallel_sync_us=1.0))
     (whole,) = split_check.fallbacks(cheapest)

@@ -60,6 +60,17 @@ def own_jobs(g: Graph, target: Target, has_code: Callable[[Node], bool]) -> dict
     return found
 
 
+def job_layout(g: Graph, target: Target) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Each layer that runs as a job of its own, with its parts' ranges, from the graph and target alone: two
+    targets with equal layouts split the model alike (the layers that join a job follow from its ranges)."""
+    return {name: tuple(p.rows for p in parts) for name, parts in own_jobs(g, target, _runs_code).items()}
+
+
+def _runs_code(node: Node) -> bool:
+    """Whether a node runs code as far as the graph tells: a view may be placed on its input's bytes."""
+    return not get_op(node.op).view
+
+
 def joining_parts(g: Graph, target: Target, prev: Node, nxt: Node, rows: list[tuple[int, int]]) -> list[Part] | None:
     """``nxt``'s parts in ``rows`` when it may join the job whose last layer is ``prev``, as far as the graph
     tells: it reads ``prev``'s output first and computes each range of axis 1 from that range alone (a
@@ -87,7 +98,7 @@ def held_until(g: Graph, target: Target) -> dict[str, int]:
         return {}
     order = {node.name: i for i, node in enumerate(g.nodes)}
     held: dict[str, int] = {}
-    for name, parts in own_jobs(g, target, lambda node: not get_op(node.op).view).items():
+    for name, parts in own_jobs(g, target, _runs_code).items():
         if any(p.axis != 1 for p in parts):
             continue
         layers = [g.nodes[order[name]]]
