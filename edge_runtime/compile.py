@@ -268,7 +268,8 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
         rebuild(plans[plan_index])  # measured: this split does not pay here
         if not lowered.split_nodes:
             break
-    if verdict is not None and verdict.split and plan_index == 0 and len(plans) == 3 and tuner.cheaper_differs:
+    if verdict is not None and plan_index == 0 and len(plans) == 3 and tuner.cheaper_differs and \
+            split_check.cheaper_worth_trying(verdict, tgt.threads):
         tuned = verdict  # it paid, at the handoff the probe read; the split at the cheapest may pay more
         rebuild(plans[1])
         verdict = split_check.check(session)

@@ -270,13 +270,21 @@ def test_the_split_at_the_cheapest_handoff_is_kept_unless_the_tuned_one_ran_clea
     assert split_check.cheaper_wins(tuned, cheaper) is kept
 
 
+@pytest.mark.parametrize("speedup, threads, tried", [(1.3, 2, True), (1.59, 2, True), (1.6, 2, False), (2.0, 4, True),
+                                                    (3.3, 4, False)])
+def test_only_a_split_short_of_its_thread_counts_speedup_is_tried_at_the_cheapest_handoff_too(speedup, threads, tried):
+    assert split_check.cheaper_worth_trying(split_verdict(speedup), threads) is tried
+    assert not split_check.cheaper_worth_trying(verdict(False), threads)
+
+
 def test_a_split_reads_its_speedup_from_the_medians():
     got = split_check.decide([split_check.Round(0.5e-3, 1.0e-3, 0.0, 0.6e-3, 1.2e-3)])
     assert got.split and got.speedup == pytest.approx(2.0) and got.saving_s == pytest.approx(0.6e-3)
     assert split_check.decide([split_check.Round(1.0e-3, 1.0e-3, 0.0, 1.0e-3, 1.0e-3)]).speedup == 0.0
 
 
-@pytest.mark.parametrize("speedups, sync_us, split_nodes, builds", [((1.3, 1.8), 1.0, 2, 2), ((1.8, 1.4), 4.0, 1, 3)])
+@pytest.mark.parametrize("speedups, sync_us, split_nodes, builds", [((1.3, 1.8), 1.0, 2, 2), ((1.5, 1.2), 4.0, 1, 3),
+                                                                     ((1.7, 1.9), 4.0, 1, 1)])
 def test_a_paying_split_at_a_dear_handoff_is_checked_against_the_split_at_the_cheapest(
         feeds, monkeypatch, no_probe, tmp_path, speedups, sync_us, split_nodes, builds):
     """The probe read 4 us: the first conv (663k multiply-adds) stays whole there and splits at 1 us. Both
@@ -290,9 +298,9 @@ def test_a_paying_split_at_a_dear_handoff_is_checked_against_the_split_at_the_ch
     monkeypatch.setattr(compile_mod, "_build", lambda *a, **k: built.append(1) or build(*a, **k))
     channels = ((8, 64), (64, 32))
     two = compile_graph(_convs(1, channels), AVX2, cache_dir=tmp_path, tune=True, threads=2)
-    assert len(built) == builds and next(said, None) is None
+    assert len(built) == builds and (next(said, None) is None) is (builds > 1)  # 1.7x at 2 threads: good enough
     assert two.lowered.split_nodes == split_nodes and two.lowered.target.tuning.parallel_sync_us == sync_us
-    assert two.lowered.split_settled and f"{speedups[1]:.2f}x" in two.lowered.split_reason
+    assert two.lowered.split_settled and (f"{speedups[1]:.2f}x" in two.lowered.split_reason) is (builds > 1)
     one = compile_graph(_convs(1, channels), AVX2, cache_dir=tmp_path, tune=False, threads=1).run(feeds)
     assert all(one[k].tobytes() == v.tobytes() for k, v in two.run(feeds).items())
     monkeypatch.setattr(pool_probe, "handoff_us", _refuse)
