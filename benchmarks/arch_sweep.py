@@ -97,9 +97,6 @@ def bench_row(name: str, frontend: str, module, example, proto, rounds: int, blo
     row: dict = {"model": name, "frontend": frontend, "_target": target, "threads": threads}
     rng = np.random.default_rng(1234)  # not the export's inputs: a baked-in activation would show
     inputs = [random_like(rng, x.numpy()) for x in example]
-    ort_sess = ort_session(proto, threads)
-    ort_feeds = {i.name: x for i, x in zip(ort_sess.get_inputs(), inputs)}
-    ref = ort_sess.run(None, ort_feeds)[0]
     stage = "import"
     try:
         t0 = time.perf_counter()
@@ -117,6 +114,11 @@ def bench_row(name: str, frontend: str, module, example, proto, rounds: int, blo
             cuvil.finish_writes()  # the entries written behind the compiles, before the directory goes
     except Exception as e:  # a non-Cuvil type here is itself a finding: one_line names the type
         return row | {"error": one_line(e), "stage": stage}
+    # ORT's session runs only now: its threads spin after a run, and at 2 threads they held the cores through
+    # Cuvil's compile-time split check, which then kept models whole that fresh compiles split (Zen 4, 2026-12-06)
+    ort_sess = ort_session(proto, threads)
+    ort_feeds = {i.name: x for i, x in zip(ort_sess.get_inputs(), inputs)}
+    ref = ort_sess.run(None, ort_feeds)[0]
     row.update(import_s=t1 - t0, compile_s=t2 - t1, _graph=graph, _proto=proto, _inputs=inputs)
     row.update(errors(got, ref))
     runners = {"cuvil": lambda: sess.run(feeds), "onnxruntime": lambda: ort_sess.run(None, ort_feeds)}
