@@ -78,6 +78,7 @@ class Tuning:
     int8_depthwise_lanes_max_width_strided: int = 0  # the same at stride 2 and more; 0: never (x86: 32)
     int8_winograd_min_tiles: int = 16  # int8 3x3 convs on AVX2 int16 pairs take Winograd F(2x2,3x3) from 16 output tiles (8x8), checked before int8_rows_max_pixels (the packer tries Winograd first); fewer re-read 3.6x the weight bytes for little work
     int8_winograd_prefetch_blocks: int = 1  # int8 Winograd's GEMMs prefetch their weights' next column block (ResNet-18's 8x8 convs at x86-avx2, Zen 4: 1.15 -> 0.66-0.69 M cycles; 2 ahead 0.71-0.76, 4: 0.85; the other int8 GEMMs: none, it slowed the MLP's QMatMul 1.5x)
+    int8_prefetch_weight_rows: bool = False  # int8 conv GEMMs (weights broadcast, MR rows a tile) prefetch the next tile's weight rows a line at a time: ResNet-50 int8's stage-4 convs at 4x4 read 1-2 MiB of weights a layer as MR short streams the hardware prefetcher follows late (Zen 4, interleaved, with / without: ResNet-50 int8 7.02 / 7.60 ms, 0.87 / 0.94x ORT; MobileNetV1 0.379 / 0.395, AlexNet-LRN 1.80 / 1.86, ResNeXt-tiny 9.63 / 9.85; x86-avx2 ResNet-50 15.7 / 16.7; the zoo even); x86 sets it, never timed on Arm
     int8_winograd_block_bytes: int = 128 * 1024  # int8 Winograd: a block of tiles' M, with its transformed input and the weights, within L2 (ResNet-18's 64-channel 32x32 convs at x86-avx2, Zen 4: 771 -> 713 k cycles)
     autotune: bool = True  # time conv candidates on the device at compile time (cuvil compile --tune)
     autotune_fraction: float = 0.5  # tuning may add at most this fraction of the untuned compile time
@@ -196,6 +197,7 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         int8_depthwise_lanes_max_width=(DW_LANES_MAX_WIDTH.get(vector_bits, 0) if x86 else 0),
         aliased_1x1_im2col_max_k=ALIASED_1X1_MAX_K if x86 and vector_bits == 256 else 0,
         dwflat_max_vectors=DWFLAT_MAX_VECTORS if x86 else 0,
+        int8_prefetch_weight_rows=x86,
         int8_depthwise_lanes_max_width_strided=DW_LANES_MAX_WIDTH_STRIDED if x86 else 0,
         int8_rows_1x1_max_fill=ROWS_1X1_MAX_FILL.get(vector_bits, 0.0) if x86 else 0.0,
     )

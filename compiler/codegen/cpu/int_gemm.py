@@ -39,6 +39,7 @@ class GemmGeometry:
 
 
 SKEW_PERIOD, SKEW_UNITS = 1024, 16  # a V row stride that is a multiple of 1 KiB gets 64 more bytes
+LINE_UNITS = 16  # 4-byte units a cache line holds
 
 
 def padded_cols(cols: int, dot: Dot) -> int:
@@ -63,7 +64,11 @@ def _splat_quad(b: ir.IRBuilder, dot: Dot, ptr: ir.Value) -> ir.Value:
 
 
 def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir.Value, r0: ir.Value,
-          c0: int | ir.Value, mr: int, nr: int, partial_last: bool, epilogue: Epilogue, ahead: int = 0) -> None:
+          c0: int | ir.Value, mr: int, nr: int, partial_last: bool, epilogue: Epilogue, ahead: int = 0,
+          next_rows: bool = False) -> None:
+    """One tile of MR rows x NR vectors; ``ahead``: V's later column block prefetched; ``next_rows``: the
+    next tile's B rows prefetched a line each per ``LINE_UNITS`` units, as this tile passes them (after the
+    last tile, lines past B: a hint, which never faults)."""
     slots = []
     for _ in range(mr * nr):
         s = h.entry_alloca(b, dot.lanes_type, "acc")
@@ -78,6 +83,11 @@ def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir
             vecs.append(b.load(b.bitcast(gep(b, vptr, off), dot.bytes_type.as_pointer()), align=1))
         for line in range(0, nr * dot.vl * 4, 64) if ahead else ():  # the same row of a later block
             h.prefetch(b, gep(b, vptr, b.add(b.mul(b.add(vrow, c0v), h.i64(4)), h.i64(ahead * nr * dot.vl * 4 + line))))
+        if next_rows:
+            with b.if_then(b.icmp_unsigned("==", b.and_(q, h.i64(LINE_UNITS - 1)), h.i64(0))):
+                for i in range(mr):
+                    row = b.add(r0, h.i64(mr + i))
+                    h.prefetch(b, gep(b, bptr, b.mul(b.add(b.mul(row, h.i64(geo.k4)), q), h.i64(4))))
         for i in range(mr):
             row = b.add(r0, h.i64(i))
             quad = _splat_quad(b, dot, gep(b, bptr, b.mul(b.add(b.mul(row, h.i64(geo.k4)), q), h.i64(4))))
@@ -129,6 +139,7 @@ def _vector_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, b
     full_rows = first + (geo.rows - first) // mr * mr
 
     ahead = geo.prefetch_blocks
+    next_rows = geo.vec_is_u and target.tuning.int8_prefetch_weight_rows  # B: a conv's weights, MR short streams a tile
 
     def column_block(c0: int | ir.Value, vectors: int, partial_last: bool) -> None:
         """Every row against one block of columns, whose slice of V stays in L1 while the rows pass.
@@ -137,7 +148,7 @@ def _vector_gemm(b: ir.IRBuilder, dot: Dot, target: Target, geo: GemmGeometry, b
         later block's lines can be prefetched meanwhile (``GemmGeometry.prefetch_blocks``)."""
         if full_rows > first:
             with h.for_range(b, full_rows, start=first, step=mr, name="r") as r0:
-                _tile(b, dot, geo, bptr, vptr, r0, c0, mr, vectors, partial_last, epilogue, ahead)
+                _tile(b, dot, geo, bptr, vptr, r0, c0, mr, vectors, partial_last, epilogue, ahead, next_rows)
         if geo.rows > full_rows:  # the last rows in one shorter tile: each pass over V costs the same
             _tile(b, dot, geo, bptr, vptr, h.i64(full_rows), c0, geo.rows - full_rows, vectors, partial_last, epilogue,
                   ahead)

@@ -447,3 +447,24 @@ def test_depthwise_channels_in_lanes_by_output_width(profile, shape, stride, lan
                     tuple(graph.types[o] for o in node.outputs), (None,) * 3, (), (None, "const", "const"))
     packed = _pack_qconv(key, 1, graph.constants[node.inputs[1]], resolve_target(profile))
     assert (packed is not None and packed[0] == LANES) == lanes
+
+
+@pytest.mark.parametrize("kind", ["x86-avx2", "x86-avx512-vnni"])
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_the_conv_gemm_prefetches_the_next_tiles_weight_rows_as_tuned(kind, prefetch):
+    """A 1x1 int8 conv over 16 pixels is the im2col GEMM with the weights broadcast, MR rows a tile: with
+    ``int8_prefetch_weight_rows`` each tile prefetches the next tile's rows, and the answer is the same."""
+    t = _target(kind)
+    t = dataclasses.replace(t, tuning=t.tuning.replace(int8_prefetch_weight_rows=prefetch))
+    w = np.random.default_rng(1).integers(-127, 128, (48, 64, 1, 1)).astype(np.int8)
+    graph = _qconv_graph(DType.U8, w, np.arange(48, dtype=np.int32) * 11 - 200, 1, 1, [0, 0, 0, 0], (1, 64, 4, 4))
+    lowered = lower(graph, t, optimize=False)
+    assert ("llvm.prefetch" in lowered.llvm_ir) == prefetch
+    x = _random_x(DType.U8, (1, 64, 4, 4), 5)
+    got = compile_graph(graph, target=t, optimize=False, use_cache=False, jobs=1).run({"x": x})[graph.outputs[0]]
+    assert np.array_equal(got, run_reference(graph, {"x": x})[graph.outputs[0]])
+
+
+def test_only_x86_targets_prefetch_the_conv_gemms_weight_rows():
+    assert resolve_target("x86-avx2").tuning.int8_prefetch_weight_rows
+    assert not resolve_target("rpi5").tuning.int8_prefetch_weight_rows  # never timed on Arm
