@@ -75,6 +75,11 @@ def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir
         b.store(ir.Constant(dot.lanes_type, None), s)
         slots.append(s)
     c0v = h.i64(c0) if isinstance(c0, int) else c0
+
+    def b_unit(row: ir.Value, q: ir.Value) -> ir.Value:
+        """Where row ``row``'s unit ``q`` of B lies."""
+        return gep(b, bptr, b.mul(b.add(b.mul(row, h.i64(geo.k4)), q), h.i64(4)))
+
     with h.for_range(b, geo.k4, name="q") as q:
         vrow = b.mul(q, h.i64(geo.cols_pad))
         vecs = []
@@ -86,11 +91,9 @@ def _tile(b: ir.IRBuilder, dot: Dot, geo: GemmGeometry, bptr: ir.Value, vptr: ir
         if next_rows:
             with b.if_then(b.icmp_unsigned("==", b.and_(q, h.i64(LINE_UNITS - 1)), h.i64(0))):
                 for i in range(mr):
-                    row = b.add(r0, h.i64(mr + i))
-                    h.prefetch(b, gep(b, bptr, b.mul(b.add(b.mul(row, h.i64(geo.k4)), q), h.i64(4))))
+                    h.prefetch(b, b_unit(b.add(r0, h.i64(mr + i)), q))
         for i in range(mr):
-            row = b.add(r0, h.i64(i))
-            quad = _splat_quad(b, dot, gep(b, bptr, b.mul(b.add(b.mul(row, h.i64(geo.k4)), q), h.i64(4))))
+            quad = _splat_quad(b, dot, b_unit(b.add(r0, h.i64(i)), q))
             for j in range(nr):
                 s = slots[i * nr + j]
                 u, w = (vecs[j], quad) if geo.vec_is_u else (quad, vecs[j])
