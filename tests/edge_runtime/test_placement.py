@@ -13,7 +13,7 @@ from cuvil.edge_runtime import placement
 from cuvil.edge_runtime.compile import compile_graph
 from cuvil.edge_runtime.placement import CallerPlacement
 
-from .test_split_check import SPLIT_ALL, _convs
+from .split_helpers import SPLIT_ALL, convs as _convs
 
 LINUX_AFFINITY = hasattr(os, "sched_setaffinity") and hasattr(os, "sched_getaffinity")
 
