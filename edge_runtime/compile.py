@@ -241,6 +241,7 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     tuner = autotune.Retarget(record=record, structure=structure) if tune else None
     lowered, objs, lower_s = _build(graphs, tgt, batch, False, profile, jobs, tuner, spare.helpers)
     t2 = time.perf_counter()
+    llvm_s = t2 - t1 - lower_s  # LLVM's share of each build: what is left after its lowering
     session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
     settled = tuner.settled if tuner else None
     plans = split_check.plans(lowered.target) if tuner and lowered.split_nodes and settled is None else ()
@@ -253,11 +254,12 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
         """The session let go, then the model built as ``plan``: each plan is a whole model's packed weights
         and code, and a rebuild beside the one before peaked higher (ResNet-18 at 2 threads, the check
         forced to "whole": 262 against 205 MiB)."""
-        nonlocal session, lowered, objs, lower_s
+        nonlocal session, lowered, objs, lower_s, llvm_s
         session.close()
         session = lowered = objs = None
+        t = time.perf_counter()
         lowered, objs, more_s = _build([graph_of()], tgt, batch, optimize, profile, jobs, lambda g, t, f=plan: f)
-        lower_s += more_s
+        lower_s, llvm_s = lower_s + more_s, llvm_s + time.perf_counter() - t - more_s
         session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
 
     while plan_index < len(plans) - 1:
@@ -289,8 +291,7 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     if cache:
         cache.put_behind(key, lowered, objs, request)
     t4 = time.perf_counter()
-    llvm_s = t2 - t1 - lower_s
-    session.stats = CompileStats(lower_ms=lower_s * 1e3, llvm_ms=llvm_s * 1e3, load_ms=(t4 - t2) * 1e3,
+    session.stats = CompileStats(lower_ms=lower_s * 1e3, llvm_ms=llvm_s * 1e3, load_ms=(t4 - t1 - lower_s - llvm_s) * 1e3,
                                  cache_hit=False, kernel_count=lowered.kernel_count, node_count=lowered.node_count,
                                  object_bytes=sum(map(len, objs)), cache_ms=(t1 - t0) * 1e3,
                                  tune_ms=tuner.report.spent_s * 1e3 if tuner and tuner.report else 0.0,

@@ -35,16 +35,21 @@ class Helpers:
     :meth:`host_facts`), taken over and all used even beyond ``count``: their start-up is paid."""
 
     def __init__(self, count: int, adopt: Helpers | None = None):
-        cmd = command()
         self.procs: list[subprocess.Popen] = []
         if adopt is not None:
             self.procs, adopt.procs = adopt.procs, []
-        for _ in range(max(0, count) - len(self.procs)):
-            try:
-                self.procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                   stderr=subprocess.PIPE))
-            except OSError:
-                break  # no helper: the parts are compiled here
+        while len(self.procs) < count and self.spawn() is not None:
+            pass
+
+    def spawn(self) -> subprocess.Popen | None:
+        """One more helper (kept in :attr:`procs`, stopped by :meth:`close`); None when none can start
+        (the parts are then compiled where the others or this process are)."""
+        try:
+            p = subprocess.Popen(command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError:
+            return None
+        self.procs.append(p)
+        return p
 
     def host_facts(self, meanwhile: Callable[[], None] | None = None) -> HostFacts | None:
         """LLVM's facts about this CPU, asked of the first helper (which loads llvmlite anyway), so

@@ -37,11 +37,12 @@ from ..compiler.target import Target
 from . import heap
 from .levels import FULL_LEVEL, LIGHT_LEVEL, SLOTS_LEVEL
 from .llvm_worker import frame, read_module, read_object, target_to_json
-from .parallel import HELPER_TIMEOUT_S, LIGHT_ATTR, SLOTS_ATTR, Helpers
+from .parallel import HELPER_TIMEOUT_S, LIGHT_ATTR, SLOTS_ATTR, Helpers, workers
 
 RELEASE_EVERY = 16  # nodes: the weights the lowering freed meanwhile go back to the system (:mod:`.heap`)
 MIN_PART_BYTES = 150_000  # fewer, larger modules: each is an object a warm start loads
 MAX_PART_BYTES = 600_000
+TAIL_MIN_S = 0.25  # LLVM seconds queued when lowering ends that are worth a helper more (see KernelStream._tail_helper)
 _REF = re.compile(r'@"([^"]+)"')
 _DEFINE = re.compile(r'^define (internal )?(.*?)@"([^"]+)"\((.*)\)(.*)$')
 _GROUP = re.compile(r"^(k\d+)_")  # a kernel and the functions of its own: k<i>_...
@@ -84,6 +85,8 @@ class KernelStream:
         self.todo: deque[int] = deque()
         self.closed = False
         self.cv = threading.Condition()
+        self.sizes: list[int] = []  # each module's bytes: with :attr:`seconds`, the rate a tail helper is judged by
+        self.processes = helpers
         procs = list(helpers.procs) if helpers is not None else []
         self.remote = bool(procs)  # then LLVM never runs in this process (see :meth:`finish`)
         self.threads = [threading.Thread(target=self._remote, args=(p,), daemon=True) for p in procs] or \
@@ -159,6 +162,7 @@ class KernelStream:
             module = text if isinstance(text, str) else "\n".join(text)
         with self.cv:
             self.texts.append((level, module))
+            self.sizes.append(len(module))
             self.results.append(None)
             self.seconds.append(0.0)
             self.todo.append(len(self.texts) - 1)
@@ -271,6 +275,7 @@ class KernelStream:
         if self.remote:
             first = self.submit(FULL_LEVEL, text)
             del text
+            self._tail_helper()
             return self._collect([first] + self.kernels)
         objs = [self._emit("\n".join(text), FULL_LEVEL)]
         del text
@@ -283,6 +288,24 @@ class KernelStream:
                 break
             self._compile(i)
         return objs + self._collect(self.kernels)
+
+    def _tail_helper(self) -> None:
+        """Lowering is over and this process only waits from here: one helper more takes queued modules when
+        they would keep the others busy ``TAIL_MIN_S`` or longer (at this stream's own LLVM seconds per byte
+        so far) and a CPU is left for it. It starts in ~0.12 s, and, started only now, it never competes
+        with the lowering or the tuner's timings: two helpers from the start slowed ResNet-18's lowering
+        more than they saved (docs/performance.md). Objects do not depend on who compiles them."""
+        with self.cv:
+            queued = sum(self.sizes[i] for i in self.todo)
+            done = [i for i, r in enumerate(self.results) if r is not None]
+        if not done or len(self.threads) >= workers():
+            return
+        rate = sum(self.seconds[i] for i in done) / max(1, sum(self.sizes[i] for i in done))
+        if queued * rate / len(self.threads) < TAIL_MIN_S or (proc := self.processes.spawn()) is None:
+            return
+        t = threading.Thread(target=self._remote, args=(proc,), daemon=True)
+        t.start()
+        self.threads.append(t)
 
     def _collect(self, modules: list[int]) -> list[bytes]:
         self.close()

@@ -5,6 +5,7 @@ taken again; the same bits as 1 thread whatever is kept."""
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -17,8 +18,12 @@ from .split_helpers import AVX2, SPLIT_ALL, convs as _convs, feeds, graph, no_pr
 def test_a_split_that_does_not_pay_is_rebuilt_whole_and_cached_so(graph, feeds, monkeypatch, no_probe, tmp_path):
     one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=False, threads=1).run(feeds)
     monkeypatch.setattr(split_check, "check", lambda session, confirm=False: verdict(False))
+    t0 = time.perf_counter()
     two = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    wall_ms = (time.perf_counter() - t0) * 1e3
     assert two.threads == 2 and two.lowered.split_nodes == 0 and two._stop is None  # no workers to spin or nudge
+    st = two.stats  # each build's lowering and LLVM counted once, the rebuilds' too: no share below zero
+    assert min(st.lower_ms, st.llvm_ms, st.load_ms) >= 0 and st.cache_ms + st.lower_ms + st.llvm_ms + st.load_ms <= wall_ms
     assert all(one[k].tobytes() == v.tobytes() for k, v in two.run(feeds).items())
     monkeypatch.setattr(split_check, "check", lambda session, confirm=False: verdict(True))  # a cache hit: nothing measured again
     again = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
