@@ -42,6 +42,9 @@ from .parallel import HELPER_TIMEOUT_S, LIGHT_ATTR, SLOTS_ATTR, Helpers, workers
 RELEASE_EVERY = 16  # nodes: the weights the lowering freed meanwhile go back to the system (:mod:`.heap`)
 MIN_PART_BYTES = 150_000  # fewer, larger modules: each is an object a warm start loads
 MAX_PART_BYTES = 600_000
+FULL_COST = {FULL_LEVEL: 3.0, LIGHT_LEVEL: 1.0, SLOTS_LEVEL: 1.0}
+"""LLVM time per byte by speed level, relative (the module optimizer's: MobileNetV3-ish on a Xeon, 1.2-2.0 ms
+per kB at the full level against 0.4-0.6 prevectorized), to queue the longest module first."""
 TAIL_MIN_S = 0.25  # LLVM seconds queued when lowering ends that are worth a helper more (see KernelStream._tail_helper)
 _REF = re.compile(r'@"([^"]+)"')
 _DEFINE = re.compile(r'^define (internal )?(.*?)@"([^"]+)"\((.*)\)(.*)$')
@@ -275,6 +278,8 @@ class KernelStream:
         if self.remote:
             first = self.submit(FULL_LEVEL, text)
             del text
+            with self.cv:  # the longest first: the entry, queued last, no longer ends the tail alone
+                self.todo = deque(sorted(self.todo, key=lambda i: -self.sizes[i] * FULL_COST[self.texts[i][0]]))
             self._tail_helper()
             return self._collect([first] + self.kernels)
         objs = [self._emit("\n".join(text), FULL_LEVEL)]
