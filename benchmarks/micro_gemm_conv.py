@@ -1,6 +1,6 @@
 """Micro-benchmark: Cuvil's GEMM / Conv emitters against NumPy (OpenBLAS) and ONNX Runtime, one thread.
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/micro_gemm_conv.py [--target host] [--repeat 7] [--only conv]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/micro_gemm_conv.py [--target host] [--repeat 7] [--only conv|gemm|gemv]
 
 Each kernel is compiled here (llvmlite.binding, O3) for the target (default: this host) and timed
 interleaved with ONNX Runtime (intra/inter op threads 1) and, for GEMM and 1x1 convs, numpy matmul.
@@ -11,6 +11,11 @@ reference of "one core's FP32 peak" in issue 12's goal (>= 80% on ResNet-class c
 ``of sgemm`` is the conv's GFLOP/s over sgemm's, so a host's speed swings cancel out. The ``res``
 rows are the ResNet-class convs beyond ResNet-18: ResNet-50's stride-2 3x3s (128x128 input) and
 ASPP's stride-2 trunk (``tests/archs.py``).
+
+``--only gemv``: the wide MLP's batch-1 layers (``tests/archs.py``: 1024 -> 2048 -> 1024), each on
+``GEMV_MATRICES`` matrices in turn as in the model (together beyond L2), beside the bound such a layer
+has: reading the same bytes with nothing else to do (a vector-sum loop, one stream, as the GEMV's
+panels are read). Both as GB/s of weights read; a GEMV at that bound cannot go faster on this core.
 """
 
 from __future__ import annotations
@@ -84,6 +89,8 @@ def mobilenet_v2_convs(size: int = 96) -> list:
 
 
 CONVS += mobilenet_v2_convs()
+GEMVS = [("wide_mlp 1x1024x2048", 1024, 2048), ("wide_mlp 1x2048x1024", 2048, 1024)]  # (name, K, N)
+GEMV_MATRICES = 4  # distinct weights per row, used in turn: 4 x 8 MiB, as the wide MLP's four big layers
 GEMMS = [("mlp 1x784x256", 1, 256, 784), ("fc 1x512x10", 1, 10, 512), ("tfm 32x64x256", 32, 256, 64),
          ("sq 256", 256, 256, 256), ("sq 512", 512, 512, 512)]
 
@@ -204,11 +211,72 @@ def bench_gemm(target, spec, repeat, rng):
     report(name, times, flops, f" | tile {mr}x{nv} err {err:.1e}")
 
 
+def read_kernel(target, floats: int):
+    """``read(src, out, ...)``: the sum of ``floats`` floats (a multiple of 4 vectors) into one vector at
+    ``out``, four accumulators: the time to stream those bytes in with nothing else to do (the kernels'
+    six-pointer signature, as :func:`jit` calls it; the last four unused)."""
+    vl = target.vector_floats
+    f32, i64 = ir.FloatType(), ir.IntType(64)
+    vec = ir.VectorType(f32, vl)
+    m = ir.Module()
+    m.triple = target.triple
+    fn = ir.Function(m, ir.FunctionType(ir.VoidType(), [f32.as_pointer()] * 6), name="read")
+    src, dst = fn.args[:2]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    entry, loop, done = b.block, fn.append_basic_block("loop"), fn.append_basic_block("done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(i64)
+    accs = [b.phi(vec) for _ in range(4)]
+    new = [b.fadd(a, b.load(b.bitcast(b.gep(src, [b.add(i, ir.Constant(i64, u * vl))]), vec.as_pointer()), align=64))
+           for u, a in enumerate(accs)]
+    nxt = b.add(i, ir.Constant(i64, 4 * vl))
+    i.add_incoming(ir.Constant(i64, 0), entry)
+    i.add_incoming(nxt, loop)
+    for a, v in zip(accs, new):
+        a.add_incoming(ir.Constant(vec, None), entry)
+        a.add_incoming(v, loop)
+    b.cbranch(b.icmp_unsigned("<", nxt, ir.Constant(i64, floats)), loop, done)
+    b.position_at_end(done)
+    b.store(b.fadd(b.fadd(new[0], new[1]), b.fadd(new[2], new[3])), b.bitcast(dst, vec.as_pointer()), align=64)
+    b.ret_void()
+    return jit(m, target, "read")
+
+
+def bench_gemv(target, spec, repeat, rng):
+    from onnx import helper
+
+    from cuvil.compiler.codegen.cpu.tiles import pack_gemv_b
+
+    name, K, N = spec
+    m = ir.Module()
+    m.triple = target.triple
+    emit_gemm(m, "gemv", target, 1, N, K, b_layout="wide", bias="n")
+    f = jit(m, target, "gemv")
+    A, bias, C = aligned(rng.standard_normal((1, K))), aligned(rng.standard_normal(N)), aligned(np.zeros((1, N)))
+    Ws = [(rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32) for _ in range(GEMV_MATRICES)]
+    packed = [aligned(pack_gemv_b(w, target)) for w in Ws]
+    sessions = [ort_session([helper.make_node("Gemm", ["x", "w", "b"], ["y"])], {"w": w, "b": bias}, A.shape)
+                for w in Ws]
+    read, out = read_kernel(target, K * N), aligned(np.zeros(target.vector_floats))
+    feed = {"x": A}
+    fns = {"cuvil": lambda: [f(A.ctypes.data, p.ctypes.data, bias.ctypes.data, None, C.ctypes.data, None) for p in packed],
+           "ort": lambda: [s.run(None, feed) for s in sessions],
+           "read": lambda: [read(w.ctypes.data, out.ctypes.data, None, None, None, None) for w in Ws]}
+    times = {k: t / GEMV_MATRICES for k, t in timeit(fns, 0.0, repeat, budget_s=0.6).items()}
+    f(A.ctypes.data, packed[-1].ctypes.data, bias.ctypes.data, None, C.ctypes.data, None)
+    err = np.abs(C - sessions[-1].run(None, feed)[0]).max()
+    gbs = {k: 4.0 * K * N / t / 1e9 for k, t in times.items()}
+    print(f"{name:<24} " + " | ".join(f"{k} {times[k] * 1e6:7.1f} us {gbs[k]:5.1f} GB/s" for k in ("cuvil", "ort", "read")) +
+          f" | cuvil at {gbs['cuvil'] / gbs['read']:4.0%} of the read, ort at {gbs['ort'] / gbs['read']:4.0%}, "
+          f"cuvil/ort {times['cuvil'] / times['ort']:.2f} | err {err:.1e}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="host")
     ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--only", choices=["conv", "gemm"], default=None)
+    ap.add_argument("--only", choices=["conv", "gemm", "gemv"], default=None)
     ap.add_argument("--filter", default="")
     a = ap.parse_args()
     target = resolve_target(a.target)
@@ -229,6 +297,10 @@ def main() -> None:
         for spec in GEMMS:
             if a.filter in spec[0]:
                 bench_gemm(target, spec, a.repeat, rng)
+    if a.only in (None, "gemv"):
+        for spec in GEMVS:
+            if a.filter in spec[0]:
+                bench_gemv(target, spec, a.repeat, rng)
 
 
 if __name__ == "__main__":
