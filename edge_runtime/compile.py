@@ -239,7 +239,10 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     structure = structure_digest(graphs[0], batch, f"optimize={optimize} profile={profile}") \
         if record and tgt.threads > 1 else None
     tuner = autotune.Retarget(record=record, structure=structure) if tune else None
-    lowered, objs, lower_s = _build(graphs, tgt, batch, False, profile, jobs, tuner, spare.helpers)
+    from .stream import Reuse
+
+    reuse = Reuse()  # a plan built again compiles only the modules it changed
+    lowered, objs, lower_s = _build(graphs, tgt, batch, False, profile, jobs, tuner, spare.helpers, reuse)
     t2 = time.perf_counter()
     llvm_s = t2 - t1 - lower_s  # LLVM's share of each build: what is left after its lowering
     session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
@@ -258,7 +261,8 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
         session.close()
         session = lowered = objs = None
         t = time.perf_counter()
-        lowered, objs, more_s = _build([graph_of()], tgt, batch, optimize, profile, jobs, lambda g, t, f=plan: f)
+        lowered, objs, more_s = _build([graph_of()], tgt, batch, optimize, profile, jobs, lambda g, t, f=plan: f,
+                                       reuse=reuse)
         lower_s, llvm_s = lower_s + more_s, llvm_s + time.perf_counter() - t - more_s
         session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
 
@@ -300,12 +304,13 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
 
 
 def _build(graphs: list[Graph], tgt: Target, batch: int, optimize: bool, profile: bool, jobs: int,
-           retarget, started=None) -> tuple[LoweredModel, list[bytes], float]:
+           retarget, started=None, reuse=None) -> tuple[LoweredModel, list[bytes], float]:
     """Lower the graph in ``graphs`` (taken out: the lowering frees each weight once packed, and a
     graph nobody else holds is gone before LLVM adds its own peak; ``retarget``: the tuner, or a
     fixed Target) and compile its objects; the seconds spent lowering (LLVM overlaps it: the rest of
     the time is LLVM's). ``jobs``: processes for LLVM, this one counted; ``started``: helpers started
-    already (:class:`_Spare`), used too."""
+    already (:class:`_Spare`), used too; ``reuse``: the objects of this compile's builds before
+    (:class:`.stream.Reuse`), which this one adds to."""
     from ..compiler.codegen.lower import lower
     from .autotune import Retarget
     from .parallel import Helpers
@@ -313,7 +318,7 @@ def _build(graphs: list[Graph], tgt: Target, batch: int, optimize: bool, profile
 
     t0 = time.perf_counter()
     with Helpers(jobs - 1, adopt=started) as helpers, \
-            KernelStream(tgt, helpers) as stream:
+            KernelStream(tgt, helpers, reuse) as stream:
         if isinstance(retarget, Retarget):
             retarget.llvm = stream  # LLVM compiles each finished kernel while the rest is lowered
         lowered = lower(graphs.pop(), tgt, batch, optimize=optimize, profile=profile, retarget=retarget, stream=stream)

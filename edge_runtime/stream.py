@@ -19,10 +19,13 @@ a helper that two batches call is compiled in both, internal as in one module, s
 is the same as without streaming. Sizes alone close batches, never how busy the consumers are, so
 one plan always gives the same objects (closing on an idle consumer split ResNet-18 differently from
 compile to compile; a tuned session that kept every choice then ran other code than the untuned one).
+A plan built again in the same compile (the split check's next) closes its batches where the build
+before did, and takes the objects of the modules whose text is unchanged from it (:class:`Reuse`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import mmap
 import re
@@ -48,8 +51,8 @@ per kB at the full level against 0.4-0.6 prevectorized), to queue the longest mo
 TAIL_MIN_S = 0.25  # LLVM seconds queued when lowering ends that are worth a helper more (see KernelStream._tail_helper)
 _REF = re.compile(r'@"([^"]+)"')
 _DEFINE = re.compile(r'^define (internal )?(.*?)@"([^"]+)"\((.*)\)(.*)$')
-_GROUP = re.compile(r"^(k\d+)_")  # a kernel and the functions of its own: k<i>_...
-_WRAPPER = re.compile(r"^k\d+_[A-Za-z0-9]+$")  # what the lowering calls from the entry point
+_GROUP = re.compile(r"^(k[0-9a-f]+)_")  # a kernel and the functions of its own: k<digest>_... (lowering.kernel_name)
+_WRAPPER = re.compile(r"^k[0-9a-f]+_[A-Za-z0-9]+$")  # what the lowering calls from the entry point
 LEVELS = {LIGHT_ATTR: LIGHT_LEVEL, SLOTS_ATTR: SLOTS_LEVEL, None: FULL_LEVEL}
 """A kernel group's speed level by the first of these attributes on a member's define line."""
 
@@ -57,6 +60,25 @@ LEVELS = {LIGHT_ATTR: LIGHT_LEVEL, SLOTS_ATTR: SLOTS_LEVEL, None: FULL_LEVEL}
 def _level(members: list[tuple[str, str]]) -> int:
     heads = [text.split("\n", 1)[0] for _, text in members]
     return next(level for attr, level in LEVELS.items() if attr is None or any(attr in h for h in heads))
+
+
+class Reuse:
+    """What one compile's builds hand on to its next: each model module's object by a digest of its text, and
+    the kernel groups the last build closed a module after (and saw). The split check's next plan changes
+    only its split layers' kernels; named by what they compute (``lowering.kernel_name``), the others print
+    the same text, and a rebuild that closes its modules where the build before did (:meth:`KernelStream.
+    _closes`) gets the same modules, whose objects need no LLVM again."""
+
+    def __init__(self) -> None:
+        self.objects: dict[bytes, bytes] = {}
+        self.closed_after: set[str] = set()
+        self.groups: set[str] = set()
+
+
+def _digest(level: int, module: str | bytearray) -> bytes:
+    h = hashlib.blake2b(str(level).encode(), digest_size=16)
+    h.update(module.encode() if isinstance(module, str) else module)
+    return h.digest()
 
 
 def _printed(fn: ir.Function) -> str:
@@ -70,8 +92,16 @@ def _printed(fn: ir.Function) -> str:
 class KernelStream:
     """``lower``'s stream hook: call it with the module after each node; :meth:`finish` returns the objects."""
 
-    def __init__(self, target: Target, helpers: Helpers | None = None) -> None:
+    def __init__(self, target: Target, helpers: Helpers | None = None, reuse: Reuse | None = None) -> None:
         self.target = target
+        self.reuse = reuse
+        self.closed_before = set(reuse.closed_after) if reuse else set()  # the build before's (:class:`Reuse`)
+        self.groups_before = set(reuse.groups) if reuse else set()
+        self.last: dict[int, str] = {}  # per level: the kernel group its open batch ends with
+        self.novel: dict[int, bool] = {}  # per level: the open batch holds a group the build before did not have
+        self.reused = 0  # modules whose object a build before made (:class:`Reuse`)
+        self.closed_after: set[str] = set()  # this build's: the groups a module ended with, and all it had
+        self.groups: set[str] = set()
         self.seen = 0
         self.calls = 0
         self.header: list[str] = []
@@ -88,6 +118,7 @@ class KernelStream:
         self.todo: deque[int] = deque()
         self.closed = False
         self.cv = threading.Condition()
+        self.digests: list[bytes | None] = []  # a model module's digest, for :class:`Reuse`
         self.sizes: list[int] = []  # each module's bytes: with :attr:`seconds`, the rate a tail helper is judged by
         self.processes = helpers
         procs = list(helpers.procs) if helpers is not None else []
@@ -126,16 +157,30 @@ class KernelStream:
         self.calls += 1
         if self.calls % RELEASE_EVERY == 0:  # packed, each weight's pages would stay beside its copy in the block
             heap.release()
-        for members in groups.values():
+        for group, members in groups.items():
             level = _level(members)
+            known = group in self.groups_before
+            if known and self.novel.get(level):  # a changed stretch ends: the module holding it closes before
+                self._flush(level)
             self.batch[level] += members
+            self.groups.add(group)
+            self.last[level], self.novel[level] = group, self.novel.get(level, False) or not known
             for name, text in members:
                 if _WRAPPER.match(name):
                     self.wrappers[name] = text.split("\n", 1)[0]
-            size = sum(len(t) for _, t in self.batch[level])
-            shares = any(n in self.helpers for _, t in members for n in _REF.findall(t))
-            if size >= MAX_PART_BYTES or (size >= MIN_PART_BYTES and not shares):
+            if self._closes(group, level, members):
                 self._flush(level)
+
+    def _closes(self, group: str, level: int, members: list[tuple[str, str]]) -> bool:
+        """Whether the batch closes after ``group``: at ``MAX_PART_BYTES``; where the build before closed one
+        after it (a group that build had: its modules again); else at ``MIN_PART_BYTES`` unless the group calls
+        a shared helper (the next group usually calls it too)."""
+        size = sum(len(t) for _, t in self.batch[level])
+        if size >= MAX_PART_BYTES or group in self.closed_before:
+            return True
+        if group in self.groups_before:
+            return False
+        return size >= MIN_PART_BYTES and not any(n in self.helpers for _, t in members for n in _REF.findall(t))
 
     def _module(self, members: list[tuple[str, str]], extra: list[str] = ()) -> list[str]:
         """A self-contained module, as pieces that newlines join (:func:`~.llvm_worker.frame`): ``members``, the internal
@@ -154,22 +199,31 @@ class KernelStream:
     def _flush(self, level: int) -> None:
         members, self.batch[level] = self.batch[level], []
         if members:
-            self.kernels.append(self.submit(level, self._module(members)))
+            self.kernels.append(self.submit(level, self._module(members), reusable=True))
+            self.closed_after.add(self.last[level])
+            self.novel[level] = False
 
-    def submit(self, level: int, text: str | list[str]) -> int:
+    def submit(self, level: int, text: str | list[str], reusable: bool = False) -> int:
         """Queue a self-contained module, whole or as pieces that newlines join (the tuner's candidates come this
-        way too); its index for :meth:`result`."""
+        way too); its index for :meth:`result`. ``reusable``: a model's module, whose object a build before in
+        the same compile may have made already (:class:`Reuse`), and a later one may take."""
         if self.remote:
             module = frame(level, text)  # encoded here, not on a reader thread's heap
         else:
             module = text if isinstance(text, str) else "\n".join(text)
+        digest = _digest(level, module) if reusable and self.reuse is not None else None
+        made = self.reuse.objects.get(digest) if digest is not None else None
         with self.cv:
-            self.texts.append((level, module))
+            self.texts.append((level, module) if made is None else (0, ""))
+            self.digests.append(digest)
             self.sizes.append(len(module))
-            self.results.append(None)
+            self.results.append(made)
             self.seconds.append(0.0)
-            self.todo.append(len(self.texts) - 1)
-            self.cv.notify()
+            if made is None:
+                self.todo.append(len(self.texts) - 1)
+                self.cv.notify()
+            else:
+                self.reused += 1
             return len(self.texts) - 1
 
     def result(self, i: int) -> bytes:
@@ -302,7 +356,7 @@ class KernelStream:
         more than they saved (docs/performance.md). Objects do not depend on who compiles them."""
         with self.cv:
             queued = sum(self.sizes[i] for i in self.todo)
-            done = [i for i, r in enumerate(self.results) if r is not None]
+            done = [i for i, r in enumerate(self.results) if r is not None and self.seconds[i]]  # compiled, not reused
         if not done or len(self.threads) >= workers():
             return
         rate = sum(self.seconds[i] for i in done) / max(1, sum(self.sizes[i] for i in done))
@@ -319,4 +373,8 @@ class KernelStream:
         for i in modules:
             if self.results[i] is None:  # lost, or held by a helper that never answered
                 self._compile(i)
-        return [self._taken(i) for i in modules]
+        objs = [self._taken(i) for i in modules]
+        if self.reuse is not None:
+            self.reuse.objects.update((self.digests[i], o) for i, o in zip(modules, objs) if self.digests[i] is not None)
+            self.reuse.closed_after, self.reuse.groups = self.closed_after, self.groups
+        return objs

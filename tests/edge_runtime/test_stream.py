@@ -19,6 +19,7 @@ from cuvil.edge_runtime import jit, parallel, stream
 from cuvil.edge_runtime.compile import compile_graph, resolve
 from cuvil.edge_runtime.levels import FULL_LEVEL, LIGHT_LEVEL, SLOTS_LEVEL
 from cuvil.edge_runtime.parallel import LIGHT_ATTR, SLOTS_ATTR
+from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, with_choices
 from cuvil.edge_runtime.stream import KernelStream, _level
 
 from tests.edge_runtime.test_parallel import _conv_graph, _run
@@ -58,14 +59,14 @@ def test_every_module_is_valid_and_defines_what_it_calls(one_group_per_module, m
     modules, entry, objs, lowered = _streamed(_conv_graph(), "x86-avx2", monkeypatch)  # 3x3 convs share Winograd helpers
     texts = [t for _, t in modules]
     assert lowered.llvm_ir == "" and len(texts) >= 2 and len(objs) == len(texts) + 1
-    helpers = {n for t in texts for n in re.findall(r'^define internal [^@]*@"([^"]+)"', t, re.M) if not re.match(r"k\d+_", n)}
+    helpers = {n for t in texts for n in re.findall(r'^define internal [^@]*@"([^"]+)"', t, re.M) if not re.match(r"k[0-9a-f]+_", n)}
     assert helpers  # the Winograd stage and its GEMM: in the module of the kernel that calls them
     wrappers = set()
     for text in texts + [entry]:
         llvm.parse_assembly(text).verify()
         defined, called = _defined_and_called(text)
         assert called <= defined, called - defined
-        wrappers |= set(re.findall(r'^define void @"(k\d+_[A-Za-z0-9]+)"', text, re.M))
+        wrappers |= set(re.findall(r'^define void @"(k[0-9a-f]+_[A-Za-z0-9]+)"', text, re.M))
     for name in wrappers:  # each kernel is compiled once; the entry declares it
         assert sum(bool(re.search(rf'^define [^@]*@"{name}"', t, re.M)) for t in texts) == 1
         assert f'declare void @"{name}"' in entry
@@ -75,7 +76,8 @@ def test_prevectorized_conv_kernels_skip_the_module_optimizer_and_the_rest_does_
     modules, _, _, _ = _streamed(_conv_graph(), "x86-avx512", monkeypatch)
     levels = {level: re.findall(r'^define [^@]*@"([^"]+)"', t, re.M) for level, t in modules}
     assert set(levels) == {LIGHT_LEVEL, FULL_LEVEL} and LIGHT_LEVEL < FULL_LEVEL
-    assert {"k0_FusedConv", "k0_FusedConv_mk"} <= set(levels[LIGHT_LEVEL]) and "k1_MatMul" in levels[FULL_LEVEL]
+    (conv,) = [n for n in levels[LIGHT_LEVEL] if re.fullmatch(r"k[0-9a-f]+_FusedConv", n)]
+    assert f"{conv}_mk" in levels[LIGHT_LEVEL] and any(re.fullmatch(r"k[0-9a-f]+_MatMul", n) for n in levels[FULL_LEVEL])
     assert not any("Conv" in n for n in levels[FULL_LEVEL]) and not any("MatMul" in n for n in levels[LIGHT_LEVEL])
 
 
@@ -96,7 +98,7 @@ def _two_qconvs():
 def test_int8_convs_with_sums_in_stack_slots_get_registers_not_the_module_optimizer(monkeypatch):
     modules, _, _, _ = _streamed(_two_qconvs(), "x86-avx512-vnni", monkeypatch)
     levels = {level: re.findall(r'^define [^@]*@"([^"]+)"', t, re.M) for level, t in modules}
-    assert "k0_QConv" in levels[SLOTS_LEVEL] and "k1_QConv" in levels[FULL_LEVEL]
+    assert all(sum(bool(re.fullmatch(r"k[0-9a-f]+_QConv", n)) for n in levels[lv]) == 1 for lv in (SLOTS_LEVEL, FULL_LEVEL))
     (slotted,) = [t for level, t in modules if level == SLOTS_LEVEL]
     obj = jit.emit_object(slotted, resolve("x86-avx512-vnni"), jit=True, speed_level=SLOTS_LEVEL)
     assert obj[:4] == b"\x7fELF"
@@ -143,6 +145,34 @@ def _pointwise_chain(widths=(16, 24, 32, 40, 48)):
         w = gb.constant((rng.standard_normal((oc, c, 1, 1)) * 0.2).astype(np.float32), f"w{i}")
         h = gb.add1("Relu", [gb.add1("Conv", [h, w], strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1)])
     return gb.build([h])
+
+
+def _builds(targets, monkeypatch, reuse=None) -> list[tuple[list[bytes], KernelStream, int]]:
+    """Per target: the objects, the stream and the modules LLVM compiled of a build of ``_pointwise_chain``,
+    the builds sharing ``reuse``."""
+    emit, out = jit.emit_object, []
+    monkeypatch.setattr(stream, "MIN_PART_BYTES", 1)  # a module per kernel group
+    for target in targets:
+        compiled = []
+        monkeypatch.setattr(jit, "emit_object", lambda *a, **k: compiled.append(a) or emit(*a, **k))
+        with KernelStream(target, reuse=reuse) as s:
+            lower(_pointwise_chain(), target, stream=s)
+            out.append((s.finish(), s, len(compiled)))
+    return out
+
+
+def test_a_plan_built_again_compiles_only_the_modules_it_changed(monkeypatch):
+    """The split check's next plan changes some layers: the others' kernels print the same text under the same
+    names, and their objects, made by the build before, serve again; the code is what a fresh build makes."""
+    host = resolve("host")
+    geom = (1, 24, 8, 8, 32, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # the chain's second conv
+    other = with_choices(host, {geom: conv_candidates(host, geom)[1]})  # one layer's method changed
+    (first, s1, n1), (same, s2, n2), (changed, s3, n3) = _builds([host, host, other], monkeypatch, stream.Reuse())
+    assert len(s1.kernels) == 4 and s1.reused == 0 and n1 == 5  # a module per conv, and the entry
+    assert same == first and s2.reused == 4 and n2 == 1  # all again: only the entry is compiled
+    assert s3.reused == 3 and n3 == 2  # the changed conv's module and the entry
+    ((fresh, _, _),) = _builds([other], monkeypatch)
+    assert changed == fresh
 
 
 def test_with_a_helper_process_no_module_is_compiled_in_this_one(monkeypatch):

@@ -11,6 +11,8 @@ before the first kernel is the shared driver's (``driver.prepare``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -343,7 +345,8 @@ class CpuLowering:
         in_tys = [h.LLTYPE[key.in_types[i].dtype].as_pointer() for i in passed]
         checks = get_op(key.op).run_time_check
         extra = ([h.I8P] if kd.scratch is not None else []) + ([h.I32.as_pointer()] if checks else [])
-        fn = self.new_function(f"k{len(self.kernels)}_{key.op}", out_tys + in_tys + extra, internal=True, aligns=aligns)
+        fn = self.new_function(kernel_name(self.module, key if cache is None else cache, key.op), out_tys + in_tys + extra,
+                               internal=True, aligns=aligns)
         self.kernels[key if cache is None else cache] = fn
         if not self.emit:
             return fn  # a declaration is enough when only weights, plan and sizes are wanted
@@ -362,6 +365,15 @@ class CpuLowering:
         kd.emit(KernelContext(b, target or self.target, key, ins, outs, scratch, fault))
         b.ret_void()
         return fn
+
+
+def kernel_name(module: ir.Module, key, op: str) -> str:
+    """``k<digest of key>_<op>``: named by what decides its code, not by its place among the kernels, so a
+    plan built again (the split check's next plan) names a layer it does not change alike, prints the same
+    text, and an object built from that text before serves again (``edge_runtime/stream.py``). A digest
+    met already (keys alike by their repr only) takes a counter."""
+    stem = f"k{hashlib.blake2b(repr(key).encode(), digest_size=5).hexdigest()}"
+    return next(f"{stem}{n}_{op}" for n in itertools.chain([""], itertools.count(1)) if f"{stem}{n}_{op}" not in module.globals)
 
 
 def _alignment(offset: int) -> int:

@@ -34,7 +34,7 @@ def _chain(scales: list[tuple[object, float]], group: int = 1, c: int = 16):
 
 def _qconv_functions(graph, target) -> int:
     text = lower(graph, target, optimize=False).llvm_ir
-    return len(re.findall(r"^define[^@]*@\"?k\d+_QConv", text, flags=re.M))
+    return len(re.findall(r"^define[^@]*@\"?k[0-9a-f]+_QConv", text, flags=re.M))
 
 
 def _exact(graph, target) -> None:
