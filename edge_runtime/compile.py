@@ -230,6 +230,7 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
             session.stats = dataclasses.replace(stats, steps=clock.steps())
             return session
     from . import autotune
+    from .stream import Reuse
 
     record = TuningRecord(cache.dir, cache.sealer, tuning_scope(tgt, fingerprint)) if tune and cache and cache.sealer \
         else None
@@ -239,8 +240,6 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     structure = structure_digest(graphs[0], batch, f"optimize={optimize} profile={profile}") \
         if record and tgt.threads > 1 else None
     tuner = autotune.Retarget(record=record, structure=structure) if tune else None
-    from .stream import Reuse
-
     reuse = Reuse()  # a plan built again compiles only the modules it changed
     lowered, objs, lower_s = _build(graphs, tgt, batch, False, profile, jobs, tuner, spare.helpers, reuse)
     t2 = time.perf_counter()
@@ -260,10 +259,10 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
         nonlocal session, lowered, objs, lower_s, llvm_s
         session.close()
         session = lowered = objs = None
-        t = time.perf_counter()
+        started = time.perf_counter()
         lowered, objs, more_s = _build([graph_of()], tgt, batch, optimize, profile, jobs, lambda g, t, f=plan: f,
                                        reuse=reuse)
-        lower_s, llvm_s = lower_s + more_s, llvm_s + time.perf_counter() - t - more_s
+        lower_s, llvm_s = lower_s + more_s, llvm_s + time.perf_counter() - started - more_s
         session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
 
     while plan_index < len(plans) - 1:
