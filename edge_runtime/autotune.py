@@ -121,8 +121,9 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     measured, unless the record says too whether that split pays at this thread count.
     Budget: the untuned compile is estimated from the cost-model kernels built so far, one per
     distinct conv layer (they dominate lowering and LLVM), their IR and LLVM work overlapping as in
-    the compile (:func:`_budget`); no kernel is built once the time spent plus the mean build would
-    pass ``autotune_fraction`` of the estimate or ``autotune_budget_s``. Largest layers first; the
+    the compile (:func:`_budget`); no kernel is built once the time spent plus the mean build (and the
+    LLVM work of the layer's candidates queued ahead of it) would pass ``autotune_fraction`` of the
+    estimate or ``autotune_budget_s``. Largest layers first; the
     rest keep the cost model's choice. A graph whose budget cannot pay for two builds
     (``autotune_fraction`` x layers < 2) is not tuned at all.
     ``llvm``: where the candidates' LLVM work goes (default: here, in turn); a layer's candidates are
@@ -135,7 +136,7 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
     done = {g: _recorded(target, g, fixed[g], c[0], known.splits.get((g, target.threads))) for g, c in layers if g in fixed}
     todo = [(g, (fixed[g],) if g in fixed else c) for g, c in layers
             if g not in fixed or ((g, target.threads) not in known.splits and _may_split(target, g, fixed[g]))]
-    mean_build, budget = 0.0, target.tuning.autotune_budget_s
+    mean_build, budget, workers = 0.0, target.tuning.autotune_budget_s, llvm.workers if llvm is not None else 1
     if budget <= 0 or target.tuning.autotune_fraction * len(layers) < 2:
         # the budget could not pay for the first layer's default and one rival: build nothing (a small
         # graph's compile would otherwise pay for a default kernel built only to be thrown away)
@@ -150,8 +151,8 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
             mean_build = built[0].wait()
             stages = [built[0].stages()]
             budget = _budget(target, stages, len(layers), llvm)
-        for c in cands[1:]:
-            if clock() - t0 + mean_build > budget:
+        for c in cands[1:]:  # the LLVM work queued before this one's is done first, one build per worker at a time
+            if clock() - t0 + mean_build + len(built) * _mean_llvm(stages) / workers > budget:
                 break
             built.append(_Built(target, geom, c, weights, clock, llvm, io))
         build_s = [b.wait() for b in built]
@@ -172,6 +173,11 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
                                          parts_seconds=tuple(timed.items()))
         done[geom] = result
     return _report(layers, done, clock() - t0, budget)
+
+
+def _mean_llvm(stages: list[tuple[float, float]]) -> float:
+    """The LLVM seconds of a candidate built so far, on average (0 without a compiler: then it is in the IR's)."""
+    return float(np.mean([st[1] for st in stages]))
 
 
 def _report(layers: list[tuple[Geometry, tuple[ConvChoice, ...]]], done: dict[Geometry, LayerResult],

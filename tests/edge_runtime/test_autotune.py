@@ -257,6 +257,35 @@ def test_each_candidates_llvm_work_goes_to_the_compiler_it_is_given():
     assert set(llvm.levels) == {LIGHT_LEVEL}  # as the model's conv kernels
 
 
+def test_a_candidate_is_not_queued_when_the_llvm_work_before_it_would_end_past_the_budget(monkeypatch):
+    """A layer's candidates are queued before the first is waited for, and one LLVM worker compiles them in
+    turn: each may start only if the work queued ahead of it still ends within the budget (SqueezeNet's
+    tuning spent 0.74 s of a 0.59 s budget when only the candidate's own build was counted)."""
+    from cuvil.edge_runtime import autotune
+
+    built = []
+
+    class Fake:  # 10 ms of IR here, 100 ms of LLVM on the worker; the clock stands still
+        def __init__(self, target, geom, choice, *args, **kwargs):
+            self.choice, self.call = choice, lambda: None
+            built.append(choice)
+
+        def wait(self) -> float:
+            return 0.11
+
+        def stages(self) -> tuple[float, float]:
+            return 0.01, 0.1
+
+    monkeypatch.setattr(autotune, "_Built", Fake)
+    graph = _one_conv(32, 16)
+    (geom,) = tunable_convs(graph)
+    tight = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=0.35, autotune_fraction=100.0,
+                                                                 autotune_max_work=0.0))  # every candidate a rival
+    assert len(worth_timing(tight, geom)) >= 4
+    tune(graph, tight, clock=lambda: 0.0, llvm=type("S", (), {"workers": 1})())
+    assert len(built) == 3  # the default; then 0.11 + 0.1 and 0.11 + 0.2 fit in 0.35 s, 0.11 + 0.3 does not
+
+
 def test_tuned_session_matches_untuned(cnn, tmp_path):
     graph, _, feeds = cnn
     plain = compile_graph(graph, use_cache=False, tune=False)
