@@ -75,6 +75,11 @@ class Reuse:
         self.groups: set[str] = set()
 
 
+def _groups(members: list[tuple[str, str]]) -> list[str]:
+    """The kernel group of each member of a batch, in order."""
+    return [_GROUP.match(n).group(1) for n, _ in members]
+
+
 def _digest(level: int, module: str | bytearray) -> bytes:
     h = hashlib.blake2b(str(level).encode(), digest_size=16)
     h.update(module.encode() if isinstance(module, str) else module)
@@ -95,10 +100,8 @@ class KernelStream:
     def __init__(self, target: Target, helpers: Helpers | None = None, reuse: Reuse | None = None) -> None:
         self.target = target
         self.reuse = reuse
-        self.closed_before = set(reuse.closed_after) if reuse else set()  # the build before's (:class:`Reuse`)
-        self.groups_before = set(reuse.groups) if reuse else set()
-        self.last: dict[int, str] = {}  # per level: the kernel group its open batch ends with
-        self.novel: dict[int, bool] = {}  # per level: the open batch holds a group the build before did not have
+        self.closed_before = reuse.closed_after if reuse else set()  # the build before's (:class:`Reuse`)
+        self.groups_before = reuse.groups if reuse else set()
         self.reused = 0  # modules whose object a build before made (:class:`Reuse`)
         self.closed_after: set[str] = set()  # this build's: the groups a module ended with, and all it had
         self.groups: set[str] = set()
@@ -159,12 +162,10 @@ class KernelStream:
             heap.release()
         for group, members in groups.items():
             level = _level(members)
-            known = group in self.groups_before
-            if known and self.novel.get(level):  # a changed stretch ends: the module holding it closes before
-                self._flush(level)
+            if group in self.groups_before and any(g not in self.groups_before for g in _groups(self.batch[level])):
+                self._flush(level)  # a changed stretch ends: the module holding it closes before
             self.batch[level] += members
             self.groups.add(group)
-            self.last[level], self.novel[level] = group, self.novel.get(level, False) or not known
             for name, text in members:
                 if _WRAPPER.match(name):
                     self.wrappers[name] = text.split("\n", 1)[0]
@@ -200,8 +201,7 @@ class KernelStream:
         members, self.batch[level] = self.batch[level], []
         if members:
             self.kernels.append(self.submit(level, self._module(members), reusable=True))
-            self.closed_after.add(self.last[level])
-            self.novel[level] = False
+            self.closed_after.add(_groups(members)[-1])
 
     def submit(self, level: int, text: str | list[str], reusable: bool = False) -> int:
         """Queue a self-contained module, whole or as pieces that newlines join (the tuner's candidates come this
