@@ -155,6 +155,16 @@ won 15 of 24; from 64 input channels direct wins or ties at every size. 512-bit 
 show it (16->32 at 64x64: 43 / 49)."""
 
 
+PACK_MIN_ROW_BLOCKS_512 = 8
+"""x86 512-bit: a 1x1 conv read in place whose planes alias (``ConvPlan.pack_b``) packs its column tiles from 8 row
+blocks on, not 12. The tall tile (``TALL_1X1_MIN_PIXELS``) leaves ResNeXt-tiny's 256-output convs at 64x64 10 row
+blocks, so each re-read its 256 channel lines, 16 KiB apart (the same L1 and few L2 sets), from L3. Xeon Emerald
+Rapids, x86-avx512 host, each conv alone, us, unpacked / packed: 256->256 at 64x64 9,912 / 4,867 (ORT 5,835-6,567),
+128->256 4,583 / 2,550, MobileNetV1's 16->32 at 64x64 (4x6, 8 row blocks) 49.4-50.7 / 45.5-47.1; at 5 row blocks
+packing loses (ResNet-50's 256->64 at 32x32, 14x2: 327-335 / 386-403). On Zen 4 the same convs packed from 4 row
+blocks read 0.97-1.03x: noise either way."""
+
+
 ROWS_1X1_MAX_FILL = {256: 0.6, 512: 0.5}
 """x86, by vector bits: 1x1 int8 convs on planes that fill at most this share of the GEMM's pixel vectors run
 transposed (output channels in lanes, pixels broadcast: no lane computes a missing pixel). Xeon Emerald Rapids,
@@ -192,6 +202,7 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         short_1x1_max_k=SHORT_1X1_MAX_K if x86 and vector_bits == 512 else 0,
         vector_registers=(32 if vector_bits == 512 else 16) if x86 else 32,
         panel_bytes=PANEL_512 if vector_bits == 512 else Tuning.panel_bytes,
+        pack_min_row_blocks=PACK_MIN_ROW_BLOCKS_512 if x86 and vector_bits == 512 else Tuning.pack_min_row_blocks,
         reserved_registers=1 if x86 else 2,
         masked_stores=triple.startswith("x86_64") and not cpu.startswith(MICROCODED_MASKED_STORES),
         int8_depthwise_lanes_max_width=(DW_LANES_MAX_WIDTH.get(vector_bits, 0) if x86 else 0),
