@@ -62,6 +62,7 @@ class Tuning:
     short_1x1_min_pixels: int = 900  # measured from 30x30 up
     short_1x1_rows: int = 4  # 4x6 at 512 bits (3x7: 0.93-1.0 of the wide tile's time where 4x6 took 0.92-0.95)
     aliased_1x1_im2col_max_k: int = 0  # 1x1 convs over at most this many input channels whose channel planes lie a multiple of 4 KiB apart take im2col's packed panels, not direct; 0: never. ALIASED_1X1_MAX_K
+    strided_im2col_max_vectors: int = 0  # strided convs whose output rows take at most this many vectors go through im2col, not direct's phase copy; 0: never. STRIDED_IM2COL_MAX_VECTORS
     dwstride2_widths: tuple[int, ...] = (256, 512)  # stride-2 3x3 depthwise read in place (conv/dwstride2.py; Zen 4)
     half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
     half_width_pool_max_ow: int = 7  # 512-bit targets: f32 pools up to this output width use ymm, rows a zmm would leave under half full and scalar (Xeon, SqueezeNet's 3x3/2 max pool of 256x13x13: 43 -> 12 us; 13-wide rows no faster)
@@ -165,6 +166,16 @@ packing loses (ResNet-50's 256->64 at 32x32, 14x2: 327-335 / 386-403). On Zen 4 
 blocks read 0.97-1.03x: noise either way."""
 
 
+STRIDED_IM2COL_MAX_VECTORS = 1
+"""x86 512-bit: ungrouped strided convs of more than one tap whose output rows are one vector (16 wide) take
+im2col, not direct's phase copy, where the cost model saw the same lane use. Xeon Emerald Rapids, 3x3 stride-2 convs at 32x32 alone, us, direct /
+im2col (ORT): 16->64 56 / 47 (58), 32->32 69 / 61 (74), 32->64 112 / 95 (96), 128->128 668 / 632 (604),
+128->256 1,707 / 1,241 (1,105), 256->256 3,577 / 3,066 (3,085); even at 64->128 275 / 279, slower at 64->64
+149 / 158; at two vectors a row direct wins (64->64 at 64x64 588 / 795). At 256 bits one-vector rows (8 wide)
+kept direct ahead (64->128, 32->64, 128->256 at 16x16: 126 / 133, 34 / 38, 646 / 644), as did 1x1 stride-2
+convs at 512 (64->128, 128->256, 256->512 at 32x32: 29 / 32, 106 / 111, 424 / 441); grouped ones not measured."""
+
+
 ROWS_1X1_MAX_FILL = {256: 0.6, 512: 0.5}
 """x86, by vector bits: 1x1 int8 convs on planes that fill at most this share of the GEMM's pixel vectors run
 transposed (output channels in lanes, pixels broadcast: no lane computes a missing pixel). Xeon Emerald Rapids,
@@ -203,6 +214,7 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         vector_registers=(32 if vector_bits == 512 else 16) if x86 else 32,
         panel_bytes=PANEL_512 if vector_bits == 512 else Tuning.panel_bytes,
         pack_min_row_blocks=PACK_MIN_ROW_BLOCKS_512 if x86 and vector_bits == 512 else Tuning.pack_min_row_blocks,
+        strided_im2col_max_vectors=STRIDED_IM2COL_MAX_VECTORS if x86 and vector_bits == 512 else 0,
         reserved_registers=1 if x86 else 2,
         masked_stores=triple.startswith("x86_64") and not cpu.startswith(MICROCODED_MASKED_STORES),
         int8_depthwise_lanes_max_width=(DW_LANES_MAX_WIDTH.get(vector_bits, 0) if x86 else 0),

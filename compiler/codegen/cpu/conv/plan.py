@@ -328,7 +328,8 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     P = tmp.OH * tmp.OW
     eff_direct, eff_im2col = tmp.OW / (tmp.vpr * vl), P / (math.ceil(P / vl) * vl)
     pieces = (tmp.OH + math.ceil(P / vl)) * tmp.T  # unrolled row-piece copies per channel
-    use_im2col = (eff_im2col - eff_direct >= 0.1 or aliased_1x1(target.tuning, tmp)) and pieces <= IM2COL_MAX_PIECES
+    use_im2col = (eff_im2col - eff_direct >= 0.1 or aliased_1x1(target.tuning, tmp) or strided_narrow(target.tuning, tmp)) \
+        and pieces <= IM2COL_MAX_PIECES
     method = "im2col" if use_im2col else "direct"
     tmp = ConvPlan(**base, method=method, mr=1, nv=1, copy=copy)
     if method == "direct" and tall_1x1(target.tuning, tmp):
@@ -368,6 +369,13 @@ def aliased_1x1(t: Tuning, p: ConvPlan) -> bool:
     (``tuning.ALIASED_1X1_MAX_K``)."""
     return (_plain_1x1(p) and 0 < p.Cg <= t.aliased_1x1_im2col_max_k and p.OCg >= ALIASED_MIN_OC
             and p.H * p.W * 4 % ALIAS_BYTES == 0)
+
+
+def strided_narrow(t: Tuning, p: ConvPlan) -> bool:
+    """An ungrouped strided conv of more than one tap whose output rows take at most
+    ``Tuning.strided_im2col_max_vectors`` vectors: im2col's packed panels, not direct's phase copy, even where
+    its rows fill their vectors (``tuning.STRIDED_IM2COL_MAX_VECTORS``)."""
+    return p.T > 1 and p.group == 1 and (p.sh > 1 or p.sw > 1) and p.vpr <= t.strided_im2col_max_vectors
 
 
 def _plain_1x1(p: ConvPlan) -> bool:
