@@ -1,6 +1,7 @@
 """Micro-benchmark: Cuvil's GEMM / Conv emitters against NumPy (OpenBLAS) and ONNX Runtime, one thread.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/micro_gemm_conv.py [--target host] [--repeat 7] [--only conv|gemm|gemv]
+    python benchmarks/micro_gemm_conv.py --conv 256,64,64,256,1,1,0 [--choice direct:9:3] [--set pack_min_row_blocks=12]
 
 Each kernel is compiled here (llvmlite.binding, O3) for the target (default: this host) and timed
 interleaved with ONNX Runtime (intra/inter op threads 1) and, for GEMM and 1x1 convs, numpy matmul.
@@ -12,6 +13,10 @@ reference of "one core's FP32 peak" in issue 12's goal (>= 80% on ResNet-class c
 rows are the ResNet-class convs beyond ResNet-18: ResNet-50's stride-2 3x3s (128x128 input) and
 ASPP's stride-2 trunk (``tests/archs.py``).
 
+``--conv C,H,W,OC,K,S,P[,D]``: one conv, every candidate the tuner may time for it (the first is the cost
+model's) and each ``--choice METHOD:MR:NV``, against ORT; ``--set FIELD=VALUE`` changes a tuning field first.
+The plan rules in ``compiler/tuning.py`` cite such runs.
+
 ``--only gemv``: the wide MLP's batch-1 layers (``tests/archs.py``: 1024 -> 2048 -> 1024), each on
 ``GEMV_MATRICES`` matrices in turn as in the model (together beyond L2), beside the bound such a layer
 has: reading the same bytes with nothing else to do (a vector-sum loop, one stream, as the GEMV's
@@ -22,23 +27,31 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import llvmlite.binding as llvm  # noqa: E402
 import numpy as np  # noqa: E402
 from llvmlite import ir  # noqa: E402
 
+from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, with_choices  # noqa: E402
 from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d  # noqa: E402
 from cuvil.compiler.codegen.cpu.gemm import emit_gemm  # noqa: E402
 from cuvil.compiler.codegen.cpu.conv.plan import conv_plan  # noqa: E402
 from cuvil.compiler.codegen.cpu.tiles import gemm_tile, pack_gemm_b  # noqa: E402
 from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights  # noqa: E402
+from cuvil.compiler.target import ConvChoice  # noqa: E402
+from cuvil.compiler.tuning import parse_override  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
 from cuvil.edge_runtime.autotune import interleaved_seconds  # noqa: E402
+from tests.hosts import describe_host  # noqa: E402
 
 # (name, N, C, H, W, OC, K, stride, pad, group, times in the model). "r18": the CIFAR ResNet-18 of
 # docs/performance.md (3x32x32, 1.11 GFLOP), every conv of it; "mbv2": MobileNetV2 3x96x96 samples.
@@ -152,38 +165,75 @@ def report(name, times, flops, extra=""):
     print(" | ".join(parts) + extra, flush=True)
 
 
-def bench_conv(target, spec, repeat, rng):
-    name, N, C, H, W, OC, K, s, p, g, _count = spec
-    strides, pads, dil = (s, s), (p, p, p, p), (1, 1)
-    plan = conv_plan(target, N, C, H, W, OC, K, K, strides, pads, dil, g)
-    m = ir.Module()
-    m.triple = target.triple
-    emit_conv2d(m, "conv", target, N, C, H, W, OC, K, K, strides, pads, dil, g, bias=True, activation="Relu")
-    f = jit(m, target, "conv")
+def conv_case(N, C, H, W, OC, K, s, p, g, rng, d=1):
+    """The inputs of one conv + ReLU, and ONNX Runtime's session of it: (X, W, bias, run ORT)."""
+    from onnx import helper
+
     X = aligned(rng.standard_normal((N, C, H, W)))
     Wt = (rng.standard_normal((OC, C // g, K, K)) / np.sqrt(C // g * K * K)).astype(np.float32)
     bias = aligned(rng.standard_normal(OC))
-    Wp = aligned(pack_conv_weights(Wt, target, (N, C, H, W), strides, pads, dil, g))
-    OH, OW = (H + 2 * p - K) // s + 1, (W + 2 * p - K) // s + 1
-    Y = aligned(np.zeros((N, OC, OH, OW)))
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[s, s], pads=[p] * 4, dilations=[d, d], group=g)
+    sess = ort_session([conv, helper.make_node("Relu", ["c"], ["y"])], {"w": Wt, "b": bias}, X.shape)
+    return X, Wt, bias, lambda: sess.run(None, {"x": X})[0]
+
+
+def conv_kernel(target, X, Wt, bias, K, s, p, g, d=1):
+    """Cuvil's kernel of that conv for ``target`` (its plan decides): (run it, its output, the plan)."""
+    N, C, H, W = X.shape
+    OC, geom = Wt.shape[0], ((s, s), (p,) * 4, (d, d), g)
+    plan = conv_plan(target, N, C, H, W, OC, K, K, *geom)
+    m = ir.Module()
+    m.triple = target.triple
+    emit_conv2d(m, "conv", target, N, C, H, W, OC, K, K, *geom, bias=True, activation="Relu")
+    f = jit(m, target, "conv")
+    Wp = aligned(pack_conv_weights(Wt, target, (N, C, H, W), *geom))
+    Y = aligned(np.zeros((N, OC, (H + 2 * p - d * (K - 1) - 1) // s + 1, (W + 2 * p - d * (K - 1) - 1) // s + 1)))
     scratch = aligned(np.zeros(max(16, plan.scratch_bytes // 4)))
     ptrs = [X.ctypes.data, Wp.ctypes.data, bias.ctypes.data, None, Y.ctypes.data, scratch.ctypes.data]
-    from onnx import helper
+    run = lambda: f(*ptrs)  # noqa: E731
+    run.keep = (f, Wp, Y, scratch)  # alive while timed
+    return run, Y, plan
 
-    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=list(strides), pads=list(pads), group=g)
-    sess = ort_session([conv, helper.make_node("Relu", ["c"], ["y"])], {"w": Wt, "b": bias}, X.shape)
-    feed = {"x": X}
-    fns = {"cuvil": lambda: f(*ptrs), "ort": lambda: sess.run(None, feed)}
+
+def bench_conv(target, spec, repeat, rng):
+    name, N, C, H, W, OC, K, s, p, g, _count = spec
+    X, Wt, bias, ort_run = conv_case(N, C, H, W, OC, K, s, p, g, rng)
+    run, Y, plan = conv_kernel(target, X, Wt, bias, K, s, p, g)
+    fns = {"cuvil": run, "ort": ort_run}
     if K == 1 and s == 1 and g == 1:
         X2, W2 = X.reshape(C, H * W), Wt.reshape(OC, C)
         fns["numpy"] = lambda: np.maximum(W2 @ X2 + bias[:, None], 0)
     A, B = rng.standard_normal((2, PEAK_N, PEAK_N), dtype=np.float32)
     fns["sgemm"] = lambda: A @ B
-    flops = 2.0 * N * OC * OH * OW * (C // g) * K * K
+    flops = 2.0 * N * OC * Y.shape[2] * Y.shape[3] * (C // g) * K * K
     times = timeit(fns, flops, repeat)
-    err = np.abs(Y - sess.run(None, feed)[0]).max()
+    run()
+    err = np.abs(Y - ort_run()).max()
     report(name, times, flops, f" | {plan.method} {plan.mr}x{plan.nv} err {err:.1e}")
     return times
+
+
+def bench_candidates(target, shape: str, extra: list[str], repeat: int, rng) -> None:
+    """``--conv C,H,W,OC,K,S,P[,D]``: each candidate the tuner may time for that conv (the first is the cost
+    model's), and each ``--choice METHOD:MR:NV``, in one interleaved run against ORT: what a plan rule measures."""
+    C, H, W, OC, K, s, p, d = (list(map(int, shape.split(","))) + [1])[:8]
+    geom = (1, C, H, W, OC, K, K, (s, s), (p,) * 4, (d, d), 1)
+    choices = list(conv_candidates(target, geom))
+    for text in extra:
+        method, mr, nv = text.split(":")
+        choices.append(ConvChoice(method, int(mr), int(nv), target.vector_floats))
+    X, Wt, bias, ort_run = conv_case(1, C, H, W, OC, K, s, p, 1, rng, d)
+    ref, fns = ort_run(), {"ort": ort_run}
+    for c in dict.fromkeys(choices):
+        run, Y, plan = conv_kernel(with_choices(target, {geom: c}), X, Wt, bias, K, s, p, 1, d)
+        run()
+        label = f"{plan.method} {plan.mr}x{plan.nv} ({plan.vl} lanes)"
+        fns[label] = run
+        print(f"{label}: max error against ORT {np.abs(Y - ref).max():.1e}", flush=True)
+    flops = 2.0 * OC * ref.shape[2] * ref.shape[3] * C * K * K
+    times = timeit(fns, flops, repeat, budget_s=1.5)
+    for label, t in times.items():
+        print(f"{label:28s} {t * 1e6:9.1f} us {flops / t / 1e9:6.1f} GF/s {t / times['ort']:5.2f}x ORT", flush=True)
 
 
 def bench_gemm(target, spec, repeat, rng):
@@ -278,10 +328,21 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--only", choices=["conv", "gemm", "gemv"], default=None)
     ap.add_argument("--filter", default="")
+    ap.add_argument("--conv", help="C,H,W,OC,K,S,P[,D]: one conv's candidates against ORT (see bench_candidates)")
+    ap.add_argument("--choice", action="append", default=[], help="with --conv: one more METHOD:MR:NV to time")
+    ap.add_argument("--set", action="append", default=[], help="FIELD=VALUE: a tuning field of the target changed")
     a = ap.parse_args()
     target = resolve_target(a.target)
-    print(f"target {target.name}: {target.cpu}, {target.vector_bits}-bit")
+    try:
+        fields = {k: v for text in a.set for k, v in parse_override(text).items()}
+    except ValueError as e:
+        raise SystemExit(f"micro_gemm_conv: {e}") from None
+    target = dataclasses.replace(target, tuning=target.tuning.replace(**fields))
+    print(f"{describe_host()}; target {target.name}: {target.cpu}, {target.vector_bits}-bit")
     rng = np.random.default_rng(0)
+    if a.conv:
+        bench_candidates(target, a.conv, a.choice, a.repeat, rng)
+        return
     if a.only in (None, "conv"):
         total: dict[str, float] = {}
         for spec in CONVS:
