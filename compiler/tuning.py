@@ -62,7 +62,7 @@ class Tuning:
     short_1x1_min_pixels: int = 900  # measured from 30x30 up
     short_1x1_rows: int = 4  # 4x6 at 512 bits (3x7: 0.93-1.0 of the wide tile's time where 4x6 took 0.92-0.95)
     aliased_1x1_im2col_max_k: int = 0  # 1x1 convs over at most this many input channels whose channel planes lie a multiple of 4 KiB apart take im2col's packed panels, not direct; 0: never. ALIASED_1X1_MAX_K
-    strided_im2col_max_vectors: int = 0  # ungrouped strided convs of more than one tap whose output rows take at most this many vectors go through im2col, not direct's phase copy; 0: never. STRIDED_IM2COL_MAX_VECTORS
+    strided_im2col_max_vectors: int = 0  # ungrouped strided convs of more than one tap whose output rows take at most this many vectors, the last partial, go through im2col, not direct's phase copy; 0: never. STRIDED_IM2COL_MAX_VECTORS
     dwstride2_widths: tuple[int, ...] = (256, 512)  # stride-2 3x3 depthwise read in place (conv/dwstride2.py; Zen 4)
     half_width_depthwise_max_ow: int = 24  # 512-bit targets: depthwise convs up to this output width use ymm
     half_width_pool_max_ow: int = 7  # 512-bit targets: f32 pools up to this output width use ymm, rows a zmm would leave under half full and scalar (Xeon, SqueezeNet's 3x3/2 max pool of 256x13x13: 43 -> 12 us; 13-wide rows no faster)
@@ -167,15 +167,14 @@ blocks read 0.97-1.03x: noise either way."""
 
 
 STRIDED_IM2COL_MAX_VECTORS = 1
-"""x86 512-bit: ungrouped strided convs of more than one tap whose output rows are one vector (up to 16 wide)
-take im2col, not direct's phase copy, where the cost model saw the same lane use. Xeon Emerald Rapids, 3x3
-stride-2 convs alone, us, direct at the cost model's tile / im2col (ORT), from 32x32: 16->64 56 / 47 (58), 32->32
-69 / 61 (74), 32->64 112 / 95 (96), 128->128 668 / 632 (604), 128->256 1,707 / 1,241 (1,105), 256->256 3,577 /
-3,066 (3,085); even at 64->128 275 / 279, slower at 64->64 149 / 158; from 28x28 64->128 252-259 / 218-225. At
-two vectors a row direct wins (64->64 from 64x64: 588 / 795), as do 1x1 stride-2 convs (64->128, 128->256,
-256->512 from 32x32: 29 / 32, 106 / 111, 424 / 441) and AVX2's 8-wide rows (64->128, 32->64, 128->256 from
-16x16: 126 / 133, 34 / 38, 646 / 644); grouped convs not measured. Direct's 14x2 tile is what loses: its 26x1
-and 6x4 candidates ran with im2col (32->64: 74 and 72 / 78), and the tuner times them where it runs."""
+"""x86 512-bit: ungrouped strided convs of more than one tap whose output rows are one partial vector (under 16
+wide) take im2col, not direct's phase copy, though the cost model's lane use differs by less than its 0.1. Xeon
+Emerald Rapids, ResNet-18-ImageNet's 3x3 stride-2 64->128 conv to 14x14, in the model (profiled, two runs each
+way): 248-257 us against direct's 338-410 (ORT 206-212); alone 218-304 against 252-291. Rows of one whole vector
+(16 wide) measured both ways by the host's stretch: in a slow one im2col ran 5-27% faster in 6 of 8 shapes
+(32->64 from 32x32 95 / 112 us), in a fast one direct 1-7% faster in 3 of 5 (32->64 66-67 / 71-72), so they keep
+direct. 1x1 stride-2 convs keep direct (64->128, 128->256, 256->512 from 32x32: 29 / 32, 106 / 111, 424 / 441);
+grouped convs not measured."""
 
 
 ROWS_1X1_MAX_FILL = {256: 0.6, 512: 0.5}

@@ -114,13 +114,14 @@ def test_1x1_convs_whose_planes_alias_in_l1_take_im2col_at_256_bits(c, h, w, met
 
 
 @pytest.mark.parametrize("c,h,oc,k,group,method", [
-    (32, 32, 64, 3, 1, "im2col"),  # 16-wide output rows, one zmm
-    (64, 28, 128, 3, 1, "im2col"),  # 14-wide rows
+    (64, 28, 128, 3, 1, "im2col"),  # 14-wide output rows: one partial zmm
+    (32, 30, 64, 3, 1, "im2col"),  # 15-wide
+    (32, 32, 64, 3, 1, "direct"),  # 16-wide: one whole zmm
     (64, 64, 64, 3, 1, "direct"),  # 32-wide rows: two vectors
-    (64, 32, 128, 1, 1, "direct"),  # one tap: no phase copy to spare
-    (64, 32, 64, 3, 4, "direct"),  # grouped: not measured
+    (64, 28, 128, 1, 1, "direct"),  # one tap: no phase copy to spare
+    (64, 28, 64, 3, 4, "direct"),  # grouped: not measured
 ])
-def test_strided_convs_with_one_vector_rows_take_im2col_at_512_bits(c, h, oc, k, group, method):
+def test_strided_convs_with_one_partial_vector_rows_take_im2col_at_512_bits(c, h, oc, k, group, method):
     geom = (1, c, h, h, oc, k, k, (2, 2), P1 if k == 3 else (0, 0, 0, 0), (1, 1), group)
     assert conv_plan(AVX512, *geom).method == method
     off = dataclasses.replace(AVX512, tuning=AVX512.tuning.replace(strided_im2col_max_vectors=0))

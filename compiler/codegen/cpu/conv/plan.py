@@ -373,9 +373,10 @@ def aliased_1x1(t: Tuning, p: ConvPlan) -> bool:
 
 def strided_narrow(t: Tuning, p: ConvPlan) -> bool:
     """An ungrouped strided conv of more than one tap whose output rows take at most
-    ``Tuning.strided_im2col_max_vectors`` vectors: im2col's packed panels, not direct's phase copy, even where
-    its rows fill their vectors (``tuning.STRIDED_IM2COL_MAX_VECTORS``)."""
-    return p.T > 1 and p.group == 1 and (p.sh > 1 or p.sw > 1) and p.vpr <= t.strided_im2col_max_vectors
+    ``Tuning.strided_im2col_max_vectors`` vectors, the last one partial: im2col's packed panels, not direct's
+    phase copy, even where its lanes are filled nearly as well (``tuning.STRIDED_IM2COL_MAX_VECTORS``)."""
+    return (p.T > 1 and p.group == 1 and (p.sh > 1 or p.sw > 1) and p.OW % p.vl != 0
+            and p.vpr <= t.strided_im2col_max_vectors)
 
 
 def _plain_1x1(p: ConvPlan) -> bool:
