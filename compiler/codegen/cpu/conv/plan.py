@@ -328,8 +328,8 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     P = tmp.OH * tmp.OW
     eff_direct, eff_im2col = tmp.OW / (tmp.vpr * vl), P / (math.ceil(P / vl) * vl)
     pieces = (tmp.OH + math.ceil(P / vl)) * tmp.T  # unrolled row-piece copies per channel
-    rule = aliased_1x1(target.tuning, tmp) or strided_narrow(target.tuning, tmp)
-    use_im2col = (eff_im2col - eff_direct >= 0.1 or rule) and pieces <= IM2COL_MAX_PIECES
+    measured_exception = aliased_1x1(target.tuning, tmp) or strided_narrow(target.tuning, tmp)  # the lane rule misjudges
+    use_im2col = (eff_im2col - eff_direct >= 0.1 or measured_exception) and pieces <= IM2COL_MAX_PIECES
     method = "im2col" if use_im2col else "direct"
     tmp = ConvPlan(**base, method=method, mr=1, nv=1, copy=copy)
     if method == "direct" and tall_1x1(target.tuning, tmp):
