@@ -176,6 +176,7 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int, threads: int 
            "arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound, "naive_bytes": plan.naive_bytes,
            "max_abs_err": max_err, "rss_runs": rss_runs, "rss_growth_kib": rss, "threads": threads,
            "split_layers": sess.lowered.split_nodes, "split_settled": sess.lowered.split_settled,
+           "split_workers": sess.lowered.workers,
            "split_reason": sess.lowered.split_reason,
            "tuned_layers": len(sess.lowered.target.conv_choices) + len(sess.lowered.target.conv_parts)}
     for key, xs in samples.items():
@@ -212,7 +213,8 @@ def table(results: list[dict]) -> str:
         head += ("threads", "split", "cuvil 1t p50 ms", "speed-up vs 1t", "p99/p50", "preempted", "p99/p50 unpreempted",
                  "1t p99/p50", "steady p99/p50 cuvil / 1t / ORT")
         for row, r in zip(rows, results):
-            row += [str(r["threads"]), f"{r['split_layers']}{'' if r['split_settled'] else ' (unsettled)'}",
+            row += [str(r["threads"]), f"{r['split_layers']}{'' if r['split_settled'] else ' (unsettled)'}"
+                    f"{'' if r['split_workers'] else ', workers off'}",
                     f"{r['cuvil_1t_median_ms']:.3f}",
                     f"{r['speedup_vs_1t']:.2f}", f"{r['p99_over_p50']:.2f}", f"{100 * r['cuvil_preempted_share']:.1f}%",
                     f"{r['p99_over_p50_unpreempted']:.2f}", f"{r['cuvil_1t_p99_ms'] / r['cuvil_1t_median_ms']:.2f}",

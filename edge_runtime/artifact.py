@@ -71,6 +71,7 @@ def _meta(lw: LoweredModel) -> dict:
         "kernel_count": lw.kernel_count, "node_count": lw.node_count,
         "profile_offset": lw.profile_offset, "profile_nodes": list(lw.profile_nodes), "fault_offset": lw.fault_offset,
         "split_nodes": lw.split_nodes, "split_settled": lw.split_settled, "split_reason": lw.split_reason,
+        "workers": lw.workers,
         "plan": {"batch": p.batch, "offsets": dict(p.offsets), "sizes": dict(p.sizes), "arena_bytes": p.arena_bytes,
                  "lower_bound": p.lower_bound, "naive_bytes": p.naive_bytes, "alignment": p.alignment,
                  "aliases": dict(p.aliases), "joined": {k: list(v) for k, v in p.joined.items()}},
@@ -89,7 +90,7 @@ def _lowered(meta: dict, target: Target) -> LoweredModel:
         node_count=int(meta["node_count"]), profile_offset=_offset(meta["profile_offset"]),
         profile_nodes=tuple(meta["profile_nodes"]), fault_offset=_offset(meta["fault_offset"]),
         split_nodes=_count(meta.get("split_nodes", 0)), split_settled=meta.get("split_settled", True) is not False,
-        split_reason=str(meta.get("split_reason", "")))
+        split_reason=str(meta.get("split_reason", "")), workers=meta.get("workers", True) is not False)
 
 
 def _check_layout(lw: LoweredModel) -> None:

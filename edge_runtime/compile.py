@@ -209,7 +209,7 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
         log.info("compiling again: the cores have room now for the split decision the entry left open (%s)",
                  art.lowered.split_reason)
         cache.weights(key, art)  # its check's thread ends before the new check times anything
-        confirm, art = art.lowered.split_nodes == 0, None
+        confirm, art = not (art.lowered.split_nodes and art.lowered.workers), None
     t1 = time.perf_counter()
     if art is not None:
         if request and (early is None or early.key != key):
@@ -265,11 +265,19 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
         lower_s, llvm_s = lower_s + more_s, llvm_s + time.perf_counter() - started - more_s
         session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
 
+    kept = False  # the split build kept with its workers off, not built again whole (split_check.keeps_built)
     while plan_index < len(plans) - 1:
         verdict = split_check.check(session, confirm=confirm)
         if verdict.split:
             break
-        plan_index = plan_index + 1 if verdict.measured else len(plans) - 1  # no free cores: straight to whole
+        following = plan_index + 1 if verdict.measured else len(plans) - 1  # no free cores: straight to whole
+        if following == len(plans) - 1 and split_check.keeps_built(verdict):
+            kept = True
+            session.set_workers(False)
+            verdict = dataclasses.replace(verdict, reason=f"{verdict.reason}; the split build kept, its parts run "
+                                                          "on the caller until its workers pay")
+            break
+        plan_index = following
         rebuild(plans[plan_index])  # measured: this split does not pay here
         if not lowered.split_nodes:
             break
@@ -289,8 +297,9 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     if verdict is not None and verdict.settled and settled is None and structure and tuner.report:
         record.settle(structure, tgt.threads, plan_index, tuner.report.sync_us or tgt.tuning.parallel_sync_us)
     if verdict is not None:
-        lowered = dataclasses.replace(lowered, split_settled=verdict.settled, split_reason=verdict.reason)
-        session.lowered = dataclasses.replace(session.lowered, split_settled=verdict.settled, split_reason=verdict.reason)
+        decided = dict(split_settled=verdict.settled, split_reason=verdict.reason, workers=not kept)
+        lowered = dataclasses.replace(lowered, **decided)
+        session.lowered = dataclasses.replace(session.lowered, **decided)
     if cache:
         cache.put_behind(key, lowered, objs, request)
     t4 = time.perf_counter()

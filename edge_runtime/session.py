@@ -157,7 +157,8 @@ class Session:
         self._placement = CallerPlacement(self.threads if threaded and lowered.target.tuning.pool_pin else 1)
         if threaded:
             self._start, self._join = _BOUND(code.start), _BOUND(code.stop)
-            self._start()
+            if lowered.workers:  # else its parts run here until the watch finds the workers pay
+                self._start()
             self._stop = weakref.finalize(self, _join, self._join, code, self._arena, self._weights)
             self._detach = _BOUND(code.detach)
             _THREADED.add(self)
@@ -184,7 +185,8 @@ class Session:
             return
         with self._lock:
             self._clock = clock
-            self._watch = WorkerWatch(tuning.worker_watch_s, tuning.worker_watch_runs, self._switch_workers, clock())
+            self._watch = WorkerWatch(tuning.worker_watch_s, tuning.worker_watch_runs, self._switch_workers, clock(),
+                                      workers=self.lowered.workers)
 
     def close(self) -> None:
         """Join the worker threads now (a later ``run`` runs every part on the calling thread)."""

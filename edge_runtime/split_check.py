@@ -10,7 +10,8 @@ by as much: ``MARGIN`` (15%) of a small model's run, what a wake-up and a few ha
 (``WAKE_S``) of a longer one's, and at least ``MIN_MARGIN`` (:func:`margin_for`). Else the model is built again split at the cheapest handoff (:func:`generous`) and
 checked the same way, and failing that with every layer whole, and at N threads it runs exactly the
 1-thread code with no workers: a small model never gets slower for having threads (measured on a
-2-core Zen 4: the small CNN with one layer split ran 0.89x its 1-thread speed). A split that saves
+2-core Zen 4: the small CNN with one layer split ran 0.89x its 1-thread speed). A longer run whose
+"whole" is unsettled keeps the split build instead, its workers off (:func:`keeps_built`). A split that saves
 under ``IDLE_BELOW_S`` a run back to back is also timed after idle gaps (:func:`after_idle`), as a
 device that runs the model now and then sees it: its workers sleep by then, and one that loses there
 is kept whole too. A tuned split that pays though it was made at a handoff dearer than the cheapest,
@@ -65,6 +66,7 @@ IDLE_BELOW_S = 0.0002  # a split saving less than this per run (median) is timed
 IDLE_GAP_S = 0.002  # idle before each such run: longer than any worker spins (``Tuning.pool_spin``), so it sleeps
 IDLE_RUNS = 7  # runs after idle, per side
 GOOD_SHARE = 0.8  # a split whose speedup reaches this share of its thread count is not checked against a cheaper one
+KEEP_SPLIT_S = 0.0003  # an unsettled "whole" on a serial run this long keeps its split build, workers off (keeps_built)
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,8 @@ class Verdict:
     the figures, for the entry; ``measured``: taken on free cores (a "whole" that is not is no reason
     to try a cheaper split now); ``saving_s``: what a split that pays saves a run back to back (seconds:
     the median serial run less the threaded one, the fastest where no medians were timed); ``speedup``:
-    the serial run over the threaded one, taken the same way (a split's, else 0)."""
+    the serial run over the threaded one, taken the same way (a split's, else 0); ``serial_s``: the
+    serial run, taken the same way."""
 
     split: bool
     settled: bool
@@ -99,6 +102,7 @@ class Verdict:
     measured: bool = True
     saving_s: float = 0.0
     speedup: float = 0.0
+    serial_s: float = 0.0  # the serial run timed (median where timed, else fastest): see keeps_built
 
 
 @dataclass(frozen=True)
@@ -144,30 +148,32 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = Fals
         basis += f"; medians {t_med * 1e3:.3f} and {s_med * 1e3:.3f} ms"
         typical = t_med < (1 - margin) * s_med
         disturbed = fastest_pays and t_med / threaded > (1 + margin) * s_med / serial
+    serial_s = medians[1] if medians is not None else serial
     if fastest_pays and typical and idle is not None and idle.threaded > idle.serial:
         settled = confirm or idle.threaded > (1 + margin) * idle.serial  # a clear loss is the wake-up's, not noise
         return Verdict(False, settled, f"whole{'' if settled else ', unsettled until a later check confirms it'}: "
                                        f"after {IDLE_GAP_S * 1e3:g} ms idle (the workers asleep) the threaded run "
                                        f"took {idle.threaded * 1e3:.3f} ms, the serial one {idle.serial * 1e3:.3f} "
-                                       f"(medians of {IDLE_RUNS}); back to back, {basis}")
+                                       f"(medians of {IDLE_RUNS}); back to back, {basis}", serial_s=serial_s)
     if fastest_pays and typical:
         t_run, s_run = medians if medians is not None else (threaded, serial)
         return Verdict(True, True, f"split: {basis}" + (f"; after {IDLE_GAP_S * 1e3:g} ms idle {idle.threaded * 1e3:.3f} "
                                                          f"and {idle.serial * 1e3:.3f} ms" if idle else ""),
-                       saving_s=s_run - t_run, speedup=s_run / t_run)
+                       saving_s=s_run - t_run, speedup=s_run / t_run, serial_s=serial_s)
     if disturbed:
         return Verdict(False, False, f"whole, unsettled: the fastest run saves {margin:.0%} or more, the median run "
                                      f"does not and the threaded runs spread wider than the serial ones; {basis}",
-                       measured=False)
+                       measured=False, serial_s=serial_s)
     if len(clean) >= CLEAN_ROUNDS and confirm:
-        return Verdict(False, True, f"whole: the workers save less than {margin:.0%} in a second check; {basis}")
+        return Verdict(False, True, f"whole: the workers save less than {margin:.0%} in a second check; {basis}",
+                       serial_s=serial_s)
     if len(clean) >= CLEAN_ROUNDS:
         return Verdict(False, False, f"whole, unsettled until a later check confirms it: the workers save less "
-                                     f"than {margin:.0%}; {basis}")
+                                     f"than {margin:.0%}; {basis}", serial_s=serial_s)
     waits = sorted(r.waited for r in rounds if not r.clean)
     busy = f" (in the others the threads waited {waits[0]:.0%}-{waits[-1]:.0%} of the time)" if waits else ""
     return Verdict(False, False, f"whole, unsettled: {len(clean)} of {len(rounds)} rounds had free cores for the "
-                                 f"workers{busy}; {basis}", measured=False)
+                                 f"workers{busy}; {basis}", measured=False, serial_s=serial_s)
 
 
 def cheaper_worth_trying(tuned: Verdict, threads: int) -> bool:
@@ -188,6 +194,17 @@ def cheaper_wins(tuned: Verdict, cheaper: Verdict) -> bool:
     4 us reading, split 17 layers and ran 1.10x ONNX Runtime at 2 threads; split at 1 us, 49 layers and
     0.81x (2026-12-06, same host, interleaved runs)."""
     return cheaper.split and tuned.split and cheaper.speedup * (1 + MIN_MARGIN) >= tuned.speedup
+
+
+def keeps_built(verdict: Verdict) -> bool:
+    """Whether a "whole" verdict keeps the split plan built, its workers off (every part run on the caller),
+    instead of building the model again with every layer whole: when the verdict is unsettled (a later
+    warm start checks again, :func:`recheck`, and the session's own watch meanwhile turns the workers on
+    where they come to pay, :mod:`.worker_watch`) and the serial run takes at least ``KEEP_SPLIT_S``. Its
+    parts then cost 1.4-1.7% over the whole plan (ShuffleNetV2 at 1.0-1.6 ms, MobileNetV3-ish at 0.9-1.0,
+    Xeon, interleaved), where the rebuild cost 0.7-1.0 s of a 2.6-4 s cold compile; on the small CNN's
+    0.03 ms run they cost 3% at the median, 18% at the fastest, and its rebuild little."""
+    return not verdict.split and not verdict.settled and verdict.serial_s >= KEEP_SPLIT_S
 
 
 def margin_for(serial_s: float) -> float:

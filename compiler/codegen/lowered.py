@@ -78,6 +78,8 @@ class LoweredModel:
     split_nodes: int = 0  # layers whose work is shared by the threads
     split_settled: bool = True  # False: the whole-model check kept it whole without free cores to time on
     split_reason: str = ""  # the whole-model check's verdict and figures (edge_runtime/split_check.py)
+    workers: bool = True  # False: a split build the check kept whole, unsettled; its parts run on the caller until
+    # the session's watch finds the workers pay (edge_runtime/split_check.py: keeps_built)
 
     @property
     def threads(self) -> int:
