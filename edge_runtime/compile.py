@@ -205,11 +205,14 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     art = cache.get(key, tgt, early) if cache else None
     clock.mark("key, entry parsed")
     confirm = False  # this compile re-takes a whole entry's decision: a second "whole" settles it
+    kept = False  # the entry is a split build kept with its workers off: checked again as it is, not compiled
     if art is not None and tune and split_check.recheck(art.lowered.split_settled, cache.age_s(key), tgt.threads):
-        log.info("compiling again: the cores have room now for the split decision the entry left open (%s)",
-                 art.lowered.split_reason)
-        cache.weights(key, art)  # its check's thread ends before the new check times anything
-        confirm, art = not (art.lowered.split_nodes and art.lowered.workers), None
+        kept = bool(art.lowered.split_nodes and not art.lowered.workers)
+        if not kept:
+            log.info("compiling again: the cores have room now for the split decision the entry left open (%s)",
+                     art.lowered.split_reason)
+            cache.weights(key, art)  # its check's thread ends before the new check times anything
+            confirm, art = art.lowered.split_nodes == 0, None
     t1 = time.perf_counter()
     if art is not None:
         if request and (early is None or early.key != key):
@@ -228,6 +231,8 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
             session = Session(art.lowered, code, stats, weights=weights, guard_pages=guard_pages, arena=arena)
             clock.mark("session")
             session.stats = dataclasses.replace(stats, steps=clock.steps())
+            if kept:
+                _check_kept(session, cache, key, art, weights, request)
             return session
     from . import autotune
     from .stream import Reuse
@@ -309,6 +314,21 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
                                  tune_ms=tuner.report.spent_s * 1e3 if tuner and tuner.report else 0.0,
                                  tuned_layers=len(tuner.report.choices) if tuner and tuner.report else 0)
     return session
+
+
+def _check_kept(session: Session, cache: CompileCache, key: str, art, weights, request: str | None) -> None:
+    """The whole-model check taken again on a kept split build (:func:`.split_check.keeps_built`), as loaded:
+    nothing compiled, where an entry built whole is compiled again to be checked. A settled verdict goes to
+    the entry (the split with its workers on, or settled "whole" with them off: the same code and bits
+    either way); an unsettled one leaves the entry as it is, checked again on a later warm start."""
+    verdict = split_check.check(session, confirm=True)
+    log.info("the kept split build checked again: %s", verdict.reason)
+    if verdict.settled:
+        decided = dict(split_settled=True, split_reason=f"{verdict.reason} (checked again on a warm start)",
+                       workers=verdict.split)
+        session.lowered = dataclasses.replace(session.lowered, **decided)
+        cache.put_behind(key, dataclasses.replace(art.lowered, weights=weights, **decided), list(art.objects), request)
+    session.set_workers(session.lowered.workers)
 
 
 def _build(graphs: list[Graph], tgt: Target, batch: int, optimize: bool, profile: bool, jobs: int,

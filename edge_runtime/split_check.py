@@ -26,7 +26,8 @@ while other work ran). The rounds go on until ``CLEAN_ROUNDS`` of them had free 
 (``EARLY_ROUNDS`` for a split that saves twice the margin) or ``MAX_ROUNDS`` ran; a "whole" without
 enough clean rounds is *unsettled*: the compile keeps the model whole (what runs faster now) but the
 cache entry says so, and a warm start a minute or more
-later with room on the cores compiles and checks again (:func:`recheck`). A "whole" on free cores is
+later with room on the cores compiles and checks again (:func:`recheck`; a kept split build is checked
+as it loads, nothing compiled). A "whole" on free cores is
 settled by a second such check only (one check read "whole" for a MobileNetV2 that four others split).
 The outcome is cached with the artifact, keyed by the exact CPU; a settled one also goes to the CPU's
 tuning record under the model's structure (:mod:`.tuning_record`), so the model's next versions build

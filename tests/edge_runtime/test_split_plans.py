@@ -136,19 +136,17 @@ def test_a_whole_verdict_on_free_cores_is_settled_by_a_second_check_on_a_later_w
         graph, monkeypatch, no_probe, tmp_path):
     asked = []
 
-    def whole(session, confirm=False):  # free cores, no gain: as a real check of a model that does not pay
+    def whole(session, confirm=False):  # free cores, no gain: as a real check of a short model that does not pay
         asked.append(confirm)
-        return split_check.decide([split_check.Round(1.0, 1.0)] * 3, confirm=confirm)
+        return split_check.decide([split_check.Round(1e-4, 1e-4)] * 3, confirm=confirm)
 
     monkeypatch.setattr(split_check, "check", whole)
     first = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
-    assert not first.lowered.split_settled and asked == [False]
-    assert first.lowered.split_nodes == 2 and not first.lowered.workers  # a 1 s serial run: kept, not rebuilt
+    assert first.lowered.split_nodes == 0 and not first.lowered.split_settled and asked == [False]
     monkeypatch.setattr(split_check, "RECHECK_AFTER_S", 0.0)
     monkeypatch.setattr(cpu_share, "room_for", lambda threads: True)
     second = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
     assert not second.stats.cache_hit and second.lowered.split_settled and asked[-1] is True
-    assert second.lowered.split_nodes == 0  # settled "whole": built whole
     third = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
     assert third.stats.cache_hit and third.lowered.split_settled and third.lowered.split_nodes == 0
     checks = len(asked)
@@ -202,6 +200,43 @@ def test_an_unsettled_whole_on_a_long_run_keeps_its_split_build_with_the_workers
     for s in (two, warm):
         s.close()
     assert _native_threads() == before
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_a_kept_split_build_is_checked_again_on_a_later_warm_start_as_it_is(
+        graph, feeds, monkeypatch, no_probe, tmp_path, split):
+    """An entry built whole is compiled again to be checked; a kept split build is timed as loaded, and
+    a settled verdict goes to its entry: workers on for a split that pays, off for a second "whole"."""
+    from cuvil.edge_runtime import compile as compile_mod
+
+    one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path / "one", tune=False, threads=1).run(feeds)
+    asked = []
+    unsettled = split_check.Verdict(False, False, "whole, unsettled (a test's verdict)", serial_s=1.0)
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: asked.append(confirm) or unsettled)
+    first = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    assert first.lowered.split_nodes == 2 and not first.lowered.workers and asked == [False]
+    first.close()
+    built, build = [], compile_mod._build
+    monkeypatch.setattr(compile_mod, "_build", lambda *a, **k: built.append(1) or build(*a, **k))
+    monkeypatch.setattr(split_check, "RECHECK_AFTER_S", 0.0)
+    monkeypatch.setattr(cpu_share, "room_for", lambda threads: True)
+    still = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)  # unsettled again: as it was
+    assert still.stats.cache_hit and not still.lowered.split_settled
+    assert asked == [False, True] and not still.lowered.workers
+    still.close()
+    before = _native_threads()
+    settled = verdict(split) if split else split_check.Verdict(False, True, "whole (a test's verdict)", serial_s=1.0)
+    monkeypatch.setattr(split_check, "check", lambda session, confirm=False: asked.append(confirm) or settled)
+    second = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    assert second.stats.cache_hit and not built and asked == [False, True, True]  # timed, nothing compiled
+    assert second.lowered.split_settled and second.lowered.workers is split and second.lowered.split_nodes == 2
+    assert _native_threads() == before + split
+    assert all(one[k].tobytes() == v.tobytes() for k, v in second.run(feeds).items())
+    second.close()
+    third = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)
+    assert third.stats.cache_hit and len(asked) == 3 and not built  # settled in the entry: never checked again
+    assert third.lowered.split_settled and third.lowered.workers is split and "warm start" in third.lowered.split_reason
+    third.close()
 
 
 def _refuse(*args, **kwargs):
