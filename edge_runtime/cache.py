@@ -12,6 +12,7 @@ a reader sees either no entry or a complete one.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -244,6 +245,12 @@ class CompileCache:
             return max(0.0, time.time() - os.stat(self.path(key)).st_mtime)
         except OSError:
             return 0.0
+
+    def touch(self, key: str) -> None:
+        """Restart the age of the entry under ``key`` (:meth:`age_s`): the decision it left open was just taken
+        again, to no end, and is taken again no sooner than a fresh entry's."""
+        with contextlib.suppress(OSError):
+            os.utime(self.path(key))
 
     def weights(self, key: str, entry: OpenedArtifact) -> np.ndarray | None:
         """``entry``'s weights once their check holds; None (logged: a miss) when it fails."""

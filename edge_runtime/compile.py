@@ -15,6 +15,8 @@ import sys
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from ..compiler.codegen.cpu.threads import check_threads
 from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.errors import CompileError
@@ -22,6 +24,7 @@ from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from ..devices.detect import HostFacts, cpu_identity, llvm_host_facts, resolve_target
 from . import heap, split_check
+from .artifact import OpenedArtifact
 from .cache import CompileCache, cache_key, graph_digest
 from .host_memo import host_target
 from .loader import Model
@@ -205,10 +208,10 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     art = cache.get(key, tgt, early) if cache else None
     clock.mark("key, entry parsed")
     confirm = False  # this compile re-takes a whole entry's decision: a second "whole" settles it
-    kept = False  # the entry is a split build kept with its workers off: checked again as it is, not compiled
+    as_loaded = False  # the entry is a split build kept with its workers off: checked again as it loads, not compiled
     if art is not None and tune and split_check.recheck(art.lowered.split_settled, cache.age_s(key), tgt.threads):
-        kept = bool(art.lowered.split_nodes and not art.lowered.workers)
-        if not kept:
+        as_loaded = bool(art.lowered.split_nodes and not art.lowered.workers)
+        if not as_loaded:
             log.info("compiling again: the cores have room now for the split decision the entry left open (%s)",
                      art.lowered.split_reason)
             cache.weights(key, art)  # its check's thread ends before the new check times anything
@@ -231,7 +234,7 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
             session = Session(art.lowered, code, stats, weights=weights, guard_pages=guard_pages, arena=arena)
             clock.mark("session")
             session.stats = dataclasses.replace(stats, steps=clock.steps())
-            if kept:
+            if as_loaded:
                 _check_kept(session, cache, key, art, weights, request)
             return session
     from . import autotune
@@ -316,11 +319,13 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     return session
 
 
-def _check_kept(session: Session, cache: CompileCache, key: str, art, weights, request: str | None) -> None:
+def _check_kept(session: Session, cache: CompileCache, key: str, art: OpenedArtifact, weights: np.ndarray,
+                request: str | None) -> None:
     """The whole-model check taken again on a kept split build (:func:`.split_check.keeps_built`), as loaded:
     nothing compiled, where an entry built whole is compiled again to be checked. A settled verdict goes to
     the entry (the split with its workers on, or settled "whole" with them off: the same code and bits
-    either way); an unsettled one leaves the entry as it is, checked again on a later warm start."""
+    either way); an unsettled one leaves the entry as it is, its age restarted (:func:`.split_check.recheck`:
+    at most one check a minute)."""
     verdict = split_check.check(session, confirm=True)
     log.info("the kept split build checked again: %s", verdict.reason)
     if verdict.settled:
@@ -328,6 +333,8 @@ def _check_kept(session: Session, cache: CompileCache, key: str, art, weights, r
                        workers=verdict.split)
         session.lowered = dataclasses.replace(session.lowered, **decided)
         cache.put_behind(key, dataclasses.replace(art.lowered, weights=weights, **decided), list(art.objects), request)
+    else:
+        cache.touch(key)
     session.set_workers(session.lowered.workers)
 
 

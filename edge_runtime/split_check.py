@@ -157,10 +157,10 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = Fals
                                        f"took {idle.threaded * 1e3:.3f} ms, the serial one {idle.serial * 1e3:.3f} "
                                        f"(medians of {IDLE_RUNS}); back to back, {basis}", serial_s=serial_s)
     if fastest_pays and typical:
-        t_run, s_run = medians if medians is not None else (threaded, serial)
+        t_run = medians[0] if medians is not None else threaded
         return Verdict(True, True, f"split: {basis}" + (f"; after {IDLE_GAP_S * 1e3:g} ms idle {idle.threaded * 1e3:.3f} "
                                                          f"and {idle.serial * 1e3:.3f} ms" if idle else ""),
-                       saving_s=s_run - t_run, speedup=s_run / t_run, serial_s=serial_s)
+                       saving_s=serial_s - t_run, speedup=serial_s / t_run, serial_s=serial_s)
     if disturbed:
         return Verdict(False, False, f"whole, unsettled: the fastest run saves {margin:.0%} or more, the median run "
                                      f"does not and the threaded runs spread wider than the serial ones; {basis}",

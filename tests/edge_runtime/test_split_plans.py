@@ -208,6 +208,7 @@ def test_a_kept_split_build_is_checked_again_on_a_later_warm_start_as_it_is(
     """An entry built whole is compiled again to be checked; a kept split build is timed as loaded, and
     a settled verdict goes to its entry: workers on for a split that pays, off for a second "whole"."""
     from cuvil.edge_runtime import compile as compile_mod
+    from cuvil.edge_runtime.cache import finish_writes
 
     one = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path / "one", tune=False, threads=1).run(feeds)
     asked = []
@@ -218,12 +219,18 @@ def test_a_kept_split_build_is_checked_again_on_a_later_warm_start_as_it_is(
     first.close()
     built, build = [], compile_mod._build
     monkeypatch.setattr(compile_mod, "_build", lambda *a, **k: built.append(1) or build(*a, **k))
-    monkeypatch.setattr(split_check, "RECHECK_AFTER_S", 0.0)
+    monkeypatch.setattr(split_check, "RECHECK_AFTER_S", 30.0)
     monkeypatch.setattr(cpu_share, "room_for", lambda threads: True)
+    finish_writes()
+    (entry,) = tmp_path.glob("*.cuvil-art")
+    os.utime(entry, (time.time() - 100, time.time() - 100))  # written 100 s ago
     still = compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2)  # unsettled again: as it was
     assert still.stats.cache_hit and not still.lowered.split_settled
     assert asked == [False, True] and not still.lowered.workers
     still.close()
+    assert compile_graph(graph, SPLIT_ALL, cache_dir=tmp_path, tune=True, threads=2).stats.cache_hit
+    assert len(asked) == 2  # its age restarted: not checked again within RECHECK_AFTER_S
+    monkeypatch.setattr(split_check, "RECHECK_AFTER_S", 0.0)
     before = _native_threads()
     settled = verdict(split) if split else split_check.Verdict(False, True, "whole (a test's verdict)", serial_s=1.0)
     monkeypatch.setattr(split_check, "check", lambda session, confirm=False: asked.append(confirm) or settled)
