@@ -10,7 +10,8 @@ bundle (no torch), so the numbers are what a device sees:
   the code generator's imports before the clock, then ``compile_model`` by the bundle's hash, which
   reads and checks the weights and keeps none of them once folded; wall time and CPU time (this
   process plus its LLVM helpers: on a loaded machine CPU time is the steadier figure), then 100
-  inferences;
+  inferences; ``builds``: the models it built, cold / again (each plan the split check tried next
+  adds one: where a slow cold compile's time went);
 - warm: the cache that cold run left, ``load(lazy=True)`` before the clock, then
   ``compile_model`` + the first result (median of ``--repeats`` processes; the bundle's weights
   are never read, the code generator never imported), then 100 inferences;
@@ -100,7 +101,8 @@ else:
     sess.run(feeds)
     out["start_ms"], out["start_cpu_ms"] = (time.perf_counter() - w0) * 1e3, (cpu_s() - c0) * 1e3
     s = sess.stats
-    out.update(hit=s.cache_hit, lower_ms=s.lower_ms, llvm_ms=s.llvm_ms, tune_ms=s.tune_ms, kernels=s.kernel_count,
+    out.update(hit=s.cache_hit, lower_ms=s.lower_ms, llvm_ms=s.llvm_ms, tune_ms=s.tune_ms, builds=s.builds,
+               kernels=s.kernel_count,
                nodes=s.node_count, steps=[*s.steps, ("first inference", (time.perf_counter() - r0) * 1e3,
                                                      (time.thread_time() - rc0) * 1e3)])
     run = lambda: sess.run(feeds)
@@ -200,7 +202,8 @@ def main() -> None:
     args = ap.parse_args()
     print(f"{describe_host()}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; "
           f"tuning {'off' if args.no_tune else 'on'}; {args.threads} thread(s)", flush=True)
-    print(f"{'model':18s} {'cold s':>7s} {'cpu s':>6s} {'lower':>6s} {'llvm':>6s} {'tune':>5s} {'kern/node':>9s} "
+    print(f"{'model':18s} {'cold s':>7s} {'cpu s':>6s} {'lower':>6s} {'llvm':>6s} {'tune':>5s} {'builds':>6s} "
+          f"{'kern/node':>9s} "
           f"{'again s':>7s} {'warm ms':>7s} {'cpu ms':>6s} | {'RSS MiB cold':>12s} {'helper':>6s} {'again':>5s} {'warm':>5s} "
           f"{'ORT':>5s} | verdict", flush=True)
     results = []
@@ -213,7 +216,8 @@ def main() -> None:
                 continue
         c, a = r["cold"], r["again"]
         print(f"{name:18s} {c['start_ms'] / 1e3:7.2f} {c['start_cpu_ms'] / 1e3:6.2f} {c['lower_ms'] / 1e3:6.2f} "
-              f"{c['llvm_ms'] / 1e3:6.2f} {c['tune_ms'] / 1e3:5.2f} {c['kernels']:4d}/{c['nodes']:<4d} "
+              f"{c['llvm_ms'] / 1e3:6.2f} {c['tune_ms'] / 1e3:5.2f} {c['builds']:>3d}/{a['builds']:<2d} "
+              f"{c['kernels']:4d}/{c['nodes']:<4d} "
               f"{a['start_ms'] / 1e3:7.2f} {r['warm_ms']:7.1f} {r['warm_cpu_ms']:6.1f} | {c['peak_rss_mib']:12.0f} "
               f"{c['helper_rss_mib']:6.0f} {a['peak_rss_mib']:5.0f} {r['warm_rss_mib']:5.0f} {r['ort']['peak_rss_mib']:5.0f} "
               f"| {verdict(r)}", flush=True)

@@ -250,6 +250,7 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     tuner = autotune.Retarget(record=record, structure=structure) if tune else None
     reuse = Reuse()  # a plan built again compiles only the modules it changed
     lowered, objs, lower_s = _build(graphs, tgt, batch, False, profile, jobs, tuner, spare.helpers, reuse)
+    builds = 1
     t2 = time.perf_counter()
     llvm_s = t2 - t1 - lower_s  # LLVM's share of each build: what is left after its lowering
     session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
@@ -264,7 +265,8 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
         """The session let go, then the model built as ``plan``: each plan is a whole model's packed weights
         and code, and a rebuild beside the one before peaked higher (ResNet-18 at 2 threads, the check
         forced to "whole": 262 against 205 MiB)."""
-        nonlocal session, lowered, objs, lower_s, llvm_s
+        nonlocal session, lowered, objs, lower_s, llvm_s, builds
+        builds += 1
         session.close()
         session = lowered = objs = None
         started = time.perf_counter()
@@ -315,7 +317,7 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
                                  cache_hit=False, kernel_count=lowered.kernel_count, node_count=lowered.node_count,
                                  object_bytes=sum(map(len, objs)), cache_ms=(t1 - t0) * 1e3,
                                  tune_ms=tuner.report.spent_s * 1e3 if tuner and tuner.report else 0.0,
-                                 tuned_layers=len(tuner.report.choices) if tuner and tuner.report else 0)
+                                 tuned_layers=len(tuner.report.choices) if tuner and tuner.report else 0, builds=builds)
     return session
 
 

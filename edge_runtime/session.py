@@ -50,6 +50,7 @@ class CompileStats:
     cache_ms: float = 0.0  # computing the key and reading (and checking) the cache entry
     tune_ms: float = 0.0  # on-device autotuning (part of lower_ms)
     tuned_layers: int = 0  # conv layers whose measured choice replaced the cost model's
+    builds: int = 0  # models lowered and compiled (0: a cache hit; each plan the split check tried next adds one)
     steps: tuple[tuple[str, float, float], ...] = ()  # a cache hit's steps: (name, wall ms, this thread's CPU ms)
 
 
