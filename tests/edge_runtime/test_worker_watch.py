@@ -21,11 +21,11 @@ SPLIT_ALL = dataclasses.replace(AVX2, threads=2, tuning=AVX2.tuning.replace(para
 class _Runs:
     """Feeds a watch runs whose time depends on the way the session runs at that moment."""
 
-    def __init__(self, on_s: float, off_s: float, interval: float = 10.0, runs: int = 4):
+    def __init__(self, on_s: float, off_s: float, interval: float = 10.0, runs: int = 4, workers: bool = True):
         self.calls: list[bool] = []
         self.on_s, self.off_s, self.t = on_s, off_s, 0.0
-        self.watch = WorkerWatch(interval, runs, self._set, now=0.0)
-        self.running = True
+        self.watch = WorkerWatch(interval, runs, self._set, now=0.0, workers=workers)
+        self.running = workers
 
     def _set(self, workers: bool) -> None:
         self.calls.append(workers)
@@ -55,6 +55,17 @@ def test_workers_that_lose_are_joined_and_started_again_when_they_win():
     runs.on_s = 0.5  # the cores moved closer: workers win now
     runs.run(20)  # the next trial: with workers, without, then with them for good
     assert runs.calls == [False, True, False, True] and runs.watch.workers and runs.running
+
+
+@pytest.mark.parametrize("on_s, calls", [(0.5, [True, False, True]), (2.0, [True, False])])
+def test_a_session_that_starts_with_its_workers_off_tries_them_at_its_first_trial(on_s, calls):
+    """A split build the compile kept whole (``LoweredModel.workers`` off) runs its parts on the caller;
+    its first trial starts the workers, and they stay on only when they win."""
+    runs = _Runs(on_s=on_s, off_s=1.0, interval=10.0, runs=4, workers=False)
+    runs.run(10)  # ends at 10 s: the trial starts with the workers on
+    assert runs.calls == [True]
+    runs.run(10)  # 1 settling + 4 timed each way
+    assert runs.calls == calls and runs.watch.workers is (on_s < 1.0) and runs.running is (on_s < 1.0)
 
 
 def test_the_first_run_of_each_way_does_not_count():
