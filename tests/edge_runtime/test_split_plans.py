@@ -67,8 +67,9 @@ def test_a_split_at_a_dear_handoff_that_does_not_pay_is_tried_at_the_cheapest(gr
 def test_a_paying_split_at_a_dear_handoff_is_checked_against_the_split_at_the_cheapest(
         feeds, monkeypatch, no_probe, tmp_path, speedups, sync_us, split_nodes, builds):
     """The probe read 4 us: the first conv (663k multiply-adds) stays whole there and splits at 1 us. Both
-    plans pay; the one that ran faster against its own serial run is kept (the tuned one rebuilt), settled in
-    the CPU's record for the structure's next versions."""
+    plans pay; the one that ran faster against its own serial run is kept (the tuned one taken back: its code
+    from its first build, its weights packed again, no third build), settled in the CPU's record for the
+    structure's next versions."""
     from cuvil.edge_runtime import compile as compile_mod, pool_probe
 
     monkeypatch.setattr(pool_probe, "handoff_us", lambda target, llvm=None: 4.0)
@@ -77,7 +78,8 @@ def test_a_paying_split_at_a_dear_handoff_is_checked_against_the_split_at_the_ch
     monkeypatch.setattr(compile_mod, "_build", lambda *a, **k: built.append(1) or build(*a, **k))
     channels = ((8, 64), (64, 32))
     two = compile_graph(_convs(1, channels), AVX2, cache_dir=tmp_path, tune=True, threads=2)
-    assert len(built) == builds and (next(said, None) is None) is (builds > 1)  # 1.7x at 2 threads: good enough
+    assert two.stats.builds == builds and (next(said, None) is None) is (builds > 1)  # 1.7x at 2 threads: good enough
+    assert len(built) == min(builds, 2)  # the tuned split taken back is not built a third time
     assert two.lowered.split_nodes == split_nodes and two.lowered.target.tuning.parallel_sync_us == sync_us
     assert two.lowered.split_settled and (f"{speedups[1]:.2f}x" in two.lowered.split_reason) is (builds > 1)
     one = compile_graph(_convs(1, channels), AVX2, cache_dir=tmp_path, tune=False, threads=1).run(feeds)
@@ -154,6 +156,27 @@ def test_a_whole_verdict_on_free_cores_is_settled_by_a_second_check_on_a_later_w
     assert len(asked) == checks  # settled: never checked again
     for s in (first, second, third):
         s.close()
+
+
+def test_weights_packed_again_are_taken_only_when_they_come_out_as_the_build_befores(graph):
+    """The tuned split taken back after the cheaper one lost keeps its first build's code; its weights are
+    packed again without kernel IR, and used only when they match what that build packed."""
+    import dataclasses
+
+    import numpy as np
+
+    from cuvil.compiler.codegen.lower import lower
+    from cuvil.edge_runtime.compile import _repacked, _weights_digest
+
+    plan = dataclasses.replace(SPLIT_ALL, threads=2)
+    built = lower(graph, plan)
+    stripped = dataclasses.replace(built, weights=b"")
+    again = _repacked((stripped, [], _weights_digest(built.weights)), graph, plan, plan, 1, True, False)
+    assert again is not None and again.plan == built.plan and again.entry == built.entry
+    assert np.asarray(again.weights).tobytes() == np.asarray(built.weights).tobytes()
+    other = np.asarray(built.weights).copy().reshape(-1).view(np.uint8)
+    other[0] ^= 1  # a block packed otherwise: its digest differs
+    assert _repacked((stripped, [], _weights_digest(other)), graph, plan, plan, 1, True, False) is None
 
 
 def _native_threads() -> int:
