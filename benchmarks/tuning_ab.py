@@ -5,10 +5,13 @@ process compare (the host's speed moves by up to 2x within minutes). Each ``--se
 ``FIELD=VALUE`` pairs separated by spaces, each checked as a profile's ``[tuning]`` table is; the
 profile's own tuning is always timed too. Compiles untuned (the cost model decides), so a variant changes only what
 its fields decide. ``--model``: a zoo or ``tests/archs.py`` model, or ``CxH`` for one 3x3 conv of C
-channels on an HxH image (padding 1, ReLU).
+channels on an HxH image (padding 1, ReLU). ``--joined`` (with ``--threads N``): each variant's split
+build with its workers joined, every part on the caller, against the model built for one thread (first):
+what a split build kept with its workers off costs (``split_check.keeps_built``).
 
     python benchmarks/tuning_ab.py --model unet --set 'winograd_block_bytes=4194304 winograd_block_weight_ratio=0.0'
         [--threads 2] [--rounds 25] [--target x86-avx2]
+    python benchmarks/tuning_ab.py --model shufflenet_v2 --threads 2 --joined --set parallel_sync_us=1
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--target", default="host")
+    ap.add_argument("--joined", action="store_true", help="time the split builds joined, against the 1-thread build")
     args = ap.parse_args()
     module, example = build(args.model)
     graph = import_onnx(export_onnx(module, example))
@@ -72,6 +76,12 @@ def main() -> None:
         target = dataclasses.replace(base, tuning=base.tuning.replace(**fields))
         sessions[text or "profile's own"] = compile_graph(graph, target=target, cache_dir=tempfile.mkdtemp(),
                                                           tune=False, threads=args.threads)
+    if args.joined and args.threads > 1:  # each variant's split build joined, against the 1-thread build first
+        joined = {f"{k}: {s.lowered.split_nodes} layers split, workers joined": s for k, s in sessions.items()}
+        sessions = {"profile's own": compile_graph(graph, target=base, cache_dir=tempfile.mkdtemp(), tune=False,
+                                                   threads=1), **joined}
+        for s in joined.values():
+            s.set_workers(False)
     medians = {k: [] for k in sessions}
     for _ in range(args.rounds):
         for k, s in sessions.items():
