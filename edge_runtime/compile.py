@@ -9,7 +9,6 @@ never loads them (~100 modules, ~7 MB).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
 import sys
@@ -30,6 +29,7 @@ from .cache import CompileCache, cache_key, graph_digest
 from .host_memo import host_target
 from .loader import Model
 from .objload import LoadedCode, UnsupportedObjectError, load_object
+from .plan_search import Builds, repacked, search
 from .prelink import Prelinked, load_prelinked
 from .session import CompileStats, Session, StepClock, new_arena
 from .tuning_record import TuningRecord, scope as tuning_scope, structure_digest
@@ -251,67 +251,23 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     tuner = autotune.Retarget(record=record, structure=structure) if tune else None
     reuse = Reuse()  # a plan built again compiles only the modules it changed
     lowered, objs, lower_s = _build(graphs, tgt, batch, False, profile, jobs, tuner, spare.helpers, reuse)
-    builds = 1
-    t2 = time.perf_counter()
-    llvm_s = t2 - t1 - lower_s  # LLVM's share of each build: what is left after its lowering
-    session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
+    builds = Builds(lowered, objs, lower_s, time.perf_counter() - t1 - lower_s,  # LLVM: what is left after lowering
+                    build=lambda plan: _build([graph_of()], tgt, batch, optimize, profile, jobs, lambda g, t: plan,
+                                              reuse=reuse),
+                    repack=lambda plan, before: repacked(before, graph_of(), tgt, plan, batch, optimize, profile),
+                    load=lambda lw, objs: Session(lw, load_code(objs, lw.entry, tgt), None, guard_pages=guard_pages))
     settled = tuner.settled if tuner else None
     plans = split_check.plans(lowered.target) if tuner and lowered.split_nodes and settled is None else ()
-    verdict, plan_index = None, 0
+    del lowered, objs  # the builds' own from here: a rebuild lets them go
     if settled is not None:
-        verdict = split_check.Verdict(bool(lowered.split_nodes), True, "as this CPU's tuning record settled it for "
-                                      f"this model's structure (plan {settled[0]}, handoff {settled[1]:g} us)")
-
-    def rebuild(plan: Target, before: tuple[LoweredModel, list[bytes], bytes] | None = None) -> None:
-        """The session let go, then the model built as ``plan``: each plan is a whole model's packed weights
-        and code, and a rebuild beside the one before peaked higher (ResNet-18 at 2 threads, the check
-        forced to "whole": 262 against 205 MiB). ``before``: this plan as this compile built it already (its
-        lowered model without weights, objects, :func:`_weights_digest`): only its weights are packed again."""
-        nonlocal session, lowered, objs, lower_s, llvm_s, builds
-        builds += 1
-        session.close()
-        session = lowered = objs = None
-        started = time.perf_counter()
-        if before is not None and (lowered := _repacked(before, graph_of(), tgt, plan, batch, optimize, profile)):
-            objs, more_s = before[1], time.perf_counter() - started
-        else:
-            lowered, objs, more_s = _build([graph_of()], tgt, batch, optimize, profile, jobs, lambda g, t, f=plan: f,
-                                           reuse=reuse)
-        lower_s, llvm_s = lower_s + more_s, llvm_s + time.perf_counter() - started - more_s
-        session = Session(lowered, load_code(objs, lowered.entry, tgt), None, guard_pages=guard_pages)
-
-    kept = False  # the split build kept with its workers off, not built again whole (split_check.keeps_built)
-    while plan_index < len(plans) - 1:
-        verdict = split_check.check(session, confirm=confirm)
-        if verdict.split:
-            break
-        following = plan_index + 1 if verdict.measured else len(plans) - 1  # no free cores: straight to whole
-        if following == len(plans) - 1 and split_check.keeps_built(verdict):
-            kept = True
-            session.set_workers(False)
-            verdict = dataclasses.replace(verdict, reason=f"{verdict.reason}; the split build kept, its parts run "
-                                                          "on the caller until its workers pay")
-            break
-        plan_index = following
-        rebuild(plans[plan_index])  # measured: this split does not pay here
-        if not lowered.split_nodes:
-            break
-    if verdict is not None and plan_index == 0 and len(plans) == 3 and tuner.cheaper_differs and \
-            split_check.cheaper_worth_trying(verdict, tgt.threads):
-        tuned = verdict  # it paid, at the handoff the probe read; the split at the cheapest may pay more
-        first = (dataclasses.replace(lowered, weights=b""), objs, _weights_digest(lowered.weights))
-        rebuild(plans[1])
-        verdict = split_check.check(session)
-        if split_check.cheaper_wins(tuned, verdict):
-            plan_index = 1
-            verdict = dataclasses.replace(verdict, reason=f"{verdict.reason} (at the cheapest handoff, "
-                                                          f"{verdict.speedup:.2f}x; the tuned split {tuned.speedup:.2f}x)")
-        else:
-            rebuild(plans[0], first)
-            verdict = dataclasses.replace(tuned, reason=f"{tuned.reason} (the split at the cheapest handoff: "
-                                                        f"{verdict.speedup:.2f}x against {tuned.speedup:.2f}x)")
+        verdict, plan_index, kept = split_check.Verdict(
+            bool(builds.lowered.split_nodes), True, "as this CPU's tuning record settled it for this model's "
+            f"structure (plan {settled[0]}, handoff {settled[1]:g} us)"), 0, False
+    else:
+        verdict, plan_index, kept = search(builds, plans, confirm, bool(tuner and tuner.cheaper_differs), tgt.threads)
     if verdict is not None and verdict.settled and settled is None and structure and tuner.report:
         record.settle(structure, tgt.threads, plan_index, tuner.report.sync_us or tgt.tuning.parallel_sync_us)
+    lowered, objs, session = builds.lowered, builds.objs, builds.session
     if verdict is not None:
         decided = dict(split_settled=verdict.settled, split_reason=verdict.reason, workers=not kept)
         lowered = dataclasses.replace(lowered, **decided)
@@ -319,33 +275,14 @@ def _compile_spared(spare: _Spare, graph_of: Callable[[], Graph], target: str | 
     if cache:
         cache.put_behind(key, lowered, objs, request)
     t4 = time.perf_counter()
+    lower_s, llvm_s = builds.lower_s, builds.llvm_s
     session.stats = CompileStats(lower_ms=lower_s * 1e3, llvm_ms=llvm_s * 1e3, load_ms=(t4 - t1 - lower_s - llvm_s) * 1e3,
                                  cache_hit=False, kernel_count=lowered.kernel_count, node_count=lowered.node_count,
                                  object_bytes=sum(map(len, objs)), cache_ms=(t1 - t0) * 1e3,
                                  tune_ms=tuner.report.spent_s * 1e3 if tuner and tuner.report else 0.0,
-                                 tuned_layers=len(tuner.report.choices) if tuner and tuner.report else 0, builds=builds)
+                                 tuned_layers=len(tuner.report.choices) if tuner and tuner.report else 0,
+                                 builds=builds.count)
     return session
-
-
-def _repacked(before: tuple[LoweredModel, list[bytes], bytes], graph: Graph, tgt: Target, plan: Target, batch: int,
-              optimize: bool, profile: bool) -> LoweredModel | None:
-    """``before`` with its weights packed again (``lower(emit=False)``: no kernel IR, no LLVM; ResNet-18's
-    0.12-0.14 s against a build's ~1 s here), or None where they do not come out as that build's were."""
-    from ..compiler.codegen.lower import lower
-
-    stripped, _, digest = before
-    again = lower(graph, tgt, batch, optimize=optimize, profile=profile, emit=False, retarget=lambda g, t: plan)
-    if again.plan != stripped.plan or _weights_digest(again.weights) != digest:
-        log.warning("the weights packed again differ from the build before's: the model is built again")
-        return None
-    return dataclasses.replace(stripped, weights=again.weights)
-
-
-def _weights_digest(weights: np.ndarray) -> bytes:
-    """Length and every 251st byte of a packed weights block, hashed: tells a block packed again from the
-    one packed before in well under a millisecond (ResNet-18: 228 KB of its 57 MB)."""
-    block = np.asarray(weights).reshape(-1).view(np.uint8)
-    return hashlib.blake2b(np.ascontiguousarray(block[::251]).tobytes() + len(block).to_bytes(8, "little")).digest()
 
 
 def _check_kept(session: Session, cache: CompileCache, key: str, art: OpenedArtifact, weights: np.ndarray,

@@ -1,6 +1,6 @@
 """The whole-model check keeps a compile's split only when the workers make the model faster;
 otherwise the model is rebuilt whole and runs the 1-thread code, with no workers at all. Its verdicts,
-rounds and margins here; which plan a compile then keeps: ``test_split_plans.py``."""
+rounds and margins here; which plan a compile then keeps: ``test_plan_search.py``."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Compiled for a named profile (x86-avx2 runs on every build host) with ``parallel_sync_ratio`` at 0,
 so every packed convolution is split, small layers included: the strongest test of the split. Untuned
-(``tune=False``): the compile-time check that keeps a split only where it pays (``test_split_check``, ``test_split_plans``)
+(``tune=False``): the compile-time check that keeps a split only where it pays (``test_split_check``, ``test_plan_search``)
 would undo it on a busy test machine.
 """
 

@@ -166,17 +166,17 @@ def test_weights_packed_again_are_taken_only_when_they_come_out_as_the_build_bef
     import numpy as np
 
     from cuvil.compiler.codegen.lower import lower
-    from cuvil.edge_runtime.compile import _repacked, _weights_digest
+    from cuvil.edge_runtime.plan_search import repacked, weights_digest
 
     plan = dataclasses.replace(SPLIT_ALL, threads=2)
     built = lower(graph, plan)
     stripped = dataclasses.replace(built, weights=b"")
-    again = _repacked((stripped, [], _weights_digest(built.weights)), graph, plan, plan, 1, True, False)
+    again = repacked((stripped, [], weights_digest(built.weights)), graph, plan, plan, 1, True, False)
     assert again is not None and again.plan == built.plan and again.entry == built.entry
     assert np.asarray(again.weights).tobytes() == np.asarray(built.weights).tobytes()
     other = np.asarray(built.weights).copy().reshape(-1).view(np.uint8)
     other[0] ^= 1  # a block packed otherwise: its digest differs
-    assert _repacked((stripped, [], _weights_digest(other)), graph, plan, plan, 1, True, False) is None
+    assert repacked((stripped, [], weights_digest(other)), graph, plan, plan, 1, True, False) is None
 
 
 def _native_threads() -> int:
