@@ -48,7 +48,7 @@ from cuvil.compiler.codegen.cpu.conv.plan import conv_plan  # noqa: E402
 from cuvil.compiler.codegen.cpu.tiles import gemm_tile, pack_gemm_b  # noqa: E402
 from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights  # noqa: E402
 from cuvil.compiler.target import ConvChoice  # noqa: E402
-from cuvil.compiler.tuning import parse_override  # noqa: E402
+from cuvil.compiler.tuning import parse_overrides  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
 from cuvil.edge_runtime.autotune import interleaved_seconds  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
@@ -334,7 +334,7 @@ def main() -> None:
     a = ap.parse_args()
     target = resolve_target(a.target)
     try:
-        fields = {k: v for text in a.set for k, v in parse_override(text).items()}
+        fields = parse_overrides(a.set)
     except ValueError as e:
         raise SystemExit(f"micro_gemm_conv: {e}") from None
     target = dataclasses.replace(target, tuning=target.tuning.replace(**fields))

@@ -37,7 +37,7 @@ from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
 from tests.archs import ARCHS, UNSUPPORTED  # noqa: E402
 from tests.zoo import ZOO  # noqa: E402
-from tuning_ab import settings  # noqa: E402  (this folder is on sys.path)
+from cuvil.compiler.tuning import parse_overrides  # noqa: E402
 
 
 def how_split(graph, target) -> dict[str, str]:
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--set", default="", help="tuning fields for every column: 'FIELD=VALUE [FIELD=VALUE ...]'")
     args = ap.parse_args()
     try:
-        fields = settings(args.set)
+        fields = parse_overrides(args.set.split())
     except ValueError as e:
         raise SystemExit(f"thread_layers: {e}") from None
     torch.manual_seed(0)

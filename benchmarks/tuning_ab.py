@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from cuvil.compiler.frontends.onnx import import_onnx  # noqa: E402
-from cuvil.compiler.tuning import parse_override  # noqa: E402
+from cuvil.compiler.tuning import parse_overrides  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
@@ -43,14 +43,6 @@ def build(name: str):
         c, h = (int(v) for v in name.split("x"))
         return torch.nn.Sequential(torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.ReLU()).eval(), (torch.randn(1, c, h, h),)
     return build_model(name)
-
-
-def settings(text: str) -> dict:
-    """``FIELD=VALUE FIELD=VALUE`` -> {field: value}, each checked as a profile's ``[tuning]`` would be."""
-    out = {}
-    for part in text.split():
-        out.update(parse_override(part))
-    return out
 
 
 def main() -> None:
@@ -69,7 +61,7 @@ def main() -> None:
     print(f"{describe_host()}; target {base.name}; {args.threads} thread(s)", flush=True)
     sessions = {}
     try:
-        variants = {text: settings(text) for text in ["", *args.set]}
+        variants = {text: parse_overrides(text.split()) for text in ["", *args.set]}
     except ValueError as e:
         raise SystemExit(f"tuning_ab: {e}") from None
     for text, fields in variants.items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -266,3 +266,8 @@ def parse_override(text: str) -> dict[str, Any]:
     except (ValueError, SyntaxError):
         raise ValueError(f"tuning field {field!r}: {value!r} is not a Python literal") from None
     return check_overrides({field.strip(): parsed})
+
+
+def parse_overrides(texts: Iterable[str]) -> dict[str, Any]:
+    """Several ``FIELD=VALUE`` of a command line, each as :func:`parse_override` (a later one of a field wins)."""
+    return {k: v for text in texts for k, v in parse_override(text).items()}

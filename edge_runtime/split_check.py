@@ -150,31 +150,34 @@ def decide(rounds: Sequence[Round], margin: float = MARGIN, confirm: bool = Fals
         typical = t_med < (1 - margin) * s_med
         disturbed = fastest_pays and t_med / threaded > (1 + margin) * s_med / serial
     serial_s = medians[1] if medians is not None else serial
+
+    def verdict(split: bool, settled: bool, reason: str, **more) -> Verdict:  # every verdict carries the serial run
+        return Verdict(split, settled, reason, serial_s=serial_s, **more)
+
     if fastest_pays and typical and idle is not None and idle.threaded > idle.serial:
         settled = confirm or idle.threaded > (1 + margin) * idle.serial  # a clear loss is the wake-up's, not noise
-        return Verdict(False, settled, f"whole{'' if settled else ', unsettled until a later check confirms it'}: "
+        return verdict(False, settled, f"whole{'' if settled else ', unsettled until a later check confirms it'}: "
                                        f"after {IDLE_GAP_S * 1e3:g} ms idle (the workers asleep) the threaded run "
                                        f"took {idle.threaded * 1e3:.3f} ms, the serial one {idle.serial * 1e3:.3f} "
-                                       f"(medians of {IDLE_RUNS}); back to back, {basis}", serial_s=serial_s)
+                                       f"(medians of {IDLE_RUNS}); back to back, {basis}")
     if fastest_pays and typical:
         t_run = medians[0] if medians is not None else threaded
-        return Verdict(True, True, f"split: {basis}" + (f"; after {IDLE_GAP_S * 1e3:g} ms idle {idle.threaded * 1e3:.3f} "
+        return verdict(True, True, f"split: {basis}" + (f"; after {IDLE_GAP_S * 1e3:g} ms idle {idle.threaded * 1e3:.3f} "
                                                          f"and {idle.serial * 1e3:.3f} ms" if idle else ""),
-                       saving_s=serial_s - t_run, speedup=serial_s / t_run, serial_s=serial_s)
+                       saving_s=serial_s - t_run, speedup=serial_s / t_run)
     if disturbed:
-        return Verdict(False, False, f"whole, unsettled: the fastest run saves {margin:.0%} or more, the median run "
+        return verdict(False, False, f"whole, unsettled: the fastest run saves {margin:.0%} or more, the median run "
                                      f"does not and the threaded runs spread wider than the serial ones; {basis}",
-                       measured=False, serial_s=serial_s)
+                       measured=False)
     if len(clean) >= CLEAN_ROUNDS and confirm:
-        return Verdict(False, True, f"whole: the workers save less than {margin:.0%} in a second check; {basis}",
-                       serial_s=serial_s)
+        return verdict(False, True, f"whole: the workers save less than {margin:.0%} in a second check; {basis}")
     if len(clean) >= CLEAN_ROUNDS:
-        return Verdict(False, False, f"whole, unsettled until a later check confirms it: the workers save less "
-                                     f"than {margin:.0%}; {basis}", serial_s=serial_s)
+        return verdict(False, False, f"whole, unsettled until a later check confirms it: the workers save less "
+                                     f"than {margin:.0%}; {basis}")
     waits = sorted(r.waited for r in rounds if not r.clean)
     busy = f" (in the others the threads waited {waits[0]:.0%}-{waits[-1]:.0%} of the time)" if waits else ""
-    return Verdict(False, False, f"whole, unsettled: {len(clean)} of {len(rounds)} rounds had free cores for the "
-                                 f"workers{busy}; {basis}", measured=False, serial_s=serial_s)
+    return verdict(False, False, f"whole, unsettled: {len(clean)} of {len(rounds)} rounds had free cores for the "
+                                 f"workers{busy}; {basis}", measured=False)
 
 
 def cheaper_worth_trying(tuned: Verdict, threads: int) -> bool:

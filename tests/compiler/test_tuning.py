@@ -10,7 +10,7 @@ import pytest
 from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
 from cuvil.compiler.codegen.cpu.tiles import choose_tile
 from cuvil.compiler.target import Target
-from cuvil.compiler.tuning import Tuning, default_tuning, parse_override
+from cuvil.compiler.tuning import Tuning, default_tuning, parse_override, parse_overrides
 from cuvil.devices.profile import PROFILE_DIR, ProfileError, load_profile, parse_profile
 from cuvil.edge_runtime.cache import cache_key
 
@@ -83,3 +83,7 @@ def test_a_command_line_override_is_parsed_and_checked():
     for bad in ("int8_direct_min_width", "int8_direct_min_width=-1", "no_such_field=1", "autotune=maybe"):
         with pytest.raises(ValueError):
             parse_override(bad)
+    assert parse_overrides(["int8_direct_min_width=0", "winograd_widths=[256]", "int8_direct_min_width=2"]) == \
+        {"int8_direct_min_width": 2, "winograd_widths": (256,)}
+    with pytest.raises(ValueError):
+        parse_overrides(["int8_direct_min_width=0", "no_such_field=1"])
