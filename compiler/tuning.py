@@ -43,6 +43,7 @@ class Tuning:
     split_min_reuse: int = 32  # a conv (one group) splits into output-channel parts only where each part does this many multiply-adds or more per input element (its channels x taps): every part reads the whole input, half of it from the other core's cache after a split layer (Xeon, MobileNetV2's 1x1 convs to 24 channels at 24x24, parts of 16 and 8: 2.1-2.5x slower split than whole)
     winograd_row_split_channels: int = 64  # a Winograd conv of at most this many output channels splits over threads by tile rows, not channels
     winograd_prefetch_bytes: int = 2048  # how far ahead the point GEMMs prefetch U (best of 1-8 KiB)
+    direct_prefetch_bytes: int = 0  # direct / im2col conv tiles whose weights outgrow l2_budget_bytes prefetch their packed weight panel this far ahead; 0: none. x86 sets DIRECT_PREFETCH_BYTES
     direct_band_bytes: int = 256 * KIB  # a direct conv's zero-bordered phase copy is made this much at a time, band of output rows by band, and read by the tiles while it is still in L2 (ASPP's 32->64 3x3 stride-2 conv at 128x128, 2.1 MB copied whole: see conv/direct.py); 0: whole
     rows_widths: tuple[int, ...] = (256, 512)  # vector widths where the 'rows' conv was measured to win
     rows_kernels: tuple[int, ...] = (3,)  # square kernel sizes it applies to
@@ -200,6 +201,13 @@ DW_LANES_MAX_WIDTH = {256: 14, 512: 5}
 quads cannot take it, by vector bits (Zen 4, k cycles, lanes vs row loops: at 256 bits 25x5 60 -> 22,
 12x12 193 -> 54, 14x14 70 -> 24, but 16x16 68 vs 46 and 64x64 372 vs 89; at 512 bits without VNNI
 25x5 30 -> 20, but 12x12 74 vs 49 and 14x14 27 vs 14)."""
+DIRECT_PREFETCH_BYTES = 8 * KIB
+"""x86: how far ahead a direct or im2col conv tile prefetches its weights where they outgrow the L2 budget
+(ResNet-50's 1x1 convs at 8x8 and 4x4 stream 1-8 MB each from DRAM per inference; the hardware prefetcher
+alone left them at ORT's speed or 10% under it). Xeon Emerald Rapids, ResNet-50 untuned, interleaved
+against none (`tuning_ab.py`): 4 KiB 0.95x / 0.91x (x86-avx2), 8 KiB 0.93-0.95x, 16 KiB 0.92-0.96x /
+0.97x, 32 KiB 0.93x; prefetching every direct conv's weights, not only these: ASPP, ResNet-18, MobileNetV1
+and V2, SqueezeNet, ResNeXt-tiny, the small CNN 0.98-1.02x, no gain. Never timed on Arm."""
 DW_LANES_MAX_WIDTH_STRIDED = 32
 """The same at stride 2 (Zen 4, both widths: 24x24 from 48x48 178 -> 114 and 155 -> 130 k cycles,
 12x12 from 24x24 220 -> 53, 16x16 from 32x32 100 -> 39 at 512 bits; 28x28 from 56x56 0.95-1.1x)."""
@@ -222,6 +230,7 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         aliased_1x1_im2col_max_k=ALIASED_1X1_MAX_K if x86 and vector_bits == 256 else 0,
         dwflat_max_vectors=DWFLAT_MAX_VECTORS if x86 else 0,
         int8_prefetch_weight_rows=x86,
+        direct_prefetch_bytes=DIRECT_PREFETCH_BYTES if x86 else 0,
         int8_depthwise_lanes_max_width_strided=DW_LANES_MAX_WIDTH_STRIDED if x86 else 0,
         int8_rows_1x1_max_fill=ROWS_1X1_MAX_FILL.get(vector_bits, 0.0) if x86 else 0.0,
     )

@@ -34,7 +34,7 @@ from llvmlite import ir
 
 from ...target import Target
 from ..activations import apply_activation
-from ..irhelpers import F32, I64, for_range, i64, vector
+from ..irhelpers import F32, I8P, I64, for_range, i64, prefetch, vector
 from ..mathfns import fma
 from .tiles import gemm_tile
 from .vecops import F32P, broadcast, define_kernel, lane_mask, load_vec, store_vec, vec_type
@@ -62,6 +62,7 @@ class KPlan:
     rem: tuple[tuple[int, int], ...] = ()
     taps: tuple[int, ...] = ()
     a_tap: int = 0
+    a_prefetch: int = 0  # bytes: each outer iteration prefetches the A it will read this far ahead (0: none)
 
     @staticmethod
     def linear(K: int, a_k: int, b_k: int, unroll: int = UNROLL) -> KPlan:
@@ -113,6 +114,7 @@ def emit_tile(b: ir.IRBuilder, vl: int, mr: int, a_ptr: ir.Value, a_rs: int, b_p
 
         def per_channel(c, acc):
             a_c = b.gep(a_ptr, [b.mul(c, i64(kp.a_step))], inbounds=True)
+            _prefetch_ahead(b, a_c, kp)
             b_c = [b.gep(bb, [b.mul(c, i64(kp.b_step))], inbounds=True) for bb in b_ptrs]
 
             def per_tap(t, acc):
@@ -125,6 +127,7 @@ def emit_tile(b: ir.IRBuilder, vl: int, mr: int, a_ptr: ir.Value, a_rs: int, b_p
         def per_iter(i, acc):
             a_base = b.gep(a_ptr, [b.mul(i, i64(kp.a_step))], inbounds=True)
             b_bases = [b.gep(bb, [b.mul(i, i64(kp.b_step))], inbounds=True) for bb in b_ptrs]
+            _prefetch_ahead(b, a_base, kp)
             for a_off, b_off in kp.body:
                 acc = step(acc, a_base, b_bases, a_off, b_off)
             return acc
@@ -132,6 +135,13 @@ def emit_tile(b: ir.IRBuilder, vl: int, mr: int, a_ptr: ir.Value, a_rs: int, b_p
     for a_off, b_off in kp.rem:
         acc = step(acc, a_ptr, b_ptrs, a_off, b_off)
     epilogue(b, vl, acc, out)
+
+
+def _prefetch_ahead(b: ir.IRBuilder, a: ir.Value, kp: KPlan) -> None:
+    """Prefetch the lines of one outer iteration's A, ``kp.a_prefetch`` bytes ahead of ``a``."""
+    if kp.a_prefetch:
+        for off in range(0, max(4 * kp.a_step, 64), 64):
+            prefetch(b, b.gep(b.bitcast(a, I8P), [i64(kp.a_prefetch + off)]), 3)
 
 
 def acc_loop(b: ir.IRBuilder, count: int, acc, body, name: str):

@@ -1,5 +1,5 @@
-"""Direct convs whose zero-bordered copy is made band of output rows by band (``conv/direct.py``), and the
-parts of direct convs split over threads by bands or by pixel vectors.
+"""Direct convs whose zero-bordered copy is made band of output rows by band (``conv/direct.py``), the
+parts of direct convs split over threads by bands or by pixel vectors, and weights too big for L2 prefetched.
 
 A small ``Tuning.direct_band_bytes`` bands these small cases, so they run in milliseconds: bands with
 a remainder, halos of 1-3 rows, border rows zeroed by the band that needs them (the scratch starts as
@@ -182,3 +182,46 @@ def test_parts_of_pixel_vectors_write_what_the_whole_conv_writes(profile):
         mine = np.arange(flat.shape[1])[r.blocks[0] * p.vl:r.blocks[1] * p.vl]
         assert part[:, mine].tobytes() == flat[:, mine].tobytes()
         assert np.isnan(np.delete(part, mine, axis=1)).all()
+
+
+PREFETCHED = [  # (N, C, H, W, OC, KH, KW, strides, pads, dilations, group, bias, residual, activation)
+    (1, 64, 4, 4, 48, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True, True, "Relu"),  # 1x1 at 4x4: ResNet-50's stage 4
+    (1, 16, 9, 9, 20, 3, 3, (2, 2), P1, (1, 1), 1, True, False, "none"),  # taps: channels outer
+]
+
+
+def _ir(t, case) -> str:
+    from llvmlite import ir
+
+    from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
+
+    m = ir.Module(name="pf")
+    m.triple = t.triple
+    emit_conv2d(m, "c", t, *_geom(case), bias=case[11], residual=case[12], activation=case[13])
+    return str(m)
+
+
+def test_only_x86_targets_prefetch_the_direct_convs_weights():
+    assert resolve_target("x86-avx2").tuning.direct_prefetch_bytes > 0
+    assert resolve_target("x86-avx512").tuning.direct_prefetch_bytes > 0
+    assert resolve_target("rpi5").tuning.direct_prefetch_bytes == 0  # never timed on Arm
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+def test_direct_convs_whose_weights_outgrow_the_l2_budget_prefetch_them_and_compute_the_same(profile):
+    """Weights over ``l2_budget_bytes`` (made small here) are prefetched ahead of the tiles; smaller ones,
+    or ``direct_prefetch_bytes`` 0, are not; the outputs are the same bits either way."""
+    base = executable(profile)
+    vl = base.vector_floats
+    for case in PREFETCHED:
+        weights = 4 * case[4] * case[1] * case[5] * case[6]
+        outs = []
+        for ahead, budget, expect in ((4096, weights - 1, True), (4096, weights, False), (0, weights - 1, False)):
+            t = dataclasses.replace(base, tuning=base.tuning.replace(direct_prefetch_bytes=ahead, l2_budget_bytes=budget))
+            t = with_choices(t, {_geom(case): ConvChoice("direct", 4, 1, vl)})
+            assert conv_plan(t, *_geom(case)).method == "direct"
+            assert ("llvm.prefetch" in _ir(t, case)) == expect, (case, ahead, budget)
+            y, ref = _run(_emit_all(t, [case])["c0"], t, case, np.random.default_rng(11))
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+            outs.append(y.tobytes())
+        assert outs[0] == outs[1] == outs[2]
