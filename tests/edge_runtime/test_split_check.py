@@ -165,6 +165,32 @@ def test_a_split_that_clearly_pays_is_settled_a_round_early(monkeypatch, threade
     assert split_check.clearly_split(got) is (threaded < 0.004)
 
 
+class _Ticker:
+    """A stand-in session on a clock of its own: each run advances it ``threaded`` or ``serial`` seconds."""
+
+    def __init__(self, threaded: float, serial: float) -> None:
+        self.times, self.on, self.now = {True: threaded, False: serial}, True, 0.0
+
+    def run(self, inputs) -> None:
+        self.now += self.times[self.on]
+
+    def set_workers(self, on: bool) -> None:
+        self.on = on
+
+
+@pytest.mark.parametrize("threaded, serial, rounds", [
+    (0.0034, 0.004, split_check.EARLY_ROUNDS),  # 15% saved of 4 ms, whose margin is 5%: twice it, settled
+    (0.00017, 0.0002, split_check.CLEAN_ROUNDS),  # 15% of 0.2 ms, whose margin is 15%: not twice it
+    (0.0001, 0.0002, split_check.EARLY_ROUNDS),  # 50% of 0.2 ms
+    (0.004, 0.004, split_check.CLEAN_ROUNDS),
+])
+def test_a_split_is_settled_early_at_twice_the_models_own_margin(monkeypatch, threaded, serial, rounds):
+    monkeypatch.setattr(split_check, "random_inputs", lambda session: {})
+    s = _Ticker(threaded, serial)
+    assert split_check.margin_for(serial) == (0.05 if serial > 0.001 else split_check.MARGIN)
+    assert len(split_check.measure(s, round_s=0.0, clock=lambda: s.now, waited=lambda: 0.0)) == rounds
+
+
 def test_each_side_warms_up_for_two_runs_or_two_milliseconds(monkeypatch):
     monkeypatch.setattr(split_check, "random_inputs", lambda session: {})
     slow, fast = _Sleeper(0.004, 0.004), _Sleeper(0.0, 0.0)
