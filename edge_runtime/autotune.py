@@ -147,11 +147,12 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
         built = whole = None  # the last layer's candidates and buffers go before this one's are made
         weights, io = timing_weights(geom), _Buffers(geom)  # made once for all of the layer's candidates
         built = [_Built(target, geom, cands[0], weights, clock, llvm, io)]
-        if not i:  # the first layer's default sets the budget: wait for it
+        if not i:  # the first layer's default sets the budget: its first rival's IR is made while LLVM builds it
+            built += [_Built(target, geom, c, weights, clock, llvm, io) for c in cands[1:2]]
             mean_build = built[0].wait()
             stages = [built[0].stages()]
             budget = _budget(target, stages, len(layers), llvm)
-        for c in cands[1:]:  # the LLVM work queued before this one's is done first, one build per worker at a time
+        for c in cands[len(built):]:  # the LLVM work queued before this one's is done first, one build per worker at a time
             if clock() - t0 + mean_build + len(built) * _mean_llvm(stages) / workers > budget:
                 break
             built.append(_Built(target, geom, c, weights, clock, llvm, io))

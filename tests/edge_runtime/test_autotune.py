@@ -286,6 +286,38 @@ def test_a_candidate_is_not_queued_when_the_llvm_work_before_it_would_end_past_t
     assert len(built) == 3  # the default; then 0.11 + 0.1 and 0.11 + 0.2 fit in 0.35 s, 0.11 + 0.3 does not
 
 
+def test_the_first_layers_first_rival_is_built_while_llvm_builds_its_default(monkeypatch):
+    """The first layer's default is waited for, as it sets the budget, only once its first rival's IR is made
+    and queued: that IR overlaps the default's LLVM work (ResNet-18: 35 and 49 ms of IR, 90 and 70 ms of
+    LLVM, in turn before). The rivals after it wait for the budget."""
+    from cuvil.edge_runtime import autotune
+
+    events = []
+
+    class Fake:
+        def __init__(self, target, geom, choice, *args, **kwargs):
+            self.choice, self.call = choice, lambda: None
+            events.append(("built", choice))
+
+        def wait(self) -> float:
+            events.append(("wait", self.choice))
+            return 0.11
+
+        def stages(self) -> tuple[float, float]:
+            return 0.01, 0.1
+
+    monkeypatch.setattr(autotune, "_Built", Fake)
+    graph = _one_conv(32, 16)
+    (geom,) = tunable_convs(graph)
+    roomy = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=100.0,
+                                                                 autotune_max_work=0.0))
+    cands = worth_timing(roomy, geom)
+    assert len(cands) >= 3
+    tune(graph, roomy, clock=lambda: 0.0, llvm=type("S", (), {"workers": 1})())
+    assert events[:3] == [("built", cands[0]), ("built", cands[1]), ("wait", cands[0])]
+    assert events[3] == ("built", cands[2])  # queued after the budget was known
+
+
 def test_tuned_session_matches_untuned(cnn, tmp_path):
     graph, _, feeds = cnn
     plain = compile_graph(graph, use_cache=False, tune=False)
