@@ -204,10 +204,11 @@ quads cannot take it, by vector bits (Zen 4, k cycles, lanes vs row loops: at 25
 DIRECT_PREFETCH_BYTES = 8 * KIB
 """x86: how far ahead a direct or im2col conv tile prefetches its weights where they outgrow the L2 budget
 (ResNet-50's 1x1 convs at 8x8 and 4x4 stream 1-8 MB each from DRAM per inference; the hardware prefetcher
-alone left them at ORT's speed or 10% under it). Xeon Emerald Rapids, ResNet-50 untuned, interleaved
-against none (`tuning_ab.py`): 4 KiB 0.95x / 0.91x (x86-avx2), 8 KiB 0.93-0.95x, 16 KiB 0.92-0.96x /
-0.97x, 32 KiB 0.93x; prefetching every direct conv's weights, not only these: ASPP, ResNet-18, MobileNetV1
-and V2, SqueezeNet, ResNeXt-tiny, the small CNN 0.98-1.02x, no gain. Never timed on Arm."""
+alone left them at ORT's speed or 10% over it). Xeon Emerald Rapids, ResNet-50 untuned, each against none
+in the same process (`tuning_ab.py`): 4 KiB 0.94x (x86-avx2 0.92x), 8 KiB 0.94-0.95x, 16 KiB 0.96x (x86-avx2
+0.98x); prefetching every direct conv's weights, not only these: ResNet-50 8 KiB 0.91-0.92x, 16 and 32 KiB
+0.92x, and ASPP, ResNet-18, MobileNetV1 and V2, SqueezeNet, ResNeXt-tiny, the small CNN 0.98-1.02x, no gain
+there. Never timed on Arm."""
 DW_LANES_MAX_WIDTH_STRIDED = 32
 """The same at stride 2 (Zen 4, both widths: 24x24 from 48x48 178 -> 114 and 155 -> 130 k cycles,
 12x12 from 24x24 220 -> 53, 16x16 from 32x32 100 -> 39 at 512 bits; 28x28 from 56x56 0.95-1.1x)."""
