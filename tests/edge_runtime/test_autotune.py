@@ -257,42 +257,9 @@ def test_each_candidates_llvm_work_goes_to_the_compiler_it_is_given():
     assert set(llvm.levels) == {LIGHT_LEVEL}  # as the model's conv kernels
 
 
-def test_a_candidate_is_not_queued_when_the_llvm_work_before_it_would_end_past_the_budget(monkeypatch):
-    """A layer's candidates are queued before the first is waited for, and one LLVM worker compiles them in
-    turn: each may start only if the work queued ahead of it still ends within the budget (SqueezeNet's
-    tuning spent 0.74 s of a 0.59 s budget when only the candidate's own build was counted)."""
-    from cuvil.edge_runtime import autotune
-
-    built = []
-
-    class Fake:  # 10 ms of IR here, 100 ms of LLVM on the worker; the clock stands still
-        def __init__(self, target, geom, choice, *args, **kwargs):
-            self.choice, self.call = choice, lambda: None
-            built.append(choice)
-
-        def wait(self) -> float:
-            return 0.11
-
-        def stages(self) -> tuple[float, float]:
-            return 0.01, 0.1
-
-    monkeypatch.setattr(autotune, "_Built", Fake)
-    graph = _one_conv(32, 16)
-    (geom,) = tunable_convs(graph)
-    tight = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=0.35, autotune_fraction=100.0,
-                                                                 autotune_max_work=0.0))  # every candidate a rival
-    assert len(worth_timing(tight, geom)) >= 4
-    tune(graph, tight, clock=lambda: 0.0, llvm=type("S", (), {"workers": 1})())
-    assert len(built) == 3  # the default; then 0.11 + 0.1 and 0.11 + 0.2 fit in 0.35 s, 0.11 + 0.3 does not
-
-
-def test_the_first_layers_first_rival_is_built_while_llvm_builds_its_default(monkeypatch):
-    """The first layer's default is waited for, as it sets the budget, only once its first rival's IR is made
-    and queued: that IR overlaps the default's LLVM work (ResNet-18: 35 and 49 ms of IR, 90 and 70 ms of
-    LLVM, in turn before). The rivals after it wait for the budget."""
-    from cuvil.edge_runtime import autotune
-
-    events = []
+def _fake_builds(events: list) -> type:
+    """A stand-in for ``autotune._Built`` that logs ("built" | "wait", choice) to ``events``: 10 ms of IR here,
+    100 ms of LLVM on the worker, 0.11 s a build; the tests' clock stands still."""
 
     class Fake:
         def __init__(self, target, geom, choice, *args, **kwargs):
@@ -306,7 +273,34 @@ def test_the_first_layers_first_rival_is_built_while_llvm_builds_its_default(mon
         def stages(self) -> tuple[float, float]:
             return 0.01, 0.1
 
-    monkeypatch.setattr(autotune, "_Built", Fake)
+    return Fake
+
+
+def test_a_candidate_is_not_queued_when_the_llvm_work_before_it_would_end_past_the_budget(monkeypatch):
+    """A layer's candidates are queued before the first is waited for, and one LLVM worker compiles them in
+    turn: each may start only if the work queued ahead of it still ends within the budget (SqueezeNet's
+    tuning spent 0.74 s of a 0.59 s budget when only the candidate's own build was counted)."""
+    from cuvil.edge_runtime import autotune
+
+    events = []
+    monkeypatch.setattr(autotune, "_Built", _fake_builds(events))
+    graph = _one_conv(32, 16)
+    (geom,) = tunable_convs(graph)
+    tight = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=0.35, autotune_fraction=100.0,
+                                                                 autotune_max_work=0.0))  # every candidate a rival
+    assert len(worth_timing(tight, geom)) >= 4
+    tune(graph, tight, clock=lambda: 0.0, llvm=type("S", (), {"workers": 1})())
+    assert sum(kind == "built" for kind, _ in events) == 3  # the default; then 0.11 + 0.1 and 0.11 + 0.2 fit in 0.35 s, 0.11 + 0.3 does not
+
+
+def test_the_first_layers_first_rival_is_built_while_llvm_builds_its_default(monkeypatch):
+    """The first layer's default is waited for, as it sets the budget, only once its first rival's IR is made
+    and queued: that IR overlaps the default's LLVM work (ResNet-18: 35 and 49 ms of IR, 90 and 70 ms of
+    LLVM, in turn before). The rivals after it wait for the budget."""
+    from cuvil.edge_runtime import autotune
+
+    events = []
+    monkeypatch.setattr(autotune, "_Built", _fake_builds(events))
     graph = _one_conv(32, 16)
     (geom,) = tunable_convs(graph)
     roomy = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=100.0,
