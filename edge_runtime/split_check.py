@@ -221,17 +221,17 @@ def margin_for(serial_s: float) -> float:
     return max(MIN_MARGIN, min(MARGIN, WAKE_S / max(serial_s, 1e-9)))
 
 
-def clearly_split(rounds: Sequence[Round], margin: float = MARGIN) -> bool:
-    """``EARLY_ROUNDS`` rounds with free cores in which the split saves twice ``margin`` (:func:`measure`
-    passes the model's own, :func:`margin_for`), fastest and median: another round would not turn that
-    verdict, and a cold compile saves the rounds of both sides (ResNet-18 at 2 threads on the 2-core Zen 4:
-    about 70 ms a round). Over 19 rounds of six checks of ResNet-18 there (2026-12-05), every round's
+def clearly_split(rounds: Sequence[Round]) -> bool:
+    """``EARLY_ROUNDS`` rounds with free cores in which the split saves twice the model's own margin
+    (:func:`margin_for` its fastest serial run, the margin :func:`check` decides at), fastest and median:
+    another round would not turn that verdict, and a cold compile saves the rounds of both sides (ResNet-18
+    at 2 threads on the 2-core Zen 4: about 70 ms a round). Over 19 rounds of six checks of ResNet-18 there (2026-12-05), every round's
     saving lay within 44-52%, fastest and median, the first round's as much as the rest: a second round
     only confirmed it. On the Xeon its first round saved 27-44% by the stretch, at times under the 30%
     that twice ``MARGIN`` asked of every model, and the check ran three rounds (0.21 s of a 1.22 s cold
     compile, against 0.06 s for one) for a split saving five times its own margin (5%)."""
     clean = [r for r in rounds if r.clean]
-    return len(clean) >= EARLY_ROUNDS and decide(clean, 2 * margin).split
+    return len(clean) >= EARLY_ROUNDS and decide(clean, 2 * margin_for(min(r.serial for r in rounds))).split
 
 
 def _medians(rounds: Sequence[Round]) -> tuple[float, float] | None:
@@ -303,7 +303,7 @@ def measure(session: Session, round_s: float = ROUND_S, clock: Callable[[], floa
 
     rounds: list[Round] = []
     while len(rounds) < MAX_ROUNDS and sum(r.clean for r in rounds) < CLEAN_ROUNDS \
-            and not (early and rounds and clearly_split(rounds, margin_for(min(r.serial for r in rounds)))):
+            and not (early and clearly_split(rounds)):
         session.set_workers(True)
         w0, t0 = waited(), clock()
         threaded = timed()

@@ -78,7 +78,7 @@ def emit_direct(fn: ir.Function, p: ConvPlan, target: Target, *, bias: bool, res
                 kp = KPlan(p.Cg, T * p.mr, cs, (), taps=tuple(_tap(p, t) for t in range(T)), a_tap=p.mr)
             else:  # 1x1: UNROLL channels per loop iteration
                 kp = KPlan.linear(p.Cg, p.mr, cs)
-        if 4 * kb * group > p.tuning.l2_budget_bytes:  # weights streamed from L3 or DRAM: fetch them ahead
+        if p.streams_weights:
             kp = dataclasses.replace(kp, a_prefetch=p.tuning.direct_prefetch_bytes)
         wg = gep(b, Wp, b.mul(g, i64(kb)))
         yg = gep(b, Y, b.mul(ng, i64(p.OCg * P)))

@@ -213,6 +213,12 @@ class ConvPlan:
         return self.K * self.slots * self.vl if self.method == "im2col" else 0
 
     @property
+    def streams_weights(self) -> bool:
+        """Direct / im2col: the packed weights (every group's, rows padded to MR) outgrow the L2 budget, so each
+        inference reads them from L3 or DRAM and the tiles prefetch them (``Tuning.direct_prefetch_bytes``)."""
+        return 4 * -(-self.OCg // self.mr) * self.mr * self.K * self.group > self.tuning.l2_budget_bytes
+
+    @property
     def rows_outer(self) -> bool:
         """Loop order: row blocks outside column tiles when the weights, not the input, overflow L2."""
         a_bytes = 4 * self.OCg * self.K
