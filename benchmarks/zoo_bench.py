@@ -15,7 +15,10 @@ With ``--threads N`` every runtime uses N threads (ORT's intra-op pool, torch's,
 Cuvil at one thread runs in the same interleaving: the table adds its speed-up over one thread,
 p99/p50 at N threads and at one thread, the share of inferences during which the scheduler preempted
 a thread of this process (other work on the cores) and p99/p50 over the inferences it did not: the
-tail that is the code's own, not the machine's. Each block then starts once the threads of the block
+tail that is the code's own, not the machine's. The steady p99/p50 (back-to-back runs of one runtime)
+stands beside that of a native busy loop as long as Cuvil's median (``fixed_work``): no memory, no Python
+inside, so its tail is the host's alone (timer ticks, the hypervisor), the floor under any runtime's at
+that length. Each block then starts once the threads of the block
 before stopped spinning (``settle``): one runtime's spinning pool must not slow the next one's.
 
     python benchmarks/zoo_bench.py [--models mlp,resnet18] [--rounds 30] [--block 20] [--threads 2] [--json out.json]
@@ -24,6 +27,7 @@ before stopped spinning (``settle``): one runtime's spinning pool must not slow 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -41,7 +45,9 @@ import torch  # noqa: E402
 from cuvil.compiler.analysis import summarize  # noqa: E402
 from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
 from cuvil.compiler.interpreter import run_reference  # noqa: E402
+from cuvil.devices.detect import resolve_target  # noqa: E402
 from cuvil.edge_runtime.compile import compile_graph  # noqa: E402
+from cuvil.edge_runtime.pool_probe import Probe  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
 from tests.zoo import ZOO, export_onnx  # noqa: E402
 from warm_start import measure as measure_starts  # noqa: E402  (this folder is on sys.path)
@@ -109,13 +115,25 @@ def steady_tails(runners: dict, medians: dict[str, float], rounds: int = 3, seco
     rounds the first run of each block follows another runtime's block (its caches, its threads still
     spinning: the MLP's first run of a block took 3.8x its median, the rest 1.4x at most), so their p99
     is the switch-over's. Here each runtime runs ``seconds`` of inferences in a row after ``warmup``
-    untimed ones, ``rounds`` times in turn (so a noisy moment hits them alike)."""
+    untimed ones, ``rounds`` times in turn (so a noisy moment hits them alike), each once the threads of
+    the one before stopped spinning (``settle``: ORT's pool spun through the first ~45 ms of the next
+    runtime's 0.3 s, and MobileNetV2 at 2 threads read 1.97 there against 1.34-1.39 in a process alone)."""
     samples: dict[str, list[float]] = {k: [] for k in runners}
     for _ in range(rounds):
         for key, fn in runners.items():
+            settle()
             time_block(fn, warmup)
             samples[key] += time_block(fn, int(min(1000, max(50, seconds * 1e3 / medians[key]))))
     return {k: float(np.percentile(xs, 99) / np.median(xs)) for k, xs in samples.items()}
+
+
+def fixed_work(ms: float):
+    """(a native busy loop of about ``ms``, its close): the pool probe's part at one thread, its loop
+    count scaled to the length and corrected once by its measured median."""
+    probe = Probe(dataclasses.replace(resolve_target("host"), threads=1))
+    for _ in range(2):
+        probe.iters[0] = max(1, int(probe.iters[0] * ms / float(np.median(time_block(probe.part, 50)))))
+    return probe.part, probe.close
 
 
 def rss_kib() -> int:
@@ -167,8 +185,13 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int, threads: int 
     if threads > 1:
         runners["cuvil_1t"] = lambda: one.run(feeds)
     samples, preempted = time_interleaved(runners, rounds, block, settled=threads > 1)
-    steady = steady_tails({k: runners[k] for k in ("cuvil", "onnxruntime", "cuvil_1t")},
-                          {k: float(np.median(xs)) for k, xs in samples.items()}) if threads > 1 else {}
+    steady = {}
+    if threads > 1:
+        medians = {k: float(np.median(xs)) for k, xs in samples.items()}
+        medians["fixed"] = medians["cuvil"]
+        loop, close = fixed_work(medians["fixed"])
+        steady = steady_tails({**{k: runners[k] for k in ("cuvil", "onnxruntime", "cuvil_1t")}, "fixed": loop}, medians)
+        close()
     rss = rss_growth_kib(lambda: sess.run(feeds), rss_runs) if rss_runs else 0
     flops = summarize(graph).flops
     plan = sess.memory_plan
@@ -211,7 +234,7 @@ def table(results: list[dict]) -> str:
              f"{r['rss_growth_kib']} KiB/{r['rss_runs']}"] for r in results]
     if results and results[0]["threads"] > 1:
         head += ("threads", "split", "cuvil 1t p50 ms", "speed-up vs 1t", "p99/p50", "preempted", "p99/p50 unpreempted",
-                 "1t p99/p50", "steady p99/p50 cuvil / 1t / ORT")
+                 "1t p99/p50", "steady p99/p50 cuvil / 1t / ORT / fixed loop")
         for row, r in zip(rows, results):
             row += [str(r["threads"]), f"{r['split_layers']}{'' if r['split_settled'] else ' (unsettled)'}"
                     f"{'' if r['split_workers'] else ', workers off'}",
@@ -219,7 +242,7 @@ def table(results: list[dict]) -> str:
                     f"{r['speedup_vs_1t']:.2f}", f"{r['p99_over_p50']:.2f}", f"{100 * r['cuvil_preempted_share']:.1f}%",
                     f"{r['p99_over_p50_unpreempted']:.2f}", f"{r['cuvil_1t_p99_ms'] / r['cuvil_1t_median_ms']:.2f}",
                     f"{r['cuvil_steady_p99_over_p50']:.2f} / {r['cuvil_1t_steady_p99_over_p50']:.2f} / "
-                    f"{r['onnxruntime_steady_p99_over_p50']:.2f}"]
+                    f"{r['onnxruntime_steady_p99_over_p50']:.2f} / {r['fixed_steady_p99_over_p50']:.2f}"]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     fmt = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     return "\n".join([fmt(head), "-+-".join("-" * w for w in widths), *(fmt(r) for r in rows)])
