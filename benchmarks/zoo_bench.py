@@ -190,8 +190,11 @@ def bench_model(name: str, rounds: int, block: int, rss_runs: int, threads: int 
         medians = {k: float(np.median(xs)) for k, xs in samples.items()}
         medians["fixed"] = medians["cuvil"]
         loop, close = fixed_work(medians["fixed"])
-        steady = steady_tails({**{k: runners[k] for k in ("cuvil", "onnxruntime", "cuvil_1t")}, "fixed": loop}, medians)
-        close()
+        try:
+            steady = steady_tails({**{k: runners[k] for k in ("cuvil", "onnxruntime", "cuvil_1t")}, "fixed": loop},
+                                  medians)
+        finally:
+            close()
     rss = rss_growth_kib(lambda: sess.run(feeds), rss_runs) if rss_runs else 0
     flops = summarize(graph).flops
     plan = sess.memory_plan
