@@ -221,9 +221,14 @@ def margin_for(serial_s: float) -> float:
     return max(MIN_MARGIN, min(MARGIN, WAKE_S / max(serial_s, 1e-9)))
 
 
+def own_margin(rounds: Sequence[Round]) -> float:
+    """The margin a model's check decides at: :func:`margin_for` its fastest serial run of ``rounds``."""
+    return margin_for(min(r.serial for r in rounds))
+
+
 def clearly_split(rounds: Sequence[Round]) -> bool:
     """``EARLY_ROUNDS`` rounds with free cores in which the split saves twice the model's own margin
-    (:func:`margin_for` its fastest serial run, the margin :func:`check` decides at), fastest and median:
+    (:func:`own_margin`, the margin :func:`check` decides at), fastest and median:
     another round would not turn that verdict, and a cold compile saves the rounds of both sides (ResNet-18
     at 2 threads on the 2-core Zen 4: about 70 ms a round). Over 19 rounds of six checks of ResNet-18 there (2026-12-05), every round's
     saving lay within 44-52%, fastest and median, the first round's as much as the rest: a second round
@@ -231,7 +236,7 @@ def clearly_split(rounds: Sequence[Round]) -> bool:
     that twice ``MARGIN`` asked of every model, and the check ran three rounds (0.21 s of a 1.22 s cold
     compile, against 0.06 s for one) for a split saving five times its own margin (5%)."""
     clean = [r for r in rounds if r.clean]
-    return len(clean) >= EARLY_ROUNDS and decide(clean, 2 * margin_for(min(r.serial for r in rounds))).split
+    return len(clean) >= EARLY_ROUNDS and decide(clean, 2 * own_margin(rounds)).split
 
 
 def _medians(rounds: Sequence[Round]) -> tuple[float, float] | None:
@@ -317,13 +322,12 @@ def measure(session: Session, round_s: float = ROUND_S, clock: Callable[[], floa
 
 
 def check(session: Session, margin: float | None = None, confirm: bool = False) -> Verdict:
-    """:func:`decide` on the session timed both ways, at ``margin`` (default :func:`margin_for` the
-    fastest serial run); a model that refuses the check's inputs (a run-time check) keeps the cost
-    model's split: nothing could be measured."""
+    """:func:`decide` on the session timed both ways, at ``margin`` (default :func:`own_margin`); a model
+    that refuses the check's inputs (a run-time check) keeps the cost model's split: nothing could be measured."""
     try:
         rounds = measure(session)
         if margin is None:
-            margin = margin_for(min(r.serial for r in rounds))
+            margin = own_margin(rounds)
         back_to_back = decide(rounds, margin)
         idle = after_idle(session) if back_to_back.split and back_to_back.saving_s < IDLE_BELOW_S else None
     except (InterpreterError, RunTimeCheckError):

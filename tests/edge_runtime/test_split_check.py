@@ -165,17 +165,14 @@ def test_a_split_that_clearly_pays_is_settled_a_round_early(monkeypatch, threade
     assert split_check.clearly_split(got) is (threaded < 0.004)
 
 
-class _Ticker:
-    """A stand-in session on a clock of its own: each run advances it ``threaded`` or ``serial`` seconds."""
+class _Ticker(_Sleeper):
+    """A :class:`_Sleeper` on a clock of its own: each run advances it instead of sleeping."""
 
-    def __init__(self, threaded: float, serial: float) -> None:
-        self.times, self.on, self.now = {True: threaded, False: serial}, True, 0.0
+    now = 0.0
 
     def run(self, inputs) -> None:
+        self.runs += 1
         self.now += self.times[self.on]
-
-    def set_workers(self, on: bool) -> None:
-        self.on = on
 
 
 @pytest.mark.parametrize("threaded, serial, rounds", [
