@@ -44,6 +44,7 @@ class Tuning:
     winograd_row_split_channels: int = 64  # a Winograd conv of at most this many output channels splits over threads by tile rows, not channels
     winograd_prefetch_bytes: int = 2048  # how far ahead the point GEMMs prefetch U (best of 1-8 KiB)
     direct_prefetch_bytes: int = 0  # direct / im2col conv tiles whose weights outgrow l2_budget_bytes prefetch their packed weight panel this far ahead; 0: none. x86 sets DIRECT_PREFETCH_BYTES
+    direct_row_pad: float = 0.0  # a strided direct conv's phase-plane rows are padded to whole vectors where that adds at most this fraction (conv/plan.py ConvPlan.Wq); 0: never. x86 at 512 bits sets DIRECT_ROW_PAD
     direct_band_bytes: int = 256 * KIB  # a direct conv's zero-bordered phase copy is made this much at a time, band of output rows by band, and read by the tiles while it is still in L2 (ASPP's 32->64 3x3 stride-2 conv at 128x128, 2.1 MB copied whole: see conv/direct.py); 0: whole
     rows_widths: tuple[int, ...] = (256, 512)  # vector widths where the 'rows' conv was measured to win
     rows_kernels: tuple[int, ...] = (3,)  # square kernel sizes it applies to
@@ -209,6 +210,13 @@ in the same process (`tuning_ab.py`): 4 KiB 0.94x (x86-avx2 0.92x), 8 KiB 0.94-0
 0.98x); prefetching every direct conv's weights, not only these: ResNet-50 8 KiB 0.91-0.92x, 16 and 32 KiB
 0.92x, and ASPP, ResNet-18, MobileNetV1 and V2, SqueezeNet, ResNeXt-tiny, the small CNN 0.98-1.02x, no gain
 there. Never timed on Arm."""
+DIRECT_ROW_PAD = 0.25
+"""x86 at 512 bits: the most a strided direct conv's phase-plane rows grow when padded to whole vectors (Xeon
+Emerald Rapids, the kernel against ORT in the same rounds, `micro_gemm_conv.py --conv`, two runs each:
+32->64 3x3 stride 2 at 128x128, rows 65 -> 80, 0.93 and 1.20 -> 0.87 and 0.86; 64->128 at 128x128 0.96 and
+1.03 -> 0.94 and 0.95; 3->32 at 256x256, 129 -> 144, 0.54 and 0.63 -> 0.54 and 0.53). 64x64 inputs, whose
+33-element rows would grow to 48, were level either way, so they stay tight. At 256 bits (x86-avx2 code on
+the same host) nothing moved: 0 there. Never timed on Arm."""
 DW_LANES_MAX_WIDTH_STRIDED = 32
 """The same at stride 2 (Zen 4, both widths: 24x24 from 48x48 178 -> 114 and 155 -> 130 k cycles,
 12x12 from 24x24 220 -> 53, 16x16 from 32x32 100 -> 39 at 512 bits; 28x28 from 56x56 0.95-1.1x)."""
@@ -232,6 +240,7 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         dwflat_max_vectors=DWFLAT_MAX_VECTORS if x86 else 0,
         int8_prefetch_weight_rows=x86,
         direct_prefetch_bytes=DIRECT_PREFETCH_BYTES if x86 else 0,
+        direct_row_pad=DIRECT_ROW_PAD if x86 and vector_bits == 512 else 0.0,
         int8_depthwise_lanes_max_width_strided=DW_LANES_MAX_WIDTH_STRIDED if x86 else 0,
         int8_rows_1x1_max_fill=ROWS_1X1_MAX_FILL.get(vector_bits, 0.0) if x86 else 0.0,
     )

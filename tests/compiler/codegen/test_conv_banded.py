@@ -83,6 +83,43 @@ def test_a_big_stride_2_copy_is_banded_within_its_budget():
     assert whole.scratch_bytes > 2_000_000 > 8 * banded.scratch_bytes
 
 
+def test_a_strided_copys_rows_start_on_vector_boundaries_where_that_pads_them_little():
+    """At 512 bits, ASPP's 32->64 3x3 stride-2 conv at 128x128 pads its 65-element plane rows to 80, so the
+    taps kw = 0 and 1 of every pixel vector load whole aligned vectors; 64x64 inputs (33 -> 48 would add
+    45%), stride 1 and 256-bit targets keep the tight rows."""
+    geom = (1, 32, 128, 128, 64, 3, 3, (2, 2), P1, (1, 1), 1)
+    wide, narrow = resolve_target("x86-avx512"), resolve_target("x86-avx2")
+    p = conv_plan(wide, *geom)
+    assert (p.method, p.copy, p.Wq) == ("direct", True, 80)
+    aligned = [p.tap_offset(kh, kw) for kh in range(3) for kw in (0, 1)]
+    assert all(off % p.vl == 0 for off in aligned + [p.plane, p.chan_stride, p.im2col_offset])
+    assert [p.tap_offset(kh, 2) % p.vl for kh in range(3)] == [1, 1, 1]
+    assert conv_plan(narrow, *geom).Wq == 65
+    assert conv_plan(wide, 1, 32, 64, 64, 64, 3, 3, (2, 2), P1, (1, 1), 1).Wq == 33
+    stride_1 = with_choices(wide, {(1, 32, 128, 128, 64, 3, 3, (1, 1), P1, (1, 1), 1): ConvChoice("direct", 4, 2, 16)})
+    assert conv_plan(stride_1, 1, 32, 128, 128, 64, 3, 3, (1, 1), P1, (1, 1), 1).Wq == 130
+    off = dataclasses.replace(wide, tuning=wide.tuning.replace(direct_row_pad=0.0))
+    assert conv_plan(off, *geom).Wq == 65
+
+
+@pytest.mark.parametrize("budget", [0, 16384])
+def test_padded_rows_match_numpy(budget, rng):
+    """Plane rows of 66 padded to 80 (a 130-wide input at stride 2), copied whole or band by band: the
+    columns past a row's end are never read as pixels."""
+    t = executable("x86-avx512")
+    t = dataclasses.replace(t, tuning=t.tuning.replace(direct_band_bytes=budget))
+    cases = [(1, 3, 21, 130, 8, 3, 3, (2, 2), P1, (1, 1), 1, True, True, "Relu"),
+             (1, 5, 12, 129, 20, 5, 5, (2, 2), (2, 2, 2, 2), (1, 1), 1, True, False, "none")]
+    t = with_choices(t, {_geom(c): ConvChoice("direct", 4, 2, t.vector_floats) for c in cases})
+    for c in cases:
+        p = conv_plan(t, *_geom(c))
+        assert p.Wq == 80 and p.Wq > -(-(c[3] + c[8][1] + c[8][3]) // 2) and (p.band < p.OH) == bool(budget), c
+    fns = _emit_all(t, cases)
+    for i, case in enumerate(cases):
+        Y, ref = _run(fns[f"c{i}"], t, case, rng)
+        np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5, err_msg=str(case))
+
+
 def test_parts_of_bands_together_write_what_the_whole_conv_writes(rng):
     """A layer split by rows runs the same kernel over its share of the bands (``blocks``): the parts'
     outputs, in any order, are the whole kernel's bit for bit (the residual is read, never rewritten)."""

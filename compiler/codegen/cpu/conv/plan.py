@@ -128,7 +128,16 @@ class ConvPlan:
 
     @property
     def Wq(self) -> int:
-        return math.ceil((self.W + self.pl + self.pr) / self.sw) if self.copy else self.W
+        """Elements per row of a copy's phase plane. A strided direct conv's rows start on a vector boundary
+        where that pads them by at most ``Tuning.direct_row_pad``: its kw = 0 and 1 taps then load aligned
+        vectors, where an odd row length left nearly every load split across two cache lines
+        (``tuning.DIRECT_ROW_PAD``)."""
+        if not self.copy:
+            return self.W
+        row = math.ceil((self.W + self.pl + self.pr) / self.sw)
+        padded = round_up(row, self.vl)
+        return padded if self.method == "direct" and self.sw > 1 and padded <= row * (1 + self.tuning.direct_row_pad) \
+            else row
 
     @property
     def phases(self) -> tuple[tuple[int, int], ...]:
