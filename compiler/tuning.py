@@ -44,7 +44,7 @@ class Tuning:
     winograd_row_split_channels: int = 64  # a Winograd conv of at most this many output channels splits over threads by tile rows, not channels
     winograd_prefetch_bytes: int = 2048  # how far ahead the point GEMMs prefetch U (best of 1-8 KiB)
     direct_prefetch_bytes: int = 0  # direct / im2col conv tiles whose weights outgrow l2_budget_bytes prefetch their packed weight panel this far ahead; 0: none. x86 sets DIRECT_PREFETCH_BYTES
-    direct_row_pad: float = 0.0  # a strided direct conv's phase-plane rows are padded to whole vectors where that adds at most this fraction (conv/plan.py ConvPlan.Wq); 0: never. x86 at 512 bits sets DIRECT_ROW_PAD
+    direct_row_pad: float = 0.0  # a strided direct conv's phase-plane rows are padded to whole vectors where that adds at most this fraction (conv/layout.py ConvPlan.Wq); 0: never. x86 at 512 bits sets DIRECT_ROW_PAD
     direct_band_bytes: int = 256 * KIB  # a direct conv's zero-bordered phase copy is made this much at a time, band of output rows by band, and read by the tiles while it is still in L2 (ASPP's 32->64 3x3 stride-2 conv at 128x128, 2.1 MB copied whole: see conv/direct.py); 0: whole
     rows_widths: tuple[int, ...] = (256, 512)  # vector widths where the 'rows' conv was measured to win
     rows_kernels: tuple[int, ...] = (3,)  # square kernel sizes it applies to
@@ -56,7 +56,7 @@ class Tuning:
     depthwise_lanes_max_ow: int = 10  # f32 depthwise 3x3 up to this output width keep channels in lanes (Zen 4, x86-avx512 vs rows in ymm: 64x25x5 0.94x, 960x7x7 0.6x, 160x10x10 0.8x, 576x14x14 1.5x; x86-avx2 64x25x5 0.4x)
     dwflat_max_vectors: int = 0  # f32 depthwise stride-1 convs read each channel's plane flat with masked tap loads (conv/dwflat.py) where at most this many of its output vectors are unrolled (the rest loop over row periods); 0: never (masked loads are scalarized on NEON). x86 sets DWFLAT_MAX_VECTORS
     dwflat_min_vectors: int = 3  # the cost model takes it from this many vectors' worth of output pixels and up to 3x3 kernels (Xeon Emerald Rapids, each conv alone: DWFLAT_MAX_VECTORS)
-    tall_1x1_min_pixels: int = 0  # 1x1 convs over this many pixels or more take a tall tile (plan.TALL_MIN_ROWS x 1 vector); 0: never. TALL_1X1_MIN_PIXELS
+    tall_1x1_min_pixels: int = 0  # 1x1 convs over this many pixels or more take a tall tile (conv/rules.py TALL_MIN_ROWS x 1 vector); 0: never. TALL_1X1_MIN_PIXELS
     tall_1x1_min_channels: int = 64  # and with this many channels in and out (32 -> 64 at 64x64: 0.94-1.06x)
     tall_1x1_deep_min_pixels: int = 0  # deep 1x1 convs (tall_1x1_deep_channels in and out) take the tall tile from this many pixels; 0: never. TALL_1X1_DEEP_MIN_PIXELS
     tall_1x1_deep_channels: int = 256

@@ -9,7 +9,8 @@ import pytest
 from llvmlite import ir
 
 from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, with_choices
-from cuvil.compiler.codegen.cpu.conv.plan import TALL_MIN_ROWS, conv_plan
+from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
+from cuvil.compiler.codegen.cpu.conv.rules import TALL_MIN_ROWS
 from cuvil.compiler.target import ConvChoice
 from cuvil.devices.detect import resolve_target
 

@@ -24,7 +24,10 @@ from ..tiles import choose_tile
 from .emit import emit_conv2d
 from .pack import pack_conv_weights
 from .flat_geometry import DWFLAT_BLOCK, flat_applies
-from .plan import IM2COL_MAX_PIECES, TALL_MIN_ROWS, ConvPlan, conv_plan, dwstride2_applies, plan_for, winograd_applies
+from .layout import ConvPlan
+from .plan import IM2COL_MAX_PIECES, conv_plan, plan_for
+from .rules import TALL_MIN_ROWS, dwstride2_applies
+from .winograd_geometry import winograd_applies
 
 MAX_CANDIDATES = 5
 

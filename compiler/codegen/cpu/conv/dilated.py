@@ -24,7 +24,7 @@ from ....target import Target
 from ...irhelpers import I1, I32, for_range, gep, i64, memset0, vector
 from ..vecops import define_kernel, load_vec, store_vec, vec_type
 from .phases import WinogradImages
-from .plan import ConvPlan
+from .layout import ConvPlan
 from .winograd import emit_winograd
 
 

@@ -28,7 +28,7 @@ from ....target import Target
 from ...irhelpers import for_range, gep, i64, memcpy, memset0, vector
 from ..gemm import KPlan, Out, emit_tile, tap_table, tile_grid
 from ..vecops import lane_mask, load_vec, store_vec, vec_type
-from .plan import ConvPlan
+from .layout import ConvPlan
 
 IM2COL_UNROLLED_COPIES = 128  # per channel; above this the im2col fill loops over row periods
 IM2COL_UNROLLED_TAPS = 9  # taps unrolled in the im2col fill (3x3); larger kernels loop over a tap table

@@ -23,7 +23,7 @@ from ...mathfns import fma
 from ..gemm import Out, epilogue
 from ..vecops import broadcast, lane_mask, load_vec, vec_type
 from .flat_geometry import FlatGeometry, flat_geometry
-from .plan import ConvPlan
+from .layout import ConvPlan
 
 
 def emit_depthwise_flat(fn: ir.Function, p: ConvPlan, *, bias: bool, residual: bool, activation: str,

@@ -18,7 +18,7 @@ from ...irhelpers import I32, for_range, gep, i64, memset0, vector
 from ...mathfns import fma
 from ..gemm import Out, acc_loop, epilogue
 from ..vecops import lane_mask, load_vec, store_vec, vec_type
-from .plan import ConvPlan
+from .layout import ConvPlan
 
 ROW_LOOP_TAPS = 16  # taps from which a tile loops over kernel rows (5x5 and larger; 3x3 stays unrolled)
 

@@ -21,7 +21,7 @@ from ...irhelpers import I32, for_range, gep, i64, vector
 from ...mathfns import fma
 from ..gemm import Out, epilogue
 from ..vecops import broadcast, lane_mask, load_vec, vec_type
-from .plan import ConvPlan
+from .layout import ConvPlan
 
 
 def _row_kernel_rows(p: ConvPlan, oh: int) -> tuple[int, ...]:

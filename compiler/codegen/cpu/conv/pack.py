@@ -25,7 +25,8 @@ import numpy as np
 
 from ....target import Target
 from ..tiles import pack_gemm_b
-from .plan import ConvPlan, column_tiles, conv_plan
+from .layout import ConvPlan
+from .plan import column_tiles, conv_plan
 from .winograd_geometry import WinogradGeometry, winograd_gemm_tile
 from .winograd_math import MATS
 
