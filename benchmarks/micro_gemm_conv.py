@@ -50,7 +50,7 @@ from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights  # noqa: E402
 from cuvil.compiler.target import ConvChoice  # noqa: E402
 from cuvil.compiler.tuning import parse_overrides  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
-from cuvil.edge_runtime.autotune import interleaved_seconds  # noqa: E402
+from cuvil.edge_runtime.candidates import interleaved_seconds  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
 
 # (name, N, C, H, W, OC, K, stride, pad, group, times in the model). "r18": the CIFAR ResNet-18 of

@@ -5,7 +5,7 @@ better by measuring itself. For every distinct conv geometry of the (optimized) 
 first, the candidates (``conv_candidates``: the cost model's choice first) are built into one
 module, each packed with its own weights (a compile hands each candidate's LLVM work to its
 :class:`.stream.KernelStream`, so an idle core does it while the next candidate's IR is built), and
-timed in ``ROUNDS`` interleaved rounds on random inputs. A candidate replaces the cost model's choice only when its fastest round is at least
+timed in ``candidates.ROUNDS`` interleaved rounds on random inputs. A candidate replaces the cost model's choice only when its fastest round is at least
 ``MARGIN`` faster than the choice's fastest and it was faster in every round (a round times all
 candidates back to back, so a burst of other work hits them alike; one a burst favoured once does
 not win): tuning never trades a measured tie or a noisy lead for an untested kernel. Ties go to
@@ -32,36 +32,27 @@ layer's choice goes to the CPU's tuning record (:mod:`.tuning_record`), which la
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import operator
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
-from llvmlite import ir
 
-from ..compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, timing_weights, with_choices
+from ..compiler.codegen.cpu.conv.choices import conv_candidates, multiplies, timing_weights, with_choices
 from ..compiler.codegen.cpu.jobs import job_layout
 from ..compiler.codegen.cpu.kernels.conv import tunable_convs
 from ..compiler.codegen.cpu.kernels.split import split_ranges
-from ..compiler.codegen.irtext import drop_body, module_text
 from ..compiler.codegen.lower import cycle_collection
 from ..compiler.ir.graph import Graph
-from ..compiler.spread import spread
 from ..compiler.target import ConvChoice, Geometry, Target
 from . import heap, pool_probe, split_check
-from .levels import LIGHT_LEVEL
-from .linking import load_functions
+from .candidates import Buffers, Candidate, Compiler, interleaved_seconds
 from .tuning_record import Known, TuningRecord
 
 MARGIN = 0.10  # a candidate must beat the cost model's choice by this fraction to replace it
-ROUND_S = 0.002  # one timing round per candidate: about this long
-ROUNDS = 5  # interleaved rounds per candidate: see pick
-_FN = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 6)
 K = TypeVar("K")
 
 
@@ -145,17 +136,17 @@ def tune(graph: Graph, target: Target, clock: Callable[[], float] = time.perf_co
         if i and clock() - t0 + 2 * mean_build > budget:
             break
         built = whole = None  # the last layer's candidates and buffers go before this one's are made
-        weights, io = timing_weights(geom), _Buffers(geom)  # made once for all of the layer's candidates
-        built = [_Built(target, geom, cands[0], weights, clock, llvm, io)]
+        weights, io = timing_weights(geom), Buffers(geom)  # made once for all of the layer's candidates
+        built = [Candidate(target, geom, cands[0], weights, clock, llvm, io)]
         if not i:  # the first layer's default sets the budget: its first rival's IR is made while LLVM builds it
-            built += [_Built(target, geom, c, weights, clock, llvm, io) for c in cands[1:2]]
+            built += [Candidate(target, geom, c, weights, clock, llvm, io) for c in cands[1:2]]
             mean_build = built[0].wait()
             stages = [built[0].stages()]
             budget = _budget(target, stages, len(layers), llvm)
         for c in cands[len(built):]:  # the LLVM work queued before this one's is done first, one build per worker at a time
             if clock() - t0 + mean_build + len(built) * _mean_llvm(stages) / workers > budget:
                 break
-            built.append(_Built(target, geom, c, weights, clock, llvm, io))
+            built.append(Candidate(target, geom, c, weights, clock, llvm, io))
         build_s = [b.wait() for b in built]
         if i:
             mean_build = (mean_build * i + build_s[0]) / (i + 1)
@@ -223,7 +214,7 @@ def worth_timing(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
     return cands[:1] + tuple(c for c in cands[1:] if multiplies(target, geom, c) <= work)
 
 
-def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock,
+def _split_seconds(target: Target, geom: Geometry, whole: Candidate, clock,
                    llvm: Compiler | None = None) -> tuple[int, dict[int, tuple[float, ...]]] | None:
     """(the cost model's parts, {1: the whole layer's seconds, parts: the split's predicted seconds}, per round), or
     None when the cost model keeps this layer whole: the tuner may undo a split, never add one, since a
@@ -242,7 +233,7 @@ def _split_seconds(target: Target, geom: Geometry, whole: _Built, clock,
         share = (largest.blocks[1] - largest.blocks[0]) / ranges[-1].blocks[1]
         timed[len(ranges)] = tuple(t * share for t in timed[1])
     else:
-        part = _Built(largest.target, largest.geometry, whole.choice, timing_weights(largest.geometry), clock, llvm)
+        part = Candidate(largest.target, largest.geometry, whole.choice, timing_weights(largest.geometry), clock, llvm)
         part.wait()  # held: its code and buffers live while timed
         timed = interleaved_seconds({1: whole.call, len(ranges): part.call})
     timed[len(ranges)] = tuple(t + fixed.tuning.parallel_sync_us * 1e-6 for t in timed[len(ranges)])
@@ -298,123 +289,3 @@ class Retarget:
             return tuned
         plans = split_check.plans(tuned)
         return plans[min(self.settled[0], len(plans) - 1)]
-
-
-def interleaved_seconds(calls: dict, rounds: int = ROUNDS, round_s: float = ROUND_S,
-                        clock: Callable[[], float] = time.thread_time,
-                        combine: Callable[[list[float]], Any] = tuple) -> dict:
-    """Seconds per call of each: the median within a round of about `round_s`, one per round of `rounds`
-    interleaved rounds (``combine`` may reduce them: ``min``, as another process's burst only ever adds
-    time). Timed on this thread's CPU clock by default: on a shared device, time spent descheduled is not
-    the kernel's."""
-    reps = {}
-    for c, call in calls.items():
-        call()
-        t = clock()
-        call()
-        reps[c] = max(1, int(round_s / max(clock() - t, 1e-7)))
-    per_round: dict = {c: [] for c in calls}
-    for _ in range(rounds):
-        for c, call in calls.items():
-            ts = []
-            for _ in range(reps[c]):
-                t = clock()
-                call()
-                ts.append(clock() - t)
-            per_round[c].append(statistics.median(ts))
-    return {c: combine(v) for c, v in per_round.items()}
-
-class Compiler(Protocol):
-    """Where candidates' LLVM work goes (:class:`.stream.KernelStream`): queued, then waited for."""
-
-    def submit(self, level: int, text: str) -> int: ...
-
-    def result(self, i: int) -> bytes: ...
-
-    seconds: list[float]
-    workers: int  # LLVM compiles at once
-
-
-class _Buffers:
-    """The input, bias, output and scratch that one layer's candidates share: they run one at a time.
-    Each candidate held its own before: ResNeXt-tiny's 256-channel 64x64 1x1 conv, four candidates of
-    a 4 MiB input and output each (and im2col's 4 MiB scratch), made that model's cold peak 111 MiB."""
-
-    def __init__(self, geom: Geometry) -> None:
-        N, C, H, W = geom[:4]
-        self.x, self.bias = _aligned(spread((N, C, H, W))), _aligned(spread(geom[4], seed=1))
-        self.y: np.ndarray | None = None
-        self.s = _aligned(np.zeros(16))
-
-    def output(self, shape: tuple[int, ...]) -> np.ndarray:
-        if self.y is None or self.y.shape != tuple(shape):
-            self.y = _aligned(np.zeros(shape))
-        return self.y
-
-    def scratch(self, nbytes: int) -> np.ndarray:
-        """At least ``nbytes`` of scratch (and 64 more: tail loads); the largest so far, which a
-        candidate that needs more replaces (those before keep theirs)."""
-        if 4 * self.s.size < nbytes + 64:
-            self.s = _aligned(np.zeros(nbytes // 4 + 16))
-        return self.s
-
-
-class _Built:
-    """One candidate kernel built alone, with its packed weights; its input, output and scratch from
-    ``io`` (a layer's candidates share them) or its own. The constructor emits
-    its IR here and hands the LLVM work to ``llvm`` (the next candidate's IR is built meanwhile), or
-    does it here when there is none; :meth:`wait` loads the code and returns the build time (IR plus
-    LLVM, as if done in turn)."""
-
-    def __init__(self, target: Target, geom: Geometry, choice: ConvChoice, weights: np.ndarray,
-                 clock: Callable[[], float], llvm: Compiler | None = None, io: _Buffers | None = None) -> None:
-        t0 = clock()
-        self.choice, self.geom, self.target, self.clock, self.llvm, self.io = choice, geom, target, clock, llvm, io
-        module = ir.Module(name="tune")
-        module.triple = target.triple
-        self.wp, self.scratch_bytes, self.out_shape = emit_choice(module, "k", target, geom, choice, weights)
-        text = module_text(module)
-        for fn in module.functions:
-            drop_body(fn)
-        self.emit_s = clock() - t0
-        if llvm is not None:
-            self.pending = llvm.submit(LIGHT_LEVEL, text)  # as the model's conv kernels
-        else:
-            from . import jit
-
-            self.obj = jit.emit_object(text, target, jit=True, speed_level=LIGHT_LEVEL)
-            self.emit_s = clock() - t0
-        self.build_s: float | None = None
-
-    def wait(self) -> float:
-        if self.build_s is not None:
-            return self.build_s
-        t0 = self.clock()
-        obj, llvm_s = (self.llvm.result(self.pending), self.llvm.seconds[self.pending]) if self.llvm else (self.obj, 0.0)
-        self.code, (address,) = load_functions([obj], ["k"], self.target)
-        self.llvm_s = llvm_s
-        self.build_s = self.emit_s + llvm_s + self.clock() - t0
-        io = self.io if self.io is not None else _Buffers(self.geom)
-        x, y, bias, s = io.x, io.output(self.out_shape), io.bias, io.scratch(self.scratch_bytes)
-        w = _aligned(self.wp)
-        self.wp, self.io = None, None  # the aligned copy serves from now on: one copy of the packed weights per candidate, not two
-        self.buffers = (x, y, bias, w, s)
-        fn, ptrs = _FN(address), (x.ctypes.data, w.ctypes.data, bias.ctypes.data, None, y.ctypes.data, s.ctypes.data)
-        self.call = lambda: fn(*ptrs)
-        return self.build_s
-
-    def stages(self) -> tuple[float, float]:
-        """(IR seconds, LLVM seconds) of this build, once waited for; without a compiler the IR's
-        figure includes the LLVM work done in turn (then the LLVM one is 0)."""
-        self.wait()
-        return self.emit_s, self.llvm_s
-
-
-def _aligned(a: np.ndarray) -> np.ndarray:
-    """A float32 copy starting on a 64-byte boundary (the kernels' aligned vector loads)."""
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    buf = np.zeros(a.size + 16, dtype=np.float32)
-    off = (-buf.ctypes.data // 4) % 16
-    out = buf[off:off + a.size].reshape(a.shape)
-    out[...] = a
-    return out

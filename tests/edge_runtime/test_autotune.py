@@ -91,7 +91,7 @@ def test_a_graph_too_small_to_pay_for_two_builds_builds_nothing(cnn, monkeypatch
     def no_build(*args, **kwargs):
         raise AssertionError("a candidate was built")
 
-    monkeypatch.setattr(autotune, "_Built", no_build)
+    monkeypatch.setattr(autotune, "Candidate", no_build)
     small = HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=1.9 / layers)
     report = tune(lowered_graph, dataclasses.replace(HOST, tuning=small))
     assert report.results == () and report.skipped >= 1 and report.budget_s == 0.0
@@ -162,12 +162,12 @@ def test_the_tuner_times_the_cost_models_split_and_adds_none():
 def test_a_layers_candidates_share_one_input_and_output_and_each_gets_its_scratch(monkeypatch):
     from cuvil.edge_runtime import autotune
 
-    built, make = [], autotune._Built
+    built, make = [], autotune.Candidate
 
     def recording(*args, **kwargs):
         built.append(make(*args, **kwargs))
         return built[-1]
-    monkeypatch.setattr(autotune, "_Built", recording)
+    monkeypatch.setattr(autotune, "Candidate", recording)
     graph = _one_conv(32, 16)
     roomy = HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=100.0, autotune_max_work=100.0)
     tune(graph, dataclasses.replace(HOST, threads=1, tuning=roomy))
@@ -192,20 +192,20 @@ def test_a_layer_split_by_tile_rows_takes_its_share_of_the_whole_layers_time(mon
 
     from cuvil.compiler.codegen.cpu.conv.choices import choice_of, timing_weights
     from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
-    from cuvil.edge_runtime import autotune
+    from cuvil.edge_runtime import autotune, candidates
 
     geom = (1, 64, 32, 32, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
     target = dataclasses.replace(HOST, threads=2,
                                  tuning=HOST.tuning.replace(parallel_sync_ratio=0.0, split_min_reuse=0))
     choice = choice_of(conv_plan(target, *geom))
     assert choice.method == "winograd"
-    built, emit = [], autotune.emit_choice
+    built, emit = [], candidates.emit_choice
 
     def recording(*args):
         built.append(args[3])
         return emit(*args)
-    monkeypatch.setattr(autotune, "emit_choice", recording)
-    whole = autotune._Built(target, geom, choice, timing_weights(geom), time.perf_counter)
+    monkeypatch.setattr(candidates, "emit_choice", recording)
+    whole = autotune.Candidate(target, geom, choice, timing_weights(geom), time.perf_counter)
     whole.wait()
     parts, timed = autotune._split_seconds(target, geom, whole, time.perf_counter)
     assert parts == 2 and set(timed) == {1, 2} and built == [geom]  # only the whole layer was built
@@ -258,7 +258,7 @@ def test_each_candidates_llvm_work_goes_to_the_compiler_it_is_given():
 
 
 def _fake_builds(events: list) -> type:
-    """A stand-in for ``autotune._Built`` that logs ("built" | "wait", choice) to ``events``: 10 ms of IR here,
+    """A stand-in for ``autotune.Candidate`` that logs ("built" | "wait", choice) to ``events``: 10 ms of IR here,
     100 ms of LLVM on the worker, 0.11 s a build; the tests' clock stands still."""
 
     class Fake:
@@ -283,7 +283,7 @@ def test_a_candidate_is_not_queued_when_the_llvm_work_before_it_would_end_past_t
     from cuvil.edge_runtime import autotune
 
     events = []
-    monkeypatch.setattr(autotune, "_Built", _fake_builds(events))
+    monkeypatch.setattr(autotune, "Candidate", _fake_builds(events))
     graph = _one_conv(32, 16)
     (geom,) = tunable_convs(graph)
     tight = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=0.35, autotune_fraction=100.0,
@@ -300,7 +300,7 @@ def test_the_first_layers_first_rival_is_built_while_llvm_builds_its_default(mon
     from cuvil.edge_runtime import autotune
 
     events = []
-    monkeypatch.setattr(autotune, "_Built", _fake_builds(events))
+    monkeypatch.setattr(autotune, "Candidate", _fake_builds(events))
     graph = _one_conv(32, 16)
     (geom,) = tunable_convs(graph)
     roomy = dataclasses.replace(HOST, tuning=HOST.tuning.replace(autotune_budget_s=60.0, autotune_fraction=100.0,
@@ -353,7 +353,7 @@ def test_a_recorded_choice_is_taken_untimed_and_nothing_is_built(monkeypatch):
     def no_build(*args, **kwargs):
         raise AssertionError("a candidate was built")
 
-    monkeypatch.setattr(autotune, "_Built", no_build)
+    monkeypatch.setattr(autotune, "Candidate", no_build)
     (r,) = tune(graph, big, known=Known({geom: cands[-1]})).results
     assert r.recorded and r.choice == cands[-1] and r.seconds == {}
     assert tune(graph, big, known=Known({geom: cands[-1]})).settled == {geom: cands[-1]}
@@ -405,7 +405,7 @@ def test_a_recorded_split_decision_is_taken_and_nothing_is_built(keep, monkeypat
     def no_build(*args, **kwargs):
         raise AssertionError("a candidate was built")
 
-    monkeypatch.setattr(autotune, "_Built", no_build)
+    monkeypatch.setattr(autotune, "Candidate", no_build)
     report = tune(graph, two, known=Known({geom: recorded}, {(geom, 2): keep}))
     (r,) = report.results
     assert r.recorded and r.default_parts == 2 and r.parts == (2 if keep else 1) and r.parts_seconds == ()
