@@ -14,7 +14,8 @@ are applied in registers. ``plan.conv_plan`` picks one of:
   channels along the vectors, pixels broadcast straight from X, stores transposed back to NCHW.
 * ``depthwise`` (group == C == OC): per channel, tiles of whole output rows, the taps unrolled.
 
-The other two methods have their own modules (``rows.py``, ``winograd.py``); ``emit.py`` dispatches.
+The other two methods have their own modules (``rows.py``, ``winograd.py``); ``emit.py`` dispatches. The
+zero-bordered phase copy that direct and depthwise read is ``phase_copy.py``.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ import math
 from llvmlite import ir
 
 from ....target import Target
-from ...irhelpers import for_range, gep, i64, memcpy, memset0, vector
+from ...irhelpers import for_range, gep, i64, memset0
 from ..gemm import KPlan, Out, emit_tile, tap_table, tile_grid
 from ..vecops import lane_mask, load_vec, store_vec, vec_type
 from .layout import ConvPlan
+from .phase_copy import fill_copy
 
 IM2COL_UNROLLED_COPIES = 128  # per channel; above this the im2col fill loops over row periods
 IM2COL_UNROLLED_TAPS = 9  # taps unrolled in the im2col fill (3x3); larger kernels loop over a tap table
@@ -49,7 +51,7 @@ def emit_direct(fn: ir.Function, p: ConvPlan, target: Target, *, bias: bool, res
     if p.method == "depthwise":
         with for_range(b, N * C, name="nc") as nc:
             xc = gep(b, X, b.mul(nc, i64(HW)))
-            _fill_copy(b, p, xc, scratch, 1)
+            fill_copy(b, p, xc, scratch, 1)
             w_c = gep(b, Wp, b.mul(nc if N == 1 else b.urem(nc, i64(C)), i64(p.T)))
             bias_c = gep(b, bias_p, b.urem(nc, i64(C))) if bias else None
             res_c = gep(b, res_p, b.mul(nc, i64(P))) if residual else None
@@ -67,7 +69,7 @@ def emit_direct(fn: ir.Function, p: ConvPlan, target: Target, *, bias: bool, res
         xg = gep(b, X, b.mul(ng, i64(p.Cg * HW)))
         src = xg
         if p.copy and p.band == p.OH:
-            _fill_copy(b, p, xg, scratch, p.Cg)
+            fill_copy(b, p, xg, scratch, p.Cg)
             src = scratch
         if im2col is not None:
             _fill_im2col(b, p, src, im2col)
@@ -107,7 +109,7 @@ def _banded(b, p: ConvPlan, x, scratch, kp, a_of_row, y, bias_p, res_p, epi, blo
         raise ValueError(f"direct: bands {first}..{end} of a layer of {full + (tail > 0)}")
 
     def band(oh0: ir.Value, rows: int) -> None:
-        _fill_copy(b, p, x, scratch, p.Cg, oh0, rows + p.halo)
+        fill_copy(b, p, x, scratch, p.Cg, oh0, rows + p.halo)
         _grid(b, p, p.OCg, p.mr, scratch, kp, a_of_row, y, bias_p, res_p, epi, band=(oh0, rows))
 
     if min(end, full) > first:
@@ -280,76 +282,6 @@ def _grid(b, p: ConvPlan, rows, mr, src, kp, a_of_row, y, bias_ptr, res_ptr, epi
     tile_grid(b, rows, mr, n_slots, partial, p.nv, slot_fn, tile_fn, rows_outer=p.rows_outer and rows > 1,
               s_base=s_base)
 
-
-
-def _valid(lo_pad: int, phase: int, s: int, size: int, n: int) -> tuple[int, int]:
-    """Plane indices i in [first, last) whose source i*s + phase - lo_pad lies in [0, size)."""
-    first = max(0, -(-(lo_pad - phase) // s))
-    last = min(n, (size - 1 + lo_pad - phase) // s + 1)
-    return first, max(first, last)
-
-
-def _fill_copy(b: ir.IRBuilder, p: ConvPlan, x: ir.Value, dst: ir.Value, chans: int,
-               row0: ir.Value | None = None, rows: int = 0) -> None:
-    """Copy ``chans`` input channels into the zero-bordered, stride-phase-split planes: the whole
-    planes (their borders zero since the kernel's start), or ``rows`` plane rows from ``row0`` on (a
-    band: border rows among them are zeroed here, as an earlier band may have filled them)."""
-    with for_range(b, chans, name="cc") as c:
-        xc = gep(b, x, b.mul(c, i64(p.H * p.W)))
-        dc = gep(b, dst, b.mul(c, i64(p.chan_stride)))
-        for k, (ph, pw) in enumerate(p.phases):
-            i0, i1 = _valid(p.pt, ph, p.sh, p.H, p.OH + p.halo if row0 is not None else p.Hq)
-            j0, j1 = _valid(p.pl, pw, p.sw, p.W, p.Wq)
-            if j1 <= j0:
-                continue
-            first, last, shift = i64(i0), i64(i1), None
-            if row0 is not None:  # this band's plane rows [lo, hi) have input rows; the rest are zero
-                first, last = _clamp(b, b.sub(i64(i0), row0), rows), _clamp(b, b.sub(i64(i1), row0), rows)
-                last = b.select(b.icmp_signed("<", last, first), first, last)
-                shift = row0
-                for z0, z1 in ((i64(0), first), (last, i64(rows))):
-                    with for_range(b, z1, start=z0, name="cz") as i:
-                        memset0(b, gep(b, dc, b.add(b.mul(i, i64(p.Wq)), i64(k * p.plane))), 4 * p.Wq)
-            elif i1 <= i0:
-                continue
-            with for_range(b, last, start=first, name="ci") as i:
-                ih = b.add(b.mul(i if shift is None else b.add(i, shift), i64(p.sh)), i64(ph - p.pt))
-                srow = gep(b, xc, b.add(b.mul(ih, i64(p.W)), i64(j0 * p.sw + pw - p.pl)))
-                drow = gep(b, dc, b.add(b.mul(i, i64(p.Wq)), i64(k * p.plane + j0)))
-                if p.sw == 1:
-                    memcpy(b, drow, srow, 4 * (j1 - j0))
-                else:
-                    _strided_copy(b, drow, srow, j1 - j0, p.sw, p.W - (j0 * p.sw + pw - p.pl), p.vl)
-
-
-def _clamp(b: ir.IRBuilder, v: ir.Value, hi: int) -> ir.Value:
-    """min(max(v, 0), hi)"""
-    v = b.select(b.icmp_signed("<", v, i64(0)), i64(0), v)
-    return b.select(b.icmp_signed(">", v, i64(hi)), i64(hi), v)
-
-
-def _strided_copy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, n: int, s: int, src_len: int, vl: int = 0) -> None:
-    """dst[j] = src[j*s] for j < n, reading no further than src[src_len - 1]. Stride 2: two vector
-    loads and an even-lane shuffle per VL outputs, the last VL overlapping (its upper load masked);
-    other strides, or rows shorter than a vector, one element at a time."""
-    if not (s == 2 and 1 < vl <= n):
-        with for_range(b, n, name="cj") as j:
-            v = b.load(b.gep(src, [b.mul(j, i64(s))], inbounds=True), align=4)
-            b.store(v, b.gep(dst, [j], inbounds=True), align=4)
-        return
-    even = vector(ir.VectorType(ir.IntType(32), vl), [2 * i for i in range(vl)])
-
-    def one(j: ir.Value | int, hi_lanes: int) -> None:
-        sp = gep(b, src, b.mul(j, i64(2)) if isinstance(j, ir.Value) else 2 * j)
-        hi = load_vec(b, gep(b, sp, vl), vl, lane_mask(vl, hi_lanes) if hi_lanes < vl else None)
-        store_vec(b, b.shuffle_vector(load_vec(b, sp, vl), hi, even), gep(b, dst, j))
-
-    nsafe = min(n // vl, src_len // (2 * vl))
-    if nsafe:
-        with for_range(b, nsafe, name="cv") as jv:
-            one(b.mul(jv, i64(vl)), vl)
-    if nsafe * vl < n:
-        one(n - vl, min(vl, src_len - 2 * (n - vl) - vl))
 
 
 def _fill_im2col(b: ir.IRBuilder, p: ConvPlan, src: ir.Value, dst: ir.Value) -> None:
