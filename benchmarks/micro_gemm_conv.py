@@ -50,7 +50,7 @@ from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights  # noqa: E402
 from cuvil.compiler.target import ConvChoice  # noqa: E402
 from cuvil.compiler.tuning import parse_overrides  # noqa: E402
 from cuvil.devices.detect import resolve_target  # noqa: E402
-from cuvil.edge_runtime.candidates import interleaved_seconds  # noqa: E402
+from cuvil.edge_runtime.candidates import aligned_copy as aligned, interleaved_seconds  # noqa: E402
 from tests.hosts import describe_host  # noqa: E402
 
 # (name, N, C, H, W, OC, K, stride, pad, group, times in the model). "r18": the CIFAR ResNet-18 of
@@ -122,15 +122,6 @@ def jit(module: ir.Module, target, name: str):
     f = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 6)(eng.get_function_address(name))
     f.engine = eng
     return f
-
-
-def aligned(a):
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    buf = np.zeros(a.size + 16, dtype=np.float32)
-    off = (-buf.ctypes.data // 4) % 16
-    out = buf[off:off + a.size].reshape(a.shape)
-    out[...] = a
-    return out
 
 
 def ort_session(nodes, inits, x_shape):

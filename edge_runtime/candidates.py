@@ -70,20 +70,20 @@ class Buffers:
 
     def __init__(self, geom: Geometry) -> None:
         N, C, H, W = geom[:4]
-        self.x, self.bias = _aligned(spread((N, C, H, W))), _aligned(spread(geom[4], seed=1))
+        self.x, self.bias = aligned_copy(spread((N, C, H, W))), aligned_copy(spread(geom[4], seed=1))
         self.y: np.ndarray | None = None
-        self.s = _aligned(np.zeros(16))
+        self.s = aligned_copy(np.zeros(16))
 
     def output(self, shape: tuple[int, ...]) -> np.ndarray:
         if self.y is None or self.y.shape != tuple(shape):
-            self.y = _aligned(np.zeros(shape))
+            self.y = aligned_copy(np.zeros(shape))
         return self.y
 
     def scratch(self, nbytes: int) -> np.ndarray:
         """At least ``nbytes`` of scratch (and 64 more: tail loads); the largest so far, which a
         candidate that needs more replaces (those before keep theirs)."""
         if 4 * self.s.size < nbytes + 64:
-            self.s = _aligned(np.zeros(nbytes // 4 + 16))
+            self.s = aligned_copy(np.zeros(nbytes // 4 + 16))
         return self.s
 
 
@@ -124,7 +124,7 @@ class Candidate:
         self.build_s = self.emit_s + llvm_s + self.clock() - t0
         io = self.io if self.io is not None else Buffers(self.geom)
         x, y, bias, s = io.x, io.output(self.out_shape), io.bias, io.scratch(self.scratch_bytes)
-        w = _aligned(self.wp)
+        w = aligned_copy(self.wp)
         self.wp, self.io = None, None  # the aligned copy serves from now on: one copy of the packed weights per candidate, not two
         self.buffers = (x, y, bias, w, s)
         fn, ptrs = _FN(address), (x.ctypes.data, w.ctypes.data, bias.ctypes.data, None, y.ctypes.data, s.ctypes.data)
@@ -138,7 +138,7 @@ class Candidate:
         return self.emit_s, self.llvm_s
 
 
-def _aligned(a: np.ndarray) -> np.ndarray:
+def aligned_copy(a: np.ndarray) -> np.ndarray:
     """A float32 copy starting on a 64-byte boundary (the kernels' aligned vector loads)."""
     a = np.ascontiguousarray(a, dtype=np.float32)
     buf = np.zeros(a.size + 16, dtype=np.float32)
