@@ -151,8 +151,9 @@ def test_parts_of_bands_together_write_what_the_whole_conv_writes(rng):
         emit_conv2d(ir.Module(), "bad", t, *_geom(case), blocks=(2, bands + 1))
 
 
+@pytest.mark.parametrize("width", [97, 130])  # 130 at 512 bits: plane rows of 66 padded to 80
 @pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
-def test_a_conv_copied_whole_cut_into_a_band_per_part_writes_what_the_whole_writes(profile):
+def test_a_conv_copied_whole_cut_into_a_band_per_part_writes_what_the_whole_writes(profile, width):
     """A direct conv whose copy is made whole splits over threads into one band per part, each part's tuning
     carrying the cut (``split.py``): each part, given exactly the scratch it asks for, writes its rows bit for
     bit as the whole kernel does."""
@@ -165,9 +166,10 @@ def test_a_conv_copied_whole_cut_into_a_band_per_part_writes_what_the_whole_writ
 
     t = executable(profile)
     t = dataclasses.replace(t, threads=3, tuning=t.tuning.replace(parallel_sync_us=0.0))
-    case = (1, 3, 97, 97, 16, 3, 3, (2, 2), P1, (1, 1), 1, True, True, "Relu")  # a stem: 49 output rows
+    case = (1, 3, 97, width, 16, 3, 3, (2, 2), P1, (1, 1), 1, True, True, "Relu")  # a stem: 49 output rows
     t = with_choices(t, {_geom(case): ConvChoice("direct", 4, 2, t.vector_floats)})
-    assert conv_plan(t, *_geom(case)).band == 49
+    whole_plan = conv_plan(t, *_geom(case))
+    assert whole_plan.band == 49 and (whole_plan.Wq % whole_plan.vl == 0) == (width == 130 and whole_plan.vl == 16)
     ranges = split_ranges(t, _geom(case))
     assert [r.blocks for r in ranges] == [(0, 1), (1, 2), (2, 3)]
     m = ir.Module(name="cut")
