@@ -234,6 +234,19 @@ def test_avx512_assembly_uses_zmm_fma():
     assert "Spill" not in asm and "Reload" not in asm
 
 
+def test_a_depthwise_tile_takes_whole_rows_that_divide_the_plane():
+    """MobileNetV3-ish's 5x5 depthwise convs at 12x12 output (256-bit rows of 8 + 4 on the 512-bit profile):
+    16 vectors fit 8 rows, which leaves a second tile body of 4; tiles of 6 rows divide the 12. A plane with no
+    divisor at least half the rows that fit (13 rows) keeps the full tiles and a rest."""
+    t = resolve_target("x86-avx512")
+    for geom in [(1, 240, 12, 12, 240, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 240),
+                 (1, 96, 24, 24, 96, 5, 5, (2, 2), (2, 2, 2, 2), (1, 1), 96)]:
+        p = conv_plan(t, *geom)
+        assert (p.method, p.vl, p.vpr, p.nv) == ("depthwise", 8, 2, 12) and p.OH % (p.nv // p.vpr) == 0, geom
+    p = conv_plan(t, 1, 240, 13, 13, 240, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 240)
+    assert (p.method, p.vpr, p.nv) == ("depthwise", 2, 16) and p.OH % (p.nv // p.vpr) == 5
+
+
 def test_stride2_depthwise_reads_the_input_in_place():
     """Stride-2 3x3 depthwise convs wider than the dwlanes planes take ``dwstride2`` on the x86 profiles
     (MobileNetV1's 32x64x64/2, Zen 4: 11.5 us, the phase-plane copy's kernel 22.3), no scratch; the
