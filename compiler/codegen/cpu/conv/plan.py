@@ -59,9 +59,9 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
         if vl * 32 in target.tuning.dwstride2_widths and dwstride2_applies(KH, KW, strides, pads, dilations):
             tmp = ConvPlan(**base, method="dwstride2", mr=1, nv=1, copy=False)
             return ConvPlan(**base, method="dwstride2", mr=1, nv=tmp.vpr, copy=False)  # nv: vectors per output row
-        tmp = ConvPlan(**base, method="depthwise", mr=1, nv=1, copy=True)  # nv: vectors per tile,
-        nv = max(1, min(tmp.OH * tmp.vpr, target.tuning.vector_registers // 2))  # whole rows where they fit
-        return ConvPlan(**base, method="depthwise", mr=1, nv=_even_rows(tmp.OH, tmp.vpr, nv), copy=True)
+        tmp = ConvPlan(**base, method="depthwise", mr=1, nv=1, copy=True)
+        return ConvPlan(**base, method="depthwise", mr=1, nv=_depthwise_tile(tmp, target.tuning.vector_registers // 2),
+                        copy=True)
     tmp = ConvPlan(**base, method="rows", mr=1, nv=1, copy=False)
     if rows_wins(tmp):
         # pixels of one output row x channel vectors; at least 4 pixels per tile, as the weights stream
@@ -95,15 +95,17 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
     return ConvPlan(**base, method=method, mr=mr, nv=nv, copy=copy)
 
 
-def _even_rows(rows: int, vpr: int, nv: int) -> int:
-    """A depthwise tile of ``nv`` vectors as whole rows that divide the plane's ``rows`` where a divisor is
-    at least half the rows that fit: the kernel then has one tile body, not a second for the rest
-    (MobileNetV3-ish's 5x5 layers at 12x12 took 8 rows and 4, 600 FMAs of IR, where 6 and 6 take 300)."""
-    if vpr > nv:
+def _depthwise_tile(p: ConvPlan, most: int) -> int:
+    """Vectors per tile of a depthwise conv (its ``nv``): whole output rows where they fit in ``most``, as many
+    rows as divide the plane's where such a divisor is at least half the rows that fit, so the kernel has one
+    tile body, not a second for the rest (MobileNetV3-ish's 5x5 layers at 12x12 took 8 rows and 4, 600 FMAs of
+    IR, where 6 and 6 take 300)."""
+    nv = max(1, min(p.OH * p.vpr, most))
+    if p.vpr > nv:
         return nv
-    most = nv // vpr
-    even = max(d for d in range(1, most + 1) if rows % d == 0)
-    return even * vpr if 2 * even >= most else nv
+    fit = nv // p.vpr
+    even = max(d for d in range(1, fit + 1) if p.OH % d == 0)
+    return even * p.vpr if 2 * even >= fit else nv
 
 
 def plan_for(base: dict, method: str, mr: int, nv: int, vl: int) -> ConvPlan:
