@@ -50,6 +50,7 @@ class Tuning:
     rows_kernels: tuple[int, ...] = (3,)  # square kernel sizes it applies to
     rows_min_channels: int = 16  # C and OC (ResNet-18's 64..512-channel 3x3 layers, then down to 16 on planes Winograd does not take, Zen 4, us rows / next best: x86-avx2 48->192 at 6x6 60 / 73, 24->96 at 6x6 15.8 / 19.2, 32->128 at 4x4 12.4 / 13.7, 16->16 at 6x6 2.1 / 2.6, but 16->24 at 7x7 5.7 / 4.8; x86-avx512 48->192 at 6x6 52 / 73, 64->16 at 7x7 7.0 / 14.7)
     rows_max_pixels: int = 64  # up to 8x8 outputs; 16x16 (a 64->128 stride-2 conv) only matched direct
+    rows_whole_row_max: int = 0  # a 'rows' conv's tile takes its whole output row where that is at most this wide (else 4 pixels or more); 0: never. x86 at 512 bits sets ROWS_WHOLE_ROW_MAX
     rows_channel_block: int = 16  # channels per block: 13.8 KB of a 3-vector tile's 3x3 weights stay in L1
     rows_prefetch_blocks: int = 2  # how many blocks ahead the weights are prefetched (4: no better)
     rows_prefetch_locality: int = 2  # prefetcht1 (t0: no different)
@@ -217,6 +218,13 @@ Emerald Rapids, the kernel against ORT in the same rounds, `micro_gemm_conv.py -
 1.03 -> 0.94 and 0.95; 3->32 at 256x256, 129 -> 144, 0.54 and 0.63 -> 0.54 and 0.53). 64x64 inputs, whose
 33-element rows would grow to 48, were level either way, so they stay tight. At 256 bits (x86-avx2 code on
 the same host) nothing moved: 0 there. Never timed on Arm."""
+ROWS_WHOLE_ROW_MAX = 8
+"""x86 at 512 bits: 'rows' convs whose output rows are at most this wide take a whole row per tile, not
+4-pixel pieces of it (Xeon Emerald Rapids, each conv alone, medians of 400 interleaved runs, two runs:
+128->256 stride 2 at 8x8 out, 4x6 -> 8x2 431 -> 369 and 291 -> 263 us; 256->256 at 7x7 4x6 -> 7x2 554 -> 431
+and 365 -> 326; 48->192 at 6x6 4x6 -> 6x2 50.2 -> 41.1; whole rows with 3 or 4 vectors were as fast or
+slightly slower). At 256 bits (x86-avx2 code on the same host) the whole rows were slower (8x8: 4x3 708,
+8x1 757; 7x7: 4x3 738, 7x1 833): 0 there. Never timed on Arm."""
 DW_LANES_MAX_WIDTH_STRIDED = 32
 """The same at stride 2 (Zen 4, both widths: 24x24 from 48x48 178 -> 114 and 155 -> 130 k cycles,
 12x12 from 24x24 220 -> 53, 16x16 from 32x32 100 -> 39 at 512 bits; 28x28 from 56x56 0.95-1.1x)."""
@@ -241,6 +249,7 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         int8_prefetch_weight_rows=x86,
         direct_prefetch_bytes=DIRECT_PREFETCH_BYTES if x86 else 0,
         direct_row_pad=DIRECT_ROW_PAD if x86 and vector_bits == 512 else 0.0,
+        rows_whole_row_max=ROWS_WHOLE_ROW_MAX if x86 and vector_bits == 512 else 0,
         int8_depthwise_lanes_max_width_strided=DW_LANES_MAX_WIDTH_STRIDED if x86 else 0,
         int8_rows_1x1_max_fill=ROWS_1X1_MAX_FILL.get(vector_bits, 0.0) if x86 else 0.0,
     )

@@ -13,6 +13,7 @@ from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
 from cuvil.compiler.codegen.cpu.conv.plan import conv_plan, conv_scratch_bytes
 from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights
 from cuvil.compiler.target import Target
+from cuvil.devices.detect import resolve_target
 
 from ...hosts import executable
 from .kernel_jit import aligned, passes_in_child, ptr
@@ -132,3 +133,33 @@ def test_rows_skips_the_padding_products():
     assert conv_plan(target, *geom).method == "im2col"
     im2col = _fmas_executed(target, geom)
     assert im2col >= 512 * 64 * 144 and rows < 0.7 * im2col
+
+
+def test_a_rows_tile_takes_the_whole_output_row_at_512_bits():
+    """x86 at 512 bits: a rows conv whose output rows are at most ``rows_whole_row_max`` wide takes whole rows
+    (ResNet-18's 128->256 stride-2 layer at 8x8: 8x2, where 4-pixel pieces took 4x6 and a second column-tile
+    body); at 256 bits, with the setting at 0, or on wider rows, tiles keep to 4 pixels or more."""
+    geom = (1, 128, 16, 16, 256, 3, 3, (2, 2), P1, (1, 1), 1)
+    avx512, avx2 = resolve_target("x86-avx512"), resolve_target("x86-avx2")
+    p = conv_plan(avx512, *geom)
+    assert (p.method, p.OW, p.mr, p.nv) == ("rows", 8, 8, 2)
+    assert (conv_plan(avx2, *geom).method, conv_plan(avx2, *geom).mr) == ("rows", 4)
+    off = replace(avx512, tuning=avx512.tuning.replace(rows_whole_row_max=0))
+    assert conv_plan(off, *geom).mr == 4
+    wide = (1, 32, 8, 32, 64, 3, 3, (2, 2), P1, (1, 1), 1)  # 4x16 outputs, 16 > 8 wide
+    q = conv_plan(rows_anywhere(avx512), *wide)
+    assert q.method == "rows" and 4 <= q.mr < 16
+
+
+def test_whole_row_tiles_match_numpy(rng):
+    """The whole-row tiles of the 512-bit profile (8, 7 and 6 wide, stride 1 and 2), run where the host can."""
+    target = executable("x86-avx512")
+    cases = [(1, 128, 16, 16, 40, 3, 3, (2, 2), P1, (1, 1), 1, True, True, "Relu"),
+             (1, 24, 7, 7, 70, 3, 3, (1, 1), P1, (1, 1), 1, True, False, "none"),
+             (1, 48, 6, 6, 192, 3, 3, (1, 1), P1, (1, 1), 1, False, True, "Relu")]
+    fns = _emit_all(target, cases)
+    for i, case in enumerate(cases):
+        p = conv_plan(target, *_geom(case))
+        assert p.method == "rows" and p.mr == p.OW, case
+        Y, ref = _run(fns[f"c{i}"], target, case, rng)
+        np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5, err_msg=str(case))

@@ -64,9 +64,11 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
                         copy=True)
     tmp = ConvPlan(**base, method="rows", mr=1, nv=1, copy=False)
     if rows_wins(tmp):
-        # pixels of one output row x channel vectors; at least 4 pixels per tile, as the weights stream
-        # once per tile (512x4x4 on znver4: 2x8 1.15 ms, 4x4 0.56 ms)
-        mr, nv = choose_tile(target, tmp.OW, tmp.slots, min_mr=min(tmp.OW, 4))
+        # pixels of one output row x channel vectors: the whole row where it is at most rows_whole_row_max
+        # wide, else at least 4 pixels per tile, as the weights stream once per tile (512x4x4 on znver4:
+        # 2x8 1.15 ms, 4x4 0.56 ms)
+        whole = tmp.OW <= target.tuning.rows_whole_row_max
+        mr, nv = choose_tile(target, tmp.OW, tmp.slots, min_mr=tmp.OW if whole else min(tmp.OW, 4))
         return ConvPlan(**base, method="rows", mr=mr, nv=nv, copy=False)
     if KH == KW == 1 and sh == sw == 1 and not any(pads):  # 1x1: one long row, rows = channels
         base.update(H=1, W=H * W, dh=1, dw=1)
