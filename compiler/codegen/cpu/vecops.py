@@ -1,7 +1,8 @@
 """Vector building blocks shared by the GEMM and Conv emitters (pure ``llvmlite.ir``).
 
 Loads and stores of ``<VL x float>`` (masked ones through ``llvm.masked.*``), broadcasts, lane
-masks, and the kernel function shell with its target attributes.
+masks, the kernel function shell with its target attributes, and the internal helpers that kernels
+of the same shape share.
 """
 
 from __future__ import annotations
@@ -59,4 +60,22 @@ def define_kernel(module: ir.Module, name: str, target: Target) -> ir.Function:
         if i not in (3, 4):
             a.add_attribute("noalias")
     set_fn_attrs(fn, ("nounwind",), target_attrs(target))
+    return fn
+
+
+def define_helper(module: ir.Module, name: str, target: Target, argtypes, body) -> ir.Function:
+    """A noinline internal ``void name(argtypes)`` with the target's attributes, its pointer arguments
+    ``noalias``, defined once per module by ``body(builder, fn)``: the kernels that call it share its
+    code (noinline: else LLVM inlines it into each and unrolls loops around it)."""
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), argtypes), name)
+        fn.linkage = "internal"
+        for arg in fn.args:
+            if isinstance(arg.type, ir.PointerType):
+                arg.add_attribute("noalias")
+        set_fn_attrs(fn, ("nounwind", "noinline"), target_attrs(target))
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        body(b, fn)
+        b.ret_void()
     return fn

@@ -163,3 +163,21 @@ def test_whole_row_tiles_match_numpy(rng):
         assert p.method == "rows" and p.mr == p.OW, case
         Y, ref = _run(fns[f"c{i}"], target, case, rng)
         np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-5, err_msg=str(case))
+
+
+def test_same_shape_rows_convs_share_their_sums():
+    """Two rows convs of one shape that differ only in their epilogue (ResNet-18's 512x4x4 layers with and
+    without a residual) call one helper for their sums; another shape gets its own."""
+    target = resolve_target("x86-avx512")
+    geom = (1, 512, 4, 4, 512, 3, 3, (1, 1), P1, (1, 1), 1)
+    assert conv_plan(target, *geom).method == "rows"
+    m = ir.Module()
+    m.triple = target.triple
+    emit_conv2d(m, "plain", target, *geom, bias=True, activation="Relu")
+    emit_conv2d(m, "res", target, *geom, bias=True, residual=True, activation="Relu")
+    sums = [f for f in m.functions if f.name.startswith("rows_sums_") and f.blocks]
+    assert len(sums) == 1
+    for kernel in ("plain", "res"):
+        assert sums[0].name in str(m.get_global(kernel))
+    emit_conv2d(m, "other", target, 1, 256, 8, 8, 512, 3, 3, (2, 2), P1, (1, 1), 1, bias=True)
+    assert len([f for f in m.functions if f.name.startswith("rows_sums_") and f.blocks]) == 2

@@ -56,7 +56,7 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
     elif p.method == "dwstride2":
         emit_depthwise_stride2(fn, p, scalar_tails=not target.tuning.masked_stores, **epilogue)
     elif p.method == "rows":
-        emit_conv_rows(fn, p, **epilogue)
+        emit_conv_rows(fn, p, target, **epilogue)
     else:
         emit_direct(fn, p, target, blocks=blocks, **epilogue)
     set_fn_attrs(fn, strings={PREVECTORIZED: "true"})

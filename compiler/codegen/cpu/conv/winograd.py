@@ -39,9 +39,9 @@ from llvmlite import ir
 from ....target import Target
 from ...activations import apply_activation
 from ..gemm import UNROLL, Out, epilogue, tile_grid
-from ...irhelpers import I1, I64, for_range, gep, i64, memset0, prefetch as h_prefetch, set_fn_attrs, target_attrs, vector
+from ...irhelpers import I1, I64, for_range, gep, i64, memset0, prefetch as h_prefetch, vector
 from ...mathfns import fma
-from ..vecops import F32P, broadcast, load_vec, store_vec, vec_type
+from ..vecops import F32P, broadcast, define_helper, load_vec, store_vec, vec_type
 from .winograd_geometry import WinogradGeometry, winograd_gemm_tile
 from .winograd_math import MATS, sandwich, unzip_groups, unzip_lanes, zip_groups, zip_lanes
 def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: int, OC: int, pads, *,
@@ -54,7 +54,7 @@ def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: in
     mr, nv = winograd_gemm_tile(target, g, OC)
     X, Up, bias_p, res_p, Y, scratch = fn.args
     key = f"{C}x{H}x{W}_{OC}_p{'_'.join(map(str, pads))}_{target.vector_bits}_f{m}_{mr}x{nv}_b{g.TRB}"
-    front = _helper(fn.module, f"winograd_front_{key}", target, [F32P, F32P, F32P, I64],
+    front = define_helper(fn.module, f"winograd_front_{key}", target, [F32P, F32P, F32P, I64],
                     lambda b, f: _front(b, f, vl, g, C, H, W, OC, pads, mr, nv, target.tuning.winograd_prefetch_bytes))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     P = g.OH * g.OW
@@ -71,22 +71,6 @@ def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: in
             b.call(front, [xn, Up, scratch, blk])
             _output(b, vl, g, OC, gep(b, scratch, g.m_off), blk, yn, rn, ep)
     b.ret_void()
-
-
-def _helper(module, name, target, argtypes, body):
-    """A noinline internal function with the target's attributes, defined once per module."""
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), argtypes), name)
-        fn.linkage = "internal"
-        for arg in fn.args:
-            if isinstance(arg.type, ir.PointerType):
-                arg.add_attribute("noalias")
-        set_fn_attrs(fn, ("nounwind", "noinline"), target_attrs(target))  # noinline: else inlined, and loops unrolled around it
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        body(b, fn)
-        b.ret_void()
-    return fn
 
 
 def _block_rows(b, g, blk):
