@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
+from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates
 from cuvil.compiler.codegen.cpu.conv.emit import emit_conv2d
 from cuvil.compiler.codegen.cpu.conv.plan import conv_plan, conv_scratch_bytes
 from cuvil.compiler.codegen.cpu.conv.pack import pack_conv_weights
@@ -143,6 +144,7 @@ def test_a_rows_tile_takes_the_whole_output_row_at_512_bits():
     avx512, avx2 = resolve_target("x86-avx512"), resolve_target("x86-avx2")
     p = conv_plan(avx512, *geom)
     assert (p.method, p.OW, p.mr, p.nv) == ("rows", 8, 8, 2)
+    assert [(c.mr, c.nv) for c in conv_candidates(avx512, geom) if c.method == "rows"] == [(8, 2)]  # the tuner's too
     assert (conv_plan(avx2, *geom).method, conv_plan(avx2, *geom).mr) == ("rows", 4)
     off = replace(avx512, tuning=avx512.tuning.replace(rows_whole_row_max=0))
     assert conv_plan(off, *geom).mr == 4

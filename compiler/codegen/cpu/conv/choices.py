@@ -26,7 +26,7 @@ from .pack import pack_conv_weights
 from .flat_geometry import DWFLAT_BLOCK, flat_applies
 from .layout import ConvPlan
 from .plan import IM2COL_MAX_PIECES, conv_plan, plan_for
-from .rules import TALL_MIN_ROWS, dwstride2_applies
+from .rules import TALL_MIN_ROWS, dwstride2_applies, rows_min_pixels
 from .winograd_geometry import winograd_applies
 
 MAX_CANDIDATES = 5
@@ -105,7 +105,7 @@ def conv_candidates(target: Target, geom: Geometry) -> tuple[ConvChoice, ...]:
             if c not in out:
                 out.append(c)
     if three and min(C, OC) >= target.tuning.rows_min_channels and OH * OW <= target.tuning.rows_max_pixels:
-        add("rows", min_mr=4)
+        add("rows", min_mr=rows_min_pixels(target.tuning, OW))
     if KH == KW == 1 and strides == (1, 1) and not any(pads):
         add("transposed")
     add("direct")

@@ -17,7 +17,7 @@ from ....target import Target
 from ..tiles import choose_tile, vector_lanes
 from .flat_geometry import DWFLAT_BLOCK, flat_wins
 from .layout import ConvPlan
-from .rules import TALL_MIN_ROWS, aliased_1x1, dwstride2_applies, rows_wins, short_1x1, strided_narrow, tall_1x1
+from .rules import TALL_MIN_ROWS, aliased_1x1, dwstride2_applies, rows_min_pixels, rows_wins, short_1x1, strided_narrow, tall_1x1
 from .winograd_geometry import winograd_applies, winograd_tile, winograd_wins
 
 IM2COL_MAX_PIECES = 2048  # code-size bound on the unrolled im2col row copies (per channel)
@@ -64,11 +64,8 @@ def conv_plan(target: Target, N: int, C: int, H: int, W: int, OC: int, KH: int, 
                         copy=True)
     tmp = ConvPlan(**base, method="rows", mr=1, nv=1, copy=False)
     if rows_wins(tmp):
-        # pixels of one output row x channel vectors: the whole row where it is at most rows_whole_row_max
-        # wide, else at least 4 pixels per tile, as the weights stream once per tile (512x4x4 on znver4:
-        # 2x8 1.15 ms, 4x4 0.56 ms)
-        whole = tmp.OW <= target.tuning.rows_whole_row_max
-        mr, nv = choose_tile(target, tmp.OW, tmp.slots, min_mr=tmp.OW if whole else min(tmp.OW, 4))
+        # pixels of one output row x channel vectors
+        mr, nv = choose_tile(target, tmp.OW, tmp.slots, min_mr=rows_min_pixels(target.tuning, tmp.OW))
         return ConvPlan(**base, method="rows", mr=mr, nv=nv, copy=False)
     if KH == KW == 1 and sh == sw == 1 and not any(pads):  # 1x1: one long row, rows = channels
         base.update(H=1, W=H * W, dh=1, dw=1)
