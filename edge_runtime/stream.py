@@ -14,7 +14,7 @@ points' module, then takes queued modules too. The tuner's candidate kernels go 
 is built here. The entry point is printed as it grows, its calls leaving its block node by node
 (LSTM KWS's 4,543 instructions held ~3 MiB to the end of lowering), and every ``RELEASE_EVERY`` nodes
 the heap pages of the weights the lowering freed go back to the system (:mod:`.heap`). A batch is closed when it holds ``MIN_PART_BYTES``, or at ``MAX_PART_BYTES``; a group that calls a shared
-internal helper (a Winograd stage) keeps its batch open, since the next group usually calls it too:
+internal helper (a Winograd stage, a rows conv's sums) keeps its batch open, since the next group usually calls it too:
 a helper that two batches call is compiled in both, internal as in one module, so each kernel's code
 is the same as without streaming. Sizes alone close batches, never how busy the consumers are, so
 one plan always gives the same objects (closing on an idle consumer split ResNet-18 differently from
