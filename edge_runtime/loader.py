@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..compiler.bundle.format import MANIFEST_OFFSET, Header
 from ..compiler.bundle.reader import Bundle, BundleHead, read_bundle, read_bundle_parts, read_head
-from ..compiler.errors import BundleError, ParseError
+from ..compiler.errors import BundleError, LimitError, ParseError
 from ..compiler.ir.graph import Graph
 from ..compiler.ir.types import TensorType
 from .private import open_regular, read_at, read_exactly
@@ -74,7 +74,7 @@ class Model:
 
         try:
             return {name: parse_type(text) for name, text in self.inputs}
-        except ParseError as e:
+        except (ParseError, LimitError) as e:  # a rank or dimension past the limits is a bad bundle too
             raise BundleError(f"bad input type in the manifest: {e}") from None
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

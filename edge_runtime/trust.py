@@ -47,11 +47,12 @@ class TrustStore:
 
     @classmethod
     def from_dir(cls, directory: str | os.PathLike | None = None) -> TrustStore:
-        """Every ``*.pub`` / ``*.pem`` file in the directory; a missing directory trusts nothing."""
+        """Every ``*.pub`` / ``*.pem`` file in the directory; a missing directory trusts nothing. Anything so
+        named but a directory is read as a key, so a FIFO or device there is an error, not skipped."""
         directory = default_trust_dir() if directory is None else Path(directory)
         if not directory.is_dir():
             return cls((), ())
-        return cls.from_files(sorted(p for p in directory.iterdir() if p.suffix in KEY_SUFFIXES and p.is_file()))
+        return cls.from_files(sorted(p for p in directory.iterdir() if p.suffix in KEY_SUFFIXES and not p.is_dir()))
 
 
 def resolve_trust(trusted: TrustStore | Iterable[str | os.PathLike | Ed25519PublicKey] | None = None) -> TrustStore:

@@ -13,7 +13,7 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -27,6 +27,7 @@ from .compiler.ir.graph import Graph
 from .compiler.ir.limits import check_graph
 from .compiler.ir.text import print_graph
 from .compiler.ir.verify import verify
+from .compiler.regular_file import open_regular, starts_with
 from .compiler.quantize import integer_form, quantize  # noqa: F401  (post-training int8; the form bundles sign)
 from .edge_runtime.loader import Model, Trusted, read_file_head
 from .edge_runtime.loader import load as _load
@@ -86,9 +87,9 @@ def import_model(model_or_path: Any, example_inputs: Any = None, *, batch_size: 
 
 
 def _has_magic(path: Path, missing_ok: bool = True) -> bool:
+    """Whether ``path`` is a bundle by its first bytes (a FIFO or device is an OSError, never a block)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(MAGIC)) == MAGIC
+        return starts_with(path, MAGIC)
     except OSError:
         if missing_ok:
             return False
@@ -201,14 +202,21 @@ def read_inputs(model: Graph | Model, npy: PathLike | None = None, npz: PathLike
         if npy is not None:
             if len(names) != 1:
                 raise CuvilError(f"the model has {len(names)} inputs {names}: pass an .npz")
-            arr = np.load(npy, allow_pickle=False)
+            with _opened(npy) as f:
+                arr = np.load(f, allow_pickle=False)
             if not isinstance(arr, np.ndarray):
                 raise CuvilError(f"{npy} is not an .npy array file")
             return {names[0]: arr}
-        with np.load(npz, allow_pickle=False) as archive:
+        with _opened(npz) as f, np.load(f, allow_pickle=False) as archive:
             return {k: archive[k] for k in archive.files}
     except (ValueError, zipfile.BadZipFile, EOFError) as e:
         raise CuvilError(f"cannot read inputs from {npy or npz}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+
+
+def _opened(path: PathLike) -> BinaryIO:
+    """``path`` opened as a regular file (a FIFO or device is an OSError at once: ``np.load`` would block)."""
+    fd, _ = open_regular(path)
+    return os.fdopen(fd, "rb")
 
 
 def save_outputs(path: PathLike, outputs: Mapping[str, np.ndarray]) -> None:

@@ -20,14 +20,13 @@ mostly repeat) or ``raw`` (the bytes themselves). See docs/bundle-format.md.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DeltaError
-from .format import (MANIFEST_OFFSET, MAX_MANIFEST_BYTES, MAX_NAME_CHARS, _fields, _int, _list, _no_floats,
-                     _ObjectBudget, _short, _string, _text, canonical_json)
+from .format import MANIFEST_OFFSET, MAX_MANIFEST_BYTES, MAX_NAME_CHARS, _fields, _int, _list, _string, _text, canonical_json
+from .json_budget import JsonBudget, loads_bounded
 
 DELTA_MAGIC = b"\x89CUVDL\r\n"
 OPS = ("copy", "xor", "raw")
@@ -36,6 +35,10 @@ MAX_PIECES = 1 << 16  # target weights a delta lists, at most (a bundle's manife
 MAX_LENGTH = 1 << 51  # bound on any length or offset field (a device's own size limits are far lower)
 MAX_HEAD = MANIFEST_OFFSET + MAX_MANIFEST_BYTES
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_PIECE_FIELDS = 5  # name, op, base, offset, length
+DELTA_BUDGET = JsonBudget(objects=2 + MAX_PIECES, strings=(_PIECE_FIELDS + 3) * MAX_PIECES + 64,
+                          containers=MAX_PIECES + 8, values=(_PIECE_FIELDS + 1) * MAX_PIECES + 64)
+"""The most a delta manifest can hold (:mod:`.json_budget`): per piece its object, its keys and three strings."""
 
 
 @dataclass(frozen=True)
@@ -95,11 +98,7 @@ class DeltaManifest:
     @classmethod
     def decode(cls, data: bytes) -> DeltaManifest:
         """Parse signed manifest bytes; any malformed field, or payloads not back to back, is a DeltaError."""
-        try:
-            obj = json.loads(data.decode("utf-8"), parse_float=_no_floats, parse_constant=_no_floats,
-                             object_pairs_hook=_ObjectBudget(2 + MAX_PIECES))
-        except (ValueError, RecursionError) as e:
-            raise DeltaError(f"delta manifest is not valid JSON: {_short(e)}") from None
+        obj = loads_bounded(data, DELTA_BUDGET, DeltaError, "delta manifest")
         if canonical_json(obj, strict=False) != data:
             raise DeltaError("delta manifest is not in canonical form")
         top = _fields(obj, "delta manifest", ("name", "version", "parent", "parent_sha256", "parent_length",

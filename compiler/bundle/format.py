@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import BundleError
 from ..ir.dtypes import DType
+from .json_budget import JsonBudget, loads_bounded
 from .lineage import Lineage
 from .signing import PUBLIC_KEY_SIZE, SIGNATURE_SIZE
 from .subbyte import packed_nbytes
@@ -42,6 +43,7 @@ MAX_RANK = 32
 _DTYPE_NAMES = frozenset(d.value for d in DType)  # built once: a set per weight cost ResNet-50's load ~1 ms
 MAX_ELEMENTS = 1 << 48  # bound on the product of dimensions (zeros counted as one)
 MAX_NAME_CHARS = 1024
+_TOP_LEVEL = 64  # bound on the JSON items of a manifest outside its entry lists (top fields, lineage)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 assert HEADER.size == 40 + PUBLIC_KEY_SIZE
@@ -184,16 +186,10 @@ class Manifest:
     def decode(cls, data: bytes, max_entries: int = 1 << 16) -> Manifest:
         """Parse signed manifest bytes; every field's type and bound is checked, or BundleError.
 
-        The JSON decoder stops after ``1 + 3 * max_entries`` objects (the manifest, and at most
-        ``max_entries`` inputs, outputs and weights), before building the rest.
+        The text is parsed only within :func:`manifest_budget` (at most ``max_entries`` inputs, outputs
+        and weights each), so what the parse builds is bounded by the limits, whatever the text.
         """
-        try:
-            obj = json.loads(data.decode("utf-8"), parse_float=_no_floats, parse_constant=_no_floats,
-                             object_pairs_hook=_ObjectBudget(1 + 3 * max_entries))
-        except (ValueError, RecursionError) as e:
-            raise BundleError(f"manifest is not valid JSON: {_short(e)}") from None
-        except MemoryError:
-            raise BundleError(f"the manifest ({len(data)} bytes) does not fit in this device's memory") from None
+        obj = loads_bounded(data, manifest_budget(max_entries), BundleError, "manifest")
         if canonical_json(obj, strict=False) != data:
             raise BundleError("manifest is not in canonical form")
         keys = ("name", "version", "producer", "graph", "inputs", "outputs", "weights")
@@ -223,6 +219,15 @@ class Manifest:
             end = w.offset + w.length
 
 
+def manifest_budget(max_entries: int) -> JsonBudget:
+    """The most a manifest of at most ``max_entries`` inputs, outputs and weights each can hold: per
+    entry a weight's two containers (itself, its shape), nine strings (six keys, name, dtype, hash)
+    and its fields and dimensions; the top level and a lineage within the constant."""
+    entries = 3 * max_entries
+    return JsonBudget(objects=1 + entries, strings=9 * entries + _TOP_LEVEL, containers=2 * entries + _TOP_LEVEL,
+                      values=(MAX_RANK + 8) * entries + _TOP_LEVEL)
+
+
 def canonical_json(obj: Any, strict: bool = True) -> bytes:
     try:
         return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
@@ -230,27 +235,6 @@ def canonical_json(obj: Any, strict: bool = True) -> bytes:
         if strict:
             raise
         return b""
-
-
-class _ObjectBudget:
-    """A JSON ``object_pairs_hook`` that refuses more than ``left`` objects."""
-
-    def __init__(self, left: int):
-        self.left = left
-
-    def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        self.left -= 1
-        if self.left < 0:
-            raise BundleError("the manifest lists more inputs, outputs or weights than this device's limit")
-        return dict(pairs)
-
-
-def _no_floats(text: str) -> Any:
-    raise ValueError(f"non-integer number {text[:20]!r}")
-
-
-def _short(e: Exception) -> str:
-    return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
 
 
 def _fields(value: Any, where: str, keys: tuple[str, ...]) -> Mapping[str, Any]:

@@ -63,8 +63,11 @@ def read_head(head: Any, size: int, trusted_keys: Iterable[Ed25519PublicKey], li
     (``require_trust=True``: a signer outside ``trusted_keys`` is a BundleError)."""
     view = memoryview(head).cast("B")
     header, manifest_bytes, trusted = read_signed_head(view, size, trusted_keys, require_trust=require_trust)
+    # ---- everything below runs on signed bytes only ----
     header.check_layout(size)
     manifest = Manifest.decode(manifest_bytes, limits.max_nodes)
+    if header.data_offset + manifest.data_length != header.file_length:
+        raise BundleError("the weight table does not end where the file does")
     return BundleHead(manifest, header, manifest.content_hash, fingerprint(header.signer_key), trusted, size)
 
 
@@ -88,18 +91,13 @@ def read_bundle_parts(head: Any, size: int, segment: Callable[[int, int], Any],
     and ``segment(start, length)``: those bytes of the file, in memory nobody writes meanwhile, or
     fewer where the file ends early. A file reader returns each weight in a buffer of its own, so each
     can be freed on its own (the lowering drops a weight once packed) and none is copied again."""
-    header, manifest_bytes, trusted = read_signed_head(memoryview(head).cast("B"), size, trusted_keys, require_trust)
-    # ---- everything below runs on signed bytes only ----
-    header.check_layout(size)
-    manifest = Manifest.decode(manifest_bytes, limits.max_nodes)
-    if header.data_offset + manifest.data_length != header.file_length:
-        raise BundleError("the weight table does not end where the file does")
+    h = read_head(head, size, trusted_keys, limits, require_trust)
+    header, manifest = h.header, h.manifest
     pad = MANIFEST_OFFSET + header.manifest_length
     _check_zero(_exactly(segment, pad, header.data_offset - pad), pad, "manifest padding")
     arrays = _segments(segment, header.data_offset, manifest.weights)
     graph = _graph(manifest, arrays, limits)
-    return Bundle(graph, manifest, header, manifest.content_hash,
-                  fingerprint(header.signer_key), trusted, size)
+    return Bundle(graph, manifest, header, h.content_hash, h.signer, h.trusted, size)
 
 
 def read_signed_head(view: Any, size: int, trusted_keys: Iterable[Ed25519PublicKey],

@@ -17,9 +17,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from ..atomic_file import atomic_write
 from ..errors import CuvilError
+from ..regular_file import read_regular
 
 PUBLIC_KEY_SIZE = 32
 SIGNATURE_SIZE = 64
+MAX_KEY_FILE_BYTES = 64 * 1024  # a PEM key is a few hundred bytes
 
 
 class KeyFileError(CuvilError):
@@ -71,11 +73,13 @@ def generate_keypair(out_dir: str | os.PathLike, name: str = "cuvil", force: boo
 
 
 def _read(path: str | os.PathLike, what: str) -> bytes:
+    """The key file's bytes, read no further than a key can be long: a FIFO, ``/dev/zero`` or a huge
+    file named as a key is an error at once, never a block or an endless read."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(path, limit=MAX_KEY_FILE_BYTES)
     except OSError as e:
         raise KeyFileError(f"cannot read {what} {path}: {e.strerror or e}") from None
-    if len(data) > 64 * 1024:
+    if len(data) > MAX_KEY_FILE_BYTES:
         raise KeyFileError(f"{path} is too large to be a {what}")
     return data
 

@@ -20,6 +20,7 @@ from ..atomic_file import atomic_write
 from ..errors import BundleError
 from ..ir.dtypes import DType
 from ..ir.graph import Graph
+from ..ir.limits import check_graph
 from ..ir.text import print_graph
 from ..ir.verify import verify
 from .format import MAGIC, MANIFEST_OFFSET, Header, Manifest, WeightEntry, align, MAX_MANIFEST_BYTES, store_manifest
@@ -36,8 +37,9 @@ def _le_bytes(arr: np.ndarray) -> np.ndarray:
 
 def build_manifest(graph: Graph, name: str, version: str, producer: str,
                    lineage: Lineage | None = None) -> tuple[Manifest, list[np.ndarray]]:
-    """The manifest for ``graph`` and its segments' bytes, in file order."""
-    verify(graph)
+    """The manifest for ``graph`` and its segments' bytes, in file order. The graph must pass the checks a
+    reader applies (verifier, limits at batch 1), so nothing is signed that every device would refuse."""
+    check_graph(verify(graph))
     weights, segments, end = [], [], 0
     for cname, arr in graph.constants.items():
         dtype = DType.from_numpy(arr.dtype)

@@ -164,6 +164,36 @@ def test_a_bad_file_in_the_trust_dir_is_an_error(bundle, empty_trust_dir):
         load(bundle)
 
 
+def test_a_fifo_in_the_trust_dir_is_an_error_not_skipped(bundle, keys, empty_trust_dir):
+    """As any unreadable key file there: skipping it would trust fewer keys than the directory names."""
+    import os
+
+    empty_trust_dir.mkdir()
+    (empty_trust_dir / "author.pub").write_bytes(keys.public_path.read_bytes())
+    os.mkfifo(empty_trust_dir / "pipe.pub")
+    with pytest.raises(KeyFileError, match="pipe.pub.*not a regular file"):
+        load(bundle)
+
+
+def test_a_lazy_models_input_type_past_the_limits_is_a_bundle_error(bundle, keys, tmp_path):
+    """A trusted signer's manifest whose input type has rank 33: the same BundleError as any bad type in it."""
+    import json
+
+    from cuvil.compiler.bundle import load_private_key
+    from cuvil.compiler.bundle.format import canonical_json
+
+    from ..compiler.bundle.helpers import resign, split
+
+    manifest, data = split(bundle.read_bytes())
+    obj = json.loads(manifest)
+    obj["inputs"][0]["type"] = "f32[" + ",".join(["1"] * 33) + "]"
+    path = tmp_path / "rank33.cuvil"
+    path.write_bytes(resign(canonical_json(obj), data, load_private_key(keys.private_path)))
+    model = load(path, [keys.public_path], lazy=True)
+    with pytest.raises(BundleError, match="rank 33"):
+        model.input_types()
+
+
 def test_default_trust_dir():
     assert str(default_trust_dir({"CUVIL_TRUST_DIR": "/x/y"})) == "/x/y"
     assert str(default_trust_dir({"XDG_CONFIG_HOME": "/cfg"})) == "/cfg/cuvil/trusted"

@@ -120,6 +120,37 @@ def test_inspect_model_reports_trust(tmp_path, keys):
     assert not info.bundle.trusted and info.summary.parameters == small_graph().parameter_count
 
 
+def test_a_fifo_named_as_a_model_or_inputs_is_refused_at_once(tmp_path):
+    """``open`` of a FIFO blocks until a writer comes: inspect and read_inputs refuse it before reading, in a
+    child so that a block fails the test instead of hanging it."""
+    import os
+    import subprocess
+    import sys
+
+    for name in ("m.cuvil", "m.onnx", "x.npy", "in.npz"):
+        os.mkfifo(tmp_path / name)
+    code = ("import sys, cuvil\nfrom tests.compiler.bundle.helpers import small_graph\nd = sys.argv[1]\n"
+            "calls = [lambda: cuvil.inspect_model(d + '/m.cuvil'), lambda: cuvil.inspect_model(d + '/m.onnx'),\n"
+            "         lambda: cuvil.read_inputs(small_graph(), npy=d + '/x.npy'),\n"
+            "         lambda: cuvil.read_inputs(small_graph(), npz=d + '/in.npz')]\n"
+            "for call in calls:\n"
+            "    try:\n        call()\n    except OSError as e:\n        print(e.strerror)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.returncode == 0 and out.stdout.splitlines() == ["not a regular file"] * 4, out
+
+
+def test_export_refuses_a_graph_every_loader_would_refuse(tmp_path, keys):
+    """Past the limits a reader applies (here an activation of 2^44 floats): never signed."""
+    from cuvil.compiler.errors import LimitError
+
+    graph = infer_graph_types("huge", {"x": TensorType(DType.F32, (1 << 22, 1 << 22))}, {},
+                              [Node.make("Relu", ["x"], ["y"])], ["y"])
+    with pytest.raises(LimitError, match="activations"):
+        cuvil.export(graph, tmp_path / "huge.cuvil", keys.private_path)
+    assert not (tmp_path / "huge.cuvil").exists()
+
+
 def _graph(nodes, inputs, constants=None):
     return infer_graph_types("g", inputs, constants or {}, nodes, [nodes[-1].outputs[0]])
 

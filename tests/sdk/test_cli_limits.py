@@ -55,7 +55,7 @@ HOSTILE = {
     "activations": (lambda: _manifest(f'graph "g" (x: f32[{2**40}]) -> (y) {{\n  y: f32[{2**40}] = Relu @r (x)\n}}\n',
                                       [("x", f"f32[{2**40}]")], [("y", f"f32[{2**40}]")]), "verify", "activations"),
     "compile_work": (lambda: _manifest(_distinct_concats(8), X14, [("c0", "f32[1,1024]")]), "verify", "units of work"),
-    "manifest_entries": (lambda: _many_weights(200_000), "verify", "more inputs, outputs or weights"),
+    "manifest_entries": (lambda: _many_weights(200_000), "verify", "this device's limit"),
     "list_attribute": (lambda: _manifest('graph "g" (x: f32[1]) -> (y) {\n  y: f32[1] = Pad @p (x) {pads=['
                                          + ",".join(["0"] * 100_000) + "]}\n}\n", [("x", "f32[1]")],
                                          [("y", "f32[1]")]), "verify", "list attribute"),

@@ -160,3 +160,20 @@ def test_the_head_travels_as_a_manifest_diff_or_whole_and_rebuilds_either_way(ve
     for parent, target in ((v1, plain), (v1, odd), (other, v2), (v2, other)):
         assert _apply(make_delta(parent, target, key), parent, key) == target
     assert read_delta(make_delta(v1, odd, key), [key.public_key()]).manifest.head_encoding == "zlib"
+
+
+def test_a_parent_whose_signed_weight_table_runs_past_its_file_is_refused(versions):
+    """A validly signed head whose weights end 112 bytes after the file: a BundleError when its head is
+    read (make_delta XORed the short slices and raised NumPy's ValueError)."""
+    from cuvil.compiler.bundle.format import canonical_json
+    from cuvil.compiler.errors import BundleError
+
+    from .helpers import resign, split
+
+    key, v1, v2 = versions
+    manifest, _ = split(v1)
+    obj = json.loads(manifest)
+    obj["weights"][0]["sha256"] = "0" * 64  # not a copy of a target weight: its bytes are diffed
+    short = resign(canonical_json(obj), b"", key)
+    with pytest.raises(BundleError, match="does not end where the file does"):
+        make_delta(short, v2, key)

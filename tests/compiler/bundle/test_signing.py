@@ -53,3 +53,36 @@ def test_wrong_key_files_are_clear_errors(tmp_path):
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     with pytest.raises(KeyFileError, match="Ed25519"):
         load_public_key(tmp_path / "ec.pub")
+
+
+def test_a_key_file_that_is_no_regular_file_is_refused_at_once(tmp_path):
+    """A FIFO would block the read (until a writer comes) and /dev/zero never end it: both are refused
+    before any read, in a child so that a block fails the test instead of hanging it."""
+    import os
+    import subprocess
+    import sys
+
+    os.mkfifo(tmp_path / "fifo.pub")
+    code = ("import sys\nfrom cuvil.compiler.bundle import KeyFileError, load_public_key\n"
+            "for p in sys.argv[1:]:\n"
+            "    try:\n        load_public_key(p)\n    except KeyFileError as e:\n        print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "fifo.pub"), "/dev/zero"],
+                         capture_output=True, text=True, timeout=60)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and len(lines) == 2 and all("not a regular file" in line for line in lines), out
+
+
+def test_a_huge_key_file_is_refused_without_reading_it(tmp_path):
+    import tracemalloc
+
+    big = tmp_path / "big.pub"
+    with open(big, "wb") as f:
+        f.truncate(1 << 30)  # sparse: no disk used
+    tracemalloc.start()
+    try:
+        with pytest.raises(KeyFileError, match="too large"):
+            load_public_key(big)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
