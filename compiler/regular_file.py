@@ -17,6 +17,12 @@ import stat
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
+def owned_alone(st: os.stat_result) -> bool:
+    """Whether ``st`` is this user's and neither group nor others may write it: the one rule for a private
+    file (:func:`open_regular` with ``owned``, the compile cache's eviction, the tuning record's lock)."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
 def open_regular(path: str | os.PathLike, *, owned: bool = False) -> tuple[int, os.stat_result]:
     """Open ``path`` read-only without blocking; refuse anything but a regular file.
 
@@ -30,7 +36,7 @@ def open_regular(path: str | os.PathLike, *, owned: bool = False) -> tuple[int, 
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
-        if owned and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
+        if owned and not owned_alone(st):
             raise PermissionError(errno.EPERM, "not owned by this user alone", str(path))
         return fd, st
     except BaseException:

@@ -35,7 +35,8 @@ from ..compiler.errors import CuvilError
 from ..edge_runtime import runner
 from ..edge_runtime.loader import Model, load, load_bytes
 from ..edge_runtime.privacy.ledger import PrivacyFloors, PrivacyLedger
-from ..edge_runtime.private import device_secret, private_dir, read_regular
+from ..compiler.regular_file import read_regular
+from ..edge_runtime.private import device_secret, private_dir
 from ..edge_runtime.privacy.seal import LedgerSeal
 from ..edge_runtime.report import EvalReport
 from ..edge_runtime.training import TrainingCapability, training_capability

@@ -30,8 +30,10 @@ from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from ..devices.detect import llvmlite_stamp
+from . import cache_evict
 from .artifact import OpenedArtifact, open_artifact, write_artifact
-from .private import SecretError, device_secret, open_regular, private_dir
+from ..compiler.regular_file import open_regular
+from .private import SecretError, device_secret, private_dir
 from .sealed import Opened, Sealer, SealError
 
 CODEGEN_VERSION = "2"
@@ -45,6 +47,9 @@ def default_dir() -> Path:
 
 DEFAULT_MAX_BYTES = 2 << 30
 MAX_BYTES_ENV = "CUVIL_CACHE_MAX_BYTES"
+ATIME_REFRESH_S = 3600.0
+"""A hit sets its entry's atime once the atime is this old: eviction's order of use, to the hour, for one
+inode write per entry an hour at most (relatime records a later read only after a day, noatime never)."""
 
 
 def default_max_bytes() -> int:
@@ -163,7 +168,8 @@ _writing_lock = threading.Lock()
 
 def finish_writes(*paths: Path) -> None:
     """Wait for the cache files this process is still writing (:meth:`CompileCache.put_behind`): those at
-    ``paths``, or every one (before deleting a cache directory, or handing it to another process)."""
+    ``paths``, or every one (before deleting a cache directory, or handing it to another process). Every
+    writer in ``_writing`` was started before it was registered, so each join waits for a real write."""
     with _writing_lock:
         threads = {t for p, t in _writing.items() if not paths or p in paths}
     for thread in threads:
@@ -229,14 +235,17 @@ class CompileCache:
         come from :meth:`weights` only. ``early``: what :meth:`open_early` opened, used when its guess is ``key``."""
         if self.sealer is None:
             return None
-        finish_writes(self.path(key))
+        path = self.path(key)
+        finish_writes(path)
         try:
-            opened = early.opened if early is not None and early.key == key else None
-            return open_artifact(self.sealer, self.path(key), key, target, opened)
+            opened = early.opened if early is not None and early.key == key else self.sealer.open(path, key)
+            entry = open_artifact(self.sealer, path, key, target, opened)
+            _note_read(path, opened.stat)
+            return entry
         except FileNotFoundError:
             return None
         except (OSError, SealError) as e:
-            log.warning("compile cache entry %s is unusable, compiling again: %s", self.path(key), _reason(e))
+            log.warning("compile cache entry %s is unusable, compiling again: %s", path, _reason(e))
             return None
 
     def age_s(self, key: str) -> float:
@@ -334,35 +343,12 @@ class CompileCache:
         self.evict(keep=self.path(key))
 
     def evict(self, keep: Path | None = None) -> list[Path]:
-        """Delete the least recently used entries (by the later of their last read and write; a file
-        system mounted ``noatime`` gives the oldest written) until the rest fit in ``max_bytes``; never
-        ``keep`` (the entry just written). Another process still reading one keeps its open file; a
-        later compile of its model misses and writes it again. Returns the deleted paths."""
-        entries = []
-        try:
-            with os.scandir(self.dir) as it:
-                for e in it:
-                    if e.name.endswith(self.SUFFIX) and e.is_file(follow_symlinks=False):
-                        st = e.stat(follow_symlinks=False)
-                        entries.append((max(st.st_atime, st.st_mtime), st.st_size, Path(e.path)))
-        except OSError:
-            return []
-        total, gone = sum(size for _, size, _ in entries), []
-        for _, size, path in sorted(entries):
-            if total <= self.max_bytes:
-                break
-            if path == keep:
-                continue
-            try:
-                path.unlink()
-            except OSError:
-                continue
-            total -= size
-            gone.append(path)
-        if gone:
-            log.info("compile cache %s: %d least recently used entries deleted to keep it within %d bytes",
-                     self.dir, len(gone), self.max_bytes)
-        return gone
+        """Keep the cache within ``max_bytes`` (:func:`.cache_evict.evict`): delete the least recently used
+        entries (by the later of their last read, as :meth:`get` records it, and their last write) and
+        the temporary files of killed writes; never ``keep`` (the entry just written). Another process
+        still reading an entry keeps its open file; a later compile of its model misses and writes it
+        again. Returns the deleted paths."""
+        return cache_evict.evict(self.dir, self.SUFFIX, self.max_bytes, keep)
 
     def put_behind(self, key: str, lowered: LoweredModel, objects: list[bytes], request: str | None = None) -> None:
         """:meth:`put`, then :meth:`remember` ``request``, on a thread of its own: a cold compile hands
@@ -379,11 +365,24 @@ class CompileCache:
                 self.remember(request, key)
 
         thread = threading.Thread(target=write, name="cuvil-cache-write")
-        with _writing_lock:
-            _writing[self.path(key)] = thread
-            if request:
-                _writing[self._hint_path(request)] = thread
-        thread.start()
+        paths = [self.path(key)] + ([self._hint_path(request)] if request else [])
+        with _writing_lock:  # started and registered at once: finish_writes never meets a writer not yet started
+            thread.start()
+            _writing.update(dict.fromkeys(paths, thread))
+
+
+def _note_read(path: Path, st: os.stat_result | None) -> None:
+    """Record a hit in the entry's atime (eviction's "last read") once it is ATIME_REFRESH_S old: a relatime
+    mount records only the first read after a write, noatime none. Its mtime stays exactly as it was
+    (:meth:`CompileCache.age_s`). A fresh atime costs nothing but this comparison; a failure (a read-only
+    cache, an entry replaced meanwhile) leaves the atime as it was."""
+    now = time.time_ns()
+    if st is None or now - st.st_atime_ns < ATIME_REFRESH_S * 1e9:
+        return
+    with contextlib.suppress(OSError):
+        current = os.stat(path, follow_symlinks=False)
+        if (current.st_dev, current.st_ino) == (st.st_dev, st.st_ino):
+            os.utime(path, ns=(now, current.st_mtime_ns), follow_symlinks=False)
 
 
 def _reason(e: BaseException) -> str:

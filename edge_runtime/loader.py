@@ -29,7 +29,7 @@ from ..compiler.bundle.reader import Bundle, BundleHead, read_bundle, read_bundl
 from ..compiler.errors import BundleError, LimitError, ParseError
 from ..compiler.ir.graph import Graph
 from ..compiler.ir.types import TensorType
-from .private import open_regular, read_at, read_exactly
+from ..compiler.regular_file import open_regular, read_at, read_exactly
 from .trust import TrustStore, resolve_trust
 
 Trusted = TrustStore | Iterable[str | os.PathLike | Ed25519PublicKey] | None

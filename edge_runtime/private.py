@@ -1,26 +1,23 @@
-"""A device's private files: 0700 directories, a 0600 secret made atomically, files opened without trust.
+"""A device's private files: 0700 directories, a 0600 secret made atomically.
 
-The file system is as hostile as any other input: a path may name a directory, a FIFO (whose
-``open`` blocks until a writer comes), a symbolic link planted by someone else, or a file another
-user can write. Every open here is non-blocking and checks what it got with ``fstat`` on the open
-descriptor (never the path again, which could have changed in between).
+The file system is as hostile as any other input: the secret is opened as every file a device did
+not just write is (:mod:`cuvil.compiler.regular_file`: non-blocking, checked with ``fstat`` on the
+open descriptor, owned by this user alone).
 
 This module is the one place that reads ``XDG_STATE_HOME`` (default ``~/.local/state``).
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..compiler.errors import CuvilError
+from ..compiler.regular_file import open_regular, read_exactly
 
 SECRET_BYTES = 32
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 class SecretError(CuvilError):
@@ -49,61 +46,6 @@ def private_dir(path: str | os.PathLike) -> Path:
             if not p.is_dir():
                 raise
     return path
-
-
-def open_regular(path: str | os.PathLike, *, owned: bool = False) -> tuple[int, os.stat_result]:
-    """Open ``path`` read-only without blocking; refuse anything but a regular file.
-
-    ``owned``: also refuse a symbolic link and a file that is not this user's or that group or
-    others may write (what a private cache entry must be). Raises OSError, never blocks on a FIFO.
-    """
-    fd = os.open(path, _OPEN_FLAGS | (os.O_NOFOLLOW if owned else 0))
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        if owned and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
-            raise PermissionError(errno.EPERM, "not owned by this user alone", str(path))
-        return fd, st
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_exactly(fd: int, n: int) -> bytes:
-    """Up to ``n`` bytes from ``fd`` into private memory (fewer where the file ends early); one copy."""
-    parts, got = [], 0
-    while got < n:
-        chunk = os.read(fd, n - got)
-        if not chunk:
-            break
-        parts.append(chunk)
-        got += len(chunk)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def read_at(fd: int, start: int, length: int) -> memoryview:
-    """``length`` bytes of ``fd`` from ``start`` into a private buffer of their own (fewer where the file
-    ends early); one copy, and the file position is left as it was."""
-    view, got = memoryview(bytearray(length)), 0
-    while got < length:
-        n = os.preadv(fd, [view[got:]], start + got)
-        if n == 0:
-            break
-        got += n
-    return view[:got]
-
-
-def read_regular(path: str | os.PathLike) -> bytes:
-    """The whole regular file at ``path`` in private memory (fewer bytes where it shrank meanwhile);
-    OSError for anything else, never blocking on a FIFO."""
-    fd, st = open_regular(path)
-    try:
-        return read_exactly(fd, st.st_size)
-    finally:
-        os.close(fd)
 
 
 def device_secret(path: str | os.PathLike | None = None) -> bytes:

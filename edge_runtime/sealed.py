@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.poly1305 import Poly1305
 
 from .cpu_share import cores, runnable_now
-from .private import open_regular, read_exactly
+from ..compiler.regular_file import open_regular, read_exactly
 
 MAGIC = b"CUVILSEAL2\n"
 PAGE = 4096
@@ -149,6 +149,7 @@ class Opened:
     meta: bytes
     body: bytes
     tail: TailCheck
+    stat: os.stat_result | None = None  # the file's, as it was opened: a reader needs no second stat
 
 
 def _page_up(n: int) -> int:
@@ -312,4 +313,4 @@ class Sealer:
                 raise SealError("tail MAC mismatch")
             return np.frombuffer(region, dtype=np.uint8)[:tail_len]
 
-        return Opened(data[:meta_len], data[meta_len:], TailCheck(tagger, finish, free - 1, early))
+        return Opened(data[:meta_len], data[meta_len:], TailCheck(tagger, finish, free - 1, early), st)

@@ -25,7 +25,8 @@ replaced or odd record is a miss, logged, and written again; the tuner takes a r
 when it is one of the layer's candidates. Tuning holds the record's lock (``flock``) from reading it
 to writing it back, so two compiles on one device neither lose each other's choices nor time their
 kernels at the same time; a compile that cannot have the lock within ``LOCK_WAIT_S`` tunes alone and
-records nothing.
+records nothing, and one whose lock file is not this user's alone (another user could hold it
+forever) does so at once.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,6 +48,7 @@ from ..compiler.bundle.format import is_sha256_hex
 from ..compiler.ir.graph import Graph
 from ..compiler.target import ConvChoice, Geometry, Target
 from ..devices.detect import cpu_identity
+from ..compiler.regular_file import owned_alone
 from .private import private_dir
 from .sealed import Sealer, SealError
 
@@ -130,6 +133,11 @@ class TuningRecord:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
         except OSError as e:
             log.warning("tuning without the record in %s: %s", self.dir, e.strerror or e)
+            return None
+        st = os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) and owned_alone(st)):  # another user's: they could hold it forever
+            os.close(fd)
+            log.warning("tuning without the record: its lock %s is not a file of this user alone", self.lock_path)
             return None
         deadline = time.monotonic() + LOCK_WAIT_S
         while True:

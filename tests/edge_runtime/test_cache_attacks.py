@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
 import signal
 from contextlib import contextmanager
 
@@ -149,6 +150,40 @@ def test_an_entry_others_may_write_is_a_miss(cache_dir, caplog):
     _compile(graph, cache_dir)
     CompileCache(cache_dir).path(_key()).chmod(0o666)
     _miss_then_repaired(graph, cache_dir, caplog)
+
+
+@pytest.mark.parametrize("planted", ["another user's", "others may write", "sparse"])
+def test_a_planted_file_neither_spends_the_size_limit_nor_is_deleted(cache_dir, planted):
+    """In a shared cache directory another user plants a file the cache would never load, or a sparse one
+    of huge apparent size: the next write must not delete the device's own entries to make room for it.
+    Only this user's private files count, by the bytes they occupy; another user's are never deleted."""
+    if planted == "another user's" and os.geteuid() != 0:
+        pytest.skip("planting a file of another user takes chown, which takes root")
+    cache_dir.mkdir()
+    ours = [cache_dir / f"{i:064x}{CompileCache.SUFFIX}" for i in (1, 2, 3)]
+    for at, path in enumerate(ours, 1):
+        path.write_bytes(b"\0" * 1_000)
+        os.utime(path, (at, at))
+    bad = cache_dir / f"{0:064x}{CompileCache.SUFFIX}"  # planted just now: the most recently used
+    stale = cache_dir / ".0123456789abcdef.k1l2m3n4.tmp"  # named as a killed write's temporary file
+    stale.write_bytes(b"\0" * 5_000)
+    if planted == "sparse":
+        with open(bad, "wb") as f:
+            f.truncate(1 << 30)  # 1 GiB it claims, none it occupies
+        if bad.stat().st_blocks:
+            pytest.skip("this file system allocates the blocks of a sparse file")
+    else:
+        bad.write_bytes(b"\0" * 5_000)
+        nobody = pwd.getpwnam("nobody")
+        for path in (bad, stale):
+            if planted == "others may write":
+                path.chmod(0o666)
+            else:
+                os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    os.utime(stale, (0, 0))  # long ago
+    expect = [stale] if planted == "sparse" else []  # this user's own debris goes (and counted nothing)
+    assert CompileCache(cache_dir, max_bytes=3_000).evict(keep=ours[-1]) == expect
+    assert bad.exists() and all(p.exists() for p in ours)
 
 
 @pytest.mark.parametrize("how", ["truncated", "empty", "header_only"])

@@ -1,4 +1,4 @@
-"""Private files: 0700 directories, a device secret that is 0600 from its first byte, opens that never block."""
+"""Private files: 0700 directories, a device secret that is 0600 from its first byte."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from cuvil.edge_runtime import private
-from cuvil.edge_runtime.private import SecretError, device_secret, open_regular, private_dir, state_dir
+from cuvil.edge_runtime.private import SecretError, device_secret, private_dir, state_dir
 
 
 def test_state_dir_from_the_environment():
@@ -66,22 +66,3 @@ def test_an_unusable_secret_is_a_typed_error(tmp_path, how):
     BAD_SECRETS[how](path)
     with pytest.raises(SecretError):
         device_secret(path)
-
-
-def test_open_regular_refuses_without_blocking(tmp_path):
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    with pytest.raises(OSError, match="not a regular file"):
-        open_regular(fifo)
-    with pytest.raises(IsADirectoryError):
-        open_regular(tmp_path)
-    target = tmp_path / "file"
-    target.write_bytes(b"x")
-    (tmp_path / "link").symlink_to(target)
-    fd, st = open_regular(tmp_path / "link")  # a bundle may be reached through a link
-    os.close(fd)
-    with pytest.raises(OSError):
-        open_regular(tmp_path / "link", owned=True)  # a private entry may not
-    target.chmod(0o664)
-    with pytest.raises(PermissionError):
-        open_regular(target, owned=True)

@@ -7,6 +7,8 @@ import fcntl
 import json
 import logging
 import os
+import pwd
+import time
 
 import numpy as np
 import pytest
@@ -141,6 +143,35 @@ def test_a_compile_that_cannot_have_the_lock_tunes_alone_and_writes_nothing(reco
         os.close(lock)
     with record.held() as known:
         assert known == Known({G1: A})
+
+
+@pytest.mark.parametrize("whose", ["another user's", "others may write"])
+def test_a_lock_file_not_this_users_alone_is_not_waited_on(record, monkeypatch, caplog, whose):
+    """Where others may create files in the cache directory, one who creates the lock file first could
+    hold it forever and stall every tuned compile LOCK_WAIT_S: such a lock is refused at once, and the
+    compile tunes without the record (nothing read, nothing written)."""
+    if whose == "another user's" and os.geteuid() != 0:
+        pytest.skip("planting a file of another user takes chown, which takes root")
+    monkeypatch.setattr(tuning_record, "LOCK_WAIT_S", 2.0)
+    with record.held() as known:
+        known.choices[G1] = A
+    recorded = record.path.read_bytes()
+    if whose == "others may write":
+        os.chmod(record.lock_path, 0o666)
+    else:
+        nobody = pwd.getpwnam("nobody")
+        os.chown(record.lock_path, nobody.pw_uid, nobody.pw_gid)
+    lock = os.open(record.lock_path, os.O_RDWR)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # held by its owner, who never lets go
+    try:
+        start = time.monotonic()
+        with caplog.at_level(logging.WARNING), record.held() as known:
+            assert known == Known()
+            known.choices[G2] = B
+        assert time.monotonic() - start < 1.0 and "is not a file of this user alone" in caplog.text
+    finally:
+        os.close(lock)
+    assert record.path.read_bytes() == recorded
 
 
 def test_the_scope_ignores_the_thread_count_and_fixed_choices_but_not_the_target_or_compiler():
