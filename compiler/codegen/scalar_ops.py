@@ -238,11 +238,13 @@ def _mod(b, xs, a, dt):
         zero = m.fconst(x, 0.0)
         fix = b.and_(b.fcmp_ordered("!=", r, zero), b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
         return b.select(fix, b.fadd(r, y), r)
-    zero = ir.Constant(y.type, 0)
-    safe = b.select(b.icmp_unsigned("==", y, zero), ir.Constant(y.type, 1), y)
+    zero, one = ir.Constant(y.type, 0), ir.Constant(y.type, 1)
     if dt not in h.SIGNED:
-        return b.select(b.icmp_unsigned("==", y, zero), zero, b.urem(x, safe))
-    r = b.select(b.icmp_signed("==", y, zero), zero, b.srem(x, safe))
+        by_zero = b.icmp_unsigned("==", y, zero)
+        return b.select(by_zero, zero, b.urem(x, b.select(by_zero, one, y)))
+    # x % -1 is 0, and srem(MIN, -1) traps (x86 idiv): -1 takes 1's place as 0 does, giving 0 either way
+    by_zero, by_minus_one = b.icmp_signed("==", y, zero), b.icmp_signed("==", y, ir.Constant(y.type, -1))
+    r = b.select(by_zero, zero, b.srem(x, b.select(b.or_(by_zero, by_minus_one), one, y)))
     if a["fmod"]:
         return r
     fix = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))

@@ -51,11 +51,12 @@ from ..errors import CuvilError
 from ..ir.graph import Graph
 from ..ir.infer import PROBES
 from ..ir.types import N, Dim, TensorType
+from . import onnx_source
 from . import onnx_bounded, onnx_composed, onnx_pool, onnx_quant, onnx_recurrent, onnx_resample, onnx_shape, onnx_signal  # noqa: F401  (register their translators)
 from .builder import GraphBuilder, Unsupported
 from .onnx_functions import MAX_DEPTH, expand, function_body, has_function, schema_of
 from .onnx_subgraphs import CONTROL_OPS, SubgraphHost, all_nodes
-from .onnx_node import ONNX_DTYPES, BatchDependentError, NodeCtx, OnnxImportError, Probe, onnx_dtype, tensor_value
+from .onnx_node import MALFORMED, ONNX_DTYPES, BatchDependentError, NodeCtx, OnnxImportError, Probe, onnx_dtype, tensor_value
 from .onnx_ops import TABLE, VERSIONS, evaluate_foreign, evaluated
 
 __all__ = ["import_onnx", "OnnxImportError", "BatchDependentError"]
@@ -75,41 +76,7 @@ def import_onnx(model: str | os.PathLike | bytes | onnx.ModelProto, batch_size: 
     ``constant_inputs`` fixes graph inputs to values (arrays of the input's type and shape)."""
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise OnnxImportError(f"batch_size must be a positive int or None, got {batch_size!r}")
-    return _Importer(_load(model), batch_size, dict(constant_inputs or {})).run()
-
-
-def _load(model: Any) -> onnx.ModelProto:
-    if isinstance(model, onnx.ModelProto):
-        proto = model
-    elif isinstance(model, (bytes, bytearray, memoryview, str, os.PathLike)):
-        try:
-            if isinstance(model, (str, os.PathLike)):
-                proto = onnx.load(os.fspath(model))
-            else:
-                proto = onnx.load_model_from_string(bytes(model))
-        except OSError as e:
-            raise OnnxImportError(f"cannot read ONNX model {os.fspath(model)!r}: {e.strerror or e}") from None
-        except Exception as e:  # protobuf DecodeError, onnx external-data errors, ...
-            raise OnnxImportError(f"not a valid ONNX model ({type(e).__name__}: {e})") from None
-    else:
-        raise TypeError(f"import_onnx takes a path, bytes or onnx.ModelProto, not {type(model).__name__}")
-    if not proto.HasField("graph") or not proto.graph.output:
-        raise OnnxImportError("not a valid ONNX model: it has no graph outputs")
-    _check_names(proto)
-    return proto
-
-
-def _check_names(proto: onnx.ModelProto) -> None:
-    """protobuf hands back proto2 strings that are not UTF-8 as bytes: reject them once, here."""
-    g = proto.graph
-    names = [g.name, *(o.domain for o in proto.opset_import), *(t.name for t in g.initializer)]
-    for vi in (*g.input, *g.output):
-        names.append(vi.name)
-        names.extend(d.dim_param for d in vi.type.tensor_type.shape.dim)
-    for n in all_nodes(g):
-        names.extend((n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute)))
-    if not all(isinstance(name, str) for name in names):
-        raise OnnxImportError("not a valid ONNX model: a name in it is not valid UTF-8")
+    return _Importer(onnx_source.load(model), batch_size, dict(constant_inputs or {})).run()
 
 
 def _opset(proto: onnx.ModelProto) -> int:
@@ -145,6 +112,8 @@ class _Importer(SubgraphHost):
         proto, self.opset = _lift(proto)
         self.graph, self.batch_size, self.constant_inputs = proto.graph, batch_size, constant_inputs
         self.b = GraphBuilder(self.graph.name or "onnx_model", source=f"ONNX model {self.graph.name!r}", hints=HINTS)
+        self.b.reserve(vi.name for vi in (*self.graph.input, *self.graph.output))  # the interface keeps its names
+        self.scope: set[str] = set()  # the ONNX values defined in the graph being imported (define)
         self.env: dict[str, str] = {}  # ONNX value name -> Cuvil value name
         self.probes: dict[str, Probe] = {}
         self.poisoned: set[str] = set()  # values downstream of something unsupported
@@ -163,12 +132,14 @@ class _Importer(SubgraphHost):
         self._initializers()
         self._inputs()
         for index, node in enumerate(self.graph.node):
+            self.define(node.output, f"output of node {node.name or node.op_type!r}")
             self._node(index, node, self.opset)
         return self._outputs()
 
     # graph inputs and weights -------------------------------------------------------------------
     def _initializers(self, graph: onnx.GraphProto | None = None) -> None:
         graph = self.graph if graph is None else graph
+        self.define([*(t.values.name for t in graph.sparse_initializer), *(t.name for t in graph.initializer)], "initializer")
         for t in graph.sparse_initializer:
             self._reject("sparse initializer", t.values.name, [t.values.name])
         for t in graph.initializer:
@@ -177,14 +148,17 @@ class _Importer(SubgraphHost):
             except Unsupported as u:
                 self._reject(f"ONNX {u.reason}", f"initializer {t.name}", [t.name])
                 continue
-            except Exception as e:  # missing external data, truncated raw_data, ...
+            except OnnxImportError:
+                raise
+            except Exception as e:  # truncated raw_data, ...
                 raise OnnxImportError(f"initializer {t.name!r} cannot be read: {e}") from None
-            self.env[t.name] = self.b.constant(value, hint=t.name)
+            self.env[t.name] = self.b.weight(value, hint=t.name)
 
     def _inputs(self) -> None:
         unknown = sorted(set(self.constant_inputs) - {vi.name for vi in self.graph.input})
         if unknown:
             raise OnnxImportError(f"constant_inputs names {unknown}, which are not inputs of the graph")
+        self.define_inputs(self.graph)
         real = [vi for vi in self.graph.input if vi.name not in self.env and vi.name not in self.poisoned]
         batch_params = {vi.type.tensor_type.shape.dim[0].dim_param for vi in real
                         if vi.type.HasField("tensor_type") and vi.type.tensor_type.shape.dim} - {""}
@@ -215,7 +189,9 @@ class _Importer(SubgraphHost):
                         f"graph input {vi.name!r}: dimension {i} is symbolic ({label}); Cuvil IR lets only the "
                         f"leading batch dimension vary (batch_size=<n> binds that one): export with static shapes")
             self.env[vi.name] = self.b.input(vi.name, TensorType(dtype, tuple(dims)))
-            self.input_names[self.env[vi.name]] = vi.name
+            if self.env[vi.name] != vi.name:
+                raise OnnxImportError(f"graph input {vi.name!r} cannot keep its name: another value took it first")
+            self.input_names[vi.name] = vi.name
 
     def _constant_input(self, name: str, dtype, tt) -> str:
         value = np.asarray(self.constant_inputs[name])
@@ -224,7 +200,7 @@ class _Importer(SubgraphHost):
                 len(declared) != value.ndim or any(d not in (None, 0, v) for d, v in zip(declared, value.shape)))):
             raise OnnxImportError(f"constant_inputs[{name!r}] is {value.dtype}{list(value.shape)}, the graph input is "
                                   f"{dtype.value}{declared}")
-        return self.b.constant(value, hint=name)
+        return self.b.weight(value, hint=name)
 
     # nodes --------------------------------------------------------------------------------------
     def _node(self, index: int, node: onnx.NodeProto, opset: int, depth: int = 0) -> None:
@@ -320,13 +296,13 @@ class _Importer(SubgraphHost):
             if ctx.sees_batch():
                 hint = " (if the model fixes the batch size, pass batch_size=<n> to import_onnx)"
             raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}): {e}{hint}") from None
-        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:  # malformed attributes
+        except MALFORMED as e:  # malformed attributes
             raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}) is malformed ({type(e).__name__}: {e})") from e
         return None
 
     def _translate_constants(self, node: onnx.NodeProto, name: str, fn, values: dict, opset: int) -> list | None:
         """The translator over constant inputs, in a scratch builder that folds it completely."""
-        sub = GraphBuilder("fold")
+        sub = GraphBuilder("fold", budget=self.b.budget)
         env = {i: sub.constant(v, hint=i) for i, v in values.items()}
         results = self._translate(NodeCtx(node, name, opset, sub, env, {}), fn)
         if results is not None and any(isinstance(r, str) and sub.value_of(r) is None for r in results):
@@ -389,7 +365,9 @@ class _Importer(SubgraphHost):
 
     # result -------------------------------------------------------------------------------------
     def _outputs(self) -> Graph:
-        names = []
+        """The graph outputs under their ONNX names, verbatim: a name that changed could be another output's."""
+        names: list[str] = []
+        given: dict[str, str] = {}  # Cuvil values renamed to an output's name
         for o in self.graph.output:
             if o.name in self.poisoned:
                 continue
@@ -398,5 +376,14 @@ class _Importer(SubgraphHost):
                                           "pass batch_size=<n> to import_onnx")
             if o.name not in self.env:
                 raise OnnxImportError(f"graph output {o.name!r} is never computed")
-            names.append(self.env[o.name])
+            if o.name in names:
+                raise OnnxImportError(f"graph output {o.name!r} is listed twice; Cuvil names each output once")
+            value = given.get(self.env[o.name], self.env[o.name])
+            if value == o.name and value in self.b.inputs:
+                raise OnnxImportError(f"graph output {o.name!r} is also a graph input; Cuvil computes every output "
+                                      "into a value of its own: give the output another name (an Identity node)")
+            given[value] = self.b.give_name(value, o.name) if value != o.name else value
+            if given[value] != o.name:
+                raise OnnxImportError(f"graph output {o.name!r} cannot keep its name: another value of the model took it")
+            names.append(o.name)
         return self.b.build(names, constant_inputs=sorted(self.needs_constant))

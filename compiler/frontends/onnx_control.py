@@ -45,6 +45,10 @@ VERSIONS: Mapping[str, tuple[int, ...]] = {
 }
 """The op versions whose meaning the translators below implement (tensor values only)."""
 
+LOOP_OPERAND_KINDS = {"trip count": "iu", "condition": "biu"}
+"""The NumPy dtype kinds a Loop's trip count and condition may have (ONNX: int64 and bool); a float
+one is refused, as ONNX Runtime refuses it: truncated, 1.5 ran once, and NaN had no integer at all."""
+
 Value = Union[str, Probe, None]  # a Cuvil value, a batch probe, or None: poisoned (its cause reported)
 
 
@@ -129,7 +133,9 @@ def _stack(b: GraphBuilder, parts: Sequence[str | None], axis: int, hint: str) -
 # --- If -------------------------------------------------------------------------------------------
 def import_if(host: Host, node: onnx.NodeProto, name: str, depth: int) -> list[Value]:
     then_g, else_g = _graph(node, "then_branch"), _graph(node, "else_branch")
-    known = host.constant_of(node.input[0]) if node.input and node.input[0] else None
+    if not (node.input and node.input[0]):
+        raise OnnxImportError(f"node {name!r} (If) lacks its condition input")
+    known = host.constant_of(node.input[0])
     if known is not None:
         if known.size != 1:
             raise OnnxImportError(f"node {name!r} (If): the condition holds {known.size} values, not one")
@@ -293,8 +299,15 @@ def _known(host: Host, onnx_name: str, what: str) -> int:
     if value is None:
         host.needs_constant_behind(onnx_name)
         raise Unsupported(f"a {what} computed at run time")
+    return _scalar(value, what, repr(onnx_name))
+
+
+def _scalar(value: np.ndarray, what: str, where: str) -> int:
     if value.size != 1:
-        raise OnnxImportError(f"the loop's {what} {onnx_name!r} holds {value.size} values, not one")
+        raise OnnxImportError(f"the loop's {what} {where} holds {value.size} values, not one")
+    if value.dtype.kind not in LOOP_OPERAND_KINDS[what]:
+        raise OnnxImportError(f"the loop's {what} {where} is {value.dtype}, not an integer"
+                              + (" or bool" if "b" in LOOP_OPERAND_KINDS[what] else ""))
     return int(value.reshape(-1)[0])
 
 
@@ -302,7 +315,7 @@ def _condition(b: GraphBuilder, cond: str) -> bool:
     value = b.value_of(cond)
     if value is None:
         raise Unsupported("a loop condition computed at run time")
-    return bool(value.reshape(-1)[0])
+    return bool(_scalar(value, "condition", "computed by its body"))
 
 
 TRANSLATORS: Mapping[str, Callable[[Host, onnx.NodeProto, str, int, int], list[Value]]] = {

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 from ..errors import CuvilError
 from ..ir.dtypes import DType
@@ -21,6 +21,10 @@ from ..ir.types import Batch, Dim, TensorType
 from .builder import GraphBuilder, Unsupported
 
 _MISSING = object()
+
+MALFORMED = (TypeError, ValueError, IndexError, KeyError, ArithmeticError)
+"""What a translator raises on a malformed node (a missing input, an attribute of the wrong kind, a
+NaN where an int goes): the importer reports each as OnnxImportError, for plain and control-flow ops alike."""
 
 
 class OnnxImportError(CuvilError):
@@ -58,8 +62,16 @@ def onnx_dtype(code: int) -> DType:
 
 
 def tensor_value(t: TensorProto) -> np.ndarray:
-    """A TensorProto as an array of a Cuvil dtype, or Unsupported naming the ONNX dtype."""
+    """A TensorProto as an array of a Cuvil dtype, or Unsupported naming the ONNX dtype.
+
+    A model read from its path has its external data in place already (``onnx_source``); a tensor that
+    still names an external file came as bytes or a ModelProto, which have no directory: ``onnx`` would
+    read the file relative to the current directory, any file of the importing process's own."""
     onnx_dtype(t.data_type)
+    if external_data_helper.uses_external_data(t):
+        where = next((e.value for e in t.external_data if e.key == "location"), "")
+        raise OnnxImportError(f"tensor {t.name!r} keeps its data in the external file {where!r}, which only a model "
+                              "imported from its path can name (relative to the model's own directory)")
     return numpy_helper.to_array(t)
 
 

@@ -23,11 +23,8 @@ from ..errors import CuvilError
 from ..ir.dtypes import DType
 from ..ir.types import Batch
 from ..ops import OP_TABLE, REQUIRED
-from .builder import Unsupported
+from .builder import MAX_FOLDED_ELEMENTS, Unsupported
 from .onnx_node import NodeCtx, OnnxImportError, onnx_dtype
-
-
-MAX_FOLDED_ELEMENTS = 1 << 26  # a constant the frontend builds itself: no unbounded allocation
 
 
 def check_size(ctx: NodeCtx, shape: list[int]) -> None:

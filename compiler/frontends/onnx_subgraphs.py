@@ -4,13 +4,14 @@
 importer) gives it what it needs: values by ONNX name, constants known at import, and
 :meth:`SubgraphHost.subgraph`, which imports a branch or a body once more with its inputs bound. A
 sub-graph sees the values of every scope around it (ONNX's outer-scope references) through a
-``ChainMap``; what it defines stays in its scope.
+``ChainMap``; what it defines stays in its scope. Within one scope every value is defined once
+(:meth:`SubgraphHost.define`): ONNX graphs are in single static assignment form.
 """
 
 from __future__ import annotations
 
-from collections import ChainMap
-from collections.abc import Iterator, Mapping
+from collections import ChainMap, Counter
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -20,20 +21,26 @@ from .builder import Unsupported
 from . import onnx_control
 from .onnx_control import TRANSLATORS, VERSIONS, Value
 from .onnx_functions import MAX_DEPTH
-from .onnx_node import OnnxImportError, Probe
+from .onnx_node import MALFORMED, OnnxImportError, Probe
 
 CONTROL_OPS = frozenset(TRANSLATORS)
 
 
-def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """The graph's nodes and those of its sub-graphs (If branches, Loop and Scan bodies), recursively."""
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """The graph and its sub-graphs (If branches, Loop and Scan bodies), recursively."""
+    yield graph
     for node in graph.node:
-        yield node
         for a in node.attribute:
             if a.HasField("g"):
-                yield from all_nodes(a.g)
+                yield from all_graphs(a.g)
             for sub in a.graphs:
-                yield from all_nodes(sub)
+                yield from all_graphs(sub)
+
+
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """The nodes of the graph and of its sub-graphs."""
+    for g in all_graphs(graph):
+        yield from g.node
 
 
 class SubgraphHost:
@@ -53,6 +60,8 @@ class SubgraphHost:
             raise
         except CuvilError as e:
             raise OnnxImportError(f"node {name!r} ({node.op_type}): {e}") from None
+        except MALFORMED as e:  # an input or attribute missing or of the wrong kind
+            raise OnnxImportError(f"node {name!r} ({node.op_type}) is malformed ({type(e).__name__}: {e})") from e
         finally:
             self._opsets.pop()
         for out, result in zip(node.output, results):
@@ -64,6 +73,24 @@ class SubgraphHost:
                 self.probes[out] = result
             else:
                 self.env[out] = result
+
+    def define(self, names: Iterable[str], what: str) -> None:
+        """Record values defined in the current scope; one defined twice is a malformed model (the later
+        definition silently won, ONNX Runtime refuses it)."""
+        for name in names:
+            if name in self.scope:
+                raise OnnxImportError(f"value {name!r} is defined twice ({what})")
+            if name:
+                self.scope.add(name)
+
+    def define_inputs(self, graph: onnx.GraphProto) -> None:
+        """A graph's inputs; one that is also an initializer is that value's default (ONNX IR 4 and later),
+        and one before IR 4 lists every initializer: that input defines nothing new."""
+        counts = Counter(i.name for i in graph.input)
+        twice = next((n for n, k in counts.items() if k > 1), None)
+        if twice is not None:
+            raise OnnxImportError(f"value {twice!r} is defined twice (graph input)")
+        self.define([n for n in counts if n not in self.scope], "graph input")
 
     def lookup(self, onnx_name: str) -> Value:
         if onnx_name in self.poisoned:
@@ -102,8 +129,9 @@ class SubgraphHost:
         self.unrolled += len(graph.node)
         if self.unrolled > onnx_control.MAX_UNROLLED:
             raise LimitError(f"control flow unrolls into more than {onnx_control.MAX_UNROLLED} nodes")
-        outer = self.env, self.probes, self.poisoned
+        outer = self.env, self.probes, self.poisoned, self.scope, self.b.claiming
         self.env, self.probes, self.poisoned = ChainMap({}, self.env), ChainMap({}, self.probes), set(self.poisoned)
+        self.scope, self.b.claiming = set(), False  # the main graph's outputs are named there, not in here
         try:
             for formal, value in bindings.items():
                 if value is None:
@@ -113,8 +141,10 @@ class SubgraphHost:
                 else:
                     self.env[formal] = value
             self._initializers(graph)
+            self.define_inputs(graph)
             for index, node in enumerate(graph.node):
+                self.define(node.output, f"output of node {node.name or node.op_type!r}")
                 self._node(index, node, self._opsets[-1], depth + 1)
             return [self.lookup(o.name) for o in graph.output]
         finally:
-            self.env, self.probes, self.poisoned = outer
+            self.env, self.probes, self.poisoned, self.scope, self.b.claiming = outer

@@ -158,7 +158,7 @@ class _Translator:
         if tensor.dtype not in TORCH_DTYPES:
             self.b.unsupported(f"dtype {tensor.dtype}", spec.target)
             return self._poison(spec.target, tensor)
-        return self.b.constant(tensor.numpy(), hint=spec.target, dtype=to_dtype(tensor.dtype))
+        return self.b.weight(tensor.numpy(), hint=spec.target, dtype=to_dtype(tensor.dtype))
 
     def _outputs(self, node: Any) -> list[str]:
         kinds = [s.kind.name for s in self.ep.graph_signature.output_specs]

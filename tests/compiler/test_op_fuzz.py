@@ -72,6 +72,15 @@ def test_integer_division_by_zero_and_the_one_overflow(dtype):
     np.testing.assert_array_equal(got, np.array([0, 3], np.uint8))
 
 
+@pytest.mark.parametrize("fmod", [0, 1])
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64])
+def test_integer_mod_of_min_by_minus_one_is_zero(dtype, fmod):
+    """x86 idiv traps on MIN % -1 (SIGFPE killed the process); the reference and ONNX Runtime give 0."""
+    lo = np.iinfo(dtype).min
+    got = _native(fz.Case("Mod", [_i([lo, lo, 7, -7, lo, 5], dtype), _i([-1, -1, -1, -1, 0, -3], dtype)], {"fmod": fmod}))
+    np.testing.assert_array_equal(got, np.array([0, 0, 0, 0, 0, 2 if fmod else -1], dtype))
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
 def test_integer_pow_wraps_and_truncates_negative_exponents(dtype):
     lo = np.iinfo(dtype).min

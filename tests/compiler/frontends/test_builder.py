@@ -1,12 +1,14 @@
-"""GraphBuilder: bfloat16 is stored as such and computed in f32, one rounding per op."""
+"""GraphBuilder: bfloat16 is stored as such and computed in f32, one rounding per op; folding is bounded."""
 
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 from cuvil.compiler import DType, TensorType, run_reference
-from cuvil.compiler.frontends.builder import GraphBuilder
+from cuvil.compiler.errors import LimitError
+from cuvil.compiler.frontends.builder import MAX_FOLDED_ELEMENTS, FoldBudget, GraphBuilder
 from cuvil.edge_runtime.compile import compile_graph
 
 
@@ -36,3 +38,22 @@ def test_bfloat16_operands_keep_non_float_results_as_they_are():
     less = gb.add1("Less", [x, gb.constant(np.zeros(4, ml_dtypes.bfloat16), "zero")], output_names=["neg"])
     graph = gb.build([less])
     assert graph.types["neg"].dtype is DType.BOOL and graph.nodes[-1].op == "Identity"
+
+
+def test_the_fold_budget_grows_with_the_weights_and_every_fold_charges_it():
+    b = GraphBuilder("t", budget=FoldBudget(1000))
+    w = b.weight(np.ones(100, np.float32), "w")  # 400 bytes: the budget grows by 4 x 400
+    assert b.budget.limit == 1000 + 4 * 400
+    x = b.add1("Concat", [w, w], axis=0)  # 800 bytes folded
+    x = b.add1("Concat", [x, x], axis=0)  # 1,600
+    assert x in b.constants and b.budget.used == 2400
+    with pytest.raises(LimitError, match="exceed 2600 bytes"):
+        b.add1("Concat", [x, x], axis=0)
+
+
+def test_a_result_past_the_element_cap_stays_an_op():
+    """Five copies of 2^24 bytes do not swell their inputs, yet are more than one folded constant may hold."""
+    b = GraphBuilder("t")
+    c = b.constant(np.zeros(1 << 24, np.uint8), "c")
+    y = b.add1("Concat", [c] * 5, axis=0)
+    assert 5 << 24 > MAX_FOLDED_ELEMENTS and y not in b.constants and [n.op for n in b.nodes] == ["Concat"]

@@ -43,8 +43,7 @@ def run_ort(model, feeds):
 def check(model, feeds, batch_size=None, rtol=1e-4, atol=1e-5):
     """Import ``model``, run both, compare the outputs in order; return the Cuvil graph.
 
-    (Outputs keep their ONNX names, except one that folds to a constant: the builder names it
-    ``<name>_out``, so the comparison goes by position.)
+    (Outputs keep their ONNX names, verbatim; the comparison goes by position.)
     """
     graph = import_onnx(model, batch_size=batch_size)
     expected = run_ort(model, feeds)
