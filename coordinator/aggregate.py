@@ -1,6 +1,7 @@
 """Aggregation of one round's reports: overall and per device class.
 
-Accuracy and loss are decoded from noisy sums with their standard errors. Latency percentiles come
+Accuracy and loss are decoded from noisy sums with their standard errors, each within its range
+(``clamped`` names those whose raw ratio fell outside and was shown at the edge). Latency percentiles come
 from merged histograms of natively measured devices only: emulated latency is never device latency.
 """
 
@@ -37,6 +38,7 @@ class ClassAggregate:
     arena_bytes_max: int | None = None
     epsilon_spent_max: float | None = None
     failures: Mapping[str, int] = field(default_factory=dict)
+    clamped: tuple[str, ...] = ()  # "accuracy", "loss": estimates whose raw ratio fell outside their range
 
 
 def _noisy(m: Mapping[str, Any]) -> NoisyReport:
@@ -68,6 +70,7 @@ def aggregate_class(name: str, reports: Sequence[Mapping[str, Any]], failures: S
         arena_bytes_max=max(m["arena_bytes"] for m in metrics),
         epsilon_spent_max=max(m["dp_epsilon_spent"] for m in metrics),
         failures=kinds,
+        clamped=tuple(k for k in ("accuracy", "loss") if est[k].clamped),
     )
 
 

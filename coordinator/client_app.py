@@ -95,7 +95,9 @@ def make_verify_mod(overrides: Mapping[str, Any] | None = None) -> Mod:
             state = _device(context, overrides)
             cfg = messages.request_config(msg)
             announced = str(cfg.get("bundle-hash", ""))
-            data, delta = messages.request_bundle(msg), messages.request_bundle(msg, "delta")
+            limit = state.memory_budget()
+            data = messages.request_bundle(msg, max_bytes=limit)
+            delta = messages.request_bundle(msg, "delta", max_bytes=limit)
             if delta is not None:
                 if data is not None:
                     raise DeltaError("a message carries a bundle or a delta, not both")
@@ -109,9 +111,12 @@ def make_verify_mod(overrides: Mapping[str, Any] | None = None) -> Mod:
             return _refuse(msg, Code.BUNDLE_MISSING, e)
         except BundleError as e:
             return _refuse(msg, Code.SIGNATURE_REJECTED, e)
-        except ValueError as e:  # a malformed bundle array
+        except ValueError as e:  # bundle bytes the reader could not parse
             return _refuse(msg, Code.SIGNATURE_REJECTED, BundleError(str(e)))
         except CuvilError as e:
+            return _refuse(msg, Code.DEVICE_ERROR, e)
+        except Exception as e:  # noqa: BLE001 - any other failure is a typed reply too, never Flower's text
+            _log.exception("verifying the bundle failed")
             return _refuse(msg, Code.DEVICE_ERROR, e)
         return _call_with(Verified(model, held, state), lambda: call_next(msg, context))
 

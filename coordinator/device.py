@@ -172,6 +172,12 @@ class DeviceState:
     def held_hashes(self) -> list[str]:
         return sorted(p.stem for p in (self.root / "bundles").glob("*.cuvil"))
 
+    def memory_budget(self) -> int:
+        """Bytes this device's class gives one model: also the most a pushed bundle or delta may have."""
+        from ..devices import resolve_profile
+
+        return resolve_profile(self.profile).memory_budget_bytes
+
     def bundle_path(self, content_hash: str) -> Path:
         if not is_sha256_hex(content_hash):
             raise DeviceError(f"bad bundle hash {content_hash!r}")

@@ -27,9 +27,7 @@ class DeltaReplayed(DeltaError):
 
 def rebuild(state: DeviceState, data: bytes, announced: str) -> bytes:
     """The bundle bytes ``data`` (a signed delta) makes from the version this device holds, checked."""
-    from ..devices import resolve_profile
-
-    limit = resolve_profile(state.profile).memory_budget_bytes
+    limit = state.memory_budget()
     trusted = state.trust().keys
     delta = read_delta(data, trusted, limit)
     m = delta.manifest

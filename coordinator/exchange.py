@@ -33,6 +33,10 @@ class Request:
         return len(self.bundle or b"") + len(self.delta or b"")
 
 
+def no_update() -> Mapping[str, Any]:
+    return {}
+
+
 @dataclass(frozen=True)
 class Reply:
     handle: str
@@ -40,7 +44,9 @@ class Reply:
     payload: Mapping[str, Any] = field(default_factory=dict)
     code: int = 0
     reason: str = ""
-    arrays: Mapping[str, Any] = field(default_factory=dict)  # a training reply's update
+    update: Callable[[], Mapping[str, Any]] = no_update
+    """A training reply's update: decoded and checked only when called, by the round that expects one (a
+    ValueError names what is malformed), so a device's arrays are never read where none are expected."""
 
 
 class Transport(Protocol):

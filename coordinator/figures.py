@@ -3,8 +3,13 @@
 Rounds are integers on the x axis; the A and B versions of an A/B round sit either side of their
 round with their own markers; legends stand outside the data; latency axes span the data with a
 unit that fits it (µs, ms, s). Predicted latency (a cost model's figure) is drawn in its own panel,
-never in the measured distribution. Private estimates that the noise pushed outside their range
-(a negative loss, an accuracy above 1) are drawn clipped at the edge, and the figure says how many.
+never in the measured distribution. Private estimates whose raw ratio fell outside their range (a
+negative loss, an accuracy above 1) come clamped to its edge from the aggregate, and the figure says
+how many.
+
+Class names and model labels come from devices and bundles: every one is drawn through
+:func:`_label` (``printable``, with ``$`` escaped so matplotlib never parses it as math text) and
+figures are built with TeX off, so no such string can break a figure or reach the page raw.
 """
 
 from __future__ import annotations
@@ -12,16 +17,41 @@ from __future__ import annotations
 import io
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
+from ..compiler.printable import printable
 from .aggregate import OVERALL
 from .formatting import duration_unit
 from .results_view import RoundDetail, classes_of
 
 _LOCK = threading.Lock()  # matplotlib's state (fonts, rc) is shared by the dashboard's threads
+_TEXT_RC = {"text.usetex": False}  # an operator's matplotlibrc may turn TeX on: a device's string never reaches it
 _OFFSET = {"eval": 0.0, "ab:A": -0.15, "ab:B": 0.15}
 _MARKER = {"eval": "o", "ab:A": "s", "ab:B": "^"}
 _KIND_LABEL = {"eval": "evaluation", "ab:A": "A/B: version A", "ab:B": "A/B: version B"}
+
+
+@contextmanager
+def _drawing() -> Iterator[None]:
+    """One figure at a time, its text under :data:`_TEXT_RC`."""
+    import matplotlib
+
+    with _LOCK, matplotlib.rc_context(_TEXT_RC):
+        yield
+
+
+def _label(text: object) -> str:
+    """A string from a device or bundle as figure text: printable, and with every ``$`` escaped, which
+    matplotlib draws as ``$`` (two unescaped ones would start math text, which can fail to parse)."""
+    return printable(text).replace("$", r"\$")
+
+
+def _legend(ax, artists: list, **options) -> None:
+    """A legend of ``artists`` by their labels, all of them: matplotlib leaves out on its own any label that
+    starts with '_' (a device class '_rpi5' vanished from the charts)."""
+    ax.legend(artists, [a.get_label() for a in artists], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+              frameon=False, **options)
 
 
 def _colors(classes: Sequence[str]) -> dict[str, str]:
@@ -51,7 +81,7 @@ def _figure(width: float, height: float, rows: int = 1, **kw):
 
 def estimates_figure(details: Sequence[RoundDetail]) -> str:
     """Accuracy and loss per round and class with ±1 standard error of the noise."""
-    with _LOCK:
+    with _drawing():
         return _estimates_figure(details)
 
 
@@ -63,19 +93,17 @@ def _estimates_figure(details: Sequence[RoundDetail]) -> str:
     colors = _colors(classes)
     fig, (acc_ax, loss_ax) = _figure(8.5, 5.2, rows=2, sharex=True)
     clipped = 0
-    for metric, ax, lo, hi in (("accuracy", acc_ax, 0.0, 1.0), ("loss", loss_ax, 0.0, math.inf)):
+    for metric, ax in (("accuracy", acc_ax), ("loss", loss_ax)):
         for cls in classes:
             for kind in ("eval", "ab:A", "ab:B"):
-                pts = [(d.summary.number + _OFFSET[kind], getattr(d.classes[cls], metric),
-                        getattr(d.classes[cls], f"{metric}_se") or 0.0)
-                       for d in details if d.summary.kind == kind and cls in d.classes
-                       and getattr(d.classes[cls], metric) is not None]
-                if not pts:
+                aggs = [(d.summary.number, d.classes[cls]) for d in details if d.summary.kind == kind
+                        and cls in d.classes and getattr(d.classes[cls], metric) is not None]
+                if not aggs:
                     continue
-                xs = [p[0] for p in pts]
-                ys = [min(max(p[1], lo), hi) for p in pts]
-                clipped += sum(y != p[1] for y, p in zip(ys, pts))
-                ax.errorbar(xs, ys, yerr=[p[2] for p in pts], color=colors[cls], marker=_MARKER[kind], capsize=3,
+                clipped += sum(metric in a.clamped for _, a in aggs)
+                ax.errorbar([n + _OFFSET[kind] for n, _ in aggs], [getattr(a, metric) for _, a in aggs],
+                            yerr=[getattr(a, f"{metric}_se") or 0.0 for _, a in aggs],
+                            color=colors[cls], marker=_MARKER[kind], capsize=3,
                             linestyle="-" if kind == "eval" else "none", markersize=5,
                             markerfacecolor="white" if kind == "ab:A" else colors[cls])
         ax.set_ylabel(f"{metric} (private estimate)")
@@ -85,21 +113,21 @@ def _estimates_figure(details: Sequence[RoundDetail]) -> str:
     loss_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     loss_ax.set_xlabel("round")
     acc_ax.set_title("Accuracy and loss per device class and round (± 1 standard error of the noise)")
-    handles = [Line2D([], [], color=colors[c], marker="o", label=c) for c in classes]
+    handles = [Line2D([], [], color=colors[c], marker="o", label=_label(c)) for c in classes]
     kinds = {d.summary.kind for d in details}
     handles += [Line2D([], [], color="grey", marker=_MARKER[k], linestyle="none", label=_KIND_LABEL[k],
                        markerfacecolor="white" if k == "ab:A" else "grey") for k in ("eval", "ab:A", "ab:B") if k in kinds]
     acc_ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     if clipped:
-        loss_ax.annotate(f"{clipped} estimate(s) outside the possible range (noise) drawn at its edge; "
-                         "the tables give the values", xy=(0, -0.32), xycoords="axes fraction", fontsize=8)
+        loss_ax.annotate(f"{clipped} estimate(s) fell outside the possible range (noise, or a hostile report) "
+                         "and are shown at its edge", xy=(0, -0.32), xycoords="axes fraction", fontsize=8)
     return _svg(fig)
 
 
 def latency_figure(hists: Mapping[str, Sequence[int]], edges_ms: Sequence[float],
                    predicted_ms: Mapping[str, float], title: str) -> str:
     """Measured latency per class (merged histograms of native devices) above predicted latency per class."""
-    with _LOCK:
+    with _drawing():
         return _latency_figure(hists, edges_ms, predicted_ms, title)
 
 
@@ -119,26 +147,27 @@ def _latency_figure(hists, edges_ms, predicted_ms, title) -> str:
     ax_iter = iter(axes)
     if measured:
         ax = next(ax_iter)
+        lines = []
         for cls, hist in sorted(measured.items()):
             lower = [edges_ms[0] / 1.29] + list(edges_ms[:-1])
             xs = [x / scale for pair in zip(lower, edges_ms) for x in pair]
             ys = [n for n in hist for _ in (0, 1)]
-            ax.plot(xs, ys, color=colors[cls], label=cls)
+            lines += ax.plot(xs, ys, color=colors[cls], label=_label(cls))
         if any(h[0] for h in measured.values()):  # the first bucket also holds every faster run
             ax.axvline(edges_ms[0] / scale, color="#555", linestyle=":", linewidth=1)
             ax.annotate(f"histogram floor: runs ≤ {edges_ms[0] / scale:g} {unit} counted here",
                         (edges_ms[0] / scale, 1.0), xycoords=("data", "axes fraction"), xytext=(4, -12),
                         textcoords="offset points", fontsize=7, color="#555")
         ax.set_ylabel("timed runs")
-        ax.set_title(title)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, title="measured")
+        ax.set_title(_label(title))
+        _legend(ax, lines, title="measured")
         ax.grid(alpha=0.3)
     if predicted_ms:
         ax = next(ax_iter)
         names = sorted(predicted_ms)
         ax.scatter([predicted_ms[c] / scale for c in names], range(len(names)), marker="D",
                    color=[colors[c] for c in names], zorder=3)
-        ax.set_yticks(range(len(names)), names, fontsize=8)
+        ax.set_yticks(range(len(names)), [_label(c) for c in names], fontsize=8)
         ax.set_ylim(-0.7, len(names) - 0.3)
         ax.set_title("predicted latency per inference (cost model, not a measurement)", fontsize=10)
         ax.grid(alpha=0.3, axis="x")
@@ -163,7 +192,7 @@ def _two_and_five(value: float, _pos: int) -> str:
 
 def compile_figure(details: Sequence[RoundDetail]) -> str:
     """Median compile time per class and round (log scale: a cache hit is 100x faster than a compile)."""
-    with _LOCK:
+    with _drawing():
         return _compile_figure(details)
 
 
@@ -174,18 +203,18 @@ def _compile_figure(details: Sequence[RoundDetail]) -> str:
     if not rounds or not classes:
         return ""
     fig, (ax,) = _figure(8.5, 2.8)
-    width = 0.8 / len(classes)
+    width, bars = 0.8 / len(classes), []
     for i, cls in enumerate(classes):
         xs = [j + (i - (len(classes) - 1) / 2) * width for j, d in enumerate(rounds) if cls in d.classes
               and d.classes[cls].compile_ms_median]
         ys = [d.classes[cls].compile_ms_median for d in rounds if cls in d.classes and d.classes[cls].compile_ms_median]
-        ax.bar(xs, ys, width=width, color=colors[cls], label=cls)
+        bars.append(ax.bar(xs, ys, width=width, color=colors[cls], label=_label(cls)))
     labels = [f"{d.summary.number}" + {"ab:A": " A", "ab:B": " B"}.get(d.summary.kind, "") for d in rounds]
     ax.set_xticks(range(len(rounds)), labels)
     ax.set_yscale("log")
     ax.set_xlabel("round")
     ax.set_ylabel("median compile (ms)")
     ax.set_title("Compile time on the device (cache hits load in milliseconds)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    _legend(ax, bars)
     ax.grid(alpha=0.3, axis="y")
     return _svg(fig)

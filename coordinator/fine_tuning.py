@@ -25,7 +25,7 @@ def trainers(coord: Coordinator) -> list[str]:
     """Devices that report they can train and have not refused for budget under this run's dataset."""
     exhausted = coord.store.exhausted_devices(coord.cfg.dataset)
     return sorted(v.device_id for v in coord.devices.values()
-                  if int(v.info.get("can_train", 0)) and v.device_id not in exhausted)
+                  if v.can_train and v.device_id not in exhausted)
 
 
 def fine_tune(coord: Coordinator, start: BundleRef, first_number: int, rounds: int, dp: DpSgdConfig,

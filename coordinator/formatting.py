@@ -70,7 +70,7 @@ def iso_utc(t: float | None) -> str | None:
 
 
 def estimate(value: float | None, se: float | None = None, digits: int = 3) -> str:
-    """A private estimate and its standard error, as computed: a negative loss stays negative here."""
+    """A private estimate and its standard error, as the aggregate gives them (within the range)."""
     if missing(value):
         return "-"
     text = f"{value:.{digits}f}"

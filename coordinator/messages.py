@@ -16,11 +16,19 @@
 
 from __future__ import annotations
 
+import io
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import numpy.lib.format as npy
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
+from flwr.common.constant import SType
+
+from ..compiler.bundle.format import MAX_ELEMENTS, MAX_RANK
+from ..compiler.errors import BundleError, DeltaError
+from .device_text import excerpt
 
 DEVICE_INFO = "query.device_info"
 EVALUATE = "evaluate"
@@ -78,15 +86,49 @@ def request_config(msg: Message) -> dict[str, Any]:
     return dict(msg.content.config_records.get("config", ConfigRecord({})))
 
 
-def request_bundle(msg: Message, key: str = "bundle") -> bytes | None:
-    """The pushed bundle (``key="delta"``: the pushed delta), or None."""
+PAYLOAD_DTYPE = np.dtype("u1")  # a pushed bundle or delta travels as its bytes: one 1-D uint8 array
+PAYLOAD_ERRORS = {"bundle": BundleError, "delta": DeltaError}  # what a malformed one raises: its typed refusal
+UPDATE_DTYPE = np.dtype("<f4")  # a training reply's arrays are float32 (the model's weights moved)
+MAX_UPDATE_BYTES = 1 << 30  # a training reply's arrays in all, at most: far above the small models devices fine-tune
+NPY_VERSIONS = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}  # .npy headers np.save writes
+NPY_ERRORS = (ValueError, TypeError, EOFError, OSError, RecursionError)  # what numpy raises on a malformed header
+
+
+def checked_npy(what: str, a: Array, dtype: np.dtype, max_rank: int, max_dim: int,
+                error: type[Exception]) -> tuple[bytes, int, tuple[int, ...], bool]:
+    """A Flower Array from the other side, checked before anything is decoded or allocated: its
+    serialization, dtype and declared shape (rank and each dimension bounded), and its bytes exactly a
+    .npy of that dtype and shape. (bytes, offset of the data in them, shape, Fortran order), or ``error``
+    naming ``what`` and quoting only bounded excerpts of what the array says of itself."""
+    shape = a.shape
+    if a.stype != SType.NUMPY or a.dtype != dtype.name:
+        raise error(f"{what} is not a .npy of {dtype.name} (stype {excerpt(a.stype)}, dtype {excerpt(a.dtype)})")
+    if not isinstance(shape, tuple | list) or len(shape) > max_rank or \
+            not all(type(d) is int and 0 <= d <= max_dim for d in shape):
+        raise error(f"{what} has no valid shape of rank at most {max_rank} ({excerpt(shape)})")
+    raw = bytes(a.data)
+    stream = io.BytesIO(raw)
+    try:
+        npy_shape, fortran, got = NPY_VERSIONS[npy.read_magic(stream)](stream)
+    except (KeyError, *NPY_ERRORS):
+        raise error(f"{what} is not a .npy") from None
+    if got != dtype or npy_shape != tuple(shape) or len(raw) - stream.tell() != math.prod(shape) * dtype.itemsize:
+        raise error(f"{what}'s bytes are not a .npy of its declared {dtype.name} shape {list(shape)[:8]}")
+    return raw, stream.tell(), tuple(shape), fortran
+
+
+def request_bundle(msg: Message, key: str = "bundle", *, max_bytes: int) -> bytes | None:
+    """The pushed bundle (``key="delta"``: the pushed delta), or None.
+
+    The Array is the coordinator's input: its serialization, dtype, 1-D shape of at most ``max_bytes``
+    (the device's own limit) and .npy bytes of exactly that shape are checked before a byte is decoded
+    or allocated. Anything else raises :data:`PAYLOAD_ERRORS` ``[key]``, which the device answers with
+    the code of a bundle (or delta) that does not verify, never with the exception's text."""
     rec = msg.content.array_records.get(key)
     if rec is None or key not in rec:
         return None
-    arr = rec[key].numpy()
-    if arr.dtype != np.uint8 or arr.ndim != 1:
-        raise ValueError(f"{key} must be a 1-D uint8 array, got {arr.dtype}{list(arr.shape)}")
-    return arr.tobytes()
+    raw, start, _, _ = checked_npy(f"the {key}", rec[key], PAYLOAD_DTYPE, 1, max_bytes, PAYLOAD_ERRORS[key])
+    return raw[start:]
 
 
 # replies ------------------------------------------------------------------------------------------
@@ -122,6 +164,20 @@ def reply_payload(reply: Message) -> dict[str, Any]:
 
 
 def reply_arrays(reply: Message) -> dict[str, np.ndarray]:
-    """The update a training reply carries (empty for any other reply)."""
+    """The update a training reply carries (empty if it carries none). A device's arrays are input: each
+    is checked (serialization, dtype, shape, its bytes exactly a .npy of that shape) before anything is
+    decoded or allocated; ValueError names the first that is not, quoting only a bounded excerpt."""
     rec = reply.content.array_records.get("update")
-    return {} if rec is None else {k: rec[k].numpy() for k in rec.keys()}
+    if rec is None:
+        return {}
+    arrays = {k: rec[k] for k in rec.keys()}
+    if sum(len(a.data) for a in arrays.values()) > MAX_UPDATE_BYTES:
+        raise ValueError(f"the update's arrays are larger than {MAX_UPDATE_BYTES} bytes")
+    return {k: _update_array(f"update array {excerpt(k)}", a) for k, a in arrays.items()}
+
+
+def _update_array(what: str, a: Array) -> np.ndarray:
+    """One Array of an update as a float32 ndarray, read from its .npy bytes only once they are checked."""
+    raw, start, shape, fortran = checked_npy(what, a, UPDATE_DTYPE, MAX_RANK, MAX_ELEMENTS, ValueError)
+    flat = np.frombuffer(raw, UPDATE_DTYPE, math.prod(shape), start)
+    return np.ascontiguousarray(flat.reshape(shape, order="F" if fortran else "C"))

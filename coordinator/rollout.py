@@ -22,6 +22,7 @@ import numpy as np
 
 from ..compiler.bundle.format import is_sha256_hex
 from .aggregate import compare
+from .device_text import cut_reason
 from .exchange import Reply, Request, exchange
 from .messages import Code
 from .rollout_rule import PROMOTE, Decision, DecisionRule, RolloutError, decide
@@ -74,7 +75,8 @@ def switch(coord: Coordinator, device_ids: Sequence[str], bundle: BundleRef, act
             return request(device_id, True)
         elif not rep.ok and rep.code in Code.DELTA_FALLBACK and req.delta:  # refused the delta: the bundle
             return request(device_id, True, full=True)
-        coord.emit("switch_error", device=device_id, action=action, reason=rep.reason or "unexpected reply")
+        coord.emit("switch_error", device=device_id, action=action,
+                   reason=cut_reason(rep.reason or "unexpected reply"))
         return None
 
     exchange(coord.t, reqs, deadline, coord.cfg.poll_interval, on_reply, lambda: None, coord.cfg.max_in_flight)

@@ -21,19 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler.bundle.format import is_sha256_hex
 from .aggregate import ClassAggregate, aggregate_round, compare
 from .config import RunConfig
 from .deltas import DeltaBook
+from .device_info import DeviceInfoError, DeviceView, read_info
+from .device_text import cut_reason
 from .exchange import Reply, Request, Transport, exchange
-from .identity import device_identity
 from .messages import Code, classify
 from .schema import ReportBounds, check_report
 from ..edge_runtime.report import ReportError
 from .update_check import UpdateBounds, check_update
-from .store import DeviceRecord, ResultsStore, StoreError
+from .store import ResultsStore, StoreError
 
-MAX_HELD = 1000  # bundle hashes read from one device's info, at most
 HEARTBEAT_EVERY_S = 5.0  # the run's heartbeat in the store (how a restarted coordinator knows this one is alive)
 
 
@@ -65,16 +64,6 @@ class BundleRef:
     @classmethod
     def from_file(cls, path: str | Path) -> BundleRef:
         return cls.from_bytes(Path(path).expanduser().read_bytes())
-
-
-@dataclass
-class DeviceView:
-    node_id: int
-    device_id: str
-    profile: str
-    emulated: bool
-    held: set[str]
-    info: Mapping[str, Any]
 
 
 @dataclass
@@ -144,19 +133,12 @@ class Coordinator:
         def on_reply(req: Request, rep: Reply) -> None:
             answered[0] += 1
             if not rep.ok:
-                self.emit("inventory_error", node_id=req.node_id, reason=rep.reason)
+                self.emit("inventory_error", node_id=req.node_id, reason=cut_reason(rep.reason))
                 return
-            p = rep.payload
             try:
-                identity = device_identity(p["device_id"], req.node_id, keys)
-                held = [str(h) for h in p.get("held_bundles", [])][:MAX_HELD]
-                view = DeviceView(req.node_id, identity, _text(p["profile"]), bool(p["emulated"]), set(held), dict(p))
-                record = DeviceRecord(view.device_id, view.profile, _text(p.get("cpu", "")),
-                                      _text(p.get("features", ""), 2000), _text(p.get("runtime_version", "")),
-                                      view.emulated, _text(p.get("isa", "")), int(p.get("threads", 0)),
-                                      tuple(sorted(h for h in held if is_sha256_hex(h))))
-            except (KeyError, TypeError, ValueError) as e:
-                self.emit("inventory_error", node_id=req.node_id, reason=f"bad device info: {e}")
+                view, record = read_info(rep.payload, req.node_id, keys)
+            except DeviceInfoError as e:
+                self.emit("inventory_error", node_id=req.node_id, reason=cut_reason(f"bad device info: {e}"))
                 return
             earlier = node_of.get(view.device_id)
             if earlier is not None and earlier != req.node_id:  # a SuperNode that came back under a new node id
@@ -237,6 +219,7 @@ class Coordinator:
                       done=len(reports) + len(failures), of=len(asked))
 
         def fail(device_id: str, kind_: str, reason: str) -> None:
+            reason = cut_reason(reason)
             self.store.add_failure(round_id, device_id, kind_, reason)
             failures.append({"device_id": device_id, "profile": profiles.get(device_id, "unknown"),
                              "kind": kind_, "reason": reason})
@@ -364,14 +347,16 @@ class Coordinator:
 
     def _accept_update(self, round_id: int, device_id: str, view: DeviceView, bundle: BundleRef, rep: Reply,
                        updates: list[dict[str, Any]], bounds: UpdateBounds) -> tuple[str | None, str]:
-        """Store a training reply (the update, its noisy count and the device's ε); (failure kind, reason)."""
+        """Store a training reply (the update, its noisy count and the device's ε); (failure kind, reason).
+        Its arrays are decoded here, the one place a reply's update is read, and checked before anything is kept."""
         try:
-            metrics = check_update(rep.payload, rep.arrays, self._graph(bundle), bounds)
+            arrays = rep.update()
+            metrics = check_update(rep.payload, arrays, self._graph(bundle), bounds)
         except (ValueError, TypeError, KeyError) as e:
             return "failure", f"bad update: {e}"
         view.held.add(bundle.content_hash)
         if self.store.add_update(round_id, device_id, view.profile, metrics["dp_count"], metrics["dp_epsilon_spent"],
-                                 metrics, rep.arrays):
+                                 metrics, arrays):
             updates.append({"device_id": device_id, "profile": view.profile, "metrics": metrics})
         return None, ""
 
@@ -390,11 +375,6 @@ class Coordinator:
 
     def _waiter(self, show: Callable[[], None]) -> Callable[[], None]:
         return lambda: self._tick(show)
-
-
-def _text(value: Any, limit: int = 200) -> str:
-    """A string a device sent, cut to ``limit`` characters (it is shown escaped, never obeyed)."""
-    return str(value)[:limit]
 
 
 def _report_dict(row: Mapping[str, Any]) -> dict[str, Any]:

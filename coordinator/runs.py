@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 from .config import RunConfig, RunConfigError
+from .device_text import cut_reason
 from .exchange import Transport
 from .fine_tuning import fine_tune
 from .rollout import rollout
@@ -73,7 +74,7 @@ def drive_run(transport: Transport, cfg: RunConfig, on_event: Event | None = Non
         return run_id
     except BaseException as e:
         if run_id is not None:
-            reason = f"{type(e).__name__}: {e}"
+            reason = cut_reason(f"{type(e).__name__}: {e}")
             store.finish_run(run_id, "aborted", reason)
             emit("run_end", run_id=run_id, status="aborted", reason=reason)
         raise

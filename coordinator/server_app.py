@@ -8,6 +8,7 @@ The run config (``[tool.flwr.app.config]`` plus ``flwr run --run-config``) is pa
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from flwr.app import Context, Message
@@ -59,7 +60,7 @@ class GridTransport:
             if m.has_error():
                 out.append(Reply(handle, False, code=int(m.error.code), reason=m.error.reason or ""))
             else:
-                out.append(Reply(handle, True, messages.reply_payload(m), arrays=messages.reply_arrays(m)))
+                out.append(Reply(handle, True, messages.reply_payload(m), update=partial(messages.reply_arrays, m)))
         return out
 
 

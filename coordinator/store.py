@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compiler.errors import CuvilError
+from .device_text import cut_reason
 from .training_store import TRAINING_SCHEMA, TrainingRecords
 
 SCHEMA = """
@@ -206,7 +207,7 @@ class ResultsStore(TrainingRecords):
         if status not in RUN_STATUSES:
             raise ValueError(f"run status must be one of {RUN_STATUSES}")
         self._write("UPDATE runs SET finished_at = ?, status = ?, reason = ? WHERE id = ?",
-                    (time.time(), status, reason[:2000], run_id))
+                    (time.time(), status, cut_reason(reason), run_id))
 
     def heartbeat(self, run_id: int) -> None:
         self._write("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time(), run_id))
@@ -312,7 +313,7 @@ class ResultsStore(TrainingRecords):
         if kind not in FAILURE_KINDS:
             raise ValueError(f"failure kind must be one of {FAILURE_KINDS}")
         self._write("INSERT INTO failures (round_id, device_id, kind, reason, recorded_at) VALUES (?,?,?,?,?)",
-                    (round_id, device_id, kind, reason[:2000], time.time()))
+                    (round_id, device_id, kind, cut_reason(reason), time.time()))
 
     def add_comparison(self, run_id: int, number: int, model_a: str, model_b: str,
                        by_class: Mapping[str, Mapping[str, float]]) -> None:

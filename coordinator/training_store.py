@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from .device_text import cut_reason
+
 TRAINING_SCHEMA = """
 CREATE TABLE IF NOT EXISTS updates (
   id INTEGER PRIMARY KEY, round_id INTEGER NOT NULL REFERENCES rounds(id), device_id TEXT NOT NULL,
@@ -102,7 +104,7 @@ class TrainingRecords:
                     " class_devices, diff, se, bound, alpha, margin, decision, reason, recorded_at)"
                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (run_id, device_class, model_a, model_b, canaries, reported, class_devices, diff, se, bound,
-                     alpha, margin, decision, reason[:2000], time.time()))
+                     alpha, margin, decision, cut_reason(reason), time.time()))
 
     def set_rollout_applied(self, run_id: int, device_class: str, applied: int) -> None:
         self._write("UPDATE rollouts SET applied = ? WHERE run_id = ? AND device_class = ?",

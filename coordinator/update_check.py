@@ -1,7 +1,10 @@
 """What a training reply must be before the coordinator stores it: the fixed keys, an update that fits
-the model it was computed from (every array a float32 weight of that name and shape, finite, its total
-L2 norm within the round's update clip) and a noisy count an honest device could have sent. A device is
-hostile until its reply checks out.
+the model it was computed from (exactly the weights the round trains, :func:`trained_weights`, each a
+float32 array of that weight's shape, finite, their total L2 norm within the round's update clip), a
+noisy count an honest device could have sent, and privacy it could have spent: ε within the budget the
+round asked (:data:`MAX_EPSILON` where it asked for the device's own), δ at most the protocol's
+:data:`MAX_DELTA`. A device is hostile until its reply checks out; a reply that passes can be averaged
+with the others and recorded in a version's lineage.
 
 The count is FedAvg's weight, so it is the lever of a device that wants to outweigh the rest: it must
 lie within ``[0, max_examples]`` (the round's cap on the examples a device trains on) widened by
@@ -20,26 +23,37 @@ from typing import Any
 import numpy as np
 
 from ..compiler.ir.graph import Graph
+from ..edge_runtime.privacy.mechanism import DEFAULT_PARAMS
+from ..edge_runtime.privacy.request import MAX_EPSILON
 from ..edge_runtime.training import DpSgdConfig
+from ..edge_runtime.training.layers import trained_weights
+from .device_text import excerpt
 from .device_train import config_key
 from .schema import MARGIN_SD, MAX_SIGMA
 
 UPDATE_KEYS: dict[str, type] = {"dp_count": int, "dp_count_sigma": float, "dp_epsilon_spent": float,
                                 "dp_delta": float, "bundle_was_cached": int}
+MAX_DELTA = DEFAULT_PARAMS.delta  # the protocol's δ (docs/privacy.md): no device is provisioned looser
 
 
 @dataclass(frozen=True)
 class UpdateBounds:
-    """What the round asked: the update clip and the cap on the examples a device trains on."""
+    """What the round asked: the update clip, the cap on the examples a device trains on, the layers it
+    trains and the privacy budget (ε: a device refuses a charge past it)."""
 
     clip: float = DpSgdConfig.update_clip
     max_examples: int = DpSgdConfig.max_examples
+    train_layers: int = DpSgdConfig.train_layers
+    epsilon: float = MAX_EPSILON
 
     @classmethod
     def of_request(cls, config: Mapping[str, Any]) -> UpdateBounds:
-        """The bounds of a train request's config (its ``dp-sgd-*`` keys; defaults where absent)."""
+        """The bounds of a train request's config (its ``dp-sgd-*`` keys and ``dp-epsilon``, 0 asking for
+        the device's own budget; defaults where absent)."""
         return cls(float(config.get(config_key("update_clip"), cls.clip)),
-                   int(config.get(config_key("max_examples"), cls.max_examples)))
+                   int(config.get(config_key("max_examples"), cls.max_examples)),
+                   int(config.get(config_key("train_layers"), cls.train_layers)),
+                   min(float(config.get("dp-epsilon", 0.0)) or MAX_EPSILON, MAX_EPSILON))
 
 
 def check_update(metrics: Mapping[str, Any], arrays: Mapping[str, Any], graph: Graph,
@@ -51,10 +65,13 @@ def check_update(metrics: Mapping[str, Any], arrays: Mapping[str, Any], graph: G
         out = {k: kind(metrics[k]) for k, kind in UPDATE_KEYS.items()}
     except (TypeError, ValueError, OverflowError):
         raise ValueError("update metrics must be finite numbers") from None
-    if not all(math.isfinite(v) for v in out.values()) or out["dp_epsilon_spent"] < 0:
-        raise ValueError("update metrics must be finite (and ε not negative)")
-    if not 0 < out["dp_delta"] < 1 or out["bundle_was_cached"] not in (0, 1):
-        raise ValueError("δ must be in (0, 1) and bundle_was_cached 0 or 1")
+    if not all(math.isfinite(v) for v in out.values() if isinstance(v, float)):  # ints are finite (and may pass 1e308)
+        raise ValueError("update metrics must be finite")
+    if not 0 <= out["dp_epsilon_spent"] <= bounds.epsilon:
+        raise ValueError(f"ε spent {out['dp_epsilon_spent']:g} is outside [0, {bounds.epsilon:g}], "
+                         f"the round's budget")
+    if not 0 < out["dp_delta"] <= MAX_DELTA or out["bundle_was_cached"] not in (0, 1):
+        raise ValueError(f"δ must be in (0, {MAX_DELTA:g}] and bundle_was_cached 0 or 1")
     sigma = out["dp_count_sigma"]
     if not 0 < sigma <= MAX_SIGMA:
         raise ValueError(f"declared count noise {sigma:g} is outside (0, {MAX_SIGMA:g}] examples")
@@ -63,12 +80,16 @@ def check_update(metrics: Mapping[str, Any], arrays: Mapping[str, Any], graph: G
         raise ValueError(f"noisy count {out['dp_count']} is outside [{-margin:.0f}, {bounds.max_examples + margin:.0f}]")
     if not arrays:
         raise ValueError("the reply carries no update")
+    trained = trained_weights(graph, bounds.train_layers)
+    if set(arrays) != trained:
+        raise ValueError(f"the update does not name the round's {len(trained)} trained weights: "
+                         f"{len(trained - set(arrays))} missing, {len(set(arrays) - trained)} not trained")
     total = 0.0
     for name, value in arrays.items():
         ref = graph.constants.get(name)
         arr = np.asarray(value)
         if ref is None or ref.dtype != np.float32 or arr.dtype != np.float32 or arr.shape != ref.shape:
-            raise ValueError(f"update array {str(name)[:64]!r} is not a float32 weight of the model of that shape")
+            raise ValueError(f"update array {excerpt(name)} is not a float32 weight of the model of that shape")
         total += float(np.sum(np.square(arr, dtype=np.float64)))
     if not math.isfinite(total) or math.sqrt(total) > bounds.clip * (1 + 1e-5):
         raise ValueError(f"the update is not finite or longer than the round's clip {bounds.clip:g}")

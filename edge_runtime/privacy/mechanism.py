@@ -88,20 +88,29 @@ def add_noise(sums: Mapping[str, int], hist: Sequence[int], params: PrivacyParam
 class Estimate:
     value: float
     stderr: float
+    clamped: bool = False  # the raw ratio fell outside the estimate's range (noise, or a hostile report)
 
 
 def decode_reports(reports: Sequence[NoisyReport]) -> dict[str, Estimate]:
-    """Accuracy and mean loss from summed noisy reports, with the noise's standard error (delta method)."""
+    """Accuracy and mean loss from summed noisy reports, with the noise's standard error (delta method).
+
+    Two clamps bound what one report can do (``docs/privacy.md``, "One device's pull on an estimate"):
+    a negative noisy count weighs 0, so no report takes weight from the others; and a ratio outside
+    [0, 1] (of the loss clip, for the loss) is shown at the edge and flagged :attr:`Estimate.clamped`.
+    Neither changes an estimate whose counts are positive and whose ratio lies in its range.
+    """
     if not reports:
         return {}
     q = reports[0].params.quantum
     var = sum(r.params.noise_sigma2 for r in reports)
-    tot = {k: sum(r.sums[k] for r in reports) for k in BASE_FAMILIES}
+    tot = {k: sum(r.sums[k] for r in reports) for k in ("correct", "loss")}
+    tot["count"] = sum(max(r.sums["count"], 0) for r in reports)
     count = max(tot["count"], q)
     out = {"examples": Estimate(tot["count"] / q, math.sqrt(var) / q)}
     clip = reports[0].params.loss_clip
-    for key, scale in (("accuracy", 1.0), ("loss", clip)):
-        ratio = tot["correct" if key == "accuracy" else "loss"] / count
+    for key, family, scale in (("accuracy", "correct", 1.0), ("loss", "loss", clip)):  # each in [0, scale]
+        raw = tot[family] / count
+        ratio = min(max(raw, 0.0), 1.0)
         stderr = math.sqrt(var * (1 + ratio**2)) / count
-        out[key] = Estimate(scale * ratio, scale * stderr)
+        out[key] = Estimate(scale * ratio, scale * stderr, ratio != raw)
     return out

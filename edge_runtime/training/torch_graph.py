@@ -23,6 +23,7 @@ from torch import nn
 
 from ...compiler.ir.graph import Graph, Node
 from .errors import TrainingUnsupported
+from .layers import last_layers
 
 Tensor = torch.Tensor
 Functional = Callable[[Sequence[Tensor], Mapping, "_Shapes"], Tensor]
@@ -206,11 +207,10 @@ class TorchGraph(nn.Module):
                 target.copy_(torch.from_numpy(np.array(arr, order="C")).reshape(target.shape))
 
     def train_only_last(self, layers: int) -> None:
-        """Freeze every weight layer but the last ``layers`` ones (0: train them all)."""
-        keys = list(self.layers)
-        frozen = set(keys[:-layers] if 0 < layers < len(keys) else [])
+        """Freeze every weight layer but the last ``layers`` ones (0: train them all; :mod:`.layers`' rule)."""
+        trained = set(last_layers(list(self.layers), layers))
         for key, layer in self.layers.items():
-            layer.requires_grad_(key not in frozen)
+            layer.requires_grad_(key in trained)
 
     def weights(self, trained_only: bool = False) -> dict[str, np.ndarray]:
         """Weights of the weight layers as arrays in the graph's layout (shapes and dtype of its constants)."""

@@ -6,6 +6,7 @@ coordinator gets back is the reply. The ledger is read directly to see what was 
 
 from __future__ import annotations
 
+import io
 import math
 import subprocess
 import sys
@@ -13,10 +14,11 @@ import textwrap
 
 import numpy as np
 import pytest
+from numpy.lib import format as npy
 
 pytest.importorskip("flwr")
 
-from flwr.app import Context, Message, RecordDict  # noqa: E402
+from flwr.app import Array, ArrayRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from cuvil.coordinator import messages  # noqa: E402
@@ -244,3 +246,58 @@ def test_a_sealed_device_refuses_a_ledger_put_back_from_a_copy(world, tmp_path):
         assert not dev.ask(f"s{i}").has_error()
     shutil.copy(tmp_path / "copy.db", dev.state.root / "privacy.db")
     assert refused(dev.ask("s9"), Code.LEDGER_UNAVAILABLE, "ledger_broken")
+
+
+# 8. a malformed bundle or delta array ------------------------------------------------------------------
+def _npy_header(shape: tuple[int, ...]) -> bytes:
+    buf = io.BytesIO()
+    npy.write_array_header_1_0(buf, {"descr": "|u1", "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def _npz() -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, a=np.zeros(3))
+    return buf.getvalue()
+
+
+MALFORMED = {  # (dtype, shape, stype, data) of the pushed Array. The first four once raised out of the ClientApp
+    # (Flower's code 2 with the exception's text); the last was answered as a bundle's refusal for a delta too.
+    "torch stype": ("uint8", (8,), "torch.raw", b"\0" * 8),
+    "empty data": ("uint8", (0,), "numpy.ndarray", b""),
+    "an npz": ("uint8", (8,), "numpy.ndarray", _npz()),
+    "a 1 TiB claim": ("uint8", (2**40,), "numpy.ndarray", _npy_header((2**40,)) + b"\0" * 16),
+    "a header larger than its data": ("uint8", (64,), "numpy.ndarray", _npy_header((64,)) + b"\0" * 16),
+}
+
+
+@pytest.mark.parametrize("key, code, word", [("bundle", Code.SIGNATURE_REJECTED, "bundle_rejected"),
+                                             ("delta", Code.DELTA_REJECTED, "delta_rejected")])
+@pytest.mark.parametrize("case", MALFORMED)
+def test_a_malformed_bundle_or_delta_array_is_a_typed_refusal(device, key, code, word, case):
+    config = {"bundle-hash": device.bundle.content_hash, "dataset": "digits-local", "release-id": "arr",
+              "round": 1, "latency-runs": 3, "latency-warmup": 0}
+    content = messages.evaluate_request(config, None)
+    content[key] = ArrayRecord({key: Array(*MALFORMED[case])})
+    reply = device.app(Message(content, 7, messages.EVALUATE), device.ctx)
+    assert refused(reply, code, word), reply.error
+    assert device.releases() == 0
+
+
+# 9. version state --------------------------------------------------------------------------------------
+def _version(device, ref: BundleRef, model: str, action: str = "activate") -> Message:
+    config = {"bundle-hash": ref.content_hash, "model": model, "action": action}
+    return device.app(Message(messages.evaluate_request(config, ref.data), 7, messages.ACTIVATE), device.ctx)
+
+
+def test_a_hostile_model_name_never_bricks_later_activations_and_rollbacks(world, device):
+    """A 1 MiB name was once written, then every activate or revert failed to read versions.json."""
+    _, _, digits, three = world
+    assert not _version(device, digits, "m").has_error()
+    assert not _version(device, three, "m").has_error()
+    for name in ("x" * (1 << 20), "", "a\nb"):
+        for action in ("activate", "revert"):
+            assert refused(_version(device, digits, name, action), Code.DEVICE_ERROR, "device_state")
+    reverted = messages.reply_payload(_version(device, digits, "m", "revert"))
+    assert (reverted["active"], reverted["previous"]) == (digits.content_hash, three.content_hash)
+    assert messages.reply_payload(_version(device, three, "m"))["active"] == three.content_hash

@@ -3,10 +3,14 @@ pull on a class estimate stays within its own weight."""
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import pytest
 
 from cuvil.coordinator.aggregate import OVERALL, aggregate_round
-from cuvil.coordinator.schema import ReportBounds, check_report
+from cuvil.coordinator.schema import (
+    MARGIN_SD, MAX_FLOOR_SIGMA, ReportBounds, check_report, device_weight)
 from cuvil.edge_runtime.report import ReportError
 
 from .helpers import device_report
@@ -84,3 +88,60 @@ def test_one_device_moves_a_class_estimate_at_most_by_its_weight():
     weight = 572 / (9 * 400 + 572)  # the hostile device's share of the examples, by its own claim
     assert 0.45 < before < 0.55
     assert 0 < after - before < weight < 0.14
+
+
+def _pooled(reports):
+    return aggregate_round([{"device_id": f"d{i}", "profile": "x86", "emulated": False, "metrics": m}
+                            for i, m in enumerate(reports)], [])[OVERALL]
+
+
+def _corners(honest: dict, sigma: float, bounds: ReportBounds) -> list[dict]:
+    """The extreme reports the check admits at noise ``sigma``: the count at -6σ, 0, as low as lets the
+    other sums reach the top, or at the top; correct and loss at -6σ or as high as the count allows."""
+    m = round(MARGIN_SD * sigma * Q)
+    top, diff = 512 * Q + m, math.floor(m * math.sqrt(2))
+    out = []
+    for n in (-m, 0, top - diff, top):
+        for c, loss in itertools.product((-m, min(top, n + diff)), repeat=2):
+            metrics = {**honest, "dp_sigma": sigma, "dp_count": n, "dp_correct": c, "dp_loss": loss}
+            out.append(check_report(metrics, bounds).as_metrics())  # each one is admitted
+    return out
+
+
+POOLS = {  # honest devices of a class: (reports, examples each, accuracy)
+    "one small device": (1, 100, 0.9), "three devices (fuzz report)": (3, 400, 0.9),
+    "one perfect device": (1, 50, 1.0), "nine devices": (9, 400, 0.5)}
+
+
+@pytest.mark.parametrize("pool", POOLS)
+@pytest.mark.parametrize("sigma, asked", [(10.0, 0.0), (MAX_FLOOR_SIGMA, 0.0), (30.0, 30.0)])
+def test_one_report_moves_an_estimate_by_at_most_its_weight_over_the_class_examples(pool, sigma, asked):
+    """docs/privacy.md: with w = 512 + 2·6σ examples, one report moves a class's accuracy by at most
+    w / n and its loss by at most B·w / n (n: the class's examples with it), takes no weight from the
+    others, and leaves every estimate in its range."""
+    devices, examples, accuracy = POOLS[pool]
+    honest = [device_report(seed, accuracy, n=examples)[0] for seed in range(devices)]
+    before = _pooled(honest)
+    w = device_weight(sigma)
+    for hostile in _corners(honest[0], sigma, ReportBounds(sigma=asked)):
+        after = _pooled(honest + [hostile])
+        assert after.examples >= before.examples, hostile
+        for metric, scale in (("accuracy", 1.0), ("loss", 5.0)):
+            moved = abs(getattr(after, metric) - getattr(before, metric))
+            assert 0.0 <= getattr(after, metric) <= scale, (metric, hostile)
+            assert moved <= scale * w / after.examples + 1e-12, (metric, moved, hostile)
+
+
+def test_a_report_declaring_more_noise_than_asked_is_refused():
+    """Its noise margin is its lever (the fuzzed report declared σ = 100 to an ask of the floor, and
+    pushed a class's accuracy to 2.3): exactly the σ asked, or at most twice the default floor."""
+    metrics, _ = device_report(5, 0.9)
+    s = 100.0  # the fuzzed report: count at -6σ, correct as far above it as the check allowed
+    evil = {**metrics, "dp_sigma": s, "dp_count": int(-6 * s * Q), "dp_loss": 0,
+            "dp_correct": int((-6 * s + 6 * s * math.sqrt(2)) * Q) - Q}
+    for report, bounds in ((evil, ReportBounds()), ({**metrics, "dp_sigma": MAX_FLOOR_SIGMA + 1}, ReportBounds()),
+                           ({**metrics, "dp_sigma": 30.0}, ReportBounds(sigma=20.0))):
+        with pytest.raises(ReportError, match="noise"):
+            check_report(report, bounds)
+    check_report({**metrics, "dp_sigma": MAX_FLOOR_SIGMA}, ReportBounds())
+    check_report({**metrics, "dp_sigma": 30.0}, ReportBounds(sigma=30.0))

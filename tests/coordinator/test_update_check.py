@@ -76,3 +76,51 @@ def test_updates_that_do_not_fit_the_model_or_the_clip_are_refused(graph):
 
 def test_the_bounds_are_the_requests():
     assert UpdateBounds.of_request({"dp-sgd-update-clip": 3.0, "dp-sgd-max-examples": 40}) == UpdateBounds(3.0, 40)
+
+
+def test_an_update_must_name_exactly_the_weights_the_round_trains(graph):
+    """Some of the weights (each valid) once passed and made Flower's FedAvg raise for the whole run."""
+    metrics, arrays = _honest(graph)
+    with pytest.raises(ValueError, match="1 missing, 0 not trained"):
+        check_update(metrics, {k: v for k, v in arrays.items() if k != "w1"}, graph, BOUNDS)
+    last = UpdateBounds(clip=2.0, max_examples=100, train_layers=1)  # the round trains only w2 and b2
+    with pytest.raises(ValueError, match="0 missing, 2 not trained"):
+        check_update(metrics, arrays, graph, last)
+    assert check_update(metrics, {k: arrays[k] for k in ("w2", "b2")}, graph, last) == metrics
+
+
+@pytest.mark.parametrize("change, bounds", [
+    ({"dp_epsilon_spent": 1e300}, BOUNDS),  # finite, yet no lineage can carry it
+    ({"dp_epsilon_spent": 2.01}, UpdateBounds.of_request({"dp-epsilon": 2.0})),  # past what the round asked
+    ({"dp_delta": 0.9999}, BOUNDS), ({"dp_delta": 2e-6}, BOUNDS),  # looser than the protocol's δ
+])
+def test_privacy_past_the_rounds_budget_or_the_protocols_delta_is_refused(graph, change, bounds):
+    metrics, arrays = _honest(graph)
+    with pytest.raises(ValueError, match="ε spent|δ must"):
+        check_update({**metrics, **change}, arrays, graph, bounds)
+
+
+def test_the_epsilon_bound_is_the_budget_asked_else_the_protocols_maximum(graph):
+    from cuvil.edge_runtime.privacy.request import MAX_EPSILON
+
+    metrics, arrays = _honest(graph)
+    assert check_update({**metrics, "dp_epsilon_spent": 2.0}, arrays, graph,
+                        UpdateBounds.of_request({"dp-epsilon": 2.0}))["dp_epsilon_spent"] == 2.0
+    assert UpdateBounds.of_request({"dp-epsilon": 0.0}).epsilon == MAX_EPSILON  # 0: the device's own budget
+    assert UpdateBounds.of_request({"dp-epsilon": 1e12}).epsilon == MAX_EPSILON
+    assert UpdateBounds.of_request({"dp-sgd-train-layers": 2}).train_layers == 2
+
+
+@pytest.mark.parametrize("train_layers", [0, 1, 2, 5])
+def test_the_weights_required_are_the_ones_a_device_trains(graph, train_layers):
+    """The coordinator's rule (no torch) and what Opacus' module trains on the device are the same."""
+    pytest.importorskip("torch")
+    from cuvil.edge_runtime.training.layers import trained_weights
+    from cuvil.edge_runtime.training.torch_graph import TorchGraph
+
+    from ..edge_runtime.training.helpers import cnn_graph
+
+    for g in (graph, cnn_graph()):
+        module = TorchGraph(g)
+        module.train_only_last(train_layers)
+        assert set(module.weights(trained_only=True)) == trained_weights(g, train_layers)

@@ -9,7 +9,7 @@ from scipy.stats import beta
 
 from cuvil.edge_runtime.privacy.accounting import epsilon_spent
 from cuvil.edge_runtime.privacy.mechanism import (
-    BASE_FAMILIES, PrivacyParams, add_noise, decode_reports, encode_sums)
+    BASE_FAMILIES, NoisyReport, PrivacyParams, add_noise, decode_reports, encode_sums)
 from cuvil.edge_runtime.privacy.rng import ChaChaRandom
 
 P = PrivacyParams()
@@ -60,6 +60,21 @@ def test_decode_recovers_accuracy_and_reports_stderr():
     assert abs(est["accuracy"].value - truth) < 5 * est["accuracy"].stderr
     assert 0 < est["accuracy"].stderr < 0.01
     assert abs(est["examples"].value - n) < 5 * est["examples"].stderr
+
+
+def test_decode_gives_a_negative_count_no_weight_and_keeps_ratios_in_their_range():
+    """One report with its count below 0 once took weight from the others (accuracy 2.3, or 583 with one
+    honest device); it weighs 0 now, and a ratio outside its range is shown at the edge, flagged."""
+    q = P.quantum
+    honest = NoisyReport({"correct": 90 * q, "loss": 40 * q, "count": 100 * q}, (), P)
+    hostile = NoisyReport({"correct": 25 * q, "loss": -60 * q, "count": -60 * q}, (), P)
+    both = decode_reports([honest, hostile])
+    assert both["examples"].value == 100.0  # not 40
+    assert (both["accuracy"].value, both["loss"].value) == (1.0, 0.0)  # raw 115/100 and -20/100
+    assert both["accuracy"].clamped and both["loss"].clamped
+    alone = decode_reports([honest])
+    assert (alone["accuracy"].value, alone["loss"].value) == (0.9, 0.4 * P.loss_clip)
+    assert not alone["accuracy"].clamped and not alone["loss"].clamped
 
 
 def clopper_pearson(k: int, n: int, conf: float) -> tuple[float, float]:
