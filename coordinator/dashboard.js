@@ -21,7 +21,10 @@
       const res = await fetch("/api/version", { cache: "no-store" });
       const now = (await res.json()).version;
       if (now !== version) {
-        const page = await fetch(location.pathname + "?fragment=1", { cache: "no-store" });
+        const url = new URL(location.href);  // this page's own URL: a path such as "//x" stays on this origin
+        url.search = "?fragment=1";
+        url.hash = "";
+        const page = await fetch(url, { cache: "no-store" });
         if (page.ok) {
           content.innerHTML = await page.text();
           version = now;

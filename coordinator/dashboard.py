@@ -4,8 +4,11 @@ The standard library's threaded HTTP server, read-only over SQLite (``mode=ro``:
 never write to the results), bound to 127.0.0.1 unless told otherwise. Pages are rendered on the
 server (tables, and charts by matplotlib as SVG); the one script, ``dashboard.js``, asks every two
 seconds whether the database changed and then swaps in the page's fresh content. No build step, no
-CDN: it works offline. Requests whose Host header is not the address served are refused (a web page
-elsewhere cannot read the fleet through DNS rebinding).
+CDN: it works offline. Requests whose Host header names neither an IP address, this machine nor the
+address served are refused (a web page elsewhere cannot read the fleet through DNS rebinding, which
+needs a name the attacker owns). A connection that sends nothing for REQUEST_TIMEOUT_S is closed, and
+past MAX_CONNECTIONS at once a new one is closed unanswered, so idle or half-sent requests cannot
+hold every thread and file descriptor of the server.
 
 Routes: ``/`` runs and the fleet inventory · ``/run/<id>`` one run · ``/device/<id>`` a device's
 history · ``?fragment=1`` a page's content only · ``/api/version`` the database's change marker ·
@@ -14,8 +17,11 @@ history · ``?fragment=1`` a page's content only · ``/api/version`` the databas
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +35,9 @@ from . import html_views, report
 from .store import ResultsStore, StoreError
 
 POLL_MS = 2000
+REQUEST_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 64
+_RUN_NUMBER = re.compile(r"[0-9]{1,18}")  # ASCII digits only: str.isdigit takes '²', which int() refuses
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; connect-src 'self'; img-src 'self' data:; "
                                "style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
@@ -108,7 +117,7 @@ class Dashboard:
 
 
 def _int(rest: list[str]) -> int:
-    if len(rest) != 1 or not rest[0].isdigit() or len(rest[0]) > 18:
+    if len(rest) != 1 or not _RUN_NUMBER.fullmatch(rest[0]):
         raise StoreError("a run is named by its number")
     return int(rest[0])
 
@@ -127,13 +136,34 @@ def _script() -> bytes:
     return resources.files(__package__).joinpath("dashboard.js").read_bytes()
 
 
-def _handler(dash: Dashboard, allowed_hosts: frozenset[str]) -> type[BaseHTTPRequestHandler]:
+def host_allowed(header: str, port: int, names: frozenset[str]) -> bool:
+    """Whether a request's Host header names this server: the port served (80 when the header has none)
+    and an IP address literal or one of ``names`` (lowercase)."""
+    header = header.strip().lower()
+    if header.startswith("["):  # an IPv6 literal, [::1]:8050
+        host, _, rest = header[1:].partition("]")
+        given = rest[1:] if rest.startswith(":") else ("" if not rest else None)
+    else:
+        host, _, given = header.partition(":") if header.count(":") == 1 else (header, "", "")
+    if given is None or not (given == "" or given.isascii() and given.isdigit()) or not host:
+        return False
+    if (int(given) if given else 80) != port:
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return host in names
+
+
+def _handler(dash: Dashboard, port: int, names: frozenset[str]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "cuvil-dashboard"
         sys_version = ""
+        timeout = REQUEST_TIMEOUT_S  # a connection that sends nothing this long is closed
 
         def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
-            if self.headers.get("Host", "") not in allowed_hosts:
+            if not host_allowed(self.headers.get("Host", ""), port, names):
                 page = Page(HTTPStatus.MISDIRECTED_REQUEST, b"unexpected Host header", "text/plain; charset=utf-8")
             else:
                 try:
@@ -155,20 +185,48 @@ def _handler(dash: Dashboard, allowed_hosts: frozenset[str]) -> type[BaseHTTPReq
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, at most MAX_CONNECTIONS at once: one more is closed unanswered (an
+    unbounded server ran out of file descriptors under idle connections and spun on accept)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple, handler: type[BaseHTTPRequestHandler], family: int):
+        self.address_family = family
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
 class DashboardServer:
     """A running dashboard: ``url``, and ``close()``; serves in a daemon thread from ``start()``."""
 
     def __init__(self, db: str | os.PathLike, host: str = "127.0.0.1", port: int = 8050):
         self.dashboard = Dashboard(db)
         try:
-            self.httpd = ThreadingHTTPServer((host, port), _handler(self.dashboard, frozenset()))
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]  # IPv4 or IPv6, as host names
+            self.httpd = _Server((host, port), BaseHTTPRequestHandler, family)
         except OSError as e:
             raise StoreError(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
-        self.httpd.daemon_threads = True
         real_port = self.httpd.server_address[1]
-        names = {host, "127.0.0.1", "localhost"} if host in ("127.0.0.1", "localhost") else {host}
-        self.httpd.RequestHandlerClass = _handler(self.dashboard, frozenset(f"{n}:{real_port}" for n in names))
-        self.url = f"http://{host}:{real_port}/"
+        names = frozenset(n.lower() for n in (host, "localhost", socket.gethostname(), socket.getfqdn()))
+        self.httpd.RequestHandlerClass = _handler(self.dashboard, real_port, names)
+        self.url = f"http://{'[' + host + ']' if ':' in host else host}:{real_port}/"
         self._thread: threading.Thread | None = None
 
     def start(self) -> DashboardServer:

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from cuvil.coordinator.dashboard import DashboardServer
+from cuvil.coordinator import dashboard as dashboard_mod
+from cuvil.coordinator.dashboard import DashboardServer, host_allowed
 from cuvil.coordinator.store import DeviceRecord, ResultsStore, StoreError
 
 from .helpers import HOSTILE, recorded_run
@@ -71,6 +72,65 @@ def test_unknown_pages_and_foreign_hosts_are_refused(served):
     for path in ("/run/9", "/run/x", "/device/nobody", "/nothing", "/run/1/2", "/api/else"):
         assert get(server, path)[0] == 404, path
     assert get(server, "/", host="attacker.example:80")[0] == 421
+    for path in ("/run/%C2%B2", "/api/run/%C2%B2"):  # '²' is a digit to str.isdigit, not to int()
+        assert get(server, path)[0] == 404, path
+
+
+@pytest.mark.parametrize("header, port, ok", [
+    ("127.0.0.1:8050", 8050, True), ("LOCALHOST:8050", 8050, True), ("[::1]:8050", 8050, True),
+    ("192.168.1.7:8050", 8050, True), ("10.0.0.1", 80, True), ("localhost", 80, True),
+    ("127.0.0.1:8051", 8050, False), ("127.0.0.1", 8050, False), ("attacker.example:8050", 8050, False),
+    ("", 8050, False), ("[::1", 8050, False), ("[::1]x", 8050, False), ("127.0.0.1:80:80", 80, False),
+    ("127.0.0.1:\u00b2", 8050, False), (":8050", 8050, False),
+])
+def test_the_host_header_names_this_server_by_address_or_by_one_of_its_names(header, port, ok):
+    """An IP address cannot be rebound to this server by a name the attacker owns; a name must be one of ours."""
+    assert host_allowed(header, port, frozenset({"localhost", "dash.lan"})) is ok
+
+
+def test_a_server_on_every_address_answers_by_address_and_by_its_names(tmp_path):
+    """``--host 0.0.0.0`` refused every request but those naming 0.0.0.0 (browsers never do)."""
+    import socket
+
+    server = DashboardServer(recorded_run(tmp_path / "r.db"), host="0.0.0.0", port=0).start()
+    try:
+        port = int(server.url.rsplit(":", 1)[1].strip("/"))
+        for host in ("127.0.0.1", "localhost", socket.gethostname()):
+            assert get(server, "/", host=f"{host}:{port}")[0] == 200, host
+        assert get(server, "/", host=f"attacker.example:{port}")[0] == 421
+    finally:
+        server.close()
+
+
+def test_idle_connections_are_closed_and_a_full_server_turns_new_ones_away(tmp_path, monkeypatch):
+    """Half-sent requests held every thread and descriptor of the server: an idle one is closed after
+    REQUEST_TIMEOUT_S, one past MAX_CONNECTIONS at once is closed unanswered, and the server serves on."""
+    import socket
+    import time
+
+    monkeypatch.setattr(dashboard_mod, "REQUEST_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(dashboard_mod, "MAX_CONNECTIONS", 2)
+    server = DashboardServer(recorded_run(tmp_path / "r.db"), port=0).start()
+    port = int(server.url.rsplit(":", 1)[1].strip("/"))
+
+    def idle() -> socket.socket:
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"GET / HTTP/1.1\r\n")  # and never the rest
+        return s
+
+    try:
+        held = [idle(), idle()]
+        time.sleep(0.2)  # both taken by the server's threads
+        extra = idle()
+        assert extra.recv(1) == b""  # turned away at once: the two idle ones hold every slot
+        start = time.monotonic()
+        assert [s.recv(1024) for s in held] == [b"", b""]  # closed by the server, unanswered
+        assert time.monotonic() - start < 5
+        assert get(server, "/")[0] == 200  # slots free again
+    finally:
+        for s in held + [extra]:
+            s.close()
+        server.close()
 
 
 def test_version_changes_when_the_database_is_written_and_the_file_is_never_written_by_it(served):

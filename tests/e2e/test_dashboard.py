@@ -64,9 +64,10 @@ def test_a_person_sees_runs_charts_ab_verdict_failures_and_the_fleet(browser, da
     assert browser.errors() == []
 
 
-def test_the_page_updates_while_a_run_progresses(browser, dashboard):
+@pytest.mark.parametrize("path", ["", "/"])  # "//": the script's fetch once read it as another host's URL
+def test_the_page_updates_while_a_run_progresses(browser, dashboard, path):
     server, db = dashboard
-    browser.open(server.url)
+    browser.open(server.url + path)
     assert browser.evaluate("document.querySelectorAll('#runs tbody tr').length") == 1
     store = ResultsStore(db)  # a coordinator starting the next run
     store.start_run({"bundle": "next.cuvil"})
