@@ -31,6 +31,7 @@ from ..compiler.errors import CuvilError
 from ..edge_runtime.training.config import DpSgdConfig
 from ..edge_runtime.training.errors import TrainingError
 from .rollout_rule import DecisionRule, RolloutError
+from .schema import MAX_FLOOR_SIGMA
 
 SCOPES = ("run", "ops", "sim")
 
@@ -61,8 +62,9 @@ class RunConfig:
     sample_per_class: int = field(default=0, metadata=_key("devices per class per round (0: all)", "run", minimum=0))
     seed: int = field(default=0, metadata=_key("seed of the per-class sampling", "run", minimum=0))
     dp_sigma: float = field(default=0.0, metadata=_key(
-        "noise asked of every device (0: each device's own floor, accepted up to 20 examples; a device refuses "
-        "less than its floor, and a report declaring other noise than asked is refused)", "run", minimum=0))
+        f"noise asked of every device (0: each device's own floor, accepted up to {MAX_FLOOR_SIGMA:g} examples; "
+        "a device refuses less than its floor, and a report declaring other noise than asked is refused)", "run",
+        minimum=0))
     dp_epsilon: float = field(default=0.0, metadata=_key(
         "privacy budget asked of every device (0: each device's own; a device refuses more than its own)",
         "run", minimum=0))

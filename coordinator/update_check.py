@@ -8,9 +8,11 @@ with the others and recorded in a version's lineage.
 
 The count is FedAvg's weight, so it is the lever of a device that wants to outweigh the rest: it must
 lie within ``[0, max_examples]`` (the round's cap on the examples a device trains on) widened by
-:data:`~.schema.MARGIN_SD` standard deviations of the noise the device declares, and that noise must
-be positive and at most :data:`~.schema.MAX_SIGMA` examples, as for evaluation reports
-(:mod:`.schema`). An honest device falls outside with probability about 1e-9.
+:data:`~.schema.MARGIN_SD` standard deviations of the noise the device declares, and that noise is its
+own floor (a device adds its floor's noise to the count), so it must lie where an evaluation report's
+may when the run asks for each device's floor (:func:`~.schema.sigma_range` of 0: at most
+:data:`~.schema.MAX_FLOOR_SIGMA`; up to 100 let one device claim 1,112 examples' weight, now 632). An
+honest device falls outside with probability about 1e-9.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..edge_runtime.training import DpSgdConfig
 from ..edge_runtime.training.layers import trained_weights
 from .device_text import excerpt
 from .device_train import config_key
-from .schema import MARGIN_SD, MAX_SIGMA
+from .schema import MARGIN_SD, sigma_range
 
 UPDATE_KEYS: dict[str, type] = {"dp_count": int, "dp_count_sigma": float, "dp_epsilon_spent": float,
                                 "dp_delta": float, "bundle_was_cached": int}
@@ -72,9 +74,9 @@ def check_update(metrics: Mapping[str, Any], arrays: Mapping[str, Any], graph: G
                          f"the round's budget")
     if not 0 < out["dp_delta"] <= MAX_DELTA or out["bundle_was_cached"] not in (0, 1):
         raise ValueError(f"δ must be in (0, {MAX_DELTA:g}] and bundle_was_cached 0 or 1")
-    sigma = out["dp_count_sigma"]
-    if not 0 < sigma <= MAX_SIGMA:
-        raise ValueError(f"declared count noise {sigma:g} is outside (0, {MAX_SIGMA:g}] examples")
+    sigma, (lo, hi) = out["dp_count_sigma"], sigma_range(0.0)  # the device's own floor
+    if not (lo < sigma <= hi):
+        raise ValueError(f"declared count noise {sigma:g} is outside ({lo:g}, {hi:g}]")
     margin = MARGIN_SD * sigma
     if not -margin <= out["dp_count"] <= bounds.max_examples + margin:
         raise ValueError(f"noisy count {out['dp_count']} is outside [{-margin:.0f}, {bounds.max_examples + margin:.0f}]")

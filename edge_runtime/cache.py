@@ -344,11 +344,12 @@ class CompileCache:
 
     def evict(self, keep: Path | None = None) -> list[Path]:
         """Keep the cache within ``max_bytes`` (:func:`.cache_evict.evict`): delete the least recently used
-        entries (by the later of their last read, as :meth:`get` records it, and their last write) and
-        the temporary files of killed writes; never ``keep`` (the entry just written). Another process
+        entries (by the later of their last read, as :meth:`get` records it, and their last write), the
+        temporary files of killed writes and the hints whose entry is gone; never ``keep`` (the entry just
+        written). Another process
         still reading an entry keeps its open file; a later compile of its model misses and writes it
         again. Returns the deleted paths."""
-        return cache_evict.evict(self.dir, self.SUFFIX, self.max_bytes, keep)
+        return cache_evict.evict(self.dir, self.SUFFIX, self.max_bytes, keep, self.HINT_SUFFIX)
 
     def put_behind(self, key: str, lowered: LoweredModel, objects: list[bytes], request: str | None = None) -> None:
         """:meth:`put`, then :meth:`remember` ``request``, on a thread of its own: a cold compile hands

@@ -9,6 +9,9 @@ A write goes to a temporary file (``.*.tmp``: :meth:`.sealed.Sealer.write`, the 
 is removed only on an exception; a write killed outright (SIGKILL, the OOM killer, power loss)
 leaves it behind. One of this user's unchanged for :data:`DEBRIS_AFTER_S` is such debris and is
 deleted; a younger one may be a write under way, so it stays and counts toward the limit.
+
+A hint (``*.cuvil-hint``: the key that served a request last, 64 bytes) whose entry is gone guides
+nothing any more and goes too: one is written per distinct request, so they would pile up forever.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import stat
 import time
 from pathlib import Path
 
-from ..compiler.regular_file import owned_alone
+from ..compiler.bundle.format import is_sha256_hex
+from ..compiler.regular_file import open_regular, owned_alone
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +49,32 @@ def _unlink(path: Path) -> bool:
         return False
 
 
-def evict(directory: Path, suffix: str, max_bytes: int, keep: Path | None = None) -> list[Path]:
+def _stale_hint(hint: Path, directory: Path, suffix: str) -> bool:
+    """Whether ``hint`` (this user's alone) names an entry that is not in ``directory``."""
+    try:
+        fd, _ = open_regular(hint, owned=True)
+        try:
+            key = os.read(fd, 65).decode("ascii")
+        finally:
+            os.close(fd)
+    except (OSError, UnicodeDecodeError):
+        return False  # another user's, or unreadable: left alone
+    return not is_sha256_hex(key) or not (directory / f"{key}{suffix}").exists()
+
+
+def evict(directory: Path, suffix: str, max_bytes: int, keep: Path | None = None,
+          hint_suffix: str | None = None) -> list[Path]:
     """Delete this user's temporary files older than DEBRIS_AFTER_S, then the least recently used entries
     (``*suffix``, by the later of last read and last write) until they and the younger temporary files
-    fit in ``max_bytes``; never ``keep``. Returns the deleted paths."""
-    entries, debris, total, skipped, now = [], [], 0, 0, time.time()
+    fit in ``max_bytes``, never ``keep``; then the hints (``*hint_suffix``) whose entry is gone. Returns
+    the deleted paths."""
+    entries, debris, hints, total, skipped, now = [], [], [], 0, 0, time.time()
     try:
         with os.scandir(directory) as it:
             for e in it:
                 temporary = _temporary(e.name)
+                if hint_suffix and e.name.endswith(hint_suffix):
+                    hints.append(Path(e.path))
                 if not (temporary or e.name.endswith(suffix)):
                     continue
                 try:
@@ -78,6 +99,7 @@ def evict(directory: Path, suffix: str, max_bytes: int, keep: Path | None = None
         if path != keep and _unlink(path):
             total -= size
             gone.append(path)
+    gone += [h for h in hints if _stale_hint(h, directory, suffix) and _unlink(h)]
     if skipped:
         log.debug("compile cache %s: %d files not this user's alone neither counted nor deleted", directory, skipped)
     if gone:

@@ -39,6 +39,7 @@ def test_an_honest_reply_passes_with_its_metrics_typed(graph):
 @pytest.mark.parametrize("change, word", [
     ({"dp_count": 161}, "noisy count"), ({"dp_count": -61}, "noisy count"), ({"dp_count": 10**12}, "noisy count"),
     ({"dp_count_sigma": 0.0}, "count noise"), ({"dp_count_sigma": 1e6}, "count noise"),
+    ({"dp_count_sigma": 21.0}, "count noise"),  # past a device floor's bound: 100 weighed a device as 1,112 examples
     ({"dp_count_sigma": math.nan}, "finite"), ({"dp_count": math.inf}, "finite"), ({"dp_epsilon_spent": -1.0}, "ε"),
     ({"dp_delta": 1.0}, "δ"), ({"bundle_was_cached": 7}, "bundle_was_cached"), ({"dp_count": "many"}, "finite"),
 ])

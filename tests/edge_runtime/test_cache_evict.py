@@ -70,6 +70,24 @@ def test_the_temporary_files_of_killed_writes_are_deleted_and_younger_ones_count
     assert live.exists() and newer.exists()
 
 
+def test_hints_whose_entry_is_gone_are_deleted(cache_dir):
+    """A hint is written per distinct request: once its entry is evicted (or it holds no key) it guides
+    nothing, and without this they piled up forever."""
+    cache_dir.mkdir()
+    now = time.time()
+    kept_entry = _file(cache_dir / f"{1:064x}{CompileCache.SUFFIX}", 1_000, now)
+    hints = {}
+    for name, key in (("live", f"{1:064x}"), ("evicted", f"{2:064x}"), ("garbage", "not a key")):
+        hints[name] = cache_dir / f"{name:0>32}{CompileCache.HINT_SUFFIX}"
+        hints[name].write_bytes(key.encode())
+    hints["others"] = cache_dir / f"{'others':0>32}{CompileCache.HINT_SUFFIX}"
+    hints["others"].write_bytes(f"{3:064x}".encode())
+    hints["others"].chmod(0o666)  # not this user's alone: never read, never deleted
+    gone = CompileCache(cache_dir, max_bytes=10_000).evict()
+    assert sorted(gone) == sorted([hints["evicted"], hints["garbage"]])
+    assert hints["live"].exists() and hints["others"].exists() and kept_entry.exists()
+
+
 @pytest.mark.parametrize("content_hash", ["ab" * 32, None])  # the entry opened early (by its hint), or by get
 def test_a_hit_records_its_read_once_the_atime_is_old(cache_dir, monkeypatch, content_hash):
     """Under relatime (Linux's default) a read leaves no trace once the atime is past the mtime and ctime,
