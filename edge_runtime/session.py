@@ -256,7 +256,9 @@ class Session:
             raise InterpreterError("run_each stacks outputs of one shape; this model's length depends on the data")
         name, view, shape, dtype = self._inputs[0]
         try:
-            xs = np.asarray(examples).reshape(len(examples), *shape).astype(dtype, casting="same_kind", copy=False)
+            xs = np.asarray(examples).reshape(len(examples), *shape)
+            _check_fits(name, xs, dtype)
+            xs = xs.astype(dtype, casting="same_kind", copy=False)
         except (ValueError, TypeError) as e:
             raise InterpreterError(f"input {name!r}: examples of {np.shape(examples)[1:]} do not fit {shape}: {e}"[:300]) \
                 from None
@@ -282,6 +284,7 @@ class Session:
         value = np.asarray(value)
         if value.shape != view.shape:
             raise InterpreterError(f"input {name!r} has shape {value.shape}, the compiled model wants {view.shape}")
+        _check_fits(name, value, view.dtype)
         try:
             np.copyto(view, value, casting="same_kind")
         except TypeError as e:
@@ -325,3 +328,15 @@ class Session:
         checks read them (Gather's indices) may fault here, which the next ``run`` does not report."""
         with self._lock:
             self._call()
+
+
+def _check_fits(name: str, value: np.ndarray, dtype: np.dtype) -> None:
+    """Integers given for an integer input of a narrower type must fit it: NumPy's same-kind casting wraps
+    them (an int64 index 2**32 + 1 for an i32 Gather selected row 1 where a typed index raised
+    RunTimeCheckError); a safe cast, or any other kind, needs no look at the values."""
+    if value.dtype.kind not in "iu" or np.dtype(dtype).kind not in "iu" or np.can_cast(value.dtype, dtype, "safe") \
+            or not value.size:
+        return
+    info, lo, hi = np.iinfo(dtype), value.min(), value.max()
+    if lo < info.min or hi > info.max:
+        raise InterpreterError(f"input {name!r}: values from {lo} to {hi} do not fit its type {np.dtype(dtype).name}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+import numpy.lib.format as npy_format
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .compiler import interpreter
@@ -194,7 +195,11 @@ def inspect_model(path: PathLike, trusted_keys: Trusted = None) -> Inspection:
 
 
 def read_inputs(model: Graph | Model, npy: PathLike | None = None, npz: PathLike | None = None) -> dict[str, np.ndarray]:
-    """Inputs from one ``.npy`` (single-input models) or an ``.npz`` keyed by input name. Never unpickles."""
+    """Inputs from one ``.npy`` (single-input models) or an ``.npz`` keyed by input name. Never unpickles.
+
+    The files are input like any other: an array's header must declare exactly the bytes that follow
+    it, and an .npz may hold only the model's inputs, each checked before it is read (a 100-byte file
+    declaring 2^40 floats, or a 3 MB archive inflating to 3 GiB, allocated first and failed after)."""
     if (npy is None) == (npz is None):
         raise CuvilError("give exactly one of an .npy input or an .npz of inputs")
     names = [name for name, _ in model.inputs] if isinstance(model, Model) else list(model.inputs)
@@ -203,14 +208,43 @@ def read_inputs(model: Graph | Model, npy: PathLike | None = None, npz: PathLike
             if len(names) != 1:
                 raise CuvilError(f"the model has {len(names)} inputs {names}: pass an .npz")
             with _opened(npy) as f:
-                arr = np.load(f, allow_pickle=False)
-            if not isinstance(arr, np.ndarray):
-                raise CuvilError(f"{npy} is not an .npy array file")
-            return {names[0]: arr}
-        with _opened(npz) as f, np.load(f, allow_pickle=False) as archive:
-            return {k: archive[k] for k in archive.files}
+                return {names[0]: _read_npy(f, os.fstat(f.fileno()).st_size, "the file")}
+        with _opened(npz) as f, zipfile.ZipFile(f) as archive:
+            out = {}
+            for member in archive.infolist():
+                name = member.filename.removesuffix(".npy")
+                if name not in names or not member.filename.endswith(".npy"):
+                    raise ValueError(f"{member.filename[:100]!r} is not an .npy of an input of the model {names[:8]}")
+                with archive.open(member) as m:
+                    out[name] = _read_npy(m, member.file_size, member.filename)
+            return out
     except (ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise CuvilError(f"cannot read inputs from {npy or npz}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+        reason = str(e).splitlines()[0] if str(e) else repr(e)
+        raise CuvilError(f"cannot read inputs from {npy or npz}: {reason}") from None
+    except MemoryError:
+        raise CuvilError(f"the inputs in {npy or npz} do not fit in this machine's memory") from None
+
+
+_NPY_HEADERS = {(1, 0): npy_format.read_array_header_1_0, (2, 0): npy_format.read_array_header_2_0}
+
+
+def _read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
+    """One .npy array of a file (or archive member) of ``size`` bytes, once its header is checked: a plain
+    dtype, and exactly the bytes the header declares after it (nothing allocated for more). ValueError
+    says what is wrong with it."""
+    try:
+        shape, fortran, dtype = _NPY_HEADERS[npy_format.read_magic(f)](f)
+    except (KeyError, ValueError):
+        raise ValueError(f"{what} is not an .npy array file (format 1.0 or 2.0)") from None
+    if dtype.hasobject:
+        raise ValueError(f"{what} holds Python objects: not an .npy array file")
+    declared = math.prod(shape) * dtype.itemsize
+    if declared != size - f.tell():
+        raise ValueError(f"{what} declares {declared} bytes of data and holds {size - f.tell()}")
+    data = f.read(declared)
+    if len(data) != declared:
+        raise ValueError(f"{what} is truncated")
+    return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran else "C")
 
 
 def _opened(path: PathLike) -> BinaryIO:

@@ -109,6 +109,25 @@ def test_session_reports_and_rejects_bad_inputs(cache_dir):
     assert np.any(sess.run({"x": np.ones((1, 37), np.float32)})[name] != 0)
 
 
+def test_integers_that_do_not_fit_an_inputs_type_are_refused_not_wrapped():
+    """An int64 index of 2**32 + 1 for an i32 Gather's index input was wrapped to 1 (same-kind casting) and
+    selected a real row, where the same index as i32 raises RunTimeCheckError; values that fit convert."""
+    from cuvil.compiler import Node, infer_graph_types
+
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    graph = infer_graph_types("g", {"idx": TensorType(DType.I32, (2,))}, {"table": table},
+                              [Node.make("Gather", ["table", "idx"], ["rows"])], ["rows"])
+    sess = compile_graph(graph, use_cache=False)
+    fits = sess.run({"idx": np.array([3, 1], np.int64)})["rows"]
+    np.testing.assert_array_equal(fits, table[[3, 1]])
+    assert sess.run_each(np.array([[0, 2]], np.uint64))[0][0].tolist() == table[[0, 2]].tolist()
+    for wide in (np.array([2**32 + 1, 0], np.int64), np.array([2**64 - 1, 0], np.uint64)):
+        with pytest.raises(InterpreterError, match="do not fit its type int32"):
+            sess.run({"idx": wide})
+        with pytest.raises(InterpreterError, match="do not fit its type int32"):
+            sess.run_each(wide[None])
+
+
 def test_resident_memory_flat_over_many_runs(cache_dir):
     sess = compile_graph(mlp_graph(), cache_dir=cache_dir)
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 37), dtype=np.float32)}

@@ -105,6 +105,23 @@ def test_read_inputs_and_save_outputs(tmp_path):
         cuvil.read_inputs(g, npz=tmp_path / "junk.npz")
     with pytest.raises(CuvilError, match="not an .npy"):
         cuvil.read_inputs(g, npy=tmp_path / "in.npz")
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (2**40,)})
+    (tmp_path / "huge.npy").write_bytes(header.getvalue() + bytes(64))  # declares 4 TiB, holds 64 bytes
+    with pytest.raises(CuvilError, match="declares 4398046511104 bytes of data and holds 64"):
+        cuvil.read_inputs(g, npy=tmp_path / "huge.npy")
+    with zipfile.ZipFile(tmp_path / "huge.npz", "w") as z:
+        z.writestr("x.npy", header.getvalue() + bytes(64))
+    with pytest.raises(CuvilError, match="declares 4398046511104 bytes"):
+        cuvil.read_inputs(g, npz=tmp_path / "huge.npz")
+    with zipfile.ZipFile(tmp_path / "extra.npz", "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("x.npy", (tmp_path / "x.npy").read_bytes())
+        z.writestr("unused.npy", bytes(1 << 20))  # not an input: refused before it is inflated
+    with pytest.raises(CuvilError, match="'unused.npy' is not an .npy of an input"):
+        cuvil.read_inputs(g, npz=tmp_path / "extra.npz")
     with pytest.raises(CuvilError):
         cuvil.read_inputs(g)
     outs = {"file": np.arange(3), "a/b": np.zeros((2, 2), np.float16)}  # names np.savez(**kw) cannot take
