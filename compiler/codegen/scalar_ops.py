@@ -20,6 +20,7 @@ from ..ir.dtypes import DType
 from . import irhelpers as h
 from . import mathfns as m
 from . import narrow
+from .float_int import float_to_int
 from .halfprec import float_convert
 from . import trigfns as t
 
@@ -63,15 +64,6 @@ def _safe_udiv(b, x, y):
     zero = ir.Constant(y.type, 0)
     by_zero = b.icmp_unsigned("==", y, zero)
     return b.select(by_zero, zero, b.udiv(x, b.select(by_zero, ir.Constant(y.type, 1), y)))
-
-
-def _float_to_int(b: ir.IRBuilder, x: ir.Value, dst: DType, dt: ir.IntType) -> ir.Value:
-    """Truncate toward zero, then wrap to ``dst`` as NumPy's C casts do (-2.7 -> uint8 254, 300.7 ->
-    44): a direct ``fptoui``/``fptosi`` to a narrower type is poison out of range, and CPUs then
-    disagree (Emerald Rapids code gave 0 where Zen 4's and NumPy give 254)."""
-    if dt.width >= 64 or (dt.width == 32 and dst in h.SIGNED):
-        return b.fptosi(x, dt) if dst in h.SIGNED else b.fptoui(x, dt)
-    return b.trunc(b.fptosi(x, h.I64 if dt.width == 32 else h.I32), dt)
 
 
 def _int_pow(b, x, y, signed: bool):
@@ -305,8 +297,9 @@ def scalar_fn(op: str, attrs: Mapping, dtype: DType) -> Callable[[ir.IRBuilder, 
 
 def cast_value(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, saturate: bool = True,
                round_mode: str = "up") -> ir.Value:
-    """NumPy ``astype`` semantics (float->int truncates; anything->bool is != 0); the storage-only
-    dtypes go through f32 or a byte (``narrow``), ``saturate`` and ``round_mode`` as ONNX Cast's."""
+    """NumPy ``astype`` semantics (float->int as ``float_int``'s table says; anything->bool is != 0); the
+    storage-only dtypes go through f32 or a byte (``narrow``), ``saturate`` and ``round_mode`` as ONNX Cast's."""
+    origin = src
     if src.is_narrow:
         x, src = narrow.decode(b, x, src)
     if dst.is_narrow:
@@ -318,7 +311,7 @@ def cast_value(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, saturate: b
     if src.is_float and dst.is_float:
         return float_convert(b, x, dt)
     if src.is_float:
-        return _float_to_int(b, x, dst, dt)
+        return float_to_int(b, x, origin, dst)
     if dst.is_float:
         return b.sitofp(x, dt) if src in h.SIGNED else b.uitofp(x, dt)
     if st.width == dt.width:

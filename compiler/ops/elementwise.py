@@ -144,8 +144,23 @@ def _cast(xs, a):
     if a["saturate"] and to in SATURABLE:
         top = float(to.finfo.max)
         x = np.clip(x, -top, top)
+    if to is DType.U32 and x.dtype in (np.float32, np.float64):
+        return [_float_to_u32(x)]
     with np.errstate(invalid="ignore", over="ignore"):  # NaN and overflow have defined results here
         return [x.astype(to.numpy)]
+
+
+def _float_to_u32(x: np.ndarray) -> np.ndarray:
+    """f32/f64 -> u32 by the rule NumPy's vector loop and ONNX Runtime follow (``codegen/float_int.py``):
+    from 2^31 on, trunc(x - 2^31) with the top bit set; below, trunc(x) wrapped; NaN, infinities and
+    values out of range take the i32 minimum's bits (so +inf and 2^32 give 0). ``astype`` answered
+    otherwise for the last ``len % 4`` elements of an array (NaN 0, -3e9 1294967296): by position."""
+    with np.errstate(invalid="ignore"):
+        big = x >= 2.0**31
+        t = np.trunc(np.where(big, x - 2.0**31, x))
+        fits = (t >= -(2.0**31)) & (t < 2.0**31)
+    low = np.where(fits, t, -(2.0**31)).astype(np.int64) & 0xFFFFFFFF
+    return np.asarray(np.where(big, low ^ 0x80000000, low).astype(np.uint32))
 
 
 register(

@@ -104,14 +104,16 @@ def mismatch(b: Built, got: dict[str, np.ndarray]) -> str | None:
     return None
 
 
-def generate(rng: Rng, count: int, ops=None) -> tuple[list[Built], int]:
-    """``count`` admitted cases (round-robin over ``ops``), and how many proposals were refused."""
-    ops = sorted(ops or GENERATORS)
+def generate(rng: Rng, count: int, ops=None, generators=None) -> tuple[list[Built], int]:
+    """``count`` admitted cases (round-robin over ``ops`` of ``generators``, by default all of
+    GENERATORS), and how many proposals were refused."""
+    generators = generators or GENERATORS
+    ops = sorted(ops or generators)
     admitted, refused, i = [], 0, 0
     while len(admitted) < count and refused < 50 * count:
         op = ops[i % len(ops)]
         i += 1
-        b = build(GENERATORS[op](rng), f"c{i}")
+        b = build(generators[op](rng), f"c{i}")
         if b is None:
             refused += 1
         else:
@@ -220,10 +222,10 @@ def finding(b: Built, outcome: Outcome) -> str | None:
     return mismatch(b, outcome.outputs)
 
 
-def fuzz(rng: Rng, count: int, run, per_graph: int = 40, ops=None):
+def fuzz(rng: Rng, count: int, run, per_graph: int = 40, ops=None, generators=None):
     """Run ``count`` admitted cases with ``run`` (a runner above); return (findings as (case, reason),
     cases, refused proposals)."""
-    cases, refused = generate(rng, count, ops)
+    cases, refused = generate(rng, count, ops, generators)
     computed = [b for b in cases if b.ref is not None]
     alone = [[b] for b in cases if b.ref is None]  # each runs alone: it must refuse at run time
     chunks = [computed[i:i + per_graph] for i in range(0, len(computed), per_graph)] + alone

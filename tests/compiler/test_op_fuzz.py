@@ -15,9 +15,11 @@ from cuvil.compiler import DType
 from cuvil.compiler.errors import RunTimeCheckError
 
 from tests.compiler import op_fuzz as fz
+from tests.compiler import op_fuzz_cases as cases
 
 NATIVE_CASES = 1500  # about a minute on one core
 QEMU_CASES = 150  # one qemu process per 40 cases
+WIDE_CAST_CASES = 400
 
 
 def _report(findings) -> str:
@@ -48,6 +50,25 @@ def test_integer_gemms_fuzzed_under_qemu_on_i8mm_and_sve(profile, tmp_path):
     findings, cases, _ = fz.fuzz(np.random.default_rng(3), 80, fz.emulated_runner(tmp_path, profile),
                                  ops=["QMatMul", "QConv"])
     assert len(cases) == 80
+    assert not findings, f"{len(findings)} findings:\n{_report(findings)}"
+
+
+WIDE_CAST = {"Cast": lambda rng: cases.cast(rng, cases.ANY + cases.WIDE_INTS)}
+"""Casts between every plain dtype, i16, u16, u32 and u64 included (negative floats to u64 wrapped wrongly)."""
+
+
+def test_casts_between_every_integer_width_fuzzed_natively(tmp_path):
+    findings, drawn, _ = fz.fuzz(np.random.default_rng(5), WIDE_CAST_CASES, fz.native_runner(tmp_path),
+                                 generators=WIDE_CAST)
+    assert {b.case.attrs["to"] for b in drawn} >= {DType.I16, DType.U16, DType.U32, DType.U64}
+    assert not findings, f"{len(findings)} findings:\n{_report(findings)}"
+
+
+@pytest.mark.skipif(not (shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc")),
+                    reason="needs qemu-user, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross")
+def test_casts_between_every_integer_width_fuzzed_under_qemu(tmp_path):
+    findings, _, _ = fz.fuzz(np.random.default_rng(6), WIDE_CAST_CASES, fz.emulated_runner(tmp_path, "rpi5"),
+                             generators=WIDE_CAST)
     assert not findings, f"{len(findings)} findings:\n{_report(findings)}"
 
 
