@@ -22,12 +22,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import numpy.lib.format as npy
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 from flwr.common.constant import SType
 
 from ..compiler.bundle.format import MAX_ELEMENTS, MAX_RANK
 from ..compiler.errors import BundleError, DeltaError
+from ..compiler.npy_header import read_header
 from .device_text import excerpt
 
 DEVICE_INFO = "query.device_info"
@@ -90,8 +90,6 @@ PAYLOAD_DTYPE = np.dtype("u1")  # a pushed bundle or delta travels as its bytes:
 PAYLOAD_ERRORS = {"bundle": BundleError, "delta": DeltaError}  # what a malformed one raises: its typed refusal
 UPDATE_DTYPE = np.dtype("<f4")  # a training reply's arrays are float32 (the model's weights moved)
 MAX_UPDATE_BYTES = 1 << 30  # a training reply's arrays in all, at most: far above the small models devices fine-tune
-NPY_VERSIONS = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}  # .npy headers np.save writes
-NPY_ERRORS = (ValueError, TypeError, EOFError, OSError, RecursionError)  # what numpy raises on a malformed header
 
 
 def checked_npy(what: str, a: Array, dtype: np.dtype, max_rank: int, max_dim: int,
@@ -109,10 +107,10 @@ def checked_npy(what: str, a: Array, dtype: np.dtype, max_rank: int, max_dim: in
     raw = bytes(a.data)
     stream = io.BytesIO(raw)
     try:
-        npy_shape, fortran, got = NPY_VERSIONS[npy.read_magic(stream)](stream)
-    except (KeyError, *NPY_ERRORS):
-        raise error(f"{what} is not a .npy") from None
-    if got != dtype or npy_shape != tuple(shape) or len(raw) - stream.tell() != math.prod(shape) * dtype.itemsize:
+        npy_shape, fortran, got = read_header(stream, len(raw), what)
+    except ValueError as e:
+        raise error(str(e)) from None
+    if got != dtype or npy_shape != tuple(shape):
         raise error(f"{what}'s bytes are not a .npy of its declared {dtype.name} shape {list(shape)[:8]}")
     return raw, stream.tell(), tuple(shape), fortran
 

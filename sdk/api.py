@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
-import numpy.lib.format as npy_format
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .compiler import interpreter
@@ -28,6 +27,7 @@ from .compiler.ir.graph import Graph
 from .compiler.ir.limits import check_graph
 from .compiler.ir.text import print_graph
 from .compiler.ir.verify import verify
+from .compiler.npy_header import read_header
 from .compiler.regular_file import open_regular, starts_with
 from .compiler.quantize import integer_form, quantize  # noqa: F401  (post-training int8; the form bundles sign)
 from .edge_runtime.loader import Model, Trusted, read_file_head
@@ -225,22 +225,11 @@ def read_inputs(model: Graph | Model, npy: PathLike | None = None, npz: PathLike
         raise CuvilError(f"the inputs in {npy or npz} do not fit in this machine's memory") from None
 
 
-_NPY_HEADERS = {(1, 0): npy_format.read_array_header_1_0, (2, 0): npy_format.read_array_header_2_0}
-
-
 def _read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
-    """One .npy array of a file (or archive member) of ``size`` bytes, once its header is checked: a plain
-    dtype, and exactly the bytes the header declares after it (nothing allocated for more). ValueError
-    says what is wrong with it."""
-    try:
-        shape, fortran, dtype = _NPY_HEADERS[npy_format.read_magic(f)](f)
-    except (KeyError, ValueError):
-        raise ValueError(f"{what} is not an .npy array file (format 1.0 or 2.0)") from None
-    if dtype.hasobject:
-        raise ValueError(f"{what} holds Python objects: not an .npy array file")
+    """One .npy array of a file (or archive member) of ``size`` bytes, read once its header is checked
+    (:func:`~cuvil.compiler.npy_header.read_header`: nothing allocated for more than it holds)."""
+    shape, fortran, dtype = read_header(f, size, what)
     declared = math.prod(shape) * dtype.itemsize
-    if declared != size - f.tell():
-        raise ValueError(f"{what} declares {declared} bytes of data and holds {size - f.tell()}")
     data = f.read(declared)
     if len(data) != declared:
         raise ValueError(f"{what} is truncated")

@@ -124,16 +124,13 @@ class _Importer(SubgraphHost):
         """ONNX value -> the integer graph inputs its value depends on through integer values not known
         at import (shape arithmetic: a crop size passed as an input); never data, through floats"""
         self.expansions = 0
-        self.input_names: dict[str, str] = {}  # Cuvil graph input -> ONNX graph input
         self.unrolled = 0
         self._opsets: list[int] = []  # the opset of each control-flow node being imported  # sub-graph nodes imported (onnx_control.MAX_UNROLLED)
 
     def run(self) -> Graph:
         self._initializers()
         self._inputs()
-        for index, node in enumerate(self.graph.node):
-            self.define(node.output, f"output of node {node.name or node.op_type!r}")
-            self._node(index, node, self.opset)
+        self.import_nodes(self.graph, self.opset, 0)
         return self._outputs()
 
     # graph inputs and weights -------------------------------------------------------------------
@@ -191,7 +188,6 @@ class _Importer(SubgraphHost):
             self.env[vi.name] = self.b.input(vi.name, TensorType(dtype, tuple(dims)))
             if self.env[vi.name] != vi.name:
                 raise OnnxImportError(f"graph input {vi.name!r} cannot keep its name: another value took it first")
-            self.input_names[vi.name] = vi.name
 
     def _constant_input(self, name: str, dtype, tt) -> str:
         value = np.asarray(self.constant_inputs[name])

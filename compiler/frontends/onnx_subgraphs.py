@@ -92,6 +92,12 @@ class SubgraphHost:
             raise OnnxImportError(f"value {twice!r} is defined twice (graph input)")
         self.define([n for n in counts if n not in self.scope], "graph input")
 
+    def import_nodes(self, graph: onnx.GraphProto, opset: int, depth: int) -> None:
+        """The graph's nodes in order, each output defined once in the current scope."""
+        for index, node in enumerate(graph.node):
+            self.define(node.output, f"output of node {node.name or node.op_type!r}")
+            self._node(index, node, opset, depth)
+
     def lookup(self, onnx_name: str) -> Value:
         if onnx_name in self.poisoned:
             return None
@@ -117,8 +123,8 @@ class SubgraphHost:
             if v in seen:
                 continue
             seen.add(v)
-            if v in self.input_names:
-                self.needs_constant.add(self.input_names[v])
+            if v in self.b.inputs:  # a graph input keeps its ONNX name
+                self.needs_constant.add(v)
             elif v in producer:
                 todo.extend(producer[v].inputs)
 
@@ -142,9 +148,7 @@ class SubgraphHost:
                     self.env[formal] = value
             self._initializers(graph)
             self.define_inputs(graph)
-            for index, node in enumerate(graph.node):
-                self.define(node.output, f"output of node {node.name or node.op_type!r}")
-                self._node(index, node, self._opsets[-1], depth + 1)
+            self.import_nodes(graph, self._opsets[-1], depth + 1)
             return [self.lookup(o.name) for o in graph.output]
         finally:
             self.env, self.probes, self.poisoned, self.scope, self.b.claiming = outer

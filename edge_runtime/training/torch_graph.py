@@ -23,7 +23,7 @@ from torch import nn
 
 from ...compiler.ir.graph import Graph, Node
 from .errors import TrainingUnsupported
-from .layers import last_layers
+from .layers import last_layers, weight_operands
 
 Tensor = torch.Tensor
 Functional = Callable[[Sequence[Tensor], Mapping, "_Shapes"], Tensor]
@@ -241,8 +241,8 @@ class TorchGraph(nn.Module):
 
 
 def _trainable_operands(node: Node, consts: Mapping[str, np.ndarray]) -> bool:
-    """A layer trains when its weight (and bias, if any) are float32 constants."""
-    names = [n for n in node.inputs[1:3] if n]
+    """A layer trains when its weight (and bias, if any: :func:`.layers.weight_operands`) are float32 constants."""
+    names = weight_operands(node)
     return bool(names) and all(n in consts and consts[n].dtype == np.float32 for n in names)
 
 
