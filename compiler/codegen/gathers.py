@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ..ir.dtypes import DType
 from ..ir.types import TensorType
-from ..ops.resample import resize_attrs, resize_taps
+from ..ops.resample import integer_fill, resize_attrs, resize_taps
 from . import irhelpers as h
 from .grid_sample import grid_sample
 from .halfprec import float_convert
@@ -179,16 +179,19 @@ def conv_nd(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType], b
 # --- Resize ----------------------------------------------------------------------------------------
 def resize(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) -> Value:
     """A sum over the product of the resized axes' taps (one tap each for nearest: a plain load);
-    computed in f32 (f64 for f64 data) and rounded once."""
+    floats in f32 (f64 for f64 data), rounded once; integers (nearest: weights 0 or 1) in their own
+    type, as the reference, so every value is copied exactly."""
     shape = tuple(ins[0].shape)
     full = resize_attrs(a, shape)
     taps = {axis: t for axis, n in enumerate(shape) if (t := resize_taps(full, axis, n)) is not None}
     dtype = outs[0].dtype
     ty = h.LLTYPE[dtype]
-    acc_ty = h.F32 if dtype in (DType.F32, DType.F16) else h.F64  # integers too: f32 holds 24 bits
+    acc_ty = ty if not dtype.is_float else h.F32 if dtype in (DType.F32, DType.F16) else h.F64
     st = h.contiguous_strides(shape)
     gather = all(t.index.shape[1] == 1 for t in taps.values())
     outside = any(t.outside.any() for t in taps.values())
+    fill = h.const(ty, a["extrapolation_value"]) if dtype.is_float else \
+        ir.Constant(ty, integer_fill(a["extrapolation_value"], dtype.numpy))
 
     def value(b, idx, ptrs):
         base = h.linear(b, [idx[d] for d in range(len(shape)) if d not in taps], [st[d] for d in range(len(shape)) if d not in taps])
@@ -205,41 +208,27 @@ def resize(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) ->
                                            ir.Constant(h.I8, 0)))
         if gather:
             v = h.load(b, ptrs[0], b.add(base, _sum(b, [p[0][0] for p in per_axis])))
-        else:
+        elif dtype.is_float:
             acc = h.const(acc_ty, 0.0)
             for combo in itertools.product(*per_axis):
                 w = combo[0][1]
                 for _, wk in combo[1:]:
                     w = b.fmul(w, wk)
-                x = _to_acc(b, h.load(b, ptrs[0], b.add(base, _sum(b, [c[0] for c in combo]))), dtype, acc_ty)
+                x = float_convert(b, h.load(b, ptrs[0], b.add(base, _sum(b, [c[0] for c in combo]))), acc_ty)
                 acc = h.call_intrinsic(b, "llvm.fma", x, w, acc)
-            v = _from_acc(b, acc, dtype)
+            v = float_convert(b, acc, ty)
+        else:
+            v = ir.Constant(ty, 0)
+            for combo in itertools.product(*per_axis):
+                w = combo[0][1]
+                for _, wk in combo[1:]:
+                    w = b.mul(w, wk)
+                v = b.add(v, b.mul(h.load(b, ptrs[0], b.add(base, _sum(b, [c[0] for c in combo]))), w))
         if outside:
-            fill = h.const(ty, a["extrapolation_value"]) if dtype.is_float else ir.Constant(ty, int(a["extrapolation_value"]))
             v = b.select(_any(b, out), fill, v)
         return v
 
     return value
-
-
-def _to_acc(b: ir.IRBuilder, x: ir.Value, dtype: DType, acc_ty: ir.Type) -> ir.Value:
-    """An element as the accumulator's float (integers reach here in nearest mode when
-    exclude_outside zeroes a row's weights)."""
-    if dtype.is_float:
-        return float_convert(b, x, acc_ty)
-    return (b.sitofp if dtype in h.SIGNED else b.uitofp)(x, acc_ty)
-
-
-def _from_acc(b: ir.IRBuilder, acc: ir.Value, dtype: DType) -> ir.Value:
-    """The accumulator in ``dtype``; integers rounded to nearest even and saturated, as the reference."""
-    ty = h.LLTYPE[dtype]
-    if dtype.is_float:
-        return float_convert(b, acc, ty)
-    info = np.iinfo(dtype.numpy)
-    r = h.call_intrinsic(b, "llvm.rint", acc)
-    r = h.call_intrinsic(b, "llvm.minnum", h.call_intrinsic(b, "llvm.maxnum", r, h.const(acc.type, info.min)),
-                         h.const(acc.type, info.max))
-    return (b.fptosi if dtype in h.SIGNED else b.fptoui)(r, ty)
 
 
 def _sum(b: ir.IRBuilder, xs: Sequence[ir.Value]) -> ir.Value:

@@ -196,6 +196,8 @@ def _resize_infer(ts, a):
     require(all(s > 0 and math.isfinite(s) for s in a["scales"]), f"Resize: scales {list(a['scales'])} must be > 0")
     require(a["antialias"] in (0, 1) and a["exclude_outside"] in (0, 1), "Resize: antialias and exclude_outside are 0 or 1")
     require(a["mode"] == "nearest" or x.dtype.is_float, f"Resize: {a['mode']} mode needs floats, got {x.dtype.value}")
+    require(x.dtype.is_float or not math.isnan(a["extrapolation_value"]),
+            "Resize: an integer tensor's extrapolation_value must be a number, got NaN")
     sizes = tuple(n if s < 0 else s for n, s in zip(x.shape, a["sizes"]))
     full = {**a, "sizes": sizes}
     require(all(n > 0 and m > 0 for axis, (n, m) in enumerate(zip(x.shape, sizes)) if _resized(full, axis, n)),
@@ -208,22 +210,31 @@ def resize_attrs(a, shape: Sequence[int]):
     return {**a, "sizes": tuple(n if s < 0 else s for n, s in zip(shape, a["sizes"]))}
 
 
+def integer_fill(value: float, dtype: np.dtype) -> int:
+    """An integer (or bool) Resize's extrapolation value: rounded to nearest even and saturated to
+    ``dtype`` (in Python integers: iinfo(int64).max is not a float64)."""
+    lo, hi = (0, 1) if dtype == np.bool_ else (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+    return int(min(max(np.rint(value), lo), hi)) if np.isfinite(value) else (hi if value > 0 else lo)
+
+
 def _resize(xs, a):
+    """Floats sum their taps in float64; integers (nearest mode: weights 0 or 1) in their own type,
+    so every value is copied exactly."""
     x = xs[0]
     a = resize_attrs(a, x.shape)
-    y = x.astype(np.float64)
+    exact = x.dtype.kind != "f"
+    y = x if exact else x.astype(np.float64)
+    fill = integer_fill(a["extrapolation_value"], x.dtype) if exact else a["extrapolation_value"]
     for axis, n_in in enumerate(x.shape):
         taps = resize_taps(a, axis, n_in)
         if taps is None:
             continue
         shape = (1,) * axis + taps.weight.shape + (1,) * (y.ndim - axis - 1)
         y = (np.take(y, taps.index.reshape(-1), axis=axis).reshape(y.shape[:axis] + taps.index.shape + y.shape[axis + 1:])
-             * taps.weight.reshape(shape)).sum(axis=axis + 1)
+             * taps.weight.astype(y.dtype).reshape(shape)).sum(axis=axis + 1, dtype=y.dtype)
         if taps.outside.any():
             mask = taps.outside.reshape((1,) * axis + (-1,) + (1,) * (y.ndim - axis - 1))
-            y = np.where(mask, a["extrapolation_value"], y)
-    if x.dtype.kind != "f":
-        y = np.clip(np.rint(y), np.iinfo(x.dtype).min, np.iinfo(x.dtype).max)
+            y = np.where(mask, np.asarray(fill, dtype=y.dtype), y)
     return [y.astype(x.dtype)]
 
 

@@ -3,10 +3,17 @@ them on the simulated GPU)."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
+from cuvil.compiler import DType, TensorType, run_reference
+from cuvil.compiler.frontends.builder import GraphBuilder
+from cuvil.compiler.ops.registry import ShapeError
+from cuvil.edge_runtime.compile import compile_graph
 
 from tests.compiler.codegen.test_kernels import rnd, run_op
+from tests.hosts import executable
 
 CONVT = [  # x shape, w shape, attrs
     ((1, 3, 7), (3, 2, 3), dict(strides=[2], pads=[1, 0], dilations=[1], output_padding=[1])),
@@ -77,3 +84,66 @@ def test_grid_sample_volumetric(mode, dtype):
     x = rnd(1, 2, 3, 4, 5, dtype=dtype, seed=10)
     run_op("GridSample", [x, rnd(1, 2, 3, 4, 3, dtype=dtype, seed=11, lo=-1.2, hi=1.2)], mode=mode,
            padding_mode="reflection", align_corners=0)
+
+
+I64 = np.iinfo(np.int64)
+EXACT = np.array([I64.max, I64.max - 1, I64.min, 2**62 + 1], np.int64)
+"""Values a float64 cannot hold: an integer Resize must copy them, not round them through floats."""
+F = object()
+"""Where the expected row has the fill (the extrapolation value, rounded and saturated)."""
+INTEGER_RESIZE = [  # attrs, fill, expected positions (index into EXACT, F for the fill, None for 0)
+    (dict(coordinate_transformation_mode="tf_crop_and_resize", roi=(0, 0, 0, -0.5, 1, 1, 1, 1.5)), 1e30,
+     [F, F, 0, 1, 2, 3, F, F]),
+    (dict(coordinate_transformation_mode="half_pixel", nearest_mode="floor"), 0.0, [None, 0, 0, 1, 1, 2, 2, 3]),
+]
+
+
+def _integer_resize_cases():
+    for attrs, ev, where in INTEGER_RESIZE:
+        for x, fill in ((EXACT, I64.max), (EXACT.astype(np.uint64), 2**64 - 1),
+                        (np.array([2**31 - 1, -2**31, 7, -7], np.int32), 2**31 - 1),
+                        (np.array([True, False, True, False]), True)):
+            dtype, fill = x.dtype, fill if ev else 0
+            want = [fill if w is F else 0 if w is None else x[w] for w in where]
+            yield dict(attrs, extrapolation_value=ev), x.reshape(1, 1, 1, 4), np.array(want, dtype).reshape(1, 1, 1, 8)
+
+
+def _integer_resize_graph(attrs, x):
+    gb = GraphBuilder("t_int_resize")
+    name = gb.input("x", TensorType(DType.from_numpy(x.dtype), x.shape))
+    return gb.build([gb.add1("Resize", [name], sizes=[-1, -1, -1, 8], scales=[1.0, 1.0, 1.0, 2.0], mode="nearest",
+                             exclude_outside=1, **attrs)])
+
+
+@pytest.mark.parametrize("profile", ["host", "x86-avx2", "x86-avx512"])
+def test_integer_resize_copies_values_exactly(profile):
+    """Rows whose one tap exclude_outside drops are 0, outside rows the saturated extrapolation value,
+    the rest the input's values bit for bit (2^63 - 1 came back as -2^63 through a float64, and
+    uint64's maximum as 0 in the reference)."""
+    target = executable(profile)
+    for attrs, x, want in _integer_resize_cases():
+        graph = _integer_resize_graph(attrs, x)
+        got = compile_graph(graph, target=target, use_cache=False).run({"x": x})[graph.outputs[0]]
+        np.testing.assert_array_equal(got, want, err_msg=f"{x.dtype} {attrs}")
+        np.testing.assert_array_equal(run_reference(graph, {"x": x})[graph.outputs[0]], want, err_msg="reference")
+
+
+@pytest.mark.skipif(not (shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc")),
+                    reason="needs qemu-user, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross")
+def test_integer_resize_copies_values_exactly_on_arm64(tmp_path):
+    from cuvil.edge_runtime.emulated import EmulatedModel
+
+    for attrs, x, want in _integer_resize_cases():
+        graph = _integer_resize_graph(attrs, x)
+        em = EmulatedModel(graph, "rpi5", use_cache=False, workdir=tmp_path)
+        try:
+            (got,) = em.run([{"x": x}])
+        finally:
+            em.close()
+        np.testing.assert_array_equal(got[graph.outputs[0]], want, err_msg=f"{x.dtype} {attrs}")
+
+
+def test_integer_resize_refuses_a_nan_fill():
+    with pytest.raises(ShapeError, match="extrapolation_value must be a number"):
+        _integer_resize_graph(dict(coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=np.nan),
+                              np.zeros((1, 1, 1, 4), np.int32))
