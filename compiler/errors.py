@@ -29,8 +29,8 @@ class RunTimeCheckError(InterpreterError):
     """Compiled code met operand values the op refuses (OpDef.run_time_check), having read nothing outside its tensors."""
 
     def __init__(self) -> None:
-        super().__init__("an index is out of range for the axis it selects from (Gather, GatherElements); "
-                         "the model refuses these inputs")
+        super().__init__("an index is out of range for the axis it selects from or writes to (a gather or "
+                         "scatter op of the model); the model refuses these inputs")
 
 
 class BoundedCountError(InterpreterError):

@@ -68,7 +68,7 @@ def test_scatter(reduction, dtype):
 def test_scatter_refuses_indices_outside_the_axis():
     x = rnd(3, 4, seed=16)
     sess = run_op("ScatterElements", [x, np.array([[0, 1]], np.int64), np.ones((1, 2), np.float32)], axis=1)
-    with pytest.raises(RunTimeCheckError):
+    with pytest.raises(RunTimeCheckError, match="a gather or scatter op"):  # it named Gather only
         sess.run({"x0": x, "x1": np.array([[0, 4]], np.int64), "x2": np.ones((1, 2), np.float32)})
     sess = run_op("ScatterND", [x, np.array([[2, -4]], np.int64), np.ones(1, np.float32)])
     with pytest.raises(RunTimeCheckError):
