@@ -19,6 +19,7 @@ from ..edge_runtime.training import DpSgdConfig
 from .device_train import config_keys
 from .fedavg import FineTuningError, apply_update, fedavg, mint_version, next_version
 from .rounds import BundleRef, Coordinator
+from .update_check import UpdateBounds, check_arrays
 
 
 def trainers(coord: Coordinator) -> list[str]:
@@ -41,7 +42,8 @@ def fine_tune(coord: Coordinator, start: BundleRef, first_number: int, rounds: i
             raise FineTuningError("no device in the fleet can train (torch, opacus and memory; budget left)")
         number = first_number + r - 1
         coord.evaluate_round(current, number, "train", asked, message="train", extra=config_keys(dp))
-        updates = coord.store.updates(coord.store.find_round(coord.run_id, number, "train")["id"], with_arrays=True)
+        stored = coord.store.updates(coord.store.find_round(coord.run_id, number, "train")["id"], with_arrays=True)
+        updates = _usable(coord, number, stored, current.graph(), UpdateBounds.of_request(config_keys(dp)))
         average = fedavg(number, updates)
         contributors |= {u["device_id"] for u in updates}
         epsilon = max([epsilon, *(u["epsilon_spent"] for u in updates)])
@@ -60,3 +62,17 @@ def fine_tune(coord: Coordinator, start: BundleRef, first_number: int, rounds: i
         coord.emit("version", model=current.label, rounds=r, devices=len(contributors), epsilon=epsilon,
                    updates=len(updates), final=final, path=path)
     return current
+
+
+def _usable(coord: Coordinator, number: int, stored: list[dict], graph, bounds: UpdateBounds) -> list[dict]:
+    """The stored updates FedAvg can average: a store written by an older Cuvil may hold updates that
+    today's check refuses (some trained weights only), which made Flower's FedAvg abort the resumed run."""
+    usable = []
+    for u in stored:
+        try:
+            check_arrays(u["arrays"], graph, bounds)
+        except ValueError as e:
+            coord.emit("skipped_update", round=number, device=u["device_id"], reason=str(e))
+            continue
+        usable.append(u)
+    return usable

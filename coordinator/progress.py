@@ -98,6 +98,8 @@ FORMATS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
     "inventory": lambda kw: (f"inventory: {kw['devices']} devices ({_counts(kw['classes'])}), "
                              f"{kw['silent']} silent"),
     "inventory_error": lambda kw: f"inventory: node {kw['node_id']} failed: {kw['reason']}",
+    "skipped_update": lambda kw: (f"round {kw['round']} [train]: stored update of {kw['device']} left out of "
+                                  f"FedAvg: {kw['reason']}"),
     "round_start": _round_start,
     "reply": _reply,
     "progress": _progress,

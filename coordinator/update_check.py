@@ -80,6 +80,13 @@ def check_update(metrics: Mapping[str, Any], arrays: Mapping[str, Any], graph: G
     margin = MARGIN_SD * sigma
     if not -margin <= out["dp_count"] <= bounds.max_examples + margin:
         raise ValueError(f"noisy count {out['dp_count']} is outside [{-margin:.0f}, {bounds.max_examples + margin:.0f}]")
+    check_arrays(arrays, graph, bounds)
+    return out
+
+
+def check_arrays(arrays: Mapping[str, Any], graph: Graph, bounds: UpdateBounds) -> None:
+    """ValueError unless ``arrays`` are exactly the round's trained f32 weights, in their shapes, within the
+    clip: what Flower's FedAvg and the next version need of every update it averages."""
     if not arrays:
         raise ValueError("the reply carries no update")
     trained = trained_weights(graph, bounds.train_layers)
@@ -95,4 +102,3 @@ def check_update(metrics: Mapping[str, Any], arrays: Mapping[str, Any], graph: G
         total += float(np.sum(np.square(arr, dtype=np.float64)))
     if not math.isfinite(total) or math.sqrt(total) > bounds.clip * (1 + 1e-5):
         raise ValueError(f"the update is not finite or longer than the round's clip {bounds.clip:g}")
-    return out

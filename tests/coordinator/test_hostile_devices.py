@@ -105,6 +105,24 @@ HOSTILE_INFO = [{"threads": math.inf}, {"threads": 1e300}, {"threads": -5}, {"th
                 {"can_train": math.inf}, {"can_train": 2}, {"emulated": "no"}, {"held_bundles": 5}]
 
 
+def test_a_stored_update_todays_check_refuses_is_left_out_of_fedavg(tmp_path, world, monkeypatch):
+    """A store written by an older Cuvil may hold an update of some weights only (F4, before the check):
+    Flower's FedAvg raised InconsistentMessageReplies and the (resumed) run aborted. Stored here by a
+    check that looks at no array, it is left out of the average, with a progress line."""
+    from cuvil.coordinator import update_check
+
+    monkeypatch.setattr(update_check, "check_arrays", lambda arrays, graph, bounds: None)  # the older check
+    weights = world[2]
+    nodes = {1: trainer("honest", weights), 2: trainer("some-weights", {"b2": weights["b2"]})}
+    store, lines, _ = _run(tmp_path, world, nodes, train_rounds=1)
+    (run,) = store.runs()
+    assert run["status"] == "finished", run["reason"]
+    assert sorted(u["device_id"] for u in store.updates(_round(store, "train")["id"])) == ["honest", "some-weights"]
+    assert store.versions()[0]["devices"] == 1
+    (line,) = [ln for ln in lines if "left out of FedAvg" in ln]
+    assert "some-weights" in line and "trained weights" in line
+
+
 def test_device_info_no_honest_device_sends_leaves_only_that_device_out(tmp_path, world):
     """threads and can_train of the wrong type or range (F2, F3): the device is not inventoried, nothing
     it sent is stored, and the fine-tuning run goes on with the honest trainer."""
