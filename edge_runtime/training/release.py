@@ -81,7 +81,7 @@ def release_update(ledger: PrivacyLedger, dataset: str, release_id: str, cfg: Dp
         if cached is None:
             raise PrivacyRefusal(RefusalCode.PARAMS_REJECTED, Reason.RELEASE_LOST,
                                  "this training round was charged but its reply was lost; it is not run twice")
-        return _from_payload(cached, ledger.spent(dataset, floors.delta), floors.delta)
+        return _from_payload(cached, float(cached.get("spent", ledger.spent(dataset, floors.delta))), floors.delta)
     spent = ledger.charge(dataset, release_id, cfg.noise_multiplier, epsilon, floors.delta,
                           round_events(cfg, count_sigma), binding=binding)
     local = train()
@@ -93,7 +93,8 @@ def release_update(ledger: PrivacyLedger, dataset: str, release_id: str, cfg: Dp
 def _to_payload(r: ReleasedUpdate) -> dict:
     buf = io.BytesIO()
     np.savez(buf, **r.update)
-    return {"dp_count": r.dp_count, "count_sigma": r.count_sigma, "arrays": base64.b64encode(buf.getvalue()).decode()}
+    return {"dp_count": r.dp_count, "count_sigma": r.count_sigma, "spent": r.epsilon_spent,
+            "arrays": base64.b64encode(buf.getvalue()).decode()}
 
 
 def _from_payload(p: dict, spent: float, delta: float) -> ReleasedUpdate:

@@ -80,6 +80,10 @@ def test_a_repeated_round_is_answered_from_the_stored_reply_and_a_lost_one_is_ne
     b = release_update(ledger, "local", "t1", CFG, train)
     assert train.calls == 1 and a.dp_count == b.dp_count and ledger.releases("local") == 1
     np.testing.assert_array_equal(a.update["w"], b.update["w"])
+    release_report(ledger, "local", "e1", np.ones(50, bool), np.zeros(50), replace(DEFAULT_PARAMS, epsilon=2.0))
+    again = release_update(ledger, "local", "t1", CFG, train)  # another release charged the dataset since
+    assert again.epsilon_spent == a.epsilon_spent == pytest.approx(expected_epsilon(1), rel=1e-9)
+    assert ledger.spent("local") > a.epsilon_spent  # the repeat says what the round's reply said, not the total now
     ledger.charge("local", "lost", 10.0, 2.0, 1e-6)  # charged, then the device died before it replied
     with pytest.raises(PrivacyRefusal) as e:
         release_update(ledger, "local", "lost", CFG, train)
