@@ -1,7 +1,7 @@
-"""ONNX shape ops (Reshape, Expand, Transpose, Squeeze/Unsqueeze, Slice, Split) and the values known at
-import time (Constant, ConstantOfShape, Shape, Size): their translators, registered in
-:data:`~cuvil.compiler.frontends.onnx_ops.TABLE` like every other. Most of these carry ints that ONNX
-moved from an attribute to a constant input at some opset (:func:`_ints`).
+"""ONNX shape ops (Reshape, Expand, Transpose, Squeeze/Unsqueeze, Slice, Split, DepthToSpace and
+SpaceToDepth) and the values known at import time (Constant, ConstantOfShape, Shape, Size): their
+translators, registered in :data:`~cuvil.compiler.frontends.onnx_ops.TABLE` like every other. Most of
+these carry ints that ONNX moved from an attribute to a constant input at some opset (:func:`_ints`).
 """
 
 from __future__ import annotations
@@ -99,6 +99,36 @@ def _split(ctx: NodeCtx) -> list:
         chunk = math.ceil(dim / parts) if ctx.attr("num_outputs", 0) else dim // parts
         sizes = [chunk] * (parts - 1) + [dim - chunk * (parts - 1)]
     return ctx.emit_many("Split", [ctx.x(0)], len(sizes), axis=axis, split=sizes)
+
+
+@translates(DepthToSpace=(1, 11, 13, 28), SpaceToDepth=(1, 13, 28))
+def _depth_space(ctx: NodeCtx) -> list:
+    """The spec's own definition: a Reshape to rank 6, a Transpose, a Reshape back (ESPCN's pixel
+    shuffle, YOLO's reorg). DCR (the default) and CRD order the channels' blocks differently."""
+    t, b = ctx.type(0), int(ctx.attr("blocksize"))
+    if t.rank != 4 or b < 1:
+        raise Unsupported(f"{ctx.op} needs a rank-4 input and blocksize >= 1, got rank {t.rank}, blocksize {b}")
+    _, c, h, w = t.shape
+    if not all(isinstance(d, int) for d in (c, h, w)):
+        ctx.batch_dependent(f"{ctx.op} over a batch-sized C, H or W")
+    mode = ctx.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise Unsupported(f"{ctx.op}: mode must be DCR or CRD, got {mode!r}")
+    crd = mode == "CRD"
+    if ctx.op == "SpaceToDepth":  # mode since opset 28
+        if h % b or w % b:
+            raise Unsupported(f"SpaceToDepth: blocksize {b} must divide H={h} and W={w}")
+        split, out = [0, c, h // b, b, w // b, b], [0, c * b * b, h // b, w // b]
+        perm = [0, 1, 3, 5, 2, 4] if crd else [0, 3, 5, 1, 2, 4]
+    else:
+        if c % (b * b):
+            raise Unsupported(f"DepthToSpace: blocksize^2 = {b * b} must divide C={c}")
+        split = [0, c // (b * b), b, b, h, w] if crd else [0, b, b, c // (b * b), h, w]
+        perm = [0, 1, 4, 2, 5, 3] if crd else [0, 3, 4, 1, 5, 2]
+        out = [0, c // (b * b), h * b, w * b]
+    x = ctx.tmp("Reshape", [ctx.x(0)], "blocks", shape=split)
+    x = ctx.tmp("Transpose", [x], "moved", perm=perm)
+    return [ctx.emit("Reshape", [x], shape=out)]
 
 
 # --- values known at import time: constants, shapes --------------------------------------------
