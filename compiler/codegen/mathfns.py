@@ -208,6 +208,8 @@ def pow_(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     minus_inf = b.fcmp_ordered("==", x, fconst(x, float("-inf")))
     neg_val = b.select(is_int, b.select(odd, b.fneg(mag), mag), b.select(minus_inf, mag, fconst(x, float("nan"))))
     res = b.select(b.fcmp_ordered("<", x, fconst(x, 0.0)), neg_val, mag)
+    res = b.select(b.and_(odd, b.fcmp_ordered("==", x, fconst(x, 0.0))), call_intrinsic(b, "llvm.copysign", mag, x),
+                   res)  # an odd power keeps zero's sign: (-0) ** -3 is -inf
     # C's pow: 1 ** y == 1 for every y (NaN too), (-1) ** ±inf == 1; y * log|x| is NaN there
     unit = b.or_(b.fcmp_ordered("==", x, fconst(x, 1.0)),
                  b.and_(b.fcmp_ordered("==", x, fconst(x, -1.0)),

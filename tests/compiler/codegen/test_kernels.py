@@ -114,6 +114,18 @@ def test_pow():
     run_op("Pow", [np.array([-2.0, -2.0, -3.0, 0.0, 0.0, 2.0], F32), np.array([2.0, 3.0, 0.0, 2.0, 0.0, -1.0], F32)])
 
 
+@pytest.mark.parametrize("dtype", [F32, np.float16])
+def test_pow_of_a_signed_zero_follows_c(dtype):
+    """An odd integer power keeps zero's sign (C99's pow, NumPy, ONNX Runtime): (-0) ** -3 gave +inf."""
+    x = np.array([-0.0, -0.0, -0.0, -0.0, -0.0, -0.0, 0.0, 0.0], dtype)
+    y = np.array([-3.0, -1.0, 3.0, 5.0, 2.0, -2.0, -3.0, 3.0], dtype)
+    want = np.array([-np.inf, -np.inf, -0.0, -0.0, 0.0, np.inf, np.inf, 0.0], dtype)
+    sess = run_op("Pow", [x, y])
+    got = next(iter(sess.run({"x0": x, "x1": y}).values()))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
 @pytest.mark.parametrize("op", ["Sum", "Max", "Min"])
 def test_variadic(op):
     run_op(op, [rnd(3, 37), rnd(37, seed=1), rnd(3, 1, seed=2)])
