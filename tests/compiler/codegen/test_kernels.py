@@ -7,6 +7,7 @@ constants (the packed path) and as inputs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -273,6 +274,18 @@ def test_reduce_int(dtype):
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 def test_softmax(op, axis):
     run_op(op, [rnd(3, 5, 37, lo=-20, hi=20)], axis=axis)
+
+
+@pytest.mark.parametrize("dtype", [F32, np.float16])
+def test_log_softmax_of_large_values_keeps_the_log(dtype):
+    """(x - max) - log(sum), not x - (max + log(sum)), which rounded log(sum) away next to a large max
+    ([1e30, 1e30, -1e30] gave 0 for -log 2; f16 [1000, 1001, 999] gave -1.5 for -1.408)."""
+    rows = [[1000.0, 1001.0, 999.0], [100.0, 100.5, 99.0]] if dtype == np.float16 else \
+        [[1e30, 1e30, -1e30], [30000.0, 30000.0, 30000.0]]
+    x = np.array(rows, dtype)
+    want = np.array([[v - max(r) - math.log(sum(math.exp(u - max(r)) for u in r)) for v in r] for r in rows], dtype)
+    sess = run_op("LogSoftmax", [x], axis=-1)
+    np.testing.assert_array_equal(next(iter(sess.run({"x0": x}).values())), want)
 
 
 # ------------------------------------------------------------------------------ normalisation ---

@@ -118,17 +118,28 @@ def _softmax(ctx: KernelContext, log: bool) -> None:
 
 
 def _softmax_line(b, x, y, at, d: int, mx, ty, log: bool) -> None:
+    """exp(x - max) / sum, or (x - max) - log(sum) as the reference orders it (max + log(sum) first
+    rounded the log away: [1e30, 1e30, -1e30] gave 0, not -log 2); f16 (LogSoftmax only: Softmax has
+    its own rounding) in f32, rounded once."""
+    wide = h.F32 if ty == h.F16 else ty
+    mx = b.fpext(mx, wide) if wide != ty else mx
+
+    def shifted(j):
+        v = h.load(b, x, at(j))
+        return b.fsub(b.fpext(v, wide) if wide != ty else v, mx)
+
     def exp_step(acc, j):
-        e = m.exp(b, b.fsub(h.load(b, x, at(j)), mx))
+        e = m.exp(b, shifted(j))
         if not log:
             h.store(b, e, y, at(j))
         return b.fadd(acc, e, flags=h.FAST)
 
-    total = h.reduce_range(b, d, h.const(ty, 0.0), exp_step, "sum")
+    total = h.reduce_range(b, d, h.const(wide, 0.0), exp_step, "sum")
     if log:
-        shift = b.fadd(mx, m.log(b, total))
+        shift = m.log(b, total)
         with h.for_range(b, d, name="w") as j:
-            h.store(b, b.fsub(h.load(b, x, at(j)), shift), y, at(j))
+            v = b.fsub(shifted(j), shift)
+            h.store(b, b.fptrunc(v, ty) if wide != ty else v, y, at(j))
     else:
         inv = b.fdiv(h.const(ty, 1.0), total)
         with h.for_range(b, d, name="w") as j:
