@@ -91,6 +91,18 @@ def test_gelu_tanh_and_wide_ranges():
     run_op("Log", [np.array([1e-30, 1e-5, 0.5, 1.0, 2.0, 1e5, 3e38], F32)])
 
 
+@pytest.mark.parametrize("dtype", [F32, np.float16])
+def test_tanh_saturates_at_one(dtype):
+    """tanh is exactly +-1 where float rounds it there (the approximation stopped at 1 - 2^-22), so
+    Gelu's x (1 + tanh) is -0 for large negative x (it gave -1.2e-3 at -1e4) and NaN at -inf."""
+    x = np.array([9.0, -9.0, 100.0, -1e4, np.inf, -np.inf], dtype)
+    tanh = next(iter(run_op("Tanh", [x]).run({"x0": x}).values()))
+    np.testing.assert_array_equal(tanh, np.array([1, -1, 1, -1, 1, -1], dtype))
+    neg = np.array([-100.0, -1e4, -np.inf], dtype)
+    gelu = next(iter(run_op("Gelu", [neg], approximate="tanh").run({"x0": neg}).values()))
+    np.testing.assert_array_equal(gelu, np.array([-0.0, -0.0, np.nan], dtype))
+
+
 @pytest.mark.parametrize("dtype", [I32, I64])
 @pytest.mark.parametrize("op", ["Relu", "Neg", "Abs", "Identity"])
 def test_unary_int(op, dtype):
