@@ -235,8 +235,10 @@ def _diagonal(ctx: NodeCtx, i: int, x: str, term: str, shape: list[int]) -> tupl
 @translates(TopK=(1, 10, 11, 24))
 def _top_k(ctx: NodeCtx) -> list:
     """Each element's rank along the axis (how many beat it: larger, or equal at a lower index, so
-    ties keep index order as ONNX asks), the position of rank r for each r < k, then the values
-    gathered there. Costs n * n comparisons per line: n is bounded like any built constant."""
+    ties keep index order as ONNX asks; NaN above every number and equal to NaN, else NaN beat
+    nothing and tied nothing, and ranks repeated: the output lost values), the position of rank r for
+    each r < k, then the values gathered there. Costs n * n comparisons per line: n is bounded like
+    any built constant."""
     t = ctx.type(0)
     if not all(isinstance(d, int) for d in t.shape):
         ctx.batch_dependent("TopK's shape")
@@ -253,9 +255,14 @@ def _top_k(ctx: NodeCtx) -> list:
     before = np.arange(n)[:, None] < np.arange(n)[None, :]  # rival i precedes me j
     shape = [1] * (rank + 1)
     shape[axis] = shape[axis + 1] = n
-    tie = ctx.tmp("And", [ctx.tmp("Equal", [rival, me], "equal"),
-                          ctx.constant(before.reshape(shape), f"{ctx.name}/before")], "tie")
-    wins = ctx.tmp("Or", [ctx.tmp(beats, [rival, me], "beats"), tie], "wins")
+    equal, beat = ctx.tmp("Equal", [rival, me], "equal"), ctx.tmp(beats, [rival, me], "beats")
+    if t.dtype.is_float:  # NaN ranks above every number, as NumPy's sort and ONNX Runtime order it
+        nan_r, nan_m = ctx.tmp("IsNaN", [rival], "rival_nan"), ctx.tmp("IsNaN", [me], "me_nan")
+        over, under = (nan_r, nan_m) if beats == "Greater" else (nan_m, nan_r)
+        beat = ctx.tmp("Or", [beat, ctx.tmp("And", [over, ctx.tmp("Not", [under], "number")], "nan_beats")], "beats_nan")
+        equal = ctx.tmp("Or", [equal, ctx.tmp("And", [nan_r, nan_m], "both_nan")], "equal_nan")
+    tie = ctx.tmp("And", [equal, ctx.constant(before.reshape(shape), f"{ctx.name}/before")], "tie")
+    wins = ctx.tmp("Or", [beat, tie], "wins")
     place = ctx.tmp("ReduceSum", [ctx.tmp("Cast", [wins], "count", to=DType.I64)], "place", axes=[axis], keepdims=1)
     slots = [1] * (rank + 1)
     slots[axis] = k

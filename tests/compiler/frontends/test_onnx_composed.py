@@ -134,6 +134,25 @@ def test_top_k_keeps_tied_elements_in_index_order(largest, axis, k, dtype):
         np.testing.assert_array_equal(native[name], want)
 
 
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("k", [2, 5])
+def test_top_k_ranks_nan_above_every_number(largest, k):
+    """NaN beat nothing and tied nothing, so ranks repeated and values vanished ([1, nan, 2, 0.5] lost
+    its 2 and gave index 0 twice); as ONNX Runtime (and NumPy's sort) orders them, NaN is the largest."""
+    nan = np.nan
+    x = np.array([[1, nan, 2, 0.5, -1], [nan, 5, nan, 3, 4], [nan, nan, nan, nan, nan], [2, -np.inf, np.inf, nan, 2]],
+                 np.float32)
+    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=1, largest=largest)
+    model = make_model([node], {"x": (F, [4, 5])}, ["values", "indices"], {"k": np.array([k], np.int64)}, opset=11)
+    graph = import_onnx(model)
+    native = compile_graph(graph, optimize=False).run({graph.inputs[0]: x})
+    for name, want in zip(graph.outputs, run_ort(model, {"x": x}).values()):
+        np.testing.assert_array_equal(native[name], want)
+    order = [[1, 2, 0, 3, 4], [0, 2, 1, 4, 3], [0, 1, 2, 3, 4], [3, 2, 0, 4, 1]] if largest else \
+        [[4, 3, 0, 2, 1], [3, 4, 1, 0, 2], [0, 1, 2, 3, 4], [1, 0, 4, 2, 3]]
+    np.testing.assert_array_equal(native[graph.outputs[1]], np.array(order)[:, :k])
+
+
 def test_top_k_refuses_k_beyond_the_axis():
     node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=0)
     with pytest.raises(OnnxImportError, match="TopK"):
