@@ -241,14 +241,15 @@ class GraphBuilder:
                 needed.update(node.inputs)
         nodes.reverse()
         # A graph output that is itself an input or a constant gets an Identity so outputs are computed;
-        # a folded constant moves aside so the output keeps its source name.
+        # a folded constant moves aside so the output keeps its source name, its Identity first, as
+        # later nodes may read that output.
         final_outputs = []
         for out in outputs:
             if out in self.constants and out not in final_outputs:
                 moved = self.unique(f"{out}_value")
                 self.constants[moved] = self.constants.pop(out)
                 self.types[moved] = self.types[out]
-                nodes.append(Node.make("Identity", [moved], [out]))
+                nodes.insert(0, Node.make("Identity", [moved], [out]))
                 needed.add(moved)
             elif out in self.inputs or out in final_outputs or out in self.constants:
                 node = Node.make("Identity", [out], [self.unique(f"{out}_out")])

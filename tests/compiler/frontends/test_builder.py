@@ -57,3 +57,18 @@ def test_a_result_past_the_element_cap_stays_an_op():
     c = b.constant(np.zeros(1 << 24, np.uint8), "c")
     y = b.add1("Concat", [c] * 5, axis=0)
     assert 5 << 24 > MAX_FOLDED_ELEMENTS and y not in b.constants and [n.op for n in b.nodes] == ["Concat"]
+
+
+def test_a_folded_output_that_later_nodes_read_is_computed_before_them():
+    """A graph output folded to a constant (from initializers only) and read by a later node: its
+    Identity was appended last, and the graph failed verification ('uses t before it is defined')."""
+    gb = GraphBuilder("folded_output")
+    x = gb.input("x", TensorType(DType.F32, (3,)))
+    t = gb.add1("Neg", [gb.constant(np.array([0.5, -1.0, 2.0], np.float32), "c")], output_names=["t"])
+    y = gb.add1("Add", [x, t], output_names=["y"])
+    graph = gb.build([t, y])
+    assert graph.outputs == ("t", "y")
+    feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32)}
+    for got in (run_reference(graph, feeds), compile_graph(graph, use_cache=False).run(feeds)):
+        np.testing.assert_array_equal(got["t"], [-0.5, 1.0, -2.0])
+        np.testing.assert_array_equal(got["y"], [0.5, 3.0, 1.0])
