@@ -276,6 +276,23 @@ def test_reduce(op, axes, keepdims):
     run_op(op, [rnd(2, 3, 5, 37)], axes=axes, keepdims=keepdims)
 
 
+@pytest.mark.parametrize("op, attrs, shape, summed", [
+    ("ReduceSum", dict(axes=(0,)), (5000, 2), 5000),
+    ("ReduceSum", dict(axes=(1,)), (2, 5000, 3), 5000),
+    ("ReduceMean", dict(axes=(0,)), (5000, 3), None),
+    ("GlobalAveragePool", {}, (1, 2, 80, 80), None),
+    ("AveragePool", dict(kernel_shape=(64, 64), strides=(64, 64), pads=(0, 0, 0, 0)), (1, 1, 64, 64), None)])
+@pytest.mark.parametrize("value", [1.0, 1.1])
+def test_half_sums_accumulate_in_f32(op, attrs, shape, summed, value):
+    """In f16 5,000 ones summed to 2,048 (2,048 + 1 rounds back) and a mean of 1.1 came out 0.82:
+    f16 sums and average pools accumulate in f32 and round once, as the reference (``summed``: the
+    elements of each sum; None: a mean, which is the value itself)."""
+    x = np.full(shape, value, np.float16)
+    got = next(iter(run_op(op, [x], **attrs).run({"x0": x}).values()))
+    exact = float(np.float16(value)) * (summed or 1)
+    np.testing.assert_array_equal(got, np.full(got.shape, exact, np.float16))
+
+
 @pytest.mark.parametrize("dtype", [I32, I64])
 def test_reduce_int(dtype):
     run_op("ReduceSum", [rnd(3, 19, dtype=dtype)], axes=(1,))

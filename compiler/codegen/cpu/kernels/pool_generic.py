@@ -10,6 +10,7 @@ import math
 
 from llvmlite import ir
 
+from ....ir.dtypes import DType
 from ... import irhelpers as h
 from .base import KernelContext
 from .reduce import combine, lowest
@@ -33,6 +34,8 @@ def emit_generic_pool(ctx: KernelContext, kind: str) -> None:
     dil = a.get("dilations", (1,) * nd)
     dtype = ctx.in_types[0].dtype
     ty = h.LLTYPE[dtype]
+    wide = kind == "avg" and dtype is DType.F16  # f16 windows summed in f32, rounded once, as the reference
+    acc_ty = h.F32 if wide else ty
     b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
     spatial, osp = shape[2:], out_shape[2:]
     in_plane, out_plane = math.prod(spatial), math.prod(osp)
@@ -49,9 +52,10 @@ def emit_generic_pool(ctx: KernelContext, kind: str) -> None:
                     inside = b.and_(b.icmp_signed(">=", p, h.i64(0)), b.icmp_signed("<", p, h.i64(spatial[i])))
                     ok = b.and_(ok, inside)
                     off = b.add(off, b.mul(b.select(inside, p, h.i64(0)), h.i64(istr[i])))
-                return b.select(ok, combine(b, kind, dtype, acc, h.load(b, x, off)), acc)
+                v = h.load(b, x, off)
+                return b.select(ok, combine(b, kind, dtype, acc, b.fpext(v, h.F32) if wide else v), acc)
 
-            acc = lowest(dtype, ty) if kind == "max" else h.const(ty, 0.0)
+            acc = lowest(dtype, ty) if kind == "max" else h.const(acc_ty, 0.0)
             if math.prod(kernel_shape) <= MAX_UNROLLED_TAPS:
                 for taps in itertools.product(*(range(k) for k in kernel_shape)):
                     acc = tap(acc, taps)
@@ -64,5 +68,5 @@ def emit_generic_pool(ctx: KernelContext, kind: str) -> None:
                 for i, st in enumerate(starts):
                     lo, hi = (-pads[i], spatial[i] + pads[nd + i]) if a["count_include_pad"] else (0, spatial[i])
                     count = b.mul(count, window_count(b, st, kernel_shape[i], lo, hi))
-                acc = b.fdiv(acc, b.sitofp(count, ty))
-            h.store(b, acc, y, b.add(yb, h.linear(b, o, h.contiguous_strides(osp))))
+                acc = b.fdiv(acc, b.sitofp(count, acc_ty))
+            h.store(b, b.fptrunc(acc, ty) if wide else acc, y, b.add(yb, h.linear(b, o, h.contiguous_strides(osp))))

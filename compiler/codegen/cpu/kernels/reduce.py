@@ -38,22 +38,34 @@ def combine(b: ir.IRBuilder, kind: str, dtype: DType, acc: ir.Value, x: ir.Value
 
 
 def reduce_into(ctx: KernelContext, kind: str, axes: tuple[int, ...], scale: float | None) -> None:
+    """f16 sums accumulate in f32 (the kernel's scratch: :func:`_wide_sums`) and round once: in f16,
+    5,000 ones summed to 2,048."""
     shape, dtype = ctx.shape(0), ctx.in_types[0].dtype
     ty = h.LLTYPE[dtype]
     b, out = ctx.b, ctx.outs[0]
+    wide = kind == "sum" and dtype is DType.F16
+    acc, acc_ty = (b.bitcast(ctx.scratch, h.F32.as_pointer()), h.F32) if wide else (out, ty)
     kept = [1 if i in axes else d for i, d in enumerate(shape)]
     out_n = math.prod(kept)
-    init = lowest(dtype, ty) if kind == "max" else h.const(ty, 0)
+    init = lowest(dtype, ty) if kind == "max" else h.const(acc_ty, 0)
     with h.for_range(b, out_n, name="init") as i:
-        h.store(b, init, out, i)
+        h.store(b, init, acc, i)
     ostr = [0 if i in axes else s for i, s in enumerate(h.contiguous_strides(kept))]
     dims, (icol, ocol) = collapse(shape, [h.contiguous_strides(shape), ostr])
     with h.loop_nest(b, dims) as idx:
         o = h.linear(b, idx, ocol)
-        h.store(b, combine(b, kind, dtype, h.load(b, out, o), h.load(b, ctx.ins[0], h.linear(b, idx, icol))), out, o)
-    if scale is not None:
+        x = h.load(b, ctx.ins[0], h.linear(b, idx, icol))
+        h.store(b, combine(b, kind, dtype, h.load(b, acc, o), b.fpext(x, h.F32) if wide else x), acc, o)
+    if scale is not None or wide:
         with h.for_range(b, out_n, name="scale") as i:
-            h.store(b, b.fmul(h.load(b, out, i), h.const(ty, scale)), out, i)
+            v = h.load(b, acc, i)
+            v = v if scale is None else b.fmul(v, h.const(acc_ty, scale))
+            h.store(b, b.fptrunc(v, ty) if wide else v, out, i)
+
+
+def _wide_sums(key, target) -> int:
+    """Scratch of a sum over f16: the f32 accumulators, one per output element."""
+    return 4 * math.prod(key.out_types[0].shape) if key.in_types[0].dtype is DType.F16 else 0
 
 
 def _axes(ctx: KernelContext) -> tuple[int, ...]:
@@ -66,7 +78,7 @@ def _count(ctx: KernelContext, axes) -> int:
     return math.prod(ctx.shape(0)[a] for a in axes)
 
 
-@kernel("ReduceSum")
+@kernel("ReduceSum", scratch=_wide_sums)
 def emit_reduce_sum(ctx: KernelContext) -> None:
     reduce_into(ctx, "sum", _axes(ctx), None)
 
@@ -76,13 +88,13 @@ def emit_reduce_max(ctx: KernelContext) -> None:
     reduce_into(ctx, "max", _axes(ctx), None)
 
 
-@kernel("ReduceMean")
+@kernel("ReduceMean", scratch=_wide_sums)
 def emit_reduce_mean(ctx: KernelContext) -> None:
     axes = _axes(ctx)
     reduce_into(ctx, "sum", axes, _mean_scale(_count(ctx, axes)))
 
 
-@kernel("GlobalAveragePool")
+@kernel("GlobalAveragePool", scratch=_wide_sums)
 def emit_global_avg(ctx: KernelContext) -> None:
     axes = tuple(range(2, len(ctx.shape(0))))
     reduce_into(ctx, "sum", axes, _mean_scale(_count(ctx, axes)))
