@@ -125,11 +125,12 @@ def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     if _is_f64(x):
         return libm(b, "log", x, f32=log)
     it = _int_type(x.type)
-    bits = b.bitcast(x, it)
+    tiny = b.fcmp_ordered("<", x, fconst(x, 2.0**-126))  # subnormal: scaled by 2^23 so the exponent is exact
+    bits = b.bitcast(b.select(tiny, b.fmul(x, fconst(x, 2.0**23)), x), it)
     e = b.sitofp(b.sub(b.lshr(bits, const(it, 23)), const(it, 126)), x.type)
     m = b.bitcast(b.or_(b.and_(bits, const(it, 0x807FFFFF)), const(it, 0x3F000000)), x.type)
     small = b.fcmp_ordered("<", m, fconst(x, 0.707106781186547524))
-    e = b.fsub(e, b.select(small, fconst(x, 1.0), fconst(x, 0.0)))
+    e = b.fsub(e, b.fadd(b.select(small, fconst(x, 1.0), fconst(x, 0.0)), b.select(tiny, fconst(x, 23.0), fconst(x, 0.0))))
     m = b.fadd(b.fsub(m, fconst(x, 1.0)), b.select(small, m, fconst(x, 0.0)))
     z = b.fmul(m, m)
     y = horner(b, m, [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,

@@ -91,6 +91,15 @@ def test_gelu_tanh_and_wide_ranges():
     run_op("Log", [np.array([1e-30, 1e-5, 0.5, 1.0, 2.0, 1e5, 3e38], F32)])
 
 
+def test_log_of_subnormals():
+    """The exponent of a subnormal float is not its bit field: log(1e-40) gave -88.02 (log of 2^-126
+    and so on), where underflowed probabilities (log of a softmax) land."""
+    x = np.array([1e-40, 1e-38, 2.0**-149, 2.0**-127, 2.0**-126], F32)
+    got = next(iter(run_op("Log", [x]).run({"x0": x}).values()))
+    want = np.array([math.log(float(v)) for v in x], F32)
+    np.testing.assert_allclose(got, want, rtol=2e-7)
+
+
 @pytest.mark.parametrize("dtype", [F32, np.float16])
 def test_tanh_saturates_at_one(dtype):
     """tanh is exactly +-1 where float rounds it there (the approximation stopped at 1 - 2^-22), so
