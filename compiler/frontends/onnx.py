@@ -240,6 +240,8 @@ class _Importer(SubgraphHost):
             if results is _EXPAND or (expandable and results is not None and any(
                     out in self.used and (j >= len(results) or results[j] is None) for j, out in enumerate(node.output))):
                 self.needs_constant.intersection_update(needed)  # the body may take them as they are
+                if results is not _EXPAND:  # what the translator gave stays (LayerNormalization's Y)
+                    self._bind(node, name, results, missing_ok=True)
                 return self._expand(index, node, name, schema, opset, depth)
         elif expandable:
             return self._expand(index, node, name, schema, opset, depth)
@@ -259,7 +261,8 @@ class _Importer(SubgraphHost):
         if body is None:
             return self._reject(f"{node.op_type} (version {schema.since_version})", name, node.output)
         self.expansions += 1
-        expansion = expand(node, body, schema, opset, prefix=f"{name}#{self.expansions}")
+        bound = {o for o in node.output if o in self.env or o in self.probes}
+        expansion = expand(node, body, schema, opset, prefix=f"{name}#{self.expansions}", bound=bound)
         self.used.update(i for n in expansion.nodes for i in n.input if i)
         for inner in expansion.nodes:
             self._node(index, inner, expansion.opset, depth + 1)
@@ -343,7 +346,7 @@ class _Importer(SubgraphHost):
                 out.append(Probe((a, b)))
         return out
 
-    def _bind(self, node: onnx.NodeProto, name: str, results: list) -> None:
+    def _bind(self, node: onnx.NodeProto, name: str, results: list, missing_ok: bool = False) -> None:
         for j, out in enumerate(node.output):
             result = results[j] if j < len(results) else None
             if not out:
@@ -352,7 +355,7 @@ class _Importer(SubgraphHost):
                 self.probes[out] = result
             elif result is not None:
                 self.env[out] = result
-            elif out in self.used:  # Dropout's mask, MaxPool's indices, training outputs...
+            elif out in self.used and not missing_ok:  # Dropout's mask, MaxPool's indices, training outputs...
                 self._reject(f"{node.op_type} (output {j})", name, [out])
 
     def _reject(self, what: str, name: str, outputs: Sequence[str]) -> None:

@@ -9,7 +9,7 @@ imported one by one under the body's own opset like any other node (and expand a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -64,12 +64,14 @@ def function_body(schema: onnx.defs.OpSchema, node: NodeProto, opset: int,
     return proto
 
 
-def expand(node: NodeProto, body: FunctionProto, schema: onnx.defs.OpSchema, opset: int, prefix: str) -> Expansion:
+def expand(node: NodeProto, body: FunctionProto, schema: onnx.defs.OpSchema, opset: int, prefix: str,
+           bound: Collection[str] = ()) -> Expansion:
     """``body``'s nodes with the node's values in place of the formal ones and the rest renamed
-    ``{prefix}/name``; attribute references take the node's attribute or the default."""
+    ``{prefix}/name``; attribute references take the node's attribute or the default. Outputs in
+    ``bound`` (a translator gave them) are renamed too: the body's copies are left unused."""
     rename = {formal: actual for formal, actual in zip(body.input, node.input)}
     rename.update({formal: "" for formal in list(body.input)[len(node.input):]})  # optional inputs left out
-    rename.update({formal: actual for formal, actual in zip(body.output, node.output)})
+    rename.update({formal: actual for formal, actual in zip(body.output, node.output) if actual not in bound})
     given = {a.name: a for a in node.attribute}
     defaults = {a.name: a for a in body.attribute_proto}
     for name, spec in schema.attributes.items():

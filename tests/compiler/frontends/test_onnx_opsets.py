@@ -18,7 +18,8 @@ from cuvil.compiler.ops import OP_TABLE
 from cuvil.compiler.errors import UnsupportedModelError
 from cuvil.compiler.frontends import onnx_ops
 from cuvil.compiler.frontends.onnx import LIFTED_TO, NEWEST_OPSET, OnnxImportError, import_onnx
-from tests.compiler.frontends.test_onnx_frontend import check, make_model, one_op
+from cuvil.edge_runtime.compile import compile_graph
+from tests.compiler.frontends.test_onnx_frontend import check, make_model, one_op, run_ort
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 SINCE = collections.defaultdict(set)
@@ -85,6 +86,21 @@ def test_a_context_dependent_function_is_expanded_with_the_input_types(rng):
     graph = import_onnx(model)
     want = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-5) * scale
     np.testing.assert_allclose(run_reference(graph, {"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("outputs", [["y", "mean", "inv_std"], ["y", "mean"], ["y", "", "inv_std"]])
+def test_outputs_a_translator_does_not_give_come_from_the_function_body(rng, outputs):
+    """LayerNormalization's Mean and InvStdDev: Y stays the translator's one op, the body adds the rest
+    (the body defined Y a second time, and the import failed: 'output y cannot keep its name')."""
+    x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], outputs, axis=1)
+    model = make_model([node], {"x": (F, [2, 3, 5])}, [o for o in outputs if o],
+                       {"s": rng.standard_normal((3, 5)).astype(np.float32), "b": np.ones((3, 5), np.float32)})
+    graph = check(model, {"x": x})
+    assert [n.op for n in graph.nodes].count("LayerNormalization") == 1
+    native = compile_graph(graph, use_cache=False).run({"x": x})
+    for name, want in zip(graph.outputs, run_ort(model, {"x": x}).values()):
+        np.testing.assert_allclose(native[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def _reshape_model():
