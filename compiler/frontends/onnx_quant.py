@@ -6,7 +6,9 @@ QuantizeLinear / DequantizeLinear pairs around float ops; they import as they ar
 ``QLinearMatMul`` with symmetric constant weights import straight into ``QConv`` / ``QMatMul``; with
 other weights they become the equivalent DequantizeLinear -> float op -> QuantizeLinear chain.
 ``MatMulInteger`` is exact int32 arithmetic: Cast, Sub of the zero points, int32 MatMul.
-Scales and zero points must be constants: they become attributes.
+Scales and zero points are constants, which become attributes, except the per-tensor ones
+DynamicQuantizeLinear computes at run time (``onnxruntime.quantization.quantize_dynamic``): those
+quantize by ONNX's float definition and MatMulInteger subtracts them as they come.
 """
 
 from __future__ import annotations
@@ -47,18 +49,39 @@ _QDQ_VERSIONS = (10, 13, 19, 21, 23, 24, 25, 28)  # 13: per-axis; 19: float8; 21
 @translates(QuantizeLinear=_QDQ_VERSIONS)
 def _quantize(ctx: NodeCtx) -> list:
     _check_precision(ctx)
-    scale = _floats(ctx, 1)
     if ctx.has(2):
         to = ctx.type(2).dtype
     else:
         code = ctx.attr("output_dtype", 0)
         to = onnx_dtype(code) if code else DType.U8
+    computed = any(ctx.has(i) and ctx.b.value_of(ctx.x(i)) is None for i in (1, 2))
+    if computed and to in INT_RANGES:  # DynamicQuantizeLinear's body: a scale found at run time
+        return [_quantize_computed(ctx, to)]
     if _composed(ctx, to) and (to in INT_RANGES or to.is_narrow):
         return [_quantize_narrow(ctx, to)]
     if to not in QUANTIZE_TO:
         raise Unsupported(f"quantization to {to.value}")
-    return [ctx.emit("QuantizeLinear", [ctx.x(0)], scale=scale, zero_point=_ints(ctx, 2, len(scale)),
+    scale = _floats(ctx, 1)
+    x = ctx.x(0)
+    if ctx.type(0).dtype in (DType.F16, DType.BF16):  # the op takes f32, as ONNX Runtime computes these
+        x = ctx.tmp("Cast", [x], "f32", to=DType.F32)
+    return [ctx.emit("QuantizeLinear", [x], scale=scale, zero_point=_ints(ctx, 2, len(scale)),
                      axis=ctx.attr("axis", 1), to=to)]
+
+
+def _quantize_computed(ctx: NodeCtx, to: DType) -> str:
+    """ONNX's definition with a per-tensor scale (and zero point) computed at run time:
+    ``clip(rint(x / scale) + zero_point)`` in float32, then cast."""
+    if any(ctx.has(i) and ctx.type(i).numel() != 1 for i in (1, 2)):
+        raise Unsupported("a scale or zero point computed at run time for more than the whole tensor")
+    wide = [ctx.x(0), ctx.x(1)] + ([ctx.x(2)] if ctx.has(2) else [])
+    wide = [v if ctx.b.type_of(v).dtype is DType.F32 else ctx.tmp("Cast", [v], f"f32_{i}", to=DType.F32)
+            for i, v in enumerate(wide)]
+    y = ctx.tmp("Round", [ctx.tmp("Div", wide[:2], "scaled")], "rounded")
+    if len(wide) > 2:
+        y = ctx.tmp("Add", [y, wide[2]], "shifted")
+    lo, hi = INT_RANGES[to]
+    return ctx.emit("Cast", [ctx.tmp("Clip", [y], "clipped", min=float(lo), max=float(hi))], to=to)
 
 
 @translates(DequantizeLinear=_QDQ_VERSIONS)
@@ -178,7 +201,12 @@ def _matmul_integer(ctx: NodeCtx) -> list:
     sides = []
     for i, t, zp_index, column in ((0, ta, 2, False), (1, tb, 3, True)):
         wide = ctx.tmp("Cast", [ctx.x(i)], f"wide{i}", to=DType.I32)
-        if ctx.has(zp_index):
+        if ctx.has(zp_index) and ctx.b.value_of(ctx.x(zp_index)) is None:  # DynamicQuantizeLinear's
+            if ctx.type(zp_index).numel() != 1:
+                raise Unsupported(f"zero points of input {i} computed at run time for more than the whole tensor")
+            zp_i32 = ctx.tmp("Cast", [ctx.x(zp_index)], f"zp{i}", to=DType.I32)
+            wide = ctx.tmp("Sub", [wide, zp_i32], f"centred{i}")
+        elif ctx.has(zp_index):
             zp = ctx.const(zp_index).astype(np.int32)
             if zp.size > 1 and not column:
                 zp = zp.reshape(-1, 1)  # A's per-row zero points

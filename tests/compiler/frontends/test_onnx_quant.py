@@ -13,6 +13,7 @@ from torch import nn
 from cuvil.compiler import run_reference
 from cuvil.compiler.frontends.onnx import import_onnx
 from cuvil.compiler.passes.pipeline import optimize
+from cuvil.edge_runtime.compile import compile_graph
 from tests.qdq import draws, ort_session, qdq_model
 
 
@@ -103,15 +104,83 @@ def test_matmul_integer_is_exact():
     assert got.dtype == np.int32 and np.array_equal(got, want)
 
 
-def test_scales_must_be_constants():
-    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"])
-    model = _single(node, {}, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
-                               helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
-                    [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+def _run_time_scale(scale_shape, opset=13, x_type=TensorProto.FLOAT):
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=0)
+    return _single(node, {"z": np.uint8(3) if not scale_shape else np.full(scale_shape, 3, np.uint8)},
+                   [helper.make_tensor_value_info("x", x_type, [2, 7]),
+                    helper.make_tensor_value_info("s", TensorProto.FLOAT, scale_shape)],
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], opset=opset)
+
+
+def test_a_per_tensor_scale_given_at_run_time_quantizes_as_onnx_runtime():
+    """ONNX's definition, clip(rint(x / scale) + zero_point), where the scale is a value of the model."""
+    model = _run_time_scale([])
+    graph = import_onnx(model)
+    x = np.linspace(-1.0, 1.0, 14, dtype=np.float32).reshape(2, 7)
+    for scale in (0.01, 0.0078125, 1e-3):
+        feeds = {"x": x, "s": np.array(scale, np.float32)}
+        want = ort_session(model).run(None, feeds)[0]
+        for got in (run_reference(graph, feeds)["y"], compile_graph(graph, use_cache=False).run(feeds)["y"]):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_per_axis_scales_given_at_run_time_are_refused():
     from cuvil.compiler.errors import CuvilError
 
-    with pytest.raises(CuvilError, match="QuantizeLinear"):
-        import_onnx(model)
+    with pytest.raises(CuvilError, match="more than the whole tensor"):
+        import_onnx(_run_time_scale([2]))
+
+
+def test_half_input_quantizes_as_onnx_runtime():
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])
+    model = _single(node, {"s": np.float16(0.1), "z": np.int8(3)},
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [9])],
+                    [helper.make_tensor_value_info("y", TensorProto.INT8, None)], opset=21)
+    x = np.array([1.0, -2.0, 3.5, 0.05, 0.15, -0.25, 100.0, -100.0, 7.77], np.float16)
+    graph = import_onnx(model)
+    want = ort_session(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(compile_graph(graph, use_cache=False).run({"x": x})["y"], want)
+
+
+DYNAMIC_INPUTS = {"normal": lambda r: r.standard_normal((2, 7)), "positive": lambda r: np.abs(r.standard_normal((2, 7))) + 1,
+                  "negative": lambda r: -np.abs(r.standard_normal((2, 7))), "tiny": lambda r: r.standard_normal((2, 7)) * 1e-3,
+                  "constant": lambda r: np.full((2, 7), 3.0)}
+
+
+@pytest.mark.parametrize("draw", DYNAMIC_INPUTS, ids=str)
+def test_dynamic_quantize_linear_matches_onnx_runtime(draw):
+    """Its ONNX function body: the scale and zero point found at run time from x's range (with 0)."""
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
+    model = _single(node, {}, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7])],
+                    [helper.make_empty_tensor_value_info(o) for o in "ysz"], opset=11)
+    x = DYNAMIC_INPUTS[draw](np.random.default_rng(3)).astype(np.float32)
+    graph = import_onnx(model)
+    want = ort_session(model).run(None, {"x": x})
+    for got in (run_reference(graph, {"x": x}), compile_graph(graph, use_cache=False).run({"x": x})):
+        for name, w in zip(graph.outputs, want):
+            np.testing.assert_array_equal(got[name], w, err_msg=name)
+
+
+def test_a_dynamically_quantized_model_matches_onnx_runtime(tmp_path):
+    """onnxruntime.quantization.quantize_dynamic: DynamicQuantizeLinear -> MatMulInteger -> scales (its
+    zero point was a non-constant input MatMulInteger refused)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from tests.zoo import export_onnx
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10)).eval()
+    export_onnx(net, (torch.randn(3, 16),), tmp_path / "f32.onnx")
+    quantize_dynamic(tmp_path / "f32.onnx", tmp_path / "q.onnx", weight_type=QuantType.QUInt8)
+    graph = import_onnx(str(tmp_path / "q.onnx"))
+    session = compile_graph(graph, use_cache=False)
+    import onnx
+
+    model = onnx.load(tmp_path / "q.onnx")
+    assert "DynamicQuantizeLinear" in {n.op_type for n in model.graph.node}
+    for x in draws((3, 16), 4, seed=5):
+        want = ort_session(model).run(None, {graph.inputs[0]: x})[0]
+        np.testing.assert_allclose(session.run({graph.inputs[0]: x})[graph.outputs[0]], want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("net,shape,float_convs", [
