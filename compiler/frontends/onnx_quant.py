@@ -55,7 +55,8 @@ def _quantize(ctx: NodeCtx) -> list:
         code = ctx.attr("output_dtype", 0)
         to = onnx_dtype(code) if code else DType.U8
     computed = any(ctx.has(i) and ctx.b.value_of(ctx.x(i)) is None for i in (1, 2))
-    if computed and to in INT_RANGES:  # DynamicQuantizeLinear's body: a scale found at run time
+    whole = all(ctx.type(i).numel() == 1 for i in (1, 2) if ctx.has(i))
+    if computed and whole and to in INT_RANGES:  # DynamicQuantizeLinear's body: a scale found at run time
         return [_quantize_computed(ctx, to)]
     if _composed(ctx, to) and (to in INT_RANGES or to.is_narrow):
         return [_quantize_narrow(ctx, to)]
@@ -71,9 +72,7 @@ def _quantize(ctx: NodeCtx) -> list:
 
 def _quantize_computed(ctx: NodeCtx, to: DType) -> str:
     """ONNX's definition with a per-tensor scale (and zero point) computed at run time:
-    ``clip(rint(x / scale) + zero_point)`` in float32, then cast."""
-    if any(ctx.has(i) and ctx.type(i).numel() != 1 for i in (1, 2)):
-        raise Unsupported("a scale or zero point computed at run time for more than the whole tensor")
+    ``clip(rint(x / scale) + zero_point)`` in float32, then cast. (Per-axis ones must be constants.)"""
     wide = [ctx.x(0), ctx.x(1)] + ([ctx.x(2)] if ctx.has(2) else [])
     wide = [v if ctx.b.type_of(v).dtype is DType.F32 else ctx.tmp("Cast", [v], f"f32_{i}", to=DType.F32)
             for i, v in enumerate(wide)]

@@ -124,11 +124,13 @@ def test_a_per_tensor_scale_given_at_run_time_quantizes_as_onnx_runtime():
             np.testing.assert_array_equal(got, want)
 
 
-def test_per_axis_scales_given_at_run_time_are_refused():
-    from cuvil.compiler.errors import CuvilError
+def test_per_axis_scales_must_be_constants_and_can_be_fixed():
+    """Per-axis scales given at run time are refused, naming the graph input that fixes it."""
+    from cuvil.compiler.errors import UnsupportedModelError
 
-    with pytest.raises(CuvilError, match="more than the whole tensor"):
+    with pytest.raises(UnsupportedModelError, match="must be a constant") as e:
         import_onnx(_run_time_scale([2]))
+    assert e.value.constant_inputs == ("s",)
 
 
 def test_half_input_quantizes_as_onnx_runtime():
