@@ -18,7 +18,7 @@ pytest.importorskip("onnx")
 from tests.conformance.onnx_cases import load_cases, sample  # noqa: E402
 from tests.conformance.onnx_suite import NEVER, run_emulated, run_suite, summarize  # noqa: E402
 
-FLOOR = 0.95
+FLOOR = 0.96  # 96.9% on 12-07 (DepthToSpace, SpaceToDepth, run-time per-tensor QuantizeLinear)
 ARM_SAMPLE, ARM_SEED = 64, 20
 QEMU = shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc")
 
