@@ -134,10 +134,10 @@ def test_an_integer_input_behind_shape_arithmetic_is_named_and_can_be_fixed(rng)
     graph = import_onnx(model, constant_inputs={"size": np.array([6, 4], np.int64)})
     x = rng.standard_normal((3, 5)).astype(np.float32)
     np.testing.assert_array_equal(run_reference(graph, {"x": x})["y"], np.pad(x, [(1, 2), (0, 0)]))
-    scale = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
-             helper.make_node("QuantizeLinear", ["x", "m"], ["q"])]
+    scale = [helper.make_node("ReduceMax", ["x", "axis1"], ["m"], keepdims=0),  # per-axis: must be constant
+             helper.make_node("QuantizeLinear", ["x", "m"], ["q"], axis=0)]
     with pytest.raises(UnsupportedModelError) as err:
-        import_onnx(make_model(scale, {"x": (F, [3, 5])}, ["q"], opset=18))
+        import_onnx(make_model(scale, {"x": (F, [3, 5])}, ["q"], {"axis1": np.array([1], np.int64)}, opset=18))
     assert err.value.constant_inputs == ()
 
 
