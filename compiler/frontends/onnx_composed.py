@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ..ir.dtypes import DType
+from . import norm_compose
 from .builder import Unsupported
 from .onnx_node import NodeCtx, OnnxImportError
 from .onnx_ops import check_size, translates
@@ -111,15 +112,10 @@ def _lp_normalization(ctx: NodeCtx) -> list:
     return [ctx.emit("Div", [x, norm])]
 
 
-def _channel_shape(t, n: int) -> list[int]:
-    """A per-channel operand of length ``n`` laid along axis 1 of ``t``."""
-    return [n] + [1] * (t.rank - 2)
-
-
-def _normalize(ctx: NodeCtx, x: str, axis: int, dtype) -> str:
-    """(x - mean) / sqrt(var + epsilon) over the axes from ``axis`` on: LayerNormalization with scale 1."""
-    one = ctx.constant(np.ones(1, dtype.numpy), f"{ctx.name}/unit")
-    return ctx.tmp("LayerNormalization", [x, one], "normalized", axis=axis, epsilon=ctx.attr("epsilon", 1e-5))
+def _composers(ctx: NodeCtx) -> tuple:
+    """The emitters :mod:`norm_compose` builds with: intermediates, the node's own output, constants."""
+    return (lambda op, inputs, suffix, **attrs: ctx.tmp(op, inputs, suffix, **attrs), ctx.emit,
+            lambda value, suffix: ctx.constant(value, f"{ctx.name}/{suffix}"))
 
 
 def _static_channels(ctx: NodeCtx, what: str) -> list:
@@ -134,12 +130,9 @@ def _static_channels(ctx: NodeCtx, what: str) -> list:
 @translates(InstanceNormalization=(6, 22))
 def _instance_norm(ctx: NodeCtx) -> list:
     """Normalized over each sample's channel plane, then scale and B per channel."""
-    t = ctx.type(0)
     shape = _static_channels(ctx, "InstanceNormalization's channels")
-    y = _normalize(ctx, ctx.x(0), 2, t.dtype)
-    scale = ctx.tmp("Reshape", [ctx.x(1)], "scale", shape=_channel_shape(t, shape[1]))
-    bias = ctx.tmp("Reshape", [ctx.x(2)], "bias", shape=_channel_shape(t, shape[1]))
-    return [ctx.emit("Add", [ctx.tmp("Mul", [y, scale], "scaled"), bias])]
+    eps = ctx.attr("epsilon", 1e-5)
+    return [norm_compose.instance_norm(*_composers(ctx), ctx.x(0), ctx.x(1), ctx.x(2), shape, ctx.type(0).dtype, eps)]
 
 
 @translates(GroupNormalization=(18, 21))
@@ -152,17 +145,16 @@ def _group_norm(ctx: NodeCtx) -> list:
     if groups < 1 or shape[1] % groups:
         raise OnnxImportError(f"node {ctx.name!r} ({ctx.op}): {shape[1]} channels do not split into {groups} groups")
     batch = shape[0] if isinstance(shape[0], int) else -1
-    grouped = ctx.tmp("Reshape", [ctx.x(0)], "grouped", shape=[batch, groups, math.prod(shape[1:]) // groups])
-    y = _normalize(ctx, grouped, 2, t.dtype)
-    if ctx.opset < 21:
-        scale = ctx.tmp("Reshape", [ctx.x(1)], "scale", shape=[groups, 1])
-        bias = ctx.tmp("Reshape", [ctx.x(2)], "bias", shape=[groups, 1])
-        y = ctx.tmp("Add", [ctx.tmp("Mul", [y, scale], "scaled"), bias], "affine")
-        return [ctx.emit("Reshape", [y], shape=[batch, *shape[1:]])]
-    y = ctx.tmp("Reshape", [y], "ungrouped", shape=[batch, *shape[1:]])
-    scale = ctx.tmp("Reshape", [ctx.x(1)], "scale", shape=_channel_shape(t, shape[1]))
-    bias = ctx.tmp("Reshape", [ctx.x(2)], "bias", shape=_channel_shape(t, shape[1]))
-    return [ctx.emit("Add", [ctx.tmp("Mul", [y, scale], "scaled"), bias])]
+    emit, final, const = _composers(ctx)
+    eps = ctx.attr("epsilon", 1e-5)
+    if ctx.opset >= 21:
+        return [norm_compose.group_norm(emit, final, const, ctx.x(0), ctx.x(1), ctx.x(2), batch, groups, shape[1:],
+                                        t.dtype, eps)]
+    y = norm_compose.grouped_normalize(emit, const, ctx.x(0), batch, groups, shape[1:], t.dtype, eps)
+    scale = ctx.tmp("Reshape", [ctx.x(1)], "scale", shape=[groups, 1])
+    bias = ctx.tmp("Reshape", [ctx.x(2)], "bias", shape=[groups, 1])
+    y = ctx.tmp("Add", [ctx.tmp("Mul", [y, scale], "scaled"), bias], "affine")
+    return [ctx.emit("Reshape", [y], shape=[batch, *shape[1:]])]
 
 
 def _einsum_terms(ctx: NodeCtx, ranks: list[int]) -> tuple[list[str], str]:

@@ -7,13 +7,13 @@ lifted to inputs named by their ``state_dict`` keys and every value's shape and 
 ``node.meta["val"]``. ``run_decompositions`` then brings it down to the Core ATen set (in-place ops
 removed, ``batch_norm`` → ``_native_batch_norm_legit_no_training``, ``dropout`` → ``clone``...),
 except for a few composite ops kept whole because Cuvil has a better single op for them
-(:data:`PRESERVED`: ``linear`` → Gemm on the named weight, SDPA → MatMul/Softmax without the
-fully-masked-row guard of its decomposition, SiLU/HardSwish/HardSigmoid as one op each, adaptive pooling
-as one pool).
+(:data:`PRESERVED`: ``linear`` → Gemm on the named weight, SDPA → MatMul/Softmax (with eager's
+guard that gives 0 for a fully masked row), SiLU/HardSwish/HardSigmoid as one op each, adaptive pooling
+as one pool, instance norm and upsampling as one op each).
 
 Shapes are static (those of the example inputs). Every translated node's Cuvil type is checked
 against torch's own ``meta["val"]``, so a wrong mapping fails at import, not at run time.
-``torch`` is imported only by this module and ``torch_ops``; ``cuvil.compiler`` never imports them.
+``torch`` is imported only by this module and ``torch_ops``/``torch_nn``; ``cuvil.compiler`` never imports them.
 """
 
 from __future__ import annotations
@@ -30,13 +30,15 @@ from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..ir.types import TensorType
 from ..ir.verify import verify
+from . import torch_nn  # noqa: F401  (registers the layer translators into TABLE)
 from .builder import GraphBuilder, Unsupported
 from .torch_ops import TABLE, TORCH_DTYPES, to_dtype
 
 _aten = torch.ops.aten
 PRESERVED = (_aten.linear.default, _aten.matmul.default, _aten.scaled_dot_product_attention.default,
              _aten.silu.default, _aten.hardswish.default, _aten.hardsigmoid.default,
-             _aten.adaptive_avg_pool2d.default)
+             _aten.adaptive_avg_pool2d.default, _aten.instance_norm.default,
+             *(getattr(getattr(_aten, name), o) for name in torch_nn.UPSAMPLE for o in ("vec", "default")))
 _INPUT_KINDS = {"PARAMETER", "BUFFER", "CONSTANT_TENSOR"}
 
 
@@ -100,7 +102,7 @@ class Ctx:
         return self.b.add(op, inputs, name=self.node.name, n_outputs=n, **attrs)
 
     def const(self, value: Any, dtype: DType, hint: str | None = None) -> str:
-        return self.b.constant(np.asarray(value, dtype=dtype.numpy), hint=hint or f"{self.node.name}_c", dtype=dtype)
+        return self.b.constant(_scalar_array(value, dtype), hint=hint or f"{self.node.name}_c", dtype=dtype)
 
     def cast(self, v: str, dtype: DType) -> str:
         return v if self.dtype(v) is dtype else self.op("Cast", [v], to=dtype)
@@ -116,6 +118,14 @@ class Ctx:
 
 
 _TORCH = {v: k for k, v in TORCH_DTYPES.items()}
+
+
+def _scalar_array(value: Any, dtype: DType) -> np.ndarray:
+    """``value`` as ``dtype``; a Python int wraps into an integer dtype as torch wraps it (``u8 + 300``
+    adds 44, ``u8 > -1`` compares with 255), where NumPy would raise OverflowError."""
+    if isinstance(value, int) and not isinstance(value, bool) and not dtype.is_float and dtype is not DType.BOOL:
+        return np.asarray(value % 2**64, dtype=np.uint64).astype(dtype.numpy)
+    return np.asarray(value, dtype=dtype.numpy)
 
 
 class _Translator:
@@ -180,11 +190,13 @@ class _Translator:
             return value
         label = str(target)
         fn = TABLE.get(getattr(getattr(target, "overloadpacket", None), "__name__", None))
+        args = _bind(node, self.env)
+        tainted = any(isinstance(v, str) and v in self.poisoned for v in _flat(args.values()))
+        if tainted and not isinstance(node.meta.get("val"), torch.Tensor):
+            return self._poison(node.name, node.meta.get("val"))  # size checks on a stand-in: not ops to report
         if fn is None:
             self.b.unsupported(label, node.name)
             return self._poison(node.name, node.meta.get("val"))
-        args = _bind(node, self.env)
-        tainted = any(v in self.poisoned for v in _flat(args.values()))
         try:
             result = fn(Ctx(self.b, node), args)
         except Unsupported as e:
@@ -194,8 +206,9 @@ class _Translator:
             if not tainted:  # a stand-in's consumer may fail in any way; the model is rejected anyway
                 raise
             return self._poison(node.name, node.meta.get("val"))
-        if not tainted:
-            self._check(node, result)
+        if tainted:  # translated from stand-ins: poisoned too, so its own consumers are not type-checked
+            return self._poison(node.name, node.meta.get("val"))
+        self._check(node, result)
         return result
 
     def _check(self, node: Any, result: Any) -> None:
@@ -208,16 +221,29 @@ class _Translator:
 
     def _poison(self, name: str, val: Any) -> Any:
         """A typed stand-in for an unsupported node's result, so translation goes on and finds
-        every other unsupported op; ``build`` raises before any stand-in reaches a Graph."""
+        every other unsupported op; ``build`` raises before any stand-in reaches a Graph.
+        A Python number computed from a tensor (``.item()``: a SymFloat) gets a 0-d stand-in, so its
+        consumers are poisoned as well; a size known only at run time (``nonzero``) stands in as 1.
+        """
         if isinstance(val, (tuple, list)):
             return tuple(self._poison(f"{name}:{i}", v) for i, v in enumerate(val))
-        if not isinstance(val, torch.Tensor):
+        if isinstance(val, torch.Tensor):
+            ttype = TensorType(TORCH_DTYPES.get(val.dtype, DType.F32), tuple(_static_size(d) for d in val.shape))
+        elif isinstance(val, tuple(_SYMBOLIC)):
+            ttype = TensorType(_SYMBOLIC[type(val)], ())
+        else:
             return None
-        dtype = TORCH_DTYPES.get(val.dtype, DType.F32)
         stand_in = self.b.unique(f"{name}?")
-        self.b.types[stand_in] = TensorType(dtype, tuple(int(d) for d in val.shape))
+        self.b.types[stand_in] = ttype
         self.poisoned.add(stand_in)
         return stand_in
+
+
+_SYMBOLIC = {torch.SymFloat: DType.F32, torch.SymInt: DType.I64, torch.SymBool: DType.BOOL}
+
+
+def _static_size(d: Any) -> int:
+    return d if isinstance(d, int) else 1
 
 
 def _bind(node: Any, env: dict) -> dict[str, Any]:
@@ -229,8 +255,11 @@ def _bind(node: Any, env: dict) -> dict[str, Any]:
             return type(v)(resolve(x) for x in v)
         return v
 
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:  # a Python builtin (operator.ge on sizes): positional
+        return {str(i): resolve(v) for i, v in enumerate(node.args)}
     bound: dict[str, Any] = {}
-    for i, arg in enumerate(node.target._schema.arguments):
+    for i, arg in enumerate(schema.arguments):
         if i < len(node.args) and not arg.kwarg_only:
             bound[arg.name] = resolve(node.args[i])
         elif arg.name in node.kwargs:

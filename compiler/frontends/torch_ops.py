@@ -45,7 +45,7 @@ def op(*names: str):
     return deco
 
 
-def _pair(v, n: int = 2) -> list[int]:
+def pair(v, n: int = 2) -> list[int]:
     v = [v] if isinstance(v, int) else list(v)
     return v * n if len(v) == 1 else v
 
@@ -66,7 +66,7 @@ for _name, _op, _attrs in (
     ("leaky_relu", "LeakyRelu", lambda a: {"alpha": a["negative_slope"]}),
 ):
     op(_name)(_unary(_op, _attrs) if _attrs else _unary(_op))
-op("rsqrt")(lambda c, a: c.op("Reciprocal", [c.op("Sqrt", [a["self"]])]))
+op("rsqrt")(lambda c, a: c.op("Reciprocal", [c.op("Sqrt", [c.cast(a["self"], c.out_dtype)])]))
 op("square")(lambda c, a: c.op("Mul", [a["self"], a["self"]]))
 
 
@@ -82,8 +82,13 @@ def _clamp(c, a):
     return c.op("Clip", [a["self"]], min=-math.inf if lo is None else lo, max=math.inf if hi is None else hi)
 
 
+_OPMATH = {"Mul", "Div"}  # torch's CPU kernels that keep a scalar second operand of an f16 op in f32
+
+
 def _binary(cuvil_op: str) -> Translator:
     def fn(c, a):
+        if cuvil_op in _OPMATH and a.get("rounding_mode") is None and _opmath_scalar(c, a["other"]):
+            return _in_f32(c, cuvil_op, a["self"], a["other"])
         x, y = c.promote(a["self"], a["other"])
         alpha = a.get("alpha", 1)
         if alpha != 1:
@@ -91,8 +96,24 @@ def _binary(cuvil_op: str) -> Translator:
         if cuvil_op == "Div" and a.get("rounding_mode") is not None:
             if a["rounding_mode"] != "trunc" or c.dtype(x).is_float:
                 raise Unsupported(f"rounding_mode={a['rounding_mode']!r}")
+        elif cuvil_op == "Div":  # true division: integers divide as floats
+            x, y = c.cast(x, c.out_dtype), c.cast(y, c.out_dtype)
         return c.op(cuvil_op, [x, y])
     return fn
+
+
+def _opmath_scalar(c, other) -> bool:
+    """An f16 product or quotient by a Python number or a 0-d tensor of another dtype: torch computes
+    it in f32 with the scalar's f32 value and rounds once (``x / 65535.0`` is not ``x / inf``)."""
+    if c.out_dtype is not DType.F16:
+        return False
+    return not isinstance(other, str) or (c.rank(other) == 0 and c.dtype(other) is not DType.F16)
+
+
+def _in_f32(c, cuvil_op: str, x: str, other) -> str:
+    x = c.cast(c.cast(x, DType.F16), DType.F32)
+    y = c.cast(other, DType.F32) if isinstance(other, str) else c.const(other, DType.F32)
+    return c.op("Cast", [c.op(cuvil_op, [x, y])], to=DType.F16)
 
 
 for _name, _op in (("add", "Add"), ("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("maximum", "Max"),
@@ -154,108 +175,14 @@ def _creation(c, a):
     return c.const(value, c.out_dtype, hint=c.node.name)
 
 
-# --- linear algebra ---------------------------------------------------------------------------------
-@op("linear")
-def _linear(c, a):
-    x, w, b = a["input"], a["weight"], a.get("bias")
-    if c.rank(x) == 2:
-        return c.op("Gemm", [x, w] + ([b] if b else []), transB=1)
-    y = c.op("MatMul", [x, c.b.add1("Transpose", [w], name=f"{w}.T", perm=(1, 0))])
-    return c.op("Add", [y, b]) if b else y
-
-
-op("addmm")(lambda c, a: c.op("Gemm", [a["mat1"], a["mat2"], a["self"]], alpha=a["alpha"], beta=a["beta"]))
-op("mm", "bmm", "matmul")(lambda c, a: c.op("MatMul", [a["self"], a.get("mat2", a.get("other"))]))
-
-
-@op("scaled_dot_product_attention")
-def _sdpa(c, a):
-    """The math form: softmax(q k^T * scale + mask) v, in MatMul/Softmax ops."""
-    q, k, v, mask = a["query"], a["key"], a["value"], a["attn_mask"]
-    if a["dropout_p"] > 0 or a["enable_gqa"]:
-        raise Unsupported("dropout_p > 0" if a["dropout_p"] > 0 else "enable_gqa")
-    rank, dt = c.rank(k), c.dtype(q)
-    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
-    scale = a["scale"] if a["scale"] is not None else 1 / math.sqrt(c.shape(q)[-1])
-    s = c.op("MatMul", [q, c.op("Transpose", [k], perm=perm)])
-    s = c.op("Mul", [s, c.const(scale, dt)])
-    if a["is_causal"]:
-        n, m = c.shape(s)[-2:]
-        s = c.op("Where", [c.const(np.tril(np.ones((n, m), dtype=bool)), DType.BOOL), s, c.const(-math.inf, dt)])
-    if mask is not None:
-        s = (c.op("Where", [mask, s, c.const(-math.inf, dt)]) if c.dtype(mask) is DType.BOOL
-             else c.op("Add", c.promote(s, mask)))
-    return c.op("MatMul", [c.op("Softmax", [s], axis=-1), v])
-
-
-# --- nn ---------------------------------------------------------------------------------------------
-@op("convolution", "conv1d", "conv2d", "conv3d")
-def _conv(c, a):
-    if a.get("transposed"):
-        raise Unsupported("transposed convolution")
-    if isinstance(a["padding"], str):
-        raise Unsupported(f"padding={a['padding']!r}")
-    n = c.rank(a["input"]) - 2
-    pads = _pair(a["padding"], n)
-    inputs = [a["input"], a["weight"]] + ([a["bias"]] if a["bias"] else [])
-    return c.op("Conv", inputs, strides=_pair(a["stride"], n), pads=pads + pads,
-                dilations=_pair(a["dilation"], n), group=a["groups"])
-
-
-@op("_native_batch_norm_legit_no_training", "native_batch_norm", "batch_norm", "_native_batch_norm_legit")
-def _batch_norm(c, a):
-    if a.get("training") or a.get("running_mean") is None:
-        raise Unsupported("training-mode batch norm")
-    x, ch = a["input"], c.shape(a["input"])[1]
-    dt = c.dtype(x)
-    scale = a["weight"] or c.const(np.ones(ch), dt, hint="bn_scale")
-    bias = a["bias"] or c.const(np.zeros(ch), dt, hint="bn_bias")
-    y = c.op("BatchNormalization", [x, scale, bias, a["running_mean"], a["running_var"]], epsilon=a["eps"])
-    return y if c.node.target.__name__.startswith("batch_norm") else (y, None, None)
-
-
-@op("native_layer_norm", "layer_norm")
-def _layer_norm(c, a):
-    x, shape = a["input"], list(a["normalized_shape"])
-    scale = a["weight"] or c.const(np.ones(shape), c.dtype(x), hint="ln_scale")
-    inputs = [x, scale] + ([a["bias"]] if a["bias"] else [])
-    y = c.op("LayerNormalization", inputs, axis=-len(shape), epsilon=a["eps"])
-    return y if c.node.target.__name__.startswith("layer_norm") else (y, None, None)
-
-
-@op("max_pool2d_with_indices", "max_pool2d")
-def _max_pool(c, a):
-    k = _pair(a["kernel_size"])
-    pads = _pair(a["padding"])
-    y = c.op("MaxPool", [a["self"]], kernel_shape=k, strides=_pair(a["stride"]) if a["stride"] else k,
-             pads=pads + pads, dilations=_pair(a["dilation"]), ceil_mode=int(a["ceil_mode"]))
-    return (y, None) if c.node.target.__name__.startswith("max_pool2d_with_indices") else y
-
-
-@op("avg_pool2d")
-def _avg_pool(c, a):
-    if a["divisor_override"] is not None:
-        raise Unsupported("divisor_override")
-    k = _pair(a["kernel_size"])
-    pads = _pair(a["padding"])
-    return c.op("AveragePool", [a["self"]], kernel_shape=k, strides=_pair(a["stride"]) if a["stride"] else k,
-                pads=pads + pads, ceil_mode=int(a["ceil_mode"]), count_include_pad=int(a["count_include_pad"]))
-
-
-@op("adaptive_avg_pool2d", "_adaptive_avg_pool2d")
-def _adaptive_avg_pool(c, a):
-    x, out = a["self"], _pair(a["output_size"])
-    if out == [1, 1]:
-        return c.op("GlobalAveragePool", [x])
-    h, w = c.shape(x)[-2:]
-    if h % out[0] or w % out[1]:
-        raise Unsupported(f"output size {out} does not divide {h}x{w}")
-    k = [h // out[0], w // out[1]]
-    return c.op("AveragePool", [x], kernel_shape=k, strides=k, pads=[0, 0, 0, 0])
-
-
 def _softmax_like(cuvil_op: str) -> Translator:
-    return lambda c, a: c.op(cuvil_op, [c.cast(a["self"], c.out_dtype)], axis=a["dim"])
+    """A 0-d input is a row of one (torch gives 1 and 0)."""
+    def fn(c, a):
+        x = c.cast(a["self"], c.out_dtype)
+        if c.rank(x) == 0:
+            return c.op("Squeeze", [c.op(cuvil_op, [c.op("Unsqueeze", [x], axes=[0])], axis=0)], axes=[0])
+        return c.op(cuvil_op, [x], axis=a["dim"])
+    return fn
 
 
 op("_softmax", "softmax")(_softmax_like("Softmax"))
@@ -267,6 +194,8 @@ def _reduce(cuvil_op: str) -> Translator:
     def fn(c, a):
         x = c.cast(a["self"], c.out_dtype)
         rank, dims = c.rank(x), a.get("dim")
+        if rank == 0:  # dim 0 or -1 of a 0-d tensor: torch reduces nothing
+            return x
         axes = sorted(d % rank for d in ([dims] if isinstance(dims, int) else dims or []))
         keep = int(a.get("keepdim", False))
         if cuvil_op == "ReduceMean" and rank == 4 and axes == [2, 3] and keep and c.out_dtype.is_float:
@@ -278,15 +207,37 @@ def _reduce(cuvil_op: str) -> Translator:
 op("mean")(_reduce("ReduceMean"))
 op("sum")(_reduce("ReduceSum"))
 op("amax")(_reduce("ReduceMax"))
+op("amin")(_reduce("ReduceMin"))
 
 
-@op("max")
-def _max(c, a):
-    if "dim" in a:
-        raise Unsupported("max with indices (argmax)")
-    if "other" in a:
-        return c.op("Max", c.promote(a["self"], a["other"]))
-    return c.op("ReduceMax", [a["self"]], axes=[], keepdims=0)
+def _extreme(reduce_op: str, elementwise: str, arg_op: str) -> Translator:
+    """max/min: of all elements, elementwise with ``other``, or along ``dim`` with the first index."""
+    def fn(c, a):
+        x = a["self"]
+        if "other" in a:
+            return c.op(elementwise, c.promote(x, a["other"]))
+        if "dim" not in a:
+            return c.op(reduce_op, [x], axes=[], keepdims=0)
+        values = _reduce(reduce_op)(c, {"self": x, "dim": a["dim"], "keepdim": a["keepdim"]})
+        return values, _arg(arg_op)(c, a)
+    return fn
+
+
+def _arg(arg_op: str) -> Translator:
+    """argmax/argmin: the first extreme (NaN counts as the largest, as in torch); no dim: of all elements."""
+    def fn(c, a):
+        x, dim = a["self"], a.get("dim")
+        if dim is None or c.rank(x) == 0:
+            flat = c.op("Reshape", [x], shape=[-1])
+            return c.op("Reshape", [c.op(arg_op, [flat], axis=0, keepdims=0)], shape=list(c.out_shape))
+        return c.op(arg_op, [x], axis=dim % c.rank(x), keepdims=int(a.get("keepdim", False)), select_last_index=0)
+    return fn
+
+
+op("max")(_extreme("ReduceMax", "Max", "ArgMax"))
+op("min")(_extreme("ReduceMin", "Min", "ArgMin"))
+op("argmax")(_arg("ArgMax"))
+op("argmin")(_arg("ArgMin"))
 
 
 # --- shapes -----------------------------------------------------------------------------------------
@@ -298,6 +249,8 @@ def _reshape(c, a):
     src, target = c.shape(x), list(c.out_shape)
     if src == tuple(target):
         return x
+    if 0 in target:  # nothing to copy: a Reshape attribute reads 0 as "keep the input's dimension"
+        return c.const(np.zeros(target), c.out_dtype)
     if src and len(target) > 1 and target[0] == src[0]:
         target[0] = 0
     return c.op("Reshape", [x], shape=target)
@@ -319,8 +272,10 @@ def _transpose(c, a):
 
 @op("cat", "concat", "concatenate")
 def _cat(c, a):
-    xs = [c.cast(t, c.out_dtype) for t in a["tensors"]]
-    return c.op("Concat", xs, axis=a["dim"] % c.rank(xs[0]))
+    """torch skips a 1-D empty operand of any other rank (its legacy rule)."""
+    rank = len(c.out_shape)
+    xs = [c.cast(t, c.out_dtype) for t in a["tensors"] if rank == 1 or c.shape(t) != (0,)]
+    return c.op("Concat", xs, axis=a["dim"] % rank)
 
 
 def _split_into(c, x, sizes: list[int], dim: int) -> tuple[str, ...]:
@@ -383,7 +338,12 @@ def _pad(c, a):
     return c.op("Pad", [x], pads=begins + ends, mode="constant", value=a["value"])
 
 
-op("index_select")(lambda c, a: c.op("Gather", [a["self"], a["index"]], axis=a["dim"] % c.rank(a["self"])))
+@op("index_select")
+def _index_select(c, a):
+    x = a["self"]
+    if c.rank(x) == 0:  # a 0-d tensor selects as a row of one
+        return c.op("Reshape", [c.op("Gather", [c.op("Unsqueeze", [x], axes=[0]), a["index"]], axis=0)], shape=[])
+    return c.op("Gather", [x, a["index"]], axis=a["dim"] % c.rank(x))
 op("embedding")(lambda c, a: c.op("Gather", [a["weight"], a["indices"]], axis=0))
 
 
@@ -397,3 +357,14 @@ def _expand(c, a):
     lead = len(out) - len(src)
     shape = [1 if i >= lead and src[i - lead] == d else d for i, d in enumerate(out)]
     return c.op("Expand", [x], shape=shape)
+
+
+@op("flip")
+def _flip(c, a):
+    """A Slice with step -1 along each flipped dimension (of size 2 or more)."""
+    x, shape = a["self"], c.shape(a["self"])
+    axes = sorted({d % len(shape) for d in a["dims"] if shape[d % len(shape)] > 1}) if shape else []
+    if not axes:
+        return x
+    return c.op("Slice", [x], starts=[-1] * len(axes), ends=[-shape[d] - 1 for d in axes], axes=axes,
+                steps=[-1] * len(axes))
