@@ -43,6 +43,8 @@ def _hardmax(ctx: NodeCtx) -> list:
     shape = list(t.shape)
     if any(not isinstance(d, int) for d in shape):
         ctx.batch_dependent("Hardmax's shape")
+    if 0 in shape:  # nothing to mark (ArgMax refuses an empty axis)
+        return [ctx.emit("Identity", [ctx.x(0)])]
     x = ctx.x(0)
     if ctx.opset < 13:  # the input is coerced to 2-D at the axis (default 1)
         axis = _axis(ctx, max(t.rank, 1), 1)

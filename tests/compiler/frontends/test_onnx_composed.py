@@ -27,6 +27,15 @@ def test_hardmax_picks_the_first_largest(opset, axis):
     check(make_model([node], {"x": (F, [2, 2, 3])}, ["y"], opset=opset), {"x": x})
 
 
+@pytest.mark.parametrize("axis", [1, 2])
+def test_hardmax_of_an_empty_tensor_is_empty(axis):
+    """An empty axis (or another empty one): ArgMax refused it and the model did not import."""
+    node = helper.make_node("Hardmax", ["x"], ["y"], axis=axis)
+    model = make_model([node], {"x": (F, [2, 0, 3])}, ["y"], opset=13)
+    graph = check(model, {"x": np.zeros((2, 0, 3), np.float32)})
+    assert compile_graph(graph, use_cache=False).run({"x": np.zeros((2, 0, 3), np.float32)})[graph.outputs[0]].shape == (2, 0, 3)
+
+
 @pytest.mark.parametrize("opset", [11, 17])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 @pytest.mark.parametrize("itype, idx", [(TensorProto.INT64, [[0, -1, 2], [-3, 1, 5]]),
