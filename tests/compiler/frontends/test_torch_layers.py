@@ -12,7 +12,6 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import cuvil  # noqa: E402
-from cuvil.compiler.frontends.torch import import_torch  # noqa: E402
 
 from .test_torch_frontend import Fn, check, r  # noqa: E402
 
