@@ -6,7 +6,8 @@
 - :func:`make_node_key`: a SuperNode's authentication key pair, EC P-384 in OpenSSH format, as Flower's
   node authentication expects; the public half is registered with ``flwr supernode register``.
 
-Private keys are written with mode 0600 and never overwritten unless asked.
+Private keys are written with mode 0600 and never overwritten unless asked; the files of one set are
+written together or not at all (``atomic_file.write_all``).
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ..compiler.atomic_file import atomic_write
+from ..compiler.atomic_file import write_all
 from ..compiler.errors import CuvilError
 from .identity import fingerprint
 
 _DNS_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 MAX_DAYS = 3650
+PRIVATE, PUBLIC = 0o600, 0o644  # private keys are never readable by others, not even for a moment
 
 
 class CredentialsError(CuvilError):
@@ -87,10 +89,9 @@ def make_certificates(out_dir: str | os.PathLike, sans: Sequence[str], days: int
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA384()))
     out.mkdir(parents=True, exist_ok=True)
-    _write(files.ca_cert, ca.public_bytes(serialization.Encoding.PEM))
-    _write(files.cert, cert.public_bytes(serialization.Encoding.PEM))
-    _write(files.ca_key, _pkcs8(ca_key), private=True)
-    _write(files.key, _pkcs8(key), private=True)
+    write_all([(files.ca_cert, ca.public_bytes(serialization.Encoding.PEM), PUBLIC),
+               (files.cert, cert.public_bytes(serialization.Encoding.PEM), PUBLIC),
+               (files.ca_key, _pkcs8(ca_key), PRIVATE), (files.key, _pkcs8(key), PRIVATE)])
     return files
 
 
@@ -107,10 +108,10 @@ def make_node_key(path: str | os.PathLike, force: bool = False) -> tuple[Path, P
     _refuse_overwrite([priv, pub], force)
     key = ec.generate_private_key(ec.SECP384R1())
     priv.parent.mkdir(parents=True, exist_ok=True)
-    _write(priv, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                   serialization.NoEncryption()), private=True)
-    _write(pub, key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-           + b"\n")
+    write_all([(priv, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                        serialization.NoEncryption()), PRIVATE),
+               (pub, key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+                + b"\n", PUBLIC)])
     return priv, pub
 
 
@@ -129,9 +130,3 @@ def _refuse_overwrite(paths: Sequence[Path], force: bool) -> None:
     existing = [str(p) for p in paths if p.exists()]
     if existing and not force:
         raise CredentialsError(f"{', '.join(existing)} exist(s); pass --force to replace")
-
-
-def _write(path: Path, data: bytes, private: bool = False) -> None:
-    """Private keys are 0600 from their first byte, written beside and renamed over (never through a link)."""
-    with atomic_write(path, 0o600 if private else 0o644) as f:
-        f.write(data)

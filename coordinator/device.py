@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compiler.atomic_file import atomic_write
 from ..compiler.bundle.format import is_sha256_hex
 from ..compiler.errors import CuvilError
 from ..edge_runtime import runner
@@ -311,15 +311,10 @@ def _npz_bytes(**arrays: np.ndarray) -> bytes:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """A device's own state (its private data among it): whole or not at all, readable by it alone."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path, 0o600) as f:
+        f.write(data)
 
 
 __all__ = ["BundleMissing", "DeviceError", "DeviceState", "EvalRequest", "evaluate", "runtime_version"]

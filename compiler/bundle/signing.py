@@ -15,7 +15,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ..atomic_file import atomic_write
+from ..atomic_file import write_all
 from ..errors import CuvilError
 from ..regular_file import read_regular
 
@@ -47,12 +47,6 @@ def fingerprint(key: Ed25519PublicKey | Ed25519PrivateKey | bytes) -> str:
     return hashlib.sha256(raw).hexdigest()[:32]
 
 
-def _write_new(path: Path, data: bytes, mode: int) -> None:
-    """Create ``path`` with ``mode`` from the start (no window where a private key is world-readable)."""
-    with atomic_write(path, mode) as f:
-        f.write(data)
-
-
 def generate_keypair(out_dir: str | os.PathLike, name: str = "cuvil", force: bool = False) -> KeyPair:
     """Write ``NAME.key`` (PEM, 0600) and ``NAME.pub`` into ``out_dir``; refuse to overwrite unless ``force``."""
     if not name or "/" in name or name.startswith("."):
@@ -67,8 +61,7 @@ def generate_keypair(out_dir: str | os.PathLike, name: str = "cuvil", force: boo
         for p in (priv_path, pub_path):
             if p.exists():
                 raise KeyFileError(f"{p} already exists (use --force to replace it)")
-    _write_new(priv_path, priv, 0o600)
-    _write_new(pub_path, pub, 0o644)
+    write_all([(priv_path, priv, 0o600), (pub_path, pub, 0o644)])
     return KeyPair(priv_path, pub_path, fingerprint(key))
 
 

@@ -48,3 +48,39 @@ def test_a_link_at_the_final_name_is_replaced_not_followed(tmp_path):
     with atomic_write(link) as f:
         f.write(b"data")
     assert victim.read_bytes() == b"precious" and not link.is_symlink() and link.read_bytes() == b"data"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
+def test_what_is_not_a_regular_file_is_never_replaced(tmp_path, kind):
+    """``cuvil import -o /dev/null`` as root swapped the null device for a regular file."""
+    target = tmp_path / "out"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "folder":
+        target.mkdir()
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root (the build machines and CI run as root)")
+        os.mknod(target, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # a null device of our own
+    before = os.lstat(target)
+    with pytest.raises(FileExistsError, match="not a regular file"):
+        with atomic_write(target) as f:
+            f.write(b"x")
+    after = os.lstat(target)
+    assert stat.S_IFMT(after.st_mode) == stat.S_IFMT(before.st_mode) and os.listdir(tmp_path) == ["out"]
+
+
+def test_files_written_together_stay_as_they_were_when_one_cannot_be(tmp_path):
+    """keygen --force wrote the new private key, then failed on the public one: the old pair was lost
+    and the public key on disk matched no private key."""
+    key, pub = tmp_path / "k.key", tmp_path / "k.pub"
+    key.write_bytes(b"old private")
+    pub.mkdir()  # the second target cannot be replaced
+    with pytest.raises(FileExistsError):
+        atomic_file.write_all([(key, b"new private", 0o600), (pub, b"new public", 0o644)])
+    assert key.read_bytes() == b"old private" and pub.is_dir()
+    assert sorted(os.listdir(tmp_path)) == ["k.key", "k.pub"]
+    pub.rmdir()
+    atomic_file.write_all([(key, b"new private", 0o600), (pub, b"new public", 0o644)])
+    assert key.read_bytes() == b"new private" and pub.read_bytes() == b"new public"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
