@@ -6,7 +6,9 @@ Errors are formatted in one place (:class:`_Cli`): a CuvilError or OSError print
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 from pathlib import Path
 
 import click
@@ -311,6 +313,39 @@ from .cli_results import register as _register_results  # noqa: E402  (results, 
 
 _register_fleet(main)
 _register_results(main)
+
+_OUTPUTS = ("output", "out_path")  # the parameters a command writes a file to
+
+
+def _refuse_inputs_as_outputs(params: dict) -> None:
+    """CuvilError where an output path is one of the command's own input files: ``import -o KEY --key
+    KEY`` replaced the signing key with a bundle, ``report -o DB --db DB`` the results database."""
+    inputs = [v for k, value in params.items() if k not in _OUTPUTS
+              for v in (value if isinstance(value, tuple) else (value,)) if isinstance(v, Path)]
+    for name in _OUTPUTS:
+        out = params.get(name)
+        for path in inputs if isinstance(out, Path) and out.exists() else ():
+            if path.exists() and os.path.samefile(out, path):
+                raise CuvilError(f"the output {out} is the input {path}: refusing to overwrite it")
+
+
+def _guard(cmd: click.Command) -> None:
+    """Every command, nested ones included, checks its outputs against its inputs before it runs."""
+    for sub in getattr(cmd, "commands", {}).values():
+        _guard(sub)
+    run = cmd.callback
+    if run is None or isinstance(cmd, click.Group):
+        return
+
+    @functools.wraps(run)
+    def guarded(**params):
+        _refuse_inputs_as_outputs(params)
+        return run(**params)
+
+    cmd.callback = guarded
+
+
+_guard(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

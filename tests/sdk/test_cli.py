@@ -222,3 +222,20 @@ def test_delta_writes_a_signed_delta_that_rebuilds_the_target(setup, cli):
     rebuilt = apply_delta(read_delta((tmp / "d.delta").read_bytes(), trusted), v1.read_bytes(), trusted)
     assert rebuilt == v2.read_bytes() and (tmp / "d.delta").stat().st_size < 0.5 * v2.stat().st_size
     assert "Cuvil bundle" in one_line_error(cli("delta", pub, v2, "-o", tmp / "x", "--key", key, ok=False))
+
+
+def test_an_output_that_names_an_input_is_refused_and_the_input_kept(setup, cli):
+    """``import -o KEY --key KEY`` replaced the signing key with a bundle; run and delta alike. The
+    check goes by the file, so a second name (a hard link) is caught too."""
+    tmp_path, bundle, pub = setup
+    key = tmp_path / "keys" / "cuvil.key"
+    os.link(key, tmp_path / "key-again")
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((2, 8), np.float32))
+    before = {p: p.read_bytes() for p in (key, bundle, x)}
+    for args in (("delta", bundle, bundle, "-o", key, "--key", key),
+                 ("delta", bundle, bundle, "-o", tmp_path / "key-again", "--key", key),
+                 ("delta", bundle, bundle, "-o", bundle, "--key", key),
+                 ("run", bundle, "--trust", pub, "--input", x, "--output", x)):
+        assert "refusing to overwrite it" in one_line_error(cli(*args, ok=False))
+    assert {p: p.read_bytes() for p in before} == before
