@@ -24,6 +24,7 @@ inputs and, with ``sensitivity``, what it costs the output alone: where to look 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -74,6 +75,12 @@ def _batches(graph: Graph, calibration, what: str = "calibration") -> list[dict[
     for item in calibration:
         if not isinstance(item, Mapping) or set(item) != set(graph.inputs):
             raise QuantizationError(f"each {what} item must map exactly the inputs {list(graph.inputs)}")
+        for name, value in item.items():
+            v = np.asarray(value)
+            if v.dtype.kind == "f" and not np.isfinite(v).all():
+                raise QuantizationError(f"{what} input {name!r} holds NaN or infinite values "
+                                        f"({int(np.size(v) - np.isfinite(v).sum())} of {v.size}): int8 ranges "
+                                        f"cannot be chosen from them")
         n = len(next(iter(item.values())))
         for start in range(0, n - n % step if first.is_static else n, step):
             feeds.append({k: np.asarray(v)[start:start + step] for k, v in item.items()})
@@ -321,6 +328,10 @@ def quantize(graph: Graph, calibration_inputs, *, method: str = DEFAULT_METHOD, 
             ranges[v].add(values[v])
         for v, m in means.items():
             m.add(values[v])
+    unbounded = [v for v, r in ranges.items() if not (math.isfinite(r.lo) and math.isfinite(r.hi))]
+    if unbounded:  # an overflow inside the float model: a scale of 1 would have been signed as if it were fine
+        raise QuantizationError(f"{len(unbounded)} value(s) of the model reach NaN or infinity on the calibration "
+                                f"inputs (first: {unbounded[0][:80]!r}): int8 ranges cannot be chosen for them")
     params = {v: u8_params(*r.bounds(method, percentile)) for v, r in ranges.items()}
     options = (WEIGHT_MAX[bool(reduce_range)], bool(requantize_outputs), {v: m.mean for v, m in means.items()})
     search = None

@@ -144,6 +144,26 @@ def test_bad_calibration_and_options_are_refused(float_graph):
         quantize(float_graph, [])
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_calibration_inputs_that_are_not_finite_are_refused(float_graph, bad):
+    """NaN calibration data signed a model of scale-1 ranges, its report saying rel. RMS nan and 100%
+    top-1 agreement, exit 0."""
+    calib = _calib()
+    calib["input"][3, 1, 2, 2] = bad
+    with pytest.raises(QuantizationError, match="NaN or infinite values \\(1 of"):
+        quantize(float_graph, calib)
+
+
+def test_a_model_that_overflows_on_its_calibration_inputs_is_refused():
+    """Finite inputs, an infinite activation inside (x * 1e30 * 1e30 before a Gemm): no range is chosen."""
+    gb = GraphBuilder("overflow")
+    x = gb.input("x", TensorType(DType.F32, (N, 4)))
+    big = gb.add1("Mul", [gb.add1("Mul", [x, gb.constant(np.float32(1e30), "a")]), gb.constant(np.float32(1e30), "b")])
+    y = gb.add1("Gemm", [big, gb.constant(np.ones((3, 4), np.float32), "w")], transB=1)
+    with pytest.raises(QuantizationError, match="reach NaN or infinity"):
+        quantize(gb.build([y]), {"x": np.ones((8, 4), np.float32)})
+
+
 def test_bias_correction_takes_the_weights_mean_error_out_of_each_output():
     """A Linear layer on positive inputs (ReLU outputs' kind): rounding its weights shifts each output
     by sum (w_int8 - w) * E[x]; with bias correction the int8 outputs' mean error per channel is far
