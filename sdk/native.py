@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .compiler.errors import CuvilError
 from .compiler.interpreter import bind_types
 from .compiler.ir.graph import Graph
 from .compiler.ir.limits import check_graph
@@ -47,6 +48,15 @@ def compile(model: Graph | Model, target: str = "host", batch: int = 1,  # noqa:
     if isinstance(model, Model):  # keyed by its hash: a lazily loaded model's cache hit reads no weights
         return compile_model(model, target, batch, cache_dir, guard_pages=guard_pages, threads=threads)
     return compile_graph(model, target, batch=batch, cache_dir=cache_dir, guard_pages=guard_pages, threads=threads)
+
+
+def check_batch(graph: Graph, batch: int) -> None:
+    """CuvilError where ``batch`` is not 1 and no input of ``graph`` has a batch dimension: it would be
+    ignored (``cuvil bench --batch 4`` timed batch 1 and printed "batch 4")."""
+    if batch != 1 and not any(isinstance(d, Batch) for i in graph.inputs for d in graph.types[i].shape):
+        first = graph.inputs[0] if graph.inputs else "-"
+        raise CuvilError(f"the model's batch is fixed (input {first}: {graph.types[first] if graph.inputs else '-'}); "
+                         f"a batch of {batch} applies only to a model imported with a symbolic batch")
 
 
 def run_native(model: Graph | Model, inputs: Mapping[str, np.ndarray], cache_dir: PathLike | None = None,
@@ -89,6 +99,7 @@ def bench(model: Graph | Model, runs: int = 200, warmup: int = 20, batch: int = 
     """Cold compile (empty cache), warm start (cache hit to first result), then latency after warm-up."""
     threads = default_threads() if threads is None else threads
     graph = model.graph if isinstance(model, Model) else model
+    check_batch(graph, batch)
     check_graph(graph, batch)  # before the synthetic inputs, which are as large as the batch asks
     feeds = synthetic_inputs(graph, batch)
     with tempfile.TemporaryDirectory(prefix="cuvil-bench-") as cache:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .compiler.ir.graph import Graph
+from .native import check_batch
 from .devices.isa_report import IsaReport, IsaReportError, from_assembly, from_object
 from .edge_runtime import jit
 from .edge_runtime.autotune import Retarget, TuneReport
@@ -49,6 +50,7 @@ def compile_for(graph: Graph, target: str, batch: int = 1, output: str | os.Path
                 gpu: bool = False, tune: bool | None = None) -> CompileReport:
     """Lower and compile ``graph`` for profile ``target``; write the object (and PTX with ``gpu``).
     ``tune`` (default: the profile's ``tuning.autotune``) times conv candidates where the code runs here."""
+    check_batch(graph, batch)
     tgt = resolve(target)
     t0 = time.perf_counter()
     tuner = Retarget() if (tgt.tuning.autotune if tune is None else tune) and runnable_here(tgt) else None

@@ -148,3 +148,21 @@ def test_cli_run_reads_no_weights_on_a_cache_hit_and_refuses_damaged_ones_on_a_m
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
     res = run("c.npz")
     assert res.exit_code != 0 and len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output
+
+
+def test_a_batch_for_a_model_whose_batch_is_fixed_is_refused():
+    """``cuvil bench --batch N`` timed batch 1 and printed 'batch N' (even 2**64) for a fixed-batch model."""
+    from cuvil.compiler.errors import CuvilError
+    from cuvil.compiler.frontends.builder import GraphBuilder
+    from cuvil.native import bench
+    from cuvil.preflight import compile_for
+
+    gb = GraphBuilder("fixed")
+    x = gb.input("x", TensorType(DType.F32, (1, 8)))
+    fixed = gb.build([gb.add1("Relu", [x])])
+    for batch in (2, 2**64):
+        with pytest.raises(CuvilError, match="batch is fixed"):
+            bench(fixed, runs=5, warmup=0, batch=batch)
+        with pytest.raises(CuvilError, match="batch is fixed"):
+            compile_for(fixed, "host", batch)
+    assert bench(fixed, runs=5, warmup=0, batch=1).latency.runs == 5
