@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from .compiler.atomic_file import atomic_write
 from .compiler import interpreter
 from .compiler.analysis import ModelSummary, summarize
 from .version import __version__
@@ -142,7 +143,6 @@ class DeltaMade:
 
 def make_delta(parent: PathLike, target: PathLike, key: Ed25519PrivateKey | PathLike, out: PathLike) -> DeltaMade:
     """Write the signed delta that makes bundle ``target`` from bundle ``parent`` (docs/bundle-format.md)."""
-    from .compiler.atomic_file import atomic_write
     from .compiler.bundle import make_delta as _make_delta, read_delta
     from .edge_runtime.loader import read_file
 
@@ -243,8 +243,9 @@ def _opened(path: PathLike) -> BinaryIO:
 
 
 def save_outputs(path: PathLike, outputs: Mapping[str, np.ndarray]) -> None:
-    """Write an ``.npz`` keyed by output name (works for any name, unlike ``np.savez(**kw)``)."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+    """Write an ``.npz`` keyed by output name (works for any name, unlike ``np.savez(**kw)``), whole or
+    not at all (on a full disk an existing file was truncated and half a zip left)."""
+    with atomic_write(path) as out, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
         for name, arr in outputs.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
                 np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)

@@ -7,6 +7,7 @@ its code uses, and run it as that device would (natively when this CPU can, else
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .compiler.atomic_file import atomic_write
 from .compiler.ir.graph import Graph
 from .native import check_batch
 from .devices.isa_report import IsaReport, IsaReportError, from_assembly, from_object
@@ -66,7 +68,7 @@ def compile_for(graph: Graph, target: str, batch: int = 1, output: str | os.Path
     ptx_kernels = 0
     if output is not None:
         obj_path = Path(output)
-        obj_path.write_bytes(obj)
+        _write(obj_path, obj)
     if gpu:
         from .compiler.codegen.nvptx import lower_ptx
         from .edge_runtime.cuda import gpu_target_for
@@ -74,11 +76,23 @@ def compile_for(graph: Graph, target: str, batch: int = 1, output: str | os.Path
         program = lower_ptx(graph, gpu_target_for(tgt), batch)
         ptx = jit.emit_assembly(program.llvm_ir, program.target)
         ptx_kernels = len(program.kernels)
-        ptx_path = (obj_path or Path(f"{graph.name or 'model'}.o")).with_suffix(f".{program.target.cpu}.ptx")
-        ptx_path.write_text(ptx)
+        ptx_path = (obj_path or Path(f"{_file_name(graph.name)}.o")).with_suffix(f".{program.target.cpu}.ptx")
+        _write(ptx_path, ptx.encode())
     return CompileReport(tgt.name, tgt.triple, tgt.cpu, len(obj), low.kernel_count, low.node_count, low.arena_bytes,
                          low.plan.summary(), len(low.weights), (t1 - t0) * 1e3, (t2 - t1) * 1e3, isa, source,
                          obj_path, ptx_path, ptx_kernels, tuner.report if tuner else None)
+
+
+def _file_name(name: str) -> str:
+    """A graph's name as a file name in this folder: it is signed as the author wrote it, and ``/`` or
+    ``../x`` wrote the PTX at the filesystem's root or above the current folder."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_") or "model"
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Whole or not at all: on a full disk an existing file was truncated, and a FIFO blocked forever."""
+    with atomic_write(path) as f:
+        f.write(data)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ otherwise; ``cuvil compile --target`` prints the same report.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -149,3 +150,19 @@ def test_cli_compile_reports_the_isa(tmp_path):
     res = runner.invoke(main, ["compile", str(bundle), "--trust", str(pair.public_path), "--target", "jetson-xavier",
                                "--gpu", "-o", str(tmp_path / "xavier.o")])
     assert res.exit_code == 0 and ".target sm_72" in (tmp_path / "xavier.sm_72.ptx").read_text()
+
+
+@pytest.mark.parametrize("name", ["/", "../up", "/tmp/elsewhere", "..", "a b/c"])
+def test_the_ptx_without_an_output_path_is_written_here_whatever_the_graph_is_named(tmp_path, monkeypatch, name):
+    """The PTX's name came from the signed graph name: '/' wrote '/.o.sm_87.ptx', '../x' above the folder."""
+    from cuvil.compiler.ir.graph import Graph
+    from cuvil.preflight import compile_for
+
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    graph = _graph()
+    graph = Graph(name, graph.inputs, graph.outputs, graph.nodes, graph.types, graph.constants)
+    report = compile_for(graph, "jetson-orin", gpu=True)
+    assert report.ptx_path.parent == Path(".") and report.ptx_path.name.endswith(".sm_87.ptx")
+    assert [p.name for p in (tmp_path / "here").iterdir()] == [report.ptx_path.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import numpy as np
 import pytest
 
@@ -201,3 +204,20 @@ def test_fused_ops_count_like_the_ops_they_replace():
     fused = _graph([Node.make("FusedGemm", ["a", "b", "c"], ["y"], has_bias=1, activation="Relu")], {"a": f32}, consts)
     plain = _graph([Node.make("Gemm", ["a", "b", "c"], ["y"]), Node.make("Relu", ["y"], ["z"])], {"a": f32}, consts)
     assert summarize(fused).flops == summarize(plain).flops == 2 * 3 * 4 + 3 + 3
+
+
+def test_saved_outputs_replace_a_file_whole_and_never_a_fifo(tmp_path):
+    """The .npz was written in place: a FIFO blocked forever, a full disk truncated the old file."""
+    out = tmp_path / "out.npz"
+    out.write_bytes(b"old")
+    cuvil.save_outputs(out, {"y": np.arange(3, dtype=np.float32)})
+    with np.load(out) as z:
+        np.testing.assert_array_equal(z["y"], [0, 1, 2])
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    done = []
+    worker = threading.Thread(target=lambda: done.append(pytest.raises(FileExistsError, cuvil.save_outputs, fifo,
+                                                                       {"y": np.zeros(1)})), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert done and fifo.is_fifo(), "save_outputs blocked on a FIFO"
