@@ -60,8 +60,8 @@ def main(debug: bool) -> None:
 def keygen(out_dir: Path, name: str, force: bool) -> None:
     """Create an Ed25519 signing key pair."""
     pair = api.keygen(out_dir, name, force)
-    click.echo(f"private key: {pair.private_path}  (keep it secret)")
-    click.echo(f"public key:  {pair.public_path}")
+    click.echo(printable(f"private key: {pair.private_path}  (keep it secret)"))
+    click.echo(printable(f"public key:  {pair.public_path}"))
     click.echo(f"fingerprint: {pair.fingerprint}")
 
 
@@ -111,7 +111,7 @@ def import_(model: Path, output: Path, key: Path, name: str | None, model_versio
                                                float_layers=float_layers, sensitivity=sensitivity,
                                                target_agreement=target_agreement, check_inputs=checks))
     done = api.export(graph, output, key, name=name, version=model_version)
-    click.echo(f"wrote {done.path} ({done.size} bytes, {done.weight_bytes} weight bytes)")
+    click.echo(printable(f"wrote {done.path} ({done.size} bytes, {done.weight_bytes} weight bytes)"))
     click.echo(f"signed by {done.signer}, content {done.content_hash}")
 
 
@@ -180,8 +180,8 @@ def inspect(path: Path, trust: tuple[Path, ...], graph: bool) -> None:
 def delta(parent: Path, target: Path, output: Path, key: Path) -> None:
     """Write a signed delta that makes bundle TARGET from bundle PARENT (what a device holding PARENT is sent)."""
     d = api.make_delta(parent, target, key, output)
-    click.echo(f"delta {d.parent[:12]} -> {d.target[:12]}: {output}, {d.size} bytes "
-               f"({d.size / d.target_size:.2f}x the {d.target_size}-byte bundle)")
+    click.echo(printable(f"delta {d.parent[:12]} -> {d.target[:12]}: {output}, {d.size} bytes "
+                         f"({d.size / d.target_size:.2f}x the {d.target_size}-byte bundle)"))
 
 
 @main.command()
@@ -240,7 +240,7 @@ def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None,
 @click.option("--trust", "trust", multiple=True, type=_EXISTING,
               help="Trusted public key (repeatable; default: the trust directory).")
 @click.option("--target", required=True, help="Device profile name (or host): compile exactly as that device would.")
-@click.option("--batch", type=int, default=1, show_default=True)
+@click.option("--batch", type=click.IntRange(1), default=1, show_default=True)
 @click.option("--output", "-o", type=_FILE, default=None, help="Write the object file here.")
 @click.option("--gpu", is_flag=True, help="Also emit the PTX of the profile's GPU (Jetson).")
 @click.option("--tune/--no-tune", default=None,
@@ -264,9 +264,9 @@ def compile_(path: Path, trust: tuple[Path, ...], target: str, batch: int, outpu
                    f"measurement in {r.tuning.spent_s * 1e3:.0f} ms ({r.tuning.skipped} left to the cost model); "
                    f"{len(r.tuning.parts)} thread splits changed")
     if r.object_path:
-        click.echo(f"wrote {r.object_path}")
+        click.echo(printable(f"wrote {r.object_path}"))
     if r.ptx_path:
-        click.echo(f"wrote {r.ptx_path} ({r.ptx_kernels} GPU kernels)")
+        click.echo(printable(f"wrote {r.ptx_path} ({r.ptx_kernels} GPU kernels)"))
 
 
 @main.command()

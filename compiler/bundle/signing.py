@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,10 +48,13 @@ def fingerprint(key: Ed25519PublicKey | Ed25519PrivateKey | bytes) -> str:
     return hashlib.sha256(raw).hexdigest()[:32]
 
 
+_KEY_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a file name on every system, one line to print
+
+
 def generate_keypair(out_dir: str | os.PathLike, name: str = "cuvil", force: bool = False) -> KeyPair:
     """Write ``NAME.key`` (PEM, 0600) and ``NAME.pub`` into ``out_dir``; refuse to overwrite unless ``force``."""
-    if not name or "/" in name or name.startswith("."):
-        raise KeyFileError(f"bad key name {name!r}")
+    if not _KEY_NAME.fullmatch(name):
+        raise KeyFileError(f"bad key name {name[:80]!r}: letters, digits, '.', '_' and '-', not starting with '.'")
     out = Path(out_dir)
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = Ed25519PrivateKey.generate()

@@ -97,6 +97,8 @@ def test_usage_errors_exit_2(setup, cli):
     _, bundle, pub = setup
     assert cli("run", bundle, "--trust", pub, ok=False).exit_code == 2  # neither --input nor --inputs
     assert cli("frobnicate", ok=False).exit_code == 2
+    bad_batch = cli("compile", bundle, "--trust", pub, "--target", "host", "--batch", "-1", ok=False)
+    assert bad_batch.exit_code == 2 and "Traceback" not in bad_batch.output  # was a 52-line ValueError
 
 
 def test_run_matches_the_interpreter_exactly(setup, cli):
@@ -239,3 +241,13 @@ def test_an_output_that_names_an_input_is_refused_and_the_input_kept(setup, cli)
                  ("run", bundle, "--trust", pub, "--input", x, "--output", x)):
         assert "refusing to overwrite it" in one_line_error(cli(*args, ok=False))
     assert {p: p.read_bytes() for p in before} == before
+
+
+def test_key_names_are_file_names_and_success_lines_stay_one_line(tmp_path, cli):
+    """keygen --name $'a\\nforged: line' made files with control characters and printed a forged line."""
+    for name in ("a\nforged: line", "x\x1b[31m", "", ".hidden", "a/b", "x" * 200):
+        assert "bad key name" in one_line_error(cli("keygen", "--out", tmp_path / "k", "--name", name, ok=False))
+    assert not (tmp_path / "k").exists() or not any((tmp_path / "k").iterdir())
+    odd = tmp_path / "out\ndir"
+    result = cli("keygen", "--out", odd, "--name", "ok-1.2_x")
+    assert len(result.stdout.splitlines()) == 3 and "\\n" in result.stdout.splitlines()[0]
