@@ -254,3 +254,36 @@ def test_a_value_defined_twice_in_a_sub_graph_is_refused():
               [vi("c", B, []), vi("x")], [vi("y")])
     with pytest.raises(OnnxImportError, match="'t' is defined twice"):
         import_onnx(m)
+
+
+@pytest.mark.parametrize("length, size, match", [
+    (10**9, 1 << 30, "external data is 1000000000 bytes where \\[7\\] of its type take 28"),
+    (None, 1 << 30, "does not hold what \\[7\\] of its type take \\(28 bytes\\)"),
+    (27, 28, "external data is 27 bytes")])
+def test_external_data_must_be_the_size_of_its_tensor_before_a_byte_is_read(tmp_path, monkeypatch, length, size,
+                                                                            match):
+    """A 142-byte model naming 10^9 bytes of a sparse file took 2 GB before its reshape failed."""
+    (tmp_path / "w.bin").write_bytes(b"")
+    os.truncate(tmp_path / "w.bin", size)
+    m = _external("w.bin")
+    if length is not None:
+        entry = m.graph.initializer[0].external_data.add()
+        entry.key, entry.value = "length", str(length)
+    onnx.save(m, tmp_path / "m.onnx")
+    read = []
+    monkeypatch.setattr(onnx.external_data_helper, "load_external_data_for_tensor",
+                        lambda *a, **k: read.append(a))
+    with pytest.raises(OnnxImportError, match=match):
+        import_onnx(tmp_path / "m.onnx")
+    assert not read
+
+
+def test_a_model_file_past_protobufs_limit_is_refused_by_its_size(tmp_path, monkeypatch):
+    from cuvil.compiler.frontends import onnx_source
+
+    path = tmp_path / "big.onnx"
+    onnx.save(_external("w.bin"), path)
+    monkeypatch.setattr(onnx_source, "MAX_MODEL_BYTES", 16)
+    monkeypatch.setattr(onnx_source, "read_exactly", lambda fd, n: pytest.fail("read a file refused by its size"))
+    with pytest.raises(OnnxImportError, match="larger than 16 bytes"):
+        import_onnx(path)
