@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -35,6 +36,18 @@ def _one_line(e: BaseException) -> str:
 
 
 class _Cli(click.Group):
+    def main(self, *args, **kwargs):
+        """Closed stdout is an error (every command exited 0 having printed nothing), and so is one that
+        fails while ``--help`` or ``--version`` prints, before a command runs (a 33-line traceback)."""
+        if sys.stdout is None:
+            click.echo("error: standard output is closed", err=True)
+            sys.exit(1)
+        try:
+            return super().main(*args, **kwargs)
+        except OSError as e:
+            click.echo(f"error: {_one_line(e)}", err=True)
+            sys.exit(1)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)

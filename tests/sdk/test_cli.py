@@ -251,3 +251,15 @@ def test_key_names_are_file_names_and_success_lines_stay_one_line(tmp_path, cli)
     odd = tmp_path / "out\ndir"
     result = cli("keygen", "--out", odd, "--name", "ok-1.2_x")
     assert len(result.stdout.splitlines()) == 3 and "\\n" in result.stdout.splitlines()[0]
+
+
+def test_a_closed_or_full_standard_output_is_an_error(tmp_path):
+    """With stdout closed every command exited 0 having printed nothing; --help on a full device printed a
+    33-line traceback. Both are one line on stderr and exit 1."""
+    closed = subprocess.run(f"{sys.executable} -m cuvil devices >&-", shell=True, capture_output=True, text=True,
+                            timeout=120)
+    assert closed.returncode == 1 and closed.stderr == "error: standard output is closed\n"
+    with open("/dev/full", "w") as full:
+        help_ = subprocess.run([sys.executable, "-m", "cuvil", "--help"], stdout=full, stderr=subprocess.PIPE,
+                               text=True, timeout=120)
+    assert help_.returncode == 1 and help_.stderr.count("\n") == 1 and help_.stderr.startswith("error: ")
