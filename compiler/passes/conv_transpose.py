@@ -101,6 +101,8 @@ def _rewrite(graph: Graph, node: Node, names: Names, consts: dict) -> list[Node]
     xt = graph.types[x]
     if wn not in consts or (len(node.inputs) > 2 and node.inputs[2] not in consts) or xt.rank - 2 not in _SPATIAL:
         return None
+    if 0 in graph.types[node.outputs[0]].shape:  # nothing to compute; the Conv it becomes would not fit
+        return None
     w = np.asarray(consts[wn])
     b = np.asarray(consts[node.inputs[2]]) if len(node.inputs) > 2 else None
     a, spatial = node.attr, list(xt.shape[2:])

@@ -42,3 +42,12 @@ def test_weights_from_an_input_and_3d_keep_the_gather(rng):
     gi = graph({"x": f32(N, 2, 3, 3), "w": f32(2, 2, 2, 2)}, {}, [Node.make("ConvTranspose", ["x", "w"], ["y"], **a)],
                ["y"])
     assert conv_transpose(gi) is gi
+
+
+def test_an_empty_output_is_left_as_it_is(rng):
+    """Strides [2, 1] and pads [1, 2, 2, 2] over a 2x7 input: an output of height 0. The Conv the rewrite
+    made did not fit the cropped input, and compiling with the passes on failed (the reference and
+    unoptimized code give the empty tensor)."""
+    g = _convt((1, 3, 2, 7), (3, 2, 1, 2), dict(strides=[2, 1], pads=[1, 2, 2, 2]), False, rng)
+    assert g.types["y"].shape == (1, 2, 0, 4)
+    assert conv_transpose(g) is g
