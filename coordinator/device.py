@@ -31,6 +31,7 @@ import numpy as np
 
 from ..compiler.atomic_file import atomic_write
 from ..compiler.bundle.format import is_sha256_hex
+from ..compiler.bundle.signing import public_pem
 from ..compiler.errors import CuvilError
 from ..edge_runtime import runner
 from ..edge_runtime.loader import Model, load, load_bytes
@@ -47,7 +48,7 @@ from ..edge_runtime.latency import MAX_RUNS, MAX_WARMUP
 from ..edge_runtime.privacy.errors import PrivacyRefusal, Reason, RefusalCode
 from ..edge_runtime.privacy.request import MAX_EPSILON, MAX_SIGMA, integer, number, resolve
 from ..edge_runtime.privacy.request import release_id as request_id
-from ..edge_runtime.trust import TrustStore
+from ..edge_runtime.trust import TrustStore, check_trust_files
 from .device_class import device_class, isa
 
 
@@ -128,11 +129,11 @@ class DeviceState:
         from ..devices import resolve_profile
 
         resolve_profile(profile)  # an unknown profile fails here, not at the first round
+        trust = check_trust_files(trusted_keys)  # read as the device reads them, before anything is made
         for sub in ("trusted", "cache", "bundles"):
             private_dir(root / sub)
-        for key in trusted_keys:
-            key = Path(key)
-            (root / "trusted" / key.name).write_bytes(key.read_bytes())
+        for source, key in zip(trust.sources, trust.keys):
+            _atomic_write(root / "trusted" / Path(source).name, public_pem(key))
         if data is not None:
             x, y = data
             _atomic_write(root / "data.npz", _npz_bytes(x=np.asarray(x, np.float32), y=np.asarray(y, np.int64)))

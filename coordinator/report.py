@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..compiler.atomic_file import atomic_write
 from ..compiler.printable import printable
 from . import formatting as fmt
 from . import html_views
@@ -156,8 +157,10 @@ def history_json(store: ResultsStore, run_id: int | None = None) -> str:
 
 
 def write_html(store: ResultsStore, run_id: int, path: str | os.PathLike) -> Path:
-    """One run as a self-contained page (a missing run is a StoreError)."""
+    """One run as a self-contained page (a missing run is a StoreError), written whole or not at all: a full
+    disk left a truncated report in place of the old one, and a FIFO named as the output blocked forever."""
     body = html_views.run_content(store, run_id)
     out = Path(path)
-    out.write_text(html_views.document(f"Cuvil run {run_id}", body), encoding="utf-8")
+    with atomic_write(out) as f:
+        f.write(html_views.document(f"Cuvil run {run_id}", body).encode("utf-8"))
     return out

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
+from ..compiler.errors import CuvilError
 from .store import ResultsStore
 
 ROLLOUT_HEADERS = ("class", "A", "B", "canaries", "reported both", "class devices", "B - A", "upper bound",
@@ -28,3 +30,24 @@ def version_rows(store: ResultsStore, run_id: int) -> list[list[str]]:
 
 def as_records(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[dict[str, str]]:
     return [dict(zip(headers, r)) for r in rows]
+
+
+class NothingEvaluated(CuvilError):
+    """No device of a rollout reported an evaluation: its rollbacks rest on nothing, so it did not succeed."""
+
+
+def nothing_evaluated(store: ResultsStore, run_id: int) -> str | None:
+    """Why no device reported an evaluation in any round of the run (its failures by kind, each with its
+    commonest reason), or None where one did: a fleet that refused every bundle looked like a rollback."""
+    rounds = store.rounds(run_id)
+    if any(store.reports(r["id"]) for r in rounds):
+        return None
+    devices: dict[str, set[str]] = {}
+    reasons: dict[str, Counter[str]] = {}
+    for r in rounds:
+        for f in store.failures(r["id"]):
+            devices.setdefault(f["kind"], set()).add(f["device_id"])
+            reasons.setdefault(f["kind"], Counter())[f["reason"]] += 1
+    why = "; ".join(f"{len(devices[kind])} device{'s' if len(devices[kind]) != 1 else ''} {kind} "
+                    f"({reasons[kind].most_common(1)[0][0]})" for kind in sorted(devices))
+    return f"no device evaluated either bundle: {why or 'none answered'}"

@@ -7,7 +7,7 @@ The run config (``[tool.flwr.app.config]`` plus ``flwr run --run-config``) is pa
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -70,14 +70,16 @@ def run_coordinator(grid: Grid, run_config: Mapping[str, Any], on_event: Event |
     return drive_run(GridTransport(grid, simulated=bool(cfg.sim_fleet_dir)), cfg, on_event or ProgressLog())
 
 
-def make_server_app(overrides: Mapping[str, Any] | None = None, on_event: Event | None = None) -> ServerApp:
-    """A ServerApp whose run config is ``context.run_config`` with ``overrides`` on top (simulation factories)."""
+def make_server_app(overrides: Mapping[str, Any] | None = None, on_event: Event | None = None,
+                    wrap: Callable[[Grid], Grid] | None = None) -> ServerApp:
+    """A ServerApp whose run config is ``context.run_config`` with ``overrides`` on top (simulation factories);
+    ``wrap``: what the coordinator sees of the grid (a simulation's, that Ctrl-C cuts off)."""
     overrides = dict(overrides or {})
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        run_coordinator(grid, {**context.run_config, **overrides}, on_event)
+        run_coordinator(wrap(grid) if wrap else grid, {**context.run_config, **overrides}, on_event)
 
     return app
 

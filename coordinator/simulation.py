@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..compiler.errors import CuvilError
+from ..edge_runtime.trust import check_trust_files
 from . import fleet
 from .config import RunConfig
 from .rounds import Event
@@ -46,6 +49,7 @@ def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_
     from .client_app import make_client_app
     from .server_app import make_server_app
 
+    check_trust_files(trusted_keys)  # before any device is provisioned with them
     fleet_dir = Path(fleet_dir)
     knobs = {"poll-interval": 0.05, "max-in-flight": IN_FLIGHT_PER_WORKER * num_cpus}
     cfg = RunConfig.from_mapping({**knobs, **run_config}).replace(
@@ -63,12 +67,16 @@ def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_
         loggers["ray"].setLevel(logging.WARNING)
     if on_event is not None:
         on_event("simulation_start", devices=num_devices, workers=num_cpus)
-    started_ray = False
+    started_ray, stop = False, threading.Event()
     try:
         started_ray = _start_ray(init_args)
         with pending_delivery():
-            run_simulation(server_app=make_server_app(rc, on_event), client_app=make_client_app(rc, mods),
-                           num_supernodes=num_devices, backend_config=backend, verbose_logging=False)
+            server = make_server_app(rc, on_event, lambda grid: _StoppableGrid(grid, stop))
+            run_simulation(server_app=server, client_app=make_client_app(rc, mods), num_supernodes=num_devices,
+                           backend_config=backend, verbose_logging=False)
+    except BaseException:
+        stop.set()  # Ctrl-C: the coordinator's thread ends (its run marked aborted), so the process can exit
+        raise
     finally:
         for name, lg in loggers.items():
             lg.setLevel(levels[name])
@@ -76,6 +84,31 @@ def run_fleet_simulation(num_devices: int, run_config: Mapping[str, Any], fleet_
             import ray
 
             ray.shutdown()  # Flower shuts it down when its engine ends; not when the engine never started
+
+
+class SimulationInterrupted(CuvilError):
+    """The simulation was stopped (Ctrl-C) while its coordinator was still exchanging messages."""
+
+
+class _StoppableGrid:
+    """A Flower Grid whose every call raises once ``stop`` is set. On Ctrl-C Flower's engine stops, but its
+    ServerApp thread (not a daemon) kept waiting for replies no device would send, so the process printed
+    Aborted! and never exited; failing the coordinator's next call ends its run as aborted instead."""
+
+    def __init__(self, grid: Any, stop: threading.Event):
+        self._grid, self._stop = grid, stop
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._grid, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._stop.is_set():
+                raise SimulationInterrupted("the simulation was interrupted")
+            return attr(*args, **kwargs)
+
+        return call
 
 
 def _start_ray(init_args: Mapping[str, Any]) -> bool:

@@ -90,6 +90,7 @@ ADDED_COLUMNS = {  # columns added after the first schema: ALTER TABLE'd into ol
     "devices": (("isa", "TEXT NOT NULL DEFAULT ''"), ("threads", "INTEGER NOT NULL DEFAULT 0"),
                 ("held_bundles", "TEXT NOT NULL DEFAULT '[]'")),
 }
+RUN_COLUMNS = {"id", "started_at", "finished_at", "status", "config"}  # what tells a results database
 RUN_STATUSES = ("running", "finished", "aborted")
 FAILURE_KINDS = ("failure", "timeout", "refused", "budget_exhausted")
 STALE_AFTER_S = 60.0  # a running run whose owner has not written for this long is gone
@@ -142,13 +143,22 @@ def _alive(pid: int) -> bool:
 
 
 class ResultsStore(TrainingRecords):
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, create: bool = True):
+        """Open the results store for writing, making it first where ``create`` (the coordinator). A database
+        that is not Cuvil's is refused before anything is written to it: without ``create`` an empty one too,
+        so a maintenance command (``results --mark-aborted``) never adds Cuvil's tables to another file."""
         self.path = Path(path)
         self.write_s = 0.0  # seconds spent in write transactions so far
         self.read_only = False
+        if not create and not self.path.is_file():
+            raise StoreError(f"no results database at {self.path}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        except (sqlite3.Error, OSError) as e:
+            raise StoreError(f"cannot open results database {self.path}: {e}") from None
+        try:
+            self._check_ours(create)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA + TRAINING_SCHEMA)
@@ -157,8 +167,21 @@ class ResultsStore(TrainingRecords):
                 for name, decl in columns:
                     if name not in have:
                         self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
-        except (sqlite3.Error, OSError) as e:
-            raise StoreError(f"cannot open results database {self.path}: {e}") from None
+        except BaseException as e:
+            self._db.close()
+            if isinstance(e, (sqlite3.Error, OSError)):
+                raise StoreError(f"cannot open results database {self.path}: {e}") from None
+            raise
+
+    def _check_ours(self, create: bool) -> None:
+        """StoreError unless the open database is a results store (its ``runs`` table has the first schema's
+        columns), or is empty and ``create``: another application's tables are never added to."""
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables and create:
+            return
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(runs)")} if "runs" in tables else set()
+        if not RUN_COLUMNS <= columns:
+            raise StoreError(f"{self.path} is not a Cuvil results database")
 
     @classmethod
     def open_read_only(cls, path: str | os.PathLike) -> ResultsStore:
@@ -170,9 +193,15 @@ class ResultsStore(TrainingRecords):
         try:
             store._db = sqlite3.connect(f"{store.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30,
                                         isolation_level=None, check_same_thread=False)
-            store._db.execute("SELECT count(*) FROM runs").fetchone()
         except sqlite3.Error as e:
             raise StoreError(f"cannot read results database {store.path}: {e}") from None
+        try:
+            store._check_ours(create=False)
+        except BaseException as e:
+            store._db.close()
+            if isinstance(e, sqlite3.Error):
+                raise StoreError(f"cannot read results database {store.path}: {e}") from None
+            raise
         return store
 
     def close(self) -> None:

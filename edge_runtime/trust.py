@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..compiler.bundle.signing import fingerprint, load_public_key
+from ..compiler.bundle.signing import KeyFileError, fingerprint, load_public_key
 from ..compiler.errors import BundleError
 
 KEY_SUFFIXES = (".pub", ".pem")
@@ -79,4 +79,23 @@ def resolve_trust(trusted: TrustStore | Iterable[str | os.PathLike | Ed25519Publ
             raise BundleError(f"no trusted keys in {default_trust_dir()}: pass --trust FILE or add public keys "
                               "there ($CUVIL_TRUST_DIR names another directory)")
         raise BundleError("no trusted keys were given: pass at least one public key")
+    return store
+
+
+def check_trust_files(paths: Iterable[str | os.PathLike]) -> TrustStore:
+    """The keys a device will trust, read as its trust store reads them, before any is copied to it: each a
+    regular file, bounded, holding an Ed25519 public key (a private key, a bundle, a FIFO or ``/dev/zero``
+    is refused here, not copied and met at the first round); each named as :meth:`TrustStore.from_dir` reads
+    it; and no two different keys of one file name, since the device keeps each by its name and a second
+    ``cuvil.pub`` would silently replace the first."""
+    store = TrustStore.from_files(paths)
+    by_name: dict[str, str] = {}
+    for source, fp in zip(store.sources, store.fingerprints):
+        name = Path(source).name
+        if Path(name).suffix not in KEY_SUFFIXES:
+            raise KeyFileError(f"{source}: a trusted key's file name must end in {' or '.join(KEY_SUFFIXES)} "
+                               "(the device reads no other)")
+        if by_name.setdefault(name, fp) != fp:
+            raise KeyFileError(f"two different trusted keys are named {name}: rename one (the device keeps keys "
+                               "by file name)")
     return store

@@ -64,6 +64,7 @@ def rollout(bundle_a: Path, bundle_b: Path, trust: tuple[Path, ...], devices: in
     On a real fleet the same ServerApp mode runs with
     flwr run . --run-config "bundle='A.cuvil' bundle-b='B.cuvil' rollout=true".
     """
+    from .coordinator.rollout_view import NothingEvaluated, nothing_evaluated
     from .coordinator.simulation import run_fleet_simulation
     from .coordinator.store import ResultsStore
 
@@ -79,6 +80,10 @@ def rollout(bundle_a: Path, bundle_b: Path, trust: tuple[Path, ...], devices: in
             click.echo(f"{r['device_class']}: {r['decision']} ({r['reason']}); {r['applied']} of "
                        f"{r['class_devices']} devices switched")
         click.echo(f"run {run_id}: cuvil results --db {db} --run {run_id}")
+        why = nothing_evaluated(store, run_id)
+        if why is not None:
+            hint = ": does --trust name the key that signed the bundles?" if "SIGNATURE_REJECTED" in why else ""
+            raise NothingEvaluated(f"run {run_id}: {why}{hint}")
     finally:
         store.close()
 

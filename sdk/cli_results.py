@@ -34,9 +34,7 @@ def results(db: Path, run_id: int | None, as_json: bool, mark_aborted: bool) -> 
     from .coordinator.store import ResultsStore
 
     if mark_aborted:
-        if not db.is_file():
-            raise FileNotFoundError(2, "no results database", str(db))
-        writer = ResultsStore(db)
+        writer = ResultsStore(db, create=False)
         try:
             gone = writer.mark_aborted()
         finally:

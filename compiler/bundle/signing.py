@@ -40,6 +40,11 @@ def raw_public_bytes(key: Ed25519PublicKey) -> bytes:
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
+def public_pem(key: Ed25519PublicKey) -> bytes:
+    """The form a ``.pub`` file holds (what ``load_public_key`` reads)."""
+    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
 def fingerprint(key: Ed25519PublicKey | Ed25519PrivateKey | bytes) -> str:
     """A short, stable key id: the first 16 bytes of SHA-256 over the raw 32-byte public key, in hex."""
     if isinstance(key, Ed25519PrivateKey):
@@ -59,7 +64,7 @@ def generate_keypair(out_dir: str | os.PathLike, name: str = "cuvil", force: boo
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = Ed25519PrivateKey.generate()
     priv = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    pub = public_pem(key.public_key())
     priv_path, pub_path = out / f"{name}.key", out / f"{name}.pub"
     if not force:
         for p in (priv_path, pub_path):

@@ -57,6 +57,25 @@ def test_unknown_profile_fails_at_provisioning(world):
         _device(world, "bad", profile="no-such-board")
 
 
+def test_provisioning_trusts_only_public_keys_read_as_the_device_reads_them(world, tmp_path):
+    """The keys were copied by file name unchecked: a private key was copied readable by others, a FIFO
+    hung, and a second, different author.pub replaced the first. Nothing is made when one is refused."""
+    from cuvil.compiler.bundle import generate_keypair
+    from cuvil.compiler.bundle.signing import KeyFileError
+
+    root, keys, _ = world
+    other = generate_keypair(tmp_path / "other", keys.public_path.stem)
+    os.mkfifo(tmp_path / "fifo.pub")
+    for bad, match in (([keys.private_path], ""), ([tmp_path / "fifo.pub"], ""),
+                       ([keys.public_path, other.public_path], "two different trusted keys are named author.pub")):
+        with pytest.raises((KeyFileError, BundleError, OSError), match=match):
+            DeviceState.provision(tmp_path / "dev", "dev", fleet.host_class(), bad)
+        assert not (tmp_path / "dev").exists()
+    dev = DeviceState.provision(tmp_path / "dev", "dev", fleet.host_class(), [keys.public_path, keys.public_path])
+    assert [p.name for p in (dev.root / "trusted").iterdir()] == ["author.pub"]
+    assert (dev.root / "trusted" / "author.pub").stat().st_mode & 0o077 == 0
+
+
 def test_pushed_bundle_is_verified_then_held_by_content_hash(world):
     dev = _device(world, "holder")
     _, _, ref = world

@@ -89,3 +89,29 @@ def test_budget_exhausted_devices_are_remembered_per_dataset(tmp_path):
     assert store.exhausted_devices("digits") == {"dev-3"} and store.exhausted_devices("other") == set()
     with pytest.raises(ValueError):
         store.add_failure(rnd, "dev-3", "oops", "")
+
+
+def test_a_store_is_made_in_a_new_or_empty_file_and_never_added_to_another_database(tmp_path):
+    import sqlite3
+
+    from cuvil.coordinator.store import StoreError
+
+    made = ResultsStore(tmp_path / "new.db")  # the coordinator's first run
+    made.start_run({})
+    made.close()
+    (tmp_path / "empty.db").write_bytes(b"")
+    ResultsStore(tmp_path / "empty.db").close()
+    assert [r["id"] for r in ResultsStore(tmp_path / "empty.db", create=False).runs()] == []
+    other = tmp_path / "other.db"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT)")  # a 'runs' table, not Cuvil's
+    con.commit()
+    con.close()
+    before = other.read_bytes()
+    for opener in (ResultsStore, lambda p: ResultsStore(p, create=False), ResultsStore.open_read_only):
+        with pytest.raises(StoreError, match=r"other\.db is not a Cuvil results database$"):
+            opener(other)
+    assert other.read_bytes() == before
+    with pytest.raises(StoreError, match="no results database at"):
+        ResultsStore(tmp_path / "missing.db", create=False)
+    assert not (tmp_path / "missing.db").exists()

@@ -88,3 +88,66 @@ def test_report_writes_self_contained_html_and_leaves_the_database_alone(db, tmp
 def test_dashboard_help_names_the_defaults():
     out = CliRunner().invoke(main, ["dashboard", "--help"])
     assert out.exit_code == 0 and "127.0.0.1" in out.output and "--port" in out.output
+
+
+def test_mark_aborted_refuses_a_database_that_is_not_a_results_store_and_leaves_it_alone(tmp_path):
+    import sqlite3
+
+    other, empty = tmp_path / "other.db", tmp_path / "empty.db"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    empty.write_bytes(b"")
+    for path in (other, empty):
+        before = path.read_bytes()
+        out = CliRunner().invoke(main, ["results", "--db", str(path), "--mark-aborted"])
+        assert out.exit_code == 1 and out.output == f"error: {path} is not a Cuvil results database\n", out.output
+        assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "other.db"]
+
+
+def test_report_refuses_a_fifo_as_output_without_blocking(db, tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "r.html"
+    os.mkfifo(fifo)
+    result = []
+    worker = threading.Thread(target=lambda: result.append(
+        CliRunner().invoke(main, ["report", "--db", str(db), "--run", "1", "-o", str(fifo)])), daemon=True)
+    worker.start()
+    worker.join(20)
+    if worker.is_alive():  # the old in-place write blocked in open(): drain it as a reader would, then fail
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        while worker.is_alive():
+            try:
+                os.read(fd, 1 << 16)
+            except BlockingIOError:
+                worker.join(0.1)
+        os.close(fd)
+    assert result and result[0].exit_code == 1 and "not a regular file" in result[0].output, result[0].output
+
+
+def test_report_that_cannot_be_written_whole_leaves_the_old_file_as_it_was(db, tmp_path):
+    """A file-size limit stands in for a full disk: the old report was truncated and a partial page left."""
+    import resource
+    import signal
+
+    from cuvil.coordinator.report import write_html
+    from cuvil.coordinator.store import ResultsStore
+
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "r.html"
+    out.write_text("the previous report")
+    store = ResultsStore.open_read_only(db)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limits[1]))
+    try:
+        with pytest.raises(OSError):
+            write_html(store, 1, out)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+        store.close()
+    assert out.read_text() == "the previous report" and [p.name for p in out.parent.iterdir()] == ["r.html"]
