@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -48,6 +47,7 @@ from typing import Any
 
 from ..compiler.errors import CuvilError
 from .device_text import cut_reason
+from .run_owner import STALE_AFTER_S, owner_gone, this_process
 from .training_store import TRAINING_SCHEMA, TrainingRecords
 
 SCHEMA = """
@@ -93,7 +93,6 @@ ADDED_COLUMNS = {  # columns added after the first schema: ALTER TABLE'd into ol
 RUN_COLUMNS = {"id", "started_at", "finished_at", "status", "config"}  # what tells a results database
 RUN_STATUSES = ("running", "finished", "aborted")
 FAILURE_KINDS = ("failure", "timeout", "refused", "budget_exhausted")
-STALE_AFTER_S = 60.0  # a running run whose owner has not written for this long is gone
 
 
 class StoreError(CuvilError):
@@ -111,35 +110,6 @@ class DeviceRecord:
     isa: str = ""  # architecture / vector width, e.g. x86_64/512-bit
     threads: int = 0
     held_bundles: tuple[str, ...] = ()  # content hashes
-
-
-def this_process() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def owner_gone(owner: str, heartbeat_at: float | None, now: float, stale_after: float = STALE_AFTER_S) -> bool:
-    """A run's owner is gone if it is a dead process on this host, or silent for ``stale_after`` seconds."""
-    host, _, pid = owner.rpartition(":")
-    if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
-        return True
-    return heartbeat_at is None or now - heartbeat_at > stale_after
-
-
-def _alive(pid: int) -> bool:
-    """A process exists and is not a zombie (a killed ServerApp stays a zombie until its parent reaps it)."""
-    if Path("/proc/self/stat").exists():
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        return stat[stat.rindex(")") + 2] not in "ZX"
-    try:  # no /proc here: ask the kernel
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 class ResultsStore(TrainingRecords):
