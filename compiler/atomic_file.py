@@ -32,6 +32,8 @@ def create_beside(path: str | os.PathLike, mode: int, attempts: int = 16) -> tup
             return os.open(tmp, _FLAGS, mode), tmp
         except FileExistsError:
             continue
+        except FileNotFoundError:  # named by the file asked for, not the temporary one
+            raise FileNotFoundError(errno.ENOENT, "no such folder for", str(path)) from None
     raise FileExistsError(f"no free temporary name beside {path}")
 
 

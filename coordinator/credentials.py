@@ -55,7 +55,8 @@ def parse_san(text: str) -> x509.GeneralName:
     except ValueError:
         pass
     labels = text[2:].split(".") if text.startswith("*.") else text.split(".")
-    if not text or len(text) > 253 or not all(_DNS_LABEL.fullmatch(label) for label in labels):
+    numeric = labels[-1].isdigit()  # an all-numeric last label is a mistyped address (999.1.1.1), not a name
+    if not text or len(text) > 253 or numeric or not all(_DNS_LABEL.fullmatch(label) for label in labels):
         raise CredentialsError(f"SAN {text[:80]!r} is neither an IP address nor a DNS name")
     return x509.DNSName(text)
 

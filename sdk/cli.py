@@ -228,6 +228,8 @@ def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None,
         raise click.UsageError("give exactly one of --input X.npy or --inputs IN.npz")
     if reference and device:
         raise click.UsageError("--reference and --device exclude each other")
+    if sve_bits is not None and device is None:
+        raise click.UsageError("--sve-bits is for --device (an emulated SVE device)")
     model = api.load(path, trust or None, lazy=True)  # a cache hit never reads the weights
     inputs = api.read_inputs(model, npy, npz)
     if reference:

@@ -84,3 +84,11 @@ def test_files_written_together_stay_as_they_were_when_one_cannot_be(tmp_path):
     atomic_file.write_all([(key, b"new private", 0o600), (pub, b"new public", 0o644)])
     assert key.read_bytes() == b"new private" and pub.read_bytes() == b"new public"
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
+
+
+def test_a_missing_folder_is_named_by_the_file_asked_for(tmp_path):
+    """import -o nodir/x.cuvil said 'No such file or directory: nodir/.x.cuvil.<hex>.tmp'."""
+    with pytest.raises(FileNotFoundError) as e:
+        with atomic_write(tmp_path / "nodir" / "x.cuvil") as f:
+            f.write(b"x")
+    assert e.value.filename == str(tmp_path / "nodir" / "x.cuvil") and ".tmp" not in str(e.value)

@@ -42,7 +42,8 @@ def test_existing_files_are_kept_unless_forced(tmp_path):
     assert make_certificates(tmp_path, ["localhost"], force=True).ca_key.read_bytes() != before
 
 
-@pytest.mark.parametrize("bad", ["has space", "-lead.example", "a..b", "x" * 300, "", "in/valid", "ünïcode.example"])
+@pytest.mark.parametrize("bad", ["has space", "-lead.example", "a..b", "x" * 300, "", "in/valid", "ünïcode.example",
+                                 "999.1.1.1", "10.0.0.256", "1.2.3"])  # mistyped addresses were taken as names
 def test_a_san_that_is_no_host_name_or_address_is_refused(bad):
     with pytest.raises(CredentialsError, match="neither an IP address nor a DNS name"):
         parse_san(bad)

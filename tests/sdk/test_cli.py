@@ -97,6 +97,7 @@ def test_usage_errors_exit_2(setup, cli):
     _, bundle, pub = setup
     assert cli("run", bundle, "--trust", pub, ok=False).exit_code == 2  # neither --input nor --inputs
     assert cli("frobnicate", ok=False).exit_code == 2
+    assert cli("run", bundle, "--trust", pub, "--input", bundle, "--sve-bits", "128", ok=False).exit_code == 2  # ignored
     bad_batch = cli("compile", bundle, "--trust", pub, "--target", "host", "--batch", "-1", ok=False)
     assert bad_batch.exit_code == 2 and "Traceback" not in bad_batch.output  # was a 52-line ValueError
 
