@@ -405,8 +405,5 @@ ARCHS: dict[str, Callable[..., Built]] = {f.__name__: f for f in (
 
 # name -> the ATen op the torch frontend's import error names
 UNSUPPORTED: dict[str, str] = {
-    "unet": "transposed convolution",
-    "unet_nearest": "upsample_nearest2d",
     "alexnet_lrn": "avg_pool3d",  # torch exports LocalResponseNorm as If (on static shapes) + 3-D pooling
-    "groupnorm_cnn": "native_group_norm",
 }

@@ -75,6 +75,13 @@ def test_recurrent_compiles_through_torch_frontend_and_matches_ort(name):
     assert_matches_ort(case, case.compiled(cuvil.import_model(case.model, case.torch_inputs())))
 
 
+@pytest.mark.parametrize("name", ["unet", "unet_nearest", "groupnorm_cnn"])
+def test_transposed_convs_upsampling_and_group_norm_import_through_torch_and_match_ort(name):
+    """Refused by the torch frontend until it took transposed convolution, upsampling and group norm."""
+    case = Case(name)
+    assert_matches_ort(case, case.compiled(cuvil.import_model(case.model, case.torch_inputs())))
+
+
 @pytest.mark.parametrize("name", UNSUPPORTED)
 def test_unsupported_torch_op_is_named(name):
     model, example = ARCHS[name]()
