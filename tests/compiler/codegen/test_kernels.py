@@ -7,7 +7,6 @@ constants (the packed path) and as inputs.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -91,27 +90,6 @@ def test_gelu_tanh_and_wide_ranges():
     run_op("Log", [np.array([1e-30, 1e-5, 0.5, 1.0, 2.0, 1e5, 3e38], F32)])
 
 
-def test_log_of_subnormals():
-    """The exponent of a subnormal float is not its bit field: log(1e-40) gave -88.02 (log of 2^-126
-    and so on), where underflowed probabilities (log of a softmax) land."""
-    x = np.array([1e-40, 1e-38, 2.0**-149, 2.0**-127, 2.0**-126], F32)
-    got = next(iter(run_op("Log", [x]).run({"x0": x}).values()))
-    want = np.array([math.log(float(v)) for v in x], F32)
-    np.testing.assert_allclose(got, want, rtol=2e-7)
-
-
-@pytest.mark.parametrize("dtype", [F32, np.float16])
-def test_tanh_saturates_at_one(dtype):
-    """tanh is exactly +-1 where float rounds it there (the approximation stopped at 1 - 2^-22), so
-    Gelu's x (1 + tanh) is -0 for large negative x (it gave -1.2e-3 at -1e4) and NaN at -inf."""
-    x = np.array([9.0, -9.0, 100.0, -1e4, np.inf, -np.inf], dtype)
-    tanh = next(iter(run_op("Tanh", [x]).run({"x0": x}).values()))
-    np.testing.assert_array_equal(tanh, np.array([1, -1, 1, -1, 1, -1], dtype))
-    neg = np.array([-100.0, -1e4, -np.inf], dtype)
-    gelu = next(iter(run_op("Gelu", [neg], approximate="tanh").run({"x0": neg}).values()))
-    np.testing.assert_array_equal(gelu, np.array([-0.0, -0.0, np.nan], dtype))
-
-
 @pytest.mark.parametrize("dtype", [I32, I64])
 @pytest.mark.parametrize("op", ["Relu", "Neg", "Abs", "Identity"])
 def test_unary_int(op, dtype):
@@ -134,18 +112,6 @@ def test_pow():
     for e in (2.0, 0.5, 3.0, -1.0, 1.7):
         run_op("Pow", [rnd(3, 37, lo=0.1, hi=3)], consts=[np.array(e, F32)])
     run_op("Pow", [np.array([-2.0, -2.0, -3.0, 0.0, 0.0, 2.0], F32), np.array([2.0, 3.0, 0.0, 2.0, 0.0, -1.0], F32)])
-
-
-@pytest.mark.parametrize("dtype", [F32, np.float16])
-def test_pow_of_a_signed_zero_follows_c(dtype):
-    """An odd integer power keeps zero's sign (C99's pow, NumPy, ONNX Runtime): (-0) ** -3 gave +inf."""
-    x = np.array([-0.0, -0.0, -0.0, -0.0, -0.0, -0.0, 0.0, 0.0], dtype)
-    y = np.array([-3.0, -1.0, 3.0, 5.0, 2.0, -2.0, -3.0, 3.0], dtype)
-    want = np.array([-np.inf, -np.inf, -0.0, -0.0, 0.0, np.inf, np.inf, 0.0], dtype)
-    sess = run_op("Pow", [x, y])
-    got = next(iter(sess.run({"x0": x, "x1": y}).values()))
-    np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
 @pytest.mark.parametrize("op", ["Sum", "Max", "Min"])
@@ -285,23 +251,6 @@ def test_reduce(op, axes, keepdims):
     run_op(op, [rnd(2, 3, 5, 37)], axes=axes, keepdims=keepdims)
 
 
-@pytest.mark.parametrize("op, attrs, shape, summed", [
-    ("ReduceSum", dict(axes=(0,)), (5000, 2), 5000),
-    ("ReduceSum", dict(axes=(1,)), (2, 5000, 3), 5000),
-    ("ReduceMean", dict(axes=(0,)), (5000, 3), None),
-    ("GlobalAveragePool", {}, (1, 2, 80, 80), None),
-    ("AveragePool", dict(kernel_shape=(64, 64), strides=(64, 64), pads=(0, 0, 0, 0)), (1, 1, 64, 64), None)])
-@pytest.mark.parametrize("value", [1.0, 1.1])
-def test_half_sums_accumulate_in_f32(op, attrs, shape, summed, value):
-    """In f16 5,000 ones summed to 2,048 (2,048 + 1 rounds back) and a mean of 1.1 came out 0.82:
-    f16 sums and average pools accumulate in f32 and round once, as the reference (``summed``: the
-    elements of each sum; None: a mean, which is the value itself)."""
-    x = np.full(shape, value, np.float16)
-    got = next(iter(run_op(op, [x], **attrs).run({"x0": x}).values()))
-    exact = float(np.float16(value)) * (summed or 1)
-    np.testing.assert_array_equal(got, np.full(got.shape, exact, np.float16))
-
-
 @pytest.mark.parametrize("dtype", [I32, I64])
 def test_reduce_int(dtype):
     run_op("ReduceSum", [rnd(3, 19, dtype=dtype)], axes=(1,))
@@ -312,18 +261,6 @@ def test_reduce_int(dtype):
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 def test_softmax(op, axis):
     run_op(op, [rnd(3, 5, 37, lo=-20, hi=20)], axis=axis)
-
-
-@pytest.mark.parametrize("dtype", [F32, np.float16])
-def test_log_softmax_of_large_values_keeps_the_log(dtype):
-    """(x - max) - log(sum), not x - (max + log(sum)), which rounded log(sum) away next to a large max
-    ([1e30, 1e30, -1e30] gave 0 for -log 2; f16 [1000, 1001, 999] gave -1.5 for -1.408)."""
-    rows = [[1000.0, 1001.0, 999.0], [100.0, 100.5, 99.0]] if dtype == np.float16 else \
-        [[1e30, 1e30, -1e30], [30000.0, 30000.0, 30000.0]]
-    x = np.array(rows, dtype)
-    want = np.array([[v - max(r) - math.log(sum(math.exp(u - max(r)) for u in r)) for v in r] for r in rows], dtype)
-    sess = run_op("LogSoftmax", [x], axis=-1)
-    np.testing.assert_array_equal(next(iter(sess.run({"x0": x}).values())), want)
 
 
 # ------------------------------------------------------------------------------ normalisation ---
