@@ -56,8 +56,7 @@ def atomic_write(path: str | os.PathLike, mode: int = 0o666) -> Iterator[BinaryI
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
-        check_replaceable(path)
-        os.replace(tmp, path)
+        _publish([(tmp, path)])
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -75,11 +74,17 @@ def write_all(files: Sequence[tuple[str | os.PathLike, bytes, int]]) -> None:
             staged.append((tmp, path))
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-        for _, path in staged:
-            check_replaceable(path)
-        for tmp, path in staged:
-            os.replace(tmp, path)
+        _publish(staged)
     except BaseException:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
         raise
+
+
+def _publish(staged: Sequence[tuple[Path, str | os.PathLike]]) -> None:
+    """Each written temporary over its target, every target checked again first (one may have been
+    replaced by something else while the data was written)."""
+    for _, path in staged:
+        check_replaceable(path)
+    for tmp, path in staged:
+        os.replace(tmp, path)

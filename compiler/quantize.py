@@ -77,10 +77,10 @@ def _batches(graph: Graph, calibration, what: str = "calibration") -> list[dict[
             raise QuantizationError(f"each {what} item must map exactly the inputs {list(graph.inputs)}")
         for name, value in item.items():
             v = np.asarray(value)
-            if v.dtype.kind == "f" and not np.isfinite(v).all():
-                raise QuantizationError(f"{what} input {name!r} holds NaN or infinite values "
-                                        f"({int(np.size(v) - np.isfinite(v).sum())} of {v.size}): int8 ranges "
-                                        f"cannot be chosen from them")
+            bad = int(v.size - np.isfinite(v).sum()) if v.dtype.kind == "f" else 0
+            if bad:
+                raise QuantizationError(f"{what} input {name!r} holds NaN or infinite values ({bad} of {v.size}): "
+                                        f"int8 ranges cannot be chosen from them")
         n = len(next(iter(item.values())))
         for start in range(0, n - n % step if first.is_static else n, step):
             feeds.append({k: np.asarray(v)[start:start + step] for k, v in item.items()})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..compiler.atomic_file import atomic_write
 from ..compiler.bundle import Lineage
 from ..edge_runtime.training import DpSgdConfig
 from .device_train import config_keys
@@ -35,15 +36,18 @@ def fine_tune(coord: Coordinator, start: BundleRef, first_number: int, rounds: i
     if not key_path:
         raise FineTuningError("fine-tuning signs its result: set run config 'signing-key'")
     current, contributors, epsilon, delta = start, set(), 0.0, 0.0
+    asks = config_keys(dp)
+    bounds = UpdateBounds.of_request(asks)
     for r in range(1, rounds + 1):
         coord.refresh()
         asked = trainers(coord)
         if not asked:
             raise FineTuningError("no device in the fleet can train (torch, opacus and memory; budget left)")
         number = first_number + r - 1
-        coord.evaluate_round(current, number, "train", asked, message="train", extra=config_keys(dp))
+        coord.evaluate_round(current, number, "train", asked, message="train", extra=asks)
         stored = coord.store.updates(coord.store.find_round(coord.run_id, number, "train")["id"], with_arrays=True)
-        updates = _usable(coord, number, stored, current.graph(), UpdateBounds.of_request(config_keys(dp)))
+        graph = current.graph()
+        updates = _usable(coord, number, stored, graph, bounds)
         average = fedavg(number, updates)
         contributors |= {u["device_id"] for u in updates}
         epsilon = max([epsilon, *(u["epsilon_spent"] for u in updates)])
@@ -51,11 +55,12 @@ def fine_tune(coord: Coordinator, start: BundleRef, first_number: int, rounds: i
         final = r == rounds
         version = next_version(start.version) + ("" if final else f"-round{r}")
         lineage = Lineage(start.content_hash, start.version, r, len(contributors), f"{epsilon:.4f}", f"{delta:g}")
-        current = mint_version(apply_update(current.graph(), average), start.name, version, lineage, key_path)
+        current = mint_version(apply_update(graph, average), start.name, version, lineage, key_path)
         path = ""
         if final:
             out = out_dir / f"{start.name}-v{version}.cuvil"
-            out.write_bytes(current.data)
+            with atomic_write(out) as f:
+                f.write(current.data)
             path = str(out)
         coord.store.add_version(current.content_hash, start.name, version, start.content_hash, coord.run_id, r,
                                 len(contributors), epsilon, delta, lineage.method, path)

@@ -54,9 +54,8 @@ def check_batch(graph: Graph, batch: int) -> None:
     """CuvilError where ``batch`` is not 1 and no input of ``graph`` has a batch dimension: it would be
     ignored (``cuvil bench --batch 4`` timed batch 1 and printed "batch 4")."""
     if batch != 1 and not any(isinstance(d, Batch) for i in graph.inputs for d in graph.types[i].shape):
-        first = graph.inputs[0] if graph.inputs else "-"
-        raise CuvilError(f"the model's batch is fixed (input {first}: {graph.types[first] if graph.inputs else '-'}); "
-                         f"a batch of {batch} applies only to a model imported with a symbolic batch")
+        raise CuvilError(f"the model's batch is fixed (no input has a batch dimension): a batch of {batch} "
+                         f"applies only to a model imported with a symbolic batch")
 
 
 def run_native(model: Graph | Model, inputs: Mapping[str, np.ndarray], cache_dir: PathLike | None = None,

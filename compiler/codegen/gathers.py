@@ -12,6 +12,7 @@ at compile time (Resize's indices and weights) are internal constant globals of 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -208,22 +209,14 @@ def resize(a: Mapping, ins: Sequence[TensorType], outs: Sequence[TensorType]) ->
                                            ir.Constant(h.I8, 0)))
         if gather:
             v = h.load(b, ptrs[0], b.add(base, _sum(b, [p[0][0] for p in per_axis])))
-        elif dtype.is_float:
-            acc = h.const(acc_ty, 0.0)
-            for combo in itertools.product(*per_axis):
-                w = combo[0][1]
-                for _, wk in combo[1:]:
-                    w = b.fmul(w, wk)
-                x = float_convert(b, h.load(b, ptrs[0], b.add(base, _sum(b, [c[0] for c in combo]))), acc_ty)
-                acc = h.call_intrinsic(b, "llvm.fma", x, w, acc)
-            v = float_convert(b, acc, ty)
         else:
-            v = ir.Constant(ty, 0)
+            acc = h.const(acc_ty, 0.0) if dtype.is_float else ir.Constant(ty, 0)
             for combo in itertools.product(*per_axis):
-                w = combo[0][1]
-                for _, wk in combo[1:]:
-                    w = b.mul(w, wk)
-                v = b.add(v, b.mul(h.load(b, ptrs[0], b.add(base, _sum(b, [c[0] for c in combo]))), w))
+                w = functools.reduce(b.fmul if dtype.is_float else b.mul, [wk for _, wk in combo])
+                x = h.load(b, ptrs[0], b.add(base, _sum(b, [c[0] for c in combo])))
+                acc = h.call_intrinsic(b, "llvm.fma", float_convert(b, x, acc_ty), w, acc) if dtype.is_float \
+                    else b.add(acc, b.mul(x, w))
+            v = float_convert(b, acc, ty) if dtype.is_float else acc
         if outside:
             v = b.select(_any(b, out), fill, v)
         return v
