@@ -5,7 +5,7 @@ the tuner's candidates, kernel texts) for the process to reuse, and a cold compi
 needs come from mappings of their own (the packed weights' block, the session's arena), which
 reuse none of them: each added its size to the peak on top of what was freed. Given back as the
 lowering frees each weight and before the arena is made, LSTM KWS's cold peak went 66 -> 61.5 MiB
-and ASPP's 75.5 -> 70 (2026-12-05, 2 threads, docs/performance.md). Each call takes 0.03-0.5 ms.
+and ASPP's 75.5 -> 70 (2026-12-05, 2 threads, docs/performance-log.md). Each call takes 0.03-0.5 ms.
 """
 
 from __future__ import annotations

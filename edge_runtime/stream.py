@@ -353,7 +353,7 @@ class KernelStream:
         they would keep the others busy ``TAIL_MIN_S`` or longer (at this stream's own LLVM seconds per byte
         so far) and a CPU is left for it. It starts in ~0.12 s, and, started only now, it never competes
         with the lowering or the tuner's timings: two helpers from the start slowed ResNet-18's lowering
-        more than they saved (docs/performance.md). Objects do not depend on who compiles them."""
+        more than they saved (docs/performance-log.md). Objects do not depend on who compiles them."""
         with self.cv:
             queued = sum(self.sizes[i] for i in self.todo)
             done = [i for i, r in enumerate(self.results) if r is not None and self.seconds[i]]  # compiled, not reused
