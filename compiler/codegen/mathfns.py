@@ -196,8 +196,10 @@ def pow_(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
             return b.fmul(x, x)
         if v == 1.0:
             return x
-        if v == 0.5:
-            return call_intrinsic(b, "llvm.sqrt", x)
+        if v == 0.5:  # C's pow, not sqrt, at the edges (as ONNX Runtime): (-0) ** 0.5 is +0, (-inf) ** 0.5 +inf
+            root = call_intrinsic(b, "llvm.sqrt", x)
+            root = b.select(b.fcmp_ordered("==", x, fconst(x, 0.0)), fconst(x, 0.0), root)
+            return b.select(b.fcmp_ordered("==", x, fconst(x, float("-inf"))), fconst(x, float("inf")), root)
         if v == 3.0:
             return b.fmul(b.fmul(x, x), x)
         if v == -1.0:

@@ -81,7 +81,7 @@ register(
         binary("Sub", np.subtract, fusable=True, **ONNX),
         binary("Mul", np.multiply, fusable=True, **ONNX),
         binary("Div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _int_div(x, y), fusable=True, **ONNX),
-        binary("Pow", lambda x, y: np.power(x, y) if x.dtype.kind == "f" else _int_pow(x, y), fusable=True),
+        binary("Pow", lambda x, y: _float_pow(x, y) if x.dtype.kind == "f" else _int_pow(x, y), fusable=True),
         binary("Sum", np.add, variadic=True, **ONNX),
         binary("Max", np.maximum, variadic=True, fusable=True, **ONNX),
         binary("Min", np.minimum, variadic=True, fusable=True, **ONNX),
@@ -97,6 +97,17 @@ def _int_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     which loses i64 values above 2**53)."""
     q = np.floor_divide(x, y)
     return (q + ((np.remainder(x, y) != 0) & ((x < 0) != (y < 0)))).astype(x.dtype)
+
+
+def _float_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """C's pow, as ONNX Runtime: NumPy takes ``x ** 0.5`` as sqrt, which gives -0 for -0 and NaN for -inf."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        r = np.power(x, y)
+    half = y == 0.5
+    if np.any(half):
+        r = np.where(half & (x == 0), np.zeros_like(r), r)
+        r = np.where(half & np.isneginf(x), np.full_like(r, np.inf), r)
+    return r
 
 
 def _int_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:

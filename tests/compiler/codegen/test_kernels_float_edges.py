@@ -41,6 +41,16 @@ def test_pow_of_a_signed_zero_follows_c(dtype):
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
+@pytest.mark.parametrize("dtype", [F32, np.float16])
+def test_pow_of_a_constant_half_is_c_pow_not_sqrt(dtype):
+    """x ** 0.5 at the edges is C's pow, as ONNX Runtime gives: +0 for -0 and +inf for -inf (sqrt,
+    which the constant exponent is lowered to, and NumPy's power gave -0 and NaN)."""
+    x = np.array([-0.0, -np.inf, 0.0, 4.0, np.inf, -1.0], dtype)
+    want = np.array([0.0, np.inf, 0.0, 2.0, np.inf, np.nan], dtype)
+    got = next(iter(run_op("Pow", [x], [np.array(0.5, dtype)]).run({"x0": x}).values()))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got[:5]), np.signbit(want[:5]))
+
 @pytest.mark.parametrize("op, attrs, shape, summed", [
     ("ReduceSum", dict(axes=(0,)), (5000, 2), 5000),
     ("ReduceSum", dict(axes=(1,)), (2, 5000, 3), 5000),
