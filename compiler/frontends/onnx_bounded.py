@@ -15,12 +15,16 @@ from .onnx_ops import translates
 
 @translates(NonMaxSuppression=(10, 11))
 def _non_max_suppression(ctx: NodeCtx) -> list:
-    """Absent inputs take ONNX's defaults: no boxes kept, IoU threshold 0, no score threshold."""
+    """Absent inputs take ONNX's defaults: no boxes kept, IoU threshold 0, no score threshold. A constant IoU
+    threshold outside ONNX's range [0, 1] is refused, as ONNX Runtime refuses it when it runs."""
     limit = int(ctx.scalar(2, 0))  # ONNX's reference clamps a negative limit to 0
     cpb = ctx.attr("center_point_box", 0)
     if cpb not in (0, 1):
         raise OnnxImportError(f"node {ctx.name!r} (NonMaxSuppression): center_point_box must be 0 or 1, not {cpb}")
     iou = ctx.x(3) if ctx.has(3) else ctx.constant(np.zeros(1, np.float32), f"{ctx.name}/iou_threshold")
+    known = ctx.b.value_of(iou)
+    if known is not None and not (known.size == 1 and 0.0 <= float(known.reshape(-1)[0]) <= 1.0):
+        raise OnnxImportError(f"node {ctx.name!r} (NonMaxSuppression): iou_threshold must be one value in [0, 1]")
     inputs = [ctx.x(0), ctx.x(1), iou] + ([ctx.x(4)] if ctx.has(4) else [])
     return [ctx.emit("NonMaxSuppression", inputs, center_point_box=cpb, max_output_boxes_per_class=max(limit, 0))]
 

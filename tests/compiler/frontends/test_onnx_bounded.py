@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 from cuvil.compiler import run_reference
 from cuvil.compiler.errors import UnsupportedModelError
 from cuvil.compiler.frontends.onnx import import_onnx
+from cuvil.compiler.frontends.onnx_node import OnnxImportError
 from cuvil.edge_runtime.compile import compile_graph
 
 from .test_onnx_frontend import make_model, run_ort
@@ -60,3 +61,13 @@ def test_a_node_that_reads_a_bounded_result_is_unsupported_naming_it():
     with pytest.raises(UnsupportedModelError, match="length is known only at run time") as info:
         import_onnx(make_model(nodes, {"x": (F, [3, 4])}, ["y"], {}, opset=13))
     assert "Cast" in str(info.value)
+
+
+@pytest.mark.parametrize("iou", [1.5, -0.5, float("nan")])
+def test_a_constant_iou_threshold_outside_zero_one_is_refused(iou):
+    """ONNX gives the IoU threshold the range [0, 1], and ONNX Runtime fails the run outside it; a
+    constant one is refused at import rather than compiled into a model that selects differently."""
+    nodes = [helper.make_node("NonMaxSuppression", ["boxes", "scores", "limit", "iou"], ["sel"])]
+    inits = {"limit": np.array([2], np.int64), "iou": np.array([iou], np.float32)}
+    with pytest.raises(OnnxImportError, match=r"iou_threshold must be one value in \[0, 1\]"):
+        import_onnx(make_model(nodes, {"boxes": (F, [1, 3, 4]), "scores": (F, [1, 1, 3])}, ["sel"], inits, opset=13))
