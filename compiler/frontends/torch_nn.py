@@ -10,6 +10,8 @@ import math
 import numpy as np
 
 from ..ir.dtypes import DType
+from ..ops.registry import get_op
+from ..ops.resample import resize_taps
 from . import norm_compose
 from .builder import Unsupported
 from .torch_ops import Translator, op, pair
@@ -203,9 +205,32 @@ def _upsample(c, a):
     mode, nearest = UPSAMPLE[c.node.target.__name__.split(".")[0]]
     coords = "align_corners" if a.get("align_corners") else "asymmetric" if nearest == "floor" else "half_pixel"
     shape, out = c.shape(x), c.out_shape
-    factors = a.get("scale_factors") or [a.get(k) for k in _SCALE_KEYS.get(len(shape) - 2, ())]
+    given = a.get("scale_factors") or [a.get(k) for k in _SCALE_KEYS.get(len(shape) - 2, ())]
+    factors = given
     if a.get("align_corners") or not factors or any(f is None for f in factors):
         factors = [o / n for o, n in zip(out[2:], shape[2:])]
     extra = {"nearest_mode": nearest} if nearest else {"cubic_coeff_a": -0.75} if mode == "cubic" else {}
-    return c.op("Resize", [x], sizes=list(out), scales=[1.0, 1.0, *map(float, factors)], mode=mode,
-                coordinate_transformation_mode=coords, **extra)
+    attrs = dict(sizes=list(out), scales=[1.0, 1.0, *map(float, factors)], mode=mode,
+                 coordinate_transformation_mode=coords, **extra)
+    if nearest:  # Resize's f64 o / scale can floor elsewhere than ATen's f32 o * (1 / scale): then gathers
+        picks = [_aten_nearest(n, o, f, nearest != "floor") for n, o, f in zip(shape[2:], out[2:], given or [None] * 3)]
+        full = get_op("Resize").normalize_attrs(attrs)
+        taps = [resize_taps(full, 2 + k, n) for k, n in enumerate(shape[2:])]
+        if any(not np.array_equal(p, np.arange(len(p)) if t is None else t.index[:, 0]) for p, t in zip(picks, taps)):
+            for k, pick in enumerate(picks):
+                if not np.array_equal(pick, np.arange(len(pick))):
+                    x = c.op("Gather", [x, c.b.constant(pick, hint=f"{c.node.name}_pick{k}", dtype=DType.I64)], axis=2 + k)
+            return x
+    return c.op("Resize", [x], **attrs)
+
+
+def _aten_nearest(n_in: int, n_out: int, factor: float | None, exact: bool) -> np.ndarray:
+    """The input index ATen's nearest (``exact``: nearest-exact) upsampling reads for each output index:
+    floorf((o [+ 0.5]) * scale) in f32, where scale is f32(1 / factor) for a given factor, else f32(n_in) / n_out."""
+    if n_out == n_in:
+        return np.arange(n_out)
+    if n_out == 2 * n_in and not exact:
+        return np.arange(n_out) >> 1
+    scale = np.float32(1.0 / factor) if factor else np.float32(n_in) / np.float32(n_out)
+    o = np.arange(n_out, dtype=np.float32) + np.float32(0.5 if exact else 0.0)
+    return np.minimum(np.floor(o * scale).astype(np.int64), n_in - 1)

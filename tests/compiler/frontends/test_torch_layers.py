@@ -32,6 +32,9 @@ CASES = {
     "upsample_nearest": (lambda m, x: (F.interpolate(x, scale_factor=2), F.interpolate(x, size=(7, 13)),
                                        F.interpolate(x, scale_factor=(3, 1.5)), m.up(x)), (X,), ("Resize",),
                          dict(up=nn.Upsample(scale_factor=2, mode="nearest"))),
+    "upsample_nearest_fractional": (lambda m, x: (F.interpolate(x, scale_factor=(2.8, 2.2)),
+                                                  F.interpolate(x, scale_factor=(1.1, 2.11), mode="nearest-exact")),
+                                    (r(1, 2, 16, 20),), ("Gather",), {}),  # ATen's f32 index steps, not Resize's
     "upsample_nearest_exact": (lambda m, x: (F.interpolate(x, scale_factor=2, mode="nearest-exact"),
                                              F.interpolate(x, size=(3, 9), mode="nearest-exact")), (X,), ("Resize",), {}),
     "upsample_bilinear": (lambda m, x: (F.interpolate(x, scale_factor=2, mode="bilinear"),
