@@ -64,11 +64,13 @@ def train(state: DeviceState, model: Model, request: TrainRequest) -> tuple[dict
     can = state.training_capability()
     if not can.can_train:
         raise TrainingError(f"this device does not fine-tune: {can.reason}")
-    from ..edge_runtime.training.dpsgd import fine_tune
+    from ..edge_runtime.training.dpsgd import fine_tune, prepare
+
+    x, y = state.dataset()
+    module = prepare(model.graph, x.shape[1:])  # the model and the records' shape: refused before any charge
 
     def run():
-        x, y = state.dataset()
-        return fine_tune(model.graph, x, y, request.dp)
+        return fine_tune(model.graph, x, y, request.dp, module=module)
 
     ledger = state.ledger()
     try:

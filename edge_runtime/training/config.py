@@ -35,17 +35,25 @@ class DpSgdConfig:
     learning_rate: float = 0.5  # plain SGD
     batch_size: int = 16  # the averaging denominator (public; about sample_rate x the examples of a device)
     update_clip: float = 5.0  # L2 bound on the update a device returns (post-processing)
-    max_examples: int = 512  # at most this many local examples take part, as in evaluation
+    max_examples: int = 512  # a round works as if on this many examples (padding); every local example takes part
     train_layers: int = 0  # train only the last this-many weight layers (0: all of them)
 
     def __post_init__(self) -> None:
         for f in fields(self):
             integer, low, high, open_low = RANGES[f.name]
             value = getattr(self, f.name)
-            ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) \
+            ok = not isinstance(value, bool) and isinstance(value, (int, float)) and _finite(value) \
                 and (value == int(value) if integer else True) and (low < value if open_low else low <= value) \
                 and value <= high
             if not ok:
                 raise TrainingError(f"training parameter {f.name} must be {'an integer' if integer else 'a number'} "
                                     f"in {'(' if open_low else '['}{low:g}, {high:g}]")
             object.__setattr__(self, f.name, int(value) if integer else float(value))
+
+
+def _finite(value: int | float) -> bool:
+    """math.isfinite, with an int too large for a float (10**400) as not finite rather than OverflowError."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

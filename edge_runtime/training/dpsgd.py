@@ -12,6 +12,14 @@ probability ``sample_rate``). Two things differ from ``PrivacyEngine.make_privat
   ``secure_mode`` needs ``torchcsprng``, which is not installable here).
 
 With equal inputs and seeds, the update equals what ``make_private`` produces (a test checks it).
+
+Nothing the coordinator sees may depend on the examples beyond the noised release, so: the model and
+the records' shape are checked (:func:`prepare`) before the round is charged; the examples are padded
+with rows that take part in the sampling but whose gradients are zeroed, up to ``max_examples``, so a
+step's work does not tell how many there are (beyond ``max_examples`` every example takes part, none
+is dropped: dropping would make a neighbouring dataset differ by a replaced example, which the
+add-or-remove accounting does not cover); and an example whose gradient is not finite contributes a
+zero gradient, as a padding row does, instead of turning the whole update into an error reply.
 The returned update (new weights minus the sent ones) is then clipped to ``update_clip`` in L2 norm:
 post-processing, so it costs no privacy, and it bounds what one device can move the average.
 
@@ -81,47 +89,61 @@ def warm_up() -> None:
         model.remove_hooks()
 
 
+def prepare(graph: Graph, record_shape: Sequence[int]):
+    """The round's trainable module, or TrainingError: checks that depend on the model and on the shape of
+    the device's records only, never on their number or values, so they run before the round is charged."""
+    from .torch_graph import TorchGraph
+
+    module = TorchGraph(graph)
+    shape = tuple(int(d) for d in graph.types[graph.inputs[0]].shape[1:])
+    if math.prod(int(d) for d in record_shape) != math.prod(shape):
+        raise TrainingError("the local dataset does not match the model's input")
+    return module
+
+
 def fine_tune(graph: Graph, x: np.ndarray, y: np.ndarray, cfg: DpSgdConfig,
-              generators: Sequence | None = None) -> LocalUpdate:
+              generators: Sequence | None = None, module=None) -> LocalUpdate:
     """Run ``cfg.steps`` DP-SGD steps from ``graph``'s weights on (x, y); return the clipped update.
 
-    ``generators``: (sampling, noise) torch generators; only tests pass seeded ones.
+    ``generators``: (sampling, noise) torch generators; only tests pass seeded ones. ``module``: what
+    :func:`prepare` returned for this graph and these records (prepared here when not given).
     """
+    module = module if module is not None else prepare(graph, x.shape[1:])
     with one_thread():
-        return _fine_tune(graph, x, y, cfg, generators)
+        return _fine_tune(module, x, y, cfg, generators)
 
 
-def _fine_tune(graph: Graph, x: np.ndarray, y: np.ndarray, cfg: DpSgdConfig, generators: Sequence | None) -> LocalUpdate:
+def _fine_tune(module, x: np.ndarray, y: np.ndarray, cfg: DpSgdConfig, generators: Sequence | None) -> LocalUpdate:
     import torch
     from opacus import GradSampleModule
     from opacus.data_loader import DPDataLoader
     from opacus.optimizers import DPOptimizer
 
-    from .torch_graph import TorchGraph
-
-    module = TorchGraph(graph).train()
+    module.train()
     module.train_only_last(cfg.train_layers)
     sampling, noise = generators if generators is not None else fresh_generators()
-    n = min(len(x), cfg.max_examples)
+    n, graph = len(x), module.graph
+    rows = max(n, cfg.max_examples)
     shape = tuple(int(d) for d in graph.types[graph.inputs[0]].shape[1:])
-    try:
-        xt = torch.from_numpy(np.ascontiguousarray(x[:n], dtype=np.float32).reshape(n, *shape))
-    except ValueError:
-        raise TrainingError("the local dataset does not match the model's input") from None
-    yt = torch.from_numpy(np.asarray(y[:n], dtype=np.int64))
+    xt, yt = torch.zeros((rows, *shape)), torch.zeros(rows, dtype=torch.int64)
+    xt[:n] = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32).reshape(n, *shape))
+    yt[:n] = torch.from_numpy(np.asarray(y, dtype=np.int64))
+    real = torch.arange(rows) < n
     before = module.weights(trained_only=True)
     model = GradSampleModule(module)
     trained = [p for p in module.parameters() if p.requires_grad]
     optimizer = DPOptimizer(torch.optim.SGD(trained, lr=cfg.learning_rate),
                             noise_multiplier=cfg.noise_multiplier, max_grad_norm=cfg.max_grad_norm,
                             expected_batch_size=cfg.batch_size, generator=noise)
-    loader = DPDataLoader(torch.utils.data.TensorDataset(xt, yt), sample_rate=cfg.sample_rate, generator=sampling)
+    loader = DPDataLoader(torch.utils.data.TensorDataset(xt, yt, real), sample_rate=cfg.sample_rate,
+                          generator=sampling)
     done = 0
     with torch.enable_grad():
         while done < cfg.steps:
-            for xb, yb in loader:
+            for xb, yb, rb in loader:
                 optimizer.zero_grad(set_to_none=True)
                 torch.nn.functional.cross_entropy(model(xb), yb).backward()
+                _zero_unusable(trained, rb)
                 optimizer.step()
                 done += 1
                 if done == cfg.steps:
@@ -130,6 +152,18 @@ def _fine_tune(graph: Graph, x: np.ndarray, y: np.ndarray, cfg: DpSgdConfig, gen
     after = module.weights(trained_only=True)
     delta = {k: after[k] - before[k] for k in before}
     return clip_update(delta, cfg.update_clip, n)
+
+
+def _zero_unusable(params: Sequence, real) -> None:
+    """Zero the per-example gradients of padding rows and of examples whose gradient is not finite, before
+    Opacus clips and sums them: either contributes nothing, and one example's overflow stays its own."""
+    import torch
+
+    keep = real.clone()
+    for p in params:
+        keep &= torch.isfinite(p.grad_sample).reshape(len(keep), -1).all(dim=1)
+    for p in params:
+        p.grad_sample[~keep] = 0.0
 
 
 def clip_update(delta: Mapping[str, np.ndarray], bound: float, examples: int) -> LocalUpdate:

@@ -166,6 +166,7 @@ class TorchGraph(nn.Module):
         super().__init__()
         self.graph = graph
         _check_supported(graph)
+        _check_per_example(graph)
         consts = graph.constants
         self.layers = nn.ModuleDict()
         self.params: dict[str, _Param] = {}  # graph constant name -> where it lives
@@ -256,6 +257,30 @@ def _check_supported(graph: Graph) -> None:
         nodes = ", ".join(name for _, name in bad[:10]) + (" ..." if len(bad) > 10 else "")
         raise TrainingUnsupported(f"ops {ops} (nodes {nodes}) cannot be fine-tuned on a device; "
                                   f"supported: {', '.join(sorted({*FUNCTIONAL, *TRAINABLE}))}")
+
+
+def _check_per_example(graph: Graph) -> None:
+    """Refuse a graph in which one example's output can depend on another's: Opacus clips each row's
+    gradient, which bounds one example's influence only while the rows stay apart. A softmax over the
+    batch axis, or an operand with a batch axis of its own that does not come from the input, would let
+    a coordinator's model single out one record behind a finite ε."""
+    batched = {graph.inputs[0]}
+    for node in graph.nodes:
+        ins = [i for i in node.inputs if i]
+        if not any(i in batched for i in ins):
+            continue
+        batched.update(node.outputs)
+        if node.op in LOGIT_HEADS and node.attr["axis"] % len(graph.types[ins[0]].shape) == 0:
+            raise TrainingUnsupported(f"{node.op} {node.name!r} runs across the batch axis; only per-example "
+                                      "models fine-tune on devices")
+        if node.op in TRAINABLE:
+            continue
+        rank = len(graph.types[node.outputs[0]].shape)
+        mixed = [i for i in ins if i not in batched and len(graph.types[i].shape) == rank
+                 and graph.types[i].shape[0] != 1]
+        if mixed:
+            raise TrainingUnsupported(f"{node.op} {node.name!r}: operand {mixed[0]!r} has a batch axis of its own; "
+                                      "only per-example models fine-tune on devices")
 
 
 def _check_not_shared(graph: Graph, params: Mapping[str, _Param]) -> None:

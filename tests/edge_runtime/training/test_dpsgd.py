@@ -47,7 +47,7 @@ def test_a_round_matches_opacus_make_private_for_the_same_seeds():
     graph = cnn_graph(seed=3)
     x, y = digits_like(200, seed=4)
     cfg = DpSgdConfig(sample_rate=0.1, noise_multiplier=1.1, steps=6, max_grad_norm=0.7, learning_rate=0.3,
-                      batch_size=20, update_clip=1e6)
+                      batch_size=20, update_clip=1e6, max_examples=len(x))  # no padding rows: the same draws
     mine = fine_tune(graph, x, y, cfg, (torch.Generator().manual_seed(11), torch.Generator().manual_seed(12)))
     ref = _opacus_reference(graph, x, y, cfg, (11, 12))
     assert sorted(mine.update) == sorted(ref)
@@ -56,6 +56,46 @@ def test_a_round_matches_opacus_make_private_for_the_same_seeds():
         np.testing.assert_allclose(mine.update[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
     other = fine_tune(graph, x, y, cfg, (torch.Generator().manual_seed(11), torch.Generator().manual_seed(13)))
     assert not np.allclose(other.update["fc.weight"], ref["fc.weight"], atol=1e-4)  # the noise is really there
+
+
+def _seeded(a: int, b: int) -> tuple:
+    import torch
+
+    return torch.Generator().manual_seed(a), torch.Generator().manual_seed(b)
+
+
+def test_an_example_whose_gradient_is_not_finite_counts_as_a_padding_row():
+    """One record that overflows the model must not turn the round into an error reply (a bit about that
+    record outside the noise): its gradient is zeroed as a padding row's, so the update is the same bits
+    as the round without it, whose row is padding then."""
+    graph = cnn_graph(seed=3)
+    x, y = digits_like(10, seed=4)
+    cfg = DpSgdConfig(sample_rate=0.5, steps=4, batch_size=8, max_examples=16, update_clip=1e6)
+    poison = np.concatenate([x, np.full((1, *x.shape[1:]), np.inf, np.float32)])
+    with_it = fine_tune(graph, poison, np.concatenate([y, y[:1]]), cfg, _seeded(5, 6))
+    without = fine_tune(graph, x, y, cfg, _seeded(5, 6))
+    assert with_it.examples == 11 and without.examples == 10
+    for name, value in without.update.items():
+        assert np.isfinite(value).all() and np.abs(value).max() > 0
+        np.testing.assert_array_equal(with_it.update[name], value, err_msg=name)
+
+
+def test_a_device_with_no_examples_releases_noise_not_an_error():
+    graph = cnn_graph(seed=3)
+    x, y = digits_like(4, seed=4)
+    out = fine_tune(graph, x[:0], y[:0], DpSgdConfig(sample_rate=0.5, steps=3, batch_size=4, max_examples=8))
+    assert out.examples == 0 and all(np.isfinite(v).all() and np.abs(v).max() > 0 for v in out.update.values())
+
+
+def test_records_of_another_shape_are_refused_whatever_their_number():
+    """The check reads the records' shape, never their number: an empty dataset of the wrong shape is refused
+    as a full one is (before, reshaping zero records always worked, so the reply told n = 0 from n >= 1)."""
+    from cuvil.edge_runtime.training.dpsgd import prepare
+
+    graph = cnn_graph(seed=3)
+    for n in (0, 3):
+        with pytest.raises(TrainingError, match="does not match the model's input"):
+            prepare(graph, np.zeros((n, 5), np.float32).shape[1:])
 
 
 def test_without_seeds_two_rounds_draw_different_noise():
@@ -94,7 +134,8 @@ def test_the_round_rdp_is_the_subsampled_gaussian_that_dp_accounting_composes():
 
 
 @pytest.mark.parametrize("field,value", [("sample_rate", 0.0), ("sample_rate", 1.5), ("noise_multiplier", 0.1),
-                                         ("steps", 0), ("steps", 2.5), ("learning_rate", float("nan")),
+                                         ("steps", 0), ("steps", 2.5), ("steps", 10**400),
+                                         ("learning_rate", float("nan")),
                                          ("batch_size", True), ("update_clip", float("inf")), ("max_examples", "5")])
 def test_a_config_out_of_range_is_refused(field, value):
     with pytest.raises(TrainingError, match=field):

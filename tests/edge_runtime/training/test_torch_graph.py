@@ -53,3 +53,28 @@ def test_unsupported_ops_are_named_all_at_once():
     with pytest.raises(TrainingUnsupported, match="BatchNormalization, Exp") as info:
         TorchGraph(graph)
     assert "supported:" in str(info.value)
+
+
+def _mlp(extra: list, consts: dict, batch: object = N):
+    rng = np.random.default_rng(0)
+    consts = {"w": rng.standard_normal((4, 3)).astype(np.float32), **consts}
+    nodes = [Node.make("Gemm", ["x", "w"], ["h"]), *extra]
+    graph = infer_graph_types("mlp", {"x": TensorType(DType.F32, (batch, 4))}, consts, nodes, [nodes[-1].outputs[0]])
+    return verify(graph)
+
+
+@pytest.mark.parametrize("extra, consts, batch, what", [
+    ([Node.make("Softmax", ["h"], ["m"], axis=0), Node.make("Relu", ["m"], ["y"])], {}, N, "across the batch axis"),
+    ([Node.make("LogSoftmax", ["h"], ["m"], axis=-2), Node.make("Relu", ["m"], ["y"])], {}, N, "across the batch axis"),
+    ([Node.make("Mul", ["h", "k"], ["y"])], {"k": np.ones((5, 3), np.float32)}, 1, "batch axis of its own"),
+])
+def test_a_model_that_mixes_examples_is_refused(extra, consts, batch, what):
+    """Opacus clips each row's gradient: that bounds one example only while rows stay apart. A softmax over
+    the batch (a coordinator's model could use one to single out a record), or a tensor with rows of its own
+    that every example meets, is refused; a per-example softmax and a broadcast constant train."""
+    from cuvil.edge_runtime.training.torch_graph import TorchGraph
+
+    with pytest.raises(TrainingUnsupported, match=what):
+        TorchGraph(_mlp(extra, consts, batch))
+    TorchGraph(_mlp([Node.make("Softmax", ["h"], ["m"], axis=1), Node.make("Mul", ["m", "k"], ["y"])],
+                    {"k": np.ones((1, 3), np.float32)}))
