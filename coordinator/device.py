@@ -130,6 +130,8 @@ class DeviceState:
 
         resolve_profile(profile)  # an unknown profile fails here, not at the first round
         trust = check_trust_files(trusted_keys)  # read as the device reads them, before anything is made
+        if data_path is not None:
+            read_dataset(Path(data_path))  # as the device reads it: a bad file fails here, not at the first round
         for sub in ("trusted", "cache", "bundles"):
             private_dir(root / sub)
         for source, key in zip(trust.sources, trust.keys):
@@ -208,12 +210,7 @@ class DeviceState:
         return model, held
 
     def dataset(self) -> tuple[np.ndarray, np.ndarray]:
-        path = self.data_path or self.root / "data.npz"
-        try:
-            with np.load(io.BytesIO(read_regular(path)), allow_pickle=False) as z:
-                return z["x"].astype(np.float32), z["y"].astype(np.int64)
-        except (OSError, KeyError, ValueError) as e:
-            raise DeviceError(f"cannot read the local dataset {path}: {e}") from None
+        return read_dataset(self.data_path or self.root / "data.npz")
 
     def info(self) -> dict[str, Any]:
         """What ``query.device_info`` answers: nothing about the local data."""
@@ -230,6 +227,19 @@ class DeviceState:
             "held_bundles": self.held_hashes(), "free_memory_bytes": _free_memory(),
             "can_train": int(can.can_train), "train_reason": can.reason,
         }
+
+
+def read_dataset(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A device's evaluation data: an .npz (never unpickled) with arrays ``x`` and ``y``."""
+    try:
+        data = read_regular(path)
+        if not data.startswith(b"PK\x03\x04"):  # np.load takes anything else for a pickle it refuses to read
+            raise ValueError("not an .npz archive")
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            return z["x"].astype(np.float32), z["y"].astype(np.int64)
+    except (OSError, KeyError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e.args[0] if e.args else e)
+        raise DeviceError(f"cannot read the local dataset {path}: {reason.splitlines()[0]}") from None
 
 
 # evaluation ---------------------------------------------------------------------------------------

@@ -132,7 +132,8 @@ def _clock(v: Any) -> float:
     return float(v)
 
 
-def _sve_bits(v: Any) -> int:
+def check_sve_bits(v: Any) -> int:
+    """An SVE vector length the architecture allows (ValueError else)."""
     if isinstance(v, bool) or not isinstance(v, int) or v % 128 or not 128 <= v <= 2048:
         raise ValueError("must be a multiple of 128 from 128 to 2048")
     return v
@@ -165,7 +166,7 @@ FIELDS: Mapping[str, tuple[Callable[[Any], Any], Any]] = {
     "gpu_features": (_features, ()),
     "clock_ghz": (_clock, None),
     "cores": (_count(1), 1),
-    "sve_vector_bits": (_sve_bits, None),
+    "sve_vector_bits": (check_sve_bits, None),
     "tuning": (_tuning, ()),
 }
 """Every field of a profile file: its validator and default (REQUIRED: no default)."""

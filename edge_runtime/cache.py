@@ -17,6 +17,7 @@ import functools
 import hashlib
 import logging
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -27,6 +28,7 @@ import numpy as np
 
 from ..compiler.bundle.format import is_sha256_hex
 from ..compiler.codegen.lowered import LoweredModel
+from ..compiler.errors import CuvilError
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from ..devices.detect import llvmlite_stamp
@@ -41,8 +43,9 @@ log = logging.getLogger(__name__)
 
 
 def default_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cuvil"
+    """A relative XDG_CACHE_HOME is ignored, as the XDG spec says: it named a cache in each working directory."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    return Path(base if os.path.isabs(base) else os.path.join(os.path.expanduser("~"), ".cache")) / "cuvil"
 
 
 DEFAULT_MAX_BYTES = 2 << 30
@@ -58,11 +61,9 @@ def default_max_bytes() -> int:
     given = os.environ.get(MAX_BYTES_ENV)
     if given is None:
         return DEFAULT_MAX_BYTES
-    try:
-        return max(0, int(given))
-    except ValueError:
-        log.warning("%s=%r is not a number of bytes; the cache keeps %d", MAX_BYTES_ENV, given, DEFAULT_MAX_BYTES)
-        return DEFAULT_MAX_BYTES
+    if not (given.strip().isascii() and given.strip().isdigit()):  # -1 was 0 (keep nothing), a typo the default
+        raise CuvilError(f"{MAX_BYTES_ENV}={given[:40]!r} is not a number of bytes (0 or more)")
+    return int(given)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
@@ -224,7 +225,10 @@ class CompileCache:
     def __init__(self, directory: str | os.PathLike | None = None, secret_path: str | os.PathLike | None = None,
                  max_bytes: int | None = None):
         self.dir = Path(directory) if directory is not None else default_dir()
-        self.sealer = device_sealer(secret_path)
+        unusable = _unusable_dir(self.dir)
+        if unusable:  # else every file the cache reads or writes was a warning of its own
+            log.warning("compile cache disabled: %s", unusable)
+        self.sealer = None if unusable else device_sealer(secret_path)
         self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
 
     def path(self, key: str) -> Path:
@@ -384,6 +388,16 @@ def _note_read(path: Path, st: os.stat_result | None) -> None:
         current = os.stat(path, follow_symlinks=False)
         if (current.st_dev, current.st_ino) == (st.st_dev, st.st_ino):
             os.utime(path, ns=(now, current.st_mtime_ns), follow_symlinks=False)
+
+
+def _unusable_dir(path: Path) -> str | None:
+    """Why ``path`` cannot be a cache directory (a file is there, or above it), or None."""
+    try:
+        return None if stat.S_ISDIR(os.stat(path).st_mode) else f"{path} is not a directory"
+    except FileNotFoundError:
+        return None  # made on the first write
+    except OSError as e:
+        return f"{path}: {_reason(e)}"
 
 
 def _reason(e: BaseException) -> str:

@@ -62,10 +62,12 @@ def import_model(model_or_path: Any, example_inputs: Any = None, *, batch_size: 
         return verify(model_or_path)
     if isinstance(model_or_path, (str, os.PathLike)):
         path = Path(model_or_path)
+        if path.is_file():
+            _refuse_blank(path)
         if path.suffix.lower() == ".cuvil" or _has_magic(path):
             raise CuvilError(f"{path} is a Cuvil bundle: use cuvil.load (or `cuvil inspect`) instead")
         if path.suffix.lower() != ".onnx":
-            raise CuvilError(f"{path}: cannot tell the model format (expected a .onnx file)")
+            raise CuvilError(f"{path}: cannot tell the model format (expected a .onnx file or a Cuvil bundle)")
     is_onnx = isinstance(model_or_path, (str, os.PathLike, bytes, bytearray, memoryview)) or _is_instance_of(
         model_or_path, "onnx", "ModelProto")
     if is_onnx:
@@ -86,6 +88,19 @@ def import_model(model_or_path: Any, example_inputs: Any = None, *, batch_size: 
         return import_torch(model_or_path, tuple(example_inputs))
     raise CuvilError(f"cannot import a {type(model_or_path).__name__}: expected a .onnx path, ONNX bytes, "
                      "an onnx.ModelProto or a torch.nn.Module")
+
+
+_BLANK_HEAD = 1 << 16
+
+
+def _refuse_blank(path: Path) -> None:
+    """CuvilError where the file is empty or begins with zero bytes only (a preallocated or wiped file): a
+    ``.cuvil`` one was called a Cuvil bundle and an ``.onnx`` one failed in the protobuf parser, unnamed."""
+    with _opened(path) as f:
+        head = f.read(_BLANK_HEAD)
+    if not head.strip(b"\0"):
+        what = "empty" if not head else "all zero bytes" if len(head) < _BLANK_HEAD else "zero bytes at its start"
+        raise CuvilError(f"{path} is not a model: the file is {what}")
 
 
 def _has_magic(path: Path, missing_ok: bool = True) -> bool:
@@ -215,6 +230,8 @@ def read_inputs(model: Graph | Model, npy: PathLike | None = None, npz: PathLike
                 name = member.filename.removesuffix(".npy")
                 if name not in names or not member.filename.endswith(".npy"):
                     raise ValueError(f"{member.filename[:100]!r} is not an .npy of an input of the model {names[:8]}")
+                if name in out:  # a zip may repeat a name: which copy counts would be a reader's choice
+                    raise ValueError(f"{member.filename[:100]!r} is in the archive twice")
                 with archive.open(member) as m:
                     out[name] = _read_npy(m, member.file_size, member.filename)
             return out
@@ -240,6 +257,16 @@ def _opened(path: PathLike) -> BinaryIO:
     """``path`` opened as a regular file (a FIFO or device is an OSError at once: ``np.load`` would block)."""
     fd, _ = open_regular(path)
     return os.fdopen(fd, "rb")
+
+
+def output_dir(path: PathLike, force: bool = False) -> Path:
+    """``path`` made (with its parents) for a command that writes many files into it. A directory that holds
+    anything already is refused unless ``force``: its files were replaced one by one, mixed with the new."""
+    path = Path(path)
+    if not force and path.is_dir() and any(path.iterdir()):
+        raise CuvilError(f"{path} is not empty; pass --force to write into it")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def save_outputs(path: PathLike, outputs: Mapping[str, np.ndarray]) -> None:

@@ -1,7 +1,8 @@
 """The `cuvil` command: a thin layer over :mod:`cuvil.api`.
 
 Errors are formatted in one place (:class:`_Cli`): a CuvilError or OSError prints one line
-``error: ...`` on stderr and exits 1; usage errors exit 2; ``--debug`` shows the traceback instead.
+``error: ...`` on stderr and exits 1; usage errors exit 2; Ctrl-C exits 130; ``--debug`` shows the traceback
+instead.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from . import api, native
 from .version import __version__
@@ -33,6 +35,9 @@ def _one_line(e: BaseException) -> str:
     else:
         text = str(e) or type(e).__name__
     return printable(" ".join(text.split()))
+
+
+INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, what a shell reports (and :mod:`.__main__` leaves stuck threads behind)
 
 
 class _Cli(click.Group):
@@ -56,6 +61,11 @@ class _Cli(click.Group):
                 raise
             click.echo(f"error: {_one_line(e)}", err=True)
             ctx.exit(1)
+        except KeyboardInterrupt:  # not click's "Aborted!" and exit 1
+            if ctx.params.get("debug"):
+                raise
+            click.echo("error: interrupted", err=True)
+            ctx.exit(INTERRUPTED)
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
@@ -109,6 +119,9 @@ def import_(model: Path, output: Path, key: Path, name: str | None, model_versio
             reduce_range: bool, float_layers: tuple[str, ...], sensitivity: bool, target_agreement: float | None,
             check_inputs: Path | None) -> None:
     """Import an ONNX model and write it as a signed bundle."""
+    given = click.get_current_context().get_parameter_source("percentile") is not ParameterSource.DEFAULT
+    if given and calibration_method != "percentile":
+        raise click.UsageError("--percentile is for --calibration-method percentile")
     graph = api.import_model(model)
     if calibration is not None and not int8:
         raise CuvilError("--calibration is for --int8")
@@ -142,6 +155,17 @@ def _int8(graph, calibration: Path | None, options: dict):
     done = api.quantize(graph, api.read_inputs(graph, npz=calibration), **options)
     click.echo(done.report.format())
     return api.integer_form(done.graph)
+
+
+def _sve_bits(_ctx, _param, bits: int | None) -> int | None:
+    if bits is None:
+        return None
+    from .devices.profile import check_sve_bits
+
+    try:
+        return check_sve_bits(bits)
+    except ValueError as e:
+        raise click.BadParameter(f"{bits}: {e}") from None
 
 
 def _count(n: float, unit: str) -> str:
@@ -218,7 +242,8 @@ def verify(path: Path, trust: tuple[Path, ...]) -> None:
 @click.option("--reference", is_flag=True, help="Use the NumPy reference interpreter instead of native code.")
 @click.option("--device", default=None, help="Run as this device class would (a profile name, or host); "
               "foreign CPUs are emulated with qemu-user, and the output says so.")
-@click.option("--sve-bits", type=int, default=None, help="SVE vector length for an emulated SVE device.")
+@click.option("--sve-bits", type=int, default=None, callback=_sve_bits,
+              help="SVE vector length for an emulated SVE device (a multiple of 128 from 128 to 2048).")
 @click.option("--threads", type=_THREADS, default=None,
               help="Threads one inference runs on (default: this machine's cores, capped by its tuning).")
 def run(path: Path, trust: tuple[Path, ...], npy: Path | None, npz: Path | None, output: Path | None,

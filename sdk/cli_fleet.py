@@ -29,16 +29,17 @@ _DB = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path)
               help="DP fine-tuning rounds (more would pass the devices' privacy budget).")
 @click.option("--int8", is_flag=True, help="Instead of the loop: an A/B of the model against its int8 version "
                                            "(accuracy cost, latency and bundle-size gain per device class).")
-def demo(workdir: Path | None, devices: int, rounds: int, train_rounds: int, int8: bool) -> None:
+@click.option("--force", is_flag=True, help="Write into a --workdir that is not empty (replacing its files).")
+def demo(workdir: Path | None, devices: int, rounds: int, train_rounds: int, int8: bool, force: bool) -> None:
     """The loop on a simulated fleet: evaluate v1, DP fine-tuning, v2 signed, canary rollout, evaluate again."""
     if int8:
         from .demo import run_demo
 
-        run_demo(workdir, echo=click.echo, devices=devices, rounds=rounds, int8=True)
+        run_demo(workdir, echo=click.echo, devices=devices, rounds=rounds, int8=True, force=force)
         return
     from .demo_loop import run_loop_demo
 
-    run_loop_demo(workdir, echo=click.echo, devices=devices, rounds=rounds, train_rounds=train_rounds)
+    run_loop_demo(workdir, echo=click.echo, devices=devices, rounds=rounds, train_rounds=train_rounds, force=force)
 
 
 @click.command()
@@ -154,11 +155,12 @@ def fleet_node_key(out_path: Path, force: bool) -> None:
               help="Directory for digits-v1.cuvil, digits-v2.cuvil and data/device-<i>.npz.")
 @click.option("--devices", default=3, show_default=True, type=click.IntRange(1, 1000),
               help="Devices to write evaluation data for.")
-def fleet_example(key: Path, out_dir: Path, devices: int) -> None:
+@click.option("--force", is_flag=True, help="Write into an --out that is not empty (replacing its files).")
+def fleet_example(key: Path, out_dir: Path, devices: int, force: bool) -> None:
     """Write two signed versions of a small digits model and each device's evaluation data."""
     from .fleet_example import write_example
 
-    made = write_example(out_dir, key, devices)
+    made = write_example(out_dir, key, devices, force)
     for path in made.bundles:
         click.echo(f"bundle: {path}")
     click.echo(f"device data: {made.data[0].parent}/device-{{1..{devices}}}.npz")

@@ -13,11 +13,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -217,12 +219,32 @@ class Progress:
                       f"failures {o.failure_counts() or 'none'}")
 
 
+@contextlib.contextmanager
+def demo_workdir(workdir: str | Path | None, force: bool) -> Iterator[Path]:
+    """The user's ``workdir`` (new or empty unless ``force``), or a new temporary directory, removed when
+    the demo is interrupted: the user never chose it, and it held a half-made fleet. A finished demo's
+    temporary directory stays (its results are printed as in it); a user's directory always does."""
+    if workdir is not None:
+        yield api.output_dir(workdir, force)
+        return
+    work = Path(tempfile.mkdtemp(prefix="cuvil-demo-"))
+    try:
+        yield work
+    except KeyboardInterrupt:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
 def run_demo(workdir: str | Path | None = None, echo: Echo = print, devices: int = 12, rounds: int = 2,
-             classes: tuple[str, ...] | None = None, int8: bool = False) -> DemoResult:
+             classes: tuple[str, ...] | None = None, int8: bool = False, force: bool = False) -> DemoResult:
+    with demo_workdir(workdir, force) as work:
+        return _run_demo(work, echo, devices, rounds, classes, int8)
+
+
+def _run_demo(work: Path, echo: Echo, devices: int, rounds: int, classes: tuple[str, ...] | None,
+              int8: bool) -> DemoResult:
     t_start = time.perf_counter()
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.export and Ray chatter, not ours
-    work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="cuvil-demo-"))
-    work.mkdir(parents=True, exist_ok=True)
     classes = classes or fleet.default_classes()
     echo(f"workdir {work}")
     b1, b2, pub = build_models(work, echo, int8)

@@ -17,7 +17,6 @@ The evaluation-only demos (two versions A/B, int8 against fp32) are in :mod:`.de
 
 from __future__ import annotations
 
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -30,7 +29,8 @@ from .coordinator.aggregate import OVERALL
 from .coordinator.progress import wire_line
 from .coordinator.report import round_aggregates, text_table
 from .coordinator.store import ResultsStore
-from .demo import DemoResult, Echo, Progress, finish_demo, plan_demo_fleet, train_cnn, true_accuracy
+from .demo import (DemoResult, Echo, Progress, demo_workdir, finish_demo, plan_demo_fleet, train_cnn,
+                   true_accuracy)
 
 
 @dataclass(frozen=True)
@@ -89,12 +89,16 @@ DP_SGD = {"train-sample-rate": 0.1, "train-noise-multiplier": 2.0, "train-steps"
 
 
 def run_loop_demo(workdir: str | Path | None = None, echo: Echo = print, devices: int = 12, rounds: int = 1,
-             classes: tuple[str, ...] | None = None, train_rounds: int = 3) -> DemoResult:
+                  classes: tuple[str, ...] | None = None, train_rounds: int = 3, force: bool = False) -> DemoResult:
+    with demo_workdir(workdir, force) as work:
+        return _run_loop_demo(work, echo, devices, rounds, classes, train_rounds)
+
+
+def _run_loop_demo(work: Path, echo: Echo, devices: int, rounds: int, classes: tuple[str, ...] | None,
+                   train_rounds: int) -> DemoResult:
     t_start = time.perf_counter()
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.export and Ray chatter, not ours
     warnings.filterwarnings("ignore", message=".*[Ff]ull backward hook.*")  # Opacus' hooks on the first layer
-    work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="cuvil-demo-"))
-    work.mkdir(parents=True, exist_ok=True)
     classes = classes or fleet.default_classes()
     echo(f"workdir {work}")
     b1, keys = build_v1(work, echo)

@@ -57,10 +57,12 @@ def digits_mlp(seed: int = 0, hidden: int = 16, epochs: int = 8) -> Graph:
     return b.build([b.add1("Softmax", [z], name="probs", axis=-1)])
 
 
-def write_example(out_dir: str | os.PathLike, key: str | os.PathLike, devices: int) -> Example:
-    """Write ``digits-v1.cuvil``, ``digits-v2.cuvil`` and ``data/device-<i>.npz`` (i = 1..devices)."""
-    out = Path(out_dir)
-    (out / "data").mkdir(parents=True, exist_ok=True)
+def write_example(out_dir: str | os.PathLike, key: str | os.PathLike, devices: int,
+                  force: bool = False) -> Example:
+    """Write ``digits-v1.cuvil``, ``digits-v2.cuvil`` and ``data/device-<i>.npz`` (i = 1..devices) into
+    ``out_dir``, which must be new or empty unless ``force``."""
+    out = api.output_dir(out_dir, force)
+    (out / "data").mkdir(exist_ok=True)
     bundles = tuple(api.export(digits_mlp(0, hidden, epochs), out / f"digits-v{version}.cuvil", Path(key),
                                name="digits-mlp", version=version).path for version, hidden, epochs in VERSIONS)
     data = []

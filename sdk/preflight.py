@@ -19,6 +19,7 @@ from .compiler.atomic_file import atomic_write
 from .compiler.ir.graph import Graph
 from .native import check_batch
 from .devices.isa_report import IsaReport, IsaReportError, from_assembly, from_object
+from .devices.profile import check_sve_bits
 from .edge_runtime import jit
 from .edge_runtime.autotune import Retarget, TuneReport
 from .edge_runtime.compile import compile_graph, resolve, runnable_here
@@ -106,6 +107,8 @@ def run_as_device(graph: Graph, inputs: Mapping[str, np.ndarray], device: str, *
                   sve_vector_bits: int | None = None, content_hash: str | None = None) -> DeviceRun:
     """Outputs of ``graph`` as device class ``device`` computes them: natively when this CPU has
     every feature the device's code uses, otherwise under qemu-user (emulated: never a latency)."""
+    if sve_vector_bits is not None:  # the emulator took 0 for "the device's default length"
+        check_sve_bits(sve_vector_bits)
     tgt = resolve(device)
     if runnable_here(tgt) and sve_vector_bits is None:
         session = compile_graph(graph, tgt, content_hash=content_hash)
