@@ -35,7 +35,7 @@ from ..devices.detect import llvmlite_stamp
 from . import cache_evict
 from .artifact import OpenedArtifact, open_artifact, write_artifact
 from ..compiler.regular_file import open_regular
-from .private import SecretError, device_secret, private_dir
+from .private import SecretError, device_secret, private_dir, xdg_dir
 from .sealed import Opened, Sealer, SealError
 
 CODEGEN_VERSION = "2"
@@ -43,9 +43,7 @@ log = logging.getLogger(__name__)
 
 
 def default_dir() -> Path:
-    """A relative XDG_CACHE_HOME is ignored, as the XDG spec says: it named a cache in each working directory."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    return Path(base if os.path.isabs(base) else os.path.join(os.path.expanduser("~"), ".cache")) / "cuvil"
+    return xdg_dir("XDG_CACHE_HOME", ".cache")
 
 
 DEFAULT_MAX_BYTES = 2 << 30

@@ -24,11 +24,16 @@ class SecretError(CuvilError):
     """The device secret's file exists but is not a private, well-formed secret of this user."""
 
 
+def xdg_dir(variable: str, default: str, environ: Mapping[str, str] | None = None) -> Path:
+    """``$variable/cuvil``, else ``~/<default>/cuvil``: a relative value is ignored, as the XDG Base Directory
+    spec says (it named a folder in each working directory)."""
+    base = (os.environ if environ is None else environ).get(variable, "")
+    return Path(base if os.path.isabs(base) else os.path.join(os.path.expanduser("~"), default)) / "cuvil"
+
+
 def state_dir(environ: Mapping[str, str] | None = None) -> Path:
     """``${XDG_STATE_HOME:-~/.local/state}/cuvil``: the device's own secrets."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "cuvil"
+    return xdg_dir("XDG_STATE_HOME", os.path.join(".local", "state"), environ)
 
 
 def private_dir(path: str | os.PathLike) -> Path:

@@ -15,6 +15,8 @@ from cuvil.edge_runtime.private import SecretError, device_secret, private_dir, 
 def test_state_dir_from_the_environment():
     assert str(state_dir({"XDG_STATE_HOME": "/st"})) == "/st/cuvil"
     assert str(state_dir({})).endswith(".local/state/cuvil")
+    for relative in ("st", "./st", ""):  # the XDG spec: a relative path is ignored
+        assert state_dir({"XDG_STATE_HOME": relative}) == state_dir({})
 
 
 def test_private_dir_creates_every_missing_level_0700(tmp_path):
