@@ -268,6 +268,8 @@ def evaluate(state: DeviceState, model: Model, request: EvalRequest, bundle_was_
         sums: dict[str, int] = {}
         if ticket.cached is None:
             x, y = state.dataset()
+            if int(np.prod(x.shape[1:])) != int(np.prod(compiled.input_shape)):  # the records' shape, never their
+                raise DeviceError("the local dataset does not match the model's input")  # number: 0 reshaped always
             n = min(len(x), params.max_examples)
             rows, ran = _rows(compiled, x[:n], params.max_examples, synthetic)  # n rows, then padding rows
             labels = np.concatenate([y[:n], np.zeros(len(rows) - n, np.int64)])

@@ -126,6 +126,21 @@ def test_evaluate_reports_the_schema_and_charges_the_ledger(world):
     ledger.close()
 
 
+@pytest.mark.parametrize("n", [0, 1])
+def test_records_of_another_shape_fail_alike_whatever_their_number(world, n):
+    """The records' shape is checked, never their number: before, reshaping zero records always worked, so a
+    model of another input size got an error from a device with data and a report from one without."""
+    root, keys, ref = world
+    x, y = np.zeros((n, 5), np.float32), np.zeros(n, np.int64)
+    dev = DeviceState.provision(root / f"shape{n}", f"shape{n}", fleet.host_class(), [keys.public_path], data=(x, y))
+    model, held = dev.accept_bundle(ref.data, ref.content_hash)
+    with pytest.raises(DeviceError, match="does not match the model's input"):
+        evaluate(dev, model, EvalRequest(ref.content_hash, "ds", "r1", latency_runs=3), held)
+    ledger = dev.ledger()
+    assert ledger.releases(dev.dataset_name) == 0  # refused before the charge, for every n alike
+    ledger.close()
+
+
 def test_coordinator_may_ask_for_more_noise_but_never_less(world):
     dev = _device(world, "floors")
     _, _, ref = world
