@@ -140,7 +140,7 @@ class DeviceState:
             x, y = data
             _atomic_write(root / "data.npz", _npz_bytes(x=np.asarray(x, np.float32), y=np.asarray(y, np.int64)))
         seal_dir = Path(seal_dir).resolve() if seal_dir is not None else None
-        PrivacyLedger.create(root / "privacy.db", floors, _seal(seal_dir)).close()
+        PrivacyLedger.create(root / "privacy.db", floors, _seal(seal_dir), dataset_name).close()
         ident = {"device_id": device_id, "profile": profile, "data_path": str(data_path) if data_path else None,
                  "dataset_name": dataset_name, "provisioned_at": time.time(),
                  "ledger_seal_dir": str(seal_dir) if seal_dir else None}
@@ -164,7 +164,7 @@ class DeviceState:
         return TrustStore.from_dir(self.root / "trusted")
 
     def ledger(self) -> PrivacyLedger:
-        return PrivacyLedger.open(self.root / "privacy.db", _seal(self.seal_dir))
+        return PrivacyLedger.open(self.root / "privacy.db", _seal(self.seal_dir), self.dataset_name)
 
     def training_capability(self) -> TrainingCapability:
         """Whether this device fine-tunes (torch and opacus present, memory enough): the inventory says so."""

@@ -60,7 +60,8 @@ class PrivacyLedger:
 
     @classmethod
     def create(cls, path: str | os.PathLike, floors: PrivacyFloors = PrivacyFloors(),
-               seal: LedgerSeal | None = None) -> PrivacyLedger:
+               seal: LedgerSeal | None = None, dataset: str | None = None) -> PrivacyLedger:
+        """``dataset``: the one dataset name this device charges (bound here; see :meth:`open`)."""
         path = Path(path)
         if path.exists():
             raise _broken(f"{path} exists; a ledger is never re-created")
@@ -69,15 +70,23 @@ class PrivacyLedger:
         conn.execute("PRAGMA synchronous=FULL")
         conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
         meta = {"schema": str(SCHEMA_VERSION), "floors": json.dumps(floors.__dict__, sort_keys=True)}
+        if dataset is not None:
+            meta["dataset"] = dataset
         with conn:
             conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         os.chmod(path, 0o600)
         conn.close()
-        return cls.open(path, seal)
+        return cls.open(path, seal, dataset)
 
     @classmethod
-    def open(cls, path: str | os.PathLike, seal: LedgerSeal | None = None) -> PrivacyLedger:
-        """Open the ledger; with ``seal``, refuse one that was altered or rolled back (:mod:`.seal`)."""
+    def open(cls, path: str | os.PathLike, seal: LedgerSeal | None = None, dataset: str | None = None) -> PrivacyLedger:
+        """Open the ledger; with ``seal``, refuse one that was altered or rolled back (:mod:`.seal`).
+
+        A ledger that was sealed is refused without its seal: the seal's folder is named in the device's
+        own files, and naming none must not turn the seal off. ``dataset``: the name the device charges
+        to, refused where the ledger was made for another (renaming the dataset gave the same data a
+        fresh budget); a ledger made before datasets were bound takes the first name it is opened for.
+        """
         path = Path(path)
         if not path.is_file():
             raise _broken(f"no privacy ledger at {path}")
@@ -100,9 +109,19 @@ class PrivacyLedger:
             if not all(isinstance(v, float | int) and math.isfinite(v) and v > 0 for v in floors.__dict__.values()):
                 raise ValueError("floors must be finite and positive")
             ledger = cls(conn, path, floors, seal)
+            if seal is None and "mac" in meta:
+                raise SealError("the ledger is sealed, and no seal was given to open it")
+            bound = meta.get("dataset")
+            if dataset is not None and bound is not None and bound != dataset:
+                raise SealError(f"the ledger charges dataset {bound!r}, not {dataset!r}")
             if seal is not None:
-                seal.check(ledger._all_charges(), meta.get("mac"))
-                if meta.get("mac") is None:
+                reseal = seal.check(ledger._all_charges(), meta.get("mac"), ledger._context())
+            if dataset is not None and bound is None:
+                with _transaction(conn):
+                    conn.execute("INSERT INTO meta VALUES ('dataset', ?)", (dataset,))
+                reseal = seal is not None
+            if seal is not None:
+                if reseal:
                     with _transaction(conn):
                         ledger._reseal()
                 seal.advance(len(ledger._all_charges()))
@@ -119,9 +138,15 @@ class PrivacyLedger:
         return self._conn.execute("SELECT release_id, dataset, noise_multiplier, events, binding FROM charges "
                                   "ORDER BY rowid").fetchall()
 
+    def _context(self) -> dict[str, str | None]:
+        """What the MAC covers beside the charges: the floors and the dataset, as the meta table stores them."""
+        meta = dict(self._conn.execute("SELECT key, value FROM meta WHERE key IN ('floors', 'dataset')"))
+        return {"floors": meta.get("floors"), "dataset": meta.get("dataset")}
+
     def _reseal(self) -> None:
-        """Store the MAC over every charge (inside the caller's transaction)."""
-        self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('mac', ?)", (self.seal.mac(self._all_charges()),))
+        """Store the MAC over every charge and the context (inside the caller's transaction)."""
+        self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('mac', ?)",
+                           (self.seal.mac(self._all_charges(), self._context()),))
 
     def _charges(self, dataset: str) -> list[list[ChargeEvent]]:
         """Every charge on ``dataset``, oldest first (a row without ``events`` is one plain Gaussian)."""

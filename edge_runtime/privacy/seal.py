@@ -7,6 +7,10 @@ interface): every charge advances the counter to the ledger's charge count and s
 all charges in the ledger; opening a sealed ledger whose MAC does not verify, or whose charge count
 is below the counter, is a refusal (fail closed). It does not help against someone who rolls back
 the counter and the ledger together, or who holds the key.
+
+The MAC covers the ledger's floors and the dataset its budget is charged to as well as the charges
+(``v2:``): a raised budget or a renamed dataset would otherwise pass with the charges untouched. A
+ledger sealed before that (a MAC over the charges alone) is checked the old way once and resealed.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ import hmac
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+
+MAC_V2 = "v2:"  # a MAC over the charges and the ledger's context
 
 
 class SealError(Exception):
@@ -30,9 +37,14 @@ class LedgerSeal:
     key: bytes  # 32 bytes, never stored in the ledger
     counter_path: Path  # only ever grows
 
-    def mac(self, charges: Sequence[Sequence[object]]) -> str:
-        text = json.dumps([list(c) for c in charges], separators=(",", ":"))
-        return hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
+    def mac(self, charges: Sequence[Sequence[object]], context: Mapping[str, object] | None = None) -> str:
+        """The MAC over ``charges`` and the ledger's ``context`` (floors, dataset); None: the legacy form."""
+        if context is None:
+            text = json.dumps([list(c) for c in charges], separators=(",", ":"))
+            return hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
+        text = json.dumps({"charges": [list(c) for c in charges], "context": context}, sort_keys=True,
+                          separators=(",", ":"))
+        return MAC_V2 + hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
 
     def counter(self) -> int:
         try:
@@ -45,17 +57,20 @@ class LedgerSeal:
             raise SealError("ledger counter is negative")
         return value
 
-    def check(self, charges: Sequence[Sequence[object]], stored_mac: str | None) -> None:
-        """Refuse a ledger whose charges were altered or that is older than the counter says."""
+    def check(self, charges: Sequence[Sequence[object]], stored_mac: str | None, context: Mapping[str, object]) -> bool:
+        """Refuse a ledger whose charges or context were altered or that is older than the counter says;
+        True where its MAC is missing (never charged) or of the legacy form: the caller reseals it."""
         count = self.counter()
         if stored_mac is None:
             if count:
                 raise SealError("the ledger has lost its seal")
-            return
-        if not hmac.compare_digest(stored_mac, self.mac(charges)):
-            raise SealError("the ledger's charges do not match their MAC")
+            return True
+        legacy = not stored_mac.startswith(MAC_V2)
+        if not hmac.compare_digest(stored_mac, self.mac(charges, None if legacy else context)):
+            raise SealError("the ledger's charges or floors do not match their MAC")
         if len(charges) < count:
             raise SealError(f"the ledger holds {len(charges)} charges but {count} were made: rolled back")
+        return legacy
 
     def advance(self, count: int) -> None:
         """Raise the counter to ``count`` (durably; never lowers it)."""
