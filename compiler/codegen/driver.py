@@ -126,7 +126,13 @@ def placement(p: Prepared, node: Node) -> tuple[int | None, ...] | None:
 
 
 class WeightBlock:
-    """One read-only block; every tensor starts at a 64-byte boundary, each (name, layout) once.
+    """One read-only block; every tensor starts at a 64-byte boundary, each (name, layout) once per content.
+
+    A layout names how a constant is packed, not everything its bytes depend on: a conv's packing
+    follows the input's size, a GEMM's the rows and alpha, so one weight read by two convs of other
+    input sizes (a detection head shared by pyramid levels, a Siamese encoder) packs twice. A key
+    added again is placed again unless its bytes equal a copy already there (the first conv's
+    packing, read by the second, gave wrong outputs or a crash).
 
     Each tensor is copied into the block's own anonymous mapping as it is added (grown by doubling,
     which the kernel remaps without copying), so a packed array is garbage as soon as it is placed:
@@ -135,18 +141,20 @@ class WeightBlock:
     def __init__(self) -> None:
         self.map = private_map(1 << 20)
         self.size = 0
-        self.offsets: dict[tuple[str, str | None], int] = {}
+        self.offsets: dict[tuple[str, str | None], list[tuple[int, int]]] = {}  # key -> (offset, bytes) each copy
 
     def add(self, key: tuple[str, str | None], arr: np.ndarray) -> int:
-        if key not in self.offsets:
-            self.offsets[key] = self.size
-            data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-            end = self.size + len(data)
-            if end > len(self.map):
-                grow(self.map, max(end, 2 * len(self.map)))
-            np.frombuffer(self.map, np.uint8, len(data), self.size)[:] = data
-            self.size = end + -end % ALIGN  # the pad: pages of a fresh mapping are zero
-        return self.offsets[key]
+        data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        for at, n in self.offsets.get(key, ()):
+            if n == len(data) and np.array_equal(np.frombuffer(self.map, np.uint8, n, at), data):
+                return at
+        at, end = self.size, self.size + len(data)
+        if end > len(self.map):
+            grow(self.map, max(end, 2 * len(self.map)))
+        np.frombuffer(self.map, np.uint8, len(data), at)[:] = data
+        self.size = end + -end % ALIGN  # the pad: pages of a fresh mapping are zero
+        self.offsets.setdefault(key, []).append((at, len(data)))
+        return at
 
     def tobytes(self) -> bytes:
         return self.map[: self.size]

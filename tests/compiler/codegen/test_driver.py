@@ -16,6 +16,8 @@ from cuvil.compiler.errors import CompileError
 from cuvil.compiler.memory import PlanError
 from cuvil.compiler.target import Target
 
+from ...guarded import run_in_child
+
 CPU = Target("t", "x86_64-unknown-linux-gnu", "x86-64", (), 128)
 GPU = gpu_target("t", "sm_87", ("+ptx78",))
 CHAIN = """graph "chain" (x: f32[N,64]) -> (y) {
@@ -137,3 +139,35 @@ def test_weight_block_array_is_aligned_read_only_and_holds_each_tensor_at_its_of
     assert out.tobytes() == expected and len(out) == 128
     assert out.ctypes.data % 64 == 0 and not out.flags.writeable
     assert out[:20].view(np.float32).tolist() == [0, 1, 2, 3, 4] and out[64:71].tolist() == list(range(7))
+
+
+def test_weight_block_places_a_key_again_when_its_bytes_differ():
+    """A layout does not say everything a packing depends on (a conv's input size, a GEMM's alpha): the
+    same (name, layout) with other bytes is a copy of its own, with equal bytes the copy already there."""
+    block = WeightBlock()
+    a, b = np.arange(6, dtype=np.float32), np.arange(6, dtype=np.float32)[::-1]
+    at_a = block.add(("w", "conv"), a)
+    at_b = block.add(("w", "conv"), b)
+    assert at_b != at_a and block.add(("w", "conv"), b.copy()) == at_b and block.add(("w", "conv"), a) == at_a
+    out = block.array()
+    assert out[at_a:at_a + 24].view(np.float32).tolist() == a.tolist()
+    assert out[at_b:at_b + 24].view(np.float32).tolist() == b.tolist()
+
+
+@pytest.mark.parametrize("k, sizes", [(3, (16, 8)), (3, (8, 32, 5)), (1, (12, 4))])
+def test_one_weight_read_by_convs_of_other_input_sizes(k, sizes):
+    """A conv weight shared by convs on inputs of other sizes (a detection head over pyramid levels): each
+    reads its own packing of it (the second read the first's: outputs off by 100, or a crash)."""
+    from cuvil.compiler import DType, Node, TensorType, infer_graph_types, run_reference, verify
+    from cuvil.edge_runtime.compile import compile_graph
+
+    rng = np.random.default_rng(0)
+    consts = {"w": (rng.standard_normal((36, 48, k, k)) * 0.1).astype(np.float32)}
+    conv = dict(strides=[1, 1], pads=[k // 2] * 4, dilations=[1, 1], group=1)
+    nodes = [Node.make("Conv", [f"x{i}", "w"], [f"y{i}"], **conv) for i in range(len(sizes))]
+    inputs = {f"x{i}": TensorType(DType.F32, (1, 48, s, s)) for i, s in enumerate(sizes)}
+    graph = verify(infer_graph_types("shared", inputs, consts, nodes, [f"y{i}" for i in range(len(sizes))]))
+    feeds = {f"x{i}": rng.standard_normal((1, 48, s, s)).astype(np.float32) for i, s in enumerate(sizes)}
+    got, want = run_in_child(compile_graph(graph, use_cache=False), feeds), run_reference(graph, feeds)
+    for name in graph.outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
