@@ -271,13 +271,52 @@ def _softmax(ctx: NodeCtx) -> list:
 _AXES_INPUT_FROM = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18, "ReduceMin": 18, "ReduceProd": 18}
 
 
-@translates(ReduceSum=(1, 11, 13), ReduceMean=(1, 11, 13, 18), ReduceMax=(1, 11, 12, 13, 18, 20),
-            ReduceMin=(1, 11, 12, 13, 18, 20), ReduceProd=(1, 11, 13, 18))
-def _reduce(ctx: NodeCtx) -> list:
-    if ctx.opset >= _AXES_INPUT_FROM[ctx.op]:
+def _reduce_axes(ctx: NodeCtx, input_from: int) -> list[int] | None:
+    """The axes a reduction reduces (an attribute, an input from opset ``input_from``); None where none are
+    given and ``noop_with_empty_axes`` says the reduction is the identity then."""
+    if ctx.opset >= input_from:
         axes = [int(a) for a in ctx.const(1).reshape(-1)] if ctx.has(1) else []
     else:
         axes = list(ctx.attr("axes", []))
-    if not axes and ctx.attr("noop_with_empty_axes", 0):
+    return None if not axes and ctx.attr("noop_with_empty_axes", 0) else axes
+
+
+@translates(ReduceSum=(1, 11, 13), ReduceMean=(1, 11, 13, 18), ReduceMax=(1, 11, 12, 13, 18, 20),
+            ReduceMin=(1, 11, 12, 13, 18, 20), ReduceProd=(1, 11, 13, 18))
+def _reduce(ctx: NodeCtx) -> list:
+    axes = _reduce_axes(ctx, _AXES_INPUT_FROM[ctx.op])
+    if axes is None:
         return [ctx.emit("Identity", [ctx.x(0)])]
     return [ctx.emit(ctx.op, [ctx.x(0)], axes=axes, keepdims=ctx.attr("keepdims", 1))]
+
+
+# op -> (what is summed, what is taken of the sum): as ONNX's function bodies, defined from opset 18 only
+_COMPOSED = {"ReduceL1": ("Abs", None), "ReduceL2": ("Square", "Sqrt"), "ReduceSumSquare": ("Square", None),
+             "ReduceLogSum": (None, "Log"), "ReduceLogSumExp": ("Exp", "Log")}
+
+
+@translates(**{op: (1, 11, 13, 18, 28) if op.startswith("ReduceLog") else (1, 11, 13, 18) for op in _COMPOSED})
+def _reduce_composed(ctx: NodeCtx) -> list:
+    """A sum of |x|, x*x, x or exp(x), then its sqrt or log (``F.normalize``, ``torch.norm`` and ``logsumexp``
+    export these at opset 17). LogSumExp takes each slice's finite maximum out first, as ONNX Runtime and
+    torch do: exp(x) overflowed from x = 89."""
+    axes, keep = _reduce_axes(ctx, 18), ctx.attr("keepdims", 1)
+    each, of_sum = _COMPOSED[ctx.op]
+    x, shift = ctx.x(0), None
+    if ctx.op == "ReduceLogSumExp":
+        top = x if axes is None else ctx.tmp("ReduceMax", [x], "max", axes=axes, keepdims=1)
+        dtype = ctx.type(0).dtype.numpy
+        infinite = ctx.tmp("Equal", [ctx.tmp("Abs", [top], "max_abs"), ctx.constant(np.array(np.inf, dtype), "inf")],
+                           "max_inf")
+        shift = ctx.tmp("Where", [infinite, ctx.constant(np.array(0, dtype), "zero"), top], "shift")
+        x = ctx.tmp("Sub", [x, shift], "shifted")
+    if each is not None:
+        x = ctx.tmp("Mul", [x, x], "square") if each == "Square" else ctx.tmp(each, [x], each.lower())
+    total = x if axes is None else ctx.tmp("ReduceSum", [x], "sum", axes=axes, keepdims=keep)
+    if of_sum is None:
+        return [ctx.emit("Identity", [total])]
+    if shift is None:
+        return [ctx.emit(of_sum, [total])]
+    if axes is not None and not keep:
+        shift = ctx.tmp("ReduceMax", [shift], "shift_kept", axes=axes, keepdims=0)
+    return [ctx.emit("Add", [ctx.tmp(of_sum, [total], "log"), shift])]

@@ -147,3 +147,27 @@ def test_an_integer_input_behind_shape_arithmetic_is_named_and_can_be_fixed(rng)
 def test_bad_constant_inputs_are_import_errors(given, match):
     with pytest.raises(OnnxImportError, match=match):
         import_onnx(_reshape_model(), constant_inputs=given)
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18])
+@pytest.mark.parametrize("op", ["ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reductions_onnx_defines_as_functions_import_at_every_opset(op, opset, keepdims):
+    """Before opset 18 ONNX gives these no function body (``F.normalize``, ``torch.norm`` and ``logsumexp``
+    export them at 17): natively against ONNX Runtime, LogSumExp over values whose exp overflows, over
+    a row of -inf and one holding +inf, as ORT's stable form gives."""
+    x = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
+    if op == "ReduceLogSum":
+        x = np.abs(x) + 0.1
+    if op == "ReduceLogSumExp":
+        x[0] *= 200.0
+        x[:, 3, :], x[2, 1, 3] = -np.inf, np.inf
+    axes = np.array([0, 2], np.int64)
+    if opset >= 18:
+        model = one_op(op, x.shape, opset, {"axes": axes}, ("axes",), keepdims=keepdims)
+    else:
+        model = one_op(op, x.shape, opset, axes=axes.tolist(), keepdims=keepdims)
+    want = run_ort(model, {"x": x})["y0"]
+    graph = import_onnx(model)
+    for got in (run_reference(graph, {"x": x}), compile_graph(graph, use_cache=False).run({"x": x})):
+        np.testing.assert_allclose(got[graph.outputs[0]], want, rtol=2e-6, atol=1e-6)
