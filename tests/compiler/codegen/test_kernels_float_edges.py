@@ -77,3 +77,24 @@ def test_log_softmax_of_large_values_keeps_the_log(dtype):
     want = np.array([[v - max(r) - math.log(sum(math.exp(u - max(r)) for u in r)) for v in r] for r in rows], dtype)
     sess = run_op("LogSoftmax", [x], axis=-1)
     np.testing.assert_array_equal(next(iter(sess.run({"x0": x}).values())), want)
+
+
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_over_a_middle_axis_at_the_edges(op, dtype):
+    """Over an axis with elements after it, the lines run side by side (one vector of lines): each line's
+    max, sum and result are its own, a NaN, an infinity or a large maximum in one line touch no other."""
+    x = np.zeros((2, 4, 5), dtype)
+    x[0, :, 0] = [1e30, 1e30, -1e30, 0.0]
+    x[0, :, 1] = [np.nan, 1.0, 2.0, 3.0]
+    x[0, :, 2] = -np.inf
+    x[0, :, 3] = [np.inf, 1.0, 2.0, 3.0]
+    x[1] = np.arange(20, dtype=dtype).reshape(4, 5) * 50.0
+    ref = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        shifted = ref - ref.max(axis=1, keepdims=True)
+        sums = np.exp(shifted).sum(axis=1, keepdims=True)
+        want = (shifted - np.log(sums) if op == "LogSoftmax" else np.exp(shifted) / sums).astype(dtype)
+    got = next(iter(run_op(op, [x], axis=1).run({"x0": x}).values()))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    assert np.array_equal(np.isnan(got), np.isnan(want))

@@ -114,6 +114,9 @@ def _softmax(ctx: KernelContext, log: bool) -> None:
     ty = h.LLTYPE[ctx.in_types[0].dtype]
     if d == 0 or outer * inner == 0:
         return
+    if ctx.scratch is not None and _across(ctx.key):
+        _softmax_across(ctx, outer, d, inner, ty, log)
+        return
     with h.loop_nest(b, (outer, inner)) as (o, i):
         base = b.add(b.mul(o, h.i64(d * inner)), i)
 
@@ -127,6 +130,59 @@ def _softmax(ctx: KernelContext, log: bool) -> None:
             _half_softmax_line(b, x, y, at, d, mx)
         else:
             _softmax_line(b, x, y, at, d, mx, ty, log)
+
+
+def _across(key) -> tuple[int, int] | None:
+    """(d, inner) of a float32/64 softmax over an axis with elements after it, else None: its lines run side
+    by side (:func:`_softmax_across`)."""
+    shape = key.in_types[0].shape
+    axis = norm_axis(key.op, dict(key.attrs)["axis"], len(shape))
+    inner = math.prod(shape[axis + 1:])
+    return (shape[axis], inner) if inner > 1 and key.in_types[0].dtype in (DType.F32, DType.F64) else None
+
+
+def _across_scratch(key, target) -> int:
+    """Each line's running max and sum."""
+    got = _across(key)
+    return 2 * got[1] * key.in_types[0].dtype.itemsize if got else 0
+
+
+def _softmax_across(ctx: KernelContext, outer: int, d: int, inner: int, ty, log: bool) -> None:
+    """A softmax over an axis with elements after it (WaveNet's over 256 classes of each of 1,024 steps):
+    the max, the sum and the result of all ``inner`` lines advance together along the axis, the contiguous
+    inner index innermost, which vectorizes; a line at a time read one element per stride (6-11x ONNX
+    Runtime's time). Each line still sums in axis order, and the results are those of :func:`_softmax_line`."""
+    b, x, y = ctx.b, ctx.ins[0], ctx.outs[0]
+    mx = b.bitcast(ctx.scratch, ty.as_pointer())
+    total = h.gep(b, mx, inner)
+    with h.for_range(b, outer, name="o") as o:
+        base = b.mul(o, h.i64(d * inner))
+
+        def over_lines(body):
+            with h.for_range(b, d, name="j") as j, h.for_range(b, inner, name="i") as i:
+                body(b.add(base, b.add(b.mul(j, h.i64(inner)), i)), i)
+
+        with h.for_range(b, inner, name="i0") as i:
+            h.store(b, h.const(ty, float("-inf")), mx, i)
+            h.store(b, h.const(ty, 0.0), total, i)
+        over_lines(lambda at, i: h.store(b, h.call_intrinsic(b, "llvm.maximum", h.load(b, mx, i), h.load(b, x, at)),
+                                         mx, i))
+
+        def exp_step(at, i):
+            e = m.exp(b, b.fsub(h.load(b, x, at), h.load(b, mx, i)))
+            if not log:
+                h.store(b, e, y, at)
+            h.store(b, b.fadd(h.load(b, total, i), e), total, i)
+
+        over_lines(exp_step)
+        with h.for_range(b, inner, name="i1") as i:
+            s = h.load(b, total, i)
+            h.store(b, m.log(b, s) if log else b.fdiv(h.const(ty, 1.0), s), total, i)
+        if log:
+            over_lines(lambda at, i: h.store(b, b.fsub(b.fsub(h.load(b, x, at), h.load(b, mx, i)), h.load(b, total, i)),
+                                             y, at))
+        else:
+            over_lines(lambda at, i: h.store(b, b.fmul(h.load(b, y, at), h.load(b, total, i)), y, at))
 
 
 def _softmax_line(b, x, y, at, d: int, mx, ty, log: bool) -> None:
@@ -173,11 +229,11 @@ def _half_softmax_line(b, x, y, at, d: int, mx) -> None:
         h.store(b, b.fptrunc(b.fdiv(b.fpext(h.load(b, y, at(j)), h.F32), total), h.F16), y, at(j))
 
 
-@kernel("Softmax")
+@kernel("Softmax", scratch=_across_scratch)
 def emit_softmax(ctx: KernelContext) -> None:
     _softmax(ctx, log=False)
 
 
-@kernel("LogSoftmax")
+@kernel("LogSoftmax", scratch=_across_scratch)
 def emit_log_softmax(ctx: KernelContext) -> None:
     _softmax(ctx, log=True)
