@@ -11,7 +11,12 @@ CASES = [  # x shape, (C, M/group, *kernel), attrs, the rewrite's ops
     ((N, 4, 3, 5), (4, 2, 3, 2), dict(strides=[3, 2], pads=[1, 0, 2, 1], group=2),
      ["Conv", "Reshape", "Transpose", "Reshape", "Pad"]),
     ((N, 3, 7), (3, 2, 4), dict(strides=[4]), ["Conv", "Reshape", "Transpose", "Reshape"]),
-    ((N, 4, 5, 6), (4, 3, 4, 4), dict(strides=[2, 2], pads=[1, 1, 1, 1]), ["Reshape", "Pad", "Reshape", "Conv"]),
+    ((N, 4, 5, 6), (4, 3, 4, 4), dict(strides=[2, 2], pads=[1, 1, 1, 1]),  # CenterNet's: phases, no zeros
+     ["Conv", "Reshape", "Transpose", "Reshape", "Pad"]),
+    ((N, 4, 5, 6), (4, 2, 3, 3), dict(strides=[2, 3], pads=[1, 0, 0, 2], output_padding=[1, 2], group=2),
+     ["Conv", "Reshape", "Transpose", "Reshape", "Pad"]),
+    ((N, 3, 7), (3, 2, 5), dict(strides=[2], pads=[2, 1], output_padding=[1]),
+     ["Conv", "Reshape", "Transpose", "Reshape", "Pad"]),
     ((N, 4, 5, 6), (4, 2, 3, 2), dict(strides=[2, 3], pads=[1, 0, 0, 2], dilations=[1, 2], output_padding=[1, 2],
                                       group=2), ["Reshape", "Pad", "Reshape", "Conv"]),
     ((N, 3, 6, 5), (3, 2, 3, 3), dict(pads=[2, 0, 3, 1]), ["Pad", "Conv"]),
