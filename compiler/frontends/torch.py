@@ -13,7 +13,7 @@ as one pool, instance norm and upsampling as one op each).
 
 Shapes are static (those of the example inputs). Every translated node's Cuvil type is checked
 against torch's own ``meta["val"]``, so a wrong mapping fails at import, not at run time.
-``torch`` is imported only by this module and ``torch_ops``/``torch_nn``; ``cuvil.compiler`` never imports them.
+``torch`` is imported only by this module and ``torch_ops``/``torch_nn``/``torch_index``; ``cuvil.compiler`` never imports them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..ir.types import TensorType
 from ..ir.verify import verify
-from . import torch_nn  # noqa: F401  (registers the layer translators into TABLE)
+from . import torch_index, torch_nn  # noqa: F401  (register their translators into TABLE)
 from .builder import GraphBuilder, Unsupported
 from .torch_ops import TABLE, TORCH_DTYPES, to_dtype
 

@@ -204,6 +204,22 @@ def _reduce(cuvil_op: str) -> Translator:
     return fn
 
 
+@op("var", "std")
+def _variance(c, a):
+    """The mean square deviation over ``dim`` divided by (count - correction); std its square root."""
+    x = c.cast(a["self"], c.out_dtype)
+    rank, dims = c.rank(x), a.get("dim")
+    axes = sorted(d % rank for d in ([dims] if isinstance(dims, int) else dims or range(rank)))
+    count = math.prod(c.shape(x)[d] for d in axes)
+    correction = a.get("correction", 1 if a.get("unbiased", True) else 0)
+    correction = 1 if correction is None else correction
+    dev = c.op("Sub", [x, c.op("ReduceMean", [x], axes=axes, keepdims=1)])
+    total = c.op("ReduceSum", [c.op("Mul", [dev, dev])], axes=axes, keepdims=int(a.get("keepdim", False)))
+    var = c.op("Div", [total, c.const(max(count - correction, 0), c.out_dtype)])
+    return c.op("Sqrt", [var]) if c.node.target.__name__.startswith("std") else var
+
+
+op("fmod")(lambda c, a: c.op("Mod", c.promote(a["self"], a["other"]), fmod=1))
 op("mean")(_reduce("ReduceMean"))
 op("sum")(_reduce("ReduceSum"))
 op("amax")(_reduce("ReduceMax"))

@@ -1,5 +1,6 @@
 """Torch layers that map onto ops Cuvil's IR already has: transposed convolution, upsampling (Resize),
-group and instance norm, argmax/argmin and max/min along a dim, flip (so bidirectional RNNs).
+group and instance norm, argmax/argmin and max/min along a dim, flip (so bidirectional RNNs), index tensors
+(``x[idx]``), roll, var/std, unfold and triu_indices.
 Expected values come from the module's own eager output."""
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ CASES = {
     "max_min_along_dim": (lambda m, x: (*x.max(1), *x.min(0, keepdim=True), x.amin(1), x.min(),
                                         torch.min(x, x.flip(0))), (TIES,), ("ReduceMax", "ArgMax", "ReduceMin"), {}),
     "flip": (lambda m, x: (x.flip(1), x.flip((0, -1)), torch.flip(x[:1], (0,)), x.fliplr()), (X,), ("Slice",), {}),
+    "index_tensor": (lambda m, x: (x[:, torch.tensor([2, -1, 0])],
+                                   x[0, :, torch.tensor([[1, -2]]), torch.tensor([3, 0])],
+                                   m.table.weight[torch.tensor([[4, -5], [0, 1]])]), (X,), ("Gather",),
+                     dict(table=nn.Linear(6, 5))),
+    "roll": (lambda m, x: (torch.roll(x, (-2, 3), (1, 3)), torch.roll(x[0, 0], 5, 0)), (X,), ("Gather",), {}),
+    "var_std": (lambda m, x: (x.std(1, keepdim=True), x.var((2, 3)), x.std(correction=0), torch.var(x[0, 0, 0], 0)),
+                (X,), ("ReduceSum", "Sqrt"), {}),
+    "unfold_triu_indices": (lambda m, x: (x.unfold(-1, 3, 2), x.unfold(1, 2, 1),
+                                          x[:, :, torch.triu_indices(4, 5, 1)[0], torch.triu_indices(4, 5, 1)[1]]),
+                            (X,), ("Gather", "Transpose"), {}),
     "bidirectional_lstm": (lambda m, x: m.rnn(x)[0], (r(2, 5, 6),), ("Slice",),
                            dict(rnn=nn.LSTM(6, 4, num_layers=2, bidirectional=True, batch_first=True))),
     "bidirectional_gru_rnn": (lambda m, x: (m.gru(x)[0], m.rnn(x)[1]), (r(5, 2, 6),), ("Slice",),
