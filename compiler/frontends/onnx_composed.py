@@ -228,43 +228,20 @@ def _diagonal(ctx: NodeCtx, i: int, x: str, term: str, shape: list[int]) -> tupl
 
 @translates(TopK=(1, 10, 11, 24))
 def _top_k(ctx: NodeCtx) -> list:
-    """Each element's rank along the axis (how many beat it: larger, or equal at a lower index, so
-    ties keep index order as ONNX asks; NaN above every number and equal to NaN, else NaN beat
-    nothing and tied nothing, and ranks repeated: the output lost values), the position of rank r for
-    each r < k, then the values gathered there. Costs n * n comparisons per line: n is bounded like
-    any built constant."""
+    """TopKIndices (equal values in index order, NaN above every number, as ONNX Runtime), then the values
+    gathered there. ``sorted=0`` lets a runtime choose any order; this one is always sorted."""
     t = ctx.type(0)
     if not all(isinstance(d, int) for d in t.shape):
         ctx.batch_dependent("TopK's shape")
-    rank = t.rank
-    axis = _axis(ctx, rank, -1)
+    axis = _axis(ctx, t.rank, -1)
     k = ctx.attr("k") if ctx.opset < 10 else int(ctx.scalar(1, 0))
-    n = t.shape[axis]
-    if not 0 <= k <= n:
-        raise OnnxImportError(f"node {ctx.name!r} (TopK): k={k} outside [0, {n}] along axis {axis}")
-    beats = "Less" if ctx.opset >= 11 and not ctx.attr("largest", 1) else "Greater"
-    check_size(ctx, [*t.shape, n])
-    x = ctx.x(0)
-    rival, me = ctx.tmp("Unsqueeze", [x], "rival", axes=[axis + 1]), ctx.tmp("Unsqueeze", [x], "me", axes=[axis])
-    before = np.arange(n)[:, None] < np.arange(n)[None, :]  # rival i precedes me j
-    shape = [1] * (rank + 1)
-    shape[axis] = shape[axis + 1] = n
-    equal, beat = ctx.tmp("Equal", [rival, me], "equal"), ctx.tmp(beats, [rival, me], "beats")
-    if t.dtype.is_float:  # NaN ranks above every number, as NumPy's sort and ONNX Runtime order it
-        nan_r, nan_m = ctx.tmp("IsNaN", [rival], "rival_nan"), ctx.tmp("IsNaN", [me], "me_nan")
-        over, under = (nan_r, nan_m) if beats == "Greater" else (nan_m, nan_r)
-        beat = ctx.tmp("Or", [beat, ctx.tmp("And", [over, ctx.tmp("Not", [under], "number")], "nan_beats")], "beats_nan")
-        equal = ctx.tmp("Or", [equal, ctx.tmp("And", [nan_r, nan_m], "both_nan")], "equal_nan")
-    tie = ctx.tmp("And", [equal, ctx.constant(before.reshape(shape), f"{ctx.name}/before")], "tie")
-    wins = ctx.tmp("Or", [beat, tie], "wins")
-    place = ctx.tmp("ReduceSum", [ctx.tmp("Cast", [wins], "count", to=DType.I64)], "place", axes=[axis], keepdims=1)
-    slots = [1] * (rank + 1)
-    slots[axis] = k
-    hit = ctx.tmp("Equal", [place, ctx.constant(np.arange(k, dtype=np.int64).reshape(slots), f"{ctx.name}/ranks")], "hit")
+    if not 0 <= k <= t.shape[axis]:
+        raise OnnxImportError(f"node {ctx.name!r} (TopK): k={k} outside [0, {t.shape[axis]}] along axis {axis}")
+    largest = 1 if ctx.opset < 11 else int(ctx.attr("largest", 1))
     named = (ctx.outputs + ["", ""])[1] or f"{ctx.name}:1"  # Indices keeps its ONNX name
-    index = ctx.b.add("ArgMax", [ctx.tmp("Cast", [hit], "hit_i32", to=DType.I32)], name=ctx.name, output_names=[named],
-                      axis=axis + 1, keepdims=0, select_last_index=0)[0]
-    return [ctx.emit("GatherElements", [x, index], axis=axis), index]
+    index = ctx.b.add("TopKIndices", [ctx.x(0)], name=ctx.name, output_names=[named], axis=axis, k=k,
+                      largest=largest)[0]
+    return [ctx.emit("GatherElements", [ctx.x(0), index], axis=axis), index]
 
 
 def _static(ctx: NodeCtx, i: int, what: str):

@@ -1,4 +1,5 @@
-"""ATen → Cuvil translators for indexing and windows: ``x[idx]`` (index.Tensor), ``unfold``, ``triu_indices``.
+"""ATen → Cuvil translators for indexing, selection and windows: ``x[idx]`` (index.Tensor), ``topk``,
+``unfold``, ``triu_indices``.
 
 Registered into :data:`~cuvil.compiler.frontends.torch_ops.TABLE` on import (``torch.py`` imports it).
 Each is a Gather of the indices torch reads (a table, the index tensors, or a constant), so the
@@ -59,3 +60,14 @@ def _triangle_indices(c, a):
     upper = c.node.target.__name__.startswith("triu")
     rows, cols = (np.triu_indices if upper else np.tril_indices)(a["row"], a["offset"], a["col"])
     return c.const(np.stack([rows, cols]).astype(np.int64), DType.I64)
+
+
+@op("topk")
+def _topk(c, a):
+    """TopKIndices, then the values gathered there (equal values in index order, NaN above every number)."""
+    x = a["self"]
+    if c.rank(x) == 0:
+        raise Unsupported("topk of a 0-d tensor")
+    axis = a.get("dim", -1) % c.rank(x)
+    index = c.op("TopKIndices", [x], axis=axis, k=a["k"], largest=int(a.get("largest", True)))
+    return c.op("GatherElements", [x, index], axis=axis), index

@@ -7,6 +7,7 @@ wrapped back to the input width as a native kernel of that width would.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -139,3 +140,42 @@ register(
     OpDef("ArgMax", _arg_infer("ArgMax"), _arg(np.argmax), attrs=_ARG_ATTRS, flops=per_input_element, same_as_onnx=True),
     OpDef("ArgMin", _arg_infer("ArgMin"), _arg(np.argmin), attrs=_ARG_ATTRS, flops=per_input_element, same_as_onnx=True),
 )
+
+
+def _top_k_infer(ts, a):
+    x = ts[0]
+    require(x.dtype is not DType.BOOL, "TopKIndices: bool operands are not supported")
+    axis = norm_axis("TopKIndices", a["axis"], x.rank)
+    require(isinstance(x.shape[axis], int) and 0 <= a["k"] <= x.shape[axis],
+            f"TopKIndices: k={a['k']} outside [0, {x.shape[axis]}] along axis {axis} of {x}")
+    require(a["largest"] in (0, 1), "TopKIndices: largest is 0 or 1")
+    return [TensorType(DType.I64, tuple(a["k"] if i == axis else d for i, d in enumerate(x.shape)))]
+
+
+def _top_k(xs, a):
+    """Stable: equal values keep index order; NaN ranks above every number (first when largest, last
+    otherwise), as NumPy sorts and ONNX Runtime selects. ``~x`` orders integers descending without the
+    overflow of ``-x`` at the type's minimum."""
+    x = xs[0]
+    axis = norm_axis("TopKIndices", a["axis"], x.ndim)
+    line = np.moveaxis(x, axis, -1)
+    if x.dtype.kind == "f":
+        nan = np.isnan(line)
+        value = np.where(nan, 0, line)
+        keys = (-value, ~nan) if a["largest"] else (value, nan)
+    else:
+        keys = (~line if a["largest"] else line,)
+    order = np.lexsort(keys, axis=-1)[..., :a["k"]]
+    return [np.ascontiguousarray(np.moveaxis(order, -1, axis)).astype(np.int64)]
+
+
+def _top_k_flops(a, ins, outs) -> int:
+    return math.prod(ins[0].shape) * max(a["k"], 1)
+
+
+_TOP_K_ATTRS = {"axis": AttrSpec(AttrKind.INT, -1), "k": AttrSpec(AttrKind.INT), "largest": AttrSpec(AttrKind.INT, 1)}
+register(OpDef("TopKIndices", _top_k_infer, _top_k, attrs=_TOP_K_ATTRS,
+               flops=_top_k_flops,
+               doc="X -> i64: the indices of the k largest (smallest) elements along the axis, best first; equal "
+                   "values in index order, NaN above every number (ONNX TopK's Indices; its Values are a "
+                   "GatherElements of them)"))

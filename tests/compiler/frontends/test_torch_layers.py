@@ -69,6 +69,8 @@ CASES = {
                                    x[0, :, torch.tensor([[1, -2]]), torch.tensor([3, 0])],
                                    m.table.weight[torch.tensor([[4, -5], [0, 1]])]), (X,), ("Gather",),
                      dict(table=nn.Linear(6, 5))),
+    # torch orders equal values as it likes (ONNX: by index): no ties here
+    "topk": (lambda m, x: (*x.topk(3, dim=1), *torch.topk(x, 2, largest=False)), (X,), ("TopKIndices",), {}),
     "roll": (lambda m, x: (torch.roll(x, (-2, 3), (1, 3)), torch.roll(x[0, 0], 5, 0)), (X,), ("Gather",), {}),
     "var_std": (lambda m, x: (x.std(1, keepdim=True), x.var((2, 3)), x.std(correction=0), torch.var(x[0, 0, 0], 0)),
                 (X,), ("ReduceSum", "Sqrt"), {}),
