@@ -2,7 +2,7 @@
 
 The zoo (``tests/zoo.py``) is what docs' performance table covers; these are what users bring next
 (ImageNet stems, bottlenecks, fire modules, channel shuffles, 1-D audio, token ids, squeeze-excite,
-attention, recurrence, encoder-decoders), each runs in milliseconds at batch 1. Plain torch, seeded,
+attention, recurrence, encoder-decoders, detection heads), each runs in milliseconds at batch 1. Plain torch, seeded,
 eval mode, BatchNorm statistics randomized as in the zoo; builders return ``(model, example_inputs)``.
 :data:`UNSUPPORTED`: per architecture the torch frontend cannot import, the ATen op its error must name
 (the ONNX frontend imports every one).
@@ -397,9 +397,80 @@ def lstm_kws(seed: int = 0, cell: type[nn.RNNBase] = nn.LSTM, frames: int = 49) 
     return _finish(RecurrentKWS(cell), seed), _input(seed, 1, frames, 40)
 
 
+# -------------------------------------------------------- detectors and sequence heads ---
+class WaveNet(nn.Module):
+    """Gated dilated causal Conv1d layers (tanh * sigmoid), residual and skip sums, then a softmax over
+    256 classes at every step: a softmax over a middle axis."""
+
+    def __init__(self, res: int = 32, skip: int = 64, layers: int = 8):
+        super().__init__()
+        self.inp = nn.Conv1d(1, res, 1)
+        self.dil = nn.ModuleList(nn.Conv1d(res, 2 * res, 2, dilation=2 ** i) for i in range(layers))
+        self.res = nn.ModuleList(nn.Conv1d(res, res, 1) for _ in range(layers))
+        self.skip = nn.ModuleList(nn.Conv1d(res, skip, 1) for _ in range(layers))
+        self.out = nn.Sequential(nn.ReLU(), nn.Conv1d(skip, skip, 1), nn.ReLU(), nn.Conv1d(skip, 256, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, total = self.inp(x), 0
+        for dil, res, skip in zip(self.dil, self.res, self.skip):
+            a, b = dil(nn.functional.pad(x, (dil.dilation[0], 0))).chunk(2, 1)
+            z = torch.tanh(a) * torch.sigmoid(b)
+            total, x = total + skip(z), x + res(z)
+        return self.out(total).softmax(1)
+
+
+@seeded
+def wavenet(seed: int = 0, steps: int = 1024) -> Built:
+    return _finish(WaveNet(), seed), _input(seed, 1, 1, steps)
+
+
+class CenterNet(nn.Module):
+    """A stride-16 trunk, two 4x4 stride-2 transposed convs back up, then heatmap (sigmoid), size and
+    offset heads, concatenated."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(cba(3, 32, 3, 2), cba(32, 64, 3, 2), cba(64, 128, 3, 2), cba(128, 256, 3, 2))
+        self.up = nn.Sequential(nn.ConvTranspose2d(256, 128, 4, 2, 1, bias=False), nn.BatchNorm2d(128), nn.ReLU(),
+                                nn.ConvTranspose2d(128, 64, 4, 2, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU())
+        self.heads = nn.ModuleList(nn.Sequential(cba(64, 64, 3), nn.Conv2d(64, o, 1)) for o in (20, 2, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.up(self.trunk(x))
+        return torch.cat([self.heads[0](f).sigmoid(), self.heads[1](f), self.heads[2](f)], 1)
+
+
+@seeded
+def centernet(seed: int = 0, size: int = 128) -> Built:
+    return _image(CenterNet(), seed, size)
+
+
+class SharedHead(nn.Module):
+    """FPN-style: one head conv shared by three pyramid levels (one weight, three input sizes), each
+    anchor's best class score, the top 100 of all anchors."""
+
+    def __init__(self, width: int = 48, classes: int = 36):
+        super().__init__()
+        self.levels = nn.ModuleList([cba(3, width, 3, 2), cba(width, width, 3, 2), cba(width, width, 3, 2)])
+        self.head = nn.Conv2d(width, classes, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = []
+        for level in self.levels:
+            x = level(x)
+            scores.append(self.head(x).flatten(2))
+        return torch.cat(scores, 2).amax(1).topk(100, dim=1).values
+
+
+@seeded
+def shared_head(seed: int = 0, size: int = 64) -> Built:
+    return _image(SharedHead(), seed, size)
+
+
 ARCHS: dict[str, Callable[..., Built]] = {f.__name__: f for f in (
     vgg_small, resnet18_imagenet, resnet50, resnext_tiny, mobilenet_v1, mobilenet_v3ish, shufflenet_v2, squeezenet,
-    tiny_yolo, aspp, audio_cnn1d, kws_dscnn, textcnn, wide_mlp, dense_autoencoder, vit_tiny, lstm_kws)} | {
+    tiny_yolo, aspp, audio_cnn1d, kws_dscnn, textcnn, wide_mlp, dense_autoencoder, vit_tiny, lstm_kws, wavenet,
+    centernet, shared_head)} | {
     "gru_kws": functools.partial(lstm_kws, cell=nn.GRU), "unet": unet,
     "unet_nearest": functools.partial(unet, up="nearest"), "alexnet_lrn": alexnet_lrn, "groupnorm_cnn": groupnorm_cnn}
 
