@@ -163,6 +163,9 @@ def make_client_app(overrides: Mapping[str, Any] | None = None, mods: Sequence[M
                 return _refuse(msg, _REFUSAL_CODES[e.code], e)
             except TrainingError as e:
                 return _refuse(msg, Code.CANNOT_TRAIN, e)
+            except BundleError as e:  # a held bundle whose weights, read now, do not verify: dropped, sent again
+                lost = bundle.state.damaged(bundle.model.content_hash) if bundle.held else None
+                return _refuse(msg, Code.BUNDLE_MISSING, lost) if lost else _refuse(msg, Code.DEVICE_ERROR, e)
             except Exception as e:  # noqa: BLE001 - any device-side failure becomes a typed reply, never a crash
                 _log.exception("handler failed")
                 return _refuse(msg, Code.DEVICE_ERROR, e)

@@ -32,7 +32,7 @@ import numpy as np
 from ..compiler.atomic_file import atomic_write
 from ..compiler.bundle.format import is_sha256_hex
 from ..compiler.bundle.signing import public_pem
-from ..compiler.errors import CuvilError
+from ..compiler.errors import BundleError, CuvilError
 from ..edge_runtime import runner
 from ..edge_runtime.loader import Model, load, load_bytes
 from ..edge_runtime.privacy.ledger import PrivacyFloors, PrivacyLedger
@@ -190,13 +190,18 @@ class DeviceState:
         """Verify a pushed bundle (or the held one when none is pushed); return (model, was held).
 
         Verification against this device's trusted keys happens before anything is parsed or stored;
-        a pushed bundle is held (content-addressed) only after it verified and matched its hash.
+        a pushed bundle is held (content-addressed) only after it verified and matched its hash. A held
+        file that no longer verifies is dropped and reported missing, so the coordinator pushes it again.
         """
         path = self.bundle_path(content_hash)
         if data is None:
             if not path.is_file():
                 raise BundleMissing(f"bundle {content_hash[:12]} is not held by {self.device_id}")
-            model = load(path, self.trust(), lazy=True)  # weights read only on a compile-cache miss, not kept
+            trust = self.trust()  # outside the try: a trust store in trouble is not the bundle's fault
+            try:  # weights read only on a compile-cache miss, not kept
+                model = load(path, trust, lazy=True)
+            except (BundleError, ValueError) as e:
+                raise self._dropped(content_hash, e) from None
             held = True
         else:
             model = load_bytes(data, self.trust())
@@ -204,10 +209,31 @@ class DeviceState:
             if not held and model.content_hash == content_hash:
                 _atomic_write(path, bytes(data))
         if model.content_hash != content_hash:
-            from ..compiler.errors import BundleError
-
+            if data is None:
+                raise self._dropped(content_hash, BundleError(f"it holds {model.content_hash[:12]}"))
             raise BundleError(f"bundle content {model.content_hash[:12]} is not the announced {content_hash[:12]}")
         return model, held
+
+    def damaged(self, content_hash: str) -> BundleMissing | None:
+        """Whether the held bundle ``content_hash`` fails verification read whole (a lazily loaded one is
+        checked only where its weights are read): then it is dropped, and the error to answer with is
+        returned (the coordinator pushes what a device lacks). None where it verifies or is not held."""
+        path, trust = self.bundle_path(content_hash), self.trust()
+        if not path.is_file():
+            return None
+        try:
+            if load(path, trust).content_hash == content_hash:
+                return None
+            error: Exception = BundleError("it holds another bundle")
+        except (BundleError, ValueError) as e:
+            error = e
+        return self._dropped(content_hash, error)
+
+    def _dropped(self, content_hash: str, error: Exception) -> BundleMissing:
+        """Drop a held bundle that failed verification (bit rot, a partial restore): never run, never
+        kept, so the device answers as for a bundle it lost and is sent it again."""
+        self.bundle_path(content_hash).unlink(missing_ok=True)
+        return BundleMissing(f"held bundle {content_hash[:12]} failed verification and was dropped ({error})")
 
     def dataset(self) -> tuple[np.ndarray, np.ndarray]:
         return read_dataset(self.data_path or self.root / "data.npz")

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from .messages import Code
 
 SEND_BATCH = 256  # messages per push: bounded request size, and replies pulled between pushes
+TTL_SLACK_S = 10.0  # a message outlives its deadline by this much: the deadline, not Flower's expiry, ends a wait
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,13 @@ class Request:
     def pushed(self) -> int:
         """Bytes of bundle or delta this request carries."""
         return len(self.bundle or b"") + len(self.delta or b"")
+
+
+def ttl_until(deadline: float) -> float:
+    """A request's TTL for a wait that ends at ``deadline`` (``time.monotonic()``): a little past it, so that
+    the SuperLink never answers for a device that is merely slow (its expiry reply would arrive just before
+    the deadline and read as a device error, not as the timeout it is)."""
+    return max(1.0, deadline - time.monotonic()) + TTL_SLACK_S
 
 
 def no_update() -> Mapping[str, Any]:

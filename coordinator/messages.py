@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
-from flwr.common.constant import SType
+from flwr.common.constant import ErrorCode, SType
 
 from ..compiler.bundle.format import MAX_ELEMENTS, MAX_RANK
 from ..compiler.errors import BundleError, DeltaError
@@ -55,14 +55,18 @@ class Code:
     DELTA_FALLBACK = (4012, 4013)  # codes after which the coordinator sends the full bundle instead
 
 
+FAILURE_KIND = {  # error code -> the store's failure kind; any other code is a "failure"
+    Code.BUDGET_EXHAUSTED: "budget_exhausted",
+    **dict.fromkeys((Code.PARAMS_REJECTED, Code.LEDGER_UNAVAILABLE, Code.SIGNATURE_REJECTED, Code.CANNOT_TRAIN,
+                     Code.DELTA_REJECTED), "refused"),
+    # Flower's own answer for a message (or its reply) that expired unanswered: the device was too slow
+    **dict.fromkeys((ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE), "timeout"),
+}
+
+
 def classify(code: int) -> str:
     """The store's failure kind for an error code."""
-    if code == Code.BUDGET_EXHAUSTED:
-        return "budget_exhausted"
-    if code in (Code.PARAMS_REJECTED, Code.LEDGER_UNAVAILABLE, Code.SIGNATURE_REJECTED, Code.CANNOT_TRAIN,
-                Code.DELTA_REJECTED):
-        return "refused"
-    return "failure"
+    return FAILURE_KIND.get(code, "failure")
 
 
 # requests -----------------------------------------------------------------------------------------

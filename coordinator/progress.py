@@ -79,6 +79,13 @@ def _ab(kw: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _rollout(kw: Mapping[str, Any]) -> str:
+    d = kw["decision"]
+    unknown = f"; {kw['unknown']} not known (a switch went unanswered)" if kw.get("unknown") else ""
+    return (f"rollout {kw['device_class']}: {d.decision} ({printable(d.reason)}); "
+            f"{kw['applied']} devices switched{unknown}")
+
+
 def wire_line(kw: Mapping[str, Any]) -> str | None:
     """Versions pushed: how many went as signed deltas, and their bytes against the full bundles'."""
     if not kw["deltas"] and not kw["full"]:
@@ -105,6 +112,10 @@ FORMATS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
     "progress": _progress,
     "round_end": _round_end,
     "ab": _ab,
+    "rollout": _rollout,
+    "unknown_versions": lambda kw: (f"{kw['devices']} device(s) left out of the evaluation of what runs: their "
+                                    "version is unknown (a switch went unanswered) or neither A nor B"),
+    "heartbeat_skipped": lambda kw: f"heartbeat not written ({kw['reason']}): retried at the next beat",
     "wire": lambda kw: wire_line(kw),
     "run_end": lambda kw: f"cuvil run {kw['run_id']} {kw['status']}" + (f": {kw['reason']}" if kw.get("reason") else ""),
 }

@@ -26,7 +26,7 @@ from .config import RunConfig
 from .deltas import DeltaBook
 from .device_info import DeviceInfoError, DeviceView, read_info
 from .device_text import cut_reason
-from .exchange import Reply, Request, Transport, exchange
+from .exchange import Reply, Request, Transport, exchange, ttl_until
 from .messages import Code, classify
 from .schema import ReportBounds, check_report
 from ..edge_runtime.report import ReportError
@@ -127,13 +127,16 @@ class Coordinator:
         """Ask every (new) node for its device info; nodes that do not answer in time are left out."""
         nodes = [n for n in (self.wait_for_nodes() if nodes is None else nodes) if n not in self.devices]
         keys = self.t.node_keys() if nodes else None
-        answered = [0]
+        answered, expired = [0], [0]  # expired: Flower answered that the message expired (silent, as if missing)
         node_of = self.node_of  # device id -> node id: one look-up per reply, not a pass over the fleet
 
         def on_reply(req: Request, rep: Reply) -> None:
             answered[0] += 1
             if not rep.ok:
-                self.emit("inventory_error", node_id=req.node_id, reason=cut_reason(rep.reason))
+                if classify(rep.code) == "timeout":
+                    expired[0] += 1
+                else:
+                    self.emit("inventory_error", node_id=req.node_id, reason=cut_reason(rep.reason))
                 return
             try:
                 view, record = read_info(rep.payload, req.node_id, keys)
@@ -147,14 +150,14 @@ class Coordinator:
             self.devices[req.node_id] = view
             self.store.upsert_device(record)
 
-        reqs = [Request(n, "info", ttl=self.cfg.inventory_timeout) for n in nodes]
+        deadline = time.monotonic() + self.cfg.inventory_timeout
+        reqs = [Request(n, "info", ttl=ttl_until(deadline)) for n in nodes]
         wait = self._waiter(lambda: self.emit("progress", stage="inventory", done=answered[0], of=len(reqs)))
-        missing = exchange(self.t, reqs, time.monotonic() + self.cfg.inventory_timeout, self.cfg.poll_interval,
-                           on_reply, wait, self.cfg.max_in_flight)
+        missing = exchange(self.t, reqs, deadline, self.cfg.poll_interval, on_reply, wait, self.cfg.max_in_flight)
         classes: dict[str, int] = {}
         for v in self.devices.values():
             classes[v.profile] = classes.get(v.profile, 0) + 1
-        self.emit("inventory", devices=len(self.devices), silent=len(missing), classes=classes)
+        self.emit("inventory", devices=len(self.devices), silent=len(missing) + expired[0], classes=classes)
         return self.devices
 
     def refresh(self) -> None:
@@ -231,6 +234,7 @@ class Coordinator:
                 "dp-sigma": self.cfg.dp_sigma, "dp-epsilon": self.cfg.dp_epsilon, **(extra or {})}
         bounds = ReportBounds(latency_runs=self.cfg.latency_runs, sigma=self.cfg.dp_sigma)
         deadline = time.monotonic() + self.cfg.round_timeout
+        late = f"no reply within the round's {self.cfg.round_timeout:g} s"
         pushes = [d for d in targets if bundle.content_hash not in self.devices[node_of[d]].held]
         self.emit("round_start", number=number, round_kind=kind, model=bundle.label, sampled=len(asked),
                   push=len(pushes), resumed=resumed)
@@ -246,7 +250,7 @@ class Coordinator:
             for d in device_ids:
                 data, delta = self.deltas.payload(bundle, self.devices[node_of[d]].held, full) if push(d) else (None, None)
                 out.append(Request(node_of[d], message, {**base, "release-id": self.release_id(number, kind, d)},
-                                   data, ttl=max(1.0, deadline - time.monotonic()), delta=delta))
+                                   data, ttl=ttl_until(deadline), delta=delta))
             self.store.add_requests(round_id, [(device_of[r.node_id], r.node_id, r.config["release-id"]) for r in out])
             pushed = sum(r.pushed for r in out)
             if pushed:
@@ -257,7 +261,7 @@ class Coordinator:
             device_id = device_of[req.node_id]
             view = self.devices[req.node_id]
             failure = None if rep.ok else classify(rep.code)
-            reason = rep.reason
+            reason = late if failure == "timeout" else rep.reason
             if rep.ok and message == "train":
                 failure, reason = self._accept_update(round_id, device_id, view, bundle, rep, reports,
                                                       UpdateBounds.of_request(base))
@@ -288,7 +292,7 @@ class Coordinator:
         missing = exchange(self.t, requests(targets, set(pushes).__contains__), deadline, self.cfg.poll_interval,
                            on_reply, wait, self.cfg.max_in_flight)
         for req in missing:
-            fail(device_of[req.node_id], "timeout", f"no reply within the round's {self.cfg.round_timeout:g} s")
+            fail(device_of[req.node_id], "timeout", late)
         self.store.finish_round(round_id, len(asked), self._bytes_sent(round_id))
         self._predict_latency(bundle, {profiles[d] for d in asked if d in profiles})
         out = RoundOutcome(round_id, number, kind, bundle.label, len(asked), self._bytes_sent(round_id), reports,
@@ -364,11 +368,15 @@ class Coordinator:
         return int(self.store.round(round_id)["bundle_bytes_sent"])
 
     def _tick(self, show: Callable[[], None]) -> None:
-        """Heartbeat the run and show progress, each at most every few seconds."""
+        """Heartbeat the run and show progress, each at most every few seconds; a beat that cannot be written
+        now (another process holds the lock) is a line, and the next tries again: a hint, never worth a run."""
         now = time.monotonic()
         if now - self._beat >= HEARTBEAT_EVERY_S:
-            self.store.heartbeat(self.run_id)
             self._beat = now
+            try:
+                self.store.heartbeat(self.run_id)
+            except StoreError as e:
+                self.emit("heartbeat_skipped", reason=cut_reason(str(e)))
         if now - self._shown >= self.progress_every_s:
             show()
             self._shown = now

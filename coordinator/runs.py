@@ -1,7 +1,8 @@
 """One federated evaluation run, from its start (or its resumption after a crash) to its end status.
 
 A run is ``running`` while a coordinator drives it, then ``finished``, or ``aborted`` (the coordinator
-raised, or it was killed: a coordinator that starts marks every running run whose owner is gone).
+raised, or a signal stopped it: the reason says which; or it was killed: a coordinator that starts marks
+every running run whose owner is gone).
 ``resume-run = N`` takes run N over: finished rounds are kept, the round in flight asks the devices
 that had not answered for the same release-ids, and the remaining rounds run as planned.
 """
@@ -17,6 +18,7 @@ from .exchange import Transport
 from .fine_tuning import fine_tune
 from .rollout import rollout
 from .rounds import BundleRef, Coordinator, Event
+from .stop_signals import StopSignals
 from .store import ResultsStore, StoreError
 
 
@@ -29,6 +31,7 @@ def drive_run(transport: Transport, cfg: RunConfig, on_event: Event | None = Non
         bundle, bundle_b = _bundles(cfg)  # a bad path fails before any run is recorded
     store = ResultsStore(cfg.db_file)
     run_id = None
+    stops = StopSignals()  # which signal stopped it: Flower's exit on one is a bare SystemExit(0)
     try:
         if cfg.resume_run:
             row = store.take_over_run(cfg.resume_run)
@@ -74,11 +77,12 @@ def drive_run(transport: Transport, cfg: RunConfig, on_event: Event | None = Non
         return run_id
     except BaseException as e:
         if run_id is not None:
-            reason = cut_reason(f"{type(e).__name__}: {e}")
+            reason = cut_reason(stops.reason(e))
             store.finish_run(run_id, "aborted", reason)
             emit("run_end", run_id=run_id, status="aborted", reason=reason)
         raise
     finally:
+        stops.restore()
         store.close()
 
 

@@ -48,6 +48,7 @@ from typing import Any
 from ..compiler.errors import CuvilError
 from .device_text import cut_reason
 from .run_owner import STALE_AFTER_S, owner_gone, this_process
+from .store_sqlite import LOCK_TRY_S, WRITE_WAIT_S, begin_write, connect_read_only, tidy
 from .training_store import TRAINING_SCHEMA, TrainingRecords
 
 SCHEMA = """
@@ -119,12 +120,12 @@ class ResultsStore(TrainingRecords):
         so a maintenance command (``results --mark-aborted``) never adds Cuvil's tables to another file."""
         self.path = Path(path)
         self.write_s = 0.0  # seconds spent in write transactions so far
-        self.read_only = False
+        self.read_only, self._tidy = False, False  # _tidy: remove the side files a read-only connection made
         if not create and not self.path.is_file():
             raise StoreError(f"no results database at {self.path}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_TRY_S)  # tried again: begin_write
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open results database {self.path}: {e}") from None
         try:
@@ -155,33 +156,34 @@ class ResultsStore(TrainingRecords):
 
     @classmethod
     def open_read_only(cls, path: str | os.PathLike) -> ResultsStore:
-        """Open an existing database for reading only (SQLite ``mode=ro``): a viewer can never write to it."""
+        """Open an existing database for reading only (SQLite ``mode=ro``): a viewer can never write to it;
+        on read-only storage too, and it leaves no side file where it can (:mod:`.store_sqlite`)."""
         store = cls.__new__(cls)
         store.path, store.read_only, store.write_s = Path(path), True, 0.0
         if not store.path.is_file():
             raise StoreError(f"no results database at {store.path}")
         try:
-            store._db = sqlite3.connect(f"{store.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30,
-                                        isolation_level=None, check_same_thread=False)
+            store._db, store._tidy = connect_read_only(store.path, timeout=30)
+            try:
+                store._check_ours(create=False)
+            except BaseException:
+                store.close()
+                raise
         except sqlite3.Error as e:
             raise StoreError(f"cannot read results database {store.path}: {e}") from None
-        try:
-            store._check_ours(create=False)
-        except BaseException as e:
-            store._db.close()
-            if isinstance(e, sqlite3.Error):
-                raise StoreError(f"cannot read results database {store.path}: {e}") from None
-            raise
         return store
 
     def close(self) -> None:
         self._db.close()
+        if self._tidy:
+            tidy(self.path)
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One committed transaction; its time is added to ``write_s`` (where a round's time goes)."""
+    def _transaction(self, wait_s: float = WRITE_WAIT_S) -> Iterator[sqlite3.Connection]:
+        """One committed transaction, locked first (:func:`.begin_write`); its time is added to ``write_s``."""
         start = time.perf_counter()
         try:
+            begin_write(self._db, wait_s)
             with self._db:
                 yield self._db
         except sqlite3.Error as e:
@@ -189,9 +191,9 @@ class ResultsStore(TrainingRecords):
         finally:
             self.write_s += time.perf_counter() - start
 
-    def _write(self, sql: str, args: Iterable[Any], rowcount: bool = False) -> int:
+    def _write(self, sql: str, args: Iterable[Any], rowcount: bool = False, wait_s: float = WRITE_WAIT_S) -> int:
         """Run one statement in its own committed transaction; its lastrowid (or rowcount)."""
-        with self._transaction() as db:
+        with self._transaction(wait_s) as db:
             cur = db.execute(sql, tuple(args))
             return cur.rowcount if rowcount else cur.lastrowid
 
@@ -209,12 +211,13 @@ class ResultsStore(TrainingRecords):
                     (time.time(), status, cut_reason(reason), run_id))
 
     def heartbeat(self, run_id: int) -> None:
-        self._write("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time(), run_id))
+        """A liveness hint, so it waits one lock try at most (StoreError then: the next beat writes it)."""
+        self._write("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time(), run_id), wait_s=0.0)
 
     def take_over_run(self, run_id: int) -> dict[str, Any]:
         """Make this process the owner of an unfinished run (resume); refuse a finished or live one."""
         try:
-            self._db.execute("BEGIN IMMEDIATE")  # no second coordinator can take it over at the same time
+            begin_write(self._db, WRITE_WAIT_S)  # no second coordinator can take it over at the same time
             row = self._row("SELECT * FROM runs WHERE id = ?", (run_id,))
             problem = None if row is not None else f"no run {run_id} in {self.path}"
             if row is not None and row["status"] == "finished":

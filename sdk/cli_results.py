@@ -1,8 +1,9 @@
 """Result commands for the `cuvil` CLI: ``results``, ``report`` and ``dashboard``, all read-only.
 
 Each opens the results database with SQLite's ``mode=ro``: looking at results never changes them,
-and works while a coordinator is still writing (only ``results --mark-aborted`` writes, and says so). A missing database or run is a one-line error and
-exit status 1 (the group formats it).
+and works while a coordinator is still writing (only ``results --mark-aborted`` writes, and says so),
+and on read-only storage too (``coordinator/store_sqlite.py``). A missing database or run is a one-line
+error and exit status 1 (the group formats it).
 """
 
 from __future__ import annotations

@@ -117,3 +117,25 @@ def test_missing_ledger_is_a_refusal_not_a_reset(setup, tmp_path):
     reply = _eval(app, ctx, ref, "rel-x")
     assert reply.has_error() and reply.error.code == Code.LEDGER_UNAVAILABLE
     assert messages.classify(reply.error.code) == "refused"
+
+
+@pytest.mark.parametrize("where", ["weights", "head"])
+def test_a_held_bundle_that_no_longer_verifies_is_dropped_and_asked_for_again(setup, tmp_path, where):
+    """Bit rot in a held bundle (weights read on a compile-cache miss, or the signed head): the device
+    drops it and answers BUNDLE_MISSING, the answer on which the coordinator pushes it again."""
+    app, _, first, ref, _ = setup
+    state = DeviceState.provision(tmp_path / "dev3", "dev-3", host_class(), list((first.root / "trusted").iterdir()),
+                                  data=device_data(2, 4))
+    ctx = Context(run_id=1, node_id=9, node_config={"state-dir": str(state.root)}, state=RecordDict(), run_config={})
+    assert not _eval(app, ctx, ref, "rel-held").has_error()
+    held = state.bundle_path(ref.content_hash)
+    data = bytearray(held.read_bytes())
+    data[len(data) // 2 if where == "weights" else 200] ^= 0xFF
+    held.write_bytes(bytes(data))
+    for f in state.cache_dir.iterdir():
+        f.unlink()
+    reply = _eval(app, ctx, ref, "rel-rot", push=False)
+    assert reply.has_error() and reply.error.code == Code.BUNDLE_MISSING
+    assert not held.exists() and ref.content_hash not in state.held_hashes()
+    again = _eval(app, ctx, ref, "rel-rot")  # the same release-id, pushed: nothing was charged for the failure
+    assert not again.has_error() and held.read_bytes() == ref.data

@@ -58,3 +58,13 @@ def test_an_error_quotes_only_an_excerpt_of_what_the_device_sent():
     with pytest.raises(ValueError) as e:
         messages.reply_arrays(_reply({"\x1b[2J" + "n" * 10_000: Array("x" * 10_000, (1,), "y" * 10_000, b"")}))
     assert len(str(e.value)) < 400 and "\x1b" not in str(e.value)
+
+
+def test_flowers_expiry_answer_is_a_timeout_and_the_devices_codes_keep_their_kinds():
+    from flwr.common.constant import ErrorCode
+
+    assert [messages.classify(c) for c in (ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE)] == [
+        "timeout", "timeout"]
+    assert messages.classify(ErrorCode.NODE_UNAVAILABLE) == "failure"  # a node gone is not merely slow
+    assert [messages.classify(c) for c in (messages.Code.BUDGET_EXHAUSTED, messages.Code.SIGNATURE_REJECTED,
+                                           messages.Code.DEVICE_ERROR)] == ["budget_exhausted", "refused", "failure"]

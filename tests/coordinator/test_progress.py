@@ -40,3 +40,15 @@ def test_the_wire_line_says_what_deltas_saved_and_why_none_were_sent():
     assert "2 as signed deltas, 300 bytes in place of 1200" in line and "(0.25x)" in line and "500 bytes" in line
     assert "3 to devices holding a parent" in wire_line({"full": 9, "delta": 0, "replaced": 0, "deltas": 0,
                                                           "not_smaller": 3})
+
+
+def test_rollout_unknown_versions_and_skipped_heartbeats_are_shown():
+    from cuvil.coordinator.rollout_rule import Decision
+
+    d = Decision("x86", "rollback", 0, None, None, None, "no canary reported both versions: nothing shows B is safe")
+    assert _lines("rollout", device_class="x86", decision=d, applied=1, unknown=1) == [
+        "rollout x86: rollback (no canary reported both versions: nothing shows B is safe); 1 devices switched; "
+        "1 not known (a switch went unanswered)"]
+    assert "1 device(s) left out" in _lines("unknown_versions", devices=1)[0]
+    assert _lines("heartbeat_skipped", reason="database is locked") == [
+        "heartbeat not written (database is locked): retried at the next beat"]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from flwr.common.constant import ErrorCode
 
 from cuvil.coordinator.config import RunConfig
-from cuvil.coordinator.rollout import canaries, rollout
+from cuvil.coordinator.exchange import Reply
+from cuvil.coordinator.rollout import UNKNOWN, canaries, rollout
 from cuvil.coordinator.rollout_rule import DecisionRule, RolloutError
 from cuvil.coordinator.rounds import Coordinator
 from cuvil.coordinator.store import ResultsStore
@@ -92,6 +96,62 @@ def test_a_canary_that_fails_to_revert_still_runs_the_candidate(store):
     assert outcome.decisions["orin"].decision == "rollback"
     assert outcome.running()[B.content_hash] == [devs[orin].device_id]
     assert {r["device_class"]: r["applied"] for r in store.rollouts(coord.run_id)}["orin"] == 0
+
+
+def _late(coord, devs, device_ids, actions, flower_error=False):
+    """The devices apply ``actions`` (switch actions) but their answers never come in time (or Flower
+    answers for them that the message expired): a SuperNode stalled past the deadline, then resumed."""
+    transport_send = coord.t.send
+    coord.cfg = dataclasses.replace(coord.cfg, round_timeout=0.5)  # how long a switch waits for its answers
+
+    def send(requests):
+        handles = transport_send(requests)
+        for h, r in zip(handles, requests):
+            dev = devs[r.node_id]
+            if r.kind == "activate" and dev.device_id in device_ids and r.config["action"] in actions:
+                coord.t.outbox.pop(h)
+                if flower_error:
+                    coord.t.outbox[h] = Reply(h, False, code=ErrorCode.MESSAGE_UNAVAILABLE, reason="expired")
+        return handles
+
+    coord.t.send = send
+
+
+@pytest.mark.parametrize("flower_error", [False, True])
+def test_a_rollback_reverts_a_canary_whose_activation_answered_late(store, flower_error):
+    coord, devs = _coord(store, {A.content_hash: 0.9, B.content_hash: 0.2})
+    groups = canaries(coord, 1, 0.3)
+    late = set(groups["x86"])
+    _late(coord, devs, late, {"activate"}, flower_error)
+    outcome = rollout(coord, A, B, 1, 0.3, DecisionRule())
+    assert outcome.decisions["x86"].decision == "rollback"
+    for dev in devs.values():
+        assert dev.active in (None, A.content_hash), dev.device_id  # the late canary activated B, then reverted
+    assert outcome.running() == {A.content_hash: sorted(d.device_id for d in devs.values())}
+    assert {r["device_class"]: r["applied"] for r in store.rollouts(coord.run_id)}["x86"] == 1
+
+
+def test_a_device_whose_switches_went_unanswered_runs_an_unknown_version(store):
+    coord, devs = _coord(store, {A.content_hash: 0.9, B.content_hash: 0.2})
+    late = set(canaries(coord, 1, 0.3)["x86"])
+    _late(coord, devs, late, {"activate", "revert"})
+    events = []
+    coord.emit = lambda event, **kw: events.append((event, kw))
+    outcome = rollout(coord, A, B, 1, 0.3, DecisionRule())
+    assert {d: v for d, v in outcome.active.items() if v == UNKNOWN} == dict.fromkeys(late, UNKNOWN)
+    assert set(outcome.running()[A.content_hash]).isdisjoint(late)  # never evaluated as running A
+    x86 = next(kw for e, kw in events if e == "rollout" and kw["device_class"] == "x86")
+    assert x86["applied"] == 0 and x86["unknown"] == 1
+
+
+def test_a_promoted_device_that_answered_late_is_not_counted_as_running_a(store):
+    coord, devs = _coord(store, {A.content_hash: 0.6, B.content_hash: 0.9})
+    late = {next(d for d in ("d0", "d1", "d2") if d not in canaries(coord, 1, 0.3)["x86"])}
+    _late(coord, devs, late, {"activate"})
+    outcome = rollout(coord, A, B, 1, 0.3, DecisionRule())
+    assert all(d.decision == "promote" for d in outcome.decisions.values())
+    assert {d: outcome.active[d] for d in late} == dict.fromkeys(late, UNKNOWN)
+    assert set(outcome.running()[B.content_hash]) | late == {d.device_id for d in devs.values()}
 
 
 def test_canaries_are_a_fraction_of_each_class_at_least_one(store):

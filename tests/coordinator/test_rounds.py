@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from flwr.common.constant import ErrorCode
 
 from cuvil.coordinator.config import RunConfig
 from cuvil.coordinator.rounds import Coordinator, compare
-from cuvil.coordinator.store import ResultsStore
+from cuvil.coordinator.exchange import Reply
+from cuvil.coordinator.store import ResultsStore, StoreError
 
 from .fakes import NODE, A, B, FakeDevice, FakeTransport, make_fleet
 from .helpers import device_report
@@ -145,3 +147,63 @@ def test_a_device_back_under_a_new_node_id_replaces_its_old_entry(store):
     coord.refresh()
     assert [n for n, v in coord.devices.items() if v.device_id == "d2"] == [NODE + 7]
     assert len(coord.devices) == len(devs) - 1
+
+
+def _flower_expires(coord, device_ids):
+    """Flower answers for these devices that their message expired (its TTL passed before a reply)."""
+    send = coord.t.send
+
+    def expiring(requests):
+        handles = send(requests)
+        for h, r in zip(handles, requests):
+            if coord.t.devices[r.node_id].device_id in device_ids:
+                coord.t.outbox[h] = Reply(h, False, code=ErrorCode.MESSAGE_UNAVAILABLE,
+                                          reason="Error: Message Unavailable - ... It may have expired due to its TTL")
+        return handles
+
+    coord.t.send = expiring
+
+
+def test_a_message_that_expired_unanswered_is_a_timeout_not_a_failure(store):
+    devs = make_fleet()
+    coord = _coord(store, devs)
+    events = []
+    coord.emit = lambda event, **kw: events.append((event, kw))
+    _flower_expires(coord, {"d5"})
+    coord.inventory()
+    assert ("inventory", {"devices": 5, "silent": 1, "classes": {"rpi5": 2, "x86": 3}}) in events
+    assert not [e for e, _ in events if e == "inventory_error"]
+    _flower_expires(coord, {"d4"})
+    out = coord.evaluate_round(A, 1)
+    assert [(f["device_id"], f["kind"], f["reason"]) for f in store.failures(out.round_id)] == [
+        ("d4", "timeout", "no reply within the round's 1 s")]
+
+
+def test_a_message_outlives_its_deadline_so_the_deadline_decides(store):
+    coord = _coord(store, make_fleet())
+    sent = []
+    send = coord.t.send
+    coord.t.send = lambda requests: sent.extend(requests) or send(requests)
+    coord.inventory()
+    coord.evaluate_round(A, 1)
+    assert {r.kind for r in sent} == {"info", "evaluate"}
+    assert all(r.ttl > {"info": 0.5, "evaluate": 1.0}[r.kind] + 1 for r in sent)
+
+
+def test_a_heartbeat_that_cannot_be_written_is_skipped_and_the_round_goes_on(store, monkeypatch):
+    devs = make_fleet()
+    coord = _coord(store, devs)
+    coord.inventory()
+    devs[NODE + 5].behaviour = "silent"  # the round waits for it: the heartbeat is due meanwhile
+    events = []
+    coord.emit = lambda event, **kw: events.append((event, kw))
+
+    def locked(run_id):
+        raise StoreError("cannot write results database r.db: database is locked")
+
+    monkeypatch.setattr(store, "heartbeat", locked)
+    monkeypatch.setattr("cuvil.coordinator.rounds.HEARTBEAT_EVERY_S", 0.2)
+    out = coord.evaluate_round(A, 1)
+    assert len(out.reports) == 5 and out.failure_counts() == {"timeout": 1}
+    skipped = [kw for e, kw in events if e == "heartbeat_skipped"]
+    assert skipped and "database is locked" in skipped[0]["reason"]

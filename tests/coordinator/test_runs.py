@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -148,3 +149,29 @@ def test_progress_shows_a_line_while_a_stage_waits(tmp_path, bundles):
     coord.evaluate_round(BundleRef.from_file(bundles[0]), 1, devices=["d0", "d5"])
     assert any(line.startswith("  round 1 [eval]: 1/2 answered,") and line.endswith("s left") for line in lines)
     assert any("d5 timeout: no reply within the round's 0.3 s" in line for line in lines)
+
+
+@pytest.mark.parametrize("signum, reason", [(signal.SIGTERM, "terminated (SIGTERM)"),
+                                            (signal.SIGINT, "stopped (SIGINT: Ctrl-C, or Flower stopping the run)")])
+def test_a_coordinator_stopped_by_a_signal_says_so(tmp_path, bundles, signum, reason):
+    """Flower's handler ends a ServerApp on SIGTERM or SIGINT with SystemExit(0): the run says which signal."""
+    def flower_exit(sig, frame):
+        raise SystemExit(0)
+
+    class Signalling(FakeTransport):
+        def poll(self, handles):
+            signal.raise_signal(signum)
+            return super().poll(handles)
+
+    before = {s: signal.signal(s, flower_exit) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        cfg = _cfg(tmp_path, bundles)
+        with pytest.raises(SystemExit):
+            drive_run(Signalling(make_fleet(), bundles[2]), cfg)
+        assert signal.getsignal(signum) is flower_exit  # the handler in place is back
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    store = ResultsStore.open_read_only(cfg.db_file)
+    assert [(r["status"], r["reason"]) for r in store.runs()] == [("aborted", reason)]
+    store.close()
