@@ -14,7 +14,7 @@ from .errors import TrainingError
 
 # field -> (integer?, lowest, highest, lowest excluded?)
 RANGES: dict[str, tuple[bool, float, float, bool]] = {
-    "sample_rate": (False, 0.0, 1.0, True),
+    "sample_rate": (False, 1e-6, 1.0, False),  # Opacus' sampler draws f32: a rate under 2**-24 is 2**-24
     "noise_multiplier": (False, 0.3, 100.0, False),
     "steps": (True, 1, 10_000, False),
     "max_grad_norm": (False, 0.0, 1e3, True),

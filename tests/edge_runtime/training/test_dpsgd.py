@@ -133,7 +133,8 @@ def test_the_round_rdp_is_the_subsampled_gaussian_that_dp_accounting_composes():
     assert dp_sgd_rdp(DpSgdConfig(sample_rate=0.05, steps=60), orders)[5] == pytest.approx(2 * mine[5])
 
 
-@pytest.mark.parametrize("field,value", [("sample_rate", 0.0), ("sample_rate", 1.5), ("noise_multiplier", 0.1),
+@pytest.mark.parametrize("field,value", [("sample_rate", 0.0), ("sample_rate", 1e-300), ("sample_rate", 1.5),
+                                         ("noise_multiplier", 0.1),
                                          ("steps", 0), ("steps", 2.5), ("steps", 10**400),
                                          ("learning_rate", float("nan")),
                                          ("batch_size", True), ("update_clip", float("inf")), ("max_examples", "5")])
