@@ -28,7 +28,7 @@ class Limits:
     max_node_inputs: int = 256
     max_node_outputs: int = 256
     max_rank: int = 32
-    max_attr_items: int = 1024  # every list attribute is per axis (pads: 2 per axis) or per output
+    max_attr_items: int = 65_536  # a list attribute is per axis (pads: 2 per axis) or per output channel (scales)
     max_dim: int = 1 << 48
     max_activation_bytes: int = 8 * GiB  # every activation at once (the arena can only be smaller)
     max_compile_work: int = 1 << 18  # see compile_work()
@@ -60,6 +60,10 @@ def check_graph(graph: Graph, batch: int = 1, limits: Limits = DEFAULT_LIMITS) -
         raise LimitError(f"the graph has {len(graph.nodes)} nodes, more than the limit of {limits.max_nodes}")
     for node in graph.nodes:
         check_node_arity(f"node {node.name[:80]!r}", len(node.inputs), len(node.outputs), limits)
+        longest = max((len(v) for _, v in node.attrs if isinstance(v, (tuple, list))), default=0)
+        if longest > limits.max_attr_items:  # the parser's own limit: a writer checks it before signing
+            raise LimitError(f"node {node.name[:80]!r} has a list attribute of {longest} items, more than the "
+                             f"limit of {limits.max_attr_items}")
     for name, t in graph.types.items():
         check_type(f"value {name[:80]!r}", t.shape, limits)
     act = activation_bytes(graph, batch)

@@ -49,9 +49,19 @@ def test_operands_rank_and_dimensions_are_bounded_while_parsing():
         parse_graph(f'graph "g" (x: f32[{rank}]) -> (x) {{\n}}\n')
     with pytest.raises(LimitError, match="dimension"):
         parse_graph(f'graph "g" (x: f32[{2**48 + 1}]) -> (x) {{\n}}\n')
-    pads = ",".join(["0"] * 1025)
+    pads = ",".join(["0"] * (DEFAULT_LIMITS.max_attr_items + 1))
     with pytest.raises(LimitError, match="list attribute"):
         parse_graph(f'graph "g" (x: f32[1]) -> (y) {{\n  y: f32[1] = Pad @p (x) {{pads=[{pads}]}}\n}}\n')
+
+
+def test_per_channel_scales_of_a_wide_layer_fit_and_a_writer_checks_the_parsers_limit():
+    """An int8 layer of 1,280 or 2,048 output channels keeps a scale per channel in a list attribute: the
+    limit was 1,024, which the writer did not check, so it signed bundles every device refused at load."""
+    assert DEFAULT_LIMITS.max_attr_items >= 65_536
+    g = _graph([Node.make("Pad", ["x"], ["y"], pads=[0] * 2)], {"x": TensorType(DType.F32, (1,))})
+    check_graph(g)
+    with pytest.raises(LimitError, match="list attribute of 2 items"):
+        check_graph(g, limits=Limits(max_attr_items=1))
 
 
 def test_parsing_memory_is_that_of_the_graph_it_builds():
