@@ -131,7 +131,7 @@ def _float_output(graph: Graph, grp: _Group) -> bool:
 def _quantizable(graph: Graph, n: Node) -> bool:
     c = graph.constants
     if n.op == "Conv":
-        return n.inputs[1] in c and graph.types[n.inputs[0]].rank == 4 and all(i in c for i in n.inputs[2:])
+        return n.inputs[1] in c and graph.types[n.inputs[0]].rank in (3, 4) and all(i in c for i in n.inputs[2:])
     if n.op == "Gemm":
         a = n.attr
         return n.inputs[1] in c and not a["transA"] and a["alpha"] > 0 and all(i in c for i in n.inputs[2:])
