@@ -89,3 +89,13 @@ def test_gather_nd(batch_dims):
         bad = idx.copy()
         bad[0, 0, 0] = 9
         sess.run({"x0": x, "x1": bad})
+
+
+@pytest.mark.parametrize("shape, perm", [((1, 37, 50), (0, 2, 1)), ((2, 16, 17, 3), (0, 2, 3, 1)),
+                                         ((3, 19, 33), (0, 2, 1)), ((33, 40), (1, 0))])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+def test_transposes_of_the_last_two_axes_go_by_tiles(shape, perm, dtype):
+    """Big enough to be read tile by tile (16 x 16, partial tiles at both edges, batch axes in front)."""
+    x = rnd(*shape, dtype=dtype, seed=3)
+    got = next(iter(run_op("Transpose", [x], perm=perm).run({"x0": x}).values()))
+    np.testing.assert_array_equal(got, np.transpose(x, perm))

@@ -39,9 +39,31 @@ def emit_gather_map(ctx: KernelContext, src: ir.Value, out: ir.Value, out_shape,
             dst = h.gep(b, out, h.linear(b, idx, ocol[:-1]))
             h.memcpy(b, dst, h.gep(b, src, h.linear(b, idx, icol[:-1], base)), shape[-1] * size)
         return
+    if len(shape) >= 2 and icol[-2] == 1 and ocol[-1] == 1 and shape[-2] * shape[-1] >= TILE * TILE:
+        _tiled(b, src, out, shape, ocol, icol, base)
+        return
     with h.loop_nest(b, shape) as idx:
         h.store(b, h.load(b, src, h.linear(b, idx, icol, base)), out, h.linear(b, idx, ocol))
 
+
+TILE = 16  # a tile's input rows are TILE cache lines of TILE floats: all in L1 while the tile is written
+
+
+def _tiled(b: ir.IRBuilder, src: ir.Value, out: ir.Value, shape, ocol, icol, base: int) -> None:
+    """The last two axes swapped (the input contiguous along the second-to-last): TILE x TILE tiles,
+    so the strided reads reuse the lines the tile's first row brought in (a YOLO head's (255, 320)
+    transpose read a line per element: 2.3x ONNX Runtime's time)."""
+    rows, cols = shape[-2], shape[-1]
+    with h.loop_nest(b, shape[:-2]) as idx, \
+            h.for_range(b, -(-rows // TILE), name="tr") as tr, h.for_range(b, -(-cols // TILE), name="tc") as tc:
+        r0, c0 = b.mul(tr, h.i64(TILE)), b.mul(tc, h.i64(TILE))
+        o0, i0 = h.linear(b, idx, ocol[:-2]), h.linear(b, idx, icol[:-2], base)
+        nr = b.select(b.icmp_signed("<", b.sub(h.i64(rows), r0), h.i64(TILE)), b.sub(h.i64(rows), r0), h.i64(TILE))
+        nc = b.select(b.icmp_signed("<", b.sub(h.i64(cols), c0), h.i64(TILE)), b.sub(h.i64(cols), c0), h.i64(TILE))
+        with h.for_range(b, nr, name="r") as dr, h.for_range(b, nc, name="c") as dc:
+            r, c = b.add(r0, dr), b.add(c0, dc)
+            at = b.add(i0, b.add(r, b.mul(c, h.i64(icol[-1]))))
+            h.store(b, h.load(b, src, at), out, b.add(o0, b.add(b.mul(r, h.i64(ocol[-2])), c)))
 
 
 @kernel("Transpose")
