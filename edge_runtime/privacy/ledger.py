@@ -114,16 +114,15 @@ class PrivacyLedger:
             bound = meta.get("dataset")
             if dataset is not None and bound is not None and bound != dataset:
                 raise SealError(f"the ledger charges dataset {bound!r}, not {dataset!r}")
-            if seal is not None:
-                reseal = seal.check(ledger._all_charges(), meta.get("mac"), ledger._context())
+            reseal = seal is not None and seal.check(ledger._all_charges(), meta.get("mac"), ledger._context())
             if dataset is not None and bound is None:
                 with _transaction(conn):
                     conn.execute("INSERT INTO meta VALUES ('dataset', ?)", (dataset,))
                 reseal = seal is not None
+            if reseal:
+                with _transaction(conn):
+                    ledger._reseal()
             if seal is not None:
-                if reseal:
-                    with _transaction(conn):
-                        ledger._reseal()
                 seal.advance(len(ledger._all_charges()))
         except (sqlite3.Error, KeyError, ValueError, TypeError, OSError, SealError) as e:
             if conn is not None:
