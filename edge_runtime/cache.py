@@ -17,7 +17,6 @@ import functools
 import hashlib
 import logging
 import os
-import stat
 import tempfile
 import threading
 import time
@@ -28,40 +27,23 @@ import numpy as np
 
 from ..compiler.bundle.format import is_sha256_hex
 from ..compiler.codegen.lowered import LoweredModel
-from ..compiler.errors import CuvilError
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from ..devices.detect import llvmlite_stamp
 from . import cache_evict
 from .artifact import OpenedArtifact, open_artifact, write_artifact
 from ..compiler.regular_file import open_regular
-from .private import SecretError, device_secret, private_dir, xdg_dir
+from .cache_settings import default_dir, default_max_bytes, unusable_dir
+from .private import SecretError, device_secret, private_dir
 from .sealed import Opened, Sealer, SealError
 
 CODEGEN_VERSION = "2"
 log = logging.getLogger(__name__)
 
 
-def default_dir() -> Path:
-    return xdg_dir("XDG_CACHE_HOME", ".cache")
-
-
-DEFAULT_MAX_BYTES = 2 << 30
-MAX_BYTES_ENV = "CUVIL_CACHE_MAX_BYTES"
 ATIME_REFRESH_S = 3600.0
 """A hit sets its entry's atime once the atime is this old: eviction's order of use, to the hour, for one
 inode write per entry an hour at most (relatime records a later read only after a day, noatime never)."""
-
-
-def default_max_bytes() -> int:
-    """The entries' total size a cache keeps (``CUVIL_CACHE_MAX_BYTES``, default 2 GiB): every model
-    version and every Cuvil upgrade writes new entries, and a development host had gathered 6 GB."""
-    given = os.environ.get(MAX_BYTES_ENV)
-    if given is None:
-        return DEFAULT_MAX_BYTES
-    if not (given.strip().isascii() and given.strip().isdigit()):  # -1 was 0 (keep nothing), a typo the default
-        raise CuvilError(f"{MAX_BYTES_ENV}={given[:40]!r} is not a number of bytes (0 or more)")
-    return int(given)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
@@ -223,7 +205,7 @@ class CompileCache:
     def __init__(self, directory: str | os.PathLike | None = None, secret_path: str | os.PathLike | None = None,
                  max_bytes: int | None = None):
         self.dir = Path(directory) if directory is not None else default_dir()
-        unusable = _unusable_dir(self.dir)
+        unusable = unusable_dir(self.dir)
         if unusable:  # else every file the cache reads or writes was a warning of its own
             log.warning("compile cache disabled: %s", unusable)
         self.sealer = None if unusable else device_sealer(secret_path)
@@ -386,16 +368,6 @@ def _note_read(path: Path, st: os.stat_result | None) -> None:
         current = os.stat(path, follow_symlinks=False)
         if (current.st_dev, current.st_ino) == (st.st_dev, st.st_ino):
             os.utime(path, ns=(now, current.st_mtime_ns), follow_symlinks=False)
-
-
-def _unusable_dir(path: Path) -> str | None:
-    """Why ``path`` cannot be a cache directory (a file is there, or above it), or None."""
-    try:
-        return None if stat.S_ISDIR(os.stat(path).st_mode) else f"{path} is not a directory"
-    except FileNotFoundError:
-        return None  # made on the first write
-    except OSError as e:
-        return f"{path}: {_reason(e)}"
 
 
 def _reason(e: BaseException) -> str:

@@ -26,7 +26,8 @@ from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from ..devices.emulation import HARNESS_VERSION, emulation_banner, link_harness, run_harness, toolchain_for
 from . import jit
-from .cache import cache_key, default_dir, device_sealer, graph_digest
+from .cache import cache_key, device_sealer, graph_digest
+from .cache_settings import default_dir
 from .private import private_dir
 from .sealed import Sealer, SealError
 

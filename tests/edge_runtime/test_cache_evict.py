@@ -7,6 +7,7 @@ import time
 
 import pytest
 from cuvil.edge_runtime import cache as cache_mod
+from cuvil.edge_runtime import cache_settings as settings
 from cuvil.edge_runtime.cache import CompileCache, finish_writes
 from cuvil.edge_runtime.cache_evict import DEBRIS_AFTER_S
 from cuvil.edge_runtime.compile import compile_graph
@@ -41,13 +42,13 @@ def test_the_cache_deletes_its_least_recently_used_entries_beyond_its_size(cache
 
 
 def test_a_compile_keeps_the_cache_within_its_size(cache_dir, monkeypatch):
-    monkeypatch.setenv(cache_mod.MAX_BYTES_ENV, "1")  # any entry is too many, but the one just written
+    monkeypatch.setenv(settings.MAX_BYTES_ENV, "1")  # any entry is too many, but the one just written
     for seed in (1, 2):
         compile_graph(mlp_graph(seed=seed), cache_dir=cache_dir)
         finish_writes()
         assert len([p for p in cache_dir.iterdir() if p.suffix == CompileCache.SUFFIX]) == 1
-    monkeypatch.delenv(cache_mod.MAX_BYTES_ENV)  # not set: the default (a bad value: test_cache_settings.py)
-    assert CompileCache(cache_dir).max_bytes == cache_mod.DEFAULT_MAX_BYTES
+    monkeypatch.delenv(settings.MAX_BYTES_ENV)  # not set: the default (a bad value: test_cache_settings.py)
+    assert CompileCache(cache_dir).max_bytes == settings.DEFAULT_MAX_BYTES
 
 
 def _file(path, size: int, at_s: float):

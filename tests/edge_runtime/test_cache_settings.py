@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from cuvil.compiler.errors import CuvilError
-from cuvil.edge_runtime import cache as cache_mod
-from cuvil.edge_runtime.cache import CompileCache, default_dir, finish_writes
+from cuvil.edge_runtime import cache_settings as settings
+from cuvil.edge_runtime.cache import CompileCache, finish_writes
+from cuvil.edge_runtime.cache_settings import default_dir
 from cuvil.edge_runtime.compile import compile_graph
 
 from .test_session import mlp_graph
@@ -26,14 +27,14 @@ def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("given", ["-1", "lots", "1e9", "", " ", "²"])
 def test_a_max_bytes_that_is_no_count_of_bytes_is_refused_by_name(monkeypatch, tmp_path, given):
-    monkeypatch.setenv(cache_mod.MAX_BYTES_ENV, given)
-    with pytest.raises(CuvilError, match=f"^{cache_mod.MAX_BYTES_ENV}=.* is not a number of bytes"):
+    monkeypatch.setenv(settings.MAX_BYTES_ENV, given)
+    with pytest.raises(CuvilError, match=f"^{settings.MAX_BYTES_ENV}=.* is not a number of bytes"):
         CompileCache(tmp_path / "cache")
 
 
 @pytest.mark.parametrize("given, kept", [("0", 0), ("1048576", 1 << 20), (" 7 ", 7)])
 def test_a_max_bytes_that_is_a_count_is_kept(monkeypatch, tmp_path, given, kept):
-    monkeypatch.setenv(cache_mod.MAX_BYTES_ENV, given)
+    monkeypatch.setenv(settings.MAX_BYTES_ENV, given)
     assert CompileCache(tmp_path / "cache").max_bytes == kept
 
 
