@@ -141,8 +141,8 @@ def rollout(coord: Coordinator, a: BundleRef, b: BundleRef, number: int, fractio
             moved, target = [x for x in canary if active.get(x) != a.content_hash], a.content_hash
             active.update(switch(coord, moved, a, "revert"))
         applied = sum(active.get(x) == target for x in moved)
-        coord.store.set_rollout_applied(coord.run_id, cls, applied)
-        coord.emit("rollout", device_class=cls, decision=d, applied=applied,
-                   unknown=sum(active.get(x) == UNKNOWN for x in sizes.get(cls, [])))
+        unknown = sum(active.get(x) == UNKNOWN for x in sizes.get(cls, []))
+        coord.store.set_rollout_applied(coord.run_id, cls, applied, unknown)
+        coord.emit("rollout", device_class=cls, decision=d, applied=applied, unknown=unknown)
         decisions[cls] = d
     return RolloutOutcome(decisions, active)

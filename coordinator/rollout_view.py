@@ -9,14 +9,15 @@ from ..compiler.errors import CuvilError
 from .store import ResultsStore
 
 ROLLOUT_HEADERS = ("class", "A", "B", "canaries", "reported both", "class devices", "B - A", "upper bound",
-                   "decision", "devices switched", "reason")
+                   "decision", "devices switched", "version unknown", "reason")
 VERSION_HEADERS = ("version", "content hash", "parent", "rounds", "devices", "largest ε", "δ", "method", "file")
 
 
 def rollout_rows(store: ResultsStore, run_id: int) -> list[list[str]]:
     return [[r["device_class"], r["model_a"], r["model_b"], str(r["canaries"]), str(r["reported"]),
              str(r["class_devices"]), "-" if r["diff"] is None else f"{r['diff']:+.3f} ± {r['se']:.3f}",
-             "-" if r["bound"] is None else f"{r['bound']:+.3f}", r["decision"], str(r["applied"]), r["reason"]]
+             "-" if r["bound"] is None else f"{r['bound']:+.3f}", r["decision"], str(r["applied"]), str(r["unknown"]),
+             r["reason"]]
             for r in store.rollouts(run_id)]
 
 

@@ -49,7 +49,7 @@ from ..compiler.errors import CuvilError
 from .device_text import cut_reason
 from .run_owner import STALE_AFTER_S, owner_gone, this_process
 from .store_sqlite import LOCK_TRY_S, WRITE_WAIT_S, begin_write, connect_read_only, tidy
-from .training_store import TRAINING_SCHEMA, TrainingRecords
+from .training_store import TRAINING_ADDED_COLUMNS, TRAINING_SCHEMA, TrainingRecords
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -133,7 +133,7 @@ class ResultsStore(TrainingRecords):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA + TRAINING_SCHEMA)
-            for table, columns in ADDED_COLUMNS.items():
+            for table, columns in (ADDED_COLUMNS | TRAINING_ADDED_COLUMNS).items():
                 have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
                 for name, decl in columns:
                     if name not in have:

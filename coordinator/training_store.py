@@ -9,7 +9,8 @@ Tables (created with the rest of the schema; columns only ever added)::
                  hash, NULL for an imported one), run_id, rounds, devices, epsilon, delta, method, path
     rollouts     one decision per (run, device class): model_a, model_b, canaries (asked), reported
                  (that reported both), class_devices, diff (B - A), se, bound, alpha, margin,
-                 decision ('promote' | 'rollback'), reason, applied (devices switched), recorded_at
+                 decision ('promote' | 'rollback'), reason, applied (devices switched), recorded_at,
+                 unknown (devices whose switch went unanswered: running A or B, nobody knows)
 """
 
 from __future__ import annotations
@@ -39,8 +40,11 @@ CREATE TABLE IF NOT EXISTS rollouts (
   model_a TEXT NOT NULL, model_b TEXT NOT NULL, canaries INTEGER NOT NULL, reported INTEGER NOT NULL,
   class_devices INTEGER NOT NULL, diff REAL, se REAL, bound REAL, alpha REAL NOT NULL, margin REAL NOT NULL,
   decision TEXT NOT NULL, reason TEXT NOT NULL, applied INTEGER NOT NULL DEFAULT 0, recorded_at REAL NOT NULL,
-  UNIQUE (run_id, device_class));
+  unknown INTEGER NOT NULL DEFAULT 0, UNIQUE (run_id, device_class));
 """
+TRAINING_ADDED_COLUMNS = {  # added after the first schema: ALTER TABLE'd into older files on open
+    "rollouts": (("unknown", "INTEGER NOT NULL DEFAULT 0"),),
+}
 
 
 def arrays_blob(arrays: Mapping[str, np.ndarray]) -> bytes:
@@ -106,9 +110,9 @@ class TrainingRecords:
                     (run_id, device_class, model_a, model_b, canaries, reported, class_devices, diff, se, bound,
                      alpha, margin, decision, cut_reason(reason), time.time()))
 
-    def set_rollout_applied(self, run_id: int, device_class: str, applied: int) -> None:
-        self._write("UPDATE rollouts SET applied = ? WHERE run_id = ? AND device_class = ?",
-                    (applied, run_id, device_class))
+    def set_rollout_applied(self, run_id: int, device_class: str, applied: int, unknown: int = 0) -> None:
+        self._write("UPDATE rollouts SET applied = ?, unknown = ? WHERE run_id = ? AND device_class = ?",
+                    (applied, unknown, run_id, device_class))
 
     def rollouts(self, run_id: int) -> list[dict[str, Any]]:
         if not self._has("rollouts"):

@@ -142,6 +142,8 @@ def test_a_device_whose_switches_went_unanswered_runs_an_unknown_version(store):
     assert set(outcome.running()[A.content_hash]).isdisjoint(late)  # never evaluated as running A
     x86 = next(kw for e, kw in events if e == "rollout" and kw["device_class"] == "x86")
     assert x86["applied"] == 0 and x86["unknown"] == 1
+    stored = {r["device_class"]: r for r in store.rollouts(coord.run_id)}["x86"]  # the results say so too
+    assert (stored["applied"], stored["unknown"]) == (0, 1)
 
 
 def test_a_promoted_device_that_answered_late_is_not_counted_as_running_a(store):

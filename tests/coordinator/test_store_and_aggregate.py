@@ -115,3 +115,23 @@ def test_a_store_is_made_in_a_new_or_empty_file_and_never_added_to_another_datab
     with pytest.raises(StoreError, match="no results database at"):
         ResultsStore(tmp_path / "missing.db", create=False)
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_a_results_file_from_before_a_rollouts_unknown_count_gains_the_column(tmp_path):
+    """A store written before rollouts recorded how many devices' versions are unknown opens, its rows read
+    0 there, and new decisions record the count."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    ResultsStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE rollouts DROP COLUMN unknown")  # the file as an older Cuvil wrote it
+    db.commit()
+    db.close()
+    store = ResultsStore(path)
+    run = store.start_run({})
+    store.add_rollout(run, "x86", "a", "b", 1, 1, 3, 0.1, 0.05, 0.2, 0.05, 0.0, "rollback", "worse")
+    store.set_rollout_applied(run, "x86", 1, 2)
+    (row,) = store.rollouts(run)
+    assert (row["applied"], row["unknown"]) == (1, 2)
+    store.close()
