@@ -55,9 +55,9 @@ def top_k_indices(b: ir.IRBuilder, a: Mapping, ins: Sequence[TensorType], outs: 
             with b.if_then(b.load(enters)):  # it goes before the first kept one it beats
                 pos = h.reduce_range(b, held, h.i64(0), lambda acc, t: b.add(acc, b.zext(
                     b.not_(_beats(b, v, value(h.load(b, out, slot(t))), largest, signed)), h.I64)), "pos")
-                last = b.select(b.icmp_signed("<", held, h.i64(k)), held, h.i64(k - 1))  # the slot freed or dropped
+                last = h.call_intrinsic(b, "llvm.smin", held, h.i64(k - 1))  # the slot freed, or the one dropped
                 with h.for_range(b, b.sub(last, pos), name="shift") as t:
                     q = b.sub(b.sub(last, h.i64(1)), t)
                     h.store(b, h.load(b, out, slot(q)), out, slot(b.add(q, h.i64(1))))
                 h.store(b, j, out, slot(pos))
-                b.store(b.select(b.icmp_signed("<", held, h.i64(k)), b.add(held, h.i64(1)), held), count)
+                b.store(b.add(last, h.i64(1)), count)

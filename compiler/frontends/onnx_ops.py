@@ -305,10 +305,8 @@ def _reduce_composed(ctx: NodeCtx) -> list:
     x, shift = ctx.x(0), None
     if ctx.op == "ReduceLogSumExp":
         top = x if axes is None else ctx.tmp("ReduceMax", [x], "max", axes=axes, keepdims=1)
-        dtype = ctx.type(0).dtype.numpy
-        infinite = ctx.tmp("Equal", [ctx.tmp("Abs", [top], "max_abs"), ctx.constant(np.array(np.inf, dtype), "inf")],
-                           "max_inf")
-        shift = ctx.tmp("Where", [infinite, ctx.constant(np.array(0, dtype), "zero"), top], "shift")
+        zero = ctx.constant(np.array(0, ctx.type(0).dtype.numpy), "zero")
+        shift = ctx.tmp("Where", [ctx.tmp("IsInf", [top], "max_inf"), zero, top], "shift")
         x = ctx.tmp("Sub", [x, shift], "shifted")
     if each is not None:
         x = ctx.tmp("Mul", [x, x], "square") if each == "Square" else ctx.tmp(each, [x], each.lower())

@@ -211,8 +211,8 @@ def _variance(c, a):
     rank, dims = c.rank(x), a.get("dim")
     axes = sorted(d % rank for d in ([dims] if isinstance(dims, int) else dims or range(rank)))
     count = math.prod(c.shape(x)[d] for d in axes)
-    correction = a.get("correction", 1 if a.get("unbiased", True) else 0)
-    correction = 1 if correction is None else correction
+    correction = a.get("correction")
+    correction = int(a.get("unbiased", True)) if correction is None else correction
     dev = c.op("Sub", [x, c.op("ReduceMean", [x], axes=axes, keepdims=1)])
     total = c.op("ReduceSum", [c.op("Mul", [dev, dev])], axes=axes, keepdims=int(a.get("keepdim", False)))
     var = c.op("Div", [total, c.const(max(count - correction, 0), c.out_dtype)])

@@ -95,8 +95,7 @@ def prepare(graph: Graph, record_shape: Sequence[int]):
     from .torch_graph import TorchGraph
 
     module = TorchGraph(graph)
-    shape = tuple(int(d) for d in graph.types[graph.inputs[0]].shape[1:])
-    if math.prod(int(d) for d in record_shape) != math.prod(shape):
+    if math.prod(int(d) for d in record_shape) != math.prod(module.example_shape):
         raise TrainingError("the local dataset does not match the model's input")
     return module
 
@@ -122,9 +121,8 @@ def _fine_tune(module, x: np.ndarray, y: np.ndarray, cfg: DpSgdConfig, generator
     module.train()
     module.train_only_last(cfg.train_layers)
     sampling, noise = generators if generators is not None else fresh_generators()
-    n, graph = len(x), module.graph
+    n, shape = len(x), module.example_shape
     rows = max(n, cfg.max_examples)
-    shape = tuple(int(d) for d in graph.types[graph.inputs[0]].shape[1:])
     xt, yt = torch.zeros((rows, *shape)), torch.zeros(rows, dtype=torch.int64)
     xt[:n] = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32).reshape(n, *shape))
     yt[:n] = torch.from_numpy(np.asarray(y, dtype=np.int64))

@@ -193,6 +193,11 @@ class TorchGraph(nn.Module):
                 self._const_keys[name] = key
         self.load_weights({c: consts[c] for c in self.params})
 
+    @property
+    def example_shape(self) -> tuple[int, ...]:
+        """One example's shape: the graph input's, without its batch axis."""
+        return tuple(int(d) for d in self.graph.types[self.graph.inputs[0]].shape[1:])
+
     # weights --------------------------------------------------------------------------------------
     def _tensor(self, const: str) -> nn.Parameter:
         p = self.params[const]

@@ -58,8 +58,8 @@ def _tiled(b: ir.IRBuilder, src: ir.Value, out: ir.Value, shape, ocol, icol, bas
             h.for_range(b, -(-rows // TILE), name="tr") as tr, h.for_range(b, -(-cols // TILE), name="tc") as tc:
         r0, c0 = b.mul(tr, h.i64(TILE)), b.mul(tc, h.i64(TILE))
         o0, i0 = h.linear(b, idx, ocol[:-2]), h.linear(b, idx, icol[:-2], base)
-        nr = b.select(b.icmp_signed("<", b.sub(h.i64(rows), r0), h.i64(TILE)), b.sub(h.i64(rows), r0), h.i64(TILE))
-        nc = b.select(b.icmp_signed("<", b.sub(h.i64(cols), c0), h.i64(TILE)), b.sub(h.i64(cols), c0), h.i64(TILE))
+        nr = h.call_intrinsic(b, "llvm.smin", b.sub(h.i64(rows), r0), h.i64(TILE))
+        nc = h.call_intrinsic(b, "llvm.smin", b.sub(h.i64(cols), c0), h.i64(TILE))
         with h.for_range(b, nr, name="r") as dr, h.for_range(b, nc, name="c") as dc:
             r, c = b.add(r0, dr), b.add(c0, dc)
             at = b.add(i0, b.add(r, b.mul(c, h.i64(icol[-1]))))
