@@ -68,13 +68,13 @@ def qdq_model(module: torch.nn.Module, example: tuple[torch.Tensor, ...], calibr
     return f32, quantize_static(f32, calib, **options)
 
 
-def ort_session(model: onnx.ModelProto, threads: int = 1):
+def ort_session(model: onnx.ModelProto, threads: int = 1, exact_int8: bool = True):
+    """An ONNX Runtime session of ``model``; ``exact_int8=False``: its default int8 products, which
+    saturate on x86 without VNNI (``tests.ort_reference``), as a benchmark times them."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    from tests.ort_reference import session_options
+
     buf = io.BytesIO()
     onnx.save(model, buf)
-    return ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(buf.getvalue(), session_options(threads, exact_int8), providers=["CPUExecutionProvider"])

@@ -102,6 +102,7 @@ def test_matmul_integer_is_exact():
     want = ort_session(model).run(None, {"a": a})[0]
     got = run_reference(import_onnx(model), {"a": a})["y"]
     assert got.dtype == np.int32 and np.array_equal(got, want)
+    assert np.array_equal(got, (a.astype(np.int64) - 7) @ (inits["b"].astype(np.int64) + 2))
 
 
 def _run_time_scale(scale_shape, opset=13, x_type=TensorProto.FLOAT):

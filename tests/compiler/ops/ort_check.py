@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 from cuvil.compiler import DType, Node, TensorType, infer_graph_types, run_reference, verify
 from cuvil.compiler.ir.infer import infer_op
 from cuvil.compiler.ops import get_op
+from tests.ort_reference import session_options
 
 
 def infer(op, shapes, dtype=DType.F32, **attrs):
@@ -52,9 +53,10 @@ def run_ort(op: str, inputs: list, attrs: dict | None = None, n_outputs: int = 1
     graph = helper.make_graph([node], "single", vinfos, [helper.make_empty_tensor_value_info(o) for o in outs], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = min(model.ir_version, 9)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # ORT's exact int8 rewrite (tests.ort_reference) is for uint8 data: after it, int8 x int8 QLinearConv has
+    # no kernel. It runs at the extended level; a single node fuses with nothing there.
+    so = session_options(exact_int8=any(x.dtype == np.uint8 for x in feeds.values()))
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return sess.run(outs, feeds)
 
