@@ -79,7 +79,8 @@ def _ab(kw: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _rollout(kw: Mapping[str, Any]) -> str:
+def rollout_line(kw: Mapping[str, Any]) -> str:
+    """A class's rollout decision, how many devices switched and how many run a version nobody knows."""
     d = kw["decision"]
     unknown = f"; {kw['unknown']} not known (a switch went unanswered)" if kw.get("unknown") else ""
     return (f"rollout {kw['device_class']}: {d.decision} ({printable(d.reason)}); "
@@ -112,7 +113,7 @@ FORMATS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
     "progress": _progress,
     "round_end": _round_end,
     "ab": _ab,
-    "rollout": _rollout,
+    "rollout": rollout_line,
     "unknown_versions": lambda kw: (f"{kw['devices']} device(s) left out of the evaluation of what runs: their "
                                     "version is unknown (a switch went unanswered) or neither A nor B"),
     "heartbeat_skipped": lambda kw: f"heartbeat not written ({kw['reason']}): retried at the next beat",

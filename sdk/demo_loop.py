@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import api
-from .compiler.printable import printable
 from .coordinator import fleet
 from .coordinator.aggregate import OVERALL
-from .coordinator.progress import wire_line
+from .coordinator.progress import printable_event, rollout_line, wire_line
 from .coordinator.report import round_aggregates, text_table
 from .coordinator.store import ResultsStore
 from .demo import (DemoResult, Echo, Progress, demo_workdir, finish_demo, plan_demo_fleet, train_cnn,
@@ -77,9 +76,7 @@ class LoopProgress(Progress):
             if line:
                 self.echo(f"{t} {line}")
         elif event == "rollout":
-            d = kw["decision"]
-            self.echo(f"{t} rollout {printable(kw['device_class'])}: {d.decision} ({printable(d.reason)}); "
-                      f"{kw['applied']} devices switched")
+            self.echo(f"{t} {rollout_line(printable_event(kw))}")
         else:
             super().__call__(event, **kw)
 
@@ -132,10 +129,12 @@ def _run_loop_demo(work: Path, echo: Echo, devices: int, rounds: int, classes: t
     decisions = store.rollouts(run_id)
     if decisions:
         echo("\ncanary rollout, per class (A/B on the canaries; promote unless B is worse beyond the DP noise):")
-        echo(text_table(("class", "canaries", "of", "B - A (private)", "upper bound", "decision", "devices switched"),
+        echo(text_table(("class", "canaries", "of", "B - A (private)", "upper bound", "decision", "devices switched",
+                         "version unknown"),
                         [[r["device_class"], str(r["reported"]), str(r["class_devices"]),
                           "-" if r["diff"] is None else f"{r['diff']:+.3f} ± {r['se']:.3f}",
-                          "-" if r["bound"] is None else f"{r['bound']:+.3f}", r["decision"], str(r["applied"])]
+                          "-" if r["bound"] is None else f"{r['bound']:+.3f}", r["decision"], str(r["applied"]),
+                          str(r["unknown"])]
                          for r in decisions]))
     finals = [r for r in rnds if r["kind"] == "active"]
     truth2 = true_accuracy(b2, pub, plan)
