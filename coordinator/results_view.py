@@ -55,7 +55,7 @@ class RunSummary:
     finished_at: float | None
     config: Mapping[str, Any]
     rounds: tuple[RoundSummary, ...]
-    reason: str = ""  # why a run was aborted, when it was
+    reason: str = ""  # why a run was aborted, or that a finished one evaluated nothing
 
     @property
     def duration_s(self) -> float | None:

@@ -39,7 +39,8 @@ class NothingEvaluated(CuvilError):
 
 def nothing_evaluated(store: ResultsStore, run_id: int) -> str | None:
     """Why no device reported an evaluation in any round of the run (its failures by kind, each with its
-    commonest reason), or None where one did: a fleet that refused every bundle looked like a rollback."""
+    commonest reason), or None where one did: a fleet that refused every bundle looked like a rollback,
+    and a run with nothing evaluated like any finished run."""
     rounds = store.rounds(run_id)
     if any(store.reports(r["id"]) for r in rounds):
         return None
@@ -51,4 +52,4 @@ def nothing_evaluated(store: ResultsStore, run_id: int) -> str | None:
             reasons.setdefault(f["kind"], Counter())[f["reason"]] += 1
     why = "; ".join(f"{len(devices[kind])} device{'s' if len(devices[kind]) != 1 else ''} {kind} "
                     f"({reasons[kind].most_common(1)[0][0]})" for kind in sorted(devices))
-    return f"no device evaluated either bundle: {why or 'none answered'}"
+    return f"no device reported an evaluation: {why or 'none answered'}"

@@ -17,6 +17,7 @@ from .device_text import cut_reason
 from .exchange import Transport
 from .fine_tuning import fine_tune
 from .rollout import rollout
+from .rollout_view import nothing_evaluated
 from .rounds import BundleRef, Coordinator, Event
 from .stop_signals import StopSignals
 from .store import ResultsStore, StoreError
@@ -72,8 +73,9 @@ def drive_run(transport: Transport, cfg: RunConfig, on_event: Event | None = Non
             coord.ab_round(bundle, bundle_b, number)
         w = coord.deltas.wire
         emit("wire", full=w.full, delta=w.delta, replaced=w.replaced, deltas=w.deltas, not_smaller=w.not_smaller)
-        store.finish_run(run_id)
-        emit("run_end", run_id=run_id, status="finished")
+        nothing = nothing_evaluated(store, run_id)  # still finished, but not silently: the end line says why
+        store.finish_run(run_id, reason=nothing or "")
+        emit("run_end", run_id=run_id, status="finished", reason=nothing)
         return run_id
     except BaseException as e:
         if run_id is not None:

@@ -78,8 +78,9 @@ def rollout(bundle_a: Path, bundle_b: Path, trust: tuple[Path, ...], devices: in
     try:
         run_id = store.runs()[-1]["id"]
         for r in store.rollouts(run_id):
+            unknown = f", {r['unknown']} not known (a switch went unanswered)" if r["unknown"] else ""
             click.echo(f"{r['device_class']}: {r['decision']} ({r['reason']}); {r['applied']} of "
-                       f"{r['class_devices']} devices switched")
+                       f"{r['class_devices']} devices switched{unknown}")
         click.echo(f"run {run_id}: cuvil results --db {db} --run {run_id}")
         why = nothing_evaluated(store, run_id)
         if why is not None:

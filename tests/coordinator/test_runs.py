@@ -52,6 +52,17 @@ def test_a_run_ends_finished_with_its_ab_verdict_stored_and_shown(tmp_path, bund
     assert lines[-1] == f"cuvil run {run_id} finished"
 
 
+def test_a_run_that_no_device_evaluated_ends_finished_saying_why(tmp_path, bundles):
+    lines: list[str] = []
+    cfg = _cfg(tmp_path, bundles, num_rounds=1)
+    devs = make_fleet(**{f"d{i}": "refuse" for i in range(6)})
+    run_id = drive_run(FakeTransport(devs, bundles[2]), cfg, ProgressLog(lines.append))
+    (run,) = ResultsStore(cfg.db_file).runs()
+    why = "no device reported an evaluation: 6 devices refused (4010)"
+    assert run["status"] == "finished" and run["reason"] == why
+    assert lines[-1] == f"cuvil run {run_id} finished: {why}"
+
+
 def test_a_rollout_run_evaluates_each_device_on_the_version_it_reported_running(tmp_path, bundles):
     devs = make_fleet(d0="stuck")  # d0 (x86) evaluates but refuses to switch
     b_hash = BundleRef.from_file(bundles[1]).content_hash

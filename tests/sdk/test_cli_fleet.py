@@ -122,5 +122,5 @@ def test_rollout_that_no_device_evaluated_says_why_and_exits_non_zero(tmp_path, 
                                     "--trust", str(tmp_path / "k.pub"), "--db", str(tmp_path / "r.db")])
     assert out.exit_code == 1, out.output
     assert "rpi5: rollback" in out.stdout
-    assert out.stderr == ("error: run 1: no device evaluated either bundle: 2 devices refused (SIGNATURE_REJECTED: "
+    assert out.stderr == ("error: run 1: no device reported an evaluation: 2 devices refused (SIGNATURE_REJECTED: "
                           "bundle_rejected): does --trust name the key that signed the bundles?\n")
