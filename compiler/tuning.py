@@ -202,7 +202,9 @@ DW_LANES_MAX_WIDTH = {256: 14, 512: 5}
 """int8 depthwise at stride 1 with channels in lanes up to this output width where the window-row
 quads cannot take it, by vector bits (Zen 4, k cycles, lanes vs row loops: at 256 bits 25x5 60 -> 22,
 12x12 193 -> 54, 14x14 70 -> 24, but 16x16 68 vs 46 and 64x64 372 vs 89; at 512 bits without VNNI
-25x5 30 -> 20, but 12x12 74 vs 49 and 14x14 27 vs 14)."""
+25x5 30 -> 20, but 12x12 74 vs 49 and 14x14 27 vs 14). Zen 3, x86-avx2 host, MobileNetV2 int8 at 96x96, each
+layer's fewest cycles in the model, lanes copied by channel groups (quant_depthwise.py): 192x12x12 58 k lanes, 67-87
+by row loops; 144x24x24 129 k by row loops, 1.14x that by lanes)."""
 DIRECT_PREFETCH_BYTES = 8 * KIB
 """x86: how far ahead a direct or im2col conv tile prefetches its weights where they outgrow the L2 budget
 (ResNet-50's 1x1 convs at 8x8 and 4x4 stream 1-8 MB each from DRAM per inference; the hardware prefetcher
@@ -227,7 +229,9 @@ slightly slower). At 256 bits (x86-avx2 code on the same host) the whole rows we
 8x1 757; 7x7: 4x3 738, 7x1 833): 0 there. Never timed on Arm."""
 DW_LANES_MAX_WIDTH_STRIDED = 32
 """The same at stride 2 (Zen 4, both widths: 24x24 from 48x48 178 -> 114 and 155 -> 130 k cycles,
-12x12 from 24x24 220 -> 53, 16x16 from 32x32 100 -> 39 at 512 bits; 28x28 from 56x56 0.95-1.1x)."""
+12x12 from 24x24 220 -> 53, 16x16 from 32x32 100 -> 39 at 512 bits; 28x28 from 56x56 0.95-1.1x). Zen 3, x86-avx2
+host, as above: 96 channels 24x24 from 48x48 111 k lanes, 1.62x that by row loops (1.19x before the lanes copied by
+channel groups)."""
 
 
 def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:

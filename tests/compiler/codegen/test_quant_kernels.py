@@ -95,6 +95,8 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.I8, 127, 16, 2, [1, 1, 1, 1], (1, 16, 9, 70), 16),  # depthwise, stride 2, 35 wide: column phases on x86
     (DType.U8, 127, 8, 1, [1, 1, 1, 1], (2, 8, 6, 37), 8),  # depthwise, 37 wide: at 256 bits two steps of 16 columns
     # by tap pairs and a step of 5
+    (DType.U8, 127, 40, 2, [1, 1, 1, 1], (2, 40, 34, 33), 40),  # depthwise, stride 2, 17 wide: x86 channels in lanes,
+    # the plane copied by 16 channels x 16 columns a group of 16 channels at a time, a group of 8 last, two images
 ]
 WINOGRAD_CASES = (10, 11, 13)
 ROWS_CASES = (1, 12)  # x86-avx2, int16 pairs: planes of at most 64 pixels, k x k, one group (2: vpmaddubsw)

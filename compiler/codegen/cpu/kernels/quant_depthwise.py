@@ -2,10 +2,13 @@
 
 The per-channel loops of ``quant_grouped.py`` vectorize along an output row, which fills no vector
 when the plane is small (MobileNetV2's 6x6 and 3x3 layers) and pays a plane copy per channel. Here the
-input is copied once into a zero-bordered int16 plane of centred values in channel-last order
-(``[row][col][channel]``, channels padded to whole vectors), so every tap of an output pixel is one
+input is copied, 16 channels at a time (a step's lanes where wider), into a zero-bordered int16 plane of
+centred values in channel-last order (``[row][col][channel]``), so every tap of an output pixel is one
 vector load per lane group, summed in int32 registers and requantized there; the lanes are stored to
-their channel planes. Weights and bias are packed at compile time as int32 ``[tap][channel]`` and
+their channel planes, and the next group's channels are copied into the same plane. One plane of every
+channel (MobileNetV2's stride-2 96-channel layer at 96x96: 96 x 50 x 50 int16, 480 KB) outgrew Zen 3's 512 KiB
+L2 between the copy and the taps; by groups (80 KB) that layer took 0.65x the cycles, the 6x6 and 3x3 layers
+0.72-0.85x (Zen 3, x86-avx2 host). Weights and bias are packed at compile time as int32 ``[tap][channel]`` and
 ``[channel]`` rows.
 """
 
@@ -85,21 +88,32 @@ def pack_lanes(key: KernelKey, i: int, arr: np.ndarray, target: Target) -> tuple
     return None
 
 
+def _plane_channels(c: int, target: Target) -> int:
+    """Channels a plane holds: one group of 16 (or a step's lanes, where wider) at a time."""
+    return min(_channels_padded(c, target), max(BLOCK, _group(target)))
+
+
 def lanes_scratch(key: KernelKey, target: Target) -> int:
     rows, cols, _, _ = padded_dims(key)
-    return -(-2 * rows * cols * _channels_padded(key.in_types[0].shape[1], target) // 64) * 64 + 64
+    return -(-2 * rows * cols * _plane_channels(key.in_types[0].shape[1], target) // 64) * 64 + 64
 
 
 def fill_centred(ctx: KernelContext, n: ir.Value, plane: ir.Value, cp: int,
-                 dims: tuple[int, int, int, int]) -> None:
+                 dims: tuple[int, int, int, int], first: ir.Value | None = None, count: int | None = None,
+                 clear: bool = True) -> None:
     """Image ``n``, centred, into the channel-last zero-bordered int16 plane of ``dims``
     (rows, cols, top pad, left pad), ``cp`` channels to a place: blocks of 16 channels x 16 columns
-    transposed in registers, the rest one value at a time."""
+    transposed in registers, the rest one value at a time. ``first``, ``count``: only those channels
+    (the plane's places hold channels ``first ..``), else all; ``clear``: zero the plane first (its border:
+    a plane that held other channels of the image has it zero still)."""
     b = ctx.b
     _, c, hh, ww = ctx.shape(0)
     rows, cols, top, left = dims
-    h.memset0(b, plane, 2 * rows * cols * cp)
+    if clear:
+        h.memset0(b, plane, 2 * rows * cols * cp)
     src = b.mul(n, h.i64(c * hh * ww))
+    if first is not None:
+        src, c = b.add(src, b.mul(first, h.i64(hh * ww))), count
     base = (top * cols + left) * cp
     cv, xv = c // BLOCK * BLOCK, ww // BLOCK * BLOCK
     if cv and xv:
@@ -200,14 +214,16 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
     oh, ow = ctx.out_shape[2:]
     (sh, sw), (dh, dw) = a["strides"], a["dilations"]
     _, cols, _, _ = padded_dims(ctx.key)
-    vl, cp, step = _lanes(ctx.target), _channels_padded(c, ctx.target), _group(ctx.target)
+    vl, step = _lanes(ctx.target), _group(ctx.target)
+    cp = _channels_padded(c, ctx.target)  # the packed weights' and multipliers' channels
+    gp = _plane_channels(c, ctx.target)  # the plane's: each group of gp channels is copied, then convolved
     vt, v16, ft = ir.VectorType(h.I32, vl), ir.VectorType(I16, vl), ir.VectorType(h.F32, vl)
     lo, hi = clamp_bounds(a["to"], a["clamp"])
     mtab, m_one = multipliers(ctx, pad=cp)
     plane = b.bitcast(ctx.scratch, I16.as_pointer())
     weights = b.bitcast(ctx.ins[1], h.I32.as_pointer())
     bias = b.bitcast(ctx.ins[2], h.I32.as_pointer()) if len(ctx.in_types) == 3 else None
-    origins = [(ty * dh * cols + tx * dw) * cp for ty in range(kh) for tx in range(kw)]
+    origins = [(ty * dh * cols + tx * dw) * gp for ty in range(kh) for tx in range(kw)]
 
     def vload(ptr: ir.Value, index: ir.Value, t: ir.VectorType) -> ir.Value:
         return b.load(b.bitcast(gep(b, ptr, index), t.as_pointer()), align=2)
@@ -241,13 +257,15 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
             halves = pair_madd(b, halves, xs[0], xs[-1], ws)
         return requantized(b, halves, lambda k, s: finish(b.add(ch, h.i64(k * vl)), s))
 
-    def window(px: ir.Value) -> ir.Value:
+    def window(px: ir.Value, g0: ir.Value) -> ir.Value:
+        """Where output pixel ``px``'s window starts in the plane of the group from channel ``g0``, less ``g0``
+        (``sums`` adds its channel)."""
         oy, ox = b.udiv(px, h.i64(ow)), b.urem(px, h.i64(ow))
-        return h.linear(b, (oy, ox), (sh * cols * cp, sw * cp))
+        return b.sub(h.linear(b, (oy, ox), (sh * cols * gp, sw * gp)), g0)
 
-    def group(ch: ir.Value, img: ir.Value, px: ir.Value, valid: int) -> None:
+    def group(ch: ir.Value, g0: ir.Value, img: ir.Value, px: ir.Value, valid: int) -> None:
         """Channels ``ch .. ch + vl`` of output pixel ``px`` (the first ``valid`` of them stored)."""
-        q = sums(ch, window(px))
+        q = sums(ch, window(px, g0))
         for lane in range(valid):
             dst = b.add(b.add(img, b.mul(b.add(ch, h.i64(lane)), h.i64(oh * ow))), px)
             h.store(b, b.extract_element(q, ir.Constant(h.I32, lane)), ctx.outs[0], dst)
@@ -256,7 +274,7 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
         """The first ``channels`` of channels ``ch .. ch + 16`` of output pixels ``p0 .. p0 + count``: their bytes
         transposed in registers to 16 pixels a channel, one store each (a byte store per lane cost the
         960-channel 3x3 layers half their time)."""
-        qs = [sums(ch, window(b.add(p0, h.i64(j)))) for j in range(count)]
+        qs = [sums(ch, window(b.add(p0, h.i64(j)), ch)) for j in range(count)]
         for k, row in enumerate(_transpose(b, qs + [h.vector(qs[0].type, None)] * (BLOCK - count))[:channels]):
             ptr = gep(b, ctx.outs[0], b.add(b.add(img, b.mul(b.add(ch, h.i64(k)), h.i64(oh * ow))), p0))
             store_lanes(b, row, ptr, None if count == BLOCK else count, ctx.target.tuning.masked_stores)
@@ -268,20 +286,22 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
         if pixels % BLOCK:
             transposed(ch, img, h.i64(pixels // BLOCK * BLOCK), pixels % BLOCK, channels)
 
-    pixels, full = oh * ow, (c // step) * step
-    with h.for_range(b, n_img, name="n") as n:
-        fill_centred(ctx, n, plane, cp, padded_dims(ctx.key))
-        img = b.mul(n, h.i64(c * pixels))
+    def plane_group(n: ir.Value, img: ir.Value, g0: ir.Value, count: int) -> None:
+        """Channels ``g0 .. g0 + count`` (at most ``gp``): copied into the plane, then convolved while it is in cache."""
+        fill_centred(ctx, n, plane, gp, dims, g0, count, clear=False)
         if step == BLOCK:  # 16 channels a step, stored through the transpose; a partial last one's padding unstored
-            if full:
-                with h.for_range(b, full, step=step, name="cv") as ch:
-                    channel_block(ch, img, BLOCK)
-            if c % step:
-                channel_block(h.i64(full), img, c % step)
-        else:
-            with h.for_range(b, pixels, name="px") as px:
-                if full:
-                    with h.for_range(b, full, step=vl, name="cv") as ch:
-                        group(ch, img, px, vl)
-                if c % vl:
-                    group(h.i64(full), img, px, c % vl)
+            channel_block(g0, img, count)
+            return
+        with h.for_range(b, pixels, name="px") as px:
+            for k in range(0, count, vl):
+                group(b.add(g0, h.i64(k)), g0, img, px, min(vl, count - k))
+
+    pixels, full, dims = oh * ow, (c // gp) * gp, padded_dims(ctx.key)
+    with h.for_range(b, n_img, name="n") as n:
+        h.memset0(b, plane, 2 * dims[0] * dims[1] * gp)  # the border, zero for every group
+        img = b.mul(n, h.i64(c * pixels))
+        if full:
+            with h.for_range(b, full, step=gp, name="cg") as g0:
+                plane_group(n, img, g0, gp)
+        if c % gp:
+            plane_group(n, img, h.i64(full), c % gp)
