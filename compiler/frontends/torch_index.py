@@ -1,5 +1,5 @@
 """ATen → Cuvil translators for indexing, selection and windows: ``x[idx]`` (index.Tensor), ``topk``,
-``unfold``, ``triu_indices``.
+``unfold``, ``triu_indices``, ``EmbeddingBag`` (_embedding_bag).
 
 Registered into :data:`~cuvil.compiler.frontends.torch_ops.TABLE` on import (``torch.py`` imports it).
 Each is a Gather of the indices torch reads (a table, the index tensors, or a constant), so the
@@ -71,3 +71,75 @@ def _topk(c, a):
     axis = a.get("dim", -1) % c.rank(x)
     index = c.op("TopKIndices", [x], axis=axis, k=a["k"], largest=int(a.get("largest", True)))
     return c.op("GatherElements", [x, index], axis=axis), index
+
+
+_BAG_MODES = ("sum", "mean", "max")  # ATen's mode numbers
+
+
+@op("_embedding_bag", "_embedding_bag_forward_only", "embedding_bag")
+def _embedding_bag(c, a):
+    """Bags of rows reduced: the indices gathered into a (bags, longest bag) layout (a Reshape when the bags
+    are equal and in order: a 2-D input), the table's rows gathered from them as ``embedding`` does, then
+    a reduction over the bag axis with a constant mask for the shorter bags and ``padding_idx`` masked at
+    run time. Needs the offsets at import (a buffer, or the ``arange`` a 2-D input makes): the layout is
+    their shape. Empty bags give zeros, as torch's do."""
+    weight, indices, mode = a["weight"], a["indices"], _BAG_MODES[a["mode"]]
+    offsets = c.b.value_of(a["offsets"])
+    if offsets is None:
+        raise Unsupported("offsets known only at run time (the bag sizes must be known at import)")
+    starts, lengths = _bags(offsets, c.shape(indices)[0], a["include_last_offset"])
+    out_dtype, longest = c.out_dtype, int(lengths.max(initial=0))
+    if longest == 0:
+        return c.const(np.zeros(c.out_shape), out_dtype), None, None, None
+    slot = np.arange(longest)[None, :]
+    valid = slot < lengths[:, None]
+    positions = np.where(valid, starts[:, None] + slot, 0)
+
+    def layout(v):  # a per-index value in the (bags, longest) layout
+        if valid.all() and np.array_equal(positions.ravel(), np.arange(c.shape(v)[0])):
+            return c.op("Reshape", [v], shape=list(positions.shape))
+        return c.op("Gather", [v, c.const(positions, DType.I64)], axis=0)
+
+    idx = layout(indices)
+    rows = c.op("Gather", [weight, idx], axis=0)
+    if a.get("per_sample_weights") is not None:
+        rows = c.op("Mul", [rows, c.op("Unsqueeze", [layout(a["per_sample_weights"])], axes=[2])])
+    keep, count = (None if valid.all() else c.const(valid, DType.BOOL)), c.const(lengths[:, None], out_dtype)
+    pad = a.get("padding_idx")
+    if pad is not None and pad >= 0:  # ATen's -1: none (the module has made a negative one positive)
+        kept = c.op("Where", [c.op("Equal", [idx, c.const(pad, c.dtype(idx))]),
+                              c.const(False, DType.BOOL), c.const(True, DType.BOOL)])
+        keep = kept if keep is None else c.op("Where", [keep, kept, c.const(False, DType.BOOL)])
+        count = c.op("ReduceSum", [c.cast(keep, out_dtype)], axes=[1], keepdims=1)
+    if keep is not None:
+        filler = c.const(-np.inf if mode == "max" else 0, out_dtype)
+        rows = c.op("Where", [c.op("Unsqueeze", [keep], axes=[2]), rows, filler])
+    if mode == "max":
+        y = c.op("ReduceMax", [rows], axes=[1], keepdims=0)
+        y = c.op("Where", [c.op("Greater", [count, c.const(0, out_dtype)]), y, c.const(0, out_dtype)])
+    else:
+        y = c.op("ReduceSum", [rows], axes=[1], keepdims=0)
+    if mode == "mean":
+        y = c.op("Div", [y, c.op("Max", [count, c.const(1, out_dtype)])])
+    return y, None, None, None
+
+
+def _bags(offsets: np.ndarray, n: int, include_last_offset: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Each bag's start and length. Torch refuses offsets that do not start at 0 or pass the input, and
+    reads out of bounds on decreasing ones: refused here too. With include_last_offset, indices past the
+    last offset are read by no bag, or by the last one with ``padding_idx`` in sum and mean: refused."""
+    offsets = np.asarray(offsets, dtype=np.int64).ravel()
+    if offsets.size == 0 or offsets[0] != 0 or offsets[-1] > n or np.any(np.diff(offsets) < 0):
+        raise Unsupported(f"offsets {offsets.tolist()[:8]} are not non-decreasing from 0 to at most {n}")
+    if include_last_offset and offsets[-1] != n:
+        raise Unsupported(f"include_last_offset with indices past the last offset ({offsets[-1]} of {n}): "
+                          "torch's kernels disagree on which bag reads them")
+    ends = offsets[1:] if include_last_offset else np.append(offsets[1:], n)
+    starts = offsets[:-1] if include_last_offset else offsets
+    return starts, ends - starts
+
+
+@op("embedding_renorm")
+def _embedding_renorm(c, a):
+    """``max_norm``: torch rescales the table's rows in place at every call, a write into a weight."""
+    raise Unsupported("max_norm (Embedding/EmbeddingBag renormalise their weight in place at every call)")
