@@ -107,9 +107,8 @@ def _embedding_bag(c, a):
     keep, count = (None if valid.all() else c.const(valid, DType.BOOL)), c.const(lengths[:, None], out_dtype)
     pad = a.get("padding_idx")
     if pad is not None and pad >= 0:  # ATen's -1: none (the module has made a negative one positive)
-        kept = c.op("Where", [c.op("Equal", [idx, c.const(pad, c.dtype(idx))]),
-                              c.const(False, DType.BOOL), c.const(True, DType.BOOL)])
-        keep = kept if keep is None else c.op("Where", [keep, kept, c.const(False, DType.BOOL)])
+        kept = c.op("Not", [c.op("Equal", [idx, c.const(pad, c.dtype(idx))])])
+        keep = kept if keep is None else c.op("And", [keep, kept])
         count = c.op("ReduceSum", [c.cast(keep, out_dtype)], axes=[1], keepdims=1)
     if keep is not None:
         filler = c.const(-np.inf if mode == "max" else 0, out_dtype)

@@ -297,8 +297,8 @@ def emit_lanes_qconv(ctx: KernelContext) -> None:
                 group(b.add(g0, h.i64(k)), g0, img, px, min(vl, count - k))
 
     pixels, full, dims = oh * ow, (c // gp) * gp, padded_dims(ctx.key)
+    h.memset0(b, plane, 2 * dims[0] * dims[1] * gp)  # the border: no group or image writes it
     with h.for_range(b, n_img, name="n") as n:
-        h.memset0(b, plane, 2 * dims[0] * dims[1] * gp)  # the border, zero for every group
         img = b.mul(n, h.i64(c * pixels))
         if full:
             with h.for_range(b, full, step=gp, name="cg") as g0:
