@@ -79,7 +79,7 @@ class DeviceProfile:
 
 # field validation ---------------------------------------------------------------------------------
 REQUIRED = object()
-_FEATURE = re.compile(r"^[+-][a-z0-9][a-z0-9.\-]*$")
+_FEATURE = re.compile(r"[+-][a-z0-9][a-z0-9.\-]*")
 _ARCHES = ("x86_64", "aarch64")
 
 
@@ -102,7 +102,7 @@ def _triple(v: Any) -> str:
 
 
 def _features(v: Any) -> tuple[str, ...]:
-    if not isinstance(v, list) or not all(isinstance(f, str) and _FEATURE.match(f) for f in v):
+    if not isinstance(v, list) or not all(isinstance(f, str) and _FEATURE.fullmatch(f) for f in v):
         raise ValueError("must be a list of LLVM feature strings like '+avx2' or '-prefer-256-bit'")
     if len(set(v)) != len(v):
         raise ValueError("lists a feature twice")

@@ -31,13 +31,13 @@ from .graph import Graph, Node
 from .limits import DEFAULT_LIMITS, Limits, check_node_arity, check_type
 from .types import Batch, TensorType
 
-_BARE = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./\-]*$")
+_BARE = re.compile(r"[A-Za-z_/][A-Za-z0-9_./\-]*")
 _KEYWORDS = {"graph", "const", "data", "inf", "nan", "N"}
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _name(s: str) -> str:
-    return s if _BARE.match(s) and s not in _KEYWORDS else json.dumps(s)
+    return s if _BARE.fullmatch(s) and s not in _KEYWORDS else json.dumps(s)
 
 
 def _float(x: float) -> str:

@@ -164,14 +164,14 @@ class Step:
 
 
 _STEP = re.compile(r"^([A-Za-z][A-Za-z0-9]*)(?:\{([^{}]*)\})?\((\d+(?:,\d+)*)\)$")
-_WORD = re.compile(r"^[A-Za-z0-9_]+$")
+_WORD = re.compile(r"[A-Za-z0-9_]+")
 
 
 def _format_value(v) -> str:
     if isinstance(v, float):
         return "nan" if math.isnan(v) else repr(v)
     text = str(v)
-    if isinstance(v, str) and not _WORD.match(text):
+    if isinstance(v, str) and not _WORD.fullmatch(text):
         raise ShapeError(f"FusedElementwise: string attribute {text!r} is not a bare word")
     return text
 

@@ -7,6 +7,7 @@ a ParseError rather than a crash.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -313,6 +314,15 @@ def test_any_name_and_float_round_trip(a, b, alpha, factor):
     nodes = [Node.make("LeakyRelu", [a], [a + "'"], name=b, alpha=alpha)]
     g = verify(infer_graph_types(b, ins, {b + "w": np.array([alpha])}, nodes, [a + "'"]))
     assert parse_graph(print_graph(g)) == g
+
+
+@pytest.mark.parametrize("name", ["A\n", "x\n", "graph\n"])
+def test_a_name_ending_in_a_newline_is_quoted(name):
+    """A bare name's pattern once matched before a trailing newline, which the reader then lost."""
+    ins = {"x": TensorType(F32, (Batch(1), 2))}
+    g = verify(infer_graph_types("g", ins, {}, [Node.make("Relu", ["x"], ["y"], name=name)], ["y"]))
+    assert json.dumps(name) in print_graph(g)
+    assert parse_graph(print_graph(g)).nodes[0].name == name
 
 
 HEAD = 'graph "g" (x: f32[N,3]) -> (y) {\n'

@@ -102,6 +102,7 @@ BAD = [
     ("width as bool", "rpi5", lambda d: d.update(vector_bits=True), "field 'vector_bits'"),
     ("bad triple", "rpi5", lambda d: d.update(triple="riscv64-unknown-linux-gnu"), "field 'triple'"),
     ("bad feature", "rpi5", lambda d: d.update(features=["neon"]), "field 'features'"),
+    ("feature ending in a newline", "rpi5", lambda d: d.update(features=["+neon\n"]), "field 'features'"),
     ("duplicate feature", "rpi5", lambda d: d.update(features=["+neon", "+neon"]), "twice"),
     ("negative cache", "rpi5", lambda d: d.update(l2_kib=-1), "field 'l2_kib'"),
     ("zero budget", "rpi5", lambda d: d.update(memory_budget_mib=0), "field 'memory_budget_mib'"),

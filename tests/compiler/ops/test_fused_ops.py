@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from cuvil.compiler import DType, N, Node, TensorType, infer_graph_types, parse_graph, print_graph, run_reference
-from cuvil.compiler.errors import CuvilError
+from cuvil.compiler.errors import CuvilError, ShapeError
 from cuvil.compiler.ops import get_op
-from cuvil.compiler.ops.fused import ACTIVATIONS, activation_of, format_program, parse_program
+from cuvil.compiler.ops.fused import ACTIVATIONS, Step, activation_of, format_program, parse_program
 
 CONV = dict(strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), group=1)
 
@@ -76,3 +76,9 @@ def test_fused_elementwise_runs_its_program_and_round_trips_as_text(rng):
     assert parse_graph(print_graph(g)) == g
     x, s, b = (rng.standard_normal(shape, dtype=np.float32) for shape in ((3, 4), (4,), (1, 4)))
     np.testing.assert_allclose(run_reference(g, {"x": x, "s": s, "b": b})["y"], np.clip(x * s + b, 0, 6), rtol=1e-6)
+
+
+@pytest.mark.parametrize("word", ["tanh\n", "tan h", ""])
+def test_a_string_attribute_that_is_not_one_bare_word_is_refused(word):
+    with pytest.raises(ShapeError, match="not a bare word"):
+        format_program([Step("Gelu", (0,), (("approximate", word),))])
