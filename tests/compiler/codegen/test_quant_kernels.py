@@ -97,7 +97,10 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     # by tap pairs and a step of 5
     (DType.U8, 127, 40, 2, [1, 1, 1, 1], (2, 40, 34, 33), 40),  # depthwise, stride 2, 17 wide: x86 channels in lanes,
     # the plane copied by 16 channels x 16 columns a group of 16 channels at a time, a group of 8 last, two images
+    (DType.I8, 127, 4, 1, [0, 2, 1, 1], (2, 32, 8, 9), 32),  # grouped, 8 channels a group, 7x10 outputs: each tap one
+    # stream over the input plane's rows, uneven pads, two images
 ]
+FLAT_CASE = len(CONVS) - 1
 WINOGRAD_CASES = (10, 11, 13)
 ROWS_CASES = (1, 12)  # x86-avx2, int16 pairs: planes of at most 64 pixels, k x k, one group (2: vpmaddubsw)
 
@@ -258,18 +261,37 @@ def test_depthwise_window_rows(kind, dtype, stride, dilation, pads, shape):
     assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
 
 
-def test_grouped_conv_by_blocks_of_outputs(monkeypatch):
+@pytest.mark.parametrize("case", [9, FLAT_CASE])
+def test_grouped_conv_by_blocks_of_outputs(monkeypatch, case):
     """A group's outputs in blocks whose int32 planes fit ACC_BYTES: here one output a block."""
     from cuvil.compiler.codegen.cpu.kernels import quant_grouped
 
     monkeypatch.setattr(quant_grouped, "ACC_BYTES", 1)
-    dtype, _, group, stride, pads, shape, m = CONVS[9]
-    rng = np.random.default_rng(9)
+    dtype, _, group, stride, pads, shape, m = CONVS[case]
+    rng = np.random.default_rng(case)
     w = rng.integers(-127, 128, (m, shape[1] // group, 3, 3)).astype(np.int8)
     graph = _qconv_graph(dtype, w, rng.integers(-2000, 2000, (m,)).astype(np.int32), group, stride, pads, shape)
     sess = compile_graph(graph, target=GENERIC_X86, optimize=False, use_cache=False, jobs=1)
     x = _random_x(dtype, shape, 1)
     assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
+
+
+@pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic"])
+@pytest.mark.parametrize("dilation,pads,shape", [(2, [2, 1, 2, 3], (1, 16, 9, 12)), (1, [0, 0, 0, 0], (1, 16, 5, 31))])
+def test_grouped_conv_rows_as_one_stream(kind, dilation, pads, shape):
+    """Grouped convs at row stride 1 with rows under FLAT_BELOW_WIDTH: each tap one stream over the input
+    plane's rows (dilated, uneven pads; 29 columns without padding: the output row as long as the plane's)."""
+    from cuvil.compiler.codegen.cpu.kernels.quant_grouped import FLAT_BELOW_WIDTH
+
+    target = _target(kind)
+    rng = np.random.default_rng(dilation)
+    w = rng.integers(-127, 128, (12, 4, 3, 3)).astype(np.int8)
+    graph = _qconv_graph(DType.U8, w, rng.integers(-2000, 2000, (12,)).astype(np.int32), 4, 1, pads, shape, dilation)
+    assert graph.types[graph.outputs[0]].shape[3] < FLAT_BELOW_WIDTH
+    sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
+    for seed in range(2):
+        x = _random_x(DType.U8, shape, seed)
+        assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
 
 
 @pytest.mark.parametrize("kind", ["x86-avx512-vnni", "vnni-256", "x86-avx2"])
