@@ -98,7 +98,7 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     (DType.U8, 127, 40, 2, [1, 1, 1, 1], (2, 40, 34, 33), 40),  # depthwise, stride 2, 17 wide: x86 channels in lanes,
     # the plane copied by 16 channels x 16 columns a group of 16 channels at a time, a group of 8 last, two images
     (DType.I8, 127, 4, 1, [0, 2, 1, 1], (2, 32, 8, 9), 32),  # grouped, 8 channels a group, 7x10 outputs: each tap one
-    # stream over the input plane's rows, uneven pads, two images
+    # stream over the plane's rows, uneven pads, two images
 ]
 FLAT_CASE = len(CONVS) - 1
 WINOGRAD_CASES = (10, 11, 13)
@@ -277,17 +277,24 @@ def test_grouped_conv_by_blocks_of_outputs(monkeypatch, case):
 
 
 @pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic"])
-@pytest.mark.parametrize("dilation,pads,shape", [(2, [2, 1, 2, 3], (1, 16, 9, 12)), (1, [0, 0, 0, 0], (1, 16, 5, 31))])
-def test_grouped_conv_rows_as_one_stream(kind, dilation, pads, shape):
-    """Grouped convs at row stride 1 with rows under FLAT_BELOW_WIDTH: each tap one stream over the input
-    plane's rows (dilated, uneven pads; 29 columns without padding: the output row as long as the plane's)."""
+@pytest.mark.parametrize("stride,dilation,pads,shape,ow", [
+    (1, 2, [2, 1, 2, 3], (1, 16, 9, 12), 12),  # dilated, uneven pads
+    (1, 1, [0, 0, 0, 0], (1, 16, 5, 31), 29),  # no padding: the output row as long as the plane's
+    (2, 1, [1, 1, 1, 1], (2, 16, 16, 16), 8),  # stride 2: four phase blocks, two images
+    (3, 2, [0, 2, 1, 0], (1, 16, 14, 17), 5),  # stride 3, dilated: the taps over every phase block
+    (2, 1, [1, 0, 1, 1], (1, 16, 6, 66), 33),  # 33 wide: row by row, the plane by column phases in its rows
+])
+def test_grouped_conv_rows(kind, stride, dilation, pads, shape, ow):
+    """Grouped convs (4 channels a group): rows under FLAT_BELOW_WIDTH as one stream over a plane stored by
+    phases, wider ones row by row."""
     from cuvil.compiler.codegen.cpu.kernels.quant_grouped import FLAT_BELOW_WIDTH
 
     target = _target(kind)
-    rng = np.random.default_rng(dilation)
+    rng = np.random.default_rng(stride * 10 + dilation)
     w = rng.integers(-127, 128, (12, 4, 3, 3)).astype(np.int8)
-    graph = _qconv_graph(DType.U8, w, rng.integers(-2000, 2000, (12,)).astype(np.int32), 4, 1, pads, shape, dilation)
-    assert graph.types[graph.outputs[0]].shape[3] < FLAT_BELOW_WIDTH
+    graph = _qconv_graph(DType.U8, w, rng.integers(-2000, 2000, (12,)).astype(np.int32), 4, stride, pads, shape,
+                         dilation)
+    assert graph.types[graph.outputs[0]].shape[3] == ow and (ow < FLAT_BELOW_WIDTH) == (ow != 33)
     sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
     for seed in range(2):
         x = _random_x(DType.U8, shape, seed)
