@@ -301,6 +301,28 @@ def test_grouped_conv_rows(kind, stride, dilation, pads, shape, ow):
         assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
 
 
+@pytest.mark.parametrize("kind", ["host", "x86-avx2", "generic"])
+@pytest.mark.parametrize("w_shape,group,stride,dilation,pads,shape,bias", [
+    ((16, 8, 3, 3), 2, 2, 1, [1, 1, 1, 1], (2, 16, 8, 8), True),  # 8 outputs a group, 4x4 from 8x8: a stream of 19
+    ((12, 4, 3, 3), 2, 1, 2, [2, 0, 1, 2], (1, 8, 5, 6), False),  # 6 outputs a group in a 6-lane vector; dilated
+])
+def test_grouped_conv_outputs_in_lanes(monkeypatch, kind, w_shape, group, stride, dilation, pads, shape, bias):
+    """Grouped convs whose taps' streams are short: a group's outputs in the lanes of one vector."""
+    from cuvil.compiler.codegen.cpu.kernels import quant_grouped
+
+    target, taken, lanes = _target(kind), [], quant_grouped._grouped_lanes
+    monkeypatch.setattr(quant_grouped, "_grouped_lanes", lambda ctx, *a: taken.append(1) or lanes(ctx, *a))
+    rng = np.random.default_rng(w_shape[0])
+    w = rng.integers(-127, 128, w_shape).astype(np.int8)
+    b = rng.integers(-2000, 2000, (w_shape[0],)).astype(np.int32) if bias else None
+    graph = _qconv_graph(DType.I8, w, b, group, stride, pads, shape, dilation)
+    sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
+    assert taken
+    for seed in range(2):
+        x = _random_x(DType.I8, shape, seed)
+        assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
+
+
 @pytest.mark.parametrize("kind", ["x86-avx512-vnni", "vnni-256", "x86-avx2"])
 @pytest.mark.parametrize("dtype,k,stride,dilation,pads,ceil,shape", [
     (DType.U8, 3, 2, 1, [0, 0, 0, 0], 1, (1, 3, 27, 27)),  # SqueezeNet's: ceil mode, a small plane as runs
