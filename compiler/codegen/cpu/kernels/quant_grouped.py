@@ -90,7 +90,7 @@ def _flat(key: KernelKey) -> bool:
     the block and a tap is one flat stream over every row, its columns past the output's width never
     requantized. 8-wide rows were loops too short for a vector (RegNetY-style grouped convs of 8 channels a
     group, Zen 4, both vector widths: 8x8 at stride 1 314 -> 48 us, at stride 2 316 -> 54, ONNX Runtime int8's
-    48; 4x4 at stride 2 158 -> 55-80, ORT's 27; 16 wide 62 -> 57 us)."""
+    48; 4x4 at stride 2 158 -> 55-80, ORT's 27, then 30 with :func:`_outputs_in_lanes`; 16 wide 62 -> 57 us)."""
     return key.out_types[0].shape[3] < FLAT_BELOW_WIDTH
 
 
@@ -247,7 +247,7 @@ def _grouped_planes(ctx: KernelContext, plane, acc, mults, lo: int, hi: int) -> 
     oh, ow = ctx.out_shape[2:]
     sh, g = a["strides"][0], a["group"]
     sw, pw = _phase_width(ctx.key)
-    mg, px, jb, row = m // g, oh * ow, _block(ctx.key), _acc_row(ctx.key)
+    mg, jb, row = m // g, _block(ctx.key), _acc_row(ctx.key)
     flat = _flat(ctx.key)  # each tap one stream over the rows, up to the last row's last output
     if _outputs_in_lanes(ctx.key):
         _grouped_lanes(ctx, plane, acc, mults, lo, hi)
@@ -276,12 +276,20 @@ def _grouped_planes(ctx: KernelContext, plane, acc, mults, lo: int, hi: int) -> 
                         x = b.sext(h.load(b, plane, h.linear(b, (oy, ox), (sh * sw * pw, 1), base=origin)), h.I32)
                         out = b.add(accj, h.linear(b, (oy, ox), (ow, 1)))
                         h.store(b, b.add(h.load(b, acc, out), b.mul(x, wv)), acc, out)
-        with h.loop_nest(b, (jb, oh, ow), name="rq") as (j, oy, ox):
-            oc = b.add(oc0, j)
-            mult = multiplier_at(b, mults, oc)
-            at = b.add(b.mul(j, h.i64(oh * row)), h.linear(b, (oy, ox), (row, 1)))
-            q = qm.requantize(b, h.load(b, acc, at), mult, a["y_zero_point"], lo, hi)
-            h.store(b, q, ctx.outs[0], b.add(b.mul(b.add(b.mul(n, h.i64(m)), oc), h.i64(px)), h.linear(b, (oy, ox), (ow, 1))))
+        _requantize_block(ctx, acc, mults, lo, hi, n, oc0, lambda j, at: b.add(b.mul(j, h.i64(oh * row)), at))
+
+
+def _requantize_block(ctx: KernelContext, acc, mults, lo: int, hi: int, n: ir.Value, oc0: ir.Value, index) -> None:
+    """The block's int32 planes, requantized into outputs ``oc0 ...`` of image ``n``; ``index(j, at)``: where
+    output ``j``'s value for the position ``at`` of its plane (rows of :func:`_acc_row`) lies in ``acc``."""
+    b = ctx.b
+    m = ctx.shape(1)[0]
+    oh, ow = ctx.out_shape[2:]
+    with h.loop_nest(b, (_block(ctx.key), oh, ow), name="rq") as (j, oy, ox):
+        oc = b.add(oc0, j)
+        at = h.linear(b, (oy, ox), (_acc_row(ctx.key), 1))
+        q = qm.requantize(b, h.load(b, acc, index(j, at)), multiplier_at(b, mults, oc), ctx.attrs["y_zero_point"], lo, hi)
+        h.store(b, q, ctx.outs[0], b.add(b.mul(b.add(b.mul(n, h.i64(m)), oc), h.i64(oh * ow)), h.linear(b, (oy, ox), (ow, 1))))
 
 
 def _grouped_lanes(ctx: KernelContext, plane, acc, mults, lo: int, hi: int) -> None:
@@ -323,9 +331,4 @@ def _grouped_lanes(ctx: KernelContext, plane, acc, mults, lo: int, hi: int) -> N
                         x = qm.splat_value(b, b.sext(h.load(b, plane, b.add(origin, p)), h.I32), vt)
                         here = at(p)
                         b.store(b.add(b.load(here, align=4), b.mul(x, wv)), here, align=4)
-        with h.loop_nest(b, (jb, oh, ow), name="rq") as (j, oy, ox):
-            oc = b.add(oc0, j)
-            mult = multiplier_at(b, mults, oc)
-            q = qm.requantize(b, h.load(b, acc, b.add(b.mul(h.linear(b, (oy, ox), (row, 1)), h.i64(jb)), j)), mult,
-                              a["y_zero_point"], lo, hi)
-            h.store(b, q, ctx.outs[0], b.add(b.mul(b.add(b.mul(n, h.i64(m)), oc), h.i64(oh * ow)), h.linear(b, (oy, ox), (ow, 1))))
+        _requantize_block(ctx, acc, mults, lo, hi, n, oc0, lambda j, at: b.add(b.mul(at, h.i64(jb)), j))
