@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import CuvilError, LimitError, ParseError
 from .. import ops
-from ..ops.registry import AttrKind
+from ..ops.registry import AttrKind, coerce_attr
 from .dtypes import DType
 from .graph import Graph, Node
 from .limits import DEFAULT_LIMITS, Limits, check_node_arity, check_type
@@ -54,7 +54,18 @@ def _float(x: float) -> str:
 def _number(token: str) -> float:
     """A float token's value: one marked ``f`` is the float32 nearest its decimal."""
     marked = token.endswith("f") and not token.endswith("inf")
-    return float(np.float32(float(token[:-1]))) if marked else float(token)
+    if not marked:
+        return float(token)
+    with np.errstate(over="ignore"):  # "1e39f" rounds to inf quietly: NumPy's RuntimeWarning is an error under -W error
+        return float(np.float32(float(token[:-1])))
+
+
+def _int(token: str, line: int) -> int:
+    """``int(token)``, whose ValueError past 4,300 digits (Python's guard on the conversion) is a ParseError."""
+    try:
+        return int(token)
+    except ValueError:
+        raise ParseError(f"line {line}: an integer of {len(token)} characters") from None
 
 
 def _attr(kind: AttrKind, value) -> str:
@@ -82,7 +93,9 @@ def print_graph(graph: Graph, data: bool = True) -> str:
         spec = ops.get_op(node.op).attrs
         lhs = ", ".join(f"{_name(o)}: {graph.types[o]}" for o in node.outputs)
         args = ", ".join(_name(i) for i in node.inputs)
-        attrs = ", ".join(f"{k}={_attr(spec[k].kind, v)}" for k, v in node.attrs)
+        # Each value as the reader's Node.make coerces it: verify compares with ==, so np.float64(0.1)
+        # (whose repr is "np.float64(0.1)") and 1.0 for an int pass as canonical.
+        attrs = ", ".join(f"{k}={_attr(spec[k].kind, coerce_attr(node.op, k, spec[k].kind, v))}" for k, v in node.attrs)
         lines.append(f"  {lhs} = {node.op} @{_name(node.name)} ({args})" + (f" {{{attrs}}}" if attrs else ""))
     lines.append("}")
     if data:
@@ -174,11 +187,11 @@ class _Tokens:
             kind, val, line = self.next()
             if kind == "num" and self.peek() and self.peek()[1] == "N" and self.peek()[0] == "name":
                 self.next()
-                if not val.isdigit() or int(val) < 1:
+                if not val.isdigit() or _int(val, line) < 1:
                     raise ParseError(f"line {line}: bad dimension {val}N")
-                dims.append(Batch(int(val)))
+                dims.append(Batch(_int(val, line)))
             elif kind == "num" and val.isdigit():
-                dims.append(int(val))
+                dims.append(_int(val, line))
             elif kind == "name" and val == "N":
                 dims.append(Batch(1))
             else:
@@ -199,7 +212,7 @@ class _Tokens:
         if kind in (AttrKind.INT, AttrKind.INTS):
             if not re.fullmatch(r"-?\d+", val):
                 raise ParseError(f"line {line}: expected an integer, got {val!r}")
-            return int(val)
+            return _int(val, line)
         return _number(val)
 
     def attr_value(self, kind: AttrKind):
@@ -262,16 +275,16 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
             t.expect(",")
         outputs.append(t.name())
     t.expect("{")
-    const_names: list[str] = []
+    const_names: dict[str, None] = {}  # in order; a dict, as each data entry looks its name up (a list: quadratic)
     nodes: list[Node] = []
     while not t.accept("}"):
         if t.accept("const"):
             n = t.name()
             t.expect(":")
             types[n] = t.type()
-            if not types[n].is_static:
-                raise ParseError(f"constant {n!r} has a symbolic type {types[n]}")
-            const_names.append(n)
+            if not types[n].is_static or types[n].bounded:  # an array's type is neither (verify)
+                raise ParseError(f"constant {n!r} has a symbolic or bounded type {types[n]}")
+            const_names[n] = None
             continue
         if len(nodes) >= limits.max_nodes:
             raise LimitError(f"the graph has more than {limits.max_nodes} nodes, the limit")
@@ -309,7 +322,7 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
                     raise ParseError(f"{op} has no attribute {key!r}" if key not in spec else f"{op}: {key!r} given twice")
                 attrs[key] = t.attr_value(spec[key].kind)
         try:
-            nodes.append(Node.make(op, args, outs, name=node_name, **attrs))
+            nodes.append(Node.make(op, args, outs, **attrs).replace(name=node_name))  # "" too: make would rename it
         except CuvilError as e:  # a missing required attribute, or a value of the wrong kind
             raise ParseError(f"node {node_name!r}: {e}") from None
     data: dict[str, np.ndarray] = {}
@@ -326,7 +339,11 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
             raise ParseError(f"line {line}: data for {n!r} is not base64") from None
         if len(raw) != ty.nbytes():
             raise ParseError(f"data for {n!r} has {len(raw)} bytes, its type needs {ty.nbytes()}")
-        data[n] = np.frombuffer(raw, dtype=ty.dtype.numpy.newbyteorder("<")).astype(ty.dtype.numpy).reshape(ty.shape)
+        arr = np.frombuffer(raw, dtype=ty.dtype.numpy.newbyteorder("<")).astype(ty.dtype.numpy)
+        try:  # NumPy refuses a shape whose nonzero dimensions' product overflows, though it holds no bytes
+            data[n] = arr.reshape(ty.shape)
+        except ValueError as e:
+            raise ParseError(f"data for {n!r}: {e}") from None
     source = data if constants is None else constants
     missing = [c for c in const_names if c not in source]
     if missing:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from cuvil.compiler import Batch, DType, Graph, N, Node, TensorType, infer_graph_types, parse_graph, print_graph, verify
 from cuvil.compiler.errors import ParseError, ShapeError, VerifyError
-from cuvil.compiler.ir.text import _attr, _Tokens
+from cuvil.compiler.ir.text import _attr, _Tokens, parse_type
 from cuvil.compiler.ir.types import parse_dim
 from cuvil.compiler.ops import AttrKind
 
@@ -325,6 +326,41 @@ def test_a_name_ending_in_a_newline_is_quoted(name):
     assert parse_graph(print_graph(g)).nodes[0].name == name
 
 
+def test_a_node_named_empty_keeps_its_name():
+    """The reader made nodes with Node.make, which names a nameless node after its first output: "" read back
+    as "y" (not canonical), here the name of another node."""
+    ty = TensorType(F32, (N, 2))
+    g = verify(Graph("g", ("x",), ("z",), (Node("Relu", "", ("x",), ("y",)), Node("Relu", "y", ("y",), ("z",))),
+                     {"x": ty, "y": ty, "z": ty}))
+    again = parse_graph(print_graph(g))
+    assert again == g and verify(again) == g
+
+
+def test_attribute_values_print_as_the_reader_makes_them():
+    """verify compares attributes with ==, so np.float64(0.1) and 1.0 for an int pass; printed as they were,
+    they made "alpha=np.float64(0.1)" and "transB=1.0", which do not parse."""
+    node = Node.make("Gemm", ["x", "w"], ["y"], transB=1)
+    g = infer_graph_types("g", {"x": TensorType(F32, (N, 3))}, {"w": np.ones((4, 3), np.float32)}, [node], ["y"])
+    g = verify(g.replace(nodes=(node.replace(attrs={**node.attr, "alpha": np.float64(0.1), "transB": 1.0}),)))
+    text = print_graph(g)
+    assert "alpha=0.1," in text and "transB=1}" in text
+    assert parse_graph(text) == g and print_graph(parse_graph(text)) == text
+
+
+def test_a_float32_literal_past_its_range_reads_as_inf_without_a_warning():
+    """The cast to float32 overflowed with a NumPy RuntimeWarning: an exception under -W error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        node = parse_graph(HEAD + "  y: f32[N,3] = LeakyRelu @y (x) {alpha=-1e39f}\n}").nodes[0]
+    assert node.attr["alpha"] == -math.inf
+
+
+def test_an_integer_past_pythons_digit_limit_is_a_parse_error():
+    """int() refuses more than 4,300 digits with a ValueError, which the loader's parse_type let through."""
+    with pytest.raises(ParseError, match="5000 characters"):
+        parse_type("f32[" + "9" * 5000 + "]")
+
+
 HEAD = 'graph "g" (x: f32[N,3]) -> (y) {\n'
 PARSE_ERRORS = {
     "empty": "",
@@ -351,6 +387,11 @@ PARSE_ERRORS = {
     "data for an input": 'graph "g" (x: f32[1]) -> (x) {\n}\ndata x "AAAAAA=="',
     "data twice": 'graph "g" () -> (c) {\n  const c: f32[1]\n}\ndata c "AAAAAA=="\ndata c "AAAAAA=="',
     "symbolic constant": 'graph "g" () -> (c) {\n  const c: f32[N]\n}\ndata c "AAAAAA=="',
+    "bounded constant": 'graph "g" () -> (c) {\n  const c: i64[<=3]\n}\ndata c "' + "A" * 43 + '="',  # 24 bytes + count
+    "empty constant NumPy cannot shape": 'graph "g" () -> (c) {\n  const c: f32[0,281474976710656,65536]\n}\ndata c ""',
+    "huge dimension": 'graph "g" (x: f32[' + "9" * 5000 + ']) -> (x) {}',
+    "huge batch factor": 'graph "g" (x: f32[' + "9" * 5000 + 'N]) -> (x) {}',
+    "huge int attr": HEAD + "  y: f32[N,3] = Flatten @y (x) {axis=-" + "9" * 5000 + "}\n}",
 }
 
 
