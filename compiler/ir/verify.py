@@ -44,7 +44,7 @@ def verify(graph: Graph) -> Graph:
         node_names.add(node.name)
         opdef = ops.get_op(node.op)
         opdef.check_arity(len(node.inputs))
-        if tuple(sorted(opdef.normalize_attrs(node.attr).items())) != node.attrs:  # sorted, no repeats
+        if not _canonical(tuple(sorted(opdef.normalize_attrs(node.attr).items())), node.attrs):  # sorted, no repeats
             raise VerifyError(f"{where}: attributes are not in canonical form")
         for name in node.inputs:
             if name not in defined:
@@ -68,3 +68,15 @@ def verify(graph: Graph) -> Graph:
     if extra:
         raise VerifyError(f"types given for unknown values: {sorted(extra)[:5]}")
     return graph
+
+
+def _canonical(want: tuple, got: tuple) -> bool:
+    """``got`` equals ``want`` in value and in each value's type (a list's items too): 1.0 for an int
+    attribute or np.float64(0.1) for a float one compares equal, and then broke shape inference with a
+    TypeError and printed as text that does not parse."""
+    def same(a, b) -> bool:
+        if type(a) is not type(b):
+            return False
+        return not isinstance(a, tuple) or all(type(x) is type(y) for x, y in zip(a, b))
+
+    return want == got and all(k == j and same(a, b) for (k, a), (j, b) in zip(want, got))

@@ -337,14 +337,27 @@ def test_a_node_named_empty_keeps_its_name():
 
 
 def test_attribute_values_print_as_the_reader_makes_them():
-    """verify compares attributes with ==, so np.float64(0.1) and 1.0 for an int pass; printed as they were,
-    they made "alpha=np.float64(0.1)" and "transB=1.0", which do not parse."""
+    """Values of another type than their kind (which verify refuses) print as the reader rebuilds them: they
+    made "alpha=np.float64(0.1)" and "transB=1.0", which do not parse."""
     node = Node.make("Gemm", ["x", "w"], ["y"], transB=1)
     g = infer_graph_types("g", {"x": TensorType(F32, (N, 3))}, {"w": np.ones((4, 3), np.float32)}, [node], ["y"])
-    g = verify(g.replace(nodes=(node.replace(attrs={**node.attr, "alpha": np.float64(0.1), "transB": 1.0}),)))
-    text = print_graph(g)
+    odd = g.replace(nodes=(node.replace(attrs={**node.attr, "alpha": np.float64(0.1), "transB": 1.0}),))
+    with pytest.raises(VerifyError, match="canonical"):
+        verify(odd)
+    text = print_graph(odd)
     assert "alpha=0.1," in text and "transB=1}" in text
-    assert parse_graph(text) == g and print_graph(parse_graph(text)) == text
+    again = verify(parse_graph(text))
+    assert again.nodes[0].attr["alpha"] == 0.1 and type(again.nodes[0].attr["transB"]) is int
+    assert print_graph(again) == text
+
+
+@pytest.mark.parametrize("axis", [1.0, np.int64(1)])
+def test_an_attribute_of_another_type_than_its_kind_is_not_canonical(axis):
+    """Equal in value is not enough: Flatten's axis=1.0 passed the check, then shape inference raised TypeError."""
+    node = Node.make("Flatten", ["x"], ["y"], axis=1)
+    g = infer_graph_types("g", {"x": TensorType(F32, (N, 2, 3))}, {}, [node], ["y"])
+    with pytest.raises(VerifyError, match="canonical"):
+        verify(g.replace(nodes=(node.replace(attrs={"axis": axis}),)))
 
 
 def test_a_float32_literal_past_its_range_reads_as_inf_without_a_warning():
