@@ -10,5 +10,6 @@ from .fuse_qdq import fuse_qdq
 from .pipeline import DEFAULT_PIPELINE, optimize
 from .share_constants import share_constants
 from .simplify import simplify
+from .split_groups import split_groups
 
-__all__ = ["DEFAULT_PIPELINE", "conv_transpose", "crop_taps", "dce", "fold_batchnorm", "fold_constants", "fold_dequantized_weights", "fuse", "fuse_qdq", "optimize", "share_constants", "simplify"]
+__all__ = ["DEFAULT_PIPELINE", "conv_transpose", "crop_taps", "dce", "fold_batchnorm", "fold_constants", "fold_dequantized_weights", "fuse", "fuse_qdq", "optimize", "share_constants", "simplify", "split_groups"]

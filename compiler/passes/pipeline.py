@@ -7,7 +7,8 @@ before fusion so the fused kernels see one bias; QDQ patterns become integer ops
 float fusion could take their Conv/Gemm apart from the QuantizeLinear, and the weights no integer op
 took are dequantized once, here, so the float passes see constants; ConvTranspose becomes Conv
 before fusion so its activation fuses, and its kernel is cropped like any Conv's (crop_taps: taps
-that read only padding); dce last drops the weights folding and cropping replaced.
+that read only padding); int8 convs of wide groups split into a conv a group once their weights
+are integers (split_groups); dce last drops the weights folding and cropping replaced.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from .fuse_qdq import fuse_qdq
 from .rewrite import owned_constants
 from .share_constants import share_constants
 from .simplify import simplify
+from .split_groups import split_groups
 
 Pass = Callable[[Graph], Graph]
 DEFAULT_PIPELINE: tuple[Pass, ...] = (fold_constants, share_constants, simplify, fold_batchnorm, fuse_qdq, fold_dequantized_weights,
-                                     conv_transpose, crop_taps, fuse, dce)
+                                     conv_transpose, crop_taps, split_groups, fuse, dce)
 
 
 def optimize(graph: Graph, passes: Sequence[Pass] = DEFAULT_PIPELINE, verify_each: bool = False) -> Graph:

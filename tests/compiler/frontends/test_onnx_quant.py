@@ -43,7 +43,8 @@ def test_qdq_model_imports_into_integer_ops_within_one_quantum_of_onnx_runtime(a
     _, qdq = qdq_model(net, (torch.randn(1, 3, 10, 10),), activations=activations)
     graph = optimize(import_onnx(qdq, batch_size=None))
     ops = Counter(n.op for n in graph.nodes)
-    assert ops["QConv"] == 2 and ops["QAdd"] == 1 and ops["QMatMul"] == 1 and "Conv" not in ops
+    assert ops["QConv"] == 3 and ops["QAdd"] == 1 and ops["QMatMul"] == 1 and "Conv" not in ops  # the grouped one a group
+    assert ops["Split"] == ops["Concat"] == 1
     out_scale = next(n for n in graph.nodes if n.outputs[0] == "output").attr["scale"][0]
     sess = ort_session(qdq)
     for x in draws((3, 3, 10, 10), 2, seed=7):

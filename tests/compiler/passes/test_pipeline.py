@@ -4,14 +4,15 @@ import pytest
 from cuvil.compiler import N, Node
 from cuvil.compiler.errors import VerifyError
 from cuvil.compiler.passes import (DEFAULT_PIPELINE, conv_transpose, crop_taps, dce, fold_batchnorm, fold_constants,
-                                   fold_dequantized_weights, fuse, fuse_qdq, optimize, share_constants, simplify)
+                                   fold_dequantized_weights, fuse, fuse_qdq, optimize, share_constants, simplify,
+                                   split_groups)
 
 from .graphs import assert_same, f32, graph, ops, weights
 
 
 def test_default_pipeline_is_a_visible_tuple():
     assert DEFAULT_PIPELINE == (fold_constants, share_constants, simplify, fold_batchnorm, fuse_qdq, fold_dequantized_weights, conv_transpose,
-                                crop_taps, fuse, dce)
+                                crop_taps, split_groups, fuse, dce)
 
 
 def test_conv_bn_relu6_with_computed_bn_parameters(rng):

@@ -7,7 +7,9 @@ so each tap reads consecutive places for consecutive output columns at any strid
 output pixel in registers and requantizes it there; with more input channels per group, the int32
 planes of a block of the group's outputs accumulate channel by channel, tap by tap, each input
 channel's plane filled once per block (was: once per output channel); narrow output rows read a plane
-stored by phases, so a tap is one stream over every row at any stride (:func:`_flat`).
+stored by phases, so a tap is one stream over every row at any stride (:func:`_flat`). The pass pipeline
+splits a grouped conv with constant weights and more channels a group into a conv a group (GEMMs:
+``passes/split_groups.py``), so this kernel takes depthwise convs and weights given at run time.
 """
 
 from __future__ import annotations
@@ -27,9 +29,6 @@ I16 = ir.IntType(16)
 MAX_UNROLLED_TAPS = 64  # a depthwise window up to 8x8 is summed by straight-line code
 ACC_BYTES = 1 << 17  # int32 output planes a grouped conv accumulates at once (each input plane filled once for them)
 FLAT_BELOW_WIDTH = 32  # grouped convs' narrower output rows accumulate as flat streams (_flat); 32 wide: 93 against 109 us row by row
-LANES_MAX_STREAM = 64  # a flat stream this short or shorter runs a block of outputs in vector lanes (_outputs_in_lanes):
-# 19 positions (4x4 outputs) 80 -> 30 us; 71 and 78 (8x8) even or 13% slower, 286 (16x16) 1.7x slower (Zen 4, 512 bits)
-LANES_MIN_BLOCK = 4  # ... when the block has at least this many outputs
 
 
 def padded_dims(key: KernelKey) -> tuple[int, int, int, int]:
@@ -90,21 +89,13 @@ def _flat(key: KernelKey) -> bool:
     the block and a tap is one flat stream over every row, its columns past the output's width never
     requantized. 8-wide rows were loops too short for a vector (RegNetY-style grouped convs of 8 channels a
     group, Zen 4, both vector widths: 8x8 at stride 1 314 -> 48 us, at stride 2 316 -> 54, ONNX Runtime int8's
-    48; 4x4 at stride 2 158 -> 55-80, ORT's 27, then 30 with :func:`_outputs_in_lanes`; 16 wide 62 -> 57 us)."""
+    48; 4x4 at stride 2 158 -> 55-80, ORT's 27; 16 wide 62 -> 57 us)."""
     return key.out_types[0].shape[3] < FLAT_BELOW_WIDTH
 
 
 def _acc_row(key: KernelKey) -> int:
     """Row length of a grouped conv's int32 output planes (:func:`_flat`)."""
     return _phase_width(key)[1] if _flat(key) else key.out_types[0].shape[3]
-
-
-def _outputs_in_lanes(key: KernelKey) -> bool:
-    """Whether a flat grouped conv (:func:`_flat`) accumulates its block of outputs in the lanes of one vector,
-    each position of a tap's stream one multiply-add of the input value against the block's weights: where
-    the stream is at most LANES_MAX_STREAM positions, too short for vectors along it."""
-    oh, ow = key.out_types[0].shape[2:]
-    return _flat(key) and (oh - 1) * _acc_row(key) + ow <= LANES_MAX_STREAM and _block(key) >= LANES_MIN_BLOCK
 
 
 def _block(key: KernelKey) -> int:
@@ -247,11 +238,8 @@ def _grouped_planes(ctx: KernelContext, plane, acc, mults, lo: int, hi: int) -> 
     oh, ow = ctx.out_shape[2:]
     sh, g = a["strides"][0], a["group"]
     sw, pw = _phase_width(ctx.key)
-    mg, jb, row = m // g, _block(ctx.key), _acc_row(ctx.key)
+    mg, px, jb, row = m // g, oh * ow, _block(ctx.key), _acc_row(ctx.key)
     flat = _flat(ctx.key)  # each tap one stream over the rows, up to the last row's last output
-    if _outputs_in_lanes(ctx.key):
-        _grouped_lanes(ctx, plane, acc, mults, lo, hi)
-        return
     with h.loop_nest(b, (n_img, g, mg // jb), name="grp") as (n, gi, blk):
         oc0 = b.add(b.mul(gi, h.i64(mg)), b.mul(blk, h.i64(jb)))
         with h.loop_nest(b, (jb, oh * row), name="z") as (j, p):
@@ -276,59 +264,9 @@ def _grouped_planes(ctx: KernelContext, plane, acc, mults, lo: int, hi: int) -> 
                         x = b.sext(h.load(b, plane, h.linear(b, (oy, ox), (sh * sw * pw, 1), base=origin)), h.I32)
                         out = b.add(accj, h.linear(b, (oy, ox), (ow, 1)))
                         h.store(b, b.add(h.load(b, acc, out), b.mul(x, wv)), acc, out)
-        _requantize_block(ctx, acc, mults, lo, hi, n, oc0, lambda j, at: b.add(b.mul(j, h.i64(oh * row)), at))
-
-
-def _requantize_block(ctx: KernelContext, acc, mults, lo: int, hi: int, n: ir.Value, oc0: ir.Value, index) -> None:
-    """The block's int32 planes, requantized into outputs ``oc0 ...`` of image ``n``; ``index(j, at)``: where
-    output ``j``'s value for the position ``at`` of its plane (rows of :func:`_acc_row`) lies in ``acc``."""
-    b = ctx.b
-    m = ctx.shape(1)[0]
-    oh, ow = ctx.out_shape[2:]
-    with h.loop_nest(b, (_block(ctx.key), oh, ow), name="rq") as (j, oy, ox):
-        oc = b.add(oc0, j)
-        at = h.linear(b, (oy, ox), (_acc_row(ctx.key), 1))
-        q = qm.requantize(b, h.load(b, acc, index(j, at)), multiplier_at(b, mults, oc), ctx.attrs["y_zero_point"], lo, hi)
-        h.store(b, q, ctx.outs[0], b.add(b.mul(b.add(b.mul(n, h.i64(m)), oc), h.i64(oh * ow)), h.linear(b, (oy, ox), (ow, 1))))
-
-
-def _grouped_lanes(ctx: KernelContext, plane, acc, mults, lo: int, hi: int) -> None:
-    """:func:`_grouped_planes` with the block's outputs in vector lanes (:func:`_outputs_in_lanes`): the int32
-    planes interleaved (position-major, output-minor), each tap's stream a multiply-add a position of the
-    splatted input value against the block's weights for that tap."""
-    a, b = ctx.attrs, ctx.b
-    n_img = ctx.shape(0)[0]
-    m, cg, kh, kw = ctx.shape(1)
-    oh, ow = ctx.out_shape[2:]
-    g = a["group"]
-    mg, jb, row = m // g, _block(ctx.key), _acc_row(ctx.key)
-    vt = ir.VectorType(h.I32, jb)
-
-    def at(p: ir.Value) -> ir.Value:  # position p's outputs, jb int32 apart (a <jb x i32>* would step by its padded size)
-        return b.bitcast(gep(b, acc, b.mul(p, h.i64(jb))), vt.as_pointer())
-
-    def across(value_of) -> ir.Value:  # a vector of the block's outputs' values
-        v = h.undef(vt)
-        for j in range(jb):
-            v = b.insert_element(v, value_of(j), ir.Constant(h.I32, j))
-        return v
-
-    with h.loop_nest(b, (n_img, g, mg // jb), name="grp") as (n, gi, blk):
-        oc0 = b.add(b.mul(gi, h.i64(mg)), b.mul(blk, h.i64(jb)))
-        init = across(lambda j: h.load(b, ctx.ins[2], b.add(oc0, h.i64(j)))) if len(ctx.in_types) == 3 \
-            else h.vector(vt, None)
-        with h.for_range(b, oh * row, name="z") as p:
-            b.store(init, at(p), align=4)
-        with h.for_range(b, cg, name="ic") as ic:
-            _fill_plane(ctx, n, b.add(b.mul(gi, h.i64(cg)), ic), plane, True)
-            with h.for_range(b, kh, name="ty") as ty:
-                for tx in range(kw):
-                    tap = b.add(b.mul(ic, h.i64(kh * kw)), b.add(b.mul(ty, h.i64(kw)), h.i64(tx)))
-                    wv = across(lambda j: b.sext(h.load(b, ctx.ins[1], b.add(b.mul(b.add(oc0, h.i64(j)),
-                                                                                   h.i64(cg * kh * kw)), tap)), h.I32))
-                    origin = _phased_origin(ctx.key, ty, tx, b)
-                    with h.for_range(b, (oh - 1) * row + ow, name="t") as p:
-                        x = qm.splat_value(b, b.sext(h.load(b, plane, b.add(origin, p)), h.I32), vt)
-                        here = at(p)
-                        b.store(b.add(b.load(here, align=4), b.mul(x, wv)), here, align=4)
-        _requantize_block(ctx, acc, mults, lo, hi, n, oc0, lambda j, at: b.add(b.mul(at, h.i64(jb)), j))
+        with h.loop_nest(b, (jb, oh, ow), name="rq") as (j, oy, ox):
+            oc = b.add(oc0, j)
+            mult = multiplier_at(b, mults, oc)
+            at = b.add(b.mul(j, h.i64(oh * row)), h.linear(b, (oy, ox), (row, 1)))
+            q = qm.requantize(b, h.load(b, acc, at), mult, a["y_zero_point"], lo, hi)
+            h.store(b, q, ctx.outs[0], b.add(b.mul(b.add(b.mul(n, h.i64(m)), oc), h.i64(px)), h.linear(b, (oy, ox), (ow, 1))))
