@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from cuvil.compiler import DType, Node, TensorType, run_reference
 from cuvil.compiler.ir.types import N
@@ -142,3 +143,18 @@ def test_concat_of_equal_parameters_runs_on_int8_and_compiles_exactly():
     mixed = _concat_graph(0.05)  # operands of other parameters: stays float
     assert "Concat" in [n.op for n in fuse_qdq(mixed).nodes]
     assert all(mixed.types[i].dtype is DType.F32 for n in fuse_qdq(mixed).nodes if n.op == "Concat" for i in n.inputs)
+
+
+@pytest.mark.parametrize("mode, value", [("constant", 0.0), ("constant", 0.37), ("constant", -50.0), ("reflect", 0.0)])
+def test_a_pad_between_the_same_parameters_pads_the_int8_values(mode, value):
+    """What the pad adds is the QuantizeLinear's image of its value (0.37 is no whole quantum, -50 clips to the
+    lowest), the rest are the int8 values themselves: a TCN's causal pads had run in float."""
+    before = graph({"x": TensorType(DType.F32, (N, 3, 6))}, {}, [
+        q("x", "xq", [0.05], [128]), dq("xq", "xf", [0.05], [128]),
+        Node.make("Pad", ["xf"], ["p"], mode=mode, pads=[0, 0, 2, 0, 0, 1], value=value),
+        q("p", "pq", [0.05], [128]), dq("pq", "y", [0.05], [128])], ["y"])
+    after = dce(fuse_qdq(before))
+    pad = next(n for n in after.nodes if n.op == "Pad")
+    assert after.types[pad.inputs[0]].dtype is U8 and [n.op for n in after.nodes].count("QuantizeLinear") == 1
+    x = np.random.default_rng(3).standard_normal((2, 3, 6)).astype(np.float32) * 4
+    assert np.array_equal(run_reference(after, {"x": x})["y"], run_reference(before, {"x": x})["y"])
