@@ -97,10 +97,10 @@ CONVS = [  # (x dtype, weight bound, group, stride, pads, x shape, out channels)
     # by tap pairs and a step of 5
     (DType.U8, 127, 40, 2, [1, 1, 1, 1], (2, 40, 34, 33), 40),  # depthwise, stride 2, 17 wide: x86 channels in lanes,
     # the plane copied by 16 channels x 16 columns a group of 16 channels at a time, a group of 8 last, two images
-    (DType.I8, 127, 4, 1, [0, 2, 1, 1], (2, 32, 8, 9), 32),  # grouped, 8 channels a group, 7x10 outputs: each tap one
-    # stream over the plane's rows, uneven pads, two images
+    (DType.I8, 127, 4, 1, [0, 2, 1, 1], (2, 32, 8, 9), 32),  # grouped, 8 channels a group, 7x10 outputs, uneven pads,
+    # two images
 ]
-FLAT_CASE = len(CONVS) - 1
+GROUPS_OF_8 = len(CONVS) - 1
 WINOGRAD_CASES = (10, 11, 13)
 ROWS_CASES = (1, 12)  # x86-avx2, int16 pairs: planes of at most 64 pixels, k x k, one group (2: vpmaddubsw)
 

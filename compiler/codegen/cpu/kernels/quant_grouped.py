@@ -6,9 +6,8 @@ column stride s the plane's columns are stored as s phases (column j at phase j 
 so each tap reads consecutive places for consecutive output columns at any stride. A depthwise conv (one input channel per output) sums every tap of an
 output pixel in registers and requantizes it there; with more input channels per group, the int32
 planes of a block of the group's outputs accumulate channel by channel, tap by tap, each input
-channel's plane filled once per block (was: once per output channel); narrow output rows read a plane
-stored by phases, so a tap is one stream over every row at any stride (:func:`_flat`). The pass pipeline
-splits a grouped conv with constant weights and more channels a group into a conv a group (GEMMs:
+channel's plane filled once per block (was: once per output channel). The pass pipeline splits a grouped
+conv with constant weights and two or more channels a group into a conv a group (GEMMs:
 ``passes/split_groups.py``), so this kernel takes depthwise convs and weights given at run time.
 """
 
@@ -28,7 +27,6 @@ from .quant_units import multiplier_at, multipliers
 I16 = ir.IntType(16)
 MAX_UNROLLED_TAPS = 64  # a depthwise window up to 8x8 is summed by straight-line code
 ACC_BYTES = 1 << 17  # int32 output planes a grouped conv accumulates at once (each input plane filled once for them)
-FLAT_BELOW_WIDTH = 32  # grouped convs' narrower output rows accumulate as flat streams (_flat); 32 wide: 93 against 109 us row by row
 
 
 def padded_dims(key: KernelKey) -> tuple[int, int, int, int]:
@@ -49,17 +47,10 @@ def _phase_width(key: KernelKey) -> tuple[int, int]:
     return sw, -(-padded_dims(key)[1] // sw)
 
 
-def _phase_rows(key: KernelKey) -> tuple[int, int]:
-    """(row stride = row phases, rows per phase) of a plane stored by phases (:func:`_flat`)."""
-    sh = dict(key.attrs)["strides"][0]
-    return sh, -(-padded_dims(key)[0] // sh)
-
-
 def _plane_bytes(key: KernelKey) -> int:
-    """The plane's bytes in either layout (by phases, rows round up to a whole number of row phases)."""
-    sh, prows = _phase_rows(key)
+    rows = padded_dims(key)[0]
     sw, pw = _phase_width(key)
-    return -(-2 * sh * prows * sw * pw // 64) * 64
+    return -(-2 * rows * sw * pw // 64) * 64
 
 
 def _tap_origin(key: KernelKey, ty: int | ir.Value, tx: int, b: ir.IRBuilder | None = None):
@@ -72,66 +63,32 @@ def _tap_origin(key: KernelKey, ty: int | ir.Value, tx: int, b: ir.IRBuilder | N
     return b.add(b.mul(ty, h.i64(dh * sw * pw)), h.i64(col))
 
 
-def _phased_origin(key: KernelKey, ty: ir.Value, tx: int, b: ir.IRBuilder) -> ir.Value:
-    """Index of tap (ty, tx) for output (0, 0) in a plane stored by phases; output (oy, ox) adds oy * pw + ox."""
-    (dh, dw) = dict(key.attrs)["dilations"]
-    sh, prows = _phase_rows(key)
-    sw, pw = _phase_width(key)
-    r = b.mul(ty, h.i64(dh))
-    block = b.add(b.mul(b.urem(r, h.i64(sh)), h.i64(sw)), h.i64((tx * dw) % sw))
-    return b.add(b.add(b.mul(block, h.i64(prows * pw)), b.mul(b.udiv(r, h.i64(sh)), h.i64(pw))), h.i64((tx * dw) // sw))
-
-
-def _flat(key: KernelKey) -> bool:
-    """Whether a grouped conv's output rows are narrower than FLAT_BELOW_WIDTH. Its input planes are then
-    stored by phases (each (row % sh, column % sw) a block of its own, ``(row // sh, column // sw)`` within)
-    and its int32 output planes have their rows' length, so output (oy, ox) reads each tap at its offset in
-    the block and a tap is one flat stream over every row, its columns past the output's width never
-    requantized. 8-wide rows were loops too short for a vector (RegNetY-style grouped convs of 8 channels a
-    group, Zen 4, both vector widths: 8x8 at stride 1 314 -> 48 us, at stride 2 316 -> 54, ONNX Runtime int8's
-    48; 4x4 at stride 2 158 -> 55-80, ORT's 27; 16 wide 62 -> 57 us)."""
-    return key.out_types[0].shape[3] < FLAT_BELOW_WIDTH
-
-
-def _acc_row(key: KernelKey) -> int:
-    """Row length of a grouped conv's int32 output planes (:func:`_flat`)."""
-    return _phase_width(key)[1] if _flat(key) else key.out_types[0].shape[3]
-
-
 def _block(key: KernelKey) -> int:
     """Output channels of a group accumulated together: the most whose int32 planes fit
     ``ACC_BYTES`` (a divisor of the group's outputs), at least one."""
-    oh = key.out_types[0].shape[2]
+    oh, ow = key.out_types[0].shape[2:]
     mg = key.in_types[1].shape[0] // dict(key.attrs)["group"]
-    fit = max(1, ACC_BYTES // max(1, 4 * oh * _acc_row(key)))
+    fit = max(1, ACC_BYTES // max(1, 4 * oh * ow))
     return max(d for d in range(1, mg + 1) if mg % d == 0 and d <= fit) if mg else 1
 
 
 def grouped_scratch(key: KernelKey) -> int:
-    oh = key.out_types[0].shape[2]
-    return _plane_bytes(key) + 4 * _block(key) * oh * _acc_row(key) + 64
+    oh, ow = key.out_types[0].shape[2:]
+    return _plane_bytes(key) + 4 * _block(key) * oh * ow + 64
 
 
-def _fill_plane(ctx: KernelContext, n: ir.Value, channel: ir.Value, plane: ir.Value, phased: bool = False) -> None:
-    """Input channel ``channel`` of image ``n``, centred, into the zero-bordered int16 plane; ``phased``: stored
-    by phases (:func:`_flat`)."""
+def _fill_plane(ctx: KernelContext, n: ir.Value, channel: ir.Value, plane: ir.Value) -> None:
+    """Input channel ``channel`` of image ``n``, centred, into the zero-bordered int16 plane."""
     b = ctx.b
     _, c, hh, ww = ctx.shape(0)
-    _, _, top, left = padded_dims(ctx.key)
-    sh, prows = _phase_rows(ctx.key)
+    rows, _, top, left = padded_dims(ctx.key)
     sw, pw = _phase_width(ctx.key)
-    h.memset0(b, ctx.scratch, _plane_bytes(ctx.key))
+    h.memset0(b, ctx.scratch, 2 * rows * sw * pw)
     xz = h.const(h.I32, ctx.attrs["x_zero_point"])
     src = b.mul(b.add(b.mul(n, h.i64(c)), channel), h.i64(hh * ww))
     with h.for_range(b, hh, name="cy") as iy:
         src_row = b.add(src, b.mul(iy, h.i64(ww)))
-        r = b.add(iy, h.i64(top))
-        if phased:  # phase p of row r: block (r % sh) * sw + p, row r // sh in it
-            block0 = b.mul(b.urem(r, h.i64(sh)), h.i64(sw))
-            dst = [b.add(b.mul(b.add(block0, h.i64(p)), h.i64(prows * pw)), b.mul(b.udiv(r, h.i64(sh)), h.i64(pw)))
-                   for p in range(sw)]
-        else:
-            dst = [b.add(b.mul(r, h.i64(sw * pw)), h.i64(p * pw)) for p in range(sw)]
+        dst_row = b.mul(b.add(iy, h.i64(top)), h.i64(sw * pw))
         for phase in range(sw):  # place j of this phase is input column j * sw + phase - left
             lo, hi = valid_span(pw, sw, phase - left, ww)
             if hi <= lo:
@@ -139,7 +96,7 @@ def _fill_plane(ctx: KernelContext, n: ir.Value, channel: ir.Value, plane: ir.Va
             with h.for_range(b, hi, start=lo, name="cx") as j:
                 ix = b.add(b.mul(j, h.i64(sw)), h.i64(phase - left))
                 v = qm.widen(b, h.load(b, ctx.ins[0], b.add(src_row, ix)), ctx.in_types[0].dtype)
-                h.store(b, b.trunc(b.sub(v, xz), I16), plane, b.add(dst[phase], j))
+                h.store(b, b.trunc(b.sub(v, xz), I16), plane, b.add(dst_row, b.add(j, h.i64(phase * pw))))
 
 
 def valid_span(out: int, stride: int, offset: int, size: int) -> tuple[int, int]:
@@ -238,35 +195,26 @@ def _grouped_planes(ctx: KernelContext, plane, acc, mults, lo: int, hi: int) -> 
     oh, ow = ctx.out_shape[2:]
     sh, g = a["strides"][0], a["group"]
     sw, pw = _phase_width(ctx.key)
-    mg, px, jb, row = m // g, oh * ow, _block(ctx.key), _acc_row(ctx.key)
-    flat = _flat(ctx.key)  # each tap one stream over the rows, up to the last row's last output
+    mg, px, jb = m // g, oh * ow, _block(ctx.key)
     with h.loop_nest(b, (n_img, g, mg // jb), name="grp") as (n, gi, blk):
         oc0 = b.add(b.mul(gi, h.i64(mg)), b.mul(blk, h.i64(jb)))
-        with h.loop_nest(b, (jb, oh * row), name="z") as (j, p):
+        with h.loop_nest(b, (jb, px), name="z") as (j, p):
             init = h.load(b, ctx.ins[2], b.add(oc0, j)) if len(ctx.in_types) == 3 else h.const(h.I32, 0)
-            h.store(b, init, acc, b.add(b.mul(j, h.i64(oh * row)), p))
+            h.store(b, init, acc, b.add(b.mul(j, h.i64(px)), p))
         with h.for_range(b, cg, name="ic") as ic:
-            _fill_plane(ctx, n, b.add(b.mul(gi, h.i64(cg)), ic), plane, flat)
+            _fill_plane(ctx, n, b.add(b.mul(gi, h.i64(cg)), ic), plane)
             with h.loop_nest(b, (jb, kh), name="jt") as (j, ty):
                 wbase = b.mul(b.add(b.mul(b.add(oc0, j), h.i64(cg)), ic), h.i64(kh * kw))
-                accj = b.mul(j, h.i64(oh * row))
+                accj = b.mul(j, h.i64(px))
                 for tx in range(kw):  # one vector loop for every tap
                     wv = b.sext(h.load(b, ctx.ins[1], b.add(wbase, b.add(b.mul(ty, h.i64(kw)), h.i64(tx)))), h.I32)
-                    if flat:
-                        origin = _phased_origin(ctx.key, ty, tx, b)
-                        with h.for_range(b, (oh - 1) * row + ow, name="t") as p:
-                            x = b.sext(h.load(b, plane, b.add(origin, p)), h.I32)
-                            out = b.add(accj, p)
-                            h.store(b, b.add(h.load(b, acc, out), b.mul(x, wv)), acc, out)
-                        continue
                     origin = _tap_origin(ctx.key, ty, tx, b)
                     with h.loop_nest(b, (oh, ow), name="t") as (oy, ox):
                         x = b.sext(h.load(b, plane, h.linear(b, (oy, ox), (sh * sw * pw, 1), base=origin)), h.I32)
                         out = b.add(accj, h.linear(b, (oy, ox), (ow, 1)))
                         h.store(b, b.add(h.load(b, acc, out), b.mul(x, wv)), acc, out)
-        with h.loop_nest(b, (jb, oh, ow), name="rq") as (j, oy, ox):
+        with h.loop_nest(b, (jb, px), name="rq") as (j, p):
             oc = b.add(oc0, j)
             mult = multiplier_at(b, mults, oc)
-            at = b.add(b.mul(j, h.i64(oh * row)), h.linear(b, (oy, ox), (row, 1)))
-            q = qm.requantize(b, h.load(b, acc, at), mult, a["y_zero_point"], lo, hi)
-            h.store(b, q, ctx.outs[0], b.add(b.mul(b.add(b.mul(n, h.i64(m)), oc), h.i64(px)), h.linear(b, (oy, ox), (ow, 1))))
+            q = qm.requantize(b, h.load(b, acc, b.add(b.mul(j, h.i64(px)), p)), mult, a["y_zero_point"], lo, hi)
+            h.store(b, q, ctx.outs[0], b.add(b.mul(b.add(b.mul(n, h.i64(m)), oc), h.i64(px)), p))
