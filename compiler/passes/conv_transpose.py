@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..ir.graph import Graph, Node
-from .rewrite import Names, as_constant, rebuild
+from .rewrite import Names, as_constant, replace_each
 
 _SPATIAL = (1, 2)
 """Spatial ranks rewritten: Conv's packed paths are 1-d and 2-d."""
@@ -131,11 +131,4 @@ def _rewrite(graph: Graph, node: Node, names: Names, consts: dict) -> list[Node]
 
 
 def conv_transpose(graph: Graph) -> Graph:
-    if not any(n.op == "ConvTranspose" for n in graph.nodes):
-        return graph
-    consts, names, nodes, changed = dict(graph.constants), Names(graph), [], False
-    for node in graph.nodes:
-        new = _rewrite(graph, node, names, consts) if node.op == "ConvTranspose" else None
-        nodes.extend(new or [node])
-        changed |= new is not None
-    return rebuild(graph, nodes, consts) if changed else graph
+    return replace_each(graph, "ConvTranspose", _rewrite)

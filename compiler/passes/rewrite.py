@@ -6,7 +6,7 @@ rewrite that changes a shape is caught where it happens.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -18,6 +18,19 @@ def rebuild(graph: Graph, nodes: Iterable[Node], constants: Mapping[str, np.ndar
     """``graph`` with new nodes (in schedule order) and constants; all types derived again."""
     consts = dict(graph.constants if constants is None else constants)
     return infer_graph_types(graph.name, graph.input_types, consts, list(nodes), graph.outputs)
+
+
+def replace_each(graph: Graph, op: str, rewrite: Callable[[Graph, Node, "Names", dict], list[Node] | None]) -> Graph:
+    """``graph`` with each ``op`` node replaced by the nodes ``rewrite(graph, node, names, constants)`` returns
+    (None: the node stays), its constants added to ``constants``; ``graph`` itself where none is replaced."""
+    if not any(n.op == op for n in graph.nodes):
+        return graph
+    consts, names, nodes, changed = dict(graph.constants), Names(graph), [], False
+    for node in graph.nodes:
+        new = rewrite(graph, node, names, consts) if node.op == op else None
+        nodes.extend(new or [node])
+        changed |= new is not None
+    return rebuild(graph, nodes, consts) if changed else graph
 
 
 def users(graph: Graph) -> dict[str, list[Node]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph, Node
-from .rewrite import Names, as_constant, rebuild
+from .rewrite import Names, as_constant, replace_each
 
 MIN_GROUP_CHANNELS = 2
 """A QConv of at least this many input channels a group is split (with constant weights and bias)."""
@@ -52,11 +52,4 @@ def _split(graph: Graph, node: Node, names: Names, consts: dict) -> list[Node] |
 
 
 def split_groups(graph: Graph) -> Graph:
-    if not any(n.op == "QConv" and n.attr["group"] > 1 for n in graph.nodes):
-        return graph
-    consts, names, nodes, changed = dict(graph.constants), Names(graph), [], False
-    for node in graph.nodes:
-        new = _split(graph, node, names, consts) if node.op == "QConv" else None
-        nodes.extend(new or [node])
-        changed |= new is not None
-    return rebuild(graph, nodes, consts) if changed else graph
+    return replace_each(graph, "QConv", _split)
