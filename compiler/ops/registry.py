@@ -171,10 +171,28 @@ class OpDef:
             raise VerifyError(f"{self.name} takes {want} inputs, got {n_inputs}")
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)  # what an ONNX attribute's integer can hold
+
+
+def _int64(v: Any) -> bool:
+    """A whole number (no bool) that fits 64 bits (a float equal to one, ``2.0``, too)."""
+    return not isinstance(v, (bool, np.bool_)) and int(v) == v and _INT64[0] <= int(v) <= _INT64[1]
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message: at most 80 characters, and an integer past Python's 4,300 digits too
+    (its repr raises ValueError)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return "an integer too long to print"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def coerce_attr(op: str, key: str, kind: AttrKind, value: Any) -> AttrValue:
     try:
         if kind is AttrKind.INT:
-            if isinstance(value, (bool, np.bool_)) or int(value) != value:
+            if not _int64(value):
                 raise TypeError
             return int(value)
         if kind is AttrKind.FLOAT:
@@ -185,16 +203,17 @@ def coerce_attr(op: str, key: str, kind: AttrKind, value: Any) -> AttrValue:
             return value
         if kind is AttrKind.INTS:
             vals = tuple(value)
-            if any(isinstance(v, (bool, float)) or int(v) != v for v in vals):
+            if not all(_int64(v) and not isinstance(v, float) for v in vals):
                 raise TypeError
             return tuple(int(v) for v in vals)
         if kind is AttrKind.FLOATS:
             return tuple(float(v) for v in value)
         if kind is AttrKind.DTYPE:
             return value if isinstance(value, DType) else DType(str(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # int(inf), float(10 ** 400)
         pass
-    raise VerifyError(f"{op}: attribute {key!r} must be {kind.value}, got {value!r}")
+    raise VerifyError(f"{op}: attribute {key!r} must be {kind.value}" + (" (64-bit)" if kind in (AttrKind.INT, AttrKind.INTS)
+                                                                      else "") + f", got {_shown(value)}")
 
 
 _TABLE: dict[str, OpDef] = {}

@@ -97,10 +97,21 @@ def test_equal_nodes_are_equal_and_hash_alike():
     ("Flatten", {"axis": True}),  # bool is not an int
     ("Flatten", {"axis": 1.5}),
     ("Gelu", {"approximate": 1}),
+    ("Flatten", {"axis": float("inf")}),  # int() of it: an OverflowError
+    ("Flatten", {"axis": 1 << 63}),  # past what an ONNX attribute's integer holds
+    ("Transpose", {"perm": [0, 10 ** 5000]}),  # and its repr for the message: a ValueError
+    ("LeakyRelu", {"alpha": 10 ** 400}),  # float() of it: an OverflowError
 ])
 def test_node_make_rejects_bad_attributes(op, attrs):
-    with pytest.raises(VerifyError):
+    with pytest.raises(VerifyError) as caught:
         Node.make(op, ["x"], ["y"], **attrs)
+    assert len(str(caught.value)) < 200
+
+
+def test_64_bit_integer_attributes_are_taken():
+    assert Node.make("Slice", ["x"], ["y"], starts=[0], ends=[(1 << 63) - 1], axes=[0], steps=[-1]).attr["ends"] == \
+        ((1 << 63) - 1,)
+    assert Node.make("Flatten", ["x"], ["y"], axis=2.0).attr["axis"] == 2
 
 
 def test_node_make_rejects_unknown_op():
