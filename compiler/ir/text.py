@@ -187,9 +187,10 @@ class _Tokens:
             kind, val, line = self.next()
             if kind == "num" and self.peek() and self.peek()[1] == "N" and self.peek()[0] == "name":
                 self.next()
-                if not val.isdigit() or _int(val, line) < 1:
+                factor = _int(val, line) if val.isdigit() else 0
+                if factor < 1:
                     raise ParseError(f"line {line}: bad dimension {val}N")
-                dims.append(Batch(_int(val, line)))
+                dims.append(Batch(factor))
             elif kind == "num" and val.isdigit():
                 dims.append(_int(val, line))
             elif kind == "name" and val == "N":

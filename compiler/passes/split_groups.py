@@ -32,6 +32,7 @@ def _split(graph: Graph, node: Node, names: Names, consts: dict) -> list[Node] |
     if cg < MIN_GROUP_CHANNELS:
         return None
     mg, scales = m // g, a["w_scale"]
+    bias = np.asarray(consts[ins[2]]) if len(ins) > 2 else None
     parts = [names.fresh(f"{ins[0]}_group{i}") for i in range(g)]
     nodes = [Node.make("Split", [ins[0]], parts, name=names.fresh(f"{node.name}/split"), axis=1, split=[cg] * g)]
     outs = []
@@ -40,9 +41,9 @@ def _split(graph: Graph, node: Node, names: Names, consts: dict) -> list[Node] |
         wn = names.fresh(f"{ins[1]}_group{i}")
         consts[wn] = as_constant(w[lo:hi], w.dtype)
         group_ins = [part, wn]
-        if len(ins) > 2:
+        if bias is not None:
             bn = names.fresh(f"{ins[2]}_group{i}")
-            consts[bn] = as_constant(np.asarray(consts[ins[2]])[lo:hi], consts[ins[2]].dtype)
+            consts[bn] = as_constant(bias[lo:hi], bias.dtype)
             group_ins.append(bn)
         outs.append(names.fresh(f"{node.outputs[0]}_group{i}"))
         attrs = {**a, "group": 1, "w_scale": scales[lo:hi] if len(scales) == m else scales}
