@@ -28,6 +28,7 @@ import numpy as np
 
 from ..compiler.codegen.lowered import IOSpec, LoweredModel
 from ..compiler.errors import CuvilError, RunTimeCheckError
+from ..compiler.ir.dtypes import clean_bools
 from ..compiler.target import Target
 
 HARNESS_VERSION = "4"
@@ -220,7 +221,7 @@ def _pack_inputs(specs: Sequence[IOSpec], examples: Sequence[Mapping[str, np.nda
             if a.shape != s.shape:
                 raise EmulationError(f"example {n}: input {s.name!r} has shape {a.shape}, the compiled "
                                      f"model wants {s.shape}")
-            parts.append(np.ascontiguousarray(a, dtype=s.dtype.numpy).tobytes())
+            parts.append(clean_bools(np.ascontiguousarray(a, dtype=s.dtype.numpy)).tobytes())
     return b"".join(parts)
 
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compiler.codegen.lowered import IOSpec, LoweredModel, aligned_empty
-from ..compiler.errors import InterpreterError, LimitError, RunTimeCheckError
+from ..compiler.errors import InterpreterError, RunTimeCheckError
+from ..compiler.ir.dtypes import clean_bools
 from ..compiler.memory.plan import MemoryPlan
 from .guard import guarded, make_read_only
 from .objload import LoadedCode
@@ -36,6 +37,7 @@ from .worker_watch import WorkerWatch
 ALIGN = 64
 _BIND = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _BOUND = ctypes.CFUNCTYPE(None)
+_BOOL = np.dtype(np.bool_)
 
 
 @dataclass(frozen=True)
@@ -240,7 +242,10 @@ class Session:
             for name, view, shape, dtype in self._inputs:
                 value = inputs[name]
                 if getattr(value, "dtype", None) is dtype and value.shape == shape:
-                    view[...] = value  # the fast path: exact type, plain copy into the arena
+                    if dtype is _BOOL:  # each byte 0 or 1, as native code reads it (dtypes.clean_bools)
+                        np.not_equal(value.view(np.uint8), 0, out=view)
+                    else:
+                        view[...] = value  # the fast path: exact type, plain copy into the arena
                 else:
                     self._convert_into(name, view, value)
         except KeyError as e:
@@ -258,7 +263,7 @@ class Session:
         try:
             xs = np.asarray(examples).reshape(len(examples), *shape)
             _check_fits(name, xs, dtype)
-            xs = xs.astype(dtype, casting="same_kind", copy=False)
+            xs = clean_bools(xs.astype(dtype, casting="same_kind", copy=False))
         except (ValueError, TypeError) as e:
             raise InterpreterError(f"input {name!r}: examples of {np.shape(examples)[1:]} do not fit {shape}: {e}"[:300]) \
                 from None

@@ -137,3 +137,15 @@ SATURABLE = frozenset({DType.F8E4M3FN, DType.F8E4M3FNUZ, DType.F8E5M2, DType.F8E
 """The types ONNX Cast's ``saturate`` attribute clamps to their largest finite value (f8e8m0 has its
 own rule: a power of two, rounded by ``round_mode``, that ``saturate`` keeps below NaN)."""
 E8M0_ROUNDING = ("up", "down", "nearest")
+
+
+def clean_bools(a: np.ndarray) -> np.ndarray:
+    """``a`` with every bool the byte 0 or 1 (other arrays as they are). NumPy takes any nonzero byte for
+    True (a mask read with ``np.frombuffer(data, bool)``); native code reads the byte itself, and a 2 there
+    cast to 2.0 and negated to 253. Where bools enter native code (a run's inputs), they pass here."""
+    return np.not_equal(a.view(np.uint8), 0) if a.dtype == np.bool_ else a
+
+
+def bool_bytes_clean(a: np.ndarray) -> bool:
+    """Whether every byte of bool array ``a`` is 0 or 1 (true of any other array)."""
+    return a.dtype != np.bool_ or not a.size or int(a.view(np.uint8).max()) <= 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import CuvilError, VerifyError
 from .. import ops
-from .dtypes import DType
+from .dtypes import DType, bool_bytes_clean
 from .graph import Graph
 from .infer import infer_node
 from .types import TensorType
@@ -36,6 +36,8 @@ def verify(graph: Graph) -> Graph:
             raise VerifyError(f"constant {name!r} is {want} but typed {graph.types[name]}")
         if arr.flags.writeable:
             raise VerifyError(f"constant {name!r} is writeable")
+        if not bool_bytes_clean(arr):
+            raise VerifyError(f"constant {name!r} holds bool bytes other than 0 and 1")
     node_names: set[str] = set()
     for node in graph.nodes:
         where = f"node {node.name!r} ({node.op})"

@@ -205,6 +205,8 @@ BROKEN = {
     "output never defined": lambda g: {"outputs": ("y", "missing")},
     "no outputs": lambda g: {"outputs": ()},
     "empty name": lambda g: {"inputs": ("x", ""), "types": {**g.types, "": g.types["x"]}},
+    "bool byte of 2": lambda g: {"constants": {**g.constants, "m": np.array([0, 2], np.uint8).view(np.bool_)},
+                                 "types": {**g.types, "m": TensorType(DType.BOOL, (2,))}},
 }
 
 

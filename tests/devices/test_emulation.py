@@ -203,6 +203,17 @@ def test_input_errors_and_cpu_models(cache_dir):
     assert "EMULATED" in em.banner()
 
 
+def test_bool_inputs_of_any_nonzero_byte_are_true(cache_dir):
+    """As on the host (``test_session``): a mask byte of 2 or 255 that NumPy takes for True is 1 on the device."""
+    from cuvil.compiler import DType, Node, TensorType, infer_graph_types
+
+    raw = np.array([2, 1, 0, 255], np.uint8)
+    graph = infer_graph_types("g", {"m": TensorType(DType.BOOL, (4,))}, {},
+                              [Node.make("Cast", ["m"], ["f"], to=DType.F32)], ["f"])
+    (got,) = emulate(graph, "rpi5", [{"m": raw.view(np.bool_)}], cache_dir=cache_dir)
+    assert got["f"].tolist() == [1.0, 1.0, 0.0, 1.0]
+
+
 def test_missing_toolchain_is_a_typed_error(monkeypatch, cache_dir):
     from cuvil.devices import emulation
 

@@ -339,3 +339,22 @@ def test_run_each_refuses_examples_of_another_size():
     sess = compile_graph(mlp_graph(4), target="x86-avx2", batch=1)
     with pytest.raises(InterpreterError, match="do not fit"):
         sess.run_each(np.zeros((3, 36), np.float32))
+
+
+# ------------------------------------------------------------------------------------ bool bytes ---
+def test_bool_inputs_of_any_nonzero_byte_are_true_as_numpy_reads_them():
+    """A mask read with ``np.frombuffer(data, bool)`` may hold bytes other than 1 that NumPy takes for True;
+    the native code read the byte itself: Cast gave 2.0 and 255.0, Not gave 253 (neither True nor False)."""
+    from cuvil.compiler import Node, infer_graph_types
+
+    raw = np.array([2, 1, 0, 4, 255, 0, 128, 1], np.uint8)
+    mask, want = raw.view(np.bool_), raw != 0
+    graph = infer_graph_types("g", {"m": TensorType(DType.BOOL, (8,))}, {},
+                              [Node.make("Cast", ["m"], ["f"], to=DType.F32), Node.make("Not", ["m"], ["n"])],
+                              ["f", "n"])
+    sess = compile_graph(graph, use_cache=False)
+    for got in (sess.run({"m": mask}), sess.run({"m": mask[::-1][::-1]})):  # contiguous, and a strided view
+        np.testing.assert_array_equal(got["f"], want.astype(np.float32))
+        assert got["n"].view(np.uint8).tolist() == (~want).astype(np.uint8).tolist()
+    rows, ran = sess.run_each(raw.reshape(1, 8).view(np.bool_))
+    assert ran.all() and rows[0].tolist() == want.astype(np.float32).tolist()
