@@ -17,6 +17,7 @@ def verify(graph: Graph) -> Graph:
     def define(name: str, what: str) -> None:
         if not name:
             raise VerifyError(f"{what} has an empty value name")
+        _unicode(name, f"value name of {what}")
         if name in defined:
             raise VerifyError(f"value {name!r} is defined twice ({what})")
         if name not in graph.types:
@@ -25,6 +26,7 @@ def verify(graph: Graph) -> Graph:
 
     if not graph.outputs:
         raise VerifyError("graph has no outputs")
+    _unicode(graph.name, "the graph's name")
     for name in graph.inputs:
         define(name, "graph input")
         if graph.types[name].bounded:
@@ -44,6 +46,7 @@ def verify(graph: Graph) -> Graph:
         if node.name in node_names:
             raise VerifyError(f"node name {node.name!r} is used twice")
         node_names.add(node.name)
+        _unicode(node.name, "a node's name")
         opdef = ops.get_op(node.op)
         opdef.check_arity(len(node.inputs))
         if not _canonical(tuple(sorted(opdef.normalize_attrs(node.attr).items())), node.attrs):  # sorted, no repeats
@@ -82,3 +85,14 @@ def _canonical(want: tuple, got: tuple) -> bool:
         return not isinstance(a, tuple) or all(type(x) is type(y) for x, y in zip(a, b))
 
     return want == got and all(k == j and same(a, b) for (k, a), (j, b) in zip(want, got))
+
+
+def _unicode(text: str, what: str) -> None:
+    """A name must be text UTF-8 can hold, as ONNX's are: a lone surrogate cannot be, and two of them printed
+    (escaped, as the IR text prints any non-ASCII) like the one character they pair to, so two graphs had one
+    text and read back as the second. (String attributes are each op's words, checked by its rule.)"""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise VerifyError(f"{what} holds a surrogate code point, which is not text") from None

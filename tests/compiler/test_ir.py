@@ -205,6 +205,9 @@ BROKEN = {
     "output never defined": lambda g: {"outputs": ("y", "missing")},
     "no outputs": lambda g: {"outputs": ()},
     "empty name": lambda g: {"inputs": ("x", ""), "types": {**g.types, "": g.types["x"]}},
+    "surrogate in a value name": lambda g: {"inputs": ("x", "\ud83d"), "types": {**g.types, "\ud83d": g.types["x"]}},
+    "surrogate pair in a node name": lambda g: {"nodes": (g.nodes[0].replace(name="\ud83d\ude00"), g.nodes[1])},
+    "surrogate in the graph name": lambda g: {"name": "g\udc80"},
     "bool byte of 2": lambda g: {"constants": {**g.constants, "m": np.array([0, 2], np.uint8).view(np.bool_)},
                                  "types": {**g.types, "m": TensorType(DType.BOOL, (2,))}},
 }
