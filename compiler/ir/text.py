@@ -28,7 +28,7 @@ from .. import ops
 from ..ops.registry import AttrKind, coerce_attr
 from .dtypes import DType
 from .graph import Graph, Node
-from .limits import DEFAULT_LIMITS, Limits, check_node_arity, check_type
+from .limits import DEFAULT_LIMITS, Limits, check_node_arity, check_type, check_values
 from .types import Batch, TensorType
 
 _BARE = re.compile(r"[A-Za-z_/][A-Za-z0-9_./\-]*")
@@ -252,8 +252,8 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
                 limits: Limits = DEFAULT_LIMITS) -> Graph:
     """Parse the text form; ``constants`` supplies weights when the text has no data section.
 
-    Memory grows with the graph as it is built, and stops at ``limits`` (nodes, operands per node,
-    rank and dimensions): past one, a LimitError, before the rest of the text is read.
+    Memory grows with the graph as it is built, and stops at ``limits`` (nodes, values, operands per
+    node, rank and dimensions): past one, a LimitError, before the rest of the text is read.
     """
     t = _Tokens(text, limits)
     t.expect("graph")
@@ -267,6 +267,7 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
         n = t.name()
         t.expect(":")
         types[n] = t.type()
+        check_values(len(types), limits)
         inputs.append(n)
     t.expect("->")
     t.expect("(")
@@ -275,6 +276,7 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
         if outputs:
             t.expect(",")
         outputs.append(t.name())
+        check_values(len(outputs), limits, "outputs")
     t.expect("{")
     const_names: dict[str, None] = {}  # in order; a dict, as each data entry looks its name up (a list: quadratic)
     nodes: list[Node] = []
@@ -283,6 +285,7 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
             n = t.name()
             t.expect(":")
             types[n] = t.type()
+            check_values(len(types), limits)
             if not types[n].is_static or types[n].bounded:  # an array's type is neither (verify)
                 raise ParseError(f"constant {n!r} has a symbolic or bounded type {types[n]}")
             const_names[n] = None
@@ -294,6 +297,7 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
             o = t.name()
             t.expect(":")
             types[o] = t.type()
+            check_values(len(types), limits)
             outs.append(o)
             check_node_arity(f"the node at line {t.line}", 0, len(outs), limits)
             if not t.accept(","):

@@ -54,6 +54,32 @@ def test_operands_rank_and_dimensions_are_bounded_while_parsing():
         parse_graph(f'graph "g" (x: f32[1]) -> (y) {{\n  y: f32[1] = Pad @p (x) {{pads=[{pads}]}}\n}}\n')
 
 
+def test_values_and_outputs_are_bounded_while_parsing_and_at_load():
+    """A million one-element inputs were 15 MB of text and 219 MB parsed: inputs, constants and node outputs
+    count together against ``max_values`` as they are read (the junk after the limit is never reached)."""
+    small = Limits(max_values=3)
+    junk = "\n  this is not graph text at all )))"
+    three_inputs = 'graph "g" (a: f32[1], b: f32[1], c: f32[1]) -> (a) {\n}\n'
+    assert parse_graph(three_inputs, limits=small).inputs == ("a", "b", "c")
+    cases = {
+        "inputs": 'graph "g" (a: f32[1], b: f32[1], c: f32[1], d: f32[1]) -> (a) {' + junk + "\n}\n",
+        "constants": 'graph "g" (a: f32[1]) -> (a) {\n  const b: f32[0]\n  const c: f32[0]\n  const d: f32[0]' + junk,
+        "node outputs": 'graph "g" (a: f32[1]) -> (c) {\n  b: f32[1] = Relu @r (a)\n  c: f32[1] = Relu @s (b)\n'
+                        '  d: f32[1] = Relu @t (c)' + junk,
+    }
+    for what, text in cases.items():
+        with pytest.raises(LimitError, match="more than 3 named values"):
+            parse_graph(text, limits=small)
+        with pytest.raises(ParseError):
+            parse_graph(text, limits=Limits(max_values=4))  # what the limit kept it from: the junk
+    with pytest.raises(LimitError, match="more than 3 outputs"):
+        parse_graph('graph "g" (a: f32[1]) -> (a, a, a, a) {' + junk, limits=small)
+    graph = parse_graph(relu_chain_text(3))  # 4 values: x, v1..v3
+    assert check_graph(graph, limits=Limits(max_values=4)) is graph
+    with pytest.raises(LimitError, match="more than 3 named values"):
+        check_graph(graph, limits=small)
+
+
 def test_per_channel_scales_of_a_wide_layer_fit_and_a_writer_checks_the_parsers_limit():
     """An int8 layer of 1,280 or 2,048 output channels keeps a scale per channel in a list attribute: the
     limit was 1,024, which the writer did not check, so it signed bundles every device refused at load."""
