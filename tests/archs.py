@@ -269,6 +269,16 @@ def unet(seed: int = 0, up: str = "transpose") -> Built:
     return _image(UNet(up), seed, 64)
 
 
+@seeded
+def conv_autoencoder(seed: int = 0, size: int = 64) -> Built:
+    """Image autoencoder: stride-2 3x3 convs down to 64 channels at 8x8, then the decoders' 3x3 stride-2
+    transposed convs (padding 1, output_padding 1) back up, sigmoid output."""
+    up = lambda a, b: [nn.ConvTranspose2d(a, b, 3, 2, 1, 1, bias=False), nn.BatchNorm2d(b), nn.ReLU()]  # noqa: E731
+    model = nn.Sequential(cba(3, 16, 3, 2), cba(16, 32, 3, 2), cba(32, 64, 3, 2), *up(64, 32), *up(32, 16),
+                          nn.ConvTranspose2d(16, 3, 3, 2, 1, 1), nn.Sigmoid())
+    return _image(model, seed, size)
+
+
 # ------------------------------------------------------------------------ audio, text, tabular ---
 @seeded
 def audio_cnn1d(seed: int = 0, samples: int = 16000) -> Built:
@@ -472,7 +482,8 @@ ARCHS: dict[str, Callable[..., Built]] = {f.__name__: f for f in (
     tiny_yolo, aspp, audio_cnn1d, kws_dscnn, textcnn, wide_mlp, dense_autoencoder, vit_tiny, lstm_kws, wavenet,
     centernet, shared_head)} | {
     "gru_kws": functools.partial(lstm_kws, cell=nn.GRU), "unet": unet,
-    "unet_nearest": functools.partial(unet, up="nearest"), "alexnet_lrn": alexnet_lrn, "groupnorm_cnn": groupnorm_cnn}
+    "unet_nearest": functools.partial(unet, up="nearest"), "alexnet_lrn": alexnet_lrn, "groupnorm_cnn": groupnorm_cnn,
+    "conv_autoencoder": conv_autoencoder}
 
 # name -> the ATen op the torch frontend's import error names
 UNSUPPORTED: dict[str, str] = {

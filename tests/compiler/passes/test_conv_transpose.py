@@ -14,8 +14,16 @@ CASES = [  # x shape, (C, M/group, *kernel), attrs, the rewrite's ops
     ((N, 4, 5, 6), (4, 3, 4, 4), dict(strides=[2, 2], pads=[1, 1, 1, 1]),  # CenterNet's: phases, no zeros
      ["Conv", "Reshape", "Transpose", "Reshape", "Pad"]),
     ((N, 4, 5, 6), (4, 2, 3, 3), dict(strides=[2, 3], pads=[1, 0, 0, 2], output_padding=[1, 2], group=2),
-     ["Conv", "Reshape", "Transpose", "Reshape", "Pad"]),
+     ["Conv"] * 6 + ["Concat", "Reshape", "Transpose", "Reshape", "Pad"]),  # 3 over stride 2: a Conv a phase
     ((N, 3, 7), (3, 2, 5), dict(strides=[2], pads=[2, 1], output_padding=[1]),
+     ["Conv"] * 2 + ["Concat", "Reshape", "Transpose", "Reshape", "Pad"]),
+    ((N, 6, 5, 4), (6, 4, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),  # torch decoders':
+     ["Conv"] * 4 + ["Concat", "Reshape", "Transpose", "Reshape"]),  # the cropped output's phases, no crop after
+    ((N, 3, 5, 4), (3, 2, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]),  # odd output (9x7): the tails cropped
+     ["Conv"] * 4 + ["Concat", "Reshape", "Transpose", "Reshape", "Pad"]),
+    ((N, 3, 5), (3, 2, 3), dict(strides=[2], pads=[4, 0]),  # a pad past a phase's taps: one Conv, cropped
+     ["Conv", "Reshape", "Transpose", "Reshape", "Pad"]),
+    ((N, 3, 4, 5), (3, 2, 1, 3), dict(strides=[2, 2]),  # a kernel under its stride: a phase without taps
      ["Conv", "Reshape", "Transpose", "Reshape", "Pad"]),
     ((N, 4, 5, 6), (4, 2, 3, 2), dict(strides=[2, 3], pads=[1, 0, 0, 2], dilations=[1, 2], output_padding=[1, 2],
                                       group=2), ["Reshape", "Pad", "Reshape", "Conv"]),
