@@ -49,12 +49,31 @@ RESIZE = [
 ]
 
 
-@pytest.mark.parametrize("scales", [(1.0, 1.0, 2.0, 1.5), (1.0, 1.0, 0.5, 0.7)])
+@pytest.mark.parametrize("scales", [(1.0, 1.0, 2.0, 1.5), (1.0, 1.0, 0.5, 0.7), (1.0, 1.0, 2.0, 1.0),
+                                    (1.0, 1.0, 1.0, 3.0), (1.0, 2.0, 2.0, 1.0)])
 @pytest.mark.parametrize("attrs", RESIZE, ids=str)
 def test_resize(attrs, scales):
+    """Both last axes, one of them (the plane kernel, ``kernels/resize.py``) or a leading one too (per element)."""
     x = rnd(2, 3, 6, 5, seed=6)
-    sizes = [-1, -1] + [int(np.floor(s * n)) for s, n in zip(scales[2:], x.shape[2:])]
+    sizes = [int(np.floor(s * n)) for s, n in zip(scales, x.shape)]
     run_op("Resize", [x], sizes=sizes, scales=scales, **attrs)
+
+
+@pytest.mark.parametrize("shape, scales", [((7, 4), (3.0, 0.5)), ((3, 5, 8), (1.0, 2.0, 2.0)),
+                                           ((1, 64, 16, 16), (1.0, 1.0, 2.0, 2.0))])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_planes_of_any_rank(shape, scales, mode):
+    """The plane kernel at rank 2, 3 and 4; a nearest resize is a copy, so its values are the very input's."""
+    x = rnd(*shape, seed=8)
+    gb = GraphBuilder("r")
+    name = gb.input("x", TensorType(DType.F32, shape))
+    graph = gb.build([gb.add1("Resize", [name], sizes=[int(np.floor(s * n)) for s, n in zip(scales, shape)],
+                              scales=list(scales), mode=mode)])
+    (got,), (want,) = compile_graph(graph, optimize=False).run({"x": x}).values(), run_reference(graph, {"x": x}).values()
+    if mode == "nearest":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int32, np.uint8])

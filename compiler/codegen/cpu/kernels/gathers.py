@@ -9,7 +9,7 @@ from ...sequential import SEQUENTIAL
 from .base import KernelContext, kernel
 
 
-@kernel(*PER_ELEMENT)
+@kernel(*sorted(set(PER_ELEMENT) - {"Resize"}))  # Resize: kernels/resize.py, which falls back to this one
 def emit_per_element(ctx: KernelContext) -> None:
     value = PER_ELEMENT[ctx.key.op](ctx.attrs, ctx.in_types, ctx.out_types)
     shape = ctx.out_shape
