@@ -270,6 +270,14 @@ def unet(seed: int = 0, up: str = "transpose") -> Built:
 
 
 @seeded
+def seg_bilinear(seed: int = 0, size: int = 128) -> Built:
+    """Segmentation as DeepLab ends: a stride-8 trunk, 1x1 class scores, bilinear upsampling back to the input."""
+    model = nn.Sequential(cba(3, 32, 3, 2), cba(32, 64, 3, 2), cba(64, 64, 3, 2), nn.Conv2d(64, 21, 1),
+                          nn.Upsample(scale_factor=8, mode="bilinear"))
+    return _image(model, seed, size)
+
+
+@seeded
 def conv_autoencoder(seed: int = 0, size: int = 64) -> Built:
     """Image autoencoder: stride-2 3x3 convs down to 64 channels at 8x8, then the decoders' 3x3 stride-2
     transposed convs (padding 1, output_padding 1) back up, sigmoid output."""
@@ -483,7 +491,7 @@ ARCHS: dict[str, Callable[..., Built]] = {f.__name__: f for f in (
     centernet, shared_head)} | {
     "gru_kws": functools.partial(lstm_kws, cell=nn.GRU), "unet": unet,
     "unet_nearest": functools.partial(unet, up="nearest"), "alexnet_lrn": alexnet_lrn, "groupnorm_cnn": groupnorm_cnn,
-    "conv_autoencoder": conv_autoencoder}
+    "conv_autoencoder": conv_autoencoder, "seg_bilinear": seg_bilinear}
 
 # name -> the ATen op the torch frontend's import error names
 UNSUPPORTED: dict[str, str] = {
