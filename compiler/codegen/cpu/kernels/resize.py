@@ -12,6 +12,7 @@ resize copies exactly).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -47,11 +48,7 @@ def _planes(key: KernelKey) -> _Planes | None:
     if any(t is not None for t in taps[:-2]) or all(t is None for t in taps[-2:]) or \
             any(t is not None and t.outside.any() for t in taps[-2:]):
         return None
-    *lead, h_, w_ = shape
-    planes = 1
-    for n in lead:
-        planes *= n
-    return _Planes(planes, h_, w_, y.shape[-2], y.shape[-1], taps[-2], taps[-1])
+    return _Planes(math.prod(shape[:-2]), shape[-2], shape[-1], y.shape[-2], y.shape[-1], taps[-2], taps[-1])
 
 
 def _grows(p: _Planes) -> bool:
