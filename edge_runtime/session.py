@@ -222,7 +222,8 @@ class Session:
         self._watch.observe(ended - began, ended)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Copy ``inputs`` into the arena, run the whole graph natively, return output copies."""
+        """Copy ``inputs`` into the arena, run the whole graph natively, return output copies. A bool input
+        is taken as NumPy reads it: any nonzero byte is True."""
         with self._lock:
             self._take_inputs(inputs)
             if self._fault is not None:
