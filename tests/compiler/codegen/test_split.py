@@ -14,7 +14,7 @@ from cuvil.compiler.codegen.cpu.conv.winograd_geometry import WinogradGeometry, 
 from cuvil.compiler.codegen.cpu.kernels.base import KernelKey
 from cuvil.compiler.codegen.cpu.kernels.conv import BLOCKS
 from cuvil.compiler.codegen.cpu.kernels.split import (conv_parts, gemm_parts, matmul_parts, pool_parts, qconv_parts,
-                                                     slice_constant)
+                                                     resize_parts, slice_constant)
 from cuvil.compiler.ir.dtypes import DType
 from cuvil.compiler.ir.types import TensorType
 from cuvil.devices import resolve_target
@@ -395,6 +395,27 @@ def test_pools_that_stay_whole():
 def test_a_pool_takes_its_producers_channel_ranges():
     assert [p.rows for p in pool_parts(_pool_key(40, 16), _pool_target(2), [(0, 24), (24, 40)])] == [(0, 24), (24, 40)]
     assert pool_parts(_pool_key(40, 16), _pool_target(2), [(0, 24), (24, 32)]) is None  # not all of its channels
+
+
+def _resize_key(c: int, sizes: tuple, scales: tuple, mode: str = "half_pixel") -> KernelKey:
+    attrs = {"antialias": 0, "coordinate_transformation_mode": mode, "cubic_coeff_a": -0.75, "exclude_outside": 0,
+             "extrapolation_value": 0.0, "mode": "linear", "nearest_mode": "floor",
+             "roi": (0, 0, 0, 0, 1, 1, 1, 1) if mode == "tf_crop_and_resize" else (), "scales": scales, "sizes": sizes}
+    out = TensorType(DType.F32, (1, c if sizes[1] == -1 else sizes[1], 32, 32))
+    return KernelKey("Resize", tuple(sorted(attrs.items())), (TensorType(DType.F32, (1, c, 16, 16)),), (out,), (), (),
+                     (None,))
+
+
+def test_a_resize_keeping_its_channels_splits_by_them_each_part_sized_by_its_own():
+    """The torch frontend gives axis 1's size (the layer's 21), which a part of 11 channels must not take."""
+    for sizes in ((-1, -1, 32, 32), (1, 21, 32, 32)):
+        parts = resize_parts(_resize_key(21, sizes, (1.0, 1.0, 2.0, 2.0)), _pool_target(2))
+        assert [p.rows for p in parts] == [(0, 11), (11, 21)]
+        assert [p.key.out_types[0].shape for p in parts] == [(1, 11, 32, 32), (1, 10, 32, 32)]
+        assert all(dict(p.key.attrs)["sizes"] == (sizes[0], -1, 32, 32) for p in parts)
+    assert resize_parts(_resize_key(21, (1, 42, 32, 32), (1.0, 2.0, 2.0, 2.0)), _pool_target(2)) is None  # resizes them
+    assert resize_parts(_resize_key(21, (-1, -1, 32, 32), (1.0, 1.0, 2.0, 2.0), "tf_crop_and_resize"),
+                        _pool_target(2)) is None  # a region of interest may cut axis 1
 
 
 def test_small_winograd_convs_split_by_tile_rows():

@@ -23,7 +23,7 @@ share one function. A fully connected layer of batch one (Gemm or FusedGemm, A o
 [N, K] weights of ``transB``; a MatMul or QMatMul of one row by constant [K, N] weights) splits into
 column ranges of whole vectors (``gemm_parts``, ``matmul_parts``): the micro-kernel sums each output
 over K in order, one accumulator, whatever the columns around it. A pool of batch one splits by
-channels (``pool_parts``): each plane is pooled alone. Elementwise ops and GEMMs of several rows split
+channels (``pool_parts``): each plane is pooled (or resized) alone. Elementwise ops and GEMMs of several rows split
 along rows instead (``split_rows.py``).
 """
 
@@ -294,13 +294,24 @@ def pool_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | Non
     if target.threads < 2 or len(key.in_types) != 1 or len(key.out_types) != 1 or len(x_t.shape) < 3 or x_t.shape[0] != 1:
         return None
     c = x_t.shape[1]
-    if rows is None:
-        rows = cost_model_ranges(target, c, 1, math.prod(x_t.shape), target.tuning.pool_elements_per_us)
+    if rows is None:  # elements read, or written where more (a Resize growing its planes)
+        work = max(math.prod(x_t.shape), math.prod(key.out_types[0].shape))
+        rows = cost_model_ranges(target, c, 1, work, target.tuning.pool_elements_per_us)
     elif not covers(rows, c, 1, target.threads):
         return None
     if not rows:
         return None
     return [axis_one_part(key, target, lo, hi) for lo, hi in rows]
+
+
+def resize_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
+    """A Resize keeping axis 1 splits by channels as a pool does, each plane resized alone; its parts' size of
+    axis 1 is -1 (their own), where the torch frontend gives the whole layer's."""
+    a, c = dict(key.attrs), key.in_types[0].shape[1]
+    if a["sizes"][1] not in (-1, c) or a["scales"][1] != 1.0 or a["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        return None
+    a["sizes"] = (a["sizes"][0], -1, *a["sizes"][2:])
+    return pool_parts(dataclasses.replace(key, attrs=tuple(sorted(a.items()))), target, rows)
 
 
 PER_CHANNEL_ATTRS = {"QConv": ("w_scale",), "QMatMul": ("b_scale",)}
@@ -381,8 +392,8 @@ def _split(target: Target, plan, geom, unit: int, rows: list[tuple[int, int]]) -
     return found
 
 
-CHANNELWISE = ("MaxPool", "AveragePool")
-"""Ops whose every output channel reads only the same input channel (as depthwise convs do)."""
+CHANNELWISE = ("MaxPool", "AveragePool", "Resize")
+"""Ops whose every output channel reads only the same input channel (depthwise convs too; a Resize keeping axis 1)."""
 ELEMENTWISE = tuple(sorted(op for op, d in OP_TABLE.items() if d.elementwise and not d.view))
 """Ops whose every output element reads only the same element of each operand (broadcast)."""
 FOLLOWERS = CHANNELWISE + ELEMENTWISE + ROWWISE
@@ -390,6 +401,6 @@ FOLLOWERS = CHANNELWISE + ELEMENTWISE + ROWWISE
 join the job of the layer before them, range by range."""
 SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts, "Gemm": gemm_parts,
              "FusedGemm": gemm_parts, "MatMul": matmul_parts, "QMatMul": matmul_parts,
-             **dict.fromkeys(CHANNELWISE, pool_parts), **dict.fromkeys(ELEMENTWISE, elementwise_parts),
+             **dict.fromkeys(CHANNELWISE, pool_parts), "Resize": resize_parts, **dict.fromkeys(ELEMENTWISE, elementwise_parts),
              **dict.fromkeys(ROWWISE, rowwise_parts)}
 """op -> how its layers split (ops not named here always run on one thread)."""
