@@ -28,6 +28,7 @@ class Limits:
     max_nodes: int = 65_536
     max_values: int = 1 << 18  # inputs, constants and node outputs together (parsed, each a few hundred bytes)
     max_node_inputs: int = 256
+    max_operands: int = 1 << 20  # node inputs, all nodes together (65,536 nodes of 256 took the parser 37 s)
     max_node_outputs: int = 256
     max_rank: int = 32
     max_attr_items: int = 65_536  # a list attribute is per axis (pads: 2 per axis) or per output channel (scales)
@@ -62,6 +63,7 @@ def check_graph(graph: Graph, batch: int = 1, limits: Limits = DEFAULT_LIMITS) -
         raise LimitError(f"the graph has {len(graph.nodes)} nodes, more than the limit of {limits.max_nodes}")
     check_values(len(graph.types), limits)
     check_values(len(graph.outputs), limits, "outputs")
+    check_operands(sum(len(n.inputs) for n in graph.nodes), limits)
     for node in graph.nodes:
         check_node_arity(f"node {node.name[:80]!r}", len(node.inputs), len(node.outputs), limits)
         longest = max((len(v) for _, v in node.attrs if isinstance(v, (tuple, list))), default=0)
@@ -86,6 +88,12 @@ def check_values(count: int, limits: Limits = DEFAULT_LIMITS, what: str = "named
     were 15 MB of IR text and 219 MB parsed, and took 10 s."""
     if count > limits.max_values:
         raise LimitError(f"the graph has more than {limits.max_values} {what}, the limit")
+
+
+def check_operands(count: int, limits: Limits = DEFAULT_LIMITS) -> None:
+    """The nodes' inputs, all together, are at most ``limits.max_operands``."""
+    if count > limits.max_operands:
+        raise LimitError(f"the graph's nodes read more than {limits.max_operands} operands, the limit")
 
 
 def check_node_arity(where: str, inputs: int, outputs: int, limits: Limits = DEFAULT_LIMITS) -> None:

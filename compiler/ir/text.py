@@ -28,7 +28,7 @@ from .. import ops
 from ..ops.registry import AttrKind, coerce_attr
 from .dtypes import DType
 from .graph import Graph, Node
-from .limits import DEFAULT_LIMITS, Limits, check_node_arity, check_type, check_values
+from .limits import DEFAULT_LIMITS, Limits, check_node_arity, check_operands, check_type, check_values
 from .types import Batch, TensorType
 
 _BARE = re.compile(r"[A-Za-z_/][A-Za-z0-9_./\-]*")
@@ -253,7 +253,7 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
     """Parse the text form; ``constants`` supplies weights when the text has no data section.
 
     Memory grows with the graph as it is built, and stops at ``limits`` (nodes, values, operands per
-    node, rank and dimensions): past one, a LimitError, before the rest of the text is read.
+    node and in all, rank and dimensions): past one, a LimitError, before the rest of the text is read.
     """
     t = _Tokens(text, limits)
     t.expect("graph")
@@ -280,6 +280,7 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
     t.expect("{")
     const_names: dict[str, None] = {}  # in order; a dict, as each data entry looks its name up (a list: quadratic)
     nodes: list[Node] = []
+    operands = 0  # the nodes' inputs so far
     while not t.accept("}"):
         if t.accept("const"):
             n = t.name()
@@ -299,7 +300,8 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
             types[o] = t.type()
             check_values(len(types), limits)
             outs.append(o)
-            check_node_arity(f"the node at line {t.line}", 0, len(outs), limits)
+            if len(outs) > limits.max_node_outputs:
+                check_node_arity(f"the node at line {t.line}", 0, len(outs), limits)
             if not t.accept(","):
                 break
         t.expect("=")
@@ -315,7 +317,10 @@ def parse_graph(text: str, constants: Mapping[str, np.ndarray] | None = None,
             if args:
                 t.expect(",")
             args.append(t.name())
-            check_node_arity(f"node {node_name[:80]!r}", len(args), 0, limits)
+            operands += 1
+            if len(args) > limits.max_node_inputs:
+                check_node_arity(f"node {node_name[:80]!r}", len(args), 0, limits)
+            check_operands(operands, limits)
         attrs = {}
         if t.accept("{"):
             while not t.accept("}"):

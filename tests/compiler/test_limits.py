@@ -80,6 +80,20 @@ def test_values_and_outputs_are_bounded_while_parsing_and_at_load():
         check_graph(graph, limits=small)
 
 
+def test_the_nodes_operands_together_are_bounded_while_parsing_and_at_load():
+    """65,536 nodes of 256 operands each are within the per-node limits and took the parser 37 s."""
+    small = Limits(max_operands=5)
+    text = relu_chain_text(5)  # five nodes of one operand
+    assert len(parse_graph(text, limits=small).nodes) == 5
+    with pytest.raises(LimitError, match="more than 4 operands"):
+        parse_graph(text.replace("\n}\n", "\n  this is not graph text at all ))) \n}\n"), limits=Limits(max_operands=4))
+    with pytest.raises(LimitError, match="more than 3 operands"):
+        parse_graph(concat_text(4), limits=Limits(max_operands=3))
+    assert check_graph(parse_graph(text), limits=small)
+    with pytest.raises(LimitError, match="more than 4 operands"):
+        check_graph(parse_graph(text), limits=Limits(max_operands=4))
+
+
 def test_per_channel_scales_of_a_wide_layer_fit_and_a_writer_checks_the_parsers_limit():
     """An int8 layer of 1,280 or 2,048 output channels keeps a scale per channel in a list attribute: the
     limit was 1,024, which the writer did not check, so it signed bundles every device refused at load."""
