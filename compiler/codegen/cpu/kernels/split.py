@@ -22,9 +22,8 @@ own shape gets, and its packed weights carry its own requantization multipliers,
 share one function. A fully connected layer of batch one (Gemm or FusedGemm, A of one row, B the
 [N, K] weights of ``transB``; a MatMul or QMatMul of one row by constant [K, N] weights) splits into
 column ranges of whole vectors (``gemm_parts``, ``matmul_parts``): the micro-kernel sums each output
-over K in order, one accumulator, whatever the columns around it. A pool of batch one splits by
-channels (``pool_parts``): each plane is pooled (or resized) alone. Elementwise ops and GEMMs of several rows split
-along rows instead (``split_rows.py``).
+over K in order, one accumulator, whatever the columns around it. Pools, resizes, elementwise ops and
+GEMMs of several rows split along their output's axis 1 or rows instead (``split_rows.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ from .base import KernelKey
 from .conv import BLOCKS, geometry
 from .quant import im2col_rows_ok
 from .parts import Part, cost_model_ranges, covers, even_ranges, min_part_macs, slice_constant  # noqa: F401  (slice_constant: the lowering's)
-from .split_rows import ROWWISE, axis_one_part, elementwise_parts, gemm_row_parts, heads_parts, rowwise_parts
+from .split_rows import ROWWISE, elementwise_parts, gemm_row_parts, heads_parts, pool_parts, resize_parts, rowwise_parts
 
 
 @dataclass(frozen=True)
@@ -283,35 +282,6 @@ def matmul_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | N
     k, n = key.in_types[1].shape
     ranges = cost_model_ranges(target, n, target.vector_floats, n * k)  # int32 sums: as many lanes as floats
     return _parts(key, [(r, target) for r in ranges]) if ranges else None
-
-
-def pool_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
-    """The channel ranges of a pool of batch one (MaxPool, AveragePool: any rank), or None when it stays
-    on one thread. Each channel's plane is pooled alone, so any ranges give the same bits. The cost
-    model reads its input's elements at ``Tuning.pool_elements_per_us``. ``rows``: as for ``conv_parts``
-    (a pool right after a split conv runs in its job, part by part: no handoff of its own)."""
-    x_t = key.in_types[0]
-    if target.threads < 2 or len(key.in_types) != 1 or len(key.out_types) != 1 or len(x_t.shape) < 3 or x_t.shape[0] != 1:
-        return None
-    c = x_t.shape[1]
-    if rows is None:  # elements read, or written where more (a Resize growing its planes)
-        work = max(math.prod(x_t.shape), math.prod(key.out_types[0].shape))
-        rows = cost_model_ranges(target, c, 1, work, target.tuning.pool_elements_per_us)
-    elif not covers(rows, c, 1, target.threads):
-        return None
-    if not rows:
-        return None
-    return [axis_one_part(key, target, lo, hi) for lo, hi in rows]
-
-
-def resize_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
-    """A Resize keeping axis 1 splits by channels as a pool does, each plane resized alone; its parts' size of
-    axis 1 is -1 (their own), where the torch frontend gives the whole layer's."""
-    a, c = dict(key.attrs), key.in_types[0].shape[1]
-    if a["sizes"][1] not in (-1, c) or a["scales"][1] != 1.0 or a["coordinate_transformation_mode"] == "tf_crop_and_resize":
-        return None
-    a["sizes"] = (a["sizes"][0], -1, *a["sizes"][2:])
-    return pool_parts(dataclasses.replace(key, attrs=tuple(sorted(a.items()))), target, rows)
 
 
 PER_CHANNEL_ATTRS = {"QConv": ("w_scale",), "QMatMul": ("b_scale",)}

@@ -10,6 +10,9 @@
   output over K in order in one accumulator, whatever the rows around it, and every part reads the
   same packed weights (the lowering stores them once). Its cost model, and attention's below, reads
   the multiply-adds at ``Tuning.gemm_macs_per_us``.
+* A pool of batch one (``pool_parts``), and a Resize that keeps axis 1 (``resize_parts``), splits by
+  channels: each plane is pooled or resized alone. Its cost model reads the elements read or written,
+  whichever are more, at ``Tuning.pool_elements_per_us``.
 * A MatMul of two computed operands with batch axes (``heads_parts``: attention's [1, H, T, d] by
   [1, H, d, T]) splits over axis 1, its heads: each head's product is computed alone. So does a
   softmax or layer norm over later axes (``rowwise_parts``): each of its lines is computed alone.
@@ -20,6 +23,7 @@ both); a 2-D GEMM's rows are axis 0 (``Part.axis``), which nothing joins.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from ....ir.dtypes import DType
@@ -123,7 +127,7 @@ def gemm_row_parts(key: KernelKey, target: Target) -> list[Part] | None:
 def axis_one_part(key: KernelKey, target: Target, lo: int, hi: int, batch_only: bool = False) -> Part:
     """The part of ``key`` over ``lo:hi`` of its output's axis 1, each operand cut where it spans that
     axis under broadcasting and read whole where it does not (``batch_only``: a MatMul, whose last two
-    axes are its matrices'). Pools split this way too (``split.pool_parts``)."""
+    axes are its matrices'). Pools split this way too (``pool_parts``)."""
     out_t = key.out_types[0]
     rank = len(out_t.shape)
     ins, offs, axes = [], [], []
@@ -141,3 +145,32 @@ def axis_one_part(key: KernelKey, target: Target, lo: int, hi: int, batch_only: 
     outs = (TensorType(out_t.dtype, out_t.shape[:1] + (hi - lo,) + out_t.shape[2:]),)
     sub = KernelKey(key.op, key.attrs, tuple(ins), outs, key.alias, key.scalars, key.packed)
     return Part(sub, target, tuple(offs), lo * math.prod(out_t.shape[2:]) * out_t.dtype.itemsize, (lo, hi), tuple(axes))
+
+
+def pool_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
+    """The channel ranges of a pool of batch one (MaxPool, AveragePool: any rank), or None when it stays
+    on one thread. Each channel's plane is pooled alone, so any ranges give the same bits (the cost model:
+    the module's docstring). ``rows``: as for ``split.conv_parts``
+    (a pool right after a split conv runs in its job, part by part: no handoff of its own)."""
+    x_t = key.in_types[0]
+    if target.threads < 2 or len(key.in_types) != 1 or len(key.out_types) != 1 or len(x_t.shape) < 3 or x_t.shape[0] != 1:
+        return None
+    c = x_t.shape[1]
+    if rows is None:  # elements read, or written where more (a Resize growing its planes)
+        work = max(math.prod(x_t.shape), math.prod(key.out_types[0].shape))
+        rows = cost_model_ranges(target, c, 1, work, target.tuning.pool_elements_per_us)
+    elif not covers(rows, c, 1, target.threads):
+        return None
+    if not rows:
+        return None
+    return [axis_one_part(key, target, lo, hi) for lo, hi in rows]
+
+
+def resize_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
+    """A Resize keeping axis 1 splits by channels as a pool does, each plane resized alone; its parts' size of
+    axis 1 is -1 (their own), where the torch frontend gives the whole layer's."""
+    a, c = dict(key.attrs), key.in_types[0].shape[1]
+    if a["sizes"][1] not in (-1, c) or a["scales"][1] != 1.0 or a["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        return None
+    a["sizes"] = (a["sizes"][0], -1, *a["sizes"][2:])
+    return pool_parts(dataclasses.replace(key, attrs=tuple(sorted(a.items()))), target, rows)
