@@ -204,7 +204,7 @@ class CudaModel:
             if spec.name not in inputs:
                 names = [s.name for s in self.program.inputs]
                 raise InterpreterError(f"missing input {spec.name!r}; the model takes {names}")
-            x = np.ascontiguousarray(clean_bools(np.asarray(inputs[spec.name], dtype=spec.dtype.numpy)))
+            x = clean_bools(np.ascontiguousarray(inputs[spec.name], dtype=spec.dtype.numpy))
             if x.shape != spec.shape:
                 raise InterpreterError(f"input {spec.name!r} has shape {x.shape}, the model wants {spec.shape}")
             self.drv.cuMemcpyHtoD_v2(self.arena + spec.offset, x.ctypes.data, spec.nbytes)

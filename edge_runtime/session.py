@@ -243,8 +243,8 @@ class Session:
             for name, view, shape, dtype in self._inputs:
                 value = inputs[name]
                 if getattr(value, "dtype", None) is dtype and value.shape == shape:
-                    if dtype is _BOOL:  # each byte 0 or 1, as native code reads it (dtypes.clean_bools)
-                        np.not_equal(value.view(np.uint8), 0, out=view)
+                    if dtype is _BOOL:  # each byte 0 or 1, as native code reads it
+                        clean_bools(value, out=view)
                     else:
                         view[...] = value  # the fast path: exact type, plain copy into the arena
                 else:

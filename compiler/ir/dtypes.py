@@ -139,11 +139,12 @@ own rule: a power of two, rounded by ``round_mode``, that ``saturate`` keeps bel
 E8M0_ROUNDING = ("up", "down", "nearest")
 
 
-def clean_bools(a: np.ndarray) -> np.ndarray:
-    """``a`` with every bool the byte 0 or 1 (other arrays as they are). NumPy takes any nonzero byte for
-    True (a mask read with ``np.frombuffer(data, bool)``); native code reads the byte itself, and a 2 there
-    cast to 2.0 and negated to 253. Where bools enter native code (a run's inputs), they pass here."""
-    return np.not_equal(a.view(np.uint8), 0) if a.dtype == np.bool_ else a
+def clean_bools(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``a`` with every bool the byte 0 or 1 (other arrays as they are; ``out``: a bool array's destination).
+    NumPy takes any nonzero byte for True (a mask read with ``np.frombuffer(data, bool)``); native code reads
+    the byte itself, and a 2 there cast to 2.0 and negated to 253. Where bools enter native code (a run's
+    inputs), they pass here."""
+    return np.not_equal(a.view(np.uint8), 0, out=out) if a.dtype == np.bool_ else a
 
 
 def bool_bytes_clean(a: np.ndarray) -> bool:

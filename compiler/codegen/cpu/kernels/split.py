@@ -362,7 +362,8 @@ def _split(target: Target, plan, geom, unit: int, rows: list[tuple[int, int]]) -
     return found
 
 
-CHANNELWISE = ("MaxPool", "AveragePool", "Resize")
+POOLS = ("MaxPool", "AveragePool")
+CHANNELWISE = (*POOLS, "Resize")
 """Ops whose every output channel reads only the same input channel (depthwise convs too; a Resize keeping axis 1)."""
 ELEMENTWISE = tuple(sorted(op for op, d in OP_TABLE.items() if d.elementwise and not d.view))
 """Ops whose every output element reads only the same element of each operand (broadcast)."""
@@ -371,6 +372,6 @@ FOLLOWERS = CHANNELWISE + ELEMENTWISE + ROWWISE
 join the job of the layer before them, range by range."""
 SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts, "Gemm": gemm_parts,
              "FusedGemm": gemm_parts, "MatMul": matmul_parts, "QMatMul": matmul_parts,
-             **dict.fromkeys(CHANNELWISE, pool_parts), "Resize": resize_parts, **dict.fromkeys(ELEMENTWISE, elementwise_parts),
+             **dict.fromkeys(POOLS, pool_parts), "Resize": resize_parts, **dict.fromkeys(ELEMENTWISE, elementwise_parts),
              **dict.fromkeys(ROWWISE, rowwise_parts)}
 """op -> how its layers split (ops not named here always run on one thread)."""
