@@ -13,6 +13,7 @@ their input read from the other core).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 from ...ir.graph import Graph, Node
@@ -20,7 +21,7 @@ from ...ops import get_op
 from ...target import Target
 from .kernels import KernelKey
 from .kernels.parts import Part
-from .kernels.split import CHANNELWISE, ELEMENTWISE, FOLLOWERS, ROWWISE, SPLITTERS
+from .kernels.split import CHANNELWISE, CONVS, ELEMENTWISE, FOLLOWERS, ROWWISE, SPLITTERS
 
 
 def pack_key(g: Graph, node: Node) -> KernelKey:
@@ -39,25 +40,43 @@ def _split(key: KernelKey, target: Target, rows: tuple[tuple[int, int], ...] | N
 
 
 def own_jobs(g: Graph, target: Target, has_code: Callable[[Node], bool]) -> dict[str, list[Part]]:
-    """The nodes that run as jobs of their own, with the parts their splitter gives. A pool splits on its own
-    only right after another job, while the workers still spin: after a serial layer they may sleep,
-    and waking one cost more than half a pool (Tiny-YOLO's first, 16x160x160 after its unsplit first
-    conv: 0.62x its serial speed, where alone, workers awake, it ran 1.83x); so do parts marked
-    ``after_job_only`` (a conv split by pixel vectors, whose input a job must have spread over the cores).
-    ``has_code``: whether a node runs code (a view the planner put on its input's bytes does not)."""
+    """The nodes that run as jobs of their own, with the parts their splitter gives. A pool (a follower)
+    splits on its own only while the workers still spin: right after another job, or after serial layers
+    the cost model puts at no more than ``Tuning.follower_awake_us`` (:func:`serial_us`); after longer ones
+    they may sleep, and waking one cost more than half a pool (Tiny-YOLO's first, 16x160x160 after its
+    unsplit first conv: 0.62x its serial speed, where alone, workers awake, it ran 1.83x). Parts marked
+    ``after_job_only`` (a conv split by pixel vectors, whose input a job must have spread over the cores)
+    split only right after a job. ``has_code``: whether a node runs code (a view the planner put on its
+    input's bytes does not)."""
     found: dict[str, list[Part]] = {}
-    after_job = False
+    since_job = math.inf  # the serial layers' cost-model us since the last job (none yet: the workers may sleep)
     for node in g.nodes:
         if not has_code(node):
             continue
-        split = node.op in SPLITTERS and (after_job or node.op not in FOLLOWERS)
+        awake = since_job <= target.tuning.follower_awake_us
+        split = node.op in SPLITTERS and (awake or node.op not in FOLLOWERS)
         parts = list(_split(pack_key(g, node), target, None)) if split else None
-        if parts and parts[0].after_job_only and not after_job:
+        if parts and parts[0].after_job_only and since_job:
             parts = None
         if parts:
             found[node.name] = parts
-        after_job = bool(parts)
+        since_job = 0.0 if parts else since_job + serial_us(g, node, target)
     return found
+
+
+def serial_us(g: Graph, node: Node, target: Target) -> float:
+    """The cost model's microseconds for ``node`` on one core, at the rates its splitter assumes (a conv's
+    multiply-adds, the elements a pool, Resize or elementwise op reads or writes); inf for other ops, whose
+    time it does not know."""
+    rates = target.tuning
+    out = math.prod(g.types[node.outputs[0]].shape)
+    if node.op in CONVS:
+        return out * math.prod(g.types[node.inputs[1]].shape[1:]) / rates.conv_macs_per_us
+    if node.op in CHANNELWISE:
+        return max(out, math.prod(g.types[node.inputs[0]].shape)) / rates.pool_elements_per_us
+    if node.op in ELEMENTWISE or node.op in ROWWISE:
+        return out / rates.elementwise_elements_per_us
+    return math.inf
 
 
 def job_layout(g: Graph, target: Target) -> dict[str, tuple[tuple[int, int], ...]]:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
-from cuvil.compiler.codegen.cpu.jobs import held_until, job_layout, joining_parts, own_jobs
+import pytest
+
+from cuvil.compiler.codegen.cpu.jobs import held_until, job_layout, joining_parts, own_jobs, serial_us
+from cuvil.compiler.frontends.builder import GraphBuilder
+from cuvil.compiler.ir.types import TensorType
 from cuvil.devices import resolve_target
 from tests.blocks import mobilenet_block
 
@@ -33,3 +38,36 @@ def test_the_job_layout_names_each_split_layer_and_its_ranges_and_follows_the_ha
     whole = dataclasses.replace(SPLIT_ALL, tuning=SPLIT_ALL.tuning.replace(parallel_sync_ratio=2.0, parallel_sync_us=1e6))
     assert job_layout(g, whole) == {}  # no layer is worth a handoff that dear
     assert job_layout(g, dataclasses.replace(SPLIT_ALL, threads=1)) == {}
+
+
+def _segmentation_head():
+    """seg_bilinear's graph, optimized: split stride-2 convs, a 1x1 class conv too small to split, an 8x upsample."""
+    from cuvil.compiler.frontends.torch import import_torch
+    from cuvil.compiler.ir.infer import bind_batch
+    from cuvil.compiler.passes.pipeline import optimize
+    from tests.archs import seg_bilinear
+
+    module, example, *_ = seg_bilinear()
+    return optimize(bind_batch(import_torch(module, example), 1))
+
+
+def test_a_pool_like_layer_splits_on_its_own_after_serial_layers_short_enough_that_the_workers_still_spin():
+    g = _segmentation_head()
+    two = dataclasses.replace(AVX2, threads=2)
+    *_, classes, upsample = g.nodes
+    assert (classes.op, upsample.op) == ("Conv", "Resize")
+    assert serial_us(g, classes, two) == pytest.approx(21 * 16 * 16 * 64 / 100_000)  # 3.4 us at 100k a us
+    jobs = own_jobs(g, two, lambda node: True)
+    assert classes.name not in jobs and [p.rows for p in jobs[upsample.name]] == [(0, 11), (11, 21)]
+    asleep = dataclasses.replace(two, tuning=two.tuning.replace(follower_awake_us=3.0))
+    assert upsample.name not in own_jobs(g, asleep, lambda node: True)  # 3.4 us since the last job: may sleep
+    assert upsample.name not in own_jobs(g, dataclasses.replace(two, threads=1), lambda node: True)
+
+
+def test_the_cost_model_knows_no_time_for_ops_outside_its_rates():
+    b = GraphBuilder("t")
+    x = b.input("x", TensorType.parse("f32[1,4,8,8]"))
+    g = b.build([b.add1("Transpose", [b.add1("Relu", [x])], perm=(0, 1, 3, 2))])
+    relu, transpose = g.nodes
+    assert serial_us(g, relu, AVX2) == 256 / AVX2.tuning.elementwise_elements_per_us
+    assert serial_us(g, transpose, AVX2) == math.inf  # so a pool after it waits for a job before splitting alone

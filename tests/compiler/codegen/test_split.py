@@ -172,6 +172,21 @@ def test_a_banded_direct_conv_splits_by_bands():
     assert [dict(p.key.attrs)[BLOCKS] for p in parts] == [p.rows for p in parts]
 
 
+def test_bands_that_do_not_share_out_evenly_are_cut_finer():
+    """seg_bilinear's 32->64 stride-2 conv at 64x64 made 3 bands, its parts 2 and 1 (1.42x at 2 threads): cut into
+    4, each part takes 2, every band no taller than before."""
+    from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
+    from cuvil.compiler.codegen.cpu.kernels.split import split_ranges
+
+    t = dataclasses.replace(resolve_target("x86-avx512"), threads=2)
+    geom = (1, 32, 64, 64, 64, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1)
+    whole = conv_plan(t, *geom)
+    assert whole.method == "direct" and -(-whole.OH // whole.band) == 3
+    ranges = split_ranges(t, geom)
+    assert [r.blocks for r in ranges] == [(0, 2), (2, 4)]
+    assert all(conv_plan(r.target, *r.geometry).band == whole.OH // 4 for r in ranges)
+
+
 def test_a_direct_conv_copied_whole_splits_into_a_band_per_part():
     """Its copy is cut into one band per part (the parts' tuning carries the cut), so no part copies the whole
     input and each writes its rows, as a row-split layer after it reads them; channel parts before (ResNet-18's

@@ -159,15 +159,17 @@ def _band_split(target: Target, plan, geom: tuple, parts: int) -> list[Range] | 
     convs this takes from channel parts, or from staying whole, write their outputs by rows, as the row-split
     layers after them read them (2 threads on the Xeon, interleaved, a 1 us handoff: MobileNetV1 0.476 ->
     0.458 ms, MobileNetV3-ish 0.422 -> 0.413, MobileNetV2 0.645 -> 0.635, ResNet-18 1.783 -> 1.765; ResNet-50,
-    SqueezeNet even). Every output is computed by the same code in any band."""
+    SqueezeNet even). Bands that do not share out evenly are cut finer, into a multiple of ``parts`` (ASPP's and
+    the segmentation trunk's 32->64 stride-2 conv at 64x64 made 3 bands, its parts 2 and 1: 1.42x its 1-thread
+    speed). Every output is computed by the same code in any band."""
     sub = with_choices(target, {geom: choice_of(plan)})
-    if plan.band == plan.OH:
-        cut = plan.band_bytes_for(parts)
-        if cut is None:
-            return None
-        sub = dataclasses.replace(sub, tuning=sub.tuning.replace(direct_band_bytes=cut))
-        plan = conv_plan(sub, *geom)
     bands = -(-plan.OH // plan.band)
+    if bands % parts:
+        cut = plan.band_bytes_for(parts * -(-bands // parts))
+        if cut is not None:
+            sub = dataclasses.replace(sub, tuning=sub.tuning.replace(direct_band_bytes=cut))
+            plan = conv_plan(sub, *geom)
+            bands = -(-plan.OH // plan.band)
     if min(parts, bands) < 2:
         return None
     return [Range((0, plan.OC), geom, sub, (lo, hi)) for lo, hi in even_ranges(bands, min(parts, bands), 1)]
@@ -362,15 +364,17 @@ def _split(target: Target, plan, geom, unit: int, rows: list[tuple[int, int]]) -
     return found
 
 
+CONVS = ("Conv", "FusedConv", "QConv")
+"""Ops the conv splitters take (their weights: input 1, [O, I/group, *kernel])."""
 POOLS = ("MaxPool", "AveragePool")
 CHANNELWISE = (*POOLS, "Resize")
 """Ops whose every output channel reads only the same input channel (depthwise convs too; a Resize keeping axis 1)."""
 ELEMENTWISE = tuple(sorted(op for op, d in OP_TABLE.items() if d.elementwise and not d.view))
 """Ops whose every output element reads only the same element of each operand (broadcast)."""
 FOLLOWERS = CHANNELWISE + ELEMENTWISE + ROWWISE
-"""Ops that split on their own only right after another job (while its workers still spin) and may
-join the job of the layer before them, range by range."""
-SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts, "Gemm": gemm_parts,
+"""Ops that split on their own only while the workers still spin (``jobs.own_jobs``) and may join the
+job of the layer before them, range by range."""
+SPLITTERS = {**dict.fromkeys(CONVS[:2], conv_parts), "QConv": qconv_parts, "Gemm": gemm_parts,
              "FusedGemm": gemm_parts, "MatMul": matmul_parts, "QMatMul": matmul_parts,
              **dict.fromkeys(POOLS, pool_parts), "Resize": resize_parts, **dict.fromkeys(ELEMENTWISE, elementwise_parts),
              **dict.fromkeys(ROWWISE, rowwise_parts)}
