@@ -46,10 +46,12 @@ def own_jobs(g: Graph, target: Target, has_code: Callable[[Node], bool]) -> dict
     they may sleep, and waking one cost more than half a pool (Tiny-YOLO's first, 16x160x160 after its
     unsplit first conv: 0.62x its serial speed, where alone, workers awake, it ran 1.83x). Parts marked
     ``after_job_only`` (a conv split by pixel vectors, whose input a job must have spread over the cores)
-    split only right after a job. ``has_code``: whether a node runs code (a view the planner put on its
-    input's bytes does not)."""
+    split only right after a job, a layer that joins it (:func:`joining_parts`) counted in it: MobileNetV2's
+    projections after a depthwise conv too small to split alone, run in its expansion's job, ran whole.
+    ``has_code``: whether a node runs code (a view the planner put on its input's bytes does not)."""
     found: dict[str, list[Part]] = {}
     since_job = math.inf  # the serial layers' cost-model us since the last job (none yet: the workers may sleep)
+    tail, rows = None, None  # the job's last layer so far and its ranges of axis 1 (None: no job a layer may join)
     for node in g.nodes:
         if not has_code(node):
             continue
@@ -60,7 +62,12 @@ def own_jobs(g: Graph, target: Target, has_code: Callable[[Node], bool]) -> dict
             parts = None
         if parts:
             found[node.name] = parts
-        since_job = 0.0 if parts else since_job + serial_us(g, node, target)
+            since_job, tail = 0.0, node
+            rows = [p.rows for p in parts] if all(p.axis == 1 for p in parts) else None
+        elif rows and joining_parts(g, target, tail, node, rows) is not None:
+            tail = node  # runs in the job, part by part
+        else:
+            since_job, rows = since_job + serial_us(g, node, target), None
     return found
 
 
