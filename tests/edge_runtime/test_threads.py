@@ -335,3 +335,31 @@ def test_winograd_convs_split_by_tile_rows_with_the_same_bits(profile, tmp_path)
                                   (1, c, 28, 28, oc, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1))
             assert [r.blocks for r in ranges] == [(i, i + 1) for i in range(threads)]
     assert _same_bits_at_1_2_3(graph, [rng.standard_normal((1, 16, 28, 28)).astype(np.float32)], tmp_path, target) >= 6
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+def test_thin_convs_split_by_pixel_vectors_mid_tile_with_the_same_bits(profile, tmp_path):
+    """A 1x1 conv to 8 channels after a split 3x3 conv splits by pixel vectors, as even as they go: 20x20
+    outputs in 8 lanes are 50 slots, tiles of 3, so each part of 2 and 3 ends in a tile of fewer slots."""
+    from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
+    from cuvil.compiler.codegen.cpu.kernels.split import split_ranges
+    from cuvil.compiler.frontends.builder import GraphBuilder
+    from cuvil.compiler.ir.types import TensorType
+
+    base = executable(profile)
+    target = dataclasses.replace(base, tuning=base.tuning.replace(parallel_sync_ratio=0.0))
+    thin = (1, 48, 20, 20, 8, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    plan = conv_plan(target, *thin)
+    for threads in (2, 3):
+        ranges = split_ranges(dataclasses.replace(target, threads=threads), thin)
+        assert all(r.after_job_only for r in ranges) and len(ranges) == threads
+        assert any((hi - lo) % plan.nv for lo, hi in (r.blocks for r in ranges))  # a part ends mid-tile
+    rng = np.random.default_rng(11)
+    b = GraphBuilder("thin")
+    x = b.input("x", TensorType.parse("f32[1,16,20,20]"))
+    w3 = b.constant(rng.standard_normal((48, 16, 3, 3)).astype(np.float32) / 3)
+    y = b.add1("Relu", [b.add1("Conv", [x, w3], pads=(1, 1, 1, 1), strides=(1, 1), dilations=(1, 1), group=1)])
+    w1 = b.constant(rng.standard_normal((8, 48, 1, 1)).astype(np.float32) / 7)
+    graph = b.build([b.add1("Conv", [y, w1, b.constant(rng.standard_normal(8).astype(np.float32))],
+                            pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1), group=1)])
+    assert _same_bits_at_1_2_3(graph, [rng.standard_normal((1, 16, 20, 20)).astype(np.float32)], tmp_path, target) >= 4

@@ -176,19 +176,18 @@ def _band_split(target: Target, plan, geom: tuple, parts: int) -> list[Range] | 
 
 
 def _slot_split(target: Target, plan, geom: tuple, parts: int) -> list[Range]:
-    """``parts`` ranges of an uncopied direct conv's pixel-vector slots, in whole tiles of them, for a conv of
+    """``parts`` ranges of an uncopied direct conv's pixel-vector slots, as even as they go, for a conv of
     too few output channels for channel parts worth their reads (MobileNetV2's 1x1 projections to 24 and 32
     channels): each part reads only its pixels of the input and computes every output channel of them. Kept
     whole at 2 threads, those layers ran 1.1-1.6x their 1-thread time, reading half their input from the other
     core's cache after a split layer; after a whole one their input lies in the caller's cache, and a worker's
     part would fetch it (ShuffleNetV2 7% slower split so), so these parts run only right after a job
     (``after_job_only``). Xeon, 2 threads, interleaved, a 1 us handoff: MobileNetV2 0.612-0.616 -> 0.591-0.593
-    ms; ShuffleNetV2, MobileNetV1, MobileNetV3-ish, KWS DS-CNN even. Every output is its tile's, computed
-    alike in any range."""
+    ms; ShuffleNetV2, MobileNetV1, MobileNetV3-ish, KWS DS-CNN even. A part may end in a tile of fewer slots:
+    in whole tiles, MobileNetV2's 9-slot projections split 6 and 3 (1.40-1.43x their 1-thread speed; even, 5
+    and 4: 1.62-1.66x, Zen 4). Every output is computed alike in a tile of any width (its own sum over K)."""
     sub = with_choices(target, {geom: choice_of(plan)})
-    tiles = -(-plan.slots // plan.nv)
-    return [Range((0, plan.OC), geom, sub, (lo, min(hi, plan.slots)), after_job_only=True)
-            for lo, hi in even_ranges(tiles, parts, plan.nv)]
+    return [Range((0, plan.OC), geom, sub, (lo, hi), after_job_only=True) for lo, hi in even_ranges(plan.slots, parts, 1)]
 
 
 def conv_parts(key: KernelKey, target: Target, rows: list[tuple[int, int]] | None = None) -> list[Part] | None:
