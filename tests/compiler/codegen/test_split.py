@@ -130,9 +130,9 @@ def test_a_conv_whose_channel_parts_would_do_little_per_input_element_splits_by_
     ranges = decide_split(t, geom(24, 1))[0]
     assert [(r.rows, r.blocks) for r in ranges] == [((0, 24), (0, 36)), ((0, 24), (36, 72))]
     assert all(r.after_job_only for r in ranges)
-    odd = conv_plan(t, *geom(24, 1)[:2], 20, 20, *geom(24, 1)[4:])  # 50 slots in 25 tiles of 2
-    assert odd.by_slots and (odd.slots, odd.nv) == (50, 2)
-    assert [r.blocks for r in decide_split(t, (1, 144, 20, 20, *geom(24, 1)[4:]))[0]] == [(0, 25), (25, 50)]
+    odd = (1, 144, 20, 20, 24, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # 50 slots in 25 tiles of 2: 25 slots a part
+    assert conv_plan(t, *odd).by_slots and (conv_plan(t, *odd).slots, conv_plan(t, *odd).nv) == (50, 2)
+    assert [r.blocks for r in decide_split(t, odd)[0]] == [(0, 25), (25, 50)]
     parts = conv_parts(_key(144, 24, 24, k=1), t)
     assert [dict(p.key.attrs)[BLOCKS] for p in parts] == [(0, 36), (36, 72)]
     assert all(p.after_job_only and p.axis == 2 for p in parts)

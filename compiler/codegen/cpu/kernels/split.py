@@ -373,7 +373,7 @@ ELEMENTWISE = tuple(sorted(op for op, d in OP_TABLE.items() if d.elementwise and
 FOLLOWERS = CHANNELWISE + ELEMENTWISE + ROWWISE
 """Ops that split on their own only while the workers still spin (``jobs.own_jobs``) and may join the
 job of the layer before them, range by range."""
-SPLITTERS = {**dict.fromkeys(CONVS[:2], conv_parts), "QConv": qconv_parts, "Gemm": gemm_parts,
+SPLITTERS = {"Conv": conv_parts, "FusedConv": conv_parts, "QConv": qconv_parts, "Gemm": gemm_parts,
              "FusedGemm": gemm_parts, "MatMul": matmul_parts, "QMatMul": matmul_parts,
              **dict.fromkeys(POOLS, pool_parts), "Resize": resize_parts, **dict.fromkeys(ELEMENTWISE, elementwise_parts),
              **dict.fromkeys(ROWWISE, rowwise_parts)}
