@@ -176,6 +176,7 @@ def _compile(graph_of: Callable[[], Graph], target: str | Target, batch: int, ca
         session = _compile_spared(spare, graph_of, target, batch, cache_dir, use_cache, content_hash, optimize,
                                   profile, jobs, guard_pages, tune, threads)
     session.watch_workers()  # the check is done: from now on the session keeps the faster way itself
+    session.collapse_weights_later()
     if not session.stats.cache_hit:
         heap.release()  # the process runs on at its steady size, not its compile's (ResNet-18: 140 -> 128 MiB)
     return session

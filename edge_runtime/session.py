@@ -30,6 +30,7 @@ from ..compiler.errors import InterpreterError, RunTimeCheckError
 from ..compiler.ir.dtypes import clean_bools
 from ..compiler.memory.plan import MemoryPlan
 from .guard import guarded, make_read_only
+from .huge_pages import MIN_BYTES, collapse, huge_page_bytes
 from .objload import LoadedCode
 from .placement import CallerPlacement
 from .worker_watch import WorkerWatch
@@ -126,6 +127,7 @@ class Session:
         self.stats = stats
         self._code = code  # keeps the machine code mapped
         block = lowered.weights if weights is None or not len(weights) else weights
+        mapped = block is weights  # a cache entry's file: the kernel does not collapse it, nor need it (:mod:`.huge_pages`)
         if guard_pages:
             self._arena = guarded(lowered.arena_bytes or ALIGN)  # an overrun of the last byte faults
             weights = guarded(len(block) or ALIGN)
@@ -147,6 +149,8 @@ class Session:
         self._arena_ptr = int(self._arena.ctypes.data)
         self._weights_ptr = int(self._weights.ctypes.data)
         _BIND(code.bind)(self._arena_ptr, self._weights_ptr)
+        self._collapsible = not (guard_pages or mapped or len(weights) < MIN_BYTES)
+        self._collapse: threading.Thread | None = None
         self._fn = _BOUND(code.bound)
         self._lock = threading.Lock()
         fault = lowered.fault_offset
@@ -209,17 +213,30 @@ class Session:
     def output_names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self._outputs)
 
+    def collapse_weights_later(self) -> None:
+        """After the next run, move the weights onto huge pages in place, on a thread of their own
+        (:mod:`.huge_pages`): where they are the lowering's 4 KiB pages (not a cache entry's file) and at least
+        ``MIN_BYTES``. A compile asks once its checks have timed the session, so the move shares a core
+        with none of them."""
+        if self._collapsible and huge_page_bytes() is not None:
+            self._collapsible = False
+            self._collapse = threading.Thread(target=collapse, args=(self._weights,), daemon=True, name="cuvil-weights")
+
     def _call(self) -> None:
         """One native run, the caller first off the workers' CPUs; a watched session times it
-        (:mod:`.worker_watch`). Under the lock."""
+        (:mod:`.worker_watch`). Under the lock. After it, the weights' move a compile asked for starts
+        (:meth:`collapse_weights_later`): the first result neither waits for it nor shares a core with it."""
         self._placement.step_aside()
         if self._watch is None:
             self._fn()
-            return
-        began = self._clock()
-        self._fn()
-        ended = self._clock()
-        self._watch.observe(ended - began, ended)
+        else:
+            began = self._clock()
+            self._fn()
+            ended = self._clock()
+            self._watch.observe(ended - began, ended)
+        if self._collapse is not None:
+            self._collapse, mover = None, self._collapse
+            mover.start()
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Copy ``inputs`` into the arena, run the whole graph natively, return output copies. A bool input
