@@ -20,7 +20,6 @@ and nothing changes.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +55,7 @@ def collapse(block: np.ndarray) -> bool:
     if hi <= lo:
         return False
     try:
-        madvise = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).madvise
+        madvise = ctypes.CDLL(None).madvise  # the C library this process runs on
     except (OSError, AttributeError):
         return False
     madvise.argtypes, madvise.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
