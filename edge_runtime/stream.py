@@ -13,10 +13,11 @@ points' module, then takes queued modules too. The tuner's candidate kernels go 
 (:meth:`KernelStream.submit`), so their LLVM work runs on the helper while the next candidate's IR
 is built here. The entry point is printed as it grows, its calls leaving its block node by node
 (LSTM KWS's 4,543 instructions held ~3 MiB to the end of lowering), and every ``RELEASE_EVERY`` nodes
-the heap pages of the weights the lowering freed go back to the system (:mod:`.heap`). A batch is closed when it holds ``MIN_PART_BYTES``, or at ``MAX_PART_BYTES``; a group that calls a shared
-internal helper (a Winograd stage, a rows conv's sums) keeps its batch open, since the next group usually calls it too:
-a helper that two batches call is compiled in both, internal as in one module, so each kernel's code
-is the same as without streaming. Sizes alone close batches, never how busy the consumers are, so
+the heap pages of the weights the lowering freed go back to the system (:mod:`.heap`). A batch is closed when it holds ``MIN_PART_BYTES`` (its groups and the helpers they call), or at
+``MAX_PART_BYTES``; a group that calls a shared internal helper (a Winograd stage, a rows conv's sums, the body
+that a split conv's parts share) keeps its batch open, since the next group usually calls it too, until a group
+comes that calls none of the batch's helpers: a helper that two batches call is compiled in both, internal as in
+one module, so each kernel's code is the same as without streaming. Sizes alone close batches, never how busy the consumers are, so
 one plan always gives the same objects (closing on an idle consumer split ResNet-18 differently from
 compile to compile; a tuned session that kept every choice then ran other code than the untuned one).
 A plan built again in the same compile (the split check's next) closes its batches where the build
@@ -110,9 +111,11 @@ class KernelStream:
         self.header: list[str] = []
         self.singles: list[str] = []  # declarations and global variables, printed
         self.helpers: dict[str, str] = {}  # shared internal functions, printed
+        self.helper_refs: dict[str, set[str]] = {}  # the globals each of them names
         self.wrappers: dict[str, str] = {}  # streamed kernels' define lines (the entry declares them)
         self.entry: dict[str, list[str]] = {}  # external non-kernel functions: their text taken so far (see __call__)
         self.batch: dict[int, list[tuple[str, str]]] = {level: [] for level in LEVELS.values()}
+        self.calls_of: dict[int, set[str]] = {level: set() for level in LEVELS.values()}  # helpers each batch calls
         self.texts: list[tuple[int, str | bytearray]] = []  # (speed level, the module; framed for helpers: frame())
         self.results: list[bytes | mmap.mmap | None] = []  # a helper's object mapped until taken (_taken)
         self.seconds: list[float] = []  # LLVM time of each module (a helper's: its round trip)
@@ -151,6 +154,7 @@ class KernelStream:
                 groups.setdefault(m.group(1), []).append((name, _printed(v)))
             elif v.linkage == "internal":
                 self.helpers[name] = _printed(v)
+                self.helper_refs[name] = set(_REF.findall(self.helpers[name]))
             else:
                 self.entry[name] = []
         self.seen = len(names)
@@ -161,44 +165,57 @@ class KernelStream:
         if self.calls % RELEASE_EVERY == 0:  # packed, each weight's pages would stay beside its copy in the block
             heap.release()
         for group, members in groups.items():
-            level = _level(members)
+            level, calls = _level(members), self._helpers_of(t for _, t in members)
             if group in self.groups_before and any(g not in self.groups_before for g in _groups(self.batch[level])):
                 self._flush(level)  # a changed stretch ends: the module holding it closes before
+            elif group not in self.groups_before and self._size(level) >= MIN_PART_BYTES and \
+                    not calls & self.calls_of[level]:
+                self._flush(level)  # kept open for a helper this group does not call
             self.batch[level] += members
+            self.calls_of[level] |= calls
             self.groups.add(group)
             for name, text in members:
                 if _WRAPPER.match(name):
                     self.wrappers[name] = text.split("\n", 1)[0]
-            if self._closes(group, level, members):
+            if self._closes(group, level, calls):
                 self._flush(level)
 
-    def _closes(self, group: str, level: int, members: list[tuple[str, str]]) -> bool:
+    def _size(self, level: int) -> int:
+        """The batch's module's size: its members and the helpers they call (a Winograd or split conv's code)."""
+        return sum(len(t) for _, t in self.batch[level]) + sum(len(self.helpers[n]) for n in self.calls_of[level])
+
+    def _closes(self, group: str, level: int, calls: set[str]) -> bool:
         """Whether the batch closes after ``group``: at ``MAX_PART_BYTES``; where the build before closed one
         after it (a group that build had: its modules again); else at ``MIN_PART_BYTES`` unless the group calls
-        a shared helper (the next group usually calls it too)."""
-        size = sum(len(t) for _, t in self.batch[level])
+        a shared helper (``calls``), as the next group may (then it stays open until a group that calls none of
+        the batch's helpers comes: :meth:`__call__`)."""
+        size = self._size(level)
         if size >= MAX_PART_BYTES or group in self.closed_before:
             return True
         if group in self.groups_before:
             return False
-        return size >= MIN_PART_BYTES and not any(n in self.helpers for _, t in members for n in _REF.findall(t))
+        return size >= MIN_PART_BYTES and not calls
+
+    def _helpers_of(self, texts) -> set[str]:
+        """The internal helpers that ``texts`` call, directly or through other helpers."""
+        need, todo = set(), {r for t in texts for r in _REF.findall(t) if r in self.helpers}
+        while todo:
+            n = todo.pop()
+            need.add(n)
+            todo |= {r for r in self.helper_refs[n] if r in self.helpers} - need
+        return need
 
     def _module(self, members: list[tuple[str, str]], extra: list[str] = ()) -> list[str]:
         """A self-contained module, as pieces that newlines join (:func:`~.llvm_worker.frame`): ``members``, the internal
         helpers they call (transitively), the declarations and the globals they name; kernel wrappers external,
         so the entry can call them."""
         body = [t.replace("define internal ", "define ", 1) if _WRAPPER.match(n) else t for n, t in members]
-        need, todo = set(), {r for t in body for r in _REF.findall(t) if r in self.helpers}
-        while todo:
-            n = todo.pop()
-            need.add(n)
-            todo |= {r for r in _REF.findall(self.helpers[n]) if r in self.helpers} - need
-        body += [self.helpers[n] for n in sorted(need)]
+        body += [self.helpers[n] for n in sorted(self._helpers_of(body))]
         singles = [s for s in self.singles if s.startswith("declare ") or any(s.split(" ", 1)[0] in t for t in body)]
         return self.header + singles + list(extra) + body + [""]
 
     def _flush(self, level: int) -> None:
-        members, self.batch[level] = self.batch[level], []
+        members, self.batch[level], self.calls_of[level] = self.batch[level], [], set()
         if members:
             self.kernels.append(self.submit(level, self._module(members), reusable=True))
             self.closed_after.add(_groups(members)[-1])

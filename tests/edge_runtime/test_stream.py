@@ -340,3 +340,49 @@ def test_a_jobs_part_kernels_are_printed_one_by_one(monkeypatch):
         s.finish()
     assert lowered.split_nodes == 4
     assert max(pending) == 1 and sum(pending) >= 4  # each layer's part kernel printed on its own
+
+
+def test_a_batch_kept_open_for_a_helper_closes_before_a_group_that_shares_none(monkeypatch):
+    """A kernel group that calls a shared helper keeps its batch open for the next that calls it too (a split
+    layer's parts, Winograd convs of one geometry); the first group calling none of the batch's helpers closes
+    it, and a batch's size counts the helpers it takes along, which are most of a split conv's code."""
+    from cuvil.compiler.codegen.irhelpers import PREVECTORIZED, set_fn_attrs
+
+    monkeypatch.setattr(stream, "MIN_PART_BYTES", 2_000)
+    monkeypatch.setattr(stream, "MAX_PART_BYTES", 10**9)
+    module, void = ir.Module(name="m"), ir.FunctionType(ir.VoidType(), [])
+    submitted = []
+
+    def helper(name: str, adds: int) -> ir.Function:
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(64)]), name)
+        fn.linkage = "internal"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        v = fn.args[0]
+        for _ in range(adds):  # ~40 bytes of text each
+            v = b.add(v, v)
+        b.ret_void()
+        return fn
+
+    def group(tag: str, calls: ir.Function | None) -> None:
+        fn = ir.Function(module, void, f"k{tag}_Conv")
+        set_fn_attrs(fn, strings={PREVECTORIZED: "true"})
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        if calls is not None:
+            b.call(calls, [ir.Constant(ir.IntType(64), 1)])
+        b.ret_void()
+
+    with KernelStream(resolve("x86-avx2")) as s:
+        monkeypatch.setattr(s, "submit", lambda level, text, reusable=False: submitted.append("\n".join(text)) or 0)
+        body = helper("conv_part_a", 100)  # one layer's code, over the minimum with its callers
+        group("a0", body)
+        s(module)
+        group("a1", body)  # the layer's second part: in the same module
+        s(module)
+        assert submitted == []
+        group("b0", helper("conv_part_b", 10))  # shares nothing: the batch of a0, a1 closes first
+        s(module)
+        assert len(submitted) == 1
+        assert set(re.findall(r'^define [^@]*@"([^"]+)"', submitted[0], re.M)) == {"ka0_Conv", "ka1_Conv", "conv_part_a"}
+        group("c0", None)  # calls nothing, and its batch (b0 and its helper) is under the minimum: stays open
+        s(module)
+        assert len(submitted) == 1

@@ -7,6 +7,8 @@ of the same shape share.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llvmlite import ir
 
 from ...target import Target
@@ -52,11 +54,11 @@ def broadcast(b: ir.IRBuilder, x: ir.Value, vl: int) -> ir.Value:
     return b.shuffle_vector(v, undef(vt), vector(ir.VectorType(I32, vl), None))  # lane 0 everywhere
 
 
-def define_kernel(module: ir.Module, name: str, target: Target) -> ir.Function:
-    """``void name(in, weights, bias, residual, out, scratch)``, all ``float*``, with the target's
+def define_kernel(module: ir.Module, name: str, target: Target, extra: Sequence[ir.Type] = ()) -> ir.Function:
+    """``void name(in, weights, bias, residual, out, scratch, *extra)``, the six ``float*``, with the target's
     cpu/features attributes. residual and out carry no ``noalias``: they may be the same buffer."""
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [F32P] * 6), name)
-    for i, a in enumerate(fn.args):
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [F32P] * 6 + list(extra)), name)
+    for i, a in enumerate(fn.args[:6]):
         if i not in (3, 4):
             a.add_attribute("noalias")
     set_fn_attrs(fn, ("nounwind",), target_attrs(target))

@@ -466,3 +466,36 @@ def test_only_winograd_kernels_run_blocks_of_tile_rows():
     module = ir.Module()
     with pytest.raises(ValueError, match="Winograd"):  # a depthwise conv is never Winograd
         emit_conv2d(module, "k", AVX2, 1, 16, 8, 8, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16, blocks=(0, 1))
+
+
+@pytest.mark.parametrize("profile", ["x86-avx2", "x86-avx512"])
+def test_the_parts_of_a_layer_split_by_rows_call_one_body(profile):
+    """A Winograd layer split by tile rows and a banded direct conv split by bands: their parts' kernels each
+    call one body with their blocks as arguments, so a second part adds a call, not a second copy of the code
+    (before: the parts' kernels differed only in two loop bounds, each printed and compiled whole)."""
+    from cuvil.compiler.codegen.cpu.conv.choices import with_choices
+    from cuvil.compiler.codegen.cpu.kernels.split import split_ranges
+    from cuvil.compiler.codegen.irtext import module_text
+    from cuvil.compiler.target import ConvChoice
+
+    base = resolve_target(profile)
+    base = dataclasses.replace(base, threads=2, tuning=base.tuning.replace(
+        parallel_sync_us=0.0, conv_macs_per_us=1000, parallel_sync_ratio=1.0, winograd_row_split_channels=64,
+        direct_band_bytes=4096))
+    winograd = (1, 64, 32, 32, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    banded = (1, 3, 23, 40, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    for geom, choice in ((winograd, None), (banded, ConvChoice("direct", 4, 1, base.vector_floats))):
+        target = with_choices(base, {geom: choice}) if choice else base
+        ranges = split_ranges(target, geom)
+        assert ranges is not None and len(ranges) == 2 and ranges[1].blocks[0] == ranges[0].blocks[1]
+        module = ir.Module(name="parts")
+        sizes = []
+        for i, r in enumerate(ranges):
+            emit_conv2d(module, f"p{i}", r.target, *geom, bias=True, residual=True, activation="Relu", blocks=r.blocks)
+            sizes.append(len(module_text(module)))
+        bodies = [f for f in module.functions if f.name.startswith("conv_part_") and f.blocks]
+        assert len(bodies) == 1
+        for i, r in enumerate(ranges):
+            text = str(module.get_global(f"p{i}"))
+            assert f'@"{bodies[0].name}"' in text and f"i64 {r.blocks[0]}, i64 {r.blocks[1]}" in text
+        assert sizes[1] - sizes[0] < 1000 < sizes[0]

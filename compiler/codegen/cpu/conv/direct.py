@@ -37,11 +37,12 @@ IM2COL_UNROLLED_TAPS = 9  # taps unrolled in the im2col fill (3x3); larger kerne
 
 
 def emit_direct(fn: ir.Function, p: ConvPlan, target: Target, *, bias: bool, residual: bool, activation: str,
-                act_alpha: float, act_beta: float, blocks: tuple[int, int] | None = None) -> None:
+                act_alpha: float, act_beta: float, blocks: tuple | None = None) -> None:
     """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel) for the depthwise, transposed,
-    direct and im2col methods; ``blocks``: the bands ``[first, end)`` a banded direct conv runs, the pixel-vector
-    slots an uncopied one runs (``ConvPlan.by_slots``; default all)."""
-    X, Wp, bias_p, res_p, Y, scratch = fn.args
+    direct and im2col methods; ``blocks``: the bands ``[first, end)`` a banded direct conv runs (values: the
+    arguments of a body its parts share), the pixel-vector slots an uncopied one runs (``ConvPlan.by_slots``,
+    constants); default all."""
+    X, Wp, bias_p, res_p, Y, scratch = fn.args[:6]
     N, C, group = p.N, p.C, p.group
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     P, HW = p.OH * p.OW, p.H * p.W
@@ -94,33 +95,35 @@ def emit_direct(fn: ir.Function, p: ConvPlan, target: Target, *, bias: bool, res
         if p.pack_b:
             _packed_1x1(b, p, xg, wg, yg, bias_g, res_g, gep(b, scratch, p.im2col_offset + p.im2col_floats), epi)
         elif p.band < p.OH:
-            _banded(b, p, xg, scratch, kp, a_of_row, yg, bias_g, res_g, epi, blocks or (0, -(-p.OH // p.band)))
+            _banded(b, p, xg, scratch, kp, a_of_row, yg, bias_g, res_g, epi, blocks)
         else:
             _grid(b, p, p.OCg, p.mr, im2col if im2col is not None else src, kp, a_of_row, yg, bias_g, res_g, epi,
                   slot_range=blocks)
     b.ret_void()
 
 
-def _banded(b, p: ConvPlan, x, scratch, kp, a_of_row, y, bias_p, res_p, epi, blocks: tuple[int, int]) -> None:
+def _banded(b, p: ConvPlan, x, scratch, kp, a_of_row, y, bias_p, res_p, epi, blocks: tuple | None) -> None:
     """A direct conv whose copy outgrows ``Tuning.direct_band_bytes``, band of output rows by band: the
     planes of a band's input rows (its halo copied again with the next band) are copied and at once read
     by its tiles, from L2. ASPP's 32->64 3x3 stride-2 conv at 128x128 copied its 2.1 MB whole, from
     and to L3, in ~160 of its ~1010 us, and its tiles read them back from L3 too. Bands ``blocks``
-    only: a part of the layer split by rows (the last band is short where the bands do not divide OH)."""
+    only (default all; the last band is short where the bands do not divide OH): the arguments of a body the
+    parts of a layer split by rows share (``emit._ranged_body``, which checks constant ones)."""
     full, tail = divmod(p.OH, p.band)
-    first, end = blocks
-    if not 0 <= first < end <= full + (tail > 0):
-        raise ValueError(f"direct: bands {first}..{end} of a layer of {full + (tail > 0)}")
 
     def band(oh0: ir.Value, rows: int) -> None:
         fill_copy(b, p, x, scratch, p.Cg, oh0, rows + p.halo)
         _grid(b, p, p.OCg, p.mr, scratch, kp, a_of_row, y, bias_p, res_p, epi, band=(oh0, rows))
 
-    if min(end, full) > first:
-        with for_range(b, min(end, full), start=first, name="band") as i:
-            band(b.mul(i, i64(p.band)), p.band)
-    if tail and end > full:
+    first, end = blocks or (0, None)
+    stop = i64(full) if end is None else b.select(b.icmp_signed("<", end, i64(full)), end, i64(full))
+    with for_range(b, stop, start=first, name="band") as i:
+        band(b.mul(i, i64(p.band)), p.band)
+    if tail and end is None:
         band(i64(full * p.band), tail)
+    elif tail:
+        with b.if_then(b.icmp_signed(">", end, i64(full))):
+            band(i64(full * p.band), tail)
 
 
 def _transposed(b, p: ConvPlan, X, Wp, bias_p, res_p, Y, epi) -> None:

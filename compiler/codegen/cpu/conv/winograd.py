@@ -46,13 +46,14 @@ from .winograd_geometry import WinogradGeometry, winograd_gemm_tile
 from .winograd_math import MATS, sandwich, unzip_groups, unzip_lanes, zip_groups, zip_lanes
 def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: int, OC: int, pads, *,
                   bias: bool, residual: bool, activation: str, act_alpha: float, act_beta: float, m: int = 2,
-                  blocks: tuple[int, int] | None = None) -> None:
+                  blocks: tuple | None = None) -> None:
     """Emit the body of ``fn`` (an ``emit_conv2d``-signature kernel, no blocks yet). ``blocks``: run only
-    blocks ``[first, end)`` of tile rows (a part of a layer split by rows: ``split.py``); default all."""
+    blocks ``[first, end)`` of tile rows, the arguments of a body the parts of a layer split by rows share
+    (``emit._ranged_body``, which checks constant ones); default all."""
     vl = target.vector_floats
     g = WinogradGeometry.for_tuning(vl, C, H, W, OC, pads, m, target.tuning)
     mr, nv = winograd_gemm_tile(target, g, OC)
-    X, Up, bias_p, res_p, Y, scratch = fn.args
+    X, Up, bias_p, res_p, Y, scratch = fn.args[:6]
     key = f"{C}x{H}x{W}_{OC}_p{'_'.join(map(str, pads))}_{target.vector_bits}_f{m}_{mr}x{nv}_b{g.TRB}"
     front = define_helper(fn.module, f"winograd_front_{key}", target, [F32P, F32P, F32P, I64],
                     lambda b, f: _front(b, f, vl, g, C, H, W, OC, pads, mr, nv, target.tuning.winograd_prefetch_bytes))
@@ -65,8 +66,6 @@ def emit_winograd(fn: ir.Function, target: Target, N: int, C: int, H: int, W: in
         yn = gep(b, Y, b.mul(n, i64(OC * P)))
         rn = gep(b, res_p, b.mul(n, i64(OC * P))) if residual else None
         first, end = blocks or (0, g.nblk)
-        if not 0 <= first < end <= g.nblk:
-            raise ValueError(f"winograd: blocks {first}..{end} of a layer of {g.nblk}")
         with for_range(b, end, start=first, name="blk") as blk:
             b.call(front, [xn, Up, scratch, blk])
             _output(b, vl, g, OC, gep(b, scratch, g.m_off), blk, yn, rn, ep)
