@@ -88,3 +88,29 @@ def test_a_model_without_convs_keeps_the_profiles_handoff(monkeypatch):
 def test_the_kept_handoff_is_on_the_grid_and_at_most_the_profiles():
     capped = dataclasses.replace(AVX2, threads=2, tuning=AVX2.tuning.replace(parallel_sync_us=3.0))
     assert pool_probe.handoff_us(capped) in (1.0, 2.0, 3.0)  # a busy machine reads 20 us or more: capped
+
+
+def test_blocks_stop_once_one_reads_the_grids_first_step(monkeypatch):
+    """The least block decides; once a block reads ``FLOOR_US`` or less no later one can change the result, so
+    none is measured (~25 ms of a cold compile); above it, every block is."""
+    reads = []
+
+    class Scripted:
+        def __init__(self, target, llvm=None):
+            pass
+
+        def handoff_us(self, samples):
+            return reads.pop(0)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(pool_probe, "Probe", Scripted)
+    monkeypatch.setattr(pool_probe, "BLOCK_GAP_S", 0.0)
+    monkeypatch.setattr(pool_probe, "_MEASURED", {})
+    target = dataclasses.replace(AVX2, threads=2, tuning=AVX2.tuning.replace(parallel_sync_us=64.0))
+    reads[:] = [19.0, 0.4, 18.0, 0.2, 20.0]
+    assert pool_probe.handoff_us(target) == 1.0 and reads == [18.0, 0.2, 20.0]
+    monkeypatch.setattr(pool_probe, "_MEASURED", {})
+    reads[:] = [19.0, 3.5, 18.0, 2.5, 20.0]
+    assert pool_probe.handoff_us(target) == 4.0 and reads == []
