@@ -15,3 +15,8 @@ SLOTS_LEVEL = -1
 up, then code generation at full level; no loop optimizer, no vectorizer. The other int8 kernels
 (im2col GEMMs, QAdd, quantize) need the loop vectorizer: level 2."""
 SLOTS_PASSES = ("sroa", "instruction_combine", "simplify_cfg", "new_gvn", "loop_strength_reduce")
+ENTRY_LEVEL = SLOTS_LEVEL
+"""The entry points, a job's part dispatchers and the worker pool: calls, pointer offsets and atomics, nothing to
+vectorize. The slots passes put their few variables in registers as level 2 does, at about 60% of its LLVM time
+(ResNet-18's entry module at 2 threads: 44-54 against 74-82 ms, the last module a cold compile waits for; its pool's
+code the same but for block order)."""

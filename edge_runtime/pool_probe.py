@@ -27,7 +27,7 @@ from llvmlite import ir
 from ..compiler.codegen.cpu.workers import JOB_TYPE, Pool
 from ..compiler.codegen.irhelpers import I64, target_attrs
 from ..compiler.target import Target
-from .levels import FULL_LEVEL
+from .levels import ENTRY_LEVEL
 from .linking import load_functions
 from .placement import CallerPlacement
 
@@ -138,10 +138,10 @@ def grid_us(measured: float) -> float:
 def _object(text: str, target: Target, llvm) -> bytes:
     """The pool at the level the model's pool gets."""
     if llvm is not None:
-        return llvm.result(llvm.submit(FULL_LEVEL, text))
+        return llvm.result(llvm.submit(ENTRY_LEVEL, text))
     from . import jit
 
-    return jit.emit_object(text, target, jit=True, speed_level=FULL_LEVEL)
+    return jit.emit_object(text, target, jit=True, speed_level=ENTRY_LEVEL)
 
 
 _MEASURED: dict[Target, float] = {}

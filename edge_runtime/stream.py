@@ -39,7 +39,7 @@ from llvmlite import ir
 from ..compiler.codegen.irtext import drop_body, function_text, take_instructions
 from ..compiler.target import Target
 from . import heap
-from .levels import FULL_LEVEL, LIGHT_LEVEL, SLOTS_LEVEL
+from .levels import ENTRY_LEVEL, FULL_LEVEL, LIGHT_LEVEL, SLOTS_LEVEL
 from .llvm_worker import frame, read_module, read_object, target_to_json
 from .parallel import HELPER_TIMEOUT_S, LIGHT_ATTR, SLOTS_ATTR, Helpers, workers
 
@@ -347,13 +347,13 @@ class KernelStream:
         del module, entry
         self.module, self.helpers, self.singles = None, {}, []  # the IR objects (tens of MB) go before LLVM runs here
         if self.remote:
-            first = self.submit(FULL_LEVEL, text)
+            first = self.submit(ENTRY_LEVEL, text)
             del text
             with self.cv:  # the longest first: the entry, queued last, no longer ends the tail alone
                 self.todo = deque(sorted(self.todo, key=lambda i: -self.sizes[i] * FULL_COST[self.texts[i][0]]))
             self._tail_helper()
             return self._collect([first] + self.kernels)
-        objs = [self._emit("\n".join(text), FULL_LEVEL)]
+        objs = [self._emit("\n".join(text), ENTRY_LEVEL)]
         del text
         while True:
             with self.cv:
