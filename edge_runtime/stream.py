@@ -13,12 +13,13 @@ points' module, then takes queued modules too. The tuner's candidate kernels go 
 (:meth:`KernelStream.submit`), so their LLVM work runs on the helper while the next candidate's IR
 is built here. The entry point is printed as it grows, its calls leaving its block node by node
 (LSTM KWS's 4,543 instructions held ~3 MiB to the end of lowering), and every ``RELEASE_EVERY`` nodes
-the heap pages of the weights the lowering freed go back to the system (:mod:`.heap`). A batch is closed when it holds ``MIN_PART_BYTES`` (its groups and the helpers they call), or at
-``MAX_PART_BYTES``; a group that calls a shared internal helper (a Winograd stage, a rows conv's sums, the body
-that a split conv's parts share) keeps its batch open, since the next group usually calls it too, until a group
-comes that calls none of the batch's helpers: a helper that two batches call is compiled in both, internal as in
-one module, so each kernel's code is the same as without streaming. Sizes alone close batches, never how busy the consumers are, so
-one plan always gives the same objects (closing on an idle consumer split ResNet-18 differently from
+the heap pages of the weights the lowering freed go back to the system (:mod:`.heap`). A batch is closed
+when it holds ``MIN_PART_BYTES`` (its groups and the helpers they call), or at ``MAX_PART_BYTES``; a group
+that calls a shared internal helper (a Winograd stage, a rows conv's sums, the body that a split conv's parts
+share) keeps its batch open, since the next group usually calls it too, until a group comes that calls none
+of the batch's helpers: a helper that two batches call is compiled in both, internal as in one module, so
+each kernel's code is the same as without streaming. Sizes alone close batches, never how busy the
+consumers are, so one plan always gives the same objects (closing on an idle consumer split ResNet-18 differently from
 compile to compile; a tuned session that kept every choice then ran other code than the untuned one).
 A plan built again in the same compile (the split check's next) closes its batches where the build
 before did, and takes the objects of the modules whose text is unchanged from it (:class:`Reuse`).

@@ -53,22 +53,19 @@ def emit_conv2d(module: ir.Module, name: str, target: Target, N: int, C: int, H:
         raise ValueError(f"emit_conv2d: blocks of output are a Winograd, banded or uncopied direct conv's, not this "
                          f"{p.method} conv's")
     epilogue = dict(bias=bias, residual=residual, activation=activation, act_alpha=act_alpha, act_beta=act_beta)
-    if blocks is not None and not p.by_slots:
-        if not 0 <= blocks[0] < blocks[1] <= (count := _block_count(p, target, pads)):
-            raise ValueError(f"emit_conv2d: blocks {blocks[0]}..{blocks[1]} of a layer of {count} "
-                             f"({'tile rows' if p.method == 'winograd' else 'bands'})")
-        body = _ranged_body(module, p, target, pads, epilogue)
-        fn = define_kernel(module, name, target)
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        b.call(body, [*fn.args, *map(i64, blocks)])
-        b.ret_void()
-        set_fn_attrs(fn, strings={PREVECTORIZED: "true"})
-        return fn
+    ranged = blocks is not None and not p.by_slots  # a Winograd or banded conv's part: the layer's body over its blocks
+    if ranged and not 0 <= blocks[0] < blocks[1] <= (n := _block_count(p, target, pads)):
+        raise ValueError(f"emit_conv2d: blocks {blocks[0]}..{blocks[1]} of a layer of {n} "
+                         f"({'tile rows' if p.method == 'winograd' else 'bands'})")
     fn = define_kernel(module, name, target)
-    if p.method == "winograd" and p.dh > 1:
+    if ranged:
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        b.call(_ranged_body(module, p, target, pads, epilogue), [*fn.args, *map(i64, blocks)])
+        b.ret_void()
+    elif p.method == "winograd" and p.dh > 1:
         emit_dilated_winograd(fn, p, target, **epilogue)
     elif p.method == "winograd":
-        emit_winograd(fn, target, N, C, H, W, OC, pads, m=p.mr, blocks=blocks, **epilogue)
+        emit_winograd(fn, target, N, C, H, W, OC, pads, m=p.mr, **epilogue)
     elif p.method == "dwlanes":
         emit_depthwise_lanes(fn, p, scalar_tails=not target.tuning.masked_stores, **epilogue)
     elif p.method == "dwflat":
