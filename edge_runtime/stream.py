@@ -52,9 +52,7 @@ FULL_COST = {FULL_LEVEL: 3.0, LIGHT_LEVEL: 1.0, SLOTS_LEVEL: 1.0}
 per kB at the full level against 0.4-0.6 prevectorized), to queue the longest module first."""
 TAIL_MIN_S = 0.15
 """LLVM seconds queued per helper when lowering ends that are worth a helper more (:meth:`KernelStream._tail_helper`):
-a little over the ~0.12 s it takes to start. At 0.25 s, ResNet-18's cold compile at 2 threads (0.18-0.27 s queued)
-mostly got none: 0.15 against 0.25 s, 10 alternating pairs on a Zen 4, the wall 0.96x (8 of 10 pairs faster),
-as 0.1 s in 18 pairs (15 faster)."""
+a little over its ~0.12 s start (at 0.25, ResNet-18's 0.18-0.27 s mostly got none: 0.96x its wall at 0.15, Zen 4)."""
 _REF = re.compile(r'@"([^"]+)"')
 _DEFINE = re.compile(r'^define (internal )?(.*?)@"([^"]+)"\((.*)\)(.*)$')
 _GROUP = re.compile(r"^(k[0-9a-f]+)_")  # a kernel and the functions of its own: k<digest>_... (lowering.kernel_name)

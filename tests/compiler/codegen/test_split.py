@@ -488,8 +488,7 @@ def test_the_parts_of_a_layer_split_by_rows_call_one_body(profile):
         target = with_choices(base, {geom: choice}) if choice else base
         ranges = split_ranges(target, geom)
         assert ranges is not None and len(ranges) == 2 and ranges[1].blocks[0] == ranges[0].blocks[1]
-        module = ir.Module(name="parts")
-        sizes = []
+        module, sizes = ir.Module(name="parts"), []
         for i, r in enumerate(ranges):
             emit_conv2d(module, f"p{i}", r.target, *geom, bias=True, residual=True, activation="Relu", blocks=r.blocks)
             sizes.append(len(module_text(module)))
