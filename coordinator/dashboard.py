@@ -207,10 +207,15 @@ class _Server(ThreadingHTTPServer):
             raise
 
     def process_request_thread(self, request, client_address) -> None:
+        """ThreadingMixIn's, with the slot given back before the connection closes: a client that saw its
+        connection closed and connected again found the slot still held and was turned away."""
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 — as ThreadingMixIn: reported by handle_error, the server serves on
+            self.handle_error(request, client_address)
         finally:
             self._slots.release()
+            self.shutdown_request(request)
 
 
 class DashboardServer:

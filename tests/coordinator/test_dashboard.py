@@ -133,6 +133,29 @@ def test_idle_connections_are_closed_and_a_full_server_turns_new_ones_away(tmp_p
         server.close()
 
 
+def test_a_connection_the_server_closed_has_given_its_slot_back(tmp_path, monkeypatch):
+    """With one slot, a client whose connection the server closed (idle, or answered) connects again at once, many
+    times: each is served (the slot was given back after the close, and a fast client was turned away: a flaky
+    CI failure of the test above)."""
+    import socket
+
+    monkeypatch.setattr(dashboard_mod, "REQUEST_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(dashboard_mod, "MAX_CONNECTIONS", 1)
+    server = DashboardServer(recorded_run(tmp_path / "r.db"), port=0).start()
+    port = int(server.url.rsplit(":", 1)[1].strip("/"))
+    try:
+        for _ in range(40):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(b"GET / HTTP/1.1\r\n")  # and never the rest: closed after the timeout
+                assert s.recv(1) == b""  # the server's close
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(f"GET /api/version HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+                reply = b"".join(iter(lambda: s.recv(65536), b""))  # to the server's close
+                assert reply.startswith(b"HTTP/1.0 200") or reply.startswith(b"HTTP/1.1 200"), reply[:40]
+    finally:
+        server.close()
+
+
 def test_version_changes_when_the_database_is_written_and_the_file_is_never_written_by_it(served):
     server, db = served
     before = json.loads(get(server, "/api/version")[2])["version"]
