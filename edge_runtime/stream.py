@@ -188,10 +188,9 @@ class KernelStream:
         return sum(len(t) for _, t in self.batch[level]) + sum(len(self.helpers[n]) for n in self.calls_of[level])
 
     def _closes(self, group: str, level: int, calls: set[str]) -> bool:
-        """Whether the batch closes after ``group``: at ``MAX_PART_BYTES``; where the build before closed one
-        after it (a group that build had: its modules again); else at ``MIN_PART_BYTES`` unless the group calls
-        a shared helper (``calls``), as the next group may (then it stays open until a group that calls none of
-        the batch's helpers comes: :meth:`__call__`)."""
+        """Whether the batch closes after ``group``: at ``MAX_PART_BYTES``; where the build before closed one after
+        it (a group that build had: its modules again); else at ``MIN_PART_BYTES`` unless the group calls a shared
+        helper (``calls``; then at a group that calls none of the batch's helpers: :meth:`__call__`)."""
         size = self._size(level)
         if size >= MAX_PART_BYTES or group in self.closed_before:
             return True
@@ -208,19 +207,20 @@ class KernelStream:
             todo |= {r for r in self.helper_refs[n] if r in self.helpers} - need
         return need
 
-    def _module(self, members: list[tuple[str, str]], extra: list[str] = ()) -> list[str]:
-        """A self-contained module, as pieces that newlines join (:func:`~.llvm_worker.frame`): ``members``, the internal
-        helpers they call (transitively), the declarations and the globals they name; kernel wrappers external,
-        so the entry can call them."""
+    def _module(self, members: list[tuple[str, str]], extra: list[str] = (), calls: set | None = None) -> list[str]:
+        """A self-contained module, as pieces that newlines join (:func:`~.llvm_worker.frame`): ``members``, the
+        internal helpers they call (transitively; ``calls`` where a batch has them already), the declarations and
+        the globals they name; kernel wrappers external, so the entry can call them."""
         body = [t.replace("define internal ", "define ", 1) if _WRAPPER.match(n) else t for n, t in members]
-        body += [self.helpers[n] for n in sorted(self._helpers_of(body))]
+        body += [self.helpers[n] for n in sorted(self._helpers_of(body) if calls is None else calls)]
         singles = [s for s in self.singles if s.startswith("declare ") or any(s.split(" ", 1)[0] in t for t in body)]
         return self.header + singles + list(extra) + body + [""]
 
     def _flush(self, level: int) -> None:
-        members, self.batch[level], self.calls_of[level] = self.batch[level], [], set()
+        members, calls = self.batch[level], self.calls_of[level]
+        self.batch[level], self.calls_of[level] = [], set()
         if members:
-            self.kernels.append(self.submit(level, self._module(members), reusable=True))
+            self.kernels.append(self.submit(level, self._module(members, calls=calls), reusable=True))
             self.closed_after.add(_groups(members)[-1])
 
     def submit(self, level: int, text: str | list[str], reusable: bool = False) -> int:
