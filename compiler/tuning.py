@@ -57,11 +57,11 @@ class Tuning:
     depthwise_lanes_max_ow: int = 10  # f32 depthwise 3x3 up to this output width keep channels in lanes (Zen 4, x86-avx512 vs rows in ymm: 64x25x5 0.94x, 960x7x7 0.6x, 160x10x10 0.8x, 576x14x14 1.5x; x86-avx2 64x25x5 0.4x)
     dwflat_max_vectors: int = 0  # f32 depthwise stride-1 convs read each channel's plane flat with masked tap loads (conv/dwflat.py) where at most this many of its output vectors are unrolled (the rest loop over row periods); 0: never (masked loads are scalarized on NEON). x86 sets DWFLAT_MAX_VECTORS
     dwflat_min_vectors: int = 3  # the cost model takes it from this many vectors' worth of output pixels and up to 3x3 kernels (Xeon Emerald Rapids, each conv alone: DWFLAT_MAX_VECTORS)
-    tall_1x1_min_pixels: int = 0  # 1x1 convs over this many pixels or more take a tall tile (conv/rules.py TALL_MIN_ROWS x 1 vector); 0: never. TALL_1X1_MIN_PIXELS
+    tall_1x1_min_pixels: int = 0  # 1x1 convs over this many pixels or more take a tall tile (conv/rules.py TALL_MIN_ROWS x 1 vector); 0: never. TALL_1X1_MIN_PIXELS (not on FULL_RATE_512_CPUS)
     tall_1x1_min_channels: int = 64  # and with this many channels in and out (32 -> 64 at 64x64: 0.94-1.06x)
     tall_1x1_deep_min_pixels: int = 0  # deep 1x1 convs (tall_1x1_deep_channels in and out) take the tall tile from this many pixels; 0: never. TALL_1X1_DEEP_MIN_PIXELS
     tall_1x1_deep_channels: int = 256
-    short_1x1_max_k: int = 0  # 1x1 convs over at most this many input channels and short_1x1_min_pixels or more take tiles of short_1x1_rows rows, wide along the pixels; 0: never. SHORT_1X1_MAX_K
+    short_1x1_max_k: int = 0  # 1x1 convs over at most this many input channels and short_1x1_min_pixels or more take tiles of short_1x1_rows rows, wide along the pixels; 0: never. SHORT_1X1_MAX_K (FULL_RATE_512_CPUS: SHORT_1X1_MAX_K_FULL_RATE)
     short_1x1_min_pixels: int = 900  # measured from 30x30 up
     short_1x1_rows: int = 4  # 4x6 at 512 bits (3x7: 0.93-1.0 of the wide tile's time where 4x6 took 0.92-0.95)
     aliased_1x1_im2col_max_k: int = 0  # 1x1 convs over at most this many input channels whose channel planes lie a multiple of 4 KiB apart take im2col's packed panels, not direct; 0: never. ALIASED_1X1_MAX_K
@@ -151,6 +151,21 @@ against 13x2 / 11x2: 16->32 at 64x64 0.80, 16->32 at 60x60 0.93, 32->64 at 32x32
 (64->64 at 32x32 1.01, 64->128 and 128->128 at 16x16 1.00-1.05)."""
 
 
+FULL_RATE_512_CPUS = ("znver5",)
+"""CPU-name prefixes whose cores issue two 512-bit FMAs a cycle and were measured to lose with the tall 1x1 tile
+(``TALL_1X1_MIN_PIXELS``): each of its FMAs loads its weight (a ``{1to16}`` operand), which Zen 4's one zmm FMA a
+cycle leaves room for and two a cycle do not. There the same convs take short 4-row tiles (4x6: 10 loads to 24
+FMAs, the wide 13x2 15 to 26) from ``Tuning.short_1x1_min_pixels`` up to ``SHORT_1X1_MAX_K_FULL_RATE`` channels
+in. Zen 5 (EPYC, `znver5`, 233 GFLOP/s from zmm FMAs alone against 115 from ymm), each conv alone, us, tall /
+wide / 4x6: 256->256 at 64x64 3,237 / 2,966 / 2,732, 64->128 at 64x64 397 / 326 / 310, 64->256 770 / 654,
+128->256 1,586 / 1,331, 64->256 at 56x56 576 / 479, 256->64 at 56x56 531 / 455, 512->512 at 32x32 3,745 / 2,701 /
+2,633, 256->512 at 32x32 1,594 / 1,261; at 32x32 and 30x30 4x6 / wide 0.91 (64->64) to 1.00 (256->64); at 16x16
+and 24x24 even or slower (kept wide); 3x3 convs keep their tiles (4x6 1.04-1.11x on strided ones). ResNeXt-tiny,
+interleaved (`tuning_ab.py`): 0.88x the tall tiles' time. The Xeon (Emerald Rapids, two zmm FMAs) kept the tall
+tile, never timed against these: the tuner times both there."""
+SHORT_1X1_MAX_K_FULL_RATE = 512  # the deepest 1x1 conv measured (512->512 at 32x32)
+
+
 ALIASED_1X1_MAX_K = 32
 """x86 256-bit: a 1x1 conv read in place with its planes a multiple of 4 KiB apart (32x32, 64x64 images)
 loads the same L1 sets on every input channel of a direct tile. Zen 4, x86-avx2, each conv alone, direct /
@@ -238,10 +253,12 @@ channel groups)."""
 def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
     """The ISA facts of a target, other fields at their defaults."""
     x86 = triple.startswith(_X86)
+    full_rate = x86 and vector_bits == 512 and cpu.startswith(FULL_RATE_512_CPUS)
+    tall = x86 and vector_bits == 512 and not full_rate
     return Tuning(
-        tall_1x1_min_pixels=TALL_1X1_MIN_PIXELS if x86 and vector_bits == 512 else 0,
-        tall_1x1_deep_min_pixels=TALL_1X1_DEEP_MIN_PIXELS if x86 and vector_bits == 512 else 0,
-        short_1x1_max_k=SHORT_1X1_MAX_K if x86 and vector_bits == 512 else 0,
+        tall_1x1_min_pixels=TALL_1X1_MIN_PIXELS if tall else 0,
+        tall_1x1_deep_min_pixels=TALL_1X1_DEEP_MIN_PIXELS if tall else 0,
+        short_1x1_max_k=SHORT_1X1_MAX_K_FULL_RATE if full_rate else SHORT_1X1_MAX_K if tall else 0,
         vector_registers=(32 if vector_bits == 512 else 16) if x86 else 32,
         panel_bytes=PANEL_512 if vector_bits == 512 else Tuning.panel_bytes,
         pack_min_row_blocks=PACK_MIN_ROW_BLOCKS_512 if x86 and vector_bits == 512 else Tuning.pack_min_row_blocks,

@@ -28,9 +28,9 @@ from .kernel_jit import ACT_PARAMS, ACT_REF, aligned, assembly, conv_ref, guarde
 HOST = resolve_target("host")
 AVX2, AVX512 = resolve_target("x86-avx2"), resolve_target("x86-avx512")
 SSE = Target("x86-sse4", "x86_64-unknown-linux-gnu", "x86-64-v2", ("+sse4.2",), 128)
-# 16-lane plans (the AVX-512 tiles, im2col choices and masks) run here too: LLVM splits each
-# <16 x float> into two AVX2 halves. Only correctness means anything on it, never speed.
-WIDE16 = Target("avx512-plans-on-host", HOST.triple, HOST.cpu, HOST.features, 512)
+# 16-lane plans (the x86-avx512 profile's tiles, im2col choices and masks, whatever the host) run here too:
+# LLVM splits each <16 x float> into two AVX2 halves. Only correctness means anything on it, never speed.
+WIDE16 = Target("avx512-plans-on-host", HOST.triple, HOST.cpu, HOST.features, 512, tuning=AVX512.tuning)
 P0, P1 = (0, 0, 0, 0), (1, 1, 1, 1)
 
 # (N, C, H, W, OC, KH, KW, strides, pads, dilations, group, bias, residual, activation)

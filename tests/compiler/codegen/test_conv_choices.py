@@ -11,7 +11,7 @@ from llvmlite import ir
 from cuvil.compiler.codegen.cpu.conv.choices import conv_candidates, emit_choice, multiplies, with_choices
 from cuvil.compiler.codegen.cpu.conv.plan import conv_plan
 from cuvil.compiler.codegen.cpu.conv.rules import TALL_MIN_ROWS
-from cuvil.compiler.target import ConvChoice
+from cuvil.compiler.target import ConvChoice, Target
 from cuvil.devices.detect import resolve_target
 
 from ...hosts import executable
@@ -82,6 +82,23 @@ def test_deep_1x1_convs_take_the_tall_tile_from_32x32_at_512_bits():
     assert conv_plan(AVX512, *shallower).nv > 1
     small = (1, 512, 16, 16, 1024, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # 16x16: wide
     assert conv_plan(AVX512, *small).nv > 1
+
+
+def test_cores_with_two_512_bit_fmas_a_cycle_take_4_row_tiles_where_zen_4_takes_the_tall_one():
+    """Zen 5 (``tuning.FULL_RATE_512_CPUS``): the tall tile's weight load per FMA lost there (0.79-0.92x the
+    wide tile's time), 4-row tiles won; a Zen 4 and the generic x86-avx512 profile keep the tall tile."""
+    zen4, zen5 = (Target(cpu, AVX512.triple, cpu, AVX512.features, 512) for cpu in ("znver4", "znver5"))
+    big = (1, 256, 64, 64, 256, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    deep = (1, 512, 32, 32, 512, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    for geom in (big, deep):
+        for tall in (conv_plan(zen4, *geom), conv_plan(AVX512, *geom)):
+            assert (tall.nv, tall.mr >= TALL_MIN_ROWS) == (1, True)
+        p = conv_plan(zen5, *geom)
+        assert (p.method, p.mr) == ("direct", 4) and p.nv > 1
+    at_16x16 = (1, 128, 16, 16, 128, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)  # under short_1x1_min_pixels: wide
+    assert conv_plan(zen5, *at_16x16).mr > 4
+    same = [(p.method, p.mr, p.nv) for p in (conv_plan(t, *GEOMETRIES[0]) for t in (zen4, zen5))]
+    assert same[0] == same[1]  # a 3x3 conv: the same tile
 
 
 def test_short_1x1_convs_take_4_row_tiles_at_512_bits_and_the_tuner_still_times_the_cost_models():
