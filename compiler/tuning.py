@@ -72,7 +72,7 @@ class Tuning:
     amx_min_rows: int = 16  # int8 matmuls of fewer rows keep to vpdpbusd where AMX is: a tile holds 16 rows, and at batch 1 the wide MLP's 1024x2048 layers ran 1.8x slower on tiles (Xeon Emerald Rapids)
     amx_min_depth: int = 96  # int8 convs whose GEMM sums fewer weight bytes per output (channels x taps) keep to vpdpbusd where AMX is: a tile row holds 64, and below it the accumulators' trip through memory to the epilogue costs more than the tile saves (Xeon Emerald Rapids, MobileNetV2's 1x1 convs: K 16 1.9x, K 24-32 1.4-1.7x slower on tiles, K 64 even, K 96 1.15x faster)
     int8_row_split_pixels_per_channel: int = 4  # an int8 conv on the im2col GEMM splits by output rows where it has this many output pixels per output channel (each part builds its rows' im2col), else by channels (each part reads half the weights). Xeon, ResNet-18 int8 at 2 threads on AMX: 64 channels at 32x32 (16 a channel) 0.8-1.3x -> 1.4-1.7x its 1-thread speed by rows; 128 at 16x16 (2) 1.3-1.4x by channels, 1.1x by rows
-    int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4)
+    int8_rows_max_pixels: int = 64  # int8 convs up to 8x8 outputs with channels in lanes and pixels broadcast (no padding products; Zen 4) (FULL_RATE_512_CPUS: INT8_ROWS_MAX_PIXELS_FULL_RATE)
     int8_rows_1x1_max_fill: float = 0.0  # and 1x1 int8 convs whose output pixels would fill at most this share of the im2col GEMM's pixel vectors (MobileNetV2's 3x3 planes: 9 pixels in 16 lanes); 0: never. x86 sets it by vector width (ROWS_1X1_MAX_FILL)
     int8_direct_min_width: int = 16  # VNNI int8 convs (kxk, a quad of channels or more) with output rows this wide or wider read their taps in place, output columns in lanes (quant_direct.py), rather than through an im2col; 0: never
     int8_direct_min_lane_use: float = 1.0  # and whose rows fill at least this share of their vectors' lanes (1: whole vectors; Zen 4, in place / im2col: 32- and 80-wide rows 0.84-0.92x, 40-wide (83%) 1.11x, 20-wide (62.5%) 1.46x)
@@ -162,8 +162,16 @@ wide / 4x6: 256->256 at 64x64 3,237 / 2,966 / 2,732, 64->128 at 64x64 397 / 326 
 2,633, 256->512 at 32x32 1,594 / 1,261; at 32x32 and 30x30 4x6 / wide 0.91 (64->64) to 1.00 (256->64); at 16x16
 and 24x24 even or slower (kept wide); 3x3 convs keep their tiles (4x6 1.04-1.11x on strided ones). ResNeXt-tiny,
 interleaved (`tuning_ab.py`): 0.88x the tall tiles' time. The Xeon (Emerald Rapids, two zmm FMAs) kept the tall
-tile, never timed against these: the tuner times both there."""
+tile, never timed against these: the tuner times both there. Their int8 convs keep channels in lanes only to 6x6
+outputs (``INT8_ROWS_MAX_PIXELS_FULL_RATE``)."""
 SHORT_1X1_MAX_K_FULL_RATE = 512  # the deepest 1x1 conv measured (512->512 at 32x32)
+INT8_ROWS_MAX_PIXELS_FULL_RATE = 36
+"""FULL_RATE_512_CPUS: int8 kxk convs keep channels in lanes (``Tuning.int8_rows_max_pixels``) up to 6x6 outputs,
+not 8x8: there each pixel's broadcast feeds fewer ``vpdpbusd`` than the im2col GEMM's tiles, which two a cycle
+outrun. Zen 5, each model against 64 (`int8_bench.py --against int8_rows_max_pixels=64`): ResNet-18 0.92-0.95x
+its time (its 8x8 convs 99-101 us against 114-125, ORT 115-117; the stride-2 128->256 to 8x8 56 against 84-100,
+ORT 64-67), ResNet-50 0.90-0.96x, VGG-small 0.97x. At 16 (4x4) Tiny-YOLO's 5x5 convs ran 87 us against 57 in
+lanes (the model 1.00-1.06x), hence 36; 6x6 not measured; 7x7 (ResNet-18-ImageNet) 0.97-1.00x."""
 
 
 ALIASED_1X1_MAX_K = 32
@@ -274,6 +282,7 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         rows_whole_row_max=ROWS_WHOLE_ROW_MAX if x86 and vector_bits == 512 else 0,
         int8_depthwise_lanes_max_width_strided=DW_LANES_MAX_WIDTH_STRIDED if x86 else 0,
         int8_rows_1x1_max_fill=ROWS_1X1_MAX_FILL.get(vector_bits, 0.0) if x86 else 0.0,
+        int8_rows_max_pixels=INT8_ROWS_MAX_PIXELS_FULL_RATE if full_rate else Tuning.int8_rows_max_pixels,
     )
 
 

@@ -4,6 +4,7 @@ dot-product variant this host can run, and the generated code uses each ISA's in
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -216,6 +217,18 @@ def test_qconv_padding_edges(kind, rows, stride, dilation, pads):
     sess = compile_graph(graph, target=target, optimize=False, use_cache=False, jobs=1)
     x = _random_x(DType.U8, shape, 3)
     assert np.array_equal(sess.run({"x": x})[graph.outputs[0]], run_reference(graph, {"x": x})[graph.outputs[0]])
+
+
+def test_int8_rows_keep_to_6x6_planes_on_cores_with_two_512_bit_fmas_a_cycle():
+    """Zen 5 (``tuning.INT8_ROWS_MAX_PIXELS_FULL_RATE``): an int8 3x3 conv to 8x8 or 7x7 runs the im2col GEMM, one
+    to 6x6 keeps channels in lanes; a Zen 4 keeps all three in lanes (the rows kernel's pixel-order tables, ``.pxN``)."""
+    vnni = resolve_target("x86-avx512-vnni")
+    zen4, zen5 = (Target(cpu, vnni.triple, cpu, vnni.features, 512) for cpu in ("znver4", "znver5"))
+    w = np.random.default_rng(0).integers(-127, 128, (32, 16, 3, 3)).astype(np.int8)
+    for side, rows_on_zen5 in ((8, False), (7, False), (6, True)):
+        graph = _qconv_graph(DType.U8, w, None, 1, 1, [1, 1, 1, 1], (1, 16, side, side))
+        rows = [re.search(r"\.px\d", lower(graph, t, optimize=False).llvm_ir) is not None for t in (zen4, zen5)]
+        assert rows == [True, rows_on_zen5], side
 
 
 @pytest.mark.parametrize("kind,bound,dtype,c,kernel,stride,dilation,pads,width,taps", [
