@@ -4,8 +4,9 @@ Every value the emitters used to keep in module constants lives here, on the :cl
 so a profile (its ``[tuning]`` table), host detection or an autotuner can set it, tests build
 targets instead of patching the compiler, and the compile-cache key (which hashes the target)
 covers it. Defaults are the values measured on AMD Zen 3 (AVX2, one thread); a field's comment says
-what it decides (512-bit choices: AMD Zen 4). :func:`default_tuning` fills the ISA facts (registers,
-masked-store policy); an on-device tuner adds measured conv choices beside it (``Target.conv_choices``).
+what it decides (512-bit choices: AMD Zen 4; where cores issue two 512-bit FMAs a cycle: Zen 5).
+:func:`default_tuning` fills the ISA facts (registers, masked-store policy, ``FULL_RATE_512_CPUS``); an
+on-device tuner adds measured conv choices beside it (``Target.conv_choices``).
 """
 
 from __future__ import annotations
