@@ -262,16 +262,17 @@ channel groups)."""
 def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
     """The ISA facts of a target, other fields at their defaults."""
     x86 = triple.startswith(_X86)
-    full_rate = x86 and vector_bits == 512 and cpu.startswith(FULL_RATE_512_CPUS)
-    tall = x86 and vector_bits == 512 and not full_rate
+    x512 = x86 and vector_bits == 512
+    full_rate = x512 and cpu.startswith(FULL_RATE_512_CPUS)
+    tall = x512 and not full_rate
     return Tuning(
         tall_1x1_min_pixels=TALL_1X1_MIN_PIXELS if tall else 0,
         tall_1x1_deep_min_pixels=TALL_1X1_DEEP_MIN_PIXELS if tall else 0,
-        short_1x1_max_k=SHORT_1X1_MAX_K_FULL_RATE if full_rate else SHORT_1X1_MAX_K if tall else 0,
+        short_1x1_max_k=SHORT_1X1_MAX_K_FULL_RATE if full_rate else SHORT_1X1_MAX_K if x512 else 0,
         vector_registers=(32 if vector_bits == 512 else 16) if x86 else 32,
         panel_bytes=PANEL_512 if vector_bits == 512 else Tuning.panel_bytes,
-        pack_min_row_blocks=PACK_MIN_ROW_BLOCKS_512 if x86 and vector_bits == 512 else Tuning.pack_min_row_blocks,
-        strided_im2col_max_vectors=STRIDED_IM2COL_MAX_VECTORS if x86 and vector_bits == 512 else 0,
+        pack_min_row_blocks=PACK_MIN_ROW_BLOCKS_512 if x512 else Tuning.pack_min_row_blocks,
+        strided_im2col_max_vectors=STRIDED_IM2COL_MAX_VECTORS if x512 else 0,
         reserved_registers=1 if x86 else 2,
         masked_stores=triple.startswith("x86_64") and not cpu.startswith(MICROCODED_MASKED_STORES),
         int8_depthwise_lanes_max_width=(DW_LANES_MAX_WIDTH.get(vector_bits, 0) if x86 else 0),
@@ -279,8 +280,8 @@ def default_tuning(triple: str, cpu: str, vector_bits: int | None) -> Tuning:
         dwflat_max_vectors=DWFLAT_MAX_VECTORS if x86 else 0,
         int8_prefetch_weight_rows=x86,
         direct_prefetch_bytes=DIRECT_PREFETCH_BYTES if x86 else 0,
-        direct_row_pad=DIRECT_ROW_PAD if x86 and vector_bits == 512 else 0.0,
-        rows_whole_row_max=ROWS_WHOLE_ROW_MAX if x86 and vector_bits == 512 else 0,
+        direct_row_pad=DIRECT_ROW_PAD if x512 else 0.0,
+        rows_whole_row_max=ROWS_WHOLE_ROW_MAX if x512 else 0,
         int8_depthwise_lanes_max_width_strided=DW_LANES_MAX_WIDTH_STRIDED if x86 else 0,
         int8_rows_1x1_max_fill=ROWS_1X1_MAX_FILL.get(vector_bits, 0.0) if x86 else 0.0,
         int8_rows_max_pixels=INT8_ROWS_MAX_PIXELS_FULL_RATE if full_rate else Tuning.int8_rows_max_pixels,
