@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,11 +22,16 @@ from typing import BinaryIO
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
+def _token() -> str:
+    """A random part of a temporary name (``secrets`` would import ``hmac``: see :mod:`.digest`)."""
+    return os.urandom(8).hex()
+
+
 def create_beside(path: str | os.PathLike, mode: int, attempts: int = 16) -> tuple[int, Path]:
     """A new file (descriptor, path) in ``path``'s folder with ``mode`` (less the umask) from its creation."""
     path = Path(path)
     for _ in range(attempts):
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+        tmp = path.with_name(f".{path.name}.{_token()}.tmp")
         try:
             return os.open(tmp, _FLAGS, mode), tmp
         except FileExistsError:

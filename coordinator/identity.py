@@ -15,11 +15,11 @@ A simulation provisions every simulated device itself, so there the name alone i
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
+from ..compiler.digest import sha256
 
 NAME_CHARS = 64  # a longer reported name is cut: it is a label, not the identity
 FINGERPRINT_HEX = 16
@@ -32,7 +32,7 @@ def fingerprint(public_key: bytes) -> str:
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     except (ValueError, TypeError, UnsupportedAlgorithm):
         der = public_key
-    return hashlib.sha256(der).hexdigest()[:FINGERPRINT_HEX]
+    return sha256(der).hexdigest()[:FINGERPRINT_HEX]
 
 
 def device_identity(name: object, node_id: int, keys: Mapping[int, bytes] | None) -> str:

@@ -9,12 +9,12 @@ really uses 512-bit registers.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import os
 import platform
 from collections.abc import Mapping
 
+from ..compiler.digest import sha256
 from ..compiler.target import Target
 from .llvm_facts import HostFacts, llvm_host_facts
 from .profile import DeviceProfile, ProfileError, check_consistent, load_profile
@@ -97,7 +97,7 @@ def llvmlite_stamp() -> str:
     spec = importlib.util.find_spec("llvmlite")
     try:
         with open(os.path.join(spec.submodule_search_locations[0], "_version.py"), "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+            return sha256(f.read()).hexdigest()
     except (AttributeError, IndexError, TypeError, OSError):
         return "unknown"
 
@@ -125,7 +125,7 @@ def host_stamp() -> str | None:
         return None
     lines = [line for line in head.splitlines() if line.split(":", 1)[0].strip() not in _VOLATILE_CPUINFO]
     text = "\n".join([platform.machine(), llvmlite_stamp(), cpuid_features(), *lines])
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256(text.encode()).hexdigest()
 
 
 def _host_cores() -> int:

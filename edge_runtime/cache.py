@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import logging
 import os
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..compiler.digest import sha256
 from ..compiler.bundle.format import is_sha256_hex
 from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.ir.graph import Graph
@@ -93,10 +93,10 @@ def source_stats(top: str | None = None) -> list[tuple[str, os.stat_result]]:
     return sorted(found, key=lambda f: f[0])
 
 
-def _versions_hash():  # a hashlib sha256 object, to be updated
+def _versions_hash():  # a Sha256, to be updated
     """sha256 started with what besides the sources decides the code: the code generator's version, llvmlite's
     (its version file's hash: importing llvmlite would cost a warm start milliseconds)."""
-    return hashlib.sha256(f"codegen {CODEGEN_VERSION} llvmlite {llvmlite_stamp()}".encode())
+    return sha256(f"codegen {CODEGEN_VERSION} llvmlite {llvmlite_stamp()}".encode())
 
 
 @functools.lru_cache(maxsize=1)
@@ -130,7 +130,7 @@ def graph_digest(graph: Graph) -> str:
     """sha256 of the graph's canonical text form plus every weight's raw bytes (no copies)."""
     from ..compiler.ir.text import print_graph  # the op table: not needed when a bundle's hash is the key
 
-    h = hashlib.sha256(print_graph(graph, data=False).encode())
+    h = sha256(print_graph(graph, data=False).encode())
     for name, arr in graph.constants.items():
         h.update(f"{name} {arr.dtype.name} {arr.dtype.str} {arr.shape}".encode())
         h.update(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
@@ -140,7 +140,7 @@ def graph_digest(graph: Graph) -> str:
 def cache_key(content: str, target: Target, batch: int, fingerprint: str | None = None) -> str:
     """``fingerprint``: :func:`compiler_fingerprint` (its default), as a cache remembers it."""
     parts = [content, repr(target), str(batch), fingerprint or compiler_fingerprint()]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return sha256("\n".join(parts).encode()).hexdigest()
 
 
 _writing: dict[Path, threading.Thread] = {}  # entry and hint paths -> the thread writing them
@@ -254,7 +254,7 @@ class CompileCache:
             return None
 
     def _hint_path(self, request: str) -> Path:
-        return self.dir / f"{hashlib.sha256(request.encode()).hexdigest()[:32]}{self.HINT_SUFFIX}"
+        return self.dir / f"{sha256(request.encode()).hexdigest()[:32]}{self.HINT_SUFFIX}"
 
     def open_early(self, request: str) -> EarlyEntry | None:
         """The entry that served ``request`` (a compile call's arguments) last time, opened under that key

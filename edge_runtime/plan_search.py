@@ -14,13 +14,13 @@ packs only its weights again (:func:`repacked`).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import time
 from collections.abc import Callable
 
 import numpy as np
 
+from ..compiler.digest import sha256
 from ..compiler.codegen.lowered import LoweredModel
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
@@ -117,4 +117,4 @@ def weights_digest(weights: np.ndarray) -> bytes:
     """Length and every 251st byte of a packed weights block, hashed: tells a block packed again from the
     one packed before in well under a millisecond (ResNet-18: 228 KB of its 57 MB)."""
     block = np.asarray(weights).reshape(-1).view(np.uint8)
-    return hashlib.blake2b(np.ascontiguousarray(block[::251]).tobytes() + len(block).to_bytes(8, "little")).digest()
+    return sha256(np.ascontiguousarray(block[::251]).tobytes() + len(block).to_bytes(8, "little")).digest()

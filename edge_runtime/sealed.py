@@ -24,8 +24,6 @@ this user that no one else may write, and that user can change the process anywa
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import itertools
 import mmap
 import os
@@ -40,6 +38,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.poly1305 import Poly1305
 
+from ..compiler.digest import HmacSha256, equal, hmac_sha256, sha256
 from .cpu_share import cores, runnable_now
 from ..compiler.regular_file import open_regular, read_exactly
 
@@ -191,7 +190,7 @@ def _gmac(key: bytes, data: memoryview) -> Tagger:
         return AESGCM(key).encrypt(i.to_bytes(12, "little"), b"", data[starts[i]:starts[i] + GMAC_CHUNK])
 
     return Tagger(len(starts), piece,
-                  lambda tags: tags[0] if len(tags) == 1 else hashlib.sha256(b"".join(tags)).digest()[:16])
+                  lambda tags: tags[0] if len(tags) == 1 else sha256(b"".join(tags)).digest()[:16])
 
 
 TAIL_MACS = {1: _poly1305, 2: _gmac}
@@ -217,12 +216,12 @@ class Sealer:
     def __init__(self, secret: bytes, tail_mac: int | None = None):
         """``tail_mac``: what :meth:`write` tags tails with (default :func:`preferred_tail_mac`, asked on
         the first write); :meth:`read` takes whichever the file records."""
-        self._mac_key = hmac.digest(secret, b"cuvil sealed file: mac", "sha256")
-        self._tail_key = hmac.digest(secret, b"cuvil sealed file: tail", "sha256")
+        self._mac_key = hmac_sha256(secret, b"cuvil sealed file: mac")
+        self._tail_key = hmac_sha256(secret, b"cuvil sealed file: tail")
         self._tail_mac = tail_mac
 
     def _mac(self, name: str, header_rest: bytes, meta_and_body: bytes | list[bytes]) -> bytes:
-        h = hmac.new(self._mac_key, digestmod="sha256")
+        h = HmacSha256(self._mac_key)
         label = name.encode()
         h.update(len(label).to_bytes(8, "little") + label + header_rest)
         for part in [meta_and_body] if isinstance(meta_and_body, bytes) else meta_and_body:
@@ -230,7 +229,7 @@ class Sealer:
         return h.digest()
 
     def _tagger(self, algorithm: int, name: str, nonce: bytes, tail: memoryview) -> Tagger:
-        return TAIL_MACS[algorithm](hmac.digest(self._tail_key, name.encode() + b"\0" + nonce, "sha256"), tail)
+        return TAIL_MACS[algorithm](hmac_sha256(self._tail_key, name.encode() + b"\0" + nonce), tail)
 
     def write(self, path: str | os.PathLike, name: str, meta: bytes, body: list[bytes], tail) -> None:
         """Write a sealed file and publish it at ``path`` with one atomic ``os.replace``; ``tail`` is any
@@ -290,7 +289,7 @@ class Sealer:
             data = read_exactly(fd, meta_len + body_len)
             if len(data) != meta_len + body_len:
                 raise SealError("truncated")
-            if not hmac.compare_digest(mac, self._mac(name, head[_AFTER_MAC:], data)):
+            if not equal(mac, self._mac(name, head[_AFTER_MAC:], data)):
                 raise SealError("MAC mismatch: not written by this device under this key")
             if algorithm not in TAIL_MACS:
                 raise SealError(f"unknown tail MAC {algorithm}")
@@ -309,7 +308,7 @@ class Sealer:
                 return np.zeros(0, dtype=np.uint8)
             if view[tail_len:] != bytes(len(view) - tail_len):
                 raise SealError("the tail's pad is not zero")
-            if not hmac.compare_digest(tag, tagger.tag()):
+            if not equal(tag, tagger.tag()):
                 raise SealError("tail MAC mismatch")
             return np.frombuffer(region, dtype=np.uint8)[:tail_len]
 

@@ -27,7 +27,6 @@ before did, and takes the objects of the modules whose text is unchanged from it
 
 from __future__ import annotations
 
-import hashlib
 import io
 import mmap
 import re
@@ -37,6 +36,7 @@ from collections import deque
 
 from llvmlite import ir
 
+from ..compiler.digest import sha256
 from ..compiler.codegen.irtext import drop_body, function_text, take_instructions
 from ..compiler.target import Target
 from . import heap
@@ -85,7 +85,7 @@ def _groups(members: list[tuple[str, str]]) -> list[str]:
 
 
 def _digest(level: int, module: str | bytearray) -> bytes:
-    h = hashlib.blake2b(str(level).encode(), digest_size=16)
+    h = sha256(str(level).encode())
     h.update(module.encode() if isinstance(module, str) else module)
     return h.digest()
 

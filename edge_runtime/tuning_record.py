@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -44,6 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..compiler.digest import sha256
 from ..compiler.bundle.format import is_sha256_hex
 from ..compiler.ir.graph import Graph
 from ..compiler.target import ConvChoice, Geometry, Target
@@ -68,14 +68,14 @@ def structure_digest(graph: Graph, batch: int, form: str) -> str:
     the batch and ``form`` (how the compile lowers it): what a model's versions share."""
     from ..compiler.ir.text import print_graph  # the op table: a warm start never needs it
 
-    return hashlib.sha256(f"{batch} {form}\n{print_graph(graph, data=False)}".encode()).hexdigest()
+    return sha256(f"{batch} {form}\n{print_graph(graph, data=False)}".encode()).hexdigest()
 
 
 def scope(target: Target, fingerprint: str) -> str:
     """What a record's choices hold for: this CPU, the compiler (``fingerprint``: the compile cache's)
     and ``target`` at any thread count, before any choice was fixed in it."""
     base = dataclasses.replace(target, threads=1, conv_choices=(), conv_parts=())
-    return hashlib.sha256(f"{cpu_identity()}\n{fingerprint}\n{base!r}".encode()).hexdigest()
+    return sha256(f"{cpu_identity()}\n{fingerprint}\n{base!r}".encode()).hexdigest()
 
 
 @dataclass

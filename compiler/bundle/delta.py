@@ -11,7 +11,6 @@ returned half made. Layout: :mod:`.delta_format`; see docs/bundle-format.md.
 
 from __future__ import annotations
 
-import hashlib
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ..digest import sha256
 from ..errors import BundleError, DeltaError, DeltaParentError
 from .delta_format import DELTA_MAGIC, DeltaManifest, Payload, Piece
 from .format import DEFLATE, HEADER, MANIFEST_OFFSET, Header, WeightEntry, store_manifest
@@ -73,10 +73,10 @@ def make_delta(parent: bytes, target: bytes, key: Ed25519PrivateKey) -> bytes:
     listed = [Payload(int(offsets[i]), len(p)) for i, p in enumerate(payloads)]
     data = b"".join(payloads)
     manifest = DeltaManifest(th.manifest.name, th.manifest.version, ph.content_hash,
-                             hashlib.sha256(parent).hexdigest(), len(parent), th.content_hash,
-                             hashlib.sha256(target).hexdigest(), len(target), listed[0], encoding[1],
+                             sha256(parent).hexdigest(), len(parent), th.content_hash,
+                             sha256(target).hexdigest(), len(target), listed[0], encoding[1],
                              tuple(Piece(n, op, base, p) for (n, op, base), p in zip(pieces, listed[1:])),
-                             hashlib.sha256(data).hexdigest(), encoding[0])
+                             sha256(data).hexdigest(), encoding[0])
     stored_manifest, flags = store_manifest(manifest.encode())
     out = frame(stored_manifest, manifest.data_length, key, flags, DELTA_MAGIC) + data
     read_delta(out, [key.public_key()])  # never write a delta a reader would refuse
@@ -101,7 +101,7 @@ def read_delta(buf: Any, trusted_keys: Iterable[Ed25519PublicKey], max_bytes: in
         raise DeltaError("the delta's payloads do not end where the file does")
     if any(view[MANIFEST_OFFSET + header.manifest_length:header.data_offset]):
         raise DeltaError("the delta's manifest padding is not zero")
-    if hashlib.sha256(view[header.data_offset:]).hexdigest() != manifest.data_sha256:
+    if sha256(view[header.data_offset:]).hexdigest() != manifest.data_sha256:
         raise DeltaError("the delta's payloads do not match their SHA-256: the delta was modified")
     return Delta(manifest, header, fingerprint(header.signer_key), view)
 
@@ -111,7 +111,7 @@ def apply_delta(delta: Delta, parent: Any, trusted_keys: Iterable[Ed25519PublicK
     """The bundle ``delta`` makes from ``parent`` (the exact bytes it names), its SHA-256 checked."""
     m, trusted_keys = delta.manifest, list(trusted_keys)
     parent = memoryview(parent).cast("B")
-    if parent.nbytes != m.parent_length or hashlib.sha256(parent).hexdigest() != m.parent_sha256:
+    if parent.nbytes != m.parent_length or sha256(parent).hexdigest() != m.parent_sha256:
         raise DeltaParentError(f"the delta applies to version {m.parent[:12]}, not to the bundle given")
     if m.target_length > max_target_bytes:
         raise DeltaError(f"the delta makes a bundle of {m.target_length} bytes, more than this device's "
@@ -139,7 +139,7 @@ def apply_delta(delta: Delta, parent: Any, trusted_keys: Iterable[Ed25519PublicK
     for piece, w in zip(m.pieces, th.manifest.weights):
         start = th.header.data_offset + w.offset
         out[start:start + w.length] = _make_segment(delta, piece, w, old, parent, ph)
-    if hashlib.sha256(out).hexdigest() != m.target_sha256:
+    if sha256(out).hexdigest() != m.target_sha256:
         raise DeltaError(f"the delta does not make version {m.target[:12]}: the result's SHA-256 differs")
     return bytes(out)
 

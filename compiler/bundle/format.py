@@ -15,7 +15,6 @@ length. Every byte is covered: header and manifest by the signature, segments by
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import struct
@@ -24,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..digest import sha256
 from ..errors import BundleError
 from ..ir.dtypes import DType
 from .json_budget import JsonBudget, loads_bounded
@@ -176,7 +176,7 @@ class Manifest:
     @property
     def content_hash(self) -> str:
         """SHA-256 of the manifest: names graph, weights (by their hashes) and metadata, not the signer."""
-        return hashlib.sha256(self.encode()).hexdigest()
+        return sha256(self.encode()).hexdigest()
 
     @property
     def data_length(self) -> int:

@@ -10,7 +10,6 @@ work it asks for starts. Weights are read-only views of the bytes as read: of th
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import numpy as np
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from ..digest import sha256
 from ..errors import BundleError, BundleLimitError, CuvilError, LimitError
 from ..ir.graph import Graph
 from ..ir.limits import DEFAULT_LIMITS, Limits, check_graph
@@ -160,7 +160,7 @@ def _segments(segment: Callable[[int, int], Any], data_offset: int,
         if start > pos:
             _check_zero(_exactly(segment, pos, start - pos), pos, f"padding before weight {w.name!r}")
         part = _exactly(segment, start, w.length)
-        if hashlib.sha256(part).hexdigest() != w.sha256:
+        if sha256(part).hexdigest() != w.sha256:
             raise BundleError(f"weight {w.name!r} does not match its SHA-256: the bundle was modified")
         dtype = w.dtype.numpy.newbyteorder("<")
         if w.length == 0:

@@ -6,7 +6,6 @@ them. The private key is written with mode 0600 and never overwritten by acciden
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from ..digest import sha256
 from ..atomic_file import write_all
 from ..errors import CuvilError
 from ..regular_file import read_regular
@@ -50,7 +50,7 @@ def fingerprint(key: Ed25519PublicKey | Ed25519PrivateKey | bytes) -> str:
     if isinstance(key, Ed25519PrivateKey):
         key = key.public_key()
     raw = key if isinstance(key, bytes) else raw_public_bytes(key)
-    return hashlib.sha256(raw).hexdigest()[:32]
+    return sha256(raw).hexdigest()[:32]
 
 
 _KEY_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a file name on every system, one line to print

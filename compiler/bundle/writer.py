@@ -6,16 +6,15 @@ graph's constant order at canonical offsets, zero padding, and Ed25519 (determin
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from ..digest import sha256
 from ..atomic_file import atomic_write
 from ..errors import BundleError
 from ..ir.dtypes import DType
@@ -46,7 +45,7 @@ def build_manifest(graph: Graph, name: str, version: str, producer: str,
         raw = pack(arr, dtype) if dtype.bits < 8 else _le_bytes(arr)
         offset = align(end)
         weights.append(WeightEntry(cname, dtype, tuple(int(d) for d in arr.shape),
-                                   offset, int(raw.size), hashlib.sha256(raw).hexdigest()))
+                                   offset, int(raw.size), sha256(raw).hexdigest()))
         segments.append(raw)
         end = offset + int(raw.size)
     manifest = Manifest(

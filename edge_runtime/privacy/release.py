@@ -11,11 +11,11 @@ reply, never re-noised: a charged release whose reply was lost is refused, not d
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...compiler.digest import sha256
 from .accounting import ChargeEvent
 from .errors import PrivacyRefusal, Reason, RefusalCode
 from .ledger import PrivacyLedger
@@ -43,7 +43,7 @@ def binding_of(dataset: str, params: PrivacyParams, families: int, bundle_hash: 
     """What a release-id is charged for: the exact parameters, families, dataset and bundle."""
     text = json.dumps({"dataset": dataset, "params": dataclasses.asdict(params), "families": families,
                        "bundle": bundle_hash}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256(text.encode()).hexdigest()
 
 
 def prepare(ledger: PrivacyLedger, dataset: str, release_id: str, params: PrivacyParams, *,

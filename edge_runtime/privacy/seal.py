@@ -15,14 +15,13 @@ ledger sealed before that (a MAC over the charges alone) is checked the old way 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from ...compiler.digest import equal, hmac_sha256
 
 
 MAC_V2 = "v2:"  # a MAC over the charges and the ledger's context
@@ -41,10 +40,10 @@ class LedgerSeal:
         """The MAC over ``charges`` and the ledger's ``context`` (floors, dataset); None: the legacy form."""
         if context is None:
             text = json.dumps([list(c) for c in charges], separators=(",", ":"))
-            return hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
+            return hmac_sha256(self.key, text.encode()).hex()
         text = json.dumps({"charges": [list(c) for c in charges], "context": context}, sort_keys=True,
                           separators=(",", ":"))
-        return MAC_V2 + hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
+        return MAC_V2 + hmac_sha256(self.key, text.encode()).hex()
 
     def counter(self) -> int:
         try:
@@ -66,7 +65,7 @@ class LedgerSeal:
                 raise SealError("the ledger has lost its seal")
             return True
         legacy = not stored_mac.startswith(MAC_V2)
-        if not hmac.compare_digest(stored_mac, self.mac(charges, None if legacy else context)):
+        if not equal(stored_mac, self.mac(charges, None if legacy else context)):
             raise SealError("the ledger's charges or floors do not match their MAC")
         if len(charges) < count:
             raise SealError(f"the ledger holds {len(charges)} charges but {count} were made: rolled back")

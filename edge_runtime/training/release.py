@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 import io
 import json
 import math
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...compiler.digest import sha256
 from ..privacy.accounting import ChargeEvent
 from ..privacy.dgauss import discrete_gaussian
 from ..privacy.errors import PrivacyRefusal, Reason, RefusalCode
@@ -54,7 +54,7 @@ def training_binding(dataset: str, cfg: DpSgdConfig, epsilon: float, bundle_hash
     """What a training release-id is charged for: the dataset, the exact DP-SGD round, the budget, the weights."""
     text = json.dumps({"kind": "train", "dataset": dataset, "dp_sgd": dataclasses.asdict(cfg), "epsilon": epsilon,
                        "bundle": bundle_hash}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256(text.encode()).hexdigest()
 
 
 def release_update(ledger: PrivacyLedger, dataset: str, release_id: str, cfg: DpSgdConfig,

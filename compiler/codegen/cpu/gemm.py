@@ -26,12 +26,12 @@ residual=False, activation="none", act_alpha=0.0, act_beta=0.0) -> ir.Function``
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llvmlite import ir
 
+from ...digest import short_hex
 from ...target import Target
 from ..activations import apply_activation
 from ..irhelpers import F32, I8P, I64, for_range, i64, prefetch, vector
@@ -171,7 +171,7 @@ def acc_loop(b: ir.IRBuilder, count: int, acc, body, name: str):
 
 def tap_table(module: ir.Module, taps: Sequence[int]) -> ir.GlobalVariable:
     """A private constant i64 array of tap offsets, shared by every kernel that needs the same one."""
-    name = "cuvil.taps." + hashlib.sha1(repr(tuple(taps)).encode()).hexdigest()[:16]
+    name = "cuvil.taps." + short_hex(repr(tuple(taps)), 16)
     if name in module.globals:
         return module.globals[name]
     ty = ir.ArrayType(I64, len(taps))

@@ -11,7 +11,6 @@ before the first kernel is the shared driver's (``driver.prepare``).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import re
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
+from ...digest import short_hex
 from ...ir.graph import Node
 from ...memory.scratch import ScratchPlacer
 from ...ops import get_op
@@ -372,7 +372,7 @@ def kernel_name(module: ir.Module, key, op: str) -> str:
     plan built again (the split check's next plan) names a layer it does not change alike, prints the same
     text, and an object built from that text before serves again (``edge_runtime/stream.py``). A digest
     met already (keys alike by their repr only) takes a counter."""
-    stem = f"k{hashlib.blake2b(repr(key).encode(), digest_size=5).hexdigest()}"
+    stem = f"k{short_hex(repr(key), 10)}"
     return next(f"{stem}{n}_{op}" for n in itertools.chain([""], itertools.count(1)) if f"{stem}{n}_{op}" not in module.globals)
 
 

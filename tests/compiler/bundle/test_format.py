@@ -84,8 +84,8 @@ def test_save_never_writes_through_a_planted_symlink(graph, key, data, tmp_path,
     victim.write_bytes(b"precious")
     out = tmp_path / "out"
     out.mkdir()
-    names, real = iter(["guessed", "guessed", "fresh"]), atomic_file.secrets.token_hex
-    monkeypatch.setattr(atomic_file.secrets, "token_hex", lambda n: next(names, None) or real(n))
+    names, real = iter(["guessed", "guessed", "fresh"]), atomic_file._token
+    monkeypatch.setattr(atomic_file, "_token", lambda: next(names, None) or real())
     (out / ".m.cuvil.guessed.tmp").symlink_to(victim)
     save_bundle(graph, out / "m.cuvil", key, name="small-model", version="1.2", producer="cuvil")
     assert victim.read_bytes() == b"precious" and (out / "m.cuvil").read_bytes() == data

@@ -21,10 +21,10 @@ parts' code differed in two loop bounds only: ResNet-18 at 2 threads printed 220
 
 from __future__ import annotations
 
-import hashlib
 
 from llvmlite import ir
 
+from ....digest import short_hex
 from ....target import Target
 from ...irhelpers import I64, PREVECTORIZED, i64, set_fn_attrs
 from ..vecops import define_kernel
@@ -92,7 +92,7 @@ def _ranged_body(module: ir.Module, p: ConvPlan, target: Target, pads, epilogue:
     ``p`` over its blocks ``[first, end)``, defined once per module (named by everything its code depends on;
     internal and noinline, as a shared helper), so that every part of the layer calls the same code."""
     key = repr((target, p, sorted(epilogue.items())))
-    name = f"conv_part_{hashlib.blake2b(key.encode(), digest_size=8).hexdigest()}"
+    name = f"conv_part_{short_hex(key, 16)}"
     if (fn := module.globals.get(name)) is not None:
         return fn
     fn = define_kernel(module, name, target, extra=(I64, I64))

@@ -22,12 +22,12 @@ differ only in their epilogue share their code.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from dataclasses import dataclass
 
 from llvmlite import ir
 
+from ....digest import short_hex
 from ....target import Target
 from ...activations import apply_activation
 from ..gemm import acc_loop, tap_table
@@ -112,7 +112,7 @@ def _sums_helper(module: ir.Module, target: Target, p, nv: int) -> ir.Function:
     module with the same shape and tile calls, whatever its epilogue (ResNet-18's 512x4x4 convs with and
     without a residual: 77 kB of IR each)."""
     shape = dataclasses.replace(p, N=1, OC=1)  # neither the batch nor the output channels change the sums' code
-    name = "rows_sums_" + hashlib.sha1(repr((shape, nv)).encode()).hexdigest()[:16]
+    name = "rows_sums_" + short_hex(repr((shape, nv)), 16)
     return define_helper(module, name, target, [F32P] * 4, lambda b, fn: _sums(b, p, nv, *fn.args))
 
 
