@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
+
 from ..compiler.digest import sha256
 
 NAME_CHARS = 64  # a longer reported name is cut: it is a label, not the identity

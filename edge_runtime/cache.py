@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..compiler.digest import sha256
 from ..compiler.bundle.format import is_sha256_hex
 from ..compiler.codegen.lowered import LoweredModel
+from ..compiler.digest import sha256
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from ..devices.detect import llvmlite_stamp

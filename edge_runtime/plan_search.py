@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..compiler.digest import sha256
 from ..compiler.codegen.lowered import LoweredModel
+from ..compiler.digest import sha256
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from . import split_check

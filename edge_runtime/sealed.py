@@ -38,8 +38,8 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.poly1305 import Poly1305
 
-from ..compiler.digest import HmacSha256, equal, hmac_sha256, sha256
 from .cpu_share import cores, runnable_now
+from ..compiler.digest import HmacSha256, equal, hmac_sha256, sha256
 from ..compiler.regular_file import open_regular, read_exactly
 
 MAGIC = b"CUVILSEAL2\n"

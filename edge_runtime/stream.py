@@ -36,8 +36,8 @@ from collections import deque
 
 from llvmlite import ir
 
-from ..compiler.digest import sha256
 from ..compiler.codegen.irtext import drop_body, function_text, take_instructions
+from ..compiler.digest import sha256
 from ..compiler.target import Target
 from . import heap
 from .levels import ENTRY_LEVEL, FULL_LEVEL, LIGHT_LEVEL, SLOTS_LEVEL

@@ -43,8 +43,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..compiler.digest import sha256
 from ..compiler.bundle.format import is_sha256_hex
+from ..compiler.digest import sha256
 from ..compiler.ir.graph import Graph
 from ..compiler.target import ConvChoice, Geometry, Target
 from ..devices.detect import cpu_identity

@@ -15,8 +15,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ..digest import sha256
 from ..atomic_file import write_all
+from ..digest import sha256
 from ..errors import CuvilError
 from ..regular_file import read_regular
 

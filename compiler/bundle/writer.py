@@ -14,8 +14,8 @@ from typing import BinaryIO
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..digest import sha256
 from ..atomic_file import atomic_write
+from ..digest import sha256
 from ..errors import BundleError
 from ..ir.dtypes import DType
 from ..ir.graph import Graph

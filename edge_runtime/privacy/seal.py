@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
 from ...compiler.digest import equal, hmac_sha256
 
 
