@@ -57,21 +57,22 @@ _DEVICE = textwrap.dedent("""
     from cuvil.edge_runtime.loader import load
     model = load(sys.argv[1], [sys.argv[2]], lazy=True)
     session = compile_model(model, cache_dir=sys.argv[3], threads=2)
-    session.run({"x": np.ones((1, 8, 8, 8), np.float32)})
+    session.run({"x": np.ones((1, 32, 32, 32), np.float32)})
     print(int(session.stats.cache_hit), " ".join(sorted(m for m in watched if m in sys.modules and m not in before)))
 """)
 
 
 def test_a_device_process_never_loads_the_standard_librarys_openssl(tmp_path):
-    """A cold compile of a signed bundle at 2 threads (tuning, the split check, the cache written), then a
-    warm start in a new process: neither imports ``hashlib``, ``hmac`` or ``secrets``."""
+    """A cold compile of a signed bundle at 2 threads (tuning, a conv big enough to split: the handoff probe and
+    the whole-model check; the cache written), then a warm start in a new process: neither imports ``hashlib``,
+    ``hmac`` or ``secrets``."""
     from cuvil import api
     from cuvil.compiler.frontends.builder import GraphBuilder
     from cuvil.compiler.ir.types import TensorType
 
     b = GraphBuilder("conv")
-    x = b.input("x", TensorType.parse("f32[1,8,8,8]"))
-    w = b.constant(np.random.default_rng(0).standard_normal((16, 8, 3, 3)).astype(np.float32), "w")
+    x = b.input("x", TensorType.parse("f32[1,32,32,32]"))
+    w = b.constant(np.random.default_rng(0).standard_normal((32, 32, 3, 3)).astype(np.float32), "w")
     graph = b.build([b.add1("Conv", [x, w], pads=(1, 1, 1, 1), strides=(1, 1), dilations=(1, 1), group=1)])
     keys = api.keygen(tmp_path / "keys", "t")
     bundle = tmp_path / "conv.cuvil"
