@@ -82,5 +82,5 @@ def equal(a: bytes | str, b: bytes | str) -> bool:
     of this process and the MACs compared, so a mismatch's position tells nothing (``cryptography``'s
     ``constant_time`` imports :mod:`hmac`). Text compares as UTF-8: a hostile file's non-ASCII text is a
     mismatch, where ``hmac.compare_digest`` raised TypeError."""
-    a, b = (v.encode() if isinstance(v, str) else bytes(v) for v in (a, b))
+    a, b = (v.encode() if isinstance(v, str) else memoryview(v).tobytes() for v in (a, b))  # an int: TypeError
     return hmac_sha256(_EQUAL_KEY, a) == hmac_sha256(_EQUAL_KEY, b)

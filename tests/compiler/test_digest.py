@@ -45,6 +45,8 @@ def test_equal_and_short_names():
     assert equal(b"\x00" * 32, bytes(32)) and not equal(b"\x00" * 32, b"\x00" * 31 + b"\x01")
     assert equal("ab" * 32, "ab" * 32) and not equal("ab" * 32, "ab" * 31 + "ac")
     assert not equal("\u00e9" * 4, "abcd")  # a hostile file's non-ASCII MAC text: a mismatch, not a TypeError
+    with pytest.raises(TypeError):
+        equal(4, bytes(4))  # not read as four zero bytes
     assert short_hex("k", 10) == hashlib.sha256(b"k").hexdigest()[:10] and short_hex("k", 10) != short_hex("j", 10)
 
 
