@@ -1,5 +1,5 @@
-"""SHA-256, HMAC-SHA-256 and constant-time comparison from ``cryptography``, which every device process loads
-anyway (bundle signatures, sealed files).
+"""SHA-256, HMAC-SHA-256 and a timing-safe MAC comparison from ``cryptography``, which every device process
+loads anyway (bundle signatures, sealed files).
 
 Why not :mod:`hashlib` and :mod:`hmac`: importing either maps a second OpenSSL, the system's libcrypto, 3.8 MiB
 more resident in every device process (Zen 4, 2026-12-08: NumPy and ``cryptography`` loaded, then ``hashlib``),
