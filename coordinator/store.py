@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..compiler.digest import sha256
+from ..compiler.digest import short_hex
 from ..compiler.errors import CuvilError
 from .device_text import cut_reason
 from .run_owner import STALE_AFTER_S, owner_gone, this_process
@@ -390,7 +390,7 @@ class ResultsStore(TrainingRecords):
             " FROM rounds) AS rounds, (SELECT count(*) || '.' || ifnull(max(id), 0) FROM reports) AS reports,"
             " (SELECT count(*) || '.' || ifnull(max(id), 0) FROM failures) AS failures,"
             " (SELECT count(*) || '.' || ifnull(max(last_seen), 0) FROM devices) AS devices")[0]
-        return sha256(repr(sorted(row.items())).encode()).hexdigest()[:16]
+        return short_hex(repr(sorted(row.items())), 16)
 
     def exhausted_devices(self, dataset: str) -> set[str]:
         """Devices that answered "budget exhausted" for ``dataset`` in any run: never sampled again for it."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..compiler.bundle.format import is_sha256_hex
 from ..compiler.codegen.lowered import LoweredModel
-from ..compiler.digest import sha256
+from ..compiler.digest import sha256, short_hex
 from ..compiler.ir.graph import Graph
 from ..compiler.target import Target
 from ..devices.detect import llvmlite_stamp
@@ -254,7 +254,7 @@ class CompileCache:
             return None
 
     def _hint_path(self, request: str) -> Path:
-        return self.dir / f"{sha256(request.encode()).hexdigest()[:32]}{self.HINT_SUFFIX}"
+        return self.dir / f"{short_hex(request, 32)}{self.HINT_SUFFIX}"
 
     def open_early(self, request: str) -> EarlyEntry | None:
         """The entry that served ``request`` (a compile call's arguments) last time, opened under that key
